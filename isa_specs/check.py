@@ -1,0 +1,216 @@
+"""Differential validation of instruction semantics against real execution.
+
+For every form of every instruction, a generated C harness calls the intrinsic on the same inputs
+the numpy semantics sees (natively on x86, under qemu-aarch64 for NEON) and the outputs are compared
+byte for byte. The Z3 semantics is evaluated on a subset of the same inputs and compared with numpy,
+so the three agree: machine = numpy = Z3.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2
+import numpy as np
+import z3
+
+from isa_specs import host
+from isa_specs.instruction import CType, Form, Instruction, evaluate
+from isa_specs.isa import ISA
+from isa_specs.lanes import NUMPY, Z3, mask
+
+_TEMPLATES = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
+    trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined)
+CACHE_DIR = Path(os.environ.get("QSYNTH_BUILD_DIR", Path.home() / ".cache" / "qsynth" / "build"))
+
+
+class ToolchainError(RuntimeError):
+    """The compiler or emulator needed for a check is missing or failed."""
+
+
+@dataclass(frozen=True)
+class Case:
+    """One (form, immediate) pair compiled into the harness."""
+    insn: Instruction
+    form: Form
+    imm: int | None
+
+    @property
+    def form_id(self) -> str:
+        return self.insn.form_id(self.form)
+
+    @property
+    def offsets(self) -> list[int]:
+        sizes = [op.ctype.bits // 8 for op in self.form.registers]
+        return [sum(sizes[:i]) for i in range(len(sizes))]
+
+    @property
+    def input_bytes(self) -> int:
+        return sum(op.ctype.bits // 8 for op in self.form.registers)
+
+    @property
+    def result_bytes(self) -> int:
+        return self.form.result.bits // 8
+
+    @property
+    def args(self) -> list[str]:
+        regs = iter(f"a{i}" for i in range(len(self.form.registers)))
+        return [str(self.imm) if op.ctype.is_imm else next(regs) for op in self.form.operands]
+
+
+# ---------------------------------------------------------------- inputs
+def _edge_lanes(ctype: CType) -> list[int]:
+    """Lane values at the edges of the element type: zero, one, all ones, maxima, minima."""
+    e = ctype.elem_bits
+    return [0, 1, mask(e), mask(e - 1), 1 << (e - 1), (1 << (e - 1)) + 1, mask(e) - 1]
+
+
+def _lanes_to_bytes(values: np.ndarray, elem_bits: int) -> np.ndarray:
+    """(n, lanes) array of lane values → (n, lanes * elem_bits / 8) little-endian bytes."""
+    dtype = {8: "<u1", 16: "<u2", 32: "<u4", 64: "<u8"}[elem_bits]
+    return np.ascontiguousarray(values.astype(np.uint64).astype(dtype)).view(np.uint8).reshape(values.shape[0], -1)
+
+
+def sample_inputs(form: Form, n: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """``n`` input tuples for ``form``, one (n, bytes) uint8 array per register operand.
+
+    The first rows combine uniform edge patterns (every lane the same edge value) across operands,
+    then come rows whose lanes are each drawn from the edge values, then uniformly random bytes.
+    """
+    regs = form.registers
+    out = []
+    for k, op in enumerate(regs):
+        lanes = op.ctype.bits // op.ctype.elem_bits
+        edges = np.array(_edge_lanes(op.ctype), dtype=np.uint64)
+        # uniform edge patterns, enumerated so that operands vary independently
+        uniform = edges[(np.arange(n) // len(edges) ** k) % len(edges)][:, None].repeat(lanes, 1)
+        mixed = edges[rng.integers(0, len(edges), (n, lanes))]
+        rand = rng.integers(0, 256, (n, op.ctype.bits // 8), dtype=np.uint8)
+        n_uniform = min(n, len(edges) ** len(regs))
+        n_mixed = (n - n_uniform) // 2
+        rows = np.concatenate([
+            _lanes_to_bytes(uniform[:n_uniform], op.ctype.elem_bits),
+            _lanes_to_bytes(mixed[:n_mixed], op.ctype.elem_bits),
+            rand[: n - n_uniform - n_mixed]])
+        out.append(rows)
+    return out
+
+
+# ---------------------------------------------------------------- machine
+class Harness:
+    """A compiled harness for a list of cases, run on the host or under the ISA's emulator."""
+
+    def __init__(self, isa: ISA, cases: list[Case]):
+        self.isa, self.cases = isa, cases
+        amx = any(c.insn.feature == "amx-int8" for c in cases)
+        source = _TEMPLATES.get_template("harness.c.j2").render(isa=isa, cases=cases, amx=amx)
+        tc = isa.toolchain
+        key = hashlib.sha256((source + tc.cc + " ".join(tc.cflags)).encode()).hexdigest()[:20]
+        self.binary = CACHE_DIR / f"harness-{isa.name}-{key}"
+        if not self.binary.exists():
+            _compile(isa, source, self.binary)
+
+    def run(self, requests: list[tuple[int, np.ndarray]]) -> list[np.ndarray]:
+        """``requests``: (case index, (n, input_bytes) uint8) → list of (n, result_bytes) outputs."""
+        payload = b"".join(np.array([i, len(x)], "<u4").tobytes() + np.ascontiguousarray(x).tobytes()
+                           for i, x in requests)
+        cmd = [*self.isa.toolchain.runner, str(self.binary)]
+        try:
+            proc = subprocess.run(cmd, input=payload, capture_output=True, timeout=600)
+        except FileNotFoundError as e:
+            raise ToolchainError(f"cannot run {cmd[0]}: install {' '.join(self.isa.toolchain.apt_packages)}") from e
+        if proc.returncode != 0:
+            raise ToolchainError(f"harness exited with {proc.returncode}: {proc.stderr.decode()[-500:]}")
+        outs, pos = [], 0
+        for i, x in requests:
+            size = self.cases[i].result_bytes * len(x)
+            outs.append(np.frombuffer(proc.stdout[pos:pos + size], np.uint8).reshape(len(x), -1))
+            pos += size
+        if pos != len(proc.stdout):
+            raise ToolchainError(f"harness wrote {len(proc.stdout)} bytes, expected {pos}")
+        return outs
+
+
+def _compile(isa: ISA, source: str, binary: Path) -> None:
+    tc = isa.toolchain
+    binary.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "harness.c"
+        src.write_text(source)
+        tmp_bin = Path(tmp) / "harness"
+        try:
+            proc = subprocess.run([tc.cc, *tc.cflags, "-o", str(tmp_bin), str(src)], capture_output=True, text=True)
+        except FileNotFoundError as e:
+            raise ToolchainError(f"compiler {tc.cc} not found: install {' '.join(tc.apt_packages)}") from e
+        if proc.returncode != 0:
+            raise ToolchainError(f"{isa.name} harness failed to compile:\n{proc.stderr[-3000:]}")
+        os.replace(tmp_bin, binary)   # atomic: a half-written binary is never run
+
+
+# ---------------------------------------------------------------- comparison
+def numpy_outputs(case: Case, inputs: list[np.ndarray]) -> np.ndarray:
+    regs = [NUMPY.from_bytes(x, op.ctype.bits) for x, op in zip(inputs, case.form.registers)]
+    result = evaluate(NUMPY, case.insn, case.form, regs, case.imm)
+    return NUMPY.to_bytes(result, len(inputs[0]))
+
+
+def z3_mismatches(case: Case, inputs: list[np.ndarray], expected: np.ndarray, count: int) -> int:
+    """Evaluate the Z3 semantics on the first ``count`` inputs; number of disagreements with numpy."""
+    regs = [z3.BitVec(f"a{i}", op.ctype.bits) for i, op in enumerate(case.form.registers)]
+    term = evaluate(Z3, case.insn, case.form, regs, case.imm)
+    bad = 0
+    for row in range(min(count, len(expected))):
+        subst = [(r, z3.BitVecVal(int.from_bytes(x[row].tobytes(), "little"), r.size())) for r, x in zip(regs, inputs)]
+        got = z3.simplify(z3.substitute(term, *subst)).as_long()
+        bad += got != int.from_bytes(expected[row].tobytes(), "little")
+    return bad
+
+
+def check_isa(isa: ISA, samples: int, z3_samples: int = 16, seed: int = 0,
+              only: set[str] | None = None) -> list[dict]:
+    """Check every form (or the mnemonics in ``only``); one report row per form."""
+    rng = np.random.default_rng(seed)
+    rows, cases, plan = [], [], []
+    for insn in isa.instructions:
+        if only is not None and insn.mnemonic not in only:
+            continue
+        for form in insn.forms:
+            row = {"instruction": insn.mnemonic, "form": form.arrangement, "intrinsic": form.intrinsic,
+                   "feature": insn.feature, "samples": 0, "mismatches": 0, "z3_samples": 0,
+                   "z3_mismatches": 0, "status": "passed", "reason": ""}
+            rows.append(row)
+            reason = host.missing(insn.feature, isa.toolchain.runner)
+            if reason:
+                row.update(status="skipped", reason=reason)
+                continue
+            imms = form.imm or (None,)
+            per_imm = math.ceil(samples / len(imms))
+            for imm in imms:
+                plan.append((row, len(cases), sample_inputs(form, per_imm, rng)))
+                cases.append(Case(insn, form, imm))
+    if not cases:
+        return rows
+    harness = Harness(isa, cases)
+    machine = harness.run([(i, np.concatenate(x, axis=1)) for _, i, x in plan])
+    for (row, i, inputs), got in zip(plan, machine):
+        want = numpy_outputs(cases[i], inputs)
+        differs = np.any(got != want, axis=1)
+        row["samples"] += len(got)
+        row["mismatches"] += int(differs.sum())
+        if differs.any() and "first_mismatch" not in row:
+            j = int(np.argmax(differs))
+            row["first_mismatch"] = {"imm": cases[i].imm, "inputs": [x[j].tobytes().hex() for x in inputs],
+                                     "machine": got[j].tobytes().hex(), "numpy": want[j].tobytes().hex()}
+        n_z3 = max(1, z3_samples // len(cases[i].form.imm or (None,)))
+        row["z3_samples"] += min(n_z3, len(got))
+        row["z3_mismatches"] += z3_mismatches(cases[i], inputs, want, n_z3)
+    for row in rows:
+        if row["status"] != "skipped" and (row["mismatches"] or row["z3_mismatches"]):
+            row.update(status="failed", reason=f"{row['mismatches']} machine and {row['z3_mismatches']} z3 mismatches")
+    return rows
