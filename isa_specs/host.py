@@ -13,6 +13,7 @@ X86_FLAGS = {
     "avx512vnni": "avx512_vnni",
     "avx512vpopcntdq": "avx512_vpopcntdq",
     "avx512bitalg": "avx512_bitalg",
+    "avxvnni": "avx_vnni",
     "amx-int8": "amx_int8",
 }
 # AArch64 features: all provided by ``qemu-aarch64 -cpu max``.
