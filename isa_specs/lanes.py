@@ -47,7 +47,7 @@ class NumpyBackend:
     def const(self, value: int, w: int) -> Bits:
         if w > 64:
             return Bits(np.frombuffer((value & mask(w)).to_bytes(w // 8, "little"), np.uint8)[None, :], w)
-        return Bits(np.uint64(value & mask(w)), w)
+        return Bits(np.array([value & mask(w)], np.uint64), w)   # 1-d: array ops wrap silently
 
     def from_bytes(self, data: np.ndarray, w: int) -> Bits:
         """``data``: uint8 array (n, w // 8) → Bits."""
@@ -86,7 +86,7 @@ class NumpyBackend:
         assert all(p.w == w for p in parts), [p.w for p in parts]
         total = w * len(parts)
         if total <= 64:
-            acc = np.uint64(0)
+            acc = np.zeros(1, np.uint64)
             for i, p in enumerate(parts):
                 acc = acc | (np.asarray(p.v, np.uint64) << np.uint64(i * w))
             return Bits(acc, total)
