@@ -1,0 +1,524 @@
+"""Intel AVX-512 integer instructions (F, BW, VL, VNNI, VPOPCNTDQ, BITALG), run natively.
+
+Each row follows the instruction's Operation pseudocode in the Intel 64 and IA-32 Architectures
+Software Developer's Manual, Vol. 2 (SDM), and the matching entry of the Intel Intrinsics Guide.
+Forms are named after the register they write: ``zmm`` (512-bit), ``ymm``/``xmm`` (256/128-bit
+AVX-512VL encodings). Only unmasked forms are listed. Vector width is never a parameter: it is the
+width of the operands, so one semantic serves ``zmm``, ``ymm`` and ``xmm``; element width is the
+``esize`` parameter.
+
+Immediates are written ``const int imm8`` in every prototype (the guide spells some of them
+``unsigned int`` or ``_MM_PERM_ENUM``; the C call is the same), and ``imm=`` lists the values that
+select distinct behaviours (e.g. shift counts ``1 .. esize-1``; larger counts are encodable and
+give the all-zero / all-sign result the semantics also handles).
+"""
+from __future__ import annotations
+
+import sys
+
+from isa_specs.instruction import Form, Instruction
+from isa_specs.isa import ISA as _ISA, Toolchain
+from isa_specs.lanes import lanewise, mask, sat_signed, sat_unsigned, total, width
+
+# ---------------------------------------------------------------- bitwise logic
+
+
+def and_(B, a, b):
+    """VPANDQ: DEST := SRC1 BITWISE AND SRC2."""
+    return B.and_(a, b)
+
+
+def andn(B, a, b):
+    """VPANDNQ: DEST := (NOT SRC1) BITWISE AND SRC2."""
+    return B.and_(B.not_(a), b)
+
+
+def or_(B, a, b):
+    """VPORQ: DEST := SRC1 BITWISE OR SRC2."""
+    return B.or_(a, b)
+
+
+def xor(B, a, b):
+    """VPXORQ: DEST := SRC1 BITWISE XOR SRC2."""
+    return B.xor(a, b)
+
+
+def ternlog(B, a, b, c, imm):
+    """VPTERNLOGQ: for every bit j, DEST[j] := imm8[(SRC1[j] << 2) | (SRC2[j] << 1) | SRC3[j]].
+
+    Written as the OR of the minterms selected by ``imm`` (the truth table), so it is exact on any
+    width and stays a purely bitwise Z3 term. SRC1 is the intrinsic's ``a`` (also the destination).
+    """
+    terms = []
+    for i in range(8):
+        if imm >> i & 1:
+            pick = lambda x, bit: x if i & bit else B.not_(x)
+            terms.append(B.and_(B.and_(pick(a, 4), pick(b, 2)), pick(c, 1)))
+    if not terms:
+        return B.const(0, width(B, a))
+    out = terms[0]
+    for t in terms[1:]:
+        out = B.or_(out, t)
+    return out
+
+
+# ---------------------------------------------------------------- bit counting
+
+
+def popcnt(B, a, esize):
+    """VPOPCNTB/W/D/Q: DEST.elem[j] := POPCNT(SRC.elem[j]) for esize-bit elements."""
+    return lanewise(B, esize, B.popcount, a)
+
+
+# ---------------------------------------------------------------- arithmetic
+
+
+def add(B, a, b, esize):
+    """VPADDB/W/D/Q: DEST.elem[j] := SRC1.elem[j] + SRC2.elem[j], wrapping (no saturation)."""
+    return lanewise(B, esize, B.add, a, b)
+
+
+def sub(B, a, b, esize):
+    """VPSUBB/W/D/Q: DEST.elem[j] := SRC1.elem[j] - SRC2.elem[j], wrapping."""
+    return lanewise(B, esize, B.sub, a, b)
+
+
+def mullo(B, a, b, esize):
+    """VPMULLW/VPMULLD: DEST.elem[j] := low esize bits of SRC1.elem[j] * SRC2.elem[j]."""
+    return lanewise(B, esize, B.mul, a, b)
+
+
+def _mul_even(B, a, b, signed):
+    ext = B.sext if signed else B.zext
+    return lanewise(B, 64, lambda x, y: B.mul(ext(B.trunc(x, 32), 64), ext(B.trunc(y, 32), 64)), a, b)
+
+
+def pmuldq(B, a, b):
+    """VPMULDQ: DEST.qword[j] := SignExtend64(SRC1.dword[2j]) * SignExtend64(SRC2.dword[2j])."""
+    return _mul_even(B, a, b, True)
+
+
+def pmuludq(B, a, b):
+    """VPMULUDQ: DEST.qword[j] := ZeroExtend64(SRC1.dword[2j]) * ZeroExtend64(SRC2.dword[2j])."""
+    return _mul_even(B, a, b, False)
+
+
+def maxs(B, a, b, esize):
+    """VPMAXSW/D: DEST.elem[j] := SRC1.elem[j] > SRC2.elem[j] (signed) ? SRC1.elem[j] : SRC2.elem[j]."""
+    return lanewise(B, esize, lambda x, y: B.ite(B.slt(y, x), x, y), a, b)
+
+
+def mins(B, a, b, esize):
+    """VPMINSW/D: DEST.elem[j] := SRC1.elem[j] < SRC2.elem[j] (signed) ? SRC1.elem[j] : SRC2.elem[j]."""
+    return lanewise(B, esize, lambda x, y: B.ite(B.slt(x, y), x, y), a, b)
+
+
+def maxu(B, a, b, esize):
+    """VPMAXUB: DEST.elem[j] := SRC1.elem[j] > SRC2.elem[j] (unsigned) ? SRC1.elem[j] : SRC2.elem[j]."""
+    return lanewise(B, esize, lambda x, y: B.ite(B.ult(y, x), x, y), a, b)
+
+
+def minu(B, a, b, esize):
+    """VPMINUB: DEST.elem[j] := SRC1.elem[j] < SRC2.elem[j] (unsigned) ? SRC1.elem[j] : SRC2.elem[j]."""
+    return lanewise(B, esize, lambda x, y: B.ite(B.ult(x, y), x, y), a, b)
+
+
+def sadbw(B, a, b):
+    """VPSADBW: per qword j, DEST.qword[j] := ZeroExtend64(sum over i < 8 of ABS(SRC1.byte[8j+i] -
+    SRC2.byte[8j+i])), the bytes taken as unsigned; the sum fits in 16 bits, bits 63:16 are zero."""
+    def qword(x, y):
+        diffs = []
+        for p, q in zip(B.lanes(x, 8), B.lanes(y, 8)):
+            p16, q16 = B.zext(p, 16), B.zext(q, 16)
+            diffs.append(B.ite(B.ult(p16, q16), B.sub(q16, p16), B.sub(p16, q16)))
+        return B.zext(total(B, diffs), 64)
+    return lanewise(B, 64, qword, a, b)
+
+
+# ---------------------------------------------------------------- multiply-accumulate (dot products)
+
+
+def maddubsw(B, a, b):
+    """VPMADDUBSW: DEST.word[j] := SaturateToSignedWord(SRC2.byte[2j+1] * SRC1.byte[2j+1] +
+    SRC2.byte[2j] * SRC1.byte[2j]), SRC1 = ``a`` bytes unsigned, SRC2 = ``b`` bytes signed.
+    Saturating: 255*127*2 = 64770 clamps to 32767."""
+    def word(x, y):
+        prods = [B.mul(B.zext(p, 32), B.sext(q, 32)) for p, q in zip(B.lanes(x, 8), B.lanes(y, 8))]
+        return sat_signed(B, total(B, prods), 16)
+    return lanewise(B, 16, word, a, b)
+
+
+def maddwd(B, a, b):
+    """VPMADDWD: DEST.dword[j] := SRC1.word[2j+1] * SRC2.word[2j+1] + SRC1.word[2j] * SRC2.word[2j],
+    signed words, 32-bit wrap-around (only -32768*-32768*2 = 2**31 wraps, to 0x80000000)."""
+    def dword(x, y):
+        return total(B, [B.mul(B.sext(p, 32), B.sext(q, 32)) for p, q in zip(B.lanes(x, 16), B.lanes(y, 16))])
+    return lanewise(B, 32, dword, a, b)
+
+
+def _dot(B, src, a, b, esize, a_signed, b_signed, saturate):
+    """DEST.dword[j] := SRC.dword[j] + sum of the 32/esize products of SRC1/SRC2 esize-bit elements
+    in dword j, each extended per its signedness; wrap-around, or Saturate32 when ``saturate``."""
+    acc_w = 64 if saturate else 32      # 64 bits hold the exact sum before saturation
+    ea = B.sext if a_signed else B.zext
+    eb = B.sext if b_signed else B.zext
+
+    def dword(s, x, y):
+        prods = [B.mul(ea(p, acc_w), eb(q, acc_w)) for p, q in zip(B.lanes(x, esize), B.lanes(y, esize))]
+        acc = total(B, [B.sext(s, acc_w), *prods])
+        return sat_signed(B, acc, 32) if saturate else acc
+    return lanewise(B, 32, dword, src, a, b)
+
+
+def dpbusd(B, src, a, b):
+    """VPDPBUSD: tmp_i := ZeroExtend16(a.byte[4j+i]) * SignExtend16(b.byte[4j+i]) for i < 4;
+    DEST.dword[j] := src.dword[j] + tmp0 + tmp1 + tmp2 + tmp3, 32-bit wrap-around (no saturation)."""
+    return _dot(B, src, a, b, 8, False, True, saturate=False)
+
+
+def dpbusds(B, src, a, b):
+    """VPDPBUSDS: as VPDPBUSD but DEST.dword[j] := Saturate32(src.dword[j] + tmp0 + ... + tmp3),
+    signed saturation of the exact sum."""
+    return _dot(B, src, a, b, 8, False, True, saturate=True)
+
+
+def dpwssd(B, src, a, b):
+    """VPDPWSSD: tmp_i := SignExtend32(a.word[2j+i]) * SignExtend32(b.word[2j+i]) for i < 2;
+    DEST.dword[j] := src.dword[j] + tmp0 + tmp1, 32-bit wrap-around."""
+    return _dot(B, src, a, b, 16, True, True, saturate=False)
+
+
+def dpwssds(B, src, a, b):
+    """VPDPWSSDS: as VPDPWSSD but DEST.dword[j] := Saturate32(src.dword[j] + tmp0 + tmp1)."""
+    return _dot(B, src, a, b, 16, True, True, saturate=True)
+
+
+# ---------------------------------------------------------------- shifts by immediate
+
+
+def shl(B, a, esize, imm):
+    """VPSLLW/D/Q (imm8): DEST.elem[j] := imm8 > esize-1 ? 0 : SRC.elem[j] << imm8."""
+    return lanewise(B, esize, lambda x: B.shl(x, imm), a)
+
+
+def lshr(B, a, esize, imm):
+    """VPSRLW/D/Q (imm8): DEST.elem[j] := imm8 > esize-1 ? 0 : SRC.elem[j] >> imm8 (zero fill)."""
+    return lanewise(B, esize, lambda x: B.lshr(x, imm), a)
+
+
+def ashr(B, a, esize, imm):
+    """VPSRAW/D/Q (imm8): DEST.elem[j] := SignExtend(SRC.elem[j]) >> MIN(imm8, esize) (sign fill)."""
+    return lanewise(B, esize, lambda x: B.ashr(x, imm), a)
+
+
+# ---------------------------------------------------------------- widening and narrowing
+
+
+def movsx(B, a, esize, dsize):
+    """VPMOVSXBW/BD/WD: DEST.elem[j] := SignExtend(SRC.elem[j]) (the source is the narrower register)."""
+    return B.join([B.sext(x, dsize) for x in B.lanes(a, esize)])
+
+
+def movzx(B, a, esize, dsize):
+    """VPMOVZXBW/BD/WD: DEST.elem[j] := ZeroExtend(SRC.elem[j]) (the source is the narrower register)."""
+    return B.join([B.zext(x, dsize) for x in B.lanes(a, esize)])
+
+
+def movtrunc(B, a, esize, dsize):
+    """VPMOVWB/DB: DEST.elem[j] := TruncateToDsize(SRC.elem[j])."""
+    return B.join([B.trunc(x, dsize) for x in B.lanes(a, esize)])
+
+
+def movsat_s(B, a, esize, dsize):
+    """VPMOVSDB: DEST.elem[j] := SaturateSignedToDsize(SRC.elem[j]) (signed source)."""
+    return B.join([sat_signed(B, x, dsize) for x in B.lanes(a, esize)])
+
+
+def movsat_u(B, a, esize, dsize):
+    """VPMOVUSDB: DEST.elem[j] := SaturateUnsignedToDsize(SRC.elem[j]) (source taken as unsigned:
+    values above 2**dsize - 1 clamp to it)."""
+    top = B.const(mask(dsize), esize)
+    return B.join([B.trunc(B.ite(B.ult(top, x), top, x), dsize) for x in B.lanes(a, esize)])
+
+
+def _pack(B, a, b, esize, clamp):
+    """Per 128-bit lane: DEST := clamp(SRC1 elements of the lane), then clamp(SRC2 elements)."""
+    per = 128 // esize
+    xa, xb = B.lanes(a, esize), B.lanes(b, esize)
+    out = []
+    for lane in range(len(xa) // per):
+        for src in (xa, xb):
+            out += [clamp(x, esize // 2) for x in src[lane * per:(lane + 1) * per]]
+    return B.join(out)
+
+
+def packss(B, a, b, esize):
+    """VPACKSSWB/DW: per 128-bit lane l, DEST.half[l] := SaturateSigned(SRC1 lane l elements) ::
+    SaturateSigned(SRC2 lane l elements), each esize-bit signed element clamped to esize/2 bits."""
+    return _pack(B, a, b, esize, lambda x, w: sat_signed(B, x, w))
+
+
+def packus(B, a, b, esize):
+    """VPACKUSWB/DW: as VPACKSS but each signed element is clamped to the unsigned esize/2 range."""
+    return _pack(B, a, b, esize, lambda x, w: sat_unsigned(B, x, w))
+
+
+# ---------------------------------------------------------------- data movement
+
+
+def broadcast(B, a, esize, vl):
+    """VPBROADCASTB/W/D/Q, VBROADCASTI32X4/I64X4: every esize-bit element of the vl-bit DEST :=
+    SRC.elem[0] (``_mm512_set1_epi32(x)`` is VPBROADCASTD of x in an xmm)."""
+    return B.join([B.lanes(a, esize)[0]] * (vl // esize))
+
+
+def pshufd(B, a, imm):
+    """VPSHUFD: in each 128-bit lane, DEST.dword[j] := SRC.dword[imm8[2j+1:2j]] of the same lane."""
+    d = B.lanes(a, 32)
+    return B.join([d[4 * (i // 4) + (imm >> 2 * (i % 4) & 3)] for i in range(len(d))])
+
+
+def pshufb(B, a, b):
+    """VPSHUFB: in each 128-bit lane, DEST.byte[i] := b.byte[i][7] ? 0 : a.byte[b.byte[i][3:0]] of
+    the same lane."""
+    xa, out = B.lanes(a, 8), []
+    for i, ctl in enumerate(B.lanes(b, 8)):
+        base = 16 * (i // 16)
+        picked = B.select(B.extract(ctl, 0, 4), xa[base:base + 16])
+        out.append(B.ite(B.ult(ctl, B.const(0x80, 8)), picked, B.const(0, 8)))
+    return B.join(out)
+
+
+def unpack(B, a, b, esize, high):
+    """VPUNPCKL*/H* (BW, WD, DQ, QDQ): in each 128-bit lane, interleave the low (``high`` = 0) or high
+    (``high`` = 1) half of the lane's esize-bit elements: SRC1.e[k], SRC2.e[k], SRC1.e[k+1], ..."""
+    per = 128 // esize
+    xa, xb = B.lanes(a, esize), B.lanes(b, esize)
+    out = []
+    for lane in range(len(xa) // per):
+        start = lane * per + high * per // 2
+        for k in range(start, start + per // 2):
+            out += [xa[k], xb[k]]
+    return B.join(out)
+
+
+def permvar(B, idx, a):
+    """VPERMD: DEST.dword[j] := SRC.dword[idx.dword[j][log2(n)-1:0]] across the whole vector (n dwords)."""
+    xa = B.lanes(a, 32)
+    bits = (len(xa) - 1).bit_length()
+    return B.join([B.select(B.extract(i, 0, bits), xa) for i in B.lanes(idx, 32)])
+
+
+def permt2(B, a, idx, b, esize):
+    """VPERMT2D/Q (= VPERMI2D/Q): with n elements per vector, off := idx.e[j][log2(n)-1:0] and
+    DEST.e[j] := idx.e[j][log2(n)] ? b.e[off] : a.e[off]; i.e. a lookup in the 2n-entry table a::b."""
+    table = B.lanes(a, esize) + B.lanes(b, esize)
+    bits = (len(table) - 1).bit_length()
+    return B.join([B.select(B.extract(i, 0, bits), table) for i in B.lanes(idx, esize)])
+
+
+def align(B, a, b, esize, imm):
+    """VALIGND/Q: temp := a :: b (a in the upper half); DEST := (temp >> (imm8[log2(n)-1:0] * esize))
+    truncated to the vector width, n elements per vector."""
+    xb, xa = B.lanes(b, esize), B.lanes(a, esize)
+    n = len(xa)
+    temp = xb + xa
+    shift = imm & (n - 1)
+    return B.join(temp[shift:shift + n])
+
+
+def extract_part(B, a, part, imm):
+    """VEXTRACTI32X4/I64X4: DEST := SRC.part-bit chunk[imm8 mod (vl/part)]."""
+    chunks = B.lanes(a, part)
+    return chunks[imm % len(chunks)]
+
+
+def insert_part(B, a, b, part, imm):
+    """VINSERTI32X4/I64X4: DEST := SRC1 with its part-bit chunk[imm8 mod (vl/part)] replaced by SRC2."""
+    chunks = B.lanes(a, part)
+    chunks[imm % len(chunks)] = b
+    return B.join(chunks)
+
+
+# ---------------------------------------------------------------- table
+
+Z, Y, X = "__m512i", "__m256i", "__m128i"
+
+
+def _binary(intrinsic, t=Z):
+    return f"{t} {intrinsic}({t} a, {t} b)"
+
+
+def _unary(intrinsic, t=Z, src=None):
+    return f"{t} {intrinsic}({src or t} a)"
+
+
+def _dot_forms(name):
+    return tuple(Form(arr, f"{t} _{pre}_{name}_epi32({t} src, {t} a, {t} b)")
+                 for arr, t, pre in (("zmm", Z, "mm512"), ("ymm", Y, "mm256"), ("xmm", X, "mm")))
+
+
+def _imm_form(arr, proto, params, imms):
+    return Form(arr, proto, params, imm=tuple(imms))
+
+
+SUFFIX = {8: "epi8", 16: "epi16", 32: "epi32", 64: "epi64"}
+SDM = "Intel SDM Vol. 2, "
+
+INSTRUCTIONS = [
+    # ---- logic
+    Instruction("vpandq", and_, (Form("zmm", _binary("_mm512_and_epi64")),),
+                feature="avx512f", ref=SDM + "PAND—Logical AND (VPANDQ)", commutative=True),
+    Instruction("vpandnq", andn, (Form("zmm", _binary("_mm512_andnot_epi64")),),
+                feature="avx512f", ref=SDM + "PANDN—Logical AND NOT (VPANDNQ)"),
+    Instruction("vporq", or_, (Form("zmm", _binary("_mm512_or_epi64")),),
+                feature="avx512f", ref=SDM + "POR—Bitwise Logical OR (VPORQ)", commutative=True),
+    Instruction("vpxorq", xor, (Form("zmm", _binary("_mm512_xor_epi64")),),
+                feature="avx512f", ref=SDM + "PXOR—Logical Exclusive OR (VPXORQ)", commutative=True),
+    Instruction("vpternlogq", ternlog, tuple(
+        Form(arr, f"{t} _{pre}_ternarylogic_epi64({t} a, {t} b, {t} c, const int imm8)", imm=tuple(range(256)))
+        for arr, t, pre in (("zmm", Z, "mm512"), ("ymm", Y, "mm256"), ("xmm", X, "mm"))),
+        feature="avx512f", ref=SDM + "VPTERNLOGD/VPTERNLOGQ—Bitwise Ternary Logic"),
+    # ---- popcount
+    *[Instruction(f"vpopcnt{s}", popcnt, tuple(
+        Form(arr, _unary(f"_{pre}_popcnt_{SUFFIX[e]}", t), {"esize": e})
+        for arr, t, pre in (("zmm", Z, "mm512"), ("ymm", Y, "mm256"), ("xmm", X, "mm"))),
+        feature=feat, ref=SDM + "VPOPCNT—Return the Count of Number of Bits Set to 1 in BYTE/WORD/DWORD/QWORD")
+      for s, e, feat in (("b", 8, "avx512bitalg"), ("w", 16, "avx512bitalg"),
+                         ("d", 32, "avx512vpopcntdq"), ("q", 64, "avx512vpopcntdq"))],
+    # ---- add / sub / mul / min / max
+    *[Instruction(f"vpadd{s}", add, (Form("zmm", _binary(f"_mm512_add_{SUFFIX[e]}"), {"esize": e}),),
+                  feature=feat, ref=SDM + "PADDB/PADDW/PADDD/PADDQ—Add Packed Integers", commutative=True)
+      for s, e, feat in (("b", 8, "avx512bw"), ("w", 16, "avx512bw"), ("d", 32, "avx512f"), ("q", 64, "avx512f"))],
+    *[Instruction(f"vpsub{s}", sub, (Form("zmm", _binary(f"_mm512_sub_{SUFFIX[e]}"), {"esize": e}),),
+                  feature=feat, ref=SDM + ("PSUBQ—Subtract Packed Quadword Integers" if e == 64
+                                           else "PSUBB/PSUBW/PSUBD—Subtract Packed Integers"))
+      for s, e, feat in (("b", 8, "avx512bw"), ("w", 16, "avx512bw"), ("d", 32, "avx512f"), ("q", 64, "avx512f"))],
+    Instruction("vpmullw", mullo, (Form("zmm", _binary("_mm512_mullo_epi16"), {"esize": 16}),), feature="avx512bw",
+                ref=SDM + "PMULLW—Multiply Packed Signed Integers and Store Low Result", commutative=True),
+    Instruction("vpmulld", mullo, (Form("zmm", _binary("_mm512_mullo_epi32"), {"esize": 32}),), feature="avx512f",
+                ref=SDM + "PMULLD/PMULLQ—Multiply Packed Integers and Store Low Result", commutative=True),
+    Instruction("vpmuldq", pmuldq, (Form("zmm", _binary("_mm512_mul_epi32")),), feature="avx512f",
+                ref=SDM + "PMULDQ—Multiply Packed Doubleword Integers", commutative=True),
+    Instruction("vpmuludq", pmuludq, (Form("zmm", _binary("_mm512_mul_epu32")),), feature="avx512f",
+                ref=SDM + "PMULUDQ—Multiply Packed Unsigned Doubleword Integers", commutative=True),
+    *[Instruction(f"vpmaxs{s}", maxs, (Form("zmm", _binary(f"_mm512_max_{SUFFIX[e]}"), {"esize": e}),),
+                  feature=feat, ref=SDM + "PMAXSB/PMAXSW/PMAXSD/PMAXSQ—Maximum of Packed Signed Integers",
+                  commutative=True)
+      for s, e, feat in (("w", 16, "avx512bw"), ("d", 32, "avx512f"))],
+    *[Instruction(f"vpmins{s}", mins, (Form("zmm", _binary(f"_mm512_min_{SUFFIX[e]}"), {"esize": e}),),
+                  feature=feat, ref=SDM + ("PMINSB/PMINSW" if e == 16 else "PMINSD/PMINSQ") + "—Minimum of Packed Signed Integers",
+                  commutative=True)
+      for s, e, feat in (("w", 16, "avx512bw"), ("d", 32, "avx512f"))],
+    Instruction("vpmaxub", maxu, (Form("zmm", _binary("_mm512_max_epu8"), {"esize": 8}),), feature="avx512bw",
+                ref=SDM + "PMAXUB/PMAXUW—Maximum of Packed Unsigned Integers", commutative=True),
+    Instruction("vpminub", minu, (Form("zmm", _binary("_mm512_min_epu8"), {"esize": 8}),), feature="avx512bw",
+                ref=SDM + "PMINUB/PMINUW—Minimum of Packed Unsigned Integers", commutative=True),
+    Instruction("vpsadbw", sadbw, (Form("zmm", _binary("_mm512_sad_epu8")),), feature="avx512bw",
+                ref=SDM + "PSADBW—Compute Sum of Absolute Differences", commutative=True),
+    # ---- multiply-accumulate
+    Instruction("vpmaddubsw", maddubsw, (Form("zmm", _binary("_mm512_maddubs_epi16")),), feature="avx512bw",
+                ref=SDM + "PMADDUBSW—Multiply and Add Packed Signed and Unsigned Bytes (saturating)"),
+    Instruction("vpmaddwd", maddwd, (Form("zmm", _binary("_mm512_madd_epi16")),), feature="avx512bw",
+                ref=SDM + "PMADDWD—Multiply and Add Packed Integers (wrap-around)", commutative=True),
+    Instruction("vpdpbusd", dpbusd, _dot_forms("dpbusd"), feature="avx512vnni",
+                ref=SDM + "VPDPBUSD—Multiply and Add Unsigned and Signed Bytes (wrap-around)"),
+    Instruction("vpdpbusds", dpbusds, _dot_forms("dpbusds"), feature="avx512vnni",
+                ref=SDM + "VPDPBUSDS—Multiply and Add Unsigned and Signed Bytes With Saturation"),
+    Instruction("vpdpwssd", dpwssd, _dot_forms("dpwssd"), feature="avx512vnni",
+                ref=SDM + "VPDPWSSD—Multiply and Add Signed Word Integers (wrap-around)"),
+    Instruction("vpdpwssds", dpwssds, _dot_forms("dpwssds"), feature="avx512vnni",
+                ref=SDM + "VPDPWSSDS—Multiply and Add Signed Word Integers With Saturation"),
+    # ---- shifts by immediate
+    *[Instruction(f"vp{op}{s}", sem, (_imm_form("zmm", f"{Z} _mm512_{cop}_{SUFFIX[e]}({Z} a, const int imm8)",
+                                                 {"esize": e}, range(1, e)),),
+                  feature="avx512bw" if e == 16 else "avx512f", ref=SDM + title)
+      for op, cop, sem, title in (
+          ("sll", "slli", shl, "PSLLW/PSLLD/PSLLQ—Shift Packed Data Left Logical"),
+          ("srl", "srli", lshr, "PSRLW/PSRLD/PSRLQ—Shift Packed Data Right Logical"),
+          ("sra", "srai", ashr, "PSRAW/PSRAD/PSRAQ—Shift Packed Data Right Arithmetic"))
+      for s, e in (("w", 16), ("d", 32), ("q", 64))],
+    # ---- widening / narrowing
+    *[Instruction(f"vpmov{x}x{s}", sem, (Form("zmm", _unary(f"_mm512_cvt{c}{e}_epi{d}", Z, Y if e * 2 == d else X),
+                                               {"esize": e, "dsize": d}),),
+                  feature="avx512bw" if (e, d) == (8, 16) else "avx512f",
+                  ref=SDM + ("PMOVSX—Packed Move With Sign Extend" if x == "s" else "PMOVZX—Packed Move With Zero Extend"))
+      for x, c, sem in (("s", "epi", movsx), ("z", "epu", movzx))
+      for s, e, d in (("bw", 8, 16), ("bd", 8, 32), ("wd", 16, 32))],
+    Instruction("vpmovwb", movtrunc, (Form("zmm", _unary("_mm512_cvtepi16_epi8", Y, Z), {"esize": 16, "dsize": 8}),),
+                feature="avx512bw", ref=SDM + "VPMOVWB/VPMOVSWB/VPMOVUSWB—Down Convert Word to Byte"),
+    Instruction("vpmovdb", movtrunc, (Form("zmm", _unary("_mm512_cvtepi32_epi8", X, Z), {"esize": 32, "dsize": 8}),),
+                feature="avx512f", ref=SDM + "VPMOVDB/VPMOVSDB/VPMOVUSDB—Down Convert DWord to Byte"),
+    Instruction("vpmovsdb", movsat_s, (Form("zmm", _unary("_mm512_cvtsepi32_epi8", X, Z), {"esize": 32, "dsize": 8}),),
+                feature="avx512f", ref=SDM + "VPMOVDB/VPMOVSDB/VPMOVUSDB—Down Convert DWord to Byte"),
+    Instruction("vpmovusdb", movsat_u, (Form("zmm", _unary("_mm512_cvtusepi32_epi8", X, Z), {"esize": 32, "dsize": 8}),),
+                feature="avx512f", ref=SDM + "VPMOVDB/VPMOVSDB/VPMOVUSDB—Down Convert DWord to Byte"),
+    Instruction("vpacksswb", packss, (Form("zmm", _binary("_mm512_packs_epi16"), {"esize": 16}),), feature="avx512bw",
+                ref=SDM + "PACKSSWB/PACKSSDW—Pack With Signed Saturation"),
+    Instruction("vpackssdw", packss, (Form("zmm", _binary("_mm512_packs_epi32"), {"esize": 32}),), feature="avx512bw",
+                ref=SDM + "PACKSSWB/PACKSSDW—Pack With Signed Saturation"),
+    Instruction("vpackuswb", packus, (Form("zmm", _binary("_mm512_packus_epi16"), {"esize": 16}),), feature="avx512bw",
+                ref=SDM + "PACKUSWB—Pack With Unsigned Saturation"),
+    Instruction("vpackusdw", packus, (Form("zmm", _binary("_mm512_packus_epi32"), {"esize": 32}),), feature="avx512bw",
+                ref=SDM + "PACKUSDW—Pack With Unsigned Saturation"),
+    # ---- broadcast / shuffle / permute
+    *[Instruction(f"vpbroadcast{s}", broadcast,
+                  (Form("zmm", _unary(f"_mm512_broadcast{s}_{SUFFIX[e]}", Z, X), {"esize": e, "vl": 512}),),
+                  feature="avx512bw" if e <= 16 else "avx512f", ref=SDM + "VPBROADCAST—Load Integer and Broadcast")
+      for s, e in (("b", 8), ("w", 16), ("d", 32), ("q", 64))],
+    Instruction("vbroadcasti32x4", broadcast,
+                (Form("zmm", _unary("_mm512_broadcast_i32x4", Z, X), {"esize": 128, "vl": 512}),),
+                feature="avx512f", ref=SDM + "VPBROADCAST—Load Integer and Broadcast (VBROADCASTI32X4)"),
+    Instruction("vbroadcasti64x4", broadcast,
+                (Form("zmm", _unary("_mm512_broadcast_i64x4", Z, Y), {"esize": 256, "vl": 512}),),
+                feature="avx512f", ref=SDM + "VPBROADCAST—Load Integer and Broadcast (VBROADCASTI64X4)"),
+    Instruction("vpshufd", pshufd, (_imm_form("zmm", f"{Z} _mm512_shuffle_epi32({Z} a, const int imm8)", {}, range(256)),),
+                feature="avx512f", ref=SDM + "PSHUFD—Shuffle Packed Doublewords"),
+    Instruction("vpshufb", pshufb, (Form("zmm", _binary("_mm512_shuffle_epi8")),), feature="avx512bw",
+                ref=SDM + "PSHUFB—Packed Shuffle Bytes"),
+    *[Instruction(f"vpunpck{hl}{s}", unpack,
+                  (Form("zmm", _binary(f"_mm512_unpack{'hi' if hl == 'h' else 'lo'}_{SUFFIX[e]}"),
+                        {"esize": e, "high": int(hl == "h")}),),
+                  feature="avx512bw" if e <= 16 else "avx512f",
+                  ref=SDM + ("PUNPCKHBW/PUNPCKHWD/PUNPCKHDQ/PUNPCKHQDQ—Unpack High Data" if hl == "h"
+                             else "PUNPCKLBW/PUNPCKLWD/PUNPCKLDQ/PUNPCKLQDQ—Unpack Low Data"))
+      for hl in ("l", "h") for s, e in (("bw", 8), ("wd", 16), ("dq", 32), ("qdq", 64))],
+    Instruction("vpermd", permvar, (Form("zmm", f"{Z} _mm512_permutexvar_epi32({Z} idx, {Z} a)"),),
+                feature="avx512f", ref=SDM + "VPERMD/VPERMW—Permute Packed Doubleword/Word Elements"),
+    *[Instruction(f"vpermt2{s}", permt2, tuple(
+        Form(arr, f"{t} _{pre}_permutex2var_{SUFFIX[e]}({t} a, {t} idx, {t} b)", {"esize": e})
+        for arr, t, pre in (("zmm", Z, "mm512"), ("ymm", Y, "mm256"), ("xmm", X, "mm"))),
+        feature="avx512f", ref=SDM + "VPERMT2W/D/Q/PS/PD—Full Permute From Two Tables Overwriting one Table")
+      for s, e in (("d", 32), ("q", 64))],
+    *[Instruction(f"valign{s}", align, tuple(
+        _imm_form(arr, f"{t} _{pre}_alignr_{SUFFIX[e]}({t} a, {t} b, const int imm8)", {"esize": e}, range(vl // e))
+        for arr, t, pre, vl in (("zmm", Z, "mm512", 512), ("ymm", Y, "mm256", 256), ("xmm", X, "mm", 128))),
+        feature="avx512f", ref=SDM + "VALIGND/VALIGNQ—Align Doubleword/Quadword Vectors")
+      for s, e in (("d", 32), ("q", 64))],
+    Instruction("vextracti32x4", extract_part,
+                (_imm_form("zmm", f"{X} _mm512_extracti32x4_epi32({Z} a, const int imm8)", {"part": 128}, range(4)),),
+                feature="avx512f", ref=SDM + "VEXTRACTI128/VEXTRACTI32x4/VEXTRACTI64x2/VEXTRACTI32x8/VEXTRACTI64x4—"
+                                             "Extract Packed Integer Values"),
+    Instruction("vextracti64x4", extract_part,
+                (_imm_form("zmm", f"{Y} _mm512_extracti64x4_epi64({Z} a, const int imm8)", {"part": 256}, range(2)),),
+                feature="avx512f", ref=SDM + "VEXTRACTI128/VEXTRACTI32x4/VEXTRACTI64x2/VEXTRACTI32x8/VEXTRACTI64x4—"
+                                             "Extract Packed Integer Values"),
+    Instruction("vinserti32x4", insert_part,
+                (_imm_form("zmm", f"{Z} _mm512_inserti32x4({Z} a, {X} b, const int imm8)", {"part": 128}, range(4)),),
+                feature="avx512f", ref=SDM + "VINSERTI128/VINSERTI32x4/VINSERTI64x2/VINSERTI32x8/VINSERTI64x4—"
+                                             "Insert Packed Integer Values"),
+    Instruction("vinserti64x4", insert_part,
+                (_imm_form("zmm", f"{Z} _mm512_inserti64x4({Z} a, {Y} b, const int imm8)", {"part": 256}, range(2)),),
+                feature="avx512f", ref=SDM + "VINSERTI128/VINSERTI32x4/VINSERTI64x2/VINSERTI32x8/VINSERTI64x4—"
+                                             "Insert Packed Integer Values"),
+]
+
+ISA = _ISA(
+    name="avx512",
+    description="Intel AVX-512 F/BW/VL + VNNI, VPOPCNTDQ, BITALG integer instructions, run natively",
+    header="<immintrin.h>",
+    instructions=tuple(INSTRUCTIONS),
+    toolchain=Toolchain("gcc", ("-O1", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni",
+                                "-mavx512vpopcntdq", "-mavx512bitalg"), apt_packages=("gcc",)),
+    module=sys.modules[__name__],
+)
