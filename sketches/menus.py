@@ -1,0 +1,52 @@
+"""Per-ISA instruction menus the sketches choose from: which forms (with which immediates) may fill
+an opcode hole in each stage. Menus are data; the sketches and CEGIS are ISA-independent."""
+from __future__ import annotations
+
+from sketches.program import Op
+
+
+def ops(*names: str) -> list[Op]:
+    return [Op.parse(n) for n in names]
+
+
+# NEON arrangement names for a register of the given width: bytes, halfwords, words.
+_NEON = {128: ("16b", "8h", "4s"), 64: ("8b", "4h", "2s")}
+
+
+def bitserial(isa: str, reg_bits: int) -> dict:
+    """Menus and lane width of the bitserial stages (see synth/bitserial.py)."""
+    if isa == "neon":
+        b, h, s = _NEON[reg_bits]
+        return {
+            "lane_bits": 8,
+            "compute": ops(f"and.{b}", f"orr.{b}", f"eor.{b}", f"bic.{b}", f"mvn.{b}", f"cnt.{b}", f"add.{b}", f"sub.{b}"),
+            "pair": ops(f"add.{b}", f"add.{h}", f"addp.{b}", f"addp.{h}", f"addp.{s}", f"uadalp.{h}", f"uadalp.{s}"),
+            "each": ops(f"uaddlp.{h}", f"uaddlp.{s}"),
+            "scale": ops(f"add.{h}", f"sub.{h}", f"shl.{h}#1", f"shl.{h}#2"),
+            "correction": ops(f"cnt.{b}", f"uaddlv.{b}", f"dup.{h}", f"add.{h}", f"sub.{h}", f"shl.{h}#1", f"mul.{h}"),
+        }
+    if isa == "avx512":
+        return {
+            "lane_bits": 64,
+            "compute": ops("vpandq.zmm", "vpandnq.zmm", "vporq.zmm", "vpxorq.zmm", "vpopcntq.zmm", "vpaddq.zmm", "vpsubq.zmm"),
+            "pair": ops("vpaddq.zmm", "vpunpcklqdq.zmm", "vpunpckhqdq.zmm", "vpermt2q.zmm", "valignq.zmm#4",
+                        "vpshufd.zmm#78"),
+            "each": ops("vpshufd.zmm#78", "vpaddq.zmm"),
+            "scale": ops("vpaddq.zmm", "vpsubq.zmm", "vpsllq.zmm#1", "vpsllq.zmm#2"),
+            "correction": ops("vpopcntq.zmm", "vpaddq.zmm", "vpsubq.zmm", "vpsllq.zmm#1", "valignq.zmm#4",
+                              "valignq.zmm#2", "valignq.zmm#1"),
+        }
+    if isa == "avx2":
+        lut = int.from_bytes(bytes(bin(i & 15).count("1") for i in range(32)), "little")
+        return {
+            "lane_bits": 64,
+            # no vector popcount: nibble table for vpshufb, the low-nibble mask, zero for vpsadbw
+            "constants": {"lut": lut, "low4": int.from_bytes(b"\x0f" * 32, "little"), "zero": 0},
+            "compute": ops("vpand.ymm", "vpandn.ymm", "vpshufb.ymm", "vpsrlw.ymm#4", "vpaddb.ymm", "vpsadbw.ymm"),
+            "pair": ops("vpaddq.ymm", "vpunpcklqdq.ymm", "vpunpckhqdq.ymm", "vperm2i128.ymm#32", "vperm2i128.ymm#49"),
+            "each": ops("vpermq.ymm#216", "vpaddq.ymm"),
+            "scale": ops("vpaddq.ymm", "vpsubq.ymm", "vpsllq.ymm#1"),
+            "correction": ops("vpshufb.ymm", "vpsrlw.ymm#4", "vpand.ymm", "vpaddb.ymm", "vpsadbw.ymm", "vpaddq.ymm",
+                              "vpsubq.ymm", "vpermq.ymm#78", "vpshufd.ymm#78"),
+        }
+    raise KeyError(f"no bitserial menus for {isa!r}; accepted: neon, avx2, avx512")

@@ -1,0 +1,81 @@
+"""The reduction sketch: a tree of levels over the live registers.
+
+A *pair* level applies one combinator to every consecutive pair of live registers (halving them);
+an *each* level applies one combinator to every live register. As in the CGO 2020 paper there is one
+opcode choice per level, shared by all its applications; here a combinator may also be a short
+straight-line program (length > 1), which x86 needs where NEON has a single ``addp``: two
+shuffles and an add. Lane widths are free to widen between levels.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+from sketches.linear import LinearSketch
+from sketches.program import Builder, Program
+
+
+@dataclass(frozen=True)
+class Level:
+    kind: str        # "pair" | "each"
+    length: int      # instructions per application
+
+
+def shapes(n_inputs: int, n_outputs: int, max_each: int = 1, max_length: int = 1):
+    """Candidate level sequences with their instruction counts, cheapest first."""
+    pairs = (n_inputs // n_outputs).bit_length() - 1
+    if n_outputs << pairs != n_inputs:
+        raise ValueError(f"cannot reduce {n_inputs} registers to {n_outputs} by pairing")
+    out = []
+    for n_each in range(max_each + 1):
+        for where in itertools.combinations(range(pairs + n_each), n_each):
+            kinds = ["each" if i in where else "pair" for i in range(pairs + n_each)]
+            for lengths in itertools.product(range(1, max_length + 1), repeat=len(kinds)):
+                levels = tuple(Level(k, n) for k, n in zip(kinds, lengths))
+                out.append((cost(levels, n_inputs), levels))
+    out.sort(key=lambda c: (c[0], len(c[1])))
+    return out
+
+
+def cost(levels, n_inputs: int) -> int:
+    live, total = n_inputs, 0
+    for lv in levels:
+        if lv.kind == "pair":
+            live //= 2
+        total += live * lv.length
+    return total
+
+
+class TreeSketch:
+    """Levels over ``n_inputs`` registers of ``bits`` bits each, all registers of one width."""
+
+    def __init__(self, isa, pair_ops, each_ops, n_inputs: int, bits: int, levels):
+        self.isa, self.n_inputs, self.bits, self.levels = isa, n_inputs, bits, levels
+        self.level_sketches = [
+            LinearSketch(isa, pair_ops if lv.kind == "pair" else each_ops, [bits] * (2 if lv.kind == "pair" else 1),
+                         lv.length, tag=f"l{i}_") for i, lv in enumerate(levels)]
+
+    def well_formed(self):
+        cs = []
+        for sk in self.level_sketches:
+            cs += sk.well_formed() + sk.output_widths([self.bits])
+        return cs
+
+    def output_widths(self, bits):
+        return [] if all(b == self.bits for b in bits) else [False]
+
+    def symbolic_outputs(self, inputs):
+        regs = list(inputs)
+        for lv, sk in zip(self.levels, self.level_sketches):
+            groups = [regs[i:i + 2] for i in range(0, len(regs), 2)] if lv.kind == "pair" else [[r] for r in regs]
+            regs = [sk.symbolic_outputs(g)[0][self.bits] for g in groups]
+        return [{self.bits: r} for r in regs]
+
+    def decode(self, model, input_names) -> Program:
+        builder = Builder(self.isa.name, input_names, (self.bits,) * self.n_inputs)
+        combinators = [sk.decode(model, [f"x{j}" for j in range(len(sk.input_bits))]) for sk in self.level_sketches]
+        regs = list(range(self.n_inputs))
+        for lv, prog in zip(self.levels, combinators):
+            groups = [regs[i:i + 2] for i in range(0, len(regs), 2)] if lv.kind == "pair" else [[r] for r in regs]
+            regs = [builder.inline(prog, g)[0] for g in groups]
+        return builder.program(regs)

@@ -1,0 +1,126 @@
+"""Bitserial kernels, synthesized in stages and assembled:
+
+1. ``compute``  (w, a) → lanes of per-lane popcount(w & a)          [compute sketch, Z3 proof]
+2. ``reduce``   rows' compute results → one register, lane i = row i  [reduction tree, linear forms]
+3. ``weights``  Σ_j 2**j R_j over weight planes (wbits > 1)           [compute sketch, linear forms]
+4. ``acts``     Σ_k 2**k R_k over activation planes (abits > 1)
+5. ``correction`` hybrid only: 2R - (2**wbits - 1) Σ_k 2**k popcount(a_k), the popcount(a) work
+   shared by all rows (popcount(w&a) - popcount(~w&a) = 2 popcount(w&a) - popcount(a)).
+
+Each stage is synthesized once and instantiated where needed; the assembled kernel is then proved
+against ``BitserialSpec.reference`` with every stage replaced by its (proved) specification.
+"""
+from __future__ import annotations
+
+from isa_specs.lanes import total
+from sketches import menus
+from sketches.linear import LinearSketch
+from sketches.tree import TreeSketch, shapes
+from synth.cegis import Problem
+from synth.ranges import LaneRange, linear_prover, precondition, sample
+from synth.spec import BitserialSpec
+from synth.stages import Stage, StageUse
+
+
+def _popcount_lanes(B, x, lane_bits):
+    """Per-``lane_bits`` sums of byte popcounts (the definition of a wide popcount)."""
+    bytes_per_lane = lane_bits // 8
+    counts = [B.zext(B.popcount(b), lane_bits) for b in B.lanes(x, 8)]
+    return B.join([total(B, counts[i:i + bytes_per_lane]) for i in range(0, len(counts), bytes_per_lane)])
+
+
+def _ranged_problem(name, isa, names, bits, ranges, out_bits, out_lane_bits, spec, constants=None):
+    constants = constants or {}
+    problem = Problem(name, isa, names, bits, out_bits, spec,
+                      sample=lambda rng, n: sample(bits, ranges, constants, rng, n),
+                      pre=precondition(ranges, constants))
+    problem.fast_prove = linear_prover(problem, ranges, constants, out_lane_bits)
+    return problem
+
+
+def stages(spec: BitserialSpec, isa) -> list[Stage]:
+    menu = menus.bitserial(spec.isa, spec.reg_bits)
+    L, R, M, ob = menu["lane_bits"], spec.reg_bits, spec.rows, spec.out_bits
+    consts = menu.get("constants", {})
+    cnames, cvalues = list(consts), [v % (1 << R) for v in consts.values()]
+    cidx = {2 + i: v for i, v in enumerate(cvalues)}
+    out_reg = M * ob
+    lane_max = L                                   # popcount of an L-bit lane
+
+    # 1. compute: per-lane popcount(w & a), L-bit lanes
+    compute = Problem(
+        "compute", isa, ["w", "a", *cnames], [R, R, *[R] * len(cnames)], [R],
+        spec=lambda B, x: [_popcount_lanes(B, B.and_(x[0], x[1]), L)],
+        sample=lambda rng, n: sample([R] * (2 + len(cnames)), [None] * (2 + len(cnames)), cidx, rng, n),
+        pre=precondition([None] * (2 + len(cnames)), cidx) if cidx else None)
+    out = [Stage(compute, lambda n: LinearSketch(isa, menu["compute"], compute.input_bits, n), range(1, 9),
+                 out_ranges=[LaneRange(L, 0, lane_max)], in_ranges=[None] * len(compute.input_bits))]
+
+    # 2. reduce: M registers of L-bit lanes in [0, L] → lane i = sum of register i's lanes
+    def reduce_spec(B, x):
+        return [B.join([total(B, [B.zext(l, ob) for l in B.lanes(r, L)]) for r in x])]
+    reduce_ranges = [LaneRange(L, 0, lane_max)] * M
+    reduce = _ranged_problem("reduce", isa, [f"c{i}" for i in range(M)], [R] * M, reduce_ranges,
+                             [out_reg], [ob], reduce_spec)
+    tree_shapes = [lv for _, lv in shapes(M, 1, max_each=2, max_length=3 if spec.isa != "neon" else 1)]
+    out.append(Stage(reduce, lambda i: TreeSketch(isa, menu["pair"], menu["each"], M, R, tree_shapes[i]),
+                     range(len(tree_shapes)), out_ranges=[LaneRange(ob, 0, R)], in_ranges=reduce_ranges))
+
+    # 3./4. weighted sums over planes: Σ_p 2**p X_p on output lanes
+    bound = R
+    for name, count in (("weights", spec.wbits), ("acts", spec.abits)):
+        if count == 1:
+            continue
+        ranges = [LaneRange(ob, 0, bound)] * count
+        problem = _ranged_problem(name, isa, [f"r{p}" for p in range(count)], [out_reg] * count, ranges,
+                                  [out_reg], [ob], lambda B, x: [total(B, [B.shl(r, p) for p, r in enumerate(x)])])
+        bound *= 2 ** count - 1
+        out.append(Stage(problem, lambda n, p=problem: LinearSketch(isa, menu["scale"], p.input_bits, n),
+                         range(count - 1, 3 * count + 1), out_ranges=[LaneRange(ob, 0, bound)], in_ranges=ranges))
+
+    # 5. hybrid correction, shared by all rows
+    if spec.encoding == "hybrid":
+        scale = 2 ** spec.wbits - 1
+
+        def correction_spec(B, x):
+            r, acts = x[0], x[1:spec.abits + 1]
+            pa = total(B, [B.shl(total(B, [B.zext(B.popcount(b), ob) for b in B.lanes(a, 8)]), k)
+                           for k, a in enumerate(acts)])
+            pa = B.mul(pa, B.const(scale, ob))
+            return [B.join([B.sub(B.add(l, l), pa) for l in B.lanes(r, ob)])]
+        names = ["r", *[f"a{k}" for k in range(spec.abits)], *cnames]
+        bits = [out_reg, *[R] * spec.abits, *[R] * len(cnames)]
+        ranges = [LaneRange(ob, 0, bound), *[None] * (spec.abits + len(cnames))]
+        cidx_c = {1 + spec.abits + i: v for i, v in enumerate(cvalues)}
+        problem = _ranged_problem("correction", isa, names, bits, ranges, [out_reg], [ob], correction_spec, cidx_c)
+        out.append(Stage(problem, lambda n, p=problem: LinearSketch(isa, menu["correction"], p.input_bits, n),
+                         range(2, 12), in_ranges=ranges))
+    return out
+
+
+def assemble(spec: BitserialSpec, results: dict) -> list[StageUse]:
+    """The kernel as stage invocations over named registers (inputs, then stage outputs)."""
+    menu = menus.bitserial(spec.isa, spec.reg_bits)
+    consts = list(menu.get("constants", {}))
+    uses: list[StageUse] = []
+    partial = {}
+    for j in range(spec.wbits):
+        for k in range(spec.abits):
+            rows = []
+            for i in range(spec.rows):
+                uses.append(StageUse("compute", [f"w{j}_{i}", f"a{k}", *consts], [f"c{j}_{k}_{i}"]))
+                rows.append(f"c{j}_{k}_{i}")
+            uses.append(StageUse("reduce", rows, [f"r{j}_{k}"]))
+            partial[j, k] = f"r{j}_{k}"
+    for k in range(spec.abits):
+        if spec.wbits > 1:
+            uses.append(StageUse("weights", [partial[j, k] for j in range(spec.wbits)], [f"rw_{k}"]))
+            partial[0, k] = f"rw_{k}"
+    result = partial[0, 0]
+    if spec.abits > 1:
+        uses.append(StageUse("acts", [partial[0, k] for k in range(spec.abits)], ["racts"]))
+        result = "racts"
+    if spec.encoding == "hybrid":
+        uses.append(StageUse("correction", [result, *[f"a{k}" for k in range(spec.abits)], *consts], ["out"]))
+        result = "out"
+    return uses, [result], consts, menu.get("constants", {})

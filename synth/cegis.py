@@ -1,0 +1,152 @@
+"""Counterexample-guided inductive synthesis with Z3, and minimisation by length.
+
+A ``Problem`` is one stage of a kernel: inputs, a specification and a precondition, written once
+over the lane algebra. ``cegis`` solves
+
+    ∃ holes. ∀ x. pre(x) ⇒ sketch[holes](x) = spec(x)
+
+by alternating a synthesis query over a finite set of examples with a verification of the
+candidate (cheap random testing first, then a sound proof). ``minimise`` tries sketch lengths in
+increasing order; each length that comes back ``unsat`` is evidence of minimality: no program of
+that length exists even for the finite example set.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import z3
+
+from isa_specs.isa import ISA
+from isa_specs.lanes import NUMPY, Z3
+from sketches.program import Program
+from synth.proof import Obligation, prove_equal
+
+
+@dataclass
+class Problem:
+    """One synthesis stage: ``spec(B, inputs) -> outputs`` holds when ``pre(B, inputs)``.
+
+    ``sample(rng, n)`` draws ``n`` inputs satisfying ``pre`` (one uint8 array per input);
+    ``fast_prove(program)`` is an optional sound prover tried before Z3 (it returns an
+    ``Obligation`` or ``None`` when it cannot decide).
+    """
+    name: str
+    isa: ISA
+    input_names: list[str]
+    input_bits: list[int]
+    output_bits: list[int]
+    spec: Callable
+    sample: Callable
+    pre: Callable | None = None
+    fast_prove: Callable | None = None
+
+    def z3_inputs(self):
+        return [z3.BitVec(n, b) for n, b in zip(self.input_names, self.input_bits)]
+
+    def numpy_inputs(self, arrays):
+        return [NUMPY.from_bytes(a, b) for a, b in zip(arrays, self.input_bits)]
+
+
+@dataclass
+class Attempt:
+    """The outcome of CEGIS on one sketch."""
+    status: str                      # found | unsat | timeout | unknown
+    program: Program | None = None
+    iterations: int = 0
+    examples: int = 0
+    synth_seconds: float = 0.0
+    verify_seconds: float = 0.0
+    obligation: Obligation | None = None
+    detail: dict = field(default_factory=dict)
+
+
+def _values(arrays, row):
+    return [int.from_bytes(a[row].tobytes(), "little") for a in arrays]
+
+
+def _mismatch_row(problem: Problem, program: Program, arrays) -> int | None:
+    """First sample row where program and spec differ, or None."""
+    n = arrays[0].shape[0]
+    ins = problem.numpy_inputs(arrays)
+    got = program.run(NUMPY, problem.isa, ins)
+    want = problem.spec(NUMPY, ins)
+    bad = np.zeros(n, bool)
+    for g, w in zip(got, want):
+        bad |= np.any(NUMPY.to_bytes(g, n) != NUMPY.to_bytes(w, n), axis=1)
+    return int(np.argmax(bad)) if bad.any() else None
+
+
+def cegis(problem: Problem, sketch, deadline: float, rng: np.random.Generator, n_init: int = 2,
+          n_test: int = 256) -> Attempt:
+    att = Attempt("unknown")
+    solver = z3.SolverFor("QF_BV")
+    solver.add(sketch.well_formed())
+    solver.add(sketch.output_widths(problem.output_bits))
+
+    def add_example(values):
+        consts = [z3.BitVecVal(v, b) for v, b in zip(values, problem.input_bits)]
+        want = problem.spec(Z3, consts)
+        for reg, w, bits in zip(sketch.symbolic_outputs(consts), want, problem.output_bits):
+            solver.add(reg[bits] == z3.simplify(w))
+        att.examples += 1
+
+    init = problem.sample(rng, n_init)
+    for row in range(n_init):
+        add_example(_values(init, row))
+    while True:
+        att.iterations += 1
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            att.status = "timeout"
+            return att
+        solver.set("timeout", max(1, int(remaining * 1000)))
+        t0 = time.monotonic()
+        result = solver.check()
+        att.synth_seconds += time.monotonic() - t0
+        if result == z3.unsat:
+            att.status = "unsat"
+            return att
+        if result != z3.sat:
+            att.status = "timeout"
+            return att
+        program = sketch.decode(solver.model(), problem.input_names)
+        t0 = time.monotonic()
+        tests = problem.sample(rng, n_test)
+        row = _mismatch_row(problem, program, tests)
+        if row is not None:                       # cheap counterexample
+            att.verify_seconds += time.monotonic() - t0
+            add_example(_values(tests, row))
+            continue
+        obligation = problem.fast_prove(program) if problem.fast_prove else None
+        if obligation is None:
+            obligation, cex = prove_equal(problem, program, deadline)
+            if cex is not None:
+                att.verify_seconds += time.monotonic() - t0
+                add_example(cex)
+                continue
+        att.verify_seconds += time.monotonic() - t0
+        att.obligation = obligation
+        if obligation.result != "proved":
+            att.status = "timeout"
+            return att
+        att.status, att.program = "found", program
+        return att
+
+
+def minimise(problem: Problem, make_sketch: Callable[[int], object], lengths, deadline: float,
+             rng: np.random.Generator) -> tuple[Attempt | None, list[dict]]:
+    """Shortest length in ``lengths`` with a proved program; evidence lists the lengths ruled out."""
+    evidence = []
+    for length in lengths:
+        att = cegis(problem, make_sketch(length), deadline, rng)
+        evidence.append({"stage": problem.name, "length": length, "status": att.status,
+                         "iterations": att.iterations, "examples": att.examples,
+                         "synth_seconds": round(att.synth_seconds, 3), "verify_seconds": round(att.verify_seconds, 3)})
+        if att.status == "found":
+            return att, evidence
+        if time.monotonic() >= deadline:
+            break
+    return None, evidence

@@ -1,0 +1,57 @@
+"""Proof obligations and their discharge. "unknown" is never "proved".
+
+Each obligation records what was proved, by which method (``z3``, ``linear-forms``, ``definition``),
+with which solver version, and how long it took, so a cache entry carries its own evidence.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+
+import z3
+
+from isa_specs.lanes import Z3
+
+SOLVER = f"z3 {z3.get_version_string()}"
+
+
+@dataclass
+class Obligation:
+    name: str
+    method: str
+    result: str            # proved | refuted | unknown
+    seconds: float
+    solver: str = ""
+    detail: str = ""
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def z3_query(name: str, claim_negation, assumptions, deadline: float):
+    """Prove ``¬claim_negation`` under ``assumptions``; returns (Obligation, model or None)."""
+    solver = z3.SolverFor("QF_BV")
+    solver.set("timeout", max(1, int((deadline - time.monotonic()) * 1000)))
+    solver.add(*assumptions)
+    solver.add(claim_negation)
+    t0 = time.monotonic()
+    result = solver.check()
+    seconds = round(time.monotonic() - t0, 4)
+    if result == z3.unsat:
+        return Obligation(name, "z3", "proved", seconds, SOLVER), None
+    if result == z3.sat:
+        return Obligation(name, "z3", "refuted", seconds, SOLVER), solver.model()
+    return Obligation(name, "z3", "unknown", seconds, SOLVER, detail=solver.reason_unknown()), None
+
+
+def prove_equal(problem, program, deadline: float):
+    """Z3: for all inputs satisfying the precondition, program outputs equal the spec outputs.
+    Returns (Obligation, counterexample input values or None)."""
+    xs = problem.z3_inputs()
+    got = program.run(Z3, problem.isa, xs)
+    want = problem.spec(Z3, xs)
+    pre = [problem.pre(Z3, xs)] if problem.pre else []
+    ob, model = z3_query(f"{problem.name}: program = spec", z3.Or([g != w for g, w in zip(got, want)]), pre, deadline)
+    if model is None:
+        return ob, None
+    return ob, [model.eval(x, model_completion=True).as_long() for x in xs]
