@@ -43,6 +43,9 @@ class NumpyBackend:
     """Concrete semantics on batches. Arithmetic wraps modulo 2**64 and is then masked to ``w``."""
     symbolic = False
 
+    def width(self, x: Bits) -> int:
+        return x.w
+
     # -- construction and conversion
     def const(self, value: int, w: int) -> Bits:
         if w > 64:
@@ -165,6 +168,7 @@ class Z3Backend:
     """Symbolic semantics: the same primitives over Z3 bit-vector terms."""
     symbolic = True
 
+    def width(self, x) -> int: return x.size()
     def const(self, value: int, w: int): return z3.BitVecVal(value & mask(w), w)
     def lanes(self, x, w: int): return [z3.Extract(i * w + w - 1, i * w, x) for i in range(x.size() // w)]
     def join(self, parts): return parts[0] if len(parts) == 1 else z3.Concat(*reversed(parts))
@@ -232,5 +236,5 @@ def sat_unsigned(B, x, w: int):
 
 
 def width(B, x) -> int:
-    return x.size() if B.symbolic else x.w
+    return B.width(x)
 
