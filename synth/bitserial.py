@@ -29,6 +29,12 @@ def _popcount_lanes(B, x, lane_bits):
     return B.join([total(B, counts[i:i + bytes_per_lane]) for i in range(0, len(counts), bytes_per_lane)])
 
 
+def _weighted(B, regs, lane_bits):
+    """Lane-wise sum of 2**p * regs[p]."""
+    columns = zip(*(B.lanes(r, lane_bits) for r in regs))
+    return B.join([total(B, [B.shl(l, p) for p, l in enumerate(col)]) for col in columns])
+
+
 def _ranged_problem(name, isa, names, bits, ranges, out_bits, out_lane_bits, spec, constants=None):
     constants = constants or {}
     problem = Problem(name, isa, names, bits, out_bits, spec,
@@ -73,7 +79,7 @@ def stages(spec: BitserialSpec, isa) -> list[Stage]:
             continue
         ranges = [LaneRange(ob, 0, bound)] * count
         problem = _ranged_problem(name, isa, [f"r{p}" for p in range(count)], [out_reg] * count, ranges,
-                                  [out_reg], [ob], lambda B, x: [total(B, [B.shl(r, p) for p, r in enumerate(x)])])
+                                  [out_reg], [ob], lambda B, x: [_weighted(B, x, ob)])
         bound *= 2 ** count - 1
         out.append(Stage(problem, lambda n, p=problem: LinearSketch(isa, menu["scale"], p.input_bits, n),
                          range(count - 1, 3 * count + 1), out_ranges=[LaneRange(ob, 0, bound)], in_ranges=ranges))
@@ -98,8 +104,8 @@ def stages(spec: BitserialSpec, isa) -> list[Stage]:
     return out
 
 
-def assemble(spec: BitserialSpec, results: dict) -> list[StageUse]:
-    """The kernel as stage invocations over named registers (inputs, then stage outputs)."""
+def assemble(spec: BitserialSpec):
+    """The kernel as stage invocations over named registers: (uses, output names, constants)."""
     menu = menus.bitserial(spec.isa, spec.reg_bits)
     consts = list(menu.get("constants", {}))
     uses: list[StageUse] = []
@@ -123,4 +129,4 @@ def assemble(spec: BitserialSpec, results: dict) -> list[StageUse]:
     if spec.encoding == "hybrid":
         uses.append(StageUse("correction", [result, *[f"a{k}" for k in range(spec.abits)], *consts], ["out"]))
         result = "out"
-    return uses, [result], consts, menu.get("constants", {})
+    return uses, [result], menu.get("constants", {})

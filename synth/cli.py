@@ -27,6 +27,16 @@ def _positive(text: str) -> int:
     return value
 
 
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}")
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return value
+
+
 # ---------------------------------------------------------------- isa
 def cmd_isa_list(args) -> int:
     from isa_specs import costs
@@ -87,6 +97,104 @@ def cmd_isa_check(args) -> int:
     return 1 if any(r["status"] == "failed" for r in rows) else 0
 
 
+# ---------------------------------------------------------------- synth
+def _spec_from_args(args):
+    from synth.spec import BitserialSpec, Int8Spec, SpecError
+    try:
+        if args.kernel == "bitserial":
+            over = {"reg_bits": args.reg_bits} if args.reg_bits else {}
+            return BitserialSpec.for_isa(args.isa, args.abits, args.wbits, args.encoding, args.rows, **over)
+        return Int8Spec.for_isa(args.isa, args.types, args.mr, args.nr)
+    except SpecError as e:
+        raise UsageError(str(e))
+
+
+def _check_isa_has(spec):
+    """Fail early, with the instruction named, when the ISA lacks what the kernel family needs."""
+    from synth.kernel import family
+    from isa_specs import get_isa
+    try:
+        family(spec).stages(spec, get_isa(spec.isa))
+    except KeyError as e:
+        raise UsageError(str(e).strip("'\""))
+
+
+def cmd_synth(args) -> int:
+    from synth.kernel import kernel
+    from synth.stages import SynthesisFailed
+    spec = _spec_from_args(args)
+    _check_isa_has(spec)
+    try:
+        entry, cached = kernel(spec, args.cost, args.timeout, use_cache=not args.no_cache)
+    except SynthesisFailed as e:
+        raise UsageError(f"synthesis failed within --timeout {args.timeout:g}s: {e}")
+    report = {"name": entry["name"], "program": entry["program_text"][:-1], "returns": entry["program_text"][-1],
+              "length": entry["length"], "cycles": entry["cycles"], "proved": entry["proof"]["proved"],
+              "synth_seconds": entry["timings"]["synth_seconds"], "verify_seconds": entry["timings"]["verify_seconds"],
+              "wall_seconds": entry["timings"]["wall_seconds"], "cache_key": entry["cache_key"] if "cache_key" in entry
+              else None, "from_cache": cached, "proof": entry["proof"], "stages": entry["stages"]}
+    if args.json:
+        print(json.dumps(report, indent=1))
+    else:
+        print(f"{entry['name']}: {entry['length']} instructions, proved={report['proved']}"
+              f"{' (from cache)' if cached else ''}")
+        for line in entry["program_text"]:
+            print("  " + line)
+        cyc = ", ".join(f"{u} {c:g}" for u, c in entry["cycles"].items())
+        print(f"estimated cycles: {cyc or 'n/a'}")
+        print(f"synthesis {report['synth_seconds']:.2f} s, verification {report['verify_seconds']:.2f} s, "
+              f"wall {report['wall_seconds']:.2f} s")
+        for ob in entry["proof"]["obligations"]:
+            print(f"  [{ob['result']}] {ob['name']} ({ob['method']}, {ob['seconds']} s)")
+    return 0 if report["proved"] else 1
+
+
+# ---------------------------------------------------------------- cache
+def cmd_cache_ls(args) -> int:
+    from synth import cache
+    rows = []
+    for path in cache.entries():
+        try:
+            e = cache.read(path)
+            rows.append({"cache_key": e["cache_key"], "name": e["name"], "length": e["length"],
+                         "proved": e["proof"]["proved"], "cost": e["key"]["cost"],
+                         "wall_seconds": e["timings"]["wall_seconds"], "status": "ok"})
+        except cache.CacheError as err:
+            rows.append({"cache_key": path.stem, "status": "corrupt", "reason": str(err)})
+    if args.json:
+        print(json.dumps(rows, indent=1))
+    else:
+        for r in rows:
+            if r["status"] == "ok":
+                print(f"{r['cache_key']}  {r['name']:<48} {r['length']:>4} instr  proved={r['proved']}  "
+                      f"{r['wall_seconds']:.2f} s")
+            else:
+                print(f"{r['cache_key']}  CORRUPT: {r['reason']}")
+    return 0
+
+
+def cmd_cache_verify(args) -> int:
+    from synth import cache
+    from synth.kernel import verify
+    failed = 0
+    paths = cache.entries()
+    for path in paths:
+        try:
+            entry = cache.read(path)
+            results = verify(entry)
+        except cache.CacheError as err:
+            print(f"FAIL {err}")
+            failed += 1
+            continue
+        bad = [r for r in results if r["result"] not in ("proved", "passed")]
+        print(f"{'ok  ' if not bad else 'FAIL'} {path.name} {entry['name']}: "
+              + ("; ".join(f"{r['name']}: {r['result']} {r.get('detail', '')}" for r in bad) or
+                 f"{len(results)} obligations re-proved"))
+        failed += bool(bad)
+    print(f"{len(paths)} entries, {failed} failed")
+    return 1 if failed else 0
+
+
 # ---------------------------------------------------------------- parser
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="qsynth", description=__doc__)
@@ -106,6 +214,31 @@ def build_parser() -> argparse.ArgumentParser:
     ck.add_argument("--seed", type=int, default=0)
     ck.add_argument("--json", action="store_true")
     ck.set_defaults(run=cmd_isa_check)
+
+    sy = sub.add_parser("synth", help="synthesize (or load from the cache) a proved kernel")
+    sy.add_argument("--isa", required=True, choices=("neon", "avx2", "avx512", "amx"))
+    sy.add_argument("--kernel", required=True, choices=("bitserial", "int8"))
+    sy.add_argument("--abits", type=int, default=1)
+    sy.add_argument("--wbits", type=int, default=1)
+    sy.add_argument("--encoding", default="unipolar")
+    sy.add_argument("--rows", type=int)
+    sy.add_argument("--reg-bits", type=int, help="bitserial register width (NEON: 64 for D, 128 for Q tiles)")
+    sy.add_argument("--types", default="u8s8")
+    sy.add_argument("--mr", type=int, default=4)
+    sy.add_argument("--nr", type=int, default=4)
+    sy.add_argument("--cost", choices=("length", "latency"), default="length")
+    sy.add_argument("--timeout", type=_positive_float, default=600.0, help="seconds")
+    sy.add_argument("--no-cache", action="store_true", help="neither read nor write the kernel cache")
+    sy.add_argument("--json", action="store_true")
+    sy.set_defaults(run=cmd_synth)
+
+    cache = sub.add_parser("cache", help="the kernel library").add_subparsers(
+        dest="cache_command", required=True, parser_class=_Parser)
+    cl = cache.add_parser("ls", help="list cache entries")
+    cl.add_argument("--json", action="store_true")
+    cl.set_defaults(run=cmd_cache_ls)
+    cv = cache.add_parser("verify", help="re-prove every entry; non-zero exit on any failure")
+    cv.set_defaults(run=cmd_cache_verify)
     return p
 
 

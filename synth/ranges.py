@@ -34,7 +34,7 @@ def sample(bits: list[int], ranges: list[LaneRange | None], constants: dict[int,
         lanes = rng.integers(r.lo, r.hi + 1, (n, b // r.lane_bits))
         lanes[0], lanes[min(1, n - 1)] = r.hi, r.lo if n > 1 else r.hi
         dtype = {8: "<u1", 16: "<u2", 32: "<u4", 64: "<u8"}[r.lane_bits]
-        raw = (lanes % (1 << r.lane_bits)).astype(np.uint64).astype(dtype)
+        raw = lanes.astype(np.int64).view(np.uint64).astype(dtype)     # two's complement, truncated
         out.append(np.ascontiguousarray(raw).view(np.uint8).reshape(n, b // 8))
     return out
 

@@ -1,0 +1,137 @@
+"""From kernel spec to proved, cached kernel: the whole pipeline as one function of named steps."""
+from __future__ import annotations
+
+import platform
+import time
+
+import numpy as np
+
+from isa_specs import costs, get_isa
+from synth import cache
+from synth.proof import SOLVER
+from synth.spec import BitserialSpec, Int8Spec
+from synth.stages import inline, prove_composition, random_test, synthesize_stage
+
+ENGINE_VERSION = "1"          # bump when a change to synth/ or sketches/ can change a result
+COST_MODELS = ("length", "latency")
+RANDOM_TESTS = 4096
+
+
+def family(spec):
+    """The stage module of a kernel kind: ``stages(spec, isa)`` and ``assemble(spec)``."""
+    import importlib
+    return importlib.import_module(f"synth.{spec.kind}")
+
+
+def spec_from_key(key: dict):
+    fields = {k: v for k, v in key.items() if k != "kind"}
+    return {"bitserial": BitserialSpec, "int8": Int8Spec}[key["kind"]](**fields)
+
+
+def cache_key_fields(spec, cost_model: str) -> dict:
+    return {"isa_version": get_isa(spec.isa).version, "spec": spec.key(), "cost": cost_model, "engine": ENGINE_VERSION}
+
+
+def estimate_cycles(program, isa_name: str) -> dict[str, float]:
+    """Per micro-architecture: max(critical-path latency, issue-bound sum of reciprocal throughputs)."""
+    out = {}
+    for uarch in costs.UARCHS.get(isa_name, ()):
+        try:
+            figures = [costs.cost(isa_name, ins.op.form_id, uarch) for ins in program.body]
+        except KeyError:
+            continue
+        ready = [0.0] * len(program.inputs)
+        for ins, c in zip(program.body, figures):
+            ready.append(max((ready[a] for a in ins.args), default=0.0) + c.latency)
+        out[uarch] = round(max(max(ready, default=0.0), sum(c.rthroughput for c in figures)), 2)
+    return out
+
+
+def synthesize(spec, cost_model: str = "length", timeout: float = 600.0, seed: int = 0) -> dict:
+    """Synthesize every stage, inline, prove, test; returns a cache entry (not yet stored)."""
+    isa = get_isa(spec.isa)
+    fam = family(spec)
+    t0 = time.monotonic()
+    deadline = t0 + timeout
+    rng = np.random.default_rng(seed)
+    stages = {s.problem.name: s for s in fam.stages(spec, isa)}
+    results = {name: synthesize_stage(stage, deadline, rng) for name, stage in stages.items()}
+    if cost_model == "latency":
+        results = {name: fam.prefer_latency(stage, results[name], deadline, rng) if hasattr(fam, "prefer_latency")
+                   else results[name] for name, stage in stages.items()}
+    uses, outputs, constants = fam.assemble(spec)
+    programs = {n: r["program"] for n, r in results.items()}
+    program = inline(spec.isa, spec.input_names, spec.input_bits, uses, programs, outputs)
+    tv = time.monotonic()
+    composition = prove_composition(spec, stages, uses, outputs, constants)
+    mismatches = random_test(spec, program, isa, RANDOM_TESTS, seed)
+    verify_extra = time.monotonic() - tv
+    obligations = [o.to_json() for r in results.values() for o in r["obligations"]] + [composition.to_json()]
+    proved = mismatches == 0 and all(o["result"] == "proved" for o in obligations)
+    return {
+        "key": cache_key_fields(spec, cost_model),
+        "name": spec.name,
+        "spec": spec.key(),
+        "program": program.to_json(),
+        "program_text": program.lines(),
+        "length": len(program),
+        "cycles": estimate_cycles(program, spec.isa),
+        "constants": {k: hex(v) for k, v in constants.items()},
+        "proof": {"proved": proved, "obligations": obligations, "random_tests": RANDOM_TESTS,
+                  "random_mismatches": mismatches, "solver": SOLVER},
+        "stages": {n: {"program": r["program"].to_json(), "length": len(r["program"]),
+                       "minimality": r["evidence"]} for n, r in results.items()},
+        "uses": [[u.stage, list(u.inputs), list(u.outputs)] for u in uses],
+        "timings": {"synth_seconds": round(sum(r["synth_seconds"] for r in results.values()), 3),
+                    "verify_seconds": round(sum(r["verify_seconds"] for r in results.values()) + verify_extra, 3),
+                    "wall_seconds": round(time.monotonic() - t0, 3)},
+        "host": platform.machine(),
+    }
+
+
+def kernel(spec, cost_model: str = "length", timeout: float = 600.0, use_cache: bool = True) -> tuple[dict, bool]:
+    """The cached entry for ``spec`` if present and intact, else a fresh synthesis stored in the cache
+    (only when proved). Returns (entry, came_from_cache)."""
+    key = cache_key_fields(spec, cost_model)
+    if use_cache:
+        hit = cache.lookup(key)
+        if hit is not None:
+            return hit, True
+    entry = synthesize(spec, cost_model, timeout)
+    if entry["proof"]["proved"] and use_cache:
+        cache.store(entry)
+    return entry, False
+
+
+def verify(entry: dict, timeout: float = 300.0) -> list[dict]:
+    """Re-prove a cache entry from scratch against the current ISA and engine: every stage program
+    against its stage spec, the composition, the inlined program, and a random test."""
+    from sketches.program import Program
+    from synth.proof import prove_equal
+    spec = spec_from_key(entry["spec"])
+    isa = get_isa(spec.isa)
+    results = []
+    if entry["key"] != cache_key_fields(spec, entry["key"]["cost"]):
+        results.append({"name": "cache key is current (ISA spec and engine unchanged)", "result": "refuted",
+                        "method": "definition", "seconds": 0.0})
+    fam = family(spec)
+    deadline = time.monotonic() + timeout
+    stages = {s.problem.name: s for s in fam.stages(spec, isa)}
+    programs = {}
+    for name, stage in stages.items():
+        programs[name] = Program.from_json(entry["stages"][name]["program"])
+        ob = stage.problem.fast_prove(programs[name]) if stage.problem.fast_prove else None
+        if ob is None:
+            ob, _ = prove_equal(stage.problem, programs[name], deadline)
+        results.append(ob.to_json())
+    uses, outputs, constants = fam.assemble(spec)
+    results.append(prove_composition(spec, stages, uses, outputs, constants).to_json())
+    program = inline(spec.isa, spec.input_names, spec.input_bits, uses, programs, outputs)
+    same = program.to_json() == entry["program"]
+    results.append({"name": "kernel program = inlined stage programs", "method": "definition",
+                    "result": "proved" if same else "refuted", "seconds": 0.0})
+    mismatches = random_test(spec, program, isa, RANDOM_TESTS, seed=1)
+    results.append({"name": f"numpy reference on {RANDOM_TESTS} random inputs", "method": "testing",
+                    "result": "passed" if mismatches == 0 else "refuted", "seconds": 0.0,
+                    "detail": f"{mismatches} mismatches"})
+    return results
