@@ -327,6 +327,12 @@ def align(B, a, b, esize, imm):
     return B.join(temp[shift:shift + n])
 
 
+def shuffle_chunks(B, a, b, imm):
+    """VSHUFI64X2: dst.128[0,1] = a.128[imm[1:0]], a.128[imm[3:2]]; dst.128[2,3] = b.128[imm[5:4]], b.128[imm[7:6]]."""
+    ca, cb = B.lanes(a, 128), B.lanes(b, 128)
+    return B.join([ca[imm & 3], ca[(imm >> 2) & 3], cb[(imm >> 4) & 3], cb[(imm >> 6) & 3]])
+
+
 def extract_part(B, a, part, imm):
     """VEXTRACTI32X4/I64X4: DEST := SRC.part-bit chunk[imm8 mod (vl/part)]."""
     chunks = B.lanes(a, part)
@@ -495,6 +501,10 @@ INSTRUCTIONS = [
         for arr, t, pre, vl in (("zmm", Z, "mm512", 512), ("ymm", Y, "mm256", 256), ("xmm", X, "mm", 128))),
         feature="avx512f", ref=SDM + "VALIGND/VALIGNQ—Align Doubleword/Quadword Vectors")
       for s, e in (("d", 32), ("q", 64))],
+    Instruction("vshufi64x2", shuffle_chunks,
+                (_imm_form("zmm", f"{Z} _mm512_shuffle_i64x2({Z} a, {Z} b, const int imm8)", {}, range(256)),),
+                feature="avx512f", ref=SDM + "VSHUFF32x4/VSHUFF64x2/VSHUFI32x4/VSHUFI64x2—Shuffle Packed Values at "
+                                             "128-Bit Granularity"),
     Instruction("vextracti32x4", extract_part,
                 (_imm_form("zmm", f"{X} _mm512_extracti32x4_epi32({Z} a, const int imm8)", {"part": 128}, range(4)),),
                 feature="avx512f", ref=SDM + "VEXTRACTI128/VEXTRACTI32x4/VEXTRACTI64x2/VEXTRACTI32x8/VEXTRACTI64x4—"

@@ -433,6 +433,10 @@ INSTRUCTIONS = (
         Form("2s", "uint32x2_t vdup_n_u32(uint32_t value)", {"esize": 32, "datasize": 64}),
         Form("4s", "uint32x4_t vdupq_n_u32(uint32_t value)", {"esize": 32, "datasize": 128}),
         Form("2d", "uint64x2_t vdupq_n_u64(uint64_t value)", {"esize": 64, "datasize": 128}),
+        # ACLE maps vget_low_* to DUP Vd.1D, Vn.D[0]; compilers emit nothing (the D view of the Q register)
+        Form("1d_low_u8", "uint8x8_t vget_low_u8(uint8x16_t a)", {"esize": 64, "datasize": 64, "imm": 0}),
+        Form("1d_low_s8", "int8x8_t vget_low_s8(int8x16_t a)", {"esize": 64, "datasize": 64, "imm": 0}),
+        Form("1d_low_s16", "int16x4_t vget_low_s16(int16x8_t a)", {"esize": 64, "datasize": 64, "imm": 0}),
         Form("8b_lane", "uint8x8_t vdup_lane_u8(uint8x8_t vec, const int lane)",
              {"esize": 8, "datasize": 64}, imm=tuple(range(8))),
         Form("8b_laneq", "uint8x8_t vdup_laneq_u8(uint8x16_t vec, const int lane)",

@@ -29,9 +29,9 @@ def bitserial(isa: str, reg_bits: int) -> dict:
         return {
             "lane_bits": 64,
             "compute": ops("vpandq.zmm", "vpandnq.zmm", "vporq.zmm", "vpxorq.zmm", "vpopcntq.zmm", "vpaddq.zmm", "vpsubq.zmm"),
-            "pair": ops("vpaddq.zmm", "vpunpcklqdq.zmm", "vpunpckhqdq.zmm", "vpermt2q.zmm", "valignq.zmm#4",
-                        "vpshufd.zmm#78"),
-            "each": ops("vpshufd.zmm#78", "vpaddq.zmm"),
+            # transpose-and-add combinators: qword unpacks, then 128-bit chunk shuffles
+            "pair": ops("vpaddq.zmm", "vpunpcklqdq.zmm", "vpunpckhqdq.zmm", "vshufi64x2.zmm#136", "vshufi64x2.zmm#221"),
+            "each": ops("vpaddq.zmm"),
             "scale": ops("vpaddq.zmm", "vpsubq.zmm", "vpsllq.zmm#1", "vpsllq.zmm#2"),
             "correction": ops("vpopcntq.zmm", "vpaddq.zmm", "vpsubq.zmm", "vpsllq.zmm#1", "valignq.zmm#4",
                               "valignq.zmm#2", "valignq.zmm#1"),
@@ -50,3 +50,28 @@ def bitserial(isa: str, reg_bits: int) -> dict:
                               "vpsubq.ymm", "vpermq.ymm#78", "vpshufd.ymm#78"),
         }
     raise KeyError(f"no bitserial menus for {isa!r}; accepted: neon, avx2, avx512")
+
+
+def int8(isa: str, types: str) -> dict:
+    """Menus of the int8 stages (see synth/int8.py)."""
+    if isa == "neon" and types == "u8u8":
+        return {"constants": {"zero": 0},
+                "dot": ops("umull.8h", "uadalp.4s", "uaddlp.4s", "add.4s"),
+                "reduce": ops("addp.4s", "add.4s")}
+    if isa == "neon" and types == "s16":
+        return {"constants": {"zero": 0},
+                "dot": ops("smull.4s", "smlal.4s", "add.4s"),
+                "reduce": ops("addp.4s", "add.4s")}
+    if isa == "neon" and types in ("s8s8", "u8s8"):
+        dot = "sdot.4s_laneq" if types == "s8s8" else "sudot.4s_laneq"
+        return {"row": ops(*[f"{dot}#{g}" for g in range(4)])}
+    if isa == "avx512" and types == "u8s8":
+        return {"row": ops("vpdpbusd.zmm", "vpaddd.zmm")}
+    if isa == "avx2" and types == "u8s8":
+        return {"row": ops("vpdpbusd.ymm", "vpaddd.ymm")}
+    if isa == "avx2" and types == "u7s8":
+        return {"constants": {"ones16": int.from_bytes(b"\x01\x00" * 16, "little")},
+                "row": ops("vpmaddubsw.ymm", "vpmaddwd.ymm", "vpaddd.ymm", "vpaddw.ymm")}
+    if isa == "amx":
+        return {"tile": ops("tdpbusd.m16n16k64" if types == "u8s8" else "tdpbssd.m16n16k64")}
+    raise KeyError(f"no int8 menus for {isa} {types}")

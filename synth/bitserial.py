@@ -54,11 +54,9 @@ def stages(spec: BitserialSpec, isa) -> list[Stage]:
     lane_max = L                                   # popcount of an L-bit lane
 
     # 1. compute: per-lane popcount(w & a), L-bit lanes
-    compute = Problem(
-        "compute", isa, ["w", "a", *cnames], [R, R, *[R] * len(cnames)], [R],
-        spec=lambda B, x: [_popcount_lanes(B, B.and_(x[0], x[1]), L)],
-        sample=lambda rng, n: sample([R] * (2 + len(cnames)), [None] * (2 + len(cnames)), cidx, rng, n),
-        pre=precondition([None] * (2 + len(cnames)), cidx) if cidx else None)
+    compute = _ranged_problem("compute", isa, ["w", "a", *cnames], [R] * (2 + len(cnames)),
+                              [None] * (2 + len(cnames)), [R], [L],
+                              lambda B, x: [_popcount_lanes(B, B.and_(x[0], x[1]), L)], cidx)
     out = [Stage(compute, lambda n: LinearSketch(isa, menu["compute"], compute.input_bits, n), range(1, 9),
                  out_ranges=[LaneRange(L, 0, lane_max)], in_ranges=[None] * len(compute.input_bits))]
 
@@ -68,7 +66,9 @@ def stages(spec: BitserialSpec, isa) -> list[Stage]:
     reduce_ranges = [LaneRange(L, 0, lane_max)] * M
     reduce = _ranged_problem("reduce", isa, [f"c{i}" for i in range(M)], [R] * M, reduce_ranges,
                              [out_reg], [ob], reduce_spec)
-    tree_shapes = [lv for _, lv in shapes(M, 1, max_each=2, max_length=3 if spec.isa != "neon" else 1)]
+    # NEON's addp halves the data in one instruction; x86 needs two shuffles and an add per pair
+    x86 = spec.isa != "neon"
+    tree_shapes = [lv for _, lv in shapes(M, 1, max_each=0 if x86 else 2, max_length=3 if x86 else 1)]
     out.append(Stage(reduce, lambda i: TreeSketch(isa, menu["pair"], menu["each"], M, R, tree_shapes[i]),
                      range(len(tree_shapes)), out_ranges=[LaneRange(ob, 0, R)], in_ranges=reduce_ranges))
 
@@ -129,4 +129,4 @@ def assemble(spec: BitserialSpec):
     if spec.encoding == "hybrid":
         uses.append(StageUse("correction", [result, *[f"a{k}" for k in range(spec.abits)], *consts], ["out"]))
         result = "out"
-    return uses, [result], menu.get("constants", {})
+    return uses, [result], {n: (v % (1 << spec.reg_bits), spec.reg_bits) for n, v in menu.get("constants", {}).items()}

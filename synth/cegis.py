@@ -12,6 +12,7 @@ that length exists even for the finite example set.
 """
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -24,6 +25,8 @@ from isa_specs.lanes import NUMPY, Z3
 from sketches.program import Program
 from synth.proof import Obligation, prove_equal
 
+log = logging.getLogger("qsynth.cegis")
+
 
 @dataclass
 class Problem:
@@ -31,7 +34,9 @@ class Problem:
 
     ``sample(rng, n)`` draws ``n`` inputs satisfying ``pre`` (one uint8 array per input);
     ``fast_prove(program)`` is an optional sound prover tried before Z3 (it returns an
-    ``Obligation`` or ``None`` when it cannot decide).
+    ``Obligation`` or ``None`` when it cannot decide). ``observe(B, outputs)``, when set, maps the
+    program's outputs (of ``output_bits``) to what the spec describes: a *relational* stage such as
+    "the lanes of acc' sum to sum(acc) + a·b", where the layout of acc' is left to the synthesizer.
     """
     name: str
     isa: ISA
@@ -42,6 +47,12 @@ class Problem:
     sample: Callable
     pre: Callable | None = None
     fast_prove: Callable | None = None
+    observe: Callable | None = None
+
+    def run(self, B, program, inputs):
+        """The program's outputs as the spec sees them."""
+        outs = program.run(B, self.isa, inputs)
+        return self.observe(B, outs) if self.observe else outs
 
     def z3_inputs(self):
         return [z3.BitVec(n, b) for n, b in zip(self.input_names, self.input_bits)]
@@ -71,7 +82,7 @@ def _mismatch_row(problem: Problem, program: Program, arrays) -> int | None:
     """First sample row where program and spec differ, or None."""
     n = arrays[0].shape[0]
     ins = problem.numpy_inputs(arrays)
-    got = program.run(NUMPY, problem.isa, ins)
+    got = problem.run(NUMPY, program, ins)
     want = problem.spec(NUMPY, ins)
     bad = np.zeros(n, bool)
     for g, w in zip(got, want):
@@ -89,8 +100,11 @@ def cegis(problem: Problem, sketch, deadline: float, rng: np.random.Generator, n
     def add_example(values):
         consts = [z3.BitVecVal(v, b) for v, b in zip(values, problem.input_bits)]
         want = problem.spec(Z3, consts)
-        for reg, w, bits in zip(sketch.symbolic_outputs(consts), want, problem.output_bits):
-            solver.add(reg[bits] == z3.simplify(w))
+        got = [reg[bits] for reg, bits in zip(sketch.symbolic_outputs(consts), problem.output_bits)]
+        if problem.observe:
+            got = problem.observe(Z3, got)
+        for g, w in zip(got, want):
+            solver.add(g == z3.simplify(w))
         att.examples += 1
 
     init = problem.sample(rng, n_init)
@@ -145,6 +159,7 @@ def minimise(problem: Problem, make_sketch: Callable[[int], object], lengths, de
         evidence.append({"stage": problem.name, "length": length, "status": att.status,
                          "iterations": att.iterations, "examples": att.examples,
                          "synth_seconds": round(att.synth_seconds, 3), "verify_seconds": round(att.verify_seconds, 3)})
+        log.info("%s", evidence[-1])
         if att.status == "found":
             return att, evidence
         if time.monotonic() >= deadline:

@@ -198,6 +198,7 @@ def cmd_cache_verify(args) -> int:
 # ---------------------------------------------------------------- parser
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="qsynth", description=__doc__)
+    p.add_argument("-v", "--verbose", action="store_true", help="log synthesis progress")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     isa = sub.add_parser("isa", help="instruction-set specifications").add_subparsers(
@@ -246,6 +247,9 @@ def main(argv: list[str] | None = None) -> int:
     from isa_specs.check import ToolchainError
     try:
         args = build_parser().parse_args(argv)
+        if args.verbose:
+            import logging
+            logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
         return args.run(args)
     except UsageError as e:
         print(f"qsynth: error: {e}", file=sys.stderr)

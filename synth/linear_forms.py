@@ -194,7 +194,11 @@ class LinearBackend:
             return (Field(fa.w, fa.v.scale(fb.v.const)),)
         if fa.v.is_const:
             return (Field(fa.w, fb.v.scale(fa.v.const)),)
-        raise Unknown("product of two variables")
+        # product of two variables: an atom named by the exact operand forms, whatever the field width
+        # (pattern(a)·pattern(b) ≡ va·vb mod 2**w), so umull's 16-bit and the spec's 32-bit products agree
+        corners = [x * y for x in (fa.v.lo, fa.v.hi) for y in (fb.v.lo, fb.v.hi)]
+        key = tuple(sorted([(fa.v.coeffs, fa.v.const), (fb.v.coeffs, fb.v.const)]))
+        return (Field(fa.w, Lin.variable(("mul", key), min(corners), max(corners))),)
 
     def zext(self, a, w):
         f = _single(a)
@@ -230,7 +234,22 @@ class LinearBackend:
     def lshr(self, a, k): return self._unary(a, lambda v, w: v >> k, f"lshr{k}", lambda w: (1 << w) - 1 >> k)
     def ashr(self, a, k): return self._unary(a, lambda v, w: (v - (1 << w) if v >> (w - 1) else v) >> k,
                                              f"ashr{k}", lambda w: (1 << w) - 1)
-    def popcount(self, a): return self._unary(a, lambda v, w: bin(v).count("1"), "popcount", lambda w: w)
+    def popcount(self, a):
+        """A wide field whose form splits exactly into bytes d_i counts as sum popcount(d_i), the
+        definition of a wide popcount; anything else becomes an atom."""
+        out = []
+        for f in a:
+            if f.w > 8 and not f.v.is_const:
+                try:
+                    digits = _digits(f, 8)
+                except Unknown:
+                    digits = None
+                if digits is not None:
+                    counts = [self.popcount((Field(8, d),))[0].v for d in digits]
+                    out.append(Field(f.w, sum(counts[1:], counts[0])))
+                    continue
+            out.extend(self._unary((f,), lambda v, w: bin(v).count("1"), "popcount", lambda w: w))
+        return tuple(out)
     def not_(self, a): return self._unary(a, lambda v, w: ~v, "not", lambda w: (1 << w) - 1)
 
     def _bitwise(self, a, b, fn, op: str):

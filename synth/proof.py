@@ -48,7 +48,7 @@ def prove_equal(problem, program, deadline: float):
     """Z3: for all inputs satisfying the precondition, program outputs equal the spec outputs.
     Returns (Obligation, counterexample input values or None)."""
     xs = problem.z3_inputs()
-    got = program.run(Z3, problem.isa, xs)
+    got = problem.run(Z3, program, xs)
     want = problem.spec(Z3, xs)
     pre = [problem.pre(Z3, xs)] if problem.pre else []
     ob, model = z3_query(f"{problem.name}: program = spec", z3.Or([g != w for g, w in zip(got, want)]), pre, deadline)

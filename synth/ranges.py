@@ -14,10 +14,16 @@ from synth.proof import Obligation
 
 @dataclass(frozen=True)
 class LaneRange:
-    """Every ``lane_bits`` lane of the input holds an integer in ``[lo, hi]`` (two's complement)."""
+    """Every ``lane_bits`` lane of the input holds an integer in ``[lo, hi]`` (two's complement).
+    With ``repeat`` > 0 the register is one ``repeat``-bit group broadcast to all positions."""
     lane_bits: int
     lo: int
     hi: int
+    repeat: int = 0
+
+    def lane_index(self, i: int) -> int:
+        """Which independent lane position ``i`` is (positions repeat with the group)."""
+        return i % (self.repeat // self.lane_bits) if self.repeat else i
 
 
 def sample(bits: list[int], ranges: list[LaneRange | None], constants: dict[int, int], rng, n: int):
@@ -31,8 +37,11 @@ def sample(bits: list[int], ranges: list[LaneRange | None], constants: dict[int,
         if r is None:
             out.append(rng.integers(0, 256, (n, b // 8), dtype=np.uint8))
             continue
-        lanes = rng.integers(r.lo, r.hi + 1, (n, b // r.lane_bits))
-        lanes[0], lanes[min(1, n - 1)] = r.hi, r.lo if n > 1 else r.hi
+        group = (r.repeat or b) // r.lane_bits
+        lanes = rng.integers(r.lo, r.hi + 1, (n, group), dtype=np.int64) if r.hi < 2**63 else \
+            rng.integers(0, 2**63, (n, group), dtype=np.int64) * 2 + rng.integers(0, 2, (n, group))
+        lanes[0], lanes[min(1, n - 1)] = (r.hi, r.lo) if n > 1 else (r.hi, r.hi)
+        lanes = np.tile(lanes, (1, b // r.lane_bits // group))
         dtype = {8: "<u1", 16: "<u2", 32: "<u4", 64: "<u8"}[r.lane_bits]
         raw = lanes.astype(np.int64).view(np.uint64).astype(dtype)     # two's complement, truncated
         out.append(np.ascontiguousarray(raw).view(np.uint8).reshape(n, b // 8))
@@ -47,11 +56,14 @@ def precondition(ranges, constants):
             if idx in constants:
                 cs.append(x == constants[idx])
             elif r is not None:
-                for lane in B.lanes(x, r.lane_bits):
+                lanes = B.lanes(x, r.lane_bits)
+                for i, lane in enumerate(lanes):
                     if r.lo < 0:
                         cs += [lane >= r.lo, lane <= r.hi]
                     else:
                         cs += [z3.UGE(lane, r.lo), z3.ULE(lane, r.hi)]
+                    if r.lane_index(i) != i:
+                        cs.append(lane == lanes[r.lane_index(i)])
         return z3.And(cs) if cs else z3.BoolVal(True)
     return pre
 
@@ -62,10 +74,11 @@ def linear_inputs(names, bits, ranges, constants):
     for idx, (name, b, r) in enumerate(zip(names, bits, ranges)):
         if idx in constants:
             out.append(LINEAR.const(constants[idx], b))
-        elif r is None:
-            raise Unknown(f"input {name} has no lane range")
+        elif r is None:      # any bits: one variable per byte
+            out.append(tuple(Field(8, Lin.variable((name, i), 0, 255)) for i in range(b // 8)))
         else:
-            out.append(tuple(Field(r.lane_bits, Lin.variable((name, i), r.lo, r.hi)) for i in range(b // r.lane_bits)))
+            out.append(tuple(Field(r.lane_bits, Lin.variable((name, r.lane_index(i)), r.lo, r.hi))
+                             for i in range(b // r.lane_bits)))
     return out
 
 
@@ -76,7 +89,7 @@ def linear_prover(problem, ranges, constants, out_lane_bits: list[int]):
         t0 = time.monotonic()
         try:
             xs = linear_inputs(problem.input_names, problem.input_bits, ranges, constants)
-            got = program.run(LINEAR, problem.isa, xs)
+            got = problem.run(LINEAR, program, xs)
             want = problem.spec(LINEAR, xs)
             ok = all(lanes_equal(g, w, lb) for g, w, lb in zip(got, want, out_lane_bits))
         except Unknown:

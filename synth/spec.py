@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass
 from isa_specs.lanes import total
 
 ENCODINGS = ("unipolar", "hybrid")
-INT8_TYPES = ("u8s8", "s8s8", "u8u8", "s16")
+INT8_TYPES = ("u8s8", "u7s8", "s8s8", "u8u8", "s16")
 
 # Default tile per ISA: weight rows, register bits (K packed bits per plane), output lane bits.
 BITSERIAL_TILES = {
@@ -100,6 +100,10 @@ class BitserialSpec:
     def output_bits(self) -> list[int]:
         return [self.rows * self.out_bits]
 
+    def lane_ranges(self):
+        """Bitserial planes are arbitrary bits."""
+        return [None] * len(self.input_names)
+
     def byte_dot(self, B, w, a):
         """Per-byte contribution of one plane pair, as a signed value in a byte lane."""
         wa = B.lanes(B.and_(w, a), 8)
@@ -121,27 +125,55 @@ class BitserialSpec:
         return [B.join(lanes)]
 
 
+# Default int8 tile per (ISA, types): layout, mr, nr, k (see Int8Spec).
+INT8_TILES = {
+    ("neon", "u8u8"): ("rows", 4, 4, 8),     # the RFC's 4x4 pseudo-dot: umull/uadalp/addp on D registers
+    ("neon", "s16"): ("rows", 4, 4, 4),      # QNN's int16 legalization: smlal on D registers
+    ("neon", "s8s8"): ("k4", 4, 4, 16),      # sdot by element
+    ("neon", "u8s8"): ("k4", 4, 4, 16),      # sudot by element (i8mm)
+    ("avx512", "u8s8"): ("k4b", 4, 16, 4),   # vpdpbusd
+    ("avx2", "u7s8"): ("k4b", 4, 8, 4),      # vpmaddubsw + vpmaddwd, activations < 128 (no saturation)
+    ("avx2", "u8s8"): ("k4b", 4, 8, 4),      # AVX-VNNI vpdpbusd ymm
+    ("amx", "u8s8"): ("tile", 16, 16, 64),   # tdpbusd
+    ("amx", "s8s8"): ("tile", 16, 16, 64),   # tdpbssd
+}
+LAYOUTS = ("rows", "k4", "k4b", "tile")
+
+
 @dataclass(frozen=True)
 class Int8Spec:
-    """An int8 dot-product tile: ``mr`` × ``nr`` int32 accumulators over a ``k``-element step.
+    """An int8 GEMM tile: ``C[i][j] += sum_t A[i][t] * B[j][t]`` for i < mr, j < nr, t < k, in int32
+    with wrap-around. ``types``: operand signedness (``u8s8``: A unsigned, B signed; ``u7s8``: A in
+    [0, 127], the range in which vpmaddubsw cannot saturate; ``s16``: int16 elements, QNN's ARMv8
+    legalization). ``layout``, the register layout chosen by the schedule:
 
-    Inputs: ``a`` (mr rows × k bytes, row-major, one register per row), ``b`` (nr columns × k bytes,
-    one register per column) and the accumulator registers ``c{i}`` (nr int32 lanes for row i).
-    Output ``c{i}`` lane ``j`` += sum_t a[i][t] * b[j][t] in int32 with wrap-around; ``types`` gives
-    the operand signedness (``u8s8``: a unsigned, b signed; ``s16``: s8×s8 through int16 products).
+    * ``rows``: ``a{i}`` = row i of A (k elements), ``b{j}`` = column j of B, ``c{i}`` = nr int32;
+    * ``k4``:   ``a{i}`` = row i of A (k bytes), ``b{g}`` = for each column j the 4 bytes
+      ``B[j][4g..4g+3]`` (the sdot/vpdpbusd packing), ``c{i}``;
+    * ``k4b``:  as k4, but ``a{i}_{g}`` holds ``A[i][4g..4g+3]`` broadcast to every 32-bit lane;
+    * ``tile``: AMX tiles: ``a`` (mr rows × k bytes), ``b`` (k/4 rows × nr·4 bytes), ``c`` (mr × nr int32).
     """
     isa: str
     types: str
+    layout: str
     mr: int
     nr: int
     k: int
-    reg_bits: int
 
     def __post_init__(self):
         _check(self.types in INT8_TYPES, f"--types must be one of {', '.join(INT8_TYPES)}, got {self.types!r}")
+        _check(self.layout in LAYOUTS, f"layout must be one of {', '.join(LAYOUTS)}, got {self.layout!r}")
         _check(self.mr >= 1 and self.nr >= 1, f"--mr and --nr must be positive, got {self.mr}, {self.nr}")
-        _check(self.nr * 32 <= self.reg_bits, f"{self.nr} int32 lanes do not fit a {self.reg_bits}-bit register")
-        _check(self.k * 8 <= self.reg_bits, f"a {self.k}-byte row does not fit a {self.reg_bits}-bit register")
+        _check(self.k % (1 if self.layout == "rows" else 4) == 0, f"k must be a multiple of 4, got {self.k}")
+        _check(self.layout != "rows" or self.nr * 32 <= 512, "too many columns for one register")
+
+    @staticmethod
+    def for_isa(isa: str, types: str, mr: int | None = None, nr: int | None = None) -> "Int8Spec":
+        tiles = sorted(t for i, t in INT8_TILES if i == isa)
+        _check(bool(tiles), f"no int8 kernels for {isa!r}; accepted: {', '.join(sorted({i for i, _ in INT8_TILES}))}")
+        _check((isa, types) in INT8_TILES, f"--types for {isa} must be one of {', '.join(tiles)}, got {types!r}")
+        layout, dmr, dnr, k = INT8_TILES[isa, types]
+        return Int8Spec(isa, types, layout, mr or dmr, nr or dnr, k)
 
     @property
     def kind(self) -> str:
@@ -152,37 +184,90 @@ class Int8Spec:
         return 32
 
     @property
+    def elem_bits(self) -> int:
+        return 16 if self.types == "s16" else 8
+
+    @property
     def name(self) -> str:
-        return f"int8_{self.types}_{self.mr}x{self.nr}x{self.k}_{self.isa}"
+        return f"int8_{self.types}_{self.layout}_{self.mr}x{self.nr}x{self.k}_{self.isa}"
 
     def key(self) -> dict:
         return {"kind": self.kind, **asdict(self)}
 
     @property
     def signed(self) -> tuple[bool, bool]:
-        return {"u8s8": (False, True), "s8s8": (True, True), "u8u8": (False, False), "s16": (True, True)}[self.types]
+        return {"u8s8": (False, True), "u7s8": (False, True), "s8s8": (True, True), "u8u8": (False, False),
+                "s16": (True, True)}[self.types]
+
+    @property
+    def inputs(self) -> list[tuple[str, int]]:
+        """(name, bits) of every input register, in order."""
+        e, g = self.elem_bits, self.k // 4
+        if self.layout == "tile":
+            return [("a", self.mr * self.k * 8), ("b", self.k * self.nr * 8), ("c", self.mr * self.nr * 32)]
+        if self.layout == "rows":
+            ab = [(f"a{i}", self.k * e) for i in range(self.mr)] + [(f"b{j}", self.k * e) for j in range(self.nr)]
+        elif self.layout == "k4":
+            ab = [(f"a{i}", self.k * 8) for i in range(self.mr)] + [(f"b{x}", self.nr * 32) for x in range(g)]
+        else:
+            ab = [(f"a{i}_{x}", self.nr * 32) for i in range(self.mr) for x in range(g)] + \
+                 [(f"b{x}", self.nr * 32) for x in range(g)]
+        return ab + [(f"c{i}", self.nr * 32) for i in range(self.mr)]
 
     @property
     def input_names(self) -> list[str]:
-        return [f"a{i}" for i in range(self.mr)] + [f"b{j}" for j in range(self.nr)] + [f"c{i}" for i in range(self.mr)]
+        return [n for n, _ in self.inputs]
 
     @property
     def input_bits(self) -> list[int]:
-        return [self.k * 8] * (self.mr + self.nr) + [self.nr * 32] * self.mr
+        return [b for _, b in self.inputs]
 
     @property
     def output_bits(self) -> list[int]:
-        return [self.nr * 32] * self.mr
+        return [self.mr * self.nr * 32] if self.layout == "tile" else [self.nr * 32] * self.mr
+
+    def matrices(self, B, inputs):
+        """A[i][t], B[j][t] element lanes and C[i][j] accumulator lanes, read through the layout."""
+        x = dict(zip(self.input_names, inputs))
+        e, g = self.elem_bits, self.k // 4
+        if self.layout == "tile":
+            a = B.lanes(x["a"], 8)
+            b = B.lanes(x["b"], 8)       # row q holds, for each column j, bytes 4q..4q+3
+            c = B.lanes(x["c"], 32)
+            A = [a[i * self.k:(i + 1) * self.k] for i in range(self.mr)]
+            Bm = [[b[(t // 4) * self.nr * 4 + j * 4 + t % 4] for t in range(self.k)] for j in range(self.nr)]
+            C = [c[i * self.nr:(i + 1) * self.nr] for i in range(self.mr)]
+            return A, Bm, C
+        C = [B.lanes(x[f"c{i}"], 32) for i in range(self.mr)]
+        if self.layout == "rows":
+            return ([B.lanes(x[f"a{i}"], e) for i in range(self.mr)],
+                    [B.lanes(x[f"b{j}"], e) for j in range(self.nr)], C)
+        packed = [B.lanes(x[f"b{q}"], 8) for q in range(g)]
+        Bm = [[packed[t // 4][j * 4 + t % 4] for t in range(self.k)] for j in range(self.nr)]
+        if self.layout == "k4":
+            A = [B.lanes(x[f"a{i}"], 8) for i in range(self.mr)]
+        else:   # broadcast: lane 0 of each group register
+            A = [[B.lanes(x[f"a{i}_{t // 4}"], 8)[t % 4] for t in range(self.k)] for i in range(self.mr)]
+        return A, Bm, C
 
     def reference(self, B, inputs):
-        a, b, c = inputs[:self.mr], inputs[self.mr:self.mr + self.nr], inputs[self.mr + self.nr:]
+        A, Bm, C = self.matrices(B, inputs)
         sa, sb = self.signed
-        ext = lambda x, s: B.sext(x, 32) if s else B.zext(x, 32)
-        outs = []
-        for i in range(self.mr):
-            lanes = []
-            for j, acc in enumerate(B.lanes(c[i], 32)):
-                prods = [B.mul(ext(x, sa), ext(y, sb)) for x, y in zip(B.lanes(a[i], 8), B.lanes(b[j], 8))]
-                lanes.append(total(B, [acc, *prods]))
-            outs.append(B.join(lanes))
-        return outs
+        ext = lambda v, s: B.sext(v, 32) if s else B.zext(v, 32)
+        rows = [[total(B, [C[i][j], *[B.mul(ext(x, sa), ext(y, sb)) for x, y in zip(A[i], Bm[j])]])
+                 for j in range(self.nr)] for i in range(self.mr)]
+        return [B.join([v for r in rows for v in r])] if self.layout == "tile" else [B.join(r) for r in rows]
+
+    def lane_ranges(self):
+        """Per input, the domain the kernel is specified on (None: any bits)."""
+        from synth.ranges import LaneRange
+        a_hi = 127 if self.types == "u7s8" else 255
+        out = []
+        for name, _ in self.inputs:
+            if name.startswith("a") and self.layout == "k4b":
+                out.append(LaneRange(8, 0, a_hi, repeat=32))
+            elif name.startswith("a") and self.types == "u7s8":
+                out.append(LaneRange(8, 0, a_hi))
+            else:
+                out.append(None)
+        return out

@@ -1,0 +1,535 @@
+"""C emission of cached kernels: each entry becomes a ``static inline`` C function of intrinsics.
+
+The program is already proved equal to its spec on registers; emission only has to move registers
+between memory and the program and spell each instruction. Intrinsic names, operand types and
+immediates come from the forms' prototypes in ``isa_specs`` (never formatted by hand); a register
+whose C type differs from the operand's (NEON ``uint8x16_t`` fed to a ``uint16x8_t`` operand) gets a
+``vreinterpret`` cast. Only instructions the outputs depend on are emitted.
+
+Calling convention (also written into every generated header, and into ``manifest.json``):
+
+* bitserial (``BitserialSpec``)::
+
+      static inline void qs_<name>(const uint8_t *w, int w_stride, const uint8_t *a, int a_stride, T *out)
+
+  Weight plane j of row i (input ``w{j}_{i}``) is the ``reg_bits/8`` bytes at
+  ``w + (j*rows + i)*w_stride``, activation plane k (``a{k}``) those at ``a + k*a_stride``; bit b of
+  every plane belongs to the same reduction index. The result lanes (``rows`` lanes of ``out_bits``;
+  T = uint16_t/uint32_t/uint64_t for unipolar, int16_t/int32_t/int64_t for hybrid) are ADDED to
+  ``out[0..rows)`` with wrap-around, so a caller loops over K blocks with the same ``out``.
+
+* int8 (``Int8Spec``, tile ``mr`` x ``nr`` int32 over ``k``)::
+
+      static inline void qs_<name>(const void *a, int a_stride, const void *b, int b_stride,
+                                   int32_t *c, int c_stride)
+
+  ``c[i*c_stride + j] += sum_t A[i][t] * B[j][t]`` in int32 with wrap-around, in place (the
+  accumulator inputs are loaded from ``c`` and the outputs stored back). Strides of ``a`` and ``b``
+  are in bytes, of ``c`` in int32 elements. ``layout`` says where the input registers come from:
+
+  - ``rows``: ``a{i}`` = the k elements (bytes; int16 for ``s16``) of A's row i at ``a + i*a_stride``,
+    ``b{j}`` = B's row j (the k elements of output column j) at ``b + j*b_stride``, ``c{i}`` = nr int32
+    at ``c + i*c_stride``;
+  - ``k4``: ``a{i}`` as above (k bytes); ``b{g}`` = for each column j the four bytes
+    ``B[j][4g..4g+3]``: ``nr*4`` bytes at ``b + g*b_stride`` (the sdot/vpdpbusd packing);
+  - ``k4b``: as ``k4``, but input ``a{i}_{g}`` is the four bytes ``A[i][4g..4g+3]`` (at
+    ``a + i*a_stride + 4g``) broadcast to every 32-bit lane;
+  - ``tile`` (AMX): A = ``mr`` rows of ``k`` bytes, B = ``k/4`` rows of ``nr*4`` bytes (the ``k4``
+    packing), C = ``mr`` rows of ``nr`` int32. AMX kernels expect the thread to have been granted the
+    tile state (``arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)``); they configure the tiles,
+    copy each tile through a packed local buffer (the ISA table's ``c_body`` has packed strides) and
+    release the tiles.
+
+No alignment is assumed anywhere (unaligned loads and stores); every input must be fully readable.
+A kernel is proved only on its spec's domain (``spec.lane_ranges()``, e.g. A < 128 for ``u7s8``): the
+header's "Domain" line and the manifest's ``domain`` list those preconditions.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import jinja2
+
+from isa_specs import get_isa
+from isa_specs.check import CACHE_DIR, ToolchainError
+from isa_specs.instruction import CType
+from sketches.program import Program
+from synth.kernel import spec_from_key
+
+COMPILERS = ("gcc", "clang")
+_TEMPLATES = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
+    trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+_PREFIX = "v_"      # program registers become C variables v_<name>: never clash with parameters
+
+CALLING_CONVENTION = {
+    "bitserial": "void qs_<name>(const uint8_t *w, int w_stride, const uint8_t *a, int a_stride, T *out): "
+                 "plane j of weight row i at w + (j*rows + i)*w_stride, activation plane k at a + k*a_stride "
+                 "(reg_bits/8 bytes each); the rows result lanes are added to out[0..rows) with wrap-around "
+                 "(T: uint<out_bits>_t unipolar, int<out_bits>_t hybrid). Unaligned access.",
+    "int8": "void qs_<name>(const void *a, int a_stride, const void *b, int b_stride, int32_t *c, int c_stride): "
+            "c[i*c_stride + j] += sum_t A[i][t] * B[j][t] (int32, wrap-around) in place; a/b strides in bytes, "
+            "c stride in int32; where A and B rows live per spec.layout (rows | k4 | k4b | tile, see "
+            "qsynth_kernels.h). Unaligned access.",
+}
+
+# C preprocessor macros that tell a translation unit it may use a CPU feature.
+_FEATURE_MACROS = {
+    "neon": ("__ARM_NEON",), "dotprod": ("__ARM_FEATURE_DOTPROD",), "i8mm": ("__ARM_FEATURE_MATMUL_INT8",),
+    "avx2": ("__AVX2__",), "avxvnni": ("__AVXVNNI__",), "avx512f": ("__AVX512F__",),
+    "avx512bw": ("__AVX512BW__",), "avx512vl": ("__AVX512VL__",), "avx512vnni": ("__AVX512VNNI__",),
+    "avx512vpopcntdq": ("__AVX512VPOPCNTDQ__",), "avx512bitalg": ("__AVX512BITALG__",),
+    "amx-int8": ("__AMX_TILE__", "__AMX_INT8__"),
+}
+
+
+class EmitError(ValueError):
+    """A cache entry cannot be turned into C (ill-typed program, unknown layout…)."""
+
+
+# ---------------------------------------------------------------- memory layout
+@dataclass(frozen=True)
+class Buffer:
+    """A pointer parameter of the kernel; ``unit`` = bytes per step of its stride (0: no stride)."""
+    name: str
+    pointee: str
+    unit: int
+
+    @property
+    def writable(self) -> bool:
+        return not self.pointee.startswith("const")
+
+
+@dataclass(frozen=True)
+class Piece:
+    """``nbytes`` bytes at ``buffer + row * stride * unit + offset``."""
+    buffer: int
+    row: int
+    offset: int
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class Slot:
+    """Where a register lives in memory: its pieces concatenated, repeated ``repeat`` times."""
+    pieces: tuple[Piece, ...]
+    repeat: int = 1
+
+    @property
+    def nbytes(self) -> int:
+        return sum(p.nbytes for p in self.pieces)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The calling convention of one kernel: its buffers, where each spec input and each program
+    output lives, and whether the outputs are added to memory (bitserial, lanes of ``accumulate``
+    bits) or stored over it (int8: the accumulator inputs' slots)."""
+    kind: str
+    buffers: tuple[Buffer, ...]
+    inputs: dict[str, Slot]
+    outputs: tuple[Slot, ...]
+    accumulate: int = 0
+    lane_type: str = ""          # C type of one output lane (bitserial)
+
+
+def layout(spec) -> Layout:
+    """The documented calling convention (module docstring) of ``spec`` as data."""
+    if spec.kind == "bitserial":
+        rb = spec.reg_bits // 8
+        lane = f"{'u' if spec.encoding == 'unipolar' else ''}int{spec.out_bits}_t"
+        inputs = {f"w{j}_{i}": Slot((Piece(0, j * spec.rows + i, 0, rb),))
+                  for j in range(spec.wbits) for i in range(spec.rows)}
+        inputs |= {f"a{k}": Slot((Piece(1, k, 0, rb),)) for k in range(spec.abits)}
+        out = Slot((Piece(2, 0, 0, spec.rows * spec.out_bits // 8),))
+        return Layout("bitserial", (Buffer("w", "const uint8_t", 1), Buffer("a", "const uint8_t", 1),
+                                    Buffer("out", lane, 0)), inputs, (out,), spec.out_bits, lane)
+    if spec.kind == "int8":
+        inputs = {name: _int8_slot(spec, name, bits // 8) for name, bits in zip(spec.input_names, spec.input_bits)}
+        outputs = tuple(inputs[n] for n in spec.input_names if n.startswith("c"))
+        return Layout("int8", (Buffer("a", "const void", 1), Buffer("b", "const void", 1), Buffer("c", "int32_t", 4)),
+                      inputs, outputs)
+    raise EmitError(f"no calling convention for {spec.kind!r} kernels")
+
+
+def _int8_slot(spec, name: str, nbytes: int) -> Slot:
+    kind = spec.layout
+    if kind == "tile":
+        rows = {"a": (spec.mr, spec.k), "b": (spec.k // 4, spec.nr * 4), "c": (spec.mr, spec.nr * 4)}
+        if name not in rows:
+            raise EmitError(f"tile layout: unexpected input {name!r}")
+        count, width = rows[name]
+        return Slot(tuple(Piece("abc".index(name), r, 0, width) for r in range(count)))
+    m = re.fullmatch(r"([abc])(\d+)(?:_(\d+))?", name)
+    if not m or (m[3] is not None) != (kind == "k4b" and m[1] == "a"):
+        raise EmitError(f"{kind} layout: unexpected input {name!r}")
+    buf, row = "abc".index(m[1]), int(m[2])
+    if m[3] is not None:                                   # k4b: four bytes of row i, broadcast
+        return Slot((Piece(buf, row, 4 * int(m[3]), 4),), repeat=nbytes // 4)
+    return Slot((Piece(buf, row, 0, nbytes),))
+
+
+# ---------------------------------------------------------------- C types and casts
+@dataclass(frozen=True)
+class VectorMemory:
+    """Unaligned load/store and 32-bit splat intrinsics of one register width."""
+    ctype: str
+    load: str
+    store: str
+    pointer: str           # pointee type the load/store intrinsics take
+    splat: str
+    splat_type: str
+
+
+_MEMORY = {
+    ("neon", 64): VectorMemory("uint8x8_t", "vld1_u8", "vst1_u8", "uint8_t", "vdup_n_u32", "uint32x2_t"),
+    ("neon", 128): VectorMemory("uint8x16_t", "vld1q_u8", "vst1q_u8", "uint8_t", "vdupq_n_u32", "uint32x4_t"),
+    ("x86", 128): VectorMemory("__m128i", "_mm_loadu_si128", "_mm_storeu_si128", "__m128i", "_mm_set1_epi32", "__m128i"),
+    ("x86", 256): VectorMemory("__m256i", "_mm256_loadu_si256", "_mm256_storeu_si256", "__m256i",
+                               "_mm256_set1_epi32", "__m256i"),
+    ("x86", 512): VectorMemory("__m512i", "_mm512_loadu_si512", "_mm512_storeu_si512", "void",
+                               "_mm512_set1_epi32", "__m512i"),
+}
+_NEON_VECTOR = re.compile(r"(u?)int(8|16|32|64)x(\d+)_t")
+BYTES = "bytes"            # registers of forms with a c_body (AMX tiles) are byte arrays
+
+
+def _family(isa_name: str) -> str:
+    return "neon" if isa_name == "neon" else "x86"
+
+
+def _memory(isa_name: str, bits: int) -> VectorMemory:
+    try:
+        return _MEMORY[_family(isa_name), bits]
+    except KeyError:
+        raise EmitError(f"no {bits}-bit vector register on {isa_name}") from None
+
+
+def _is_vector(ctype: CType) -> bool:
+    return ctype.name.startswith("__m") or bool(_NEON_VECTOR.fullmatch(ctype.name))
+
+
+def convert(expr: str, have: CType, want: CType) -> str:
+    """``expr`` (of C type ``have``) as an operand of C type ``want``: equal bits required."""
+    if have.bits != want.bits:
+        raise EmitError(f"operand width mismatch: {have.name} ({have.bits} bits) passed as {want.name} ({want.bits})")
+    if have.name == want.name:
+        return expr
+    if (h := _NEON_VECTOR.fullmatch(have.name)) and (w := _NEON_VECTOR.fullmatch(want.name)):
+        q = "q" if have.bits == 128 else ""
+        return f"vreinterpret{q}_{'s' if w[1] == '' else 'u'}{w[2]}_{'s' if h[1] == '' else 'u'}{h[2]}({expr})"
+    if not _is_vector(have) and not _is_vector(want) and BYTES not in (have.name, want.name):
+        return f"({want.name})({expr})"
+    raise EmitError(f"no conversion from {have.name} to {want.name}")
+
+
+# ---------------------------------------------------------------- the kernel model the templates render
+@dataclass
+class Step:
+    """One statement group of the function body; ``kind`` selects the template branch."""
+    kind: str
+    name: str = ""
+    ctype: str = ""
+    expr: str = ""
+    fields: dict = field(default_factory=dict)
+
+
+def function_name(entry: dict) -> str:
+    """``qs_<name>``; a non-default cost model is part of the name (both may be in one library)."""
+    cost = entry.get("key", {}).get("cost", "length")
+    return f"qs_{entry['name']}" + ("" if cost == "length" else f"_{cost}")
+
+
+def _address(lay: Layout, piece: Piece) -> str:
+    """C expression of the piece's first byte, as a (const) uint8_t pointer."""
+    buf = lay.buffers[piece.buffer]
+    byte = "uint8_t" if buf.writable else "const uint8_t"
+    terms = [buf.name if buf.pointee == byte else f"({byte} *){buf.name}"]
+    if piece.row:
+        unit = "" if buf.unit == 1 else f"{buf.unit} * "
+        terms.append(f"(ptrdiff_t){piece.row} * {unit}{buf.name}_stride")
+    if piece.offset:
+        terms.append(str(piece.offset))
+    return " + ".join(terms)
+
+
+def _live(program: Program) -> set[int]:
+    """Registers the outputs depend on."""
+    n = len(program.inputs)
+    live, stack = set(), list(program.outputs)
+    while stack:
+        r = stack.pop()
+        if r in live:
+            continue
+        live.add(r)
+        if r >= n:
+            stack.extend(program.body[r - n].args)
+    return live
+
+
+def _forms(program: Program, isa) -> list:
+    """(instruction, form) of every program instruction, checked against the ISA table."""
+    rows = []
+    for ins in program.body:
+        if ins.op.form_id not in isa.forms:
+            raise EmitError(f"{ins.op.form_id} is not a {isa.name} instruction form")
+        insn, form = isa.forms[ins.op.form_id]
+        if (ins.op.imm is None) != (not form.imm) or (form.imm and ins.op.imm not in form.imm):
+            raise EmitError(f"{ins.op}: immediate must be one of {list(form.imm)}")
+        if len(ins.args) != len(form.registers):
+            raise EmitError(f"{ins.op}: {len(ins.args)} operands for {len(form.registers)} registers")
+        rows.append((insn, form))
+    return rows
+
+
+def _input_steps(program: Program, isa, lay: Layout, constants: dict, live: set[int], forms: list,
+                 types: dict[int, CType]) -> list[Step]:
+    """Loads of the live inputs: vector loads, 32-bit splats (k4b), gathers into byte arrays for
+    tile operands, constants from byte arrays. Records each input register's C type in ``types``."""
+    n = len(program.inputs)
+    tile_operands = {a for k, (ins, (_, form)) in enumerate(zip(program.body, forms)) if n + k in live
+                     for a, op in zip(ins.args, form.registers) if op.ctype.name == BYTES}
+    steps = []
+    for r, (name, bits) in enumerate(zip(program.inputs, program.input_bits)):
+        if r not in live:
+            continue
+        var = _PREFIX + name
+        if name in constants:
+            mem = _memory(isa.name, bits)
+            data = list(int(constants[name], 16).to_bytes(bits // 8, "little"))
+            steps.append(Step("const", var, mem.ctype, fields={"data": data, "mem": mem}))
+            types[r] = CType.parse(mem.ctype)
+            continue
+        slot = lay.inputs[name]
+        if r in tile_operands:
+            steps.append(Step("gather", var, fields={"nbytes": bits // 8, "pieces": _pieces(lay, slot)}))
+            types[r] = CType(BYTES, bits, 8, False)
+        elif slot.repeat > 1:
+            mem = _memory(isa.name, bits)
+            steps.append(Step("splat", var, mem.splat_type, _address(lay, slot.pieces[0]), {"mem": mem}))
+            types[r] = CType.parse(mem.splat_type)
+        elif len(slot.pieces) == 1:
+            mem = _memory(isa.name, bits)
+            steps.append(Step("load", var, mem.ctype, _address(lay, slot.pieces[0]), {"mem": mem}))
+            types[r] = CType.parse(mem.ctype)
+        else:
+            raise EmitError(f"input {name}: a multi-row input must feed a tile (c_body) operand")
+    return steps
+
+
+def _body_steps(program: Program, live: set[int], forms: list, types: dict[int, CType]) -> list[Step]:
+    """One step per live instruction: the intrinsic call (operands cast to the prototype's types,
+    immediates as literals) or the form's c_body."""
+    n = len(program.inputs)
+    steps = []
+    for k, (ins, (_, form)) in enumerate(zip(program.body, forms)):
+        if n + k not in live:
+            continue
+        var = _PREFIX + program.name(n + k)
+        args = [convert(_PREFIX + program.name(a), types[a], op.ctype) for a, op in zip(ins.args, form.registers)]
+        types[n + k] = form.result
+        if form.c_body:
+            steps.append(Step("cbody", var, fields={"nbytes": form.result_bits // 8, "args": args,
+                                                    "body": form.c_body, "op": str(ins.op)}))
+            continue
+        regs = iter(args)
+        call = [str(ins.op.imm) if op.ctype.is_imm else next(regs) for op in form.operands]
+        steps.append(Step("op", var, form.result.name, f"{form.intrinsic}({', '.join(call)})", {"op": str(ins.op)}))
+    return steps
+
+
+def _output_steps(program: Program, isa, lay: Layout, types: dict[int, CType]) -> list[Step]:
+    """Stores of the outputs: over their slots (int8), added lane-wise to them (bitserial), or
+    scattered row by row from a tile's byte array."""
+    steps = []
+    for reg, slot in zip(program.outputs, lay.outputs):
+        var, have = _PREFIX + program.name(reg), types[reg]
+        if have.bits != slot.nbytes * 8:
+            raise EmitError(f"output {program.name(reg)} has {have.bits} bits, its slot {slot.nbytes * 8}")
+        if have.name == BYTES:
+            steps.append(Step("scatter", var, fields={"pieces": _pieces(lay, slot)}))
+            continue
+        mem = _memory(isa.name, have.bits)
+        value = convert(var, have, CType.parse(mem.ctype))
+        if lay.accumulate:
+            out = lay.buffers[slot.pieces[0].buffer].name
+            steps.append(Step("accumulate", var, lay.lane_type, value,
+                              {"mem": mem, "lanes": have.bits // lay.accumulate, "out": out,
+                               "unsigned": f"uint{lay.accumulate}_t"}))
+        else:
+            steps.append(Step("store", var, expr=value, fields={"mem": mem, "address": _address(lay, slot.pieces[0])}))
+    return steps
+
+
+def kernel_model(entry: dict) -> dict:
+    """Everything the kernel template needs, computed from the entry, its spec and the ISA table."""
+    spec = spec_from_key(entry["spec"])
+    program = Program.from_json(entry["program"])
+    isa = get_isa(program.isa)
+    lay = layout(spec)
+    n_spec = len(spec.input_names)
+    if list(program.inputs[:n_spec]) != list(spec.input_names):
+        raise EmitError(f"program inputs {program.inputs[:n_spec]} are not the spec's {spec.input_names}")
+    constants = entry.get("constants", {})
+    if set(program.inputs[n_spec:]) != set(constants):
+        raise EmitError(f"program constants {program.inputs[n_spec:]} differ from the entry's {sorted(constants)}")
+    if len(program.outputs) != len(lay.outputs):
+        raise EmitError(f"{len(program.outputs)} program outputs for {len(lay.outputs)} output slots")
+    forms = _forms(program, isa)
+    live = _live(program)
+    types: dict[int, CType] = {}
+    steps = (_input_steps(program, isa, lay, constants, live, forms, types) + _body_steps(program, live, forms, types)
+             + _output_steps(program, isa, lay, types))
+    features = {insn.feature for k, (insn, _) in enumerate(forms) if len(program.inputs) + k in live}
+    if isa.name == "neon":
+        features.add("neon")
+    fn = function_name(entry)
+    params, call_args = [], []
+    for b in lay.buffers:
+        params += [f"{b.pointee} *{b.name}"] + ([f"int {b.name}_stride"] if b.unit else [])
+        call_args += [b.name] + ([f"{b.name}_stride"] if b.unit else [])
+    return {"entry": entry, "spec": spec, "isa": isa, "function": fn, "params": params, "call_args": call_args,
+            "steps": steps, "program_lines": program.lines(), "layout": lay, "features": sorted(features),
+            "guard": sorted(m for f in features for m in _FEATURE_MACROS[f]),
+            "include_guard": f"QSYNTH_{fn.upper()}_H", "amx": "amx-int8" in features, "domain": domain(spec),
+            "convention": CALLING_CONVENTION[lay.kind]}
+
+
+def domain(spec) -> list[str]:
+    """The spec's input preconditions in words (lane ranges narrower than the lane type)."""
+    ranges = spec.lane_ranges() if hasattr(spec, "lane_ranges") else []
+    groups: dict[tuple, list[str]] = {}
+    for name, r in zip(spec.input_names, ranges):
+        if r is not None and r.hi - r.lo < (1 << r.lane_bits) - 1:       # not every value of the lane
+            groups.setdefault((r.lane_bits, r.lo, r.hi), []).append(name)
+    return [f"{', '.join(names)}: every {bits}-bit lane in [{lo}, {hi}]" for (bits, lo, hi), names in groups.items()]
+
+
+def _pieces(lay: Layout, slot: Slot) -> list[dict]:
+    out, pos = [], 0
+    for p in slot.pieces:
+        out.append({"offset": pos, "address": _address(lay, p), "nbytes": p.nbytes})
+        pos += p.nbytes
+    return out
+
+
+# ---------------------------------------------------------------- public API
+def emit_entry(entry: dict) -> str:
+    """The C source (a self-contained header) of one cache entry."""
+    return _TEMPLATES.get_template("kernel.h.j2").render(m=kernel_model(entry))
+
+
+def driver_source(entry: dict) -> str:
+    """A test driver around the kernel: see ``templates/driver.c.j2`` and ``synth/emit_cli.py``."""
+    m = kernel_model(entry)
+    return _TEMPLATES.get_template("driver.c.j2").render(m=m, kernel=_TEMPLATES.get_template("kernel.h.j2").render(m=m))
+
+
+def file_name(entry: dict) -> str:
+    return function_name(entry).removeprefix("qs_") + ".h"
+
+
+def emit_library(entries: list[dict], out_dir: str | Path) -> dict:
+    """Write one header per entry, ``qsynth_kernels.h`` and ``manifest.json`` into ``out_dir``.
+
+    Every file is written to a temporary name and renamed into place, so a reader never sees a
+    half-written library. Returns the manifest."""
+    out_dir = Path(out_dir)
+    models = sorted((kernel_model(e) for e in entries), key=lambda m: (m["isa"].name, m["function"]))
+    seen: dict[str, str] = {}
+    for m in models:
+        key = m["entry"]["cache_key"]
+        if m["function"] in seen:
+            raise EmitError(f"entries {seen[m['function']]} and {key} both define {m['function']}; "
+                            "select one with --configs or remove the stale entry")
+        seen[m["function"]] = key
+    kernels = []
+    for m in models:
+        e = m["entry"]
+        fname = file_name(e)
+        _write_atomic(out_dir / fname, _TEMPLATES.get_template("kernel.h.j2").render(m=m))
+        kernels.append({"name": e["name"], "cache_key": e["cache_key"], "file": fname, "function": m["function"],
+                        "signature": f"void {m['function']}({', '.join(m['params'])})",
+                        "extern_function": m["function"] + "_extern", "isa": m["isa"].name, "kind": m["spec"].kind,
+                        "spec": e["spec"], "cost": e["key"]["cost"], "proved": e["proof"]["proved"],
+                        "length": len(Program.from_json(e["program"])), "guard": m["guard"],
+                        "test_flags": list(compile_flags(m["isa"].name, "gcc")), "domain": m["domain"],
+                        "calling_convention": m["convention"]})
+    _write_atomic(out_dir / "qsynth_kernels.h", _TEMPLATES.get_template("library.h.j2").render(
+        kernels=kernels, doc=__doc__[__doc__.index("Calling convention"):]))
+    manifest = {"format": 1, "header": "qsynth_kernels.h", "calling_conventions": CALLING_CONVENTION,
+                "kernels": kernels}
+    _write_atomic(out_dir / "manifest.json", json.dumps(manifest, indent=1) + "\n")
+    return manifest
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+# ---------------------------------------------------------------- compiling
+def compile_flags(isa_name: str, compiler: str) -> tuple[str, ...]:
+    """The ISA toolchain's flags at -O3; clang targets AArch64 explicitly for NEON."""
+    if compiler not in COMPILERS:
+        raise EmitError(f"unknown compiler {compiler!r}; accepted: {', '.join(COMPILERS)}")
+    flags = tuple(f for f in get_isa(isa_name).toolchain.cflags if not f.startswith("-O")) + ("-O3",)
+    if compiler == "clang" and isa_name == "neon":
+        flags = ("--target=aarch64-linux-gnu",) + flags
+    return flags
+
+
+def compiler_command(isa_name: str, compiler: str) -> list[str]:
+    cc = get_isa(isa_name).toolchain.cc if compiler == "gcc" else "clang"
+    return [cc, *compile_flags(isa_name, compiler)]
+
+
+def build(source: str, isa_name: str, compiler: str) -> Path:
+    """Compile ``source`` into an executable (warnings are errors), cached by content under the qsynth
+    build directory."""
+    cmd = compiler_command(isa_name, compiler) + ["-Wall", "-Werror"]
+    key = hashlib.sha256((source + " ".join(cmd)).encode()).hexdigest()[:20]
+    binary = CACHE_DIR / f"kernel-{isa_name}-{compiler}-{key}"
+    if not binary.exists():
+        _run_compiler(cmd, source, binary)
+    return binary
+
+
+def _run_compiler(cmd: list[str], source: str, output: Path) -> None:
+    output.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        src, tmp_out = Path(tmp) / "kernel.c", Path(tmp) / "out"
+        src.write_text(source)
+        try:
+            proc = subprocess.run([*cmd, "-o", str(tmp_out), str(src)], capture_output=True, text=True)
+        except FileNotFoundError as e:
+            raise ToolchainError(f"compiler {cmd[0]} not found: {e}") from e
+        if proc.returncode != 0:
+            raise ToolchainError(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
+        os.replace(tmp_out, output)
+
+
+def emit_llvm_ir(entry: dict) -> str:
+    """``clang -S -emit-llvm`` of the kernel with its extern wrapper ``qs_<name>_extern`` (a
+    ``static inline`` function alone is dropped from the module), for TVM's ``pragma_import_llvm``.
+    x86 kernels target the host, NEON kernels ``aarch64-linux-gnu``."""
+    isa_name = entry["program"]["isa"]
+    source = "#define QSYNTH_EXTERN_WRAPPERS 1\n" + emit_entry(entry)
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "kernel.ll"
+        _run_compiler([*compiler_command(isa_name, "clang"), "-S", "-emit-llvm"], source, out)
+        return out.read_text()

@@ -1,0 +1,373 @@
+"""``qsynth emit`` and ``qsynth test-kernels``: the C kernel library, and the check that every emitted
+kernel computes its spec on the machine.
+
+The check runs the emitted C, compiled with gcc and/or clang, through the documented calling
+convention: inputs are packed into deliberately misaligned buffers with padded strides and garbage
+between rows, and the whole writable buffer after the call must equal the numpy reference of the spec
+(``spec.reference``, not the program) written into the tile (bitserial: added to the initial ``out``)
+with everything outside it unchanged. x86 kernels run natively (skipped when the CPU lacks a feature),
+NEON kernels under ``qemu-aarch64 -cpu max``; one process per batch of inputs.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from isa_specs import ISA_NAMES, host
+from isa_specs.check import ToolchainError
+from isa_specs.lanes import NUMPY, mask
+from synth import cache
+from synth.emit import COMPILERS, EmitError, Layout, Slot, build, driver_source, emit_library, kernel_model
+
+GUARD_BYTES = 16          # checked-unchanged bytes after the writable buffer's tile
+MAX_PAD = 64              # stride padding and misalignment are drawn below this
+
+
+# ---------------------------------------------------------------- inputs
+N_EDGES = 7
+MIXED, RANDOM = N_EDGES, N_EDGES + 1          # pattern ids after the uniform edge values
+N_PATTERNS = N_EDGES + 2
+
+
+@dataclass(frozen=True)
+class Domain:
+    """The values one input's lanes may take: ``lane_bits``-bit lanes in ``[lo, hi]`` (two's
+    complement); unrestricted inputs take any bits."""
+    lane_bits: int
+    lo: int
+    hi: int
+    restricted: bool
+
+    def edges(self) -> list[int]:
+        """N_EDGES lane values at the edges: zero, one, all ones, signed max/min… (or the ends of
+        the range), as unsigned lane bits."""
+        if not self.restricted:
+            b = self.lane_bits
+            values = [0, 1, mask(b), mask(b - 1), 1 << (b - 1), (1 << (b - 1)) + 1, mask(b) - 1]
+        else:
+            candidates = [self.lo, self.hi, 0, 1, -1, self.lo + 1, self.hi - 1, (self.lo + self.hi) // 2]
+            inside = list(dict.fromkeys(v for v in candidates if self.lo <= v <= self.hi))
+            values = [inside[i % len(inside)] for i in range(N_EDGES)]
+        return [v & mask(self.lane_bits) for v in values]
+
+
+def domains(spec) -> dict[str, Domain]:
+    """Per spec input: its lanes' domain (``spec.lane_ranges()`` where the spec restricts them; int8
+    accumulators have 32-bit edge values, everything else byte ones)."""
+    ranges = spec.lane_ranges() if hasattr(spec, "lane_ranges") else [None] * len(spec.input_names)
+    out = {}
+    for name, r in zip(spec.input_names, ranges):
+        if r is not None:
+            out[name] = Domain(r.lane_bits, r.lo, r.hi, True)
+        else:
+            bits = spec.out_lane_bits if spec.kind == "int8" and name.startswith("c") else 8
+            out[name] = Domain(bits, 0, mask(bits), False)
+    return out
+
+
+def slot_bytes(domain: Domain, nbytes: int, patterns: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """(n, nbytes) memory contents: pattern p < N_EDGES fills every lane with edge value p, MIXED
+    draws each lane from the edge values, RANDOM draws lanes uniformly from the domain."""
+    n, lanes = len(patterns), nbytes * 8 // domain.lane_bits
+    edges = np.array(domain.edges(), dtype=np.uint64)
+    uniform = edges[np.minimum(patterns, N_EDGES - 1)][:, None]
+    mixed = edges[rng.integers(0, N_EDGES, (n, lanes))]
+    random = (rng.integers(domain.lo, domain.hi, (n, lanes), endpoint=True, dtype=np.int64).view(np.uint64)
+              & np.uint64(mask(domain.lane_bits)))
+    values = np.where((patterns < N_EDGES)[:, None], uniform, np.where((patterns == MIXED)[:, None], mixed, random))
+    return np.ascontiguousarray(values.astype(f"<u{domain.lane_bits // 8}")).view(np.uint8).reshape(n, nbytes)
+
+
+def sample_patterns(n_slots: int, n: int, rng: np.random.Generator) -> np.ndarray:
+    """(n, slots) pattern ids: first every slot on the same pattern (all-zero, all-one planes,
+    -128 x -128, …), then half per-slot mixtures of patterns, then uniformly random inputs."""
+    uniform = np.repeat(np.arange(N_PATTERNS)[:, None], n_slots, axis=1)
+    mixed = rng.integers(0, N_PATTERNS, (n, n_slots))
+    rand = np.full((n, n_slots), RANDOM)
+    rows = np.concatenate([uniform, mixed[: (n - N_PATTERNS) // 2], rand])
+    return rows[:n]
+
+
+@dataclass
+class Batch:
+    """Memory images for ``n`` calls, the register values they encode and the expected result."""
+    strides: list[int]
+    misalign: list[int]
+    buffers: list[np.ndarray]            # (n, size) uint8 per buffer, in parameter order
+    registers: dict[str, np.ndarray]     # spec input name → (n, bytes)
+    expected: np.ndarray                 # (n, size) of the writable buffer after the call
+
+
+def _pieces_in(lay: Layout, b: int) -> list:
+    return [p for s in (*lay.inputs.values(), *lay.outputs) for p in s.pieces if p.buffer == b]
+
+
+def _extent(lay: Layout, b: int, strides: list[int]) -> int:
+    """Bytes of buffer ``b`` the kernel may touch."""
+    return max(_start(p, strides, lay) + p.nbytes for p in _pieces_in(lay, b))
+
+
+def _row_bytes(lay: Layout, b: int) -> int:
+    """The smallest stride of buffer ``b``, in bytes."""
+    return max(p.offset + p.nbytes for p in _pieces_in(lay, b))
+
+
+def _read(buffers, slot: Slot, strides, lay: Layout) -> np.ndarray:
+    parts = [buffers[p.buffer][:, _start(p, strides, lay):_start(p, strides, lay) + p.nbytes] for p in slot.pieces]
+    return np.tile(np.concatenate(parts, axis=1), (1, slot.repeat))
+
+
+def _write(buffers, slot: Slot, strides, lay: Layout, data: np.ndarray) -> None:
+    pos = 0
+    for p in slot.pieces:
+        start = _start(p, strides, lay)
+        buffers[p.buffer][:, start:start + p.nbytes] = data[:, pos:pos + p.nbytes]
+        pos += p.nbytes
+
+
+def _start(p, strides, lay: Layout) -> int:
+    return p.row * strides[p.buffer] * lay.buffers[p.buffer].unit + p.offset
+
+
+def make_batch(spec, lay: Layout, patterns: np.ndarray, rng: np.random.Generator,
+               pad: list[int], misalign: list[int]) -> Batch:
+    """Pack inputs drawn from ``patterns`` (n, spec inputs) into buffers whose strides exceed the row
+    size by ``pad`` units, and compute the expected writable buffer from the spec's reference."""
+    n = len(patterns)
+    strides = [(-(-_row_bytes(lay, b) // buf.unit) + pad[b]) if buf.unit else 0 for b, buf in enumerate(lay.buffers)]
+    sizes = [_extent(lay, b, strides) + (GUARD_BYTES if buf.writable else 0) for b, buf in enumerate(lay.buffers)]
+    buffers = [rng.integers(0, 256, (n, size), dtype=np.uint8) for size in sizes]
+    doms = domains(spec)
+    for k, name in enumerate(spec.input_names):
+        slot = lay.inputs[name]
+        _write(buffers, slot, strides, lay, slot_bytes(doms[name], slot.nbytes, patterns[:, k], rng))
+    registers = {name: _read(buffers, lay.inputs[name], strides, lay) for name in spec.input_names}
+    ins = [NUMPY.from_bytes(registers[name], bits) for name, bits in zip(spec.input_names, spec.input_bits)]
+    outs = spec.reference(NUMPY, ins)
+    [w] = [b for b, buf in enumerate(lay.buffers) if buf.writable]
+    expected = [x.copy() for x in buffers]
+    for slot, value in zip(lay.outputs, outs):
+        result = NUMPY.to_bytes(value, n)
+        if lay.accumulate:
+            dtype = f"<u{lay.accumulate // 8}"
+            old = np.ascontiguousarray(_read(expected, slot, strides, lay)).view(dtype)
+            result = (old + np.ascontiguousarray(result).view(dtype)).view(np.uint8)
+        _write(expected, slot, strides, lay, result)
+    return Batch(strides, misalign, buffers, registers, expected[w])
+
+
+def random_layout_params(lay: Layout, rng: np.random.Generator) -> tuple[list[int], list[int]]:
+    """Stride padding per buffer and misalignments (multiples of the element size for typed buffers)."""
+    pad = [int(rng.integers(0, MAX_PAD)) for _ in lay.buffers]
+    misalign = [aligned_misalignment(b.pointee, int(rng.integers(0, MAX_PAD))) for b in lay.buffers]
+    return pad, misalign
+
+
+def aligned_misalignment(pointee: str, offset: int) -> int:
+    """``offset`` rounded down to the alignment C requires of ``pointee`` (bytes: any offset)."""
+    size = next((bits // 8 for bits in (16, 32, 64) if f"int{bits}_t" in pointee), 1)
+    return offset - offset % size
+
+
+# ---------------------------------------------------------------- machine
+class KernelDriver:
+    """One entry's emitted C, compiled with ``compiler`` into a stdin/stdout driver."""
+
+    def __init__(self, entry: dict, compiler: str = "gcc"):
+        self.entry, self.compiler = entry, compiler
+        self.model = kernel_model(entry)
+        self.spec, self.layout, self.isa = self.model["spec"], self.model["layout"], self.model["isa"]
+        self._binary: Path | None = None
+
+    def missing(self) -> str | None:
+        """Why this host cannot run the kernel, or None."""
+        for feature in self.model["features"]:
+            reason = host.missing(feature, self.isa.toolchain.runner)
+            if reason:
+                return reason
+        return None
+
+    def build(self) -> Path:
+        """The compiled driver (built once; raises EmitError / ToolchainError when it cannot be)."""
+        if self._binary is None:
+            self._binary = build(driver_source(self.entry), self.isa.name, self.compiler)
+        return self._binary
+
+    def run(self, batch: Batch) -> np.ndarray:
+        """The writable buffer after each call, (n, size)."""
+        n = len(batch.expected)
+        head = [n]
+        for b, x in enumerate(batch.buffers):
+            head += [batch.strides[b], x.shape[1], batch.misalign[b]]
+        records = np.concatenate(batch.buffers, axis=1)
+        payload = np.array(head, "<u4").tobytes() + np.ascontiguousarray(records).tobytes()
+        cmd = [*self.isa.toolchain.runner, str(self.build())]
+        try:
+            proc = subprocess.run(cmd, input=payload, capture_output=True, timeout=600)
+        except FileNotFoundError as e:
+            raise ToolchainError(f"cannot run {cmd[0]}: install {' '.join(self.isa.toolchain.apt_packages)}") from e
+        if proc.returncode != 0:
+            raise ToolchainError(f"driver exited with {proc.returncode}: {proc.stderr.decode()[-500:]}")
+        size = batch.expected.shape[1]
+        if len(proc.stdout) != n * size:
+            raise ToolchainError(f"driver wrote {len(proc.stdout)} bytes, expected {n * size}")
+        return np.frombuffer(proc.stdout, np.uint8).reshape(n, size)
+
+
+def first_mismatch(driver: KernelDriver, batch: Batch, got: np.ndarray) -> dict | None:
+    """The first call whose writable buffer differs from the expected one, as a report, else None."""
+    differs = np.any(got != batch.expected, axis=1)
+    if not differs.any():
+        return None
+    j = int(np.argmax(differs))
+    lay = driver.layout
+
+    def outputs(final):
+        buffers = [final if b.writable else x for b, x in zip(lay.buffers, batch.buffers)]
+        return {f"output{k}": _read(buffers, s, batch.strides, lay)[j].tobytes().hex() for k, s in enumerate(lay.outputs)}
+    return {"cache_key": driver.entry["cache_key"], "name": driver.entry["name"], "compiler": driver.compiler,
+            "mismatches": int(differs.sum()), "samples": len(got), "sample": j,
+            "inputs": {name: x[j].tobytes().hex() for name, x in batch.registers.items()},
+            "strides": batch.strides, "misalign": batch.misalign,
+            "first_differing_byte": int(np.argmax(got[j] != batch.expected[j])),
+            "got": outputs(got), "want": outputs(batch.expected)}
+
+
+def check_entry(entry: dict, compiler: str = "gcc", samples: int = 256, seed: int = 0,
+                batch_size: int = 4096) -> dict:
+    """Run ``samples`` edge-case and random inputs through the compiled kernel; a report row with
+    ``status`` passed / failed (mismatch, first one in ``first_mismatch``) / error (does not build)
+    / skipped (host cannot run it)."""
+    row = {"cache_key": entry.get("cache_key"), "name": entry.get("name"), "compiler": compiler,
+           "samples": 0, "mismatches": 0, "status": "passed", "reason": ""}
+    try:
+        driver = KernelDriver(entry, compiler)
+        reason = driver.missing()
+        if reason:
+            return dict(row, status="skipped", reason=reason)
+        driver.build()
+    except (EmitError, ToolchainError) as e:
+        return dict(row, status="error", reason=f"the kernel's C does not build: {e}")
+    rng = np.random.default_rng(seed)
+    patterns = sample_patterns(len(driver.spec.input_names), samples, rng)
+    for start in range(0, samples, batch_size):
+        pad, misalign = random_layout_params(driver.layout, rng)
+        batch = make_batch(driver.spec, driver.layout, patterns[start:start + batch_size], rng, pad, misalign)
+        try:
+            got = driver.run(batch)
+        except ToolchainError as e:
+            return dict(row, status="error", reason=f"the kernel does not run: {e}")
+        row["samples"] += len(got)
+        bad = first_mismatch(driver, batch, got)
+        if bad:
+            row["mismatches"] += bad["mismatches"]
+            row.setdefault("first_mismatch", bad)
+    if row["mismatches"]:
+        row.update(status="failed", reason=f"{row['mismatches']} of {row['samples']} calls differ from the spec")
+    return row
+
+
+# ---------------------------------------------------------------- commands
+def selected_entries(isa: str, configs: list[str] | None) -> list[dict]:
+    """Readable cache entries of ``isa`` (or all) whose name contains one of ``configs``."""
+    out = []
+    for path in cache.entries(cache.ROOT):
+        try:
+            entry = cache.read(path)
+        except cache.CacheError as e:
+            print(f"qsynth: skipping {e}", file=sys.stderr)
+            continue
+        if isa != "all" and entry["program"]["isa"] != isa:
+            continue
+        if configs and not any(c in entry["name"] for c in configs):
+            continue
+        out.append(entry)
+    return out
+
+
+def _none_selected(args) -> int:
+    print(f"qsynth: no cache entries match --isa {args.isa}"
+          + (f" --configs {' '.join(args.configs)}" if args.configs else ""), file=sys.stderr)
+    return 1
+
+
+def cmd_emit(args) -> int:
+    entries = selected_entries(args.isa, args.configs)
+    if not entries:
+        return _none_selected(args)
+    try:
+        manifest = emit_library(entries, args.output)
+    except EmitError as e:
+        print(f"qsynth: emit failed: {e}", file=sys.stderr)
+        return 1
+    for k in manifest["kernels"]:
+        print(f"{k['cache_key']}  {k['file']:<48} {k['function']}")
+    print(f"{len(manifest['kernels'])} kernels, {Path(args.output) / manifest['header']}, "
+          f"{Path(args.output) / 'manifest.json'}")
+    return 0
+
+
+def cmd_test_kernels(args) -> int:
+    entries = selected_entries(args.isa, args.configs)
+    if not entries:
+        return _none_selected(args)
+    rows = [check_entry(e, c, args.samples, args.seed) for e in entries for c in args.compilers]
+    if args.json:
+        print(json.dumps(rows, indent=1))
+    else:
+        for r in rows:
+            print(f"{r['cache_key']}  {r['name']:<44} {r['compiler']:<6} {r['samples']:>7} samples  {r['status']}"
+                  + (f" {r['reason']}" if r["status"] in ("failed", "skipped") else ""))
+            if r["status"] == "error":
+                print(f"  cache key {r['cache_key']}: {r['reason']}")
+            if "first_mismatch" in r:
+                print(f"  cache key {r['cache_key']}: first differing input "
+                      + json.dumps(r["first_mismatch"], indent=None))
+        counts = {s: sum(r["status"] == s for r in rows) for s in ("passed", "failed", "error", "skipped")}
+        print(f"{len(rows)} kernel builds: " + ", ".join(f"{v} {k}" for k, v in counts.items()))
+    return 1 if any(r["status"] in ("failed", "error") for r in rows) else 0
+
+
+def _compilers(text: str) -> list[str]:
+    names = [c for c in text.split(",") if c]
+    unknown = [c for c in names if c not in COMPILERS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"unknown compiler(s) {', '.join(unknown) or text!r}; "
+                                         f"accepted: {', '.join(COMPILERS)}")
+    return names
+
+
+def _samples(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer (>= 1), got {value}")
+    return value
+
+
+def add_parsers(subparsers, parser_class=None) -> None:
+    """Register ``emit`` and ``test-kernels`` on the ``qsynth`` sub-command parser. ``parser_class``
+    is the class nested sub-command parsers would use; these two commands have none (their parsers
+    come from ``subparsers``), it is accepted so every CLI module registers the same way."""
+    isas = (*ISA_NAMES, "all")
+    em = subparsers.add_parser("emit", help="write the C kernel library (headers + manifest.json)")
+    em.add_argument("--isa", choices=isas, default="all")
+    em.add_argument("--configs", nargs="+", metavar="NAME_SUBSTRING", help="only entries whose name contains one")
+    em.add_argument("-o", "--output", required=True, help="output directory")
+    em.set_defaults(run=cmd_emit)
+    tk = subparsers.add_parser("test-kernels", help="compile every emitted kernel and test it against its spec")
+    tk.add_argument("--isa", choices=isas, default="all")
+    tk.add_argument("--configs", nargs="+", metavar="NAME_SUBSTRING")
+    tk.add_argument("--samples", type=_samples, default=1000, help="inputs per kernel and compiler")
+    tk.add_argument("--compilers", type=_compilers, default=list(COMPILERS), help="comma-separated subset of gcc,clang")
+    tk.add_argument("--seed", type=int, default=0)
+    tk.add_argument("--json", action="store_true")
+    tk.set_defaults(run=cmd_test_kernels)

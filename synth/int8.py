@@ -1,0 +1,104 @@
+"""int8 dot-product kernels, synthesized in stages and assembled.
+
+* ``rows`` layout (NEON without dot product, the RFC's 4×4 pseudo-dot and QNN's int16 path):
+  ``dot``: (a_i, b_j, acc) → acc' with sum(lanes acc') = sum(lanes acc) + a_i·b_j — a relational
+  stage: how products land in acc's lanes is the synthesizer's choice (umull/umull2/uadalp, or
+  smull/smlal2); ``reduce``: (acc_i0 … acc_i,nr-1, c_i) → c_i + per-column lane sums (addp tree).
+* ``k4`` / ``k4b`` layouts (sdot/sudot by element, vpdpbusd, vpmaddubsw+vpmaddwd): ``row``:
+  (c_i, a_i…, b_0…) → c_i' exactly.
+* ``tile`` (AMX): ``tile``: (c, a, b) → c'.
+"""
+from __future__ import annotations
+
+from isa_specs.lanes import total
+from sketches import menus
+from sketches.linear import LinearSketch
+from synth.cegis import Problem
+from synth.ranges import LaneRange, linear_prover, precondition, sample
+from synth.spec import Int8Spec
+from synth.stages import Stage, StageUse
+
+
+def _problem(name, isa, names, bits, ranges, out_bits, spec, constants, observe=None):
+    problem = Problem(name, isa, names, bits, out_bits, spec,
+                      sample=lambda rng, n: sample(bits, ranges, constants, rng, n),
+                      pre=precondition(ranges, constants), observe=observe)
+    problem.fast_prove = linear_prover(problem, ranges, constants, [32] * len(out_bits) if not observe else [32])
+    return problem
+
+
+def _sub_spec(spec: Int8Spec, mr: int, nr: int) -> Int8Spec:
+    """The same layout restricted to ``mr`` rows and ``nr`` columns: the spec of one stage."""
+    return Int8Spec(spec.isa, spec.types, spec.layout, mr, nr, spec.k)
+
+
+def stages(spec: Int8Spec, isa) -> list[Stage]:
+    menu = menus.int8(spec.isa, spec.types)
+    consts = menu.get("constants", {})
+    cnames, cbits = list(consts), [spec.nr * 32 if spec.layout != "rows" else 128] * len(consts)
+    e = spec.elem_bits
+    by_name = dict(zip(spec.input_names, spec.lane_ranges()))
+    if spec.layout == "rows":
+        # dot: relational, acc of 4 int32 lanes (one Q register)
+        acc_bits = 128
+        names = ["a", "b", "acc", *cnames]
+        bits = [spec.k * e, spec.k * e, acc_bits, *cbits]
+        ranges = [by_name["a0"], by_name["b0"], None] + [None] * len(cnames)
+        cidx = {3 + i: v for i, v in enumerate(consts.values())}
+        one = _sub_spec(spec, 1, 1)
+
+        def dot_spec(B, x):
+            acc = B.lanes(x[2], 32)
+            a_b = one.reference(B, [x[0], x[1], B.const(0, 32)])[0]
+            return [total(B, [*acc, a_b])]
+        dot = _problem("dot", isa, names, bits, ranges, [acc_bits], dot_spec, cidx,
+                       observe=lambda B, outs: [total(B, B.lanes(outs[0], 32))])
+        red_names = [f"acc{j}" for j in range(spec.nr)] + ["c"]
+        red_bits = [acc_bits] * spec.nr + [spec.nr * 32]
+
+        def reduce_spec(B, x):
+            sums = [total(B, B.lanes(acc, 32)) for acc in x[:spec.nr]]
+            return [B.join([B.add(c, s) for c, s in zip(B.lanes(x[spec.nr], 32), sums)])]
+        reduce = _problem("reduce", isa, red_names, red_bits, [None] * len(red_names), [spec.nr * 32],
+                          reduce_spec, {})
+        return [Stage(dot, lambda n: LinearSketch(isa, menu["dot"], bits, n), range(1, 7), in_ranges=ranges),
+                Stage(reduce, lambda n: LinearSketch(isa, menu["reduce"], red_bits, n), range(1, 2 * spec.nr + 2),
+                      in_ranges=[None] * len(red_names))]
+    if spec.layout == "tile":
+        names, bits = spec.input_names + cnames, spec.input_bits + cbits
+        ranges = spec.lane_ranges() + [None] * len(cnames)
+        tile = _problem("tile", isa, names, bits, ranges, spec.output_bits, spec.reference, {})
+        return [Stage(tile, lambda n: LinearSketch(isa, menu["tile"], bits, n), range(1, 3), in_ranges=ranges)]
+    # k4 / k4b: one row of C per stage, instantiated mr times
+    one = _sub_spec(spec, 1, spec.nr)
+    names, bits = one.input_names + cnames, one.input_bits + cbits
+    ranges = one.lane_ranges() + [None] * len(cnames)
+    cidx = {len(one.input_names) + i: v for i, v in enumerate(consts.values())}
+    row = _problem("row", isa, names, bits, ranges, one.output_bits,
+                   lambda B, x: one.reference(B, x[:len(one.input_names)]), cidx)
+    return [Stage(row, lambda n: LinearSketch(isa, menu["row"], bits, n), range(1, 3 * spec.k // 4 + 3),
+                  in_ranges=ranges)]
+
+
+def assemble(spec: Int8Spec):
+    """(uses, output names, constants) of the whole tile."""
+    menu_consts = menus.int8(spec.isa, spec.types).get("constants", {})
+    bits = 128 if spec.layout == "rows" else spec.nr * 32
+    consts = {n: (v % (1 << bits), bits) for n, v in menu_consts.items()}
+    cn = list(consts)
+    if spec.layout == "tile":
+        return [StageUse("tile", [*spec.input_names, *cn], ["c_out"])], ["c_out"], consts
+    uses, outs = [], []
+    g = spec.k // 4
+    for i in range(spec.mr):
+        if spec.layout == "rows":
+            accs = []
+            for j in range(spec.nr):
+                uses.append(StageUse("dot", [f"a{i}", f"b{j}", "zero", *cn], [f"acc{i}_{j}"]))
+                accs.append(f"acc{i}_{j}")
+            uses.append(StageUse("reduce", [*accs, f"c{i}"], [f"c{i}_out"]))
+        else:
+            a = [f"a{i}"] if spec.layout == "k4" else [f"a{i}_{x}" for x in range(g)]
+            uses.append(StageUse("row", [*a, *[f"b{x}" for x in range(g)], f"c{i}", *cn], [f"c{i}_out"]))
+        outs.append(f"c{i}_out")
+    return uses, outs, consts
