@@ -70,7 +70,7 @@ def int8(isa: str, types: str) -> dict:
     if isa == "avx2" and types == "u8s8":
         return {"row": ops("vpdpbusd.ymm", "vpaddd.ymm")}
     if isa == "avx2" and types == "u7s8":
-        return {"constants": {"ones16": int.from_bytes(b"\x01\x00" * 16, "little")},
+        return {"constants": {"ones16": int.from_bytes(b"\x01\x00" * 16, "little")}, "multiplies_in_pairs": True,
                 "row": ops("vpmaddubsw.ymm", "vpmaddwd.ymm", "vpaddd.ymm", "vpaddw.ymm")}
     if isa == "amx":
         return {"tile": ops("tdpbusd.m16n16k64" if types == "u8s8" else "tdpbssd.m16n16k64")}

@@ -40,6 +40,7 @@ def _ranged_problem(name, isa, names, bits, ranges, out_bits, out_lane_bits, spe
     problem = Problem(name, isa, names, bits, out_bits, spec,
                       sample=lambda rng, n: sample(bits, ranges, constants, rng, n),
                       pre=precondition(ranges, constants))
+    problem.ranges, problem.constants = ranges, constants
     problem.fast_prove = linear_prover(problem, ranges, constants, out_lane_bits)
     return problem
 

@@ -48,6 +48,8 @@ class Problem:
     pre: Callable | None = None
     fast_prove: Callable | None = None
     observe: Callable | None = None
+    ranges: list | None = None           # per-input LaneRange (None: any bits), when described so
+    constants: dict = field(default_factory=dict)   # input index -> fixed value
 
     def run(self, B, program, inputs):
         """The program's outputs as the spec sees them."""

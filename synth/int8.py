@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from isa_specs.lanes import total
 from sketches import menus
+from sketches.chain import ChainSketch
 from sketches.linear import LinearSketch
 from synth.cegis import Problem
 from synth.ranges import LaneRange, linear_prover, precondition, sample
@@ -23,6 +24,7 @@ def _problem(name, isa, names, bits, ranges, out_bits, spec, constants, observe=
     problem = Problem(name, isa, names, bits, out_bits, spec,
                       sample=lambda rng, n: sample(bits, ranges, constants, rng, n),
                       pre=precondition(ranges, constants), observe=observe)
+    problem.ranges, problem.constants = ranges, constants
     problem.fast_prove = linear_prover(problem, ranges, constants, [32] * len(out_bits) if not observe else [32])
     return problem
 
@@ -68,7 +70,8 @@ def stages(spec: Int8Spec, isa) -> list[Stage]:
         names, bits = spec.input_names + cnames, spec.input_bits + cbits
         ranges = spec.lane_ranges() + [None] * len(cnames)
         tile = _problem("tile", isa, names, bits, ranges, spec.output_bits, spec.reference, {})
-        return [Stage(tile, lambda n: LinearSketch(isa, menu["tile"], bits, n), range(1, 3), in_ranges=ranges)]
+        return [Stage(tile, lambda n: ChainSketch(isa, menu["tile"], bits, names.index("c"), n), range(1, 3),
+                      in_ranges=ranges)]
     # k4 / k4b: one row of C per stage, instantiated mr times
     one = _sub_spec(spec, 1, spec.nr)
     names, bits = one.input_names + cnames, one.input_bits + cbits
@@ -76,8 +79,9 @@ def stages(spec: Int8Spec, isa) -> list[Stage]:
     cidx = {len(one.input_names) + i: v for i, v in enumerate(consts.values())}
     row = _problem("row", isa, names, bits, ranges, one.output_bits,
                    lambda B, x: one.reference(B, x[:len(one.input_names)]), cidx)
-    return [Stage(row, lambda n: LinearSketch(isa, menu["row"], bits, n), range(1, 3 * spec.k // 4 + 3),
-                  in_ranges=ranges)]
+    make = (lambda n: LinearSketch(isa, menu["row"], bits, n)) if menu.get("multiplies_in_pairs") else \
+        (lambda n: ChainSketch(isa, menu["row"], bits, names.index("c0"), n))
+    return [Stage(row, make, range(1, 3 * spec.k // 4 + 3), in_ranges=ranges)]
 
 
 def assemble(spec: Int8Spec):

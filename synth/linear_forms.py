@@ -157,11 +157,14 @@ class LinearBackend:
                 pending.append(f)
                 pending_w += f.w
                 if pending_w == w:
-                    total, offset = Lin.constant(0), 0
-                    for p in pending:
-                        total = total + _unsigned(p).scale(1 << offset)
-                        offset += p.w
-                    out.append((Field(w, total),))
+                    try:
+                        total, offset = Lin.constant(0), 0
+                        for p in pending:
+                            total = total + _unsigned(p).scale(1 << offset)
+                            offset += p.w
+                        out.append((Field(w, total),))
+                    except Unknown:         # keep the sub-fields: splitting the lane again stays exact
+                        out.append(tuple(pending))
                     pending, pending_w = [], 0
                 elif pending_w > w:
                     raise Unknown("misaligned lanes")

@@ -259,15 +259,19 @@ class Int8Spec:
         return [B.join([v for r in rows for v in r])] if self.layout == "tile" else [B.join(r) for r in rows]
 
     def lane_ranges(self):
-        """Per input, the domain the kernel is specified on (None: any bits)."""
+        """Per input, the domain the kernel is specified on: A and B elements as (un)signed lanes
+        (A broadcast per 32-bit group in the k4b layout), accumulators any bits."""
         from synth.ranges import LaneRange
-        a_hi = 127 if self.types == "u7s8" else 255
+        e = self.elem_bits
+        bounds = lambda signed: (-(1 << (e - 1)), (1 << (e - 1)) - 1) if signed else (0, (1 << e) - 1)
+        a_lo, a_hi = (0, 127) if self.types == "u7s8" else bounds(self.signed[0])
+        b_lo, b_hi = bounds(self.signed[1])
         out = []
         for name, _ in self.inputs:
-            if name.startswith("a") and self.layout == "k4b":
-                out.append(LaneRange(8, 0, a_hi, repeat=32))
-            elif name.startswith("a") and self.types == "u7s8":
-                out.append(LaneRange(8, 0, a_hi))
+            if name.startswith("a"):
+                out.append(LaneRange(e, a_lo, a_hi, repeat=32 if self.layout == "k4b" else 0))
+            elif name.startswith("b"):
+                out.append(LaneRange(e, b_lo, b_hi))
             else:
                 out.append(None)
         return out
