@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
-# The main job of README.md: install what is missing, then run qsynth end to end on this host.
+# The main job of README.md: install what is missing, then run qsynth end to end on this host:
+# check the instruction semantics against the machine (and qemu), load or synthesize the kernels,
+# re-prove the kernel library.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh
 for isa in neon avx2 avx512 amx; do
     qsynth isa list --isa "$isa" | head -n 1
-done
-for isa in neon avx2 avx512 amx; do
     qsynth isa check --isa "$isa" --samples 500 | tail -n 1
 done
+qsynth synth --isa neon --kernel bitserial --abits 1 --wbits 1 --encoding unipolar
+qsynth synth --isa neon --kernel bitserial --abits 1 --wbits 1 --encoding hybrid | head -n 1
+qsynth synth --isa neon --kernel int8 --types u8u8 | head -n 1
+qsynth synth --isa neon --kernel int8 --types s8s8 | head -n 1
+qsynth cache ls
+qsynth cache verify | tail -n 1

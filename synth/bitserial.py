@@ -69,7 +69,8 @@ def stages(spec: BitserialSpec, isa) -> list[Stage]:
                              [out_reg], [ob], reduce_spec)
     # NEON's addp halves the data in one instruction; x86 needs two shuffles and an add per pair
     x86 = spec.isa != "neon"
-    tree_shapes = [lv for _, lv in shapes(M, 1, max_each=0 if x86 else 2, max_length=3 if x86 else 1)]
+    tree_shapes = [lv for _, lv in shapes(M, 1, max_each=0 if x86 else 2, max_length=3 if x86 else 1)
+                   if not x86 or len({level.length for level in lv}) == 1]   # x86: one combinator length
     out.append(Stage(reduce, lambda i: TreeSketch(isa, menu["pair"], menu["each"], M, R, tree_shapes[i]),
                      range(len(tree_shapes)), out_ranges=[LaneRange(ob, 0, R)], in_ranges=reduce_ranges))
 

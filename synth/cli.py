@@ -149,6 +149,16 @@ def cmd_synth(args) -> int:
     return 0 if report["proved"] else 1
 
 
+def cmd_sweep(args) -> int:
+    from pathlib import Path
+    from synth.sweep import sweep
+    isas = ["neon", "avx2", "avx512", "amx"] if args.isa == "all" else args.isa.split(",")
+    rows = sweep(isas, args.jobs, args.timeout, Path(args.out))
+    bad = [r for r in rows if r["status"] != "proved"]
+    print(f"{len(rows)} kernels: {len(rows) - len(bad)} proved, {len(bad)} not; see {args.out}/synthesis.md")
+    return 1 if bad else 0
+
+
 # ---------------------------------------------------------------- cache
 def cmd_cache_ls(args) -> int:
     from synth import cache
@@ -232,6 +242,14 @@ def build_parser() -> argparse.ArgumentParser:
     sy.add_argument("--no-cache", action="store_true", help="neither read nor write the kernel cache")
     sy.add_argument("--json", action="store_true")
     sy.set_defaults(run=cmd_synth)
+
+    sw = sub.add_parser("sweep", help="offline synthesis of every configuration, filling the cache")
+    sw.add_argument("--isa", default="all", help="all, or a comma-separated list of neon, avx2, avx512, amx")
+    sw.add_argument("--configs", default="all", choices=("all",))
+    sw.add_argument("-j", "--jobs", type=_positive, default=2)
+    sw.add_argument("--timeout", type=_positive_float, default=900.0, help="seconds per kernel")
+    sw.add_argument("--out", default="benchmarks")
+    sw.set_defaults(run=cmd_sweep)
 
     cache = sub.add_parser("cache", help="the kernel library").add_subparsers(
         dest="cache_command", required=True, parser_class=_Parser)

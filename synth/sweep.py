@@ -1,0 +1,78 @@
+"""The offline synthesis run: every configuration per ISA, in worker processes, filling the cache
+and writing ``benchmarks/synthesis.json`` and ``benchmarks/synthesis.md``."""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+
+from tqdm import tqdm
+
+from synth.spec import BITSERIAL_TILES, ENCODINGS, INT8_TILES, BitserialSpec, Int8Spec
+
+# The paper's Table 2 (CGO 2020, Cortex-A53 NEON, 8x8·8x1 tiles): instructions and synthesis seconds.
+PAPER = {"a1w1": (24, 17.2), "a2w2": (None, 158.3)}
+
+
+def configs(isas: list[str]) -> list:
+    out = []
+    for isa in isas:
+        if isa in BITSERIAL_TILES:
+            out += [BitserialSpec.for_isa(isa, a, w, e) for e in ENCODINGS for a in (1, 2, 3) for w in (1, 2, 3)]
+        out += [Int8Spec.for_isa(i, t) for i, t in INT8_TILES if i == isa]
+    return out
+
+
+def _run(spec, timeout):
+    from synth.kernel import kernel
+    from synth.stages import SynthesisFailed
+    try:
+        entry, cached = kernel(spec, timeout=timeout)
+    except SynthesisFailed as e:
+        return {"name": spec.name, "status": "failed", "reason": str(e)}
+    return {"name": spec.name, "status": "proved" if entry["proof"]["proved"] else "unproved",
+            "length": entry["length"], "cycles": entry["cycles"], "cache_key": entry.get("cache_key"),
+            "from_cache": cached, **entry["timings"]}
+
+
+def sweep(isas: list[str], jobs: int, timeout: float, out_dir: Path) -> list[dict]:
+    specs = configs(isas)
+    rows = []
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        futures = {pool.submit(_run, s, timeout): s for s in specs}
+        for f in tqdm(as_completed(futures), total=len(futures), desc="synthesis", unit="kernel"):
+            rows.append(f.result())
+    rows.sort(key=lambda r: r["name"])
+    _write(out_dir / "synthesis.json", json.dumps(rows, indent=1) + "\n")
+    _write(out_dir / "synthesis.md", markdown(rows))
+    return rows
+
+
+def markdown(rows: list[dict]) -> str:
+    lines = ["# Synthesis sweep", "",
+             "Produced by `qsynth sweep`; times are wall seconds of synthesis + proof on this machine "
+             "(entries loaded from the cache show the times recorded when they were synthesized).", "",
+             "| kernel | status | instructions | synth s | verify s | wall s | est. cycles | paper (instr, s) |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        key = r["name"].split("_")[1] if r["name"].startswith("bitserial") and "unipolar" in r["name"] and \
+            r["name"].endswith("neon") else None
+        paper = PAPER.get(key, None)
+        cyc = ", ".join(f"{u} {c:g}" for u, c in r.get("cycles", {}).items())
+        lines.append(f"| {r['name']} | {r['status']} | {r.get('length', '')} | {r.get('synth_seconds', '')} | "
+                     f"{r.get('verify_seconds', '')} | {r.get('wall_seconds', '')} | {cyc} | "
+                     f"{paper if paper else ''} |")
+    failed = [r for r in rows if r["status"] != "proved"]
+    if failed:
+        lines += ["", "Not synthesized:", ""] + [f"- {r['name']}: {r.get('reason', r['status'])}" for r in failed]
+    return "\n".join(lines) + "\n"
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)

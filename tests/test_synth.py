@@ -1,0 +1,130 @@
+"""Synthesis engine: specs against independent numpy references, proofs that refuse wrong programs,
+fresh synthesis of the A1W1 NEON kernel, the committed cache re-proved, tamper detection, CLI errors."""
+import json
+import shutil
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from isa_specs import get_isa
+from isa_specs.lanes import NUMPY
+from sketches.program import Instr, Op, Program
+from synth import bitserial, cache
+from synth.kernel import spec_from_key, synthesize, verify
+from synth.proof import prove_equal
+from synth.spec import BitserialSpec, Int8Spec
+
+pytestmark = pytest.mark.solver
+
+
+def _bits(arrays, bits):
+    return [NUMPY.from_bytes(a, b) for a, b in zip(arrays, bits)]
+
+
+@pytest.mark.parametrize("abits,wbits,encoding", [(1, 1, "unipolar"), (2, 3, "unipolar"), (1, 1, "hybrid"), (3, 2, "hybrid")])
+def test_bitserial_reference_matches_unpackbits(abits, wbits, encoding):
+    spec = BitserialSpec.for_isa("neon", abits, wbits, encoding)
+    rng = np.random.default_rng(abits * 10 + wbits)
+    arrays = [rng.integers(0, 256, (64, 16), dtype=np.uint8) for _ in spec.input_names]
+    got = NUMPY.to_bytes(spec.reference(NUMPY, _bits(arrays, spec.input_bits))[0], 64).view("<u2")
+    bits = {n: np.unpackbits(a, axis=1).astype(np.int64) for n, a in zip(spec.input_names, arrays)}
+    for i in range(spec.rows):
+        want = np.zeros(64, np.int64)
+        for j in range(wbits):
+            w = bits[f"w{j}_{i}"] if encoding == "unipolar" else 2 * bits[f"w{j}_{i}"] - 1
+            for k in range(abits):
+                want += (w * bits[f"a{k}"]).sum(axis=1) << (j + k)
+        assert np.array_equal(got[:, i], want % 65536)
+
+
+@pytest.mark.parametrize("isa,types", [("neon", "u8u8"), ("neon", "s8s8"), ("neon", "u8s8"), ("avx512", "u8s8"),
+                                       ("amx", "u8s8")])
+def test_int8_reference_matches_matmul(isa, types):
+    spec = Int8Spec.for_isa(isa, types)
+    from synth.stages import kernel_inputs
+    from synth.ranges import sample
+    names, bits, ranges, cidx = kernel_inputs(spec, {})
+    arrays = sample(bits, ranges, cidx, np.random.default_rng(0), 16)
+    A, B, C = spec.matrices(NUMPY, _bits(arrays, bits))
+    val = lambda x, signed: (x.v.astype(np.int64) ^ (1 << 7)) - (1 << 7) if signed else x.v.astype(np.int64)
+    sa, sb = spec.signed
+    a = np.stack([[val(x, sa) for x in row] for row in A])          # mr, k, n
+    b = np.stack([[val(x, sb) for x in col] for col in B])          # nr, k, n
+    c = np.stack([[x.v.astype(np.int64) for x in row] for row in C])
+    want = (c + np.einsum("ikn,jkn->ijn", a, b)) % 2**32
+    outs = spec.reference(NUMPY, _bits(arrays, bits))
+    got = np.concatenate([NUMPY.to_bytes(o, 16).view("<u4") for o in outs], axis=1).T.reshape(spec.mr, spec.nr, 16)
+    assert np.array_equal(got, want)
+
+
+def test_fresh_neon_a1w1_is_24_instructions_proved_and_minimal():
+    entry = synthesize(BitserialSpec.for_isa("neon", 1, 1, "unipolar"), timeout=120)
+    assert entry["proof"]["proved"] and entry["length"] <= 24
+    assert entry["proof"]["random_mismatches"] == 0
+    compute = entry["stages"]["compute"]["minimality"]
+    assert [e["status"] for e in compute] == ["unsat", "found"]      # no 1-instruction compute exists
+    assert all(e["status"] == "unsat" for e in entry["stages"]["reduce"]["minimality"][:-1])
+
+
+def test_reduction_prover_refuses_a_wrong_program_and_z3_finds_the_counterexample():
+    spec = BitserialSpec.for_isa("neon", 1, 1, "unipolar")
+    isa = get_isa("neon")
+    reduce = {s.problem.name: s for s in bitserial.stages(spec, isa)}["reduce"].problem
+    # the right reduction except that rows 0 and 1 trade places: every lane sum is plausible, two are wrong
+    body = [Instr(Op("addp.16b"), (1, 0)), Instr(Op("addp.16b"), (2, 3)), Instr(Op("addp.16b"), (4, 5)),
+            Instr(Op("addp.16b"), (6, 7)), Instr(Op("addp.16b"), (8, 9)), Instr(Op("addp.16b"), (10, 11)),
+            Instr(Op("addp.16b"), (12, 13)), Instr(Op("uaddlp.8h"), (14,))]
+    wrong = Program("neon", tuple(reduce.input_names), tuple(reduce.input_bits), tuple(body), (15,))
+    assert reduce.fast_prove(wrong) is None
+    ob, cex = prove_equal(reduce, wrong, time.monotonic() + 60)
+    assert ob.result == "refuted" and cex is not None
+
+
+@pytest.mark.parametrize("path", cache.entries(), ids=lambda p: p.stem)
+def test_committed_cache_entry_reproves(path):
+    results = verify(cache.read(path))
+    assert all(r["result"] in ("proved", "passed") for r in results), results
+
+
+def test_tampered_entry_is_detected_and_named(tmp_path):
+    src = cache.entries()[0]
+    dst = tmp_path / src.name
+    shutil.copy(src, dst)
+    text = dst.read_text()
+    dst.write_text(text.replace('"length": ', '"length": 1', 1))
+    with pytest.raises(cache.CacheError, match=src.stem):
+        cache.read(dst)
+    with pytest.raises(cache.CacheError, match=src.stem):
+        cache.lookup(json.loads(text)["key"], tmp_path)          # a tampered entry is never used
+
+
+def test_concurrent_writers_leave_valid_entries(tmp_path):
+    entry = cache.read(cache.entries()[0])
+    code = ("import json,sys; from pathlib import Path; from synth import cache; "
+            f"e=json.load(open({str(cache.entries()[0])!r})); [cache.store(e, Path(sys.argv[1])) for _ in range(20)]")
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path)]) for _ in range(4)]
+    assert all(p.wait() == 0 for p in procs)
+    [path] = cache.entries(tmp_path)
+    assert cache.read(path)["program"] == entry["program"]
+    assert not list(tmp_path.glob(".tmp-*"))
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--abits", "0"], "--abits must be 1, 2 or 3, got 0"),
+    (["--abits", "9"], "--abits must be 1, 2 or 3, got 9"),
+    (["--isa", "amx"], "bitserial kernels exist for"),
+    (["--timeout", "0.001", "--abits", "2", "--wbits", "3"], "synthesis failed within --timeout"),
+])
+def test_cli_bad_input_one_line_error_nothing_written(argv, needle, tmp_path):
+    args = ["--isa", "neon", "--kernel", "bitserial", *argv]
+    if argv[0] == "--isa":
+        args = ["--kernel", "bitserial", *argv]
+    before = sorted(p.name for p in cache.entries())
+    proc = subprocess.run([sys.executable, "-m", "synth.cli", "synth", *args], capture_output=True, text=True,
+                          env={**__import__("os").environ, "QSYNTH_CACHE": str(tmp_path)})
+    assert proc.returncode == 2
+    assert needle in proc.stderr and proc.stderr.count("\n") == 1
+    assert not list(tmp_path.glob("*.json")) and sorted(p.name for p in cache.entries()) == before
