@@ -153,7 +153,11 @@ def cmd_sweep(args) -> int:
     from pathlib import Path
     from synth.sweep import sweep
     isas = ["neon", "avx2", "avx512", "amx"] if args.isa == "all" else args.isa.split(",")
-    rows = sweep(isas, args.jobs, args.timeout, Path(args.out))
+    unknown = sorted(set(isas) - {"neon", "avx2", "avx512", "amx"})
+    if unknown:
+        raise UsageError(f"unknown ISA(s) {', '.join(unknown)}; accepted: all, neon, avx2, avx512, amx")
+    wanted = None if args.configs == "all" else args.configs.split(",")
+    rows = sweep(isas, args.jobs, args.timeout, Path(args.out), wanted)
     bad = [r for r in rows if r["status"] != "proved"]
     print(f"{len(rows)} kernels: {len(rows) - len(bad)} proved, {len(bad)} not; see {args.out}/synthesis.md")
     return 1 if bad else 0
@@ -245,11 +249,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     sw = sub.add_parser("sweep", help="offline synthesis of every configuration, filling the cache")
     sw.add_argument("--isa", default="all", help="all, or a comma-separated list of neon, avx2, avx512, amx")
-    sw.add_argument("--configs", default="all", choices=("all",))
+    sw.add_argument("--configs", default="all",
+                    help="all, or comma-separated substrings of kernel names (e.g. a1w1,int8)")
     sw.add_argument("-j", "--jobs", type=_positive, default=2)
     sw.add_argument("--timeout", type=_positive_float, default=900.0, help="seconds per kernel")
     sw.add_argument("--out", default="benchmarks")
     sw.set_defaults(run=cmd_sweep)
+
+    from synth import emit_cli
+    emit_cli.add_parsers(sub, _Parser)
 
     cache = sub.add_parser("cache", help="the kernel library").add_subparsers(
         dest="cache_command", required=True, parser_class=_Parser)

@@ -303,7 +303,7 @@ def _input_steps(program: Program, isa, lay: Layout, constants: dict, live: set[
         var = _PREFIX + name
         if name in constants:
             mem = _memory(isa.name, bits)
-            data = list(int(constants[name], 16).to_bytes(bits // 8, "little"))
+            data = list(constant_bytes(constants[name], bits))
             steps.append(Step("const", var, mem.ctype, fields={"data": data, "mem": mem}))
             types[r] = CType.parse(mem.ctype)
             continue
@@ -402,9 +402,16 @@ def kernel_model(entry: dict) -> dict:
             "convention": CALLING_CONVENTION[lay.kind]}
 
 
+def constant_bytes(constant: dict, bits: int) -> bytes:
+    """A cache entry's constant (``{"value": hex, "bits": n}``) as the little-endian register bytes."""
+    if constant["bits"] != bits:
+        raise EmitError(f"constant of {constant['bits']} bits feeds a {bits}-bit program input")
+    return int(constant["value"], 16).to_bytes(bits // 8, "little")
+
+
 def domain(spec) -> list[str]:
     """The spec's input preconditions in words (lane ranges narrower than the lane type)."""
-    ranges = spec.lane_ranges() if hasattr(spec, "lane_ranges") else []
+    ranges = spec.lane_ranges()
     groups: dict[tuple, list[str]] = {}
     for name, r in zip(spec.input_names, ranges):
         if r is not None and r.hi - r.lo < (1 << r.lane_bits) - 1:       # not every value of the lane

@@ -51,7 +51,8 @@ class Domain:
             b = self.lane_bits
             values = [0, 1, mask(b), mask(b - 1), 1 << (b - 1), (1 << (b - 1)) + 1, mask(b) - 1]
         else:
-            candidates = [self.lo, self.hi, 0, 1, -1, self.lo + 1, self.hi - 1, (self.lo + self.hi) // 2]
+            mid = (self.lo + self.hi + 1) // 2                 # 128 for bytes: the sign bit
+            candidates = [self.lo, self.hi, 0, 1, -1, mid, self.lo + 1, self.hi - 1]
             inside = list(dict.fromkeys(v for v in candidates if self.lo <= v <= self.hi))
             values = [inside[i % len(inside)] for i in range(N_EDGES)]
         return [v & mask(self.lane_bits) for v in values]
@@ -60,7 +61,7 @@ class Domain:
 def domains(spec) -> dict[str, Domain]:
     """Per spec input: its lanes' domain (``spec.lane_ranges()`` where the spec restricts them; int8
     accumulators have 32-bit edge values, everything else byte ones)."""
-    ranges = spec.lane_ranges() if hasattr(spec, "lane_ranges") else [None] * len(spec.input_names)
+    ranges = spec.lane_ranges()
     out = {}
     for name, r in zip(spec.input_names, ranges):
         if r is not None:

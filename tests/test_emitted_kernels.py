@@ -1,0 +1,282 @@
+"""Every kernel in the cache (and the hand-written programs of helpers_kernels.py, one per emission
+path), emitted as C, compiled (gcc and clang) and run on the machine (natively on x86, under qemu for
+NEON) through its documented calling convention, against the numpy reference of its spec: edge cases
+and random inputs, then hypothesis-driven batches. A deliberately wrong program must be caught and
+reported with its cache key."""
+from __future__ import annotations
+
+import argparse
+import copy
+import functools
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from isa_specs import get_isa
+from isa_specs.check import ToolchainError
+from isa_specs.lanes import NUMPY
+from sketches.program import Op, Program
+from synth import cache, emit_cli
+from synth.emit import (EmitError, compiler_command, constant_bytes, emit_entry, emit_library, emit_llvm_ir,
+                        function_name, layout)
+from synth.emit_cli import (MAX_PAD, N_PATTERNS, KernelDriver, aligned_misalignment, check_entry, first_mismatch,
+                            make_batch, random_layout_params, sample_patterns)
+from synth.kernel import spec_from_key
+from synth.spec import BitserialSpec, Int8Spec
+
+from helpers_kernels import HANDWRITTEN
+
+EDGE_SAMPLES = 200          # per kernel and compiler in the default suite; `qsynth test-kernels` scales up
+
+
+def _entries() -> list[dict]:
+    out = []
+    for path in cache.entries():
+        try:
+            out.append(cache.read(path))
+        except cache.CacheError:
+            continue                     # reported by `qsynth cache verify`
+    return out
+
+
+ENTRIES = _entries()
+KERNELS = ENTRIES + HANDWRITTEN
+KERNEL_IDS = [f"{e['name']}-{e['key']['cost']}" for e in KERNELS]
+ONE_PER_KIND = list({(e["program"]["isa"], e["spec"]["kind"]): e for e in reversed(KERNELS)}.values())
+KIND_IDS = [f"{e['program']['isa']}-{e['spec']['kind']}" for e in ONE_PER_KIND]
+
+
+@functools.cache
+def _driver(cache_key: str, compiler: str) -> KernelDriver:
+    entry = next(e for e in KERNELS if e["cache_key"] == cache_key)
+    return KernelDriver(entry, compiler)
+
+
+def _runnable(entry: dict, compiler: str) -> KernelDriver:
+    """The entry's driver, or a skip naming what this host lacks (CPU feature, qemu, compiler)."""
+    driver = _driver(entry["cache_key"], compiler)
+    reason = driver.missing()
+    if reason:
+        pytest.skip(reason)
+    cc = compiler_command(driver.isa.name, compiler)[0]
+    if not shutil.which(cc):
+        pytest.skip(f"{cc} not installed")
+    return driver
+
+
+# ---------------------------------------------------------------- every kernel
+@pytest.mark.parametrize("compiler", ["gcc", "clang"])
+@pytest.mark.parametrize("entry", KERNELS, ids=KERNEL_IDS)
+def test_kernel_matches_spec_on_edge_cases_and_random_inputs(entry, compiler):
+    _runnable(entry, compiler)
+    row = check_entry(entry, compiler, samples=EDGE_SAMPLES, seed=0)
+    assert row["status"] == "passed", row
+
+
+@pytest.mark.parametrize("entry", KERNELS, ids=KERNEL_IDS)
+@settings(max_examples=8, deadline=None)
+@given(data=st.data())
+def test_kernel_matches_spec_property(entry, data):
+    """Hypothesis chooses, per call and input register, an edge pattern (every lane 0, 1, all ones,
+    signed max/min…), per-lane edge mixtures or random lanes of the spec's domain, plus stride padding
+    and misalignment. gcc only, one process per example: clang builds get the edge-case test above."""
+    driver = _runnable(entry, "gcc")
+    lay, n_slots = driver.layout, len(driver.spec.input_names)
+    n = data.draw(st.integers(1, 12), label="calls")
+    patterns = np.array(data.draw(st.lists(st.lists(st.integers(0, N_PATTERNS - 1), min_size=n_slots,
+                                                    max_size=n_slots), min_size=n, max_size=n), label="patterns"))
+    pad = [data.draw(st.integers(0, MAX_PAD - 1), label=f"pad {b.name}") for b in lay.buffers]
+    misalign = [data.draw(st.integers(0, MAX_PAD - 1), label=f"misalign {b.name}") for b in lay.buffers]
+    misalign = [aligned_misalignment(b.pointee, m) for m, b in zip(misalign, lay.buffers)]
+    rng = np.random.default_rng(data.draw(st.integers(0, 2 ** 32 - 1), label="seed"))
+    batch = make_batch(driver.spec, lay, patterns, rng, pad, misalign)
+    assert first_mismatch(driver, batch, driver.run(batch)) is None
+
+
+# ---------------------------------------------------------------- wrong programs are caught
+def _program_outputs(entry: dict, program: Program, registers: dict, n: int) -> list[np.ndarray]:
+    spec = spec_from_key(entry["spec"])
+    ins = [NUMPY.from_bytes(registers[name], bits) for name, bits in zip(spec.input_names, spec.input_bits)]
+    for name, bits in zip(program.inputs[len(ins):], program.input_bits[len(ins):]):
+        value = np.frombuffer(constant_bytes(entry["constants"][name], bits), np.uint8)
+        ins.append(NUMPY.from_bytes(np.tile(value, (n, 1)), bits))
+    return [NUMPY.to_bytes(x, n) for x in program.run(NUMPY, get_isa(program.isa), ins)]
+
+
+def _mutations(program: Program):
+    """Programs one edit away: an opcode swapped for another form of the same register widths
+    (``and`` → ``eor``, ``sdot`` → ``udot``, ``tdpbusd`` → ``tdpbssd``…), then two operands swapped."""
+    isa = get_isa(program.isa)
+
+    def widths(form):
+        return [op.ctype.bits for op in form.registers], form.result.bits
+
+    def edited(k, op, args):
+        body = list(program.body)
+        body[k] = type(body[k])(op, args)
+        return Program(program.isa, program.inputs, program.input_bits, tuple(body), program.outputs)
+
+    for k in reversed(range(len(program.body))):
+        ins = program.body[k]
+        _, form = isa.forms[ins.op.form_id]
+        for fid, (_, other) in isa.forms.items():
+            if fid != ins.op.form_id and widths(other) == widths(form) and \
+                    (ins.op.imm in other.imm if other.imm else ins.op.imm is None):
+                yield edited(k, Op(fid, ins.op.imm), ins.args)
+    for k in reversed(range(len(program.body))):
+        args = program.body[k].args
+        for i in range(len(args)):
+            for j in range(i + 1, len(args)):
+                if args[i] != args[j]:
+                    swapped = list(args)
+                    swapped[i], swapped[j] = args[j], args[i]
+                    yield edited(k, program.body[k].op, tuple(swapped))
+
+
+def mutate(entry: dict) -> dict:
+    """The entry with a one-edit program (see ``_mutations``) that still emits and whose numpy
+    evaluation differs from the original's on spec-domain inputs: a deliberately wrong kernel."""
+    program = Program.from_json(entry["program"])
+    spec = spec_from_key(entry["spec"])
+    rng = np.random.default_rng(0)
+    batch = make_batch(spec, layout(spec), sample_patterns(len(spec.input_names), 64, rng), rng,
+                       *random_layout_params(layout(spec), rng))
+    original = _program_outputs(entry, program, batch.registers, 64)
+    for mutated in _mutations(program):
+        candidate = dict(copy.deepcopy(entry), program=mutated.to_json())
+        try:
+            emit_entry(candidate)
+        except EmitError:
+            continue
+        got = _program_outputs(entry, mutated, batch.registers, 64)
+        if any(np.any(g != o) for g, o in zip(got, original)):
+            return candidate
+    raise AssertionError(f"no one-edit mutation changes {entry['name']}")
+
+
+@pytest.mark.parametrize("entry", ONE_PER_KIND, ids=KIND_IDS)
+def test_wrong_program_is_caught(entry):
+    _runnable(entry, "gcc")
+    row = check_entry(mutate(entry), "gcc", samples=64)
+    assert row["status"] == "failed", row
+    assert row["first_mismatch"]["cache_key"] == entry["cache_key"]
+
+
+def _stored(entry: dict, root) -> str:
+    """Store ``entry`` (program possibly changed) as a valid cache entry under ``root``; its key."""
+    plain = {k: v for k, v in entry.items() if k not in ("cache_key", "content_hash", "format")}
+    return cache.read(cache.store(plain, root))["cache_key"]
+
+
+def _run_cli(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="qsynth")
+    emit_cli.add_parsers(parser.add_subparsers(dest="command", required=True), argparse.ArgumentParser)
+    args = parser.parse_args(argv)
+    return args.run(args)
+
+
+def test_cli_reports_cache_key_of_wrong_and_unbuildable_kernels(tmp_path, monkeypatch, capsys):
+    entry = next((e for e in ONE_PER_KIND if not _driver(e["cache_key"], "gcc").missing()), None)
+    if entry is None:
+        pytest.skip("no cached kernel runs on this host")
+    wrong = _stored(mutate(entry), tmp_path)
+    broken = copy.deepcopy(entry)
+    broken["key"] = dict(broken["key"], cost="latency")          # another cache key, same spec
+    broken["program"]["body"][0][0] = "no_such_instruction.16b"
+    unbuildable = _stored(broken, tmp_path)
+    monkeypatch.setattr(cache, "ROOT", tmp_path)
+    assert _run_cli(["test-kernels", "--samples", "40"]) == 1
+    out = capsys.readouterr().out
+    assert f"cache key {wrong}: first differing input" in out
+    assert f"cache key {unbuildable}: the kernel's C does not build" in out
+
+
+@pytest.mark.parametrize("entry", ONE_PER_KIND, ids=KIND_IDS)
+def test_emit_rejects_ill_typed_programs(entry):
+    """The instruction computing the output replaced by an unknown form, or by a form whose operand
+    widths differ: emission refuses, naming the problem, instead of writing C that may compile."""
+    program = Program.from_json(entry["program"])
+    k = program.outputs[0] - len(program.inputs)
+    unknown = copy.deepcopy(entry)
+    unknown["program"]["body"][k][0] = "no_such_instruction.16b"
+    with pytest.raises(EmitError, match="not a .* instruction form"):
+        emit_entry(unknown)
+    isa = get_isa(program.isa)
+    _, form = isa.forms[program.body[k].op.form_id]
+    widths = [r.ctype.bits for r in form.registers]
+    other = next(str(Op(fid, f.imm[0] if f.imm else None)) for fid, (_, f) in isa.forms.items()
+                 if len(f.registers) == len(widths) and [r.ctype.bits for r in f.registers] != widths)
+    narrowed = copy.deepcopy(entry)
+    narrowed["program"]["body"][k][0] = other
+    with pytest.raises(EmitError, match="width mismatch"):
+        emit_entry(narrowed)
+
+
+# ---------------------------------------------------------------- library, header, IR
+def test_emit_library_header_compiles_for_every_isa(tmp_path):
+    manifest = emit_library(KERNELS, tmp_path)
+    assert len(manifest["kernels"]) == len({k["function"] for k in manifest["kernels"]}) == len(KERNELS)
+    for k in manifest["kernels"]:
+        assert (tmp_path / k["file"]).exists() and k["calling_convention"]
+    (tmp_path / "use.c").write_text('#include "qsynth_kernels.h"\nint main(void) { return 0; }\n')
+    isas = {k["isa"] for k in manifest["kernels"]}
+    for isa_name in ("neon", "avx2", "avx512", "amx"):
+        if isa_name not in isas:
+            continue
+        cmd = compiler_command(isa_name, "gcc")
+        if not shutil.which(cmd[0]):
+            continue
+        proc = subprocess.run([*cmd, "-Wall", "-Werror", "-fsyntax-only", "-I", str(tmp_path), str(tmp_path / "use.c")],
+                              capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("entry", ONE_PER_KIND, ids=KIND_IDS)
+def test_llvm_ir_keeps_the_extern_wrapper(entry):
+    if not shutil.which("clang"):
+        pytest.skip("clang not installed")
+    try:
+        ir = emit_llvm_ir(entry)
+    except ToolchainError as e:
+        pytest.fail(str(e))
+    fn = f"{function_name(entry)}_extern"
+    assert f"@{fn}(" in ir and "define" in ir
+    triple = "aarch64" if entry["program"]["isa"] == "neon" else "x86_64"
+    assert f'target triple = "{triple}' in ir
+
+
+def test_bitserial_layout_is_the_documented_convention():
+    """Plane j of weight row i at w + (j*rows + i)*w_stride, activation plane k at a + k*a_stride,
+    rows lanes of out_bits added to out (signed lanes for hybrid)."""
+    spec = BitserialSpec("neon", 2, 3, "hybrid", 8, 128, 16)
+    lay = layout(spec)
+    assert [b.name for b in lay.buffers] == ["w", "a", "out"] and lay.buffers[2].pointee == "int16_t"
+    [piece] = lay.inputs["w2_5"].pieces
+    assert (lay.buffers[piece.buffer].name, piece.row, piece.offset, piece.nbytes) == ("w", 2 * 8 + 5, 0, 16)
+    [piece] = lay.inputs["a1"].pieces
+    assert (lay.buffers[piece.buffer].name, piece.row, piece.nbytes) == ("a", 1, 16)
+    assert lay.accumulate == 16 and lay.outputs[0].nbytes == 16
+
+
+def _where(lay, slot):
+    return [(lay.buffers[p.buffer].name, p.row, p.offset, p.nbytes) for p in slot.pieces], slot.repeat
+
+
+def test_int8_layouts_are_the_documented_convention():
+    """rows: a{i}/b{j} = row i of A / row j of B (int16 elements for s16); k4: b{g} = nr*4 packed bytes
+    at b + g*b_stride; k4b: a{i}_{g} = A[i][4g..4g+3] broadcast; tile: whole row-major tiles; c rows
+    at c + i*c_stride int32 (stride unit 4 bytes), stored back as the outputs."""
+    rows = layout(Int8Spec("neon", "s16", "rows", 4, 4, 8))
+    assert _where(rows, rows.inputs["a2"]) == ([("a", 2, 0, 16)], 1)
+    assert _where(rows, rows.inputs["b3"]) == ([("b", 3, 0, 16)], 1)
+    k4 = layout(Int8Spec("neon", "s8s8", "k4", 4, 4, 16))
+    assert _where(k4, k4.inputs["b3"]) == ([("b", 3, 0, 16)], 1)
+    assert [b.unit for b in k4.buffers] == [1, 1, 4] and k4.outputs == tuple(k4.inputs[f"c{i}"] for i in range(4))
+    k4b = layout(Int8Spec("avx512", "u8s8", "k4b", 4, 16, 8))
+    assert _where(k4b, k4b.inputs["a1_1"]) == ([("a", 1, 4, 4)], 16)
+    tile = layout(Int8Spec("amx", "u8s8", "tile", 16, 16, 64))
+    assert _where(tile, tile.inputs["b"]) == ([("b", r, 0, 64) for r in range(16)], 1)
+    assert _where(tile, tile.outputs[0]) == ([("c", r, 0, 64) for r in range(16)], 1)
