@@ -3,6 +3,7 @@ and writing ``benchmarks/synthesis.json`` and ``benchmarks/synthesis.md``."""
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import tempfile
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -37,10 +38,11 @@ def _run(spec, timeout):
             "from_cache": cached, **entry["timings"]}
 
 
-def sweep(isas: list[str], jobs: int, timeout: float, out_dir: Path) -> list[dict]:
-    specs = configs(isas)
+def sweep(isas: list[str], jobs: int, timeout: float, out_dir: Path, wanted: list[str] | None = None) -> list[dict]:
+    specs = [s for s in configs(isas) if wanted is None or any(w in s.name for w in wanted)]
     rows = []
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
+    # spawn, not fork: a forked child can inherit locks held by the parent's threads (tqdm's monitor)
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
         futures = {pool.submit(_run, s, timeout): s for s in specs}
         for f in tqdm(as_completed(futures), total=len(futures), desc="synthesis", unit="kernel"):
             rows.append(f.result())
@@ -63,7 +65,7 @@ def markdown(rows: list[dict]) -> str:
         cyc = ", ".join(f"{u} {c:g}" for u, c in r.get("cycles", {}).items())
         lines.append(f"| {r['name']} | {r['status']} | {r.get('length', '')} | {r.get('synth_seconds', '')} | "
                      f"{r.get('verify_seconds', '')} | {r.get('wall_seconds', '')} | {cyc} | "
-                     f"{paper if paper else ''} |")
+                     f"{f'{paper[0] or chr(8212)} instr, {paper[1]} s' if paper else ''} |")
     failed = [r for r in rows if r["status"] != "proved"]
     if failed:
         lines += ["", "Not synthesized:", ""] + [f"- {r['name']}: {r.get('reason', r['status'])}" for r in failed]
