@@ -105,9 +105,8 @@ def prove_composition(spec, stages: dict[str, Stage], uses: list[StageUse], outp
         return Obligation(name, "linear-forms", "unknown", round(time.monotonic() - t0, 4), detail=str(e))
     try:
         got = program.run(LINEAR, isa, xs)
-        ok = all(lanes_equal(g, w, spec.out_lane_bits) for g, w in zip(got, want))
-        return Obligation(name + " (whole program)", "linear-forms", "proved" if ok else "refuted",
-                          round(time.monotonic() - t0, 4))
+        if all(lanes_equal(g, w, spec.out_lane_bits) for g, w in zip(got, want)):
+            return Obligation(name + " (whole program)", "linear-forms", "proved", round(time.monotonic() - t0, 4))
     except Unknown:
         pass
     name = "kernel: composition of stage specs = kernel spec"
@@ -125,7 +124,8 @@ def prove_composition(spec, stages: dict[str, Stage], uses: list[StageUse], outp
         ok = all(lanes_equal(env[o], w, spec.out_lane_bits) for o, w in zip(outputs, want))
     except Unknown as e:
         return Obligation(name, "linear-forms", "unknown", round(time.monotonic() - t0, 4), detail=str(e))
-    return Obligation(name, "linear-forms", "proved" if ok else "refuted", round(time.monotonic() - t0, 4))
+    # differing forms are no refutation (the abstraction is incomplete): not proved, and not "wrong"
+    return Obligation(name, "linear-forms", "proved" if ok else "unknown", round(time.monotonic() - t0, 4))
 
 
 def random_test(spec, program: Program, isa, constants: dict, n: int, seed: int = 0) -> int:
