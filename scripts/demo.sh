@@ -2,7 +2,7 @@
 # The main job of README.md: install what is missing, then run qsynth end to end on this host:
 # check the instruction semantics against the machine (and qemu), load or synthesize the kernels,
 # re-prove the kernel library.
-set -euo pipefail
+set -eu
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh
 for isa in neon avx2 avx512 amx; do

@@ -283,6 +283,10 @@ def main(argv: list[str] | None = None) -> int:
     except ToolchainError as e:
         print(f"qsynth: toolchain error: {e}", file=sys.stderr)
         return 3
+    except BrokenPipeError:         # output piped into `head`: not an error
+        import os
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":
