@@ -15,7 +15,7 @@ from sketches import menus
 from sketches.chain import ChainSketch
 from sketches.linear import LinearSketch
 from synth.cegis import Problem
-from synth.ranges import LaneRange, linear_prover, precondition, sample
+from synth.ranges import linear_prover, precondition, sample
 from synth.spec import Int8Spec
 from synth.stages import Stage, StageUse
 

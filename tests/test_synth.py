@@ -13,7 +13,7 @@ from isa_specs import get_isa
 from isa_specs.lanes import NUMPY
 from sketches.program import Instr, Op, Program
 from synth import bitserial, cache
-from synth.kernel import spec_from_key, synthesize, verify
+from synth.kernel import synthesize, verify
 from synth.proof import prove_equal
 from synth.spec import BitserialSpec, Int8Spec
 
