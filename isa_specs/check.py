@@ -122,21 +122,27 @@ class Harness:
         """``requests``: (case index, (n, input_bytes) uint8) → list of (n, result_bytes) outputs."""
         payload = b"".join(np.array([i, len(x)], "<u4").tobytes() + np.ascontiguousarray(x).tobytes()
                            for i, x in requests)
-        cmd = [*self.isa.toolchain.runner, str(self.binary)]
-        try:
-            proc = subprocess.run(cmd, input=payload, capture_output=True, timeout=600)
-        except FileNotFoundError as e:
-            raise ToolchainError(f"cannot run {cmd[0]}: install {' '.join(self.isa.toolchain.apt_packages)}") from e
-        if proc.returncode != 0:
-            raise ToolchainError(f"harness exited with {proc.returncode}: {proc.stderr.decode()[-500:]}")
+        stdout = run_binary(self.isa, self.binary, payload, "harness")
         outs, pos = [], 0
         for i, x in requests:
             size = self.cases[i].result_bytes * len(x)
-            outs.append(np.frombuffer(proc.stdout[pos:pos + size], np.uint8).reshape(len(x), -1))
+            outs.append(np.frombuffer(stdout[pos:pos + size], np.uint8).reshape(len(x), -1))
             pos += size
-        if pos != len(proc.stdout):
-            raise ToolchainError(f"harness wrote {len(proc.stdout)} bytes, expected {pos}")
+        if pos != len(stdout):
+            raise ToolchainError(f"harness wrote {len(stdout)} bytes, expected {pos}")
         return outs
+
+
+def run_binary(isa: ISA, binary: Path, payload: bytes, what: str) -> bytes:
+    """Run a test binary for ``isa`` (natively or under its emulator) on ``payload``; its stdout."""
+    cmd = [*isa.toolchain.runner, str(binary)]
+    try:
+        proc = subprocess.run(cmd, input=payload, capture_output=True, timeout=600)
+    except FileNotFoundError as e:
+        raise ToolchainError(f"cannot run {cmd[0]}: install {' '.join(isa.toolchain.apt_packages)}") from e
+    if proc.returncode != 0:
+        raise ToolchainError(f"{what} exited with {proc.returncode}: {proc.stderr.decode()[-500:]}")
+    return proc.stdout
 
 
 def _compile(isa: ISA, source: str, binary: Path) -> None:

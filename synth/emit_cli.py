@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from isa_specs import ISA_NAMES, host
-from isa_specs.check import ToolchainError
+from isa_specs.check import ToolchainError, run_binary
 from isa_specs.lanes import NUMPY, mask
 from synth import cache
 from synth.emit import COMPILERS, EmitError, Layout, Slot, build, driver_source, emit_library, kernel_model
@@ -208,17 +207,11 @@ class KernelDriver:
             head += [batch.strides[b], x.shape[1], batch.misalign[b]]
         records = np.concatenate(batch.buffers, axis=1)
         payload = np.array(head, "<u4").tobytes() + np.ascontiguousarray(records).tobytes()
-        cmd = [*self.isa.toolchain.runner, str(self.build())]
-        try:
-            proc = subprocess.run(cmd, input=payload, capture_output=True, timeout=600)
-        except FileNotFoundError as e:
-            raise ToolchainError(f"cannot run {cmd[0]}: install {' '.join(self.isa.toolchain.apt_packages)}") from e
-        if proc.returncode != 0:
-            raise ToolchainError(f"driver exited with {proc.returncode}: {proc.stderr.decode()[-500:]}")
+        stdout = run_binary(self.isa, self.build(), payload, "driver")
         size = batch.expected.shape[1]
-        if len(proc.stdout) != n * size:
-            raise ToolchainError(f"driver wrote {len(proc.stdout)} bytes, expected {n * size}")
-        return np.frombuffer(proc.stdout, np.uint8).reshape(n, size)
+        if len(stdout) != n * size:
+            raise ToolchainError(f"driver wrote {len(stdout)} bytes, expected {n * size}")
+        return np.frombuffer(stdout, np.uint8).reshape(n, size)
 
 
 def first_mismatch(driver: KernelDriver, batch: Batch, got: np.ndarray) -> dict | None:

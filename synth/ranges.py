@@ -38,8 +38,7 @@ def sample(bits: list[int], ranges: list[LaneRange | None], constants: dict[int,
             out.append(rng.integers(0, 256, (n, b // 8), dtype=np.uint8))
             continue
         group = (r.repeat or b) // r.lane_bits
-        lanes = rng.integers(r.lo, r.hi + 1, (n, group), dtype=np.int64) if r.hi < 2**63 else \
-            rng.integers(0, 2**63, (n, group), dtype=np.int64) * 2 + rng.integers(0, 2, (n, group))
+        lanes = rng.integers(r.lo, r.hi + 1, (n, group), dtype=np.int64)
         lanes[0], lanes[min(1, n - 1)] = (r.hi, r.lo) if n > 1 else (r.hi, r.hi)
         lanes = np.tile(lanes, (1, b // r.lane_bits // group))
         dtype = {8: "<u1", 16: "<u2", 32: "<u4", 64: "<u8"}[r.lane_bits]
