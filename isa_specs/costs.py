@@ -34,6 +34,10 @@ class Cost:
     source: str           # the scheduling model and llvm-mca command the figures come from
 
 
+class Unavailable(KeyError):
+    """The scheduling model has no figure for this instruction (reason in the message)."""
+
+
 @cache
 def table(isa_name: str) -> dict:
     """The parsed ``cost_tables/<isa>.json`` (read once per process)."""
@@ -52,7 +56,7 @@ def cost(isa_name: str, form_id: str, uarch: str | None = None) -> Cost:
     if uarch not in t["source"]:
         raise KeyError(f"{isa_name}: no figures for uarch {uarch!r}; measured: {', '.join(sorted(t['source']))}")
     if reason := t.get("unavailable", {}).get(form_id, {}).get(uarch):
-        raise KeyError(f"{isa_name}: no cost for {form_id} on {uarch}: {reason}")
+        raise Unavailable(f"{isa_name}: no cost for {form_id} on {uarch}: {reason}")
     try:
         figures = t["forms"][form_id][uarch]
     except KeyError:

@@ -33,10 +33,15 @@ def cache_key_fields(spec, cost_model: str) -> dict:
 
 
 def estimate_cycles(program, isa_name: str) -> dict[str, float]:
-    """Per micro-architecture: max(critical-path latency, issue-bound sum of reciprocal throughputs)."""
+    """Per micro-architecture: max(critical-path latency, issue-bound sum of reciprocal throughputs).
+    Register views the compiler emits no instruction for (vget_low) are free; a micro-architecture
+    whose model lacks one of the instructions (AMX in LLVM 14) gets no estimate rather than a guess."""
     out = {}
     for uarch in costs.UARCHS.get(isa_name, ()):
-        figures = [_cost_or_free(isa_name, ins.op.form_id, uarch) for ins in program.body]
+        try:
+            figures = [_latency_throughput(isa_name, ins.op.form_id, uarch) for ins in program.body]
+        except costs.Unavailable:
+            continue
         ready = [0.0] * len(program.inputs)
         for ins, (lat, _) in zip(program.body, figures):
             ready.append(max((ready[a] for a in ins.args), default=0.0) + lat)
@@ -44,16 +49,11 @@ def estimate_cycles(program, isa_name: str) -> dict[str, float]:
     return out
 
 
-def _cost_or_free(isa_name: str, form_id: str, uarch: str) -> tuple[float, float]:
-    """(latency, reciprocal throughput); forms the compiler emits no instruction for (register views
-    such as vget_low) are free."""
-    try:
-        c = costs.cost(isa_name, form_id, uarch)
-        return c.latency, c.rthroughput
-    except KeyError as e:
-        if "without" in str(e):
-            return 0.0, 0.0
-        raise
+def _latency_throughput(isa_name: str, form_id: str, uarch: str) -> tuple[float, float]:
+    if "without" in costs.table(isa_name).get("unavailable", {}).get(form_id, {}).get(uarch, ""):
+        return 0.0, 0.0
+    c = costs.cost(isa_name, form_id, uarch)
+    return c.latency, c.rthroughput
 
 
 def synthesize(spec, cost_model: str = "length", timeout: float = 600.0, seed: int = 0) -> dict:

@@ -205,11 +205,13 @@ class LinearBackend:
 
     def zext(self, a, w):
         f = _single(a)
-        return (Field(w, _unsigned(f)),)
+        return (f,) if w == f.w else (Field(w, _unsigned(f)),)
 
     def sext(self, a, w):
+        """Extending to the field's own width changes nothing mod 2**w (VNNI's SignExtend32 of an
+        int32 accumulator), so it needs no knowledge of the sign."""
         f = _single(a)
-        return (Field(w, _signed(f)),)
+        return (f,) if w == f.w else (Field(w, _signed(f)),)
 
     def trunc(self, a, w):
         return (Field(w, _single(a).v),)
