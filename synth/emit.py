@@ -34,11 +34,13 @@ Calling convention (also written into every generated header, and into ``manifes
     ``B[j][4g..4g+3]``: ``nr*4`` bytes at ``b + g*b_stride`` (the sdot/vpdpbusd packing);
   - ``k4b``: as ``k4``, but input ``a{i}_{g}`` is the four bytes ``A[i][4g..4g+3]`` (at
     ``a + i*a_stride + 4g``) broadcast to every 32-bit lane;
-  - ``tile`` (AMX): A = ``mr`` rows of ``k`` bytes, B = ``k/4`` rows of ``nr*4`` bytes (the ``k4``
-    packing), C = ``mr`` rows of ``nr`` int32. AMX kernels expect the thread to have been granted the
-    tile state (``arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)``); they configure the tiles,
-    copy each tile through a packed local buffer (the ISA table's ``c_body`` has packed strides) and
-    release the tiles.
+  - ``tile`` (AMX): A = ``mr`` rows of ``k`` bytes at ``a + i*a_stride``, B = ``k/4`` rows of
+    ``nr*4`` bytes at ``b + q*b_stride`` (the ``k4`` packing), C = ``mr`` rows of ``nr`` int32; every
+    16-row tile is loaded straight from memory with its stride (``tileloadd``). The tile registers
+    are configured once, not per call: before the first call a thread must hold the tile state
+    (``arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)``) and call ``qs_<name>_tile_config()``;
+    it calls ``_tile_release()`` when done. Each call loads its C tiles, keeps them in tile
+    registers through the whole k chain and stores them.
 
 No alignment is assumed anywhere (unaligned loads and stores); every input must be fully readable.
 A kernel is proved only on its spec's domain (``spec.lane_ranges()``, e.g. A < 128 for ``u7s8``): the
@@ -161,12 +163,13 @@ def layout(spec) -> Layout:
 
 def _int8_slot(spec, name: str, nbytes: int) -> Slot:
     kind = spec.layout
-    if kind == "tile":
-        rows = {"a": (spec.mr, spec.k), "b": (spec.k // 4, spec.nr * 4), "c": (spec.mr, spec.nr * 4)}
-        if name not in rows:
+    if kind == "tile":          # 16 rows of 64 bytes: A (row block, k group), B (k group, column block), C
+        m = re.fullmatch(r"([abc])(\d+)_(\d+)", name)
+        if not m:
             raise EmitError(f"tile layout: unexpected input {name!r}")
-        count, width = rows[name]
-        return Slot(tuple(Piece("abc".index(name), r, 0, width) for r in range(count)))
+        x, y = int(m[2]), int(m[3])
+        first_row, offset = {"a": (16 * x, 64 * y), "b": (16 * y, 64 * x), "c": (16 * x, 64 * y)}[m[1]]
+        return Slot(tuple(Piece("abc".index(m[1]), first_row + q, offset, 64) for q in range(16)))
     m = re.fullmatch(r"([abc])(\d+)(?:_(\d+))?", name)
     if not m or (m[3] is not None) != (kind == "k4b" and m[1] == "a"):
         raise EmitError(f"{kind} layout: unexpected input {name!r}")
@@ -198,7 +201,6 @@ _MEMORY = {
                                "_mm512_set1_epi32", "__m512i"),
 }
 _NEON_VECTOR = re.compile(r"(u?)int(8|16|32|64)x(\d+)_t")
-BYTES = "bytes"            # registers of forms with a c_body (AMX tiles) are byte arrays
 
 
 def _family(isa_name: str) -> str:
@@ -225,7 +227,7 @@ def convert(expr: str, have: CType, want: CType) -> str:
     if (h := _NEON_VECTOR.fullmatch(have.name)) and (w := _NEON_VECTOR.fullmatch(want.name)):
         q = "q" if have.bits == 128 else ""
         return f"vreinterpret{q}_{'s' if w[1] == '' else 'u'}{w[2]}_{'s' if h[1] == '' else 'u'}{h[2]}({expr})"
-    if not _is_vector(have) and not _is_vector(want) and BYTES not in (have.name, want.name):
+    if not _is_vector(have) and not _is_vector(want):
         return f"({want.name})({expr})"
     raise EmitError(f"no conversion from {have.name} to {want.name}")
 
@@ -274,6 +276,17 @@ def _live(program: Program) -> set[int]:
     return live
 
 
+def _issue_order(program: Program) -> list[int]:
+    """Body indices by dependence depth, then program order: independent chains (one per row of a
+    tile) interleave, so neither an in-order core nor a small scheduling window waits on one chain's
+    latency. Staged programs are inlined stage by stage, which puts each chain's steps together."""
+    n = len(program.inputs)
+    depth = [0] * n
+    for ins in program.body:
+        depth.append(1 + max((depth[a] for a in ins.args), default=0))
+    return sorted(range(len(program.body)), key=lambda k: (depth[n + k], k))
+
+
 def _forms(program: Program, isa) -> list:
     """(instruction, form) of every program instruction, checked against the ISA table."""
     rows = []
@@ -291,11 +304,8 @@ def _forms(program: Program, isa) -> list:
 
 def _input_steps(program: Program, isa, lay: Layout, constants: dict, live: set[int], forms: list,
                  types: dict[int, CType]) -> list[Step]:
-    """Loads of the live inputs: vector loads, 32-bit splats (k4b), gathers into byte arrays for
-    tile operands, constants from byte arrays. Records each input register's C type in ``types``."""
-    n = len(program.inputs)
-    tile_operands = {a for k, (ins, (_, form)) in enumerate(zip(program.body, forms)) if n + k in live
-                     for a, op in zip(ins.args, form.registers) if op.ctype.name == BYTES}
+    """Loads of the live inputs: vector loads, 32-bit splats (k4b), constants from byte arrays.
+    Records each input register's C type in ``types``."""
     steps = []
     for r, (name, bits) in enumerate(zip(program.inputs, program.input_bits)):
         if r not in live:
@@ -308,10 +318,7 @@ def _input_steps(program: Program, isa, lay: Layout, constants: dict, live: set[
             types[r] = CType.parse(mem.ctype)
             continue
         slot = lay.inputs[name]
-        if r in tile_operands:
-            steps.append(Step("gather", var, fields={"nbytes": bits // 8, "pieces": _pieces(lay, slot)}))
-            types[r] = CType(BYTES, bits, 8, False)
-        elif slot.repeat > 1:
+        if slot.repeat > 1:
             mem = _memory(isa.name, bits)
             steps.append(Step("splat", var, mem.splat_type, _address(lay, slot.pieces[0]), {"mem": mem}))
             types[r] = CType.parse(mem.splat_type)
@@ -320,25 +327,22 @@ def _input_steps(program: Program, isa, lay: Layout, constants: dict, live: set[
             steps.append(Step("load", var, mem.ctype, _address(lay, slot.pieces[0]), {"mem": mem}))
             types[r] = CType.parse(mem.ctype)
         else:
-            raise EmitError(f"input {name}: a multi-row input must feed a tile (c_body) operand")
+            raise EmitError(f"input {name}: a multi-row input must feed a tile operand")
     return steps
 
 
 def _body_steps(program: Program, live: set[int], forms: list, types: dict[int, CType]) -> list[Step]:
     """One step per live instruction: the intrinsic call (operands cast to the prototype's types,
-    immediates as literals) or the form's c_body."""
+    immediates as literals)."""
     n = len(program.inputs)
     steps = []
-    for k, (ins, (_, form)) in enumerate(zip(program.body, forms)):
+    for k in _issue_order(program):
+        ins, (_, form) = program.body[k], forms[k]
         if n + k not in live:
             continue
         var = _PREFIX + program.name(n + k)
         args = [convert(_PREFIX + program.name(a), types[a], op.ctype) for a, op in zip(ins.args, form.registers)]
         types[n + k] = form.result
-        if form.c_body:
-            steps.append(Step("cbody", var, fields={"nbytes": form.result_bits // 8, "args": args,
-                                                    "body": form.c_body, "op": str(ins.op)}))
-            continue
         regs = iter(args)
         call = [str(ins.op.imm) if op.ctype.is_imm else next(regs) for op in form.operands]
         steps.append(Step("op", var, form.result.name, f"{form.intrinsic}({', '.join(call)})", {"op": str(ins.op)}))
@@ -346,16 +350,12 @@ def _body_steps(program: Program, live: set[int], forms: list, types: dict[int, 
 
 
 def _output_steps(program: Program, isa, lay: Layout, types: dict[int, CType]) -> list[Step]:
-    """Stores of the outputs: over their slots (int8), added lane-wise to them (bitserial), or
-    scattered row by row from a tile's byte array."""
+    """Stores of the outputs: over their slots (int8) or added lane-wise to them (bitserial)."""
     steps = []
     for reg, slot in zip(program.outputs, lay.outputs):
         var, have = _PREFIX + program.name(reg), types[reg]
         if have.bits != slot.nbytes * 8:
             raise EmitError(f"output {program.name(reg)} has {have.bits} bits, its slot {slot.nbytes * 8}")
-        if have.name == BYTES:
-            steps.append(Step("scatter", var, fields={"pieces": _pieces(lay, slot)}))
-            continue
         mem = _memory(isa.name, have.bits)
         value = convert(var, have, CType.parse(mem.ctype))
         if lay.accumulate:
@@ -366,6 +366,72 @@ def _output_steps(program: Program, isa, lay: Layout, types: dict[int, CType]) -
         else:
             steps.append(Step("store", var, expr=value, fields={"mem": mem, "address": _address(lay, slot.pieces[0])}))
     return steps
+
+
+# ---------------------------------------------------------------- AMX tile programs
+ACC_TILES, A_TILES, B_TILES = (0, 1, 2, 3), (4, 5), (6, 7)
+
+
+def _strided(lay: Layout, slot: Slot) -> tuple[str, str]:
+    """(address, stride in bytes) of a tile's rows: one piece per row, consecutive rows, same offset."""
+    first = slot.pieces[0]
+    if any((p.buffer, p.row, p.offset) != (first.buffer, first.row + i, first.offset) for i, p in enumerate(slot.pieces)):
+        raise EmitError("a tile operand must be consecutive rows of one buffer at one offset")
+    buf = lay.buffers[first.buffer]
+    return _address(lay, first), f"{buf.unit} * {buf.name}_stride" if buf.unit != 1 else f"{buf.name}_stride"
+
+
+def _tile_steps(program: Program, lay: Layout, forms: list, live: set[int]) -> tuple[list[Step], dict]:
+    """A program of tile dot products: each accumulator chain (C tile → dp → dp …) stays in one of
+    tmm0-3; A operands rotate through tmm4-5 and B operands through tmm6-7, loaded from memory only
+    when not already resident (least recently loaded register reused). Returns the steps and the
+    tile shape the configuration must declare."""
+    n = len(program.inputs)
+    bits = list(program.input_bits) + [f.result_bits for _, f in forms]
+    for k, (ins, (_, form)) in enumerate(zip(program.body, forms)):
+        if n + k in live and [bits[a] for a in ins.args] != list(form.operand_bits):
+            raise EmitError(f"{ins.op}: operand width mismatch: registers of {[bits[a] for a in ins.args]} bits "
+                            f"for operands of {list(form.operand_bits)}")
+    shapes = {(f.params["M"], f.params["N"], f.params["K"]) for k, (_, f) in enumerate(forms) if n + k in live}
+    if len(shapes) != 1:
+        raise EmitError(f"a tile program needs one tile shape, got {sorted(shapes)}")
+    uses = {r: [k for k, ins in enumerate(program.body) if n + k in live and r in ins.args] for r in live}
+    acc, steps = {}, []
+    for chains, r in enumerate(program.outputs):     # walk each chain back to its C input
+        chain, x = [], r
+        while x >= n:
+            chain.append(x)
+            x = program.body[x - n].args[0]
+        if chains == len(ACC_TILES) or x in acc:
+            raise EmitError(f"a tile program has at most {len(ACC_TILES)} independent accumulator chains")
+        for y in [x, *chain[1:]]:
+            if len(uses[y]) != 1 or program.body[uses[y][0]].args[0] != y or y in program.body[uses[y][0]].args[1:]:
+                raise EmitError(f"{program.name(y)} must feed exactly one tile dot product, as its accumulator")
+        tmm = ACC_TILES[chains]
+        acc.update({y: tmm for y in [x, *chain]})
+        steps.append(Step("tileload", program.name(x), fields={"tmm": tmm, "at": _strided(lay, lay.inputs[program.name(x)])}))
+    resident = {A_TILES: [], B_TILES: []}            # (input register, tmm), least recent first
+    for k in _issue_order(program):
+        if n + k not in live:
+            continue
+        ins, (_, form) = program.body[k], forms[k]
+        regs = []
+        for r, pool in zip(ins.args[1:], (A_TILES, B_TILES)):
+            have = dict(resident[pool])
+            if r not in have:
+                free = [t for t in pool if t not in have.values()]
+                tmm = free[0] if free else resident[pool].pop(0)[1]
+                resident[pool] = [(x, t) for x, t in resident[pool] if t != tmm] + [(r, tmm)]
+                steps.append(Step("tileload", program.name(r), fields={"tmm": tmm, "at": _strided(lay, lay.inputs[program.name(r)])}))
+                have[r] = tmm
+            regs.append(have[r])
+        steps.append(Step("tiledp", program.name(n + k), expr=form.intrinsic,
+                          fields={"tmm": (acc[n + k], *regs), "op": str(ins.op)}))
+    for r, slot in zip(program.outputs, lay.outputs):
+        steps.append(Step("tilestore", program.name(r), fields={"tmm": acc[r], "at": _strided(lay, slot)}))
+    (M, N, K), = shapes
+    rows_bytes = [(M, 4 * N)] * len(ACC_TILES) + [(M, K)] * len(A_TILES) + [(K // 4, 4 * N)] * len(B_TILES)
+    return steps, {"tiles": rows_bytes}
 
 
 def kernel_model(entry: dict) -> dict:
@@ -385,8 +451,12 @@ def kernel_model(entry: dict) -> dict:
     forms = _forms(program, isa)
     live = _live(program)
     types: dict[int, CType] = {}
-    steps = (_input_steps(program, isa, lay, constants, live, forms, types) + _body_steps(program, live, forms, types)
-             + _output_steps(program, isa, lay, types))
+    tile_config = None
+    if spec.kind == "int8" and spec.layout == "tile":
+        steps, tile_config = _tile_steps(program, lay, forms, live)
+    else:
+        steps = (_input_steps(program, isa, lay, constants, live, forms, types)
+                 + _body_steps(program, live, forms, types) + _output_steps(program, isa, lay, types))
     features = {insn.feature for k, (insn, _) in enumerate(forms) if len(program.inputs) + k in live}
     if isa.name == "neon":
         features.add("neon")
@@ -399,6 +469,7 @@ def kernel_model(entry: dict) -> dict:
             "steps": steps, "program_lines": program.lines(), "layout": lay, "features": sorted(features),
             "guard": sorted(m for f in features for m in _FEATURE_MACROS[f]),
             "include_guard": f"QSYNTH_{fn.upper()}_H", "amx": "amx-int8" in features, "domain": domain(spec),
+            "tile_config": tile_config,
             "convention": CALLING_CONVENTION[lay.kind]}
 
 
@@ -417,14 +488,6 @@ def domain(spec) -> list[str]:
         if r is not None and r.hi - r.lo < (1 << r.lane_bits) - 1:       # not every value of the lane
             groups.setdefault((r.lane_bits, r.lo, r.hi), []).append(name)
     return [f"{', '.join(names)}: every {bits}-bit lane in [{lo}, {hi}]" for (bits, lo, hi), names in groups.items()]
-
-
-def _pieces(lay: Layout, slot: Slot) -> list[dict]:
-    out, pos = [], 0
-    for p in slot.pieces:
-        out.append({"offset": pos, "address": _address(lay, p), "nbytes": p.nbytes})
-        pos += p.nbytes
-    return out
 
 
 # ---------------------------------------------------------------- public API

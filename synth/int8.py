@@ -6,7 +6,8 @@
   smull/smlal2); ``reduce``: (acc_i0 … acc_i,nr-1, c_i) → c_i + per-column lane sums (addp tree).
 * ``k4`` / ``k4b`` layouts (sdot/sudot by element, vpdpbusd, vpmaddubsw+vpmaddwd): ``row``:
   (c_i, a_i…, b_0…) → c_i' exactly.
-* ``tile`` (AMX): ``tile``: (c, a, b) → c'.
+* ``tile`` (AMX): ``tile``: one 16 × 16 accumulator tile over k, (a_g…, b_g…, c) → c' exactly,
+  instantiated for every tile of C.
 """
 from __future__ import annotations
 
@@ -67,11 +68,11 @@ def stages(spec: Int8Spec, isa) -> list[Stage]:
                 Stage(reduce, lambda n: LinearSketch(isa, menu["reduce"], red_bits, n), range(1, 2 * spec.nr + 2),
                       in_ranges=[None] * len(red_names))]
     if spec.layout == "tile":
-        names, bits = spec.input_names + cnames, spec.input_bits + cbits
-        ranges = spec.lane_ranges() + [None] * len(cnames)
-        tile = _problem("tile", isa, names, bits, ranges, spec.output_bits, spec.reference, {})
-        return [Stage(tile, lambda n: ChainSketch(isa, menu["tile"], bits, names.index("c"), n), range(1, 3),
-                      in_ranges=ranges)]
+        one = _sub_spec(spec, 16, 16)
+        names, bits, ranges = one.input_names, one.input_bits, one.lane_ranges()
+        tile = _problem("tile", isa, names, bits, ranges, one.output_bits, one.reference, {})
+        return [Stage(tile, lambda n: ChainSketch(isa, menu["tile"], bits, names.index("c0_0"), n),
+                      range(1, spec.k // 64 + 1), in_ranges=ranges)]
     # k4 / k4b: one row of C per stage, instantiated mr times
     one = _sub_spec(spec, 1, spec.nr)
     names, bits = one.input_names + cnames, one.input_bits + cbits
@@ -91,7 +92,10 @@ def assemble(spec: Int8Spec):
     consts = {n: (v % (1 << bits), bits) for n, v in menu_consts.items()}
     cn = list(consts)
     if spec.layout == "tile":
-        return [StageUse("tile", [*spec.input_names, *cn], ["c_out"])], ["c_out"], consts
+        gs = range(spec.k // 64)
+        uses = [StageUse("tile", [*[f"a{r}_{x}" for x in gs], *[f"b{c}_{x}" for x in gs], f"c{r}_{c}"],
+                         [f"c{r}_{c}_out"]) for r in range(spec.mr // 16) for c in range(spec.nr // 16)]
+        return uses, [u.outputs[0] for u in uses], consts
     uses, outs = [], []
     g = spec.k // 4
     for i in range(spec.mr):

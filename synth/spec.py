@@ -136,8 +136,10 @@ INT8_TILES = {
     ("avx512", "u8s8"): ("k4b", 12, 16, 16),  # vpdpbusd zmm
     ("avx2", "u7s8"): ("k4b", 6, 8, 4),       # vpmaddubsw + vpmaddwd, activations < 128 (no saturation)
     ("avx2", "u8s8"): ("k4b", 12, 8, 4),      # AVX-VNNI vpdpbusd ymm (16 ymm registers)
-    ("amx", "u8s8"): ("tile", 16, 16, 64),   # tdpbusd
-    ("amx", "s8s8"): ("tile", 16, 16, 64),   # tdpbssd
+    # AMX: 2x2 accumulator tiles (a tdpbusd's latency covers ~4 issues), A and B tiles loaded once per
+    # k step and used twice; k = 4 steps per call keeps A and B (16 KiB) in L1
+    ("amx", "u8s8"): ("tile", 32, 32, 256),   # tdpbusd
+    ("amx", "s8s8"): ("tile", 32, 32, 256),   # tdpbssd
 }
 LAYOUTS = ("rows", "k4", "k4b", "tile")
 
@@ -153,7 +155,9 @@ class Int8Spec:
     * ``k4``:   ``a{i}`` = row i of A (k bytes), ``b{g}`` = for each column j the 4 bytes
       ``B[j][4g..4g+3]`` (the sdot/vpdpbusd packing), ``c{i}``;
     * ``k4b``:  as k4, but ``a{i}_{g}`` holds ``A[i][4g..4g+3]`` broadcast to every 32-bit lane;
-    * ``tile``: AMX tiles: ``a`` (mr rows × k bytes), ``b`` (k/4 rows × nr·4 bytes), ``c`` (mr × nr int32).
+    * ``tile``: AMX tiles of 16 rows × 64 bytes: ``a{r}_{g}`` = A rows 16r..16r+15, bytes 64g..64g+63;
+      ``b{c}_{g}`` = rows 16g..16g+15 of the k4-packed B (k/4 rows of nr·4 bytes), bytes 64c..64c+63
+      (columns 16c..16c+15); ``c{r}_{c}`` = C rows 16r.., columns 16c.. (16 × 16 int32).
     """
     isa: str
     types: str
@@ -167,6 +171,8 @@ class Int8Spec:
         _check(self.layout in LAYOUTS, f"layout must be one of {', '.join(LAYOUTS)}, got {self.layout!r}")
         _check(self.mr >= 1 and self.nr >= 1, f"--mr and --nr must be positive, got {self.mr}, {self.nr}")
         _check(self.k % (1 if self.layout == "rows" else 4) == 0, f"k must be a multiple of 4, got {self.k}")
+        _check(self.layout != "tile" or (self.mr % 16, self.nr % 16, self.k % 64) == (0, 0, 0),
+               f"AMX tiles need mr, nr multiples of 16 and k of 64, got {self.mr}x{self.nr}x{self.k}")
         _check(self.layout != "rows" or self.nr * 32 <= 512, "too many columns for one register")
 
     @staticmethod
@@ -212,7 +218,9 @@ class Int8Spec:
         """(name, bits) of every input register, in order."""
         e, g = self.elem_bits, self.k // 4
         if self.layout == "tile":
-            return [("a", self.mr * self.k * 8), ("b", self.k * self.nr * 8), ("c", self.mr * self.nr * 32)]
+            tile, rs, cs, gs = 16 * 64 * 8, range(self.mr // 16), range(self.nr // 16), range(self.k // 64)
+            return ([(f"a{r}_{x}", tile) for r in rs for x in gs] + [(f"b{c}_{x}", tile) for c in cs for x in gs]
+                    + [(f"c{r}_{c}", tile) for r in rs for c in cs])
         if self.layout == "rows":
             ab = [(f"a{i}", self.k * e) for i in range(self.mr)] + [(f"b{j}", self.k * e) for j in range(self.nr)]
         elif self.layout == "k4":
@@ -232,19 +240,20 @@ class Int8Spec:
 
     @property
     def output_bits(self) -> list[int]:
-        return [self.mr * self.nr * 32] if self.layout == "tile" else [self.nr * 32] * self.mr
+        if self.layout == "tile":
+            return [16 * 16 * 32] * (self.mr // 16 * self.nr // 16)
+        return [self.nr * 32] * self.mr
 
     def matrices(self, B, inputs):
         """A[i][t], B[j][t] element lanes and C[i][j] accumulator lanes, read through the layout."""
         x = dict(zip(self.input_names, inputs))
         e, g = self.elem_bits, self.k // 4
         if self.layout == "tile":
-            a = B.lanes(x["a"], 8)
-            b = B.lanes(x["b"], 8)       # row q holds, for each column j, bytes 4q..4q+3
-            c = B.lanes(x["c"], 32)
-            A = [a[i * self.k:(i + 1) * self.k] for i in range(self.mr)]
-            Bm = [[b[(t // 4) * self.nr * 4 + j * 4 + t % 4] for t in range(self.k)] for j in range(self.nr)]
-            C = [c[i * self.nr:(i + 1) * self.nr] for i in range(self.mr)]
+            lanes = {n: B.lanes(v, 32 if n.startswith("c") else 8) for n, v in x.items()}
+            A = [[lanes[f"a{i // 16}_{t // 64}"][i % 16 * 64 + t % 64] for t in range(self.k)] for i in range(self.mr)]
+            Bm = [[lanes[f"b{j // 16}_{t // 64}"][t % 64 // 4 * 64 + j % 16 * 4 + t % 4] for t in range(self.k)]
+                  for j in range(self.nr)]
+            C = [[lanes[f"c{i // 16}_{j // 16}"][i % 16 * 16 + j % 16] for j in range(self.nr)] for i in range(self.mr)]
             return A, Bm, C
         C = [B.lanes(x[f"c{i}"], 32) for i in range(self.mr)]
         if self.layout == "rows":
@@ -264,7 +273,10 @@ class Int8Spec:
         ext = lambda v, s: B.sext(v, 32) if s else B.zext(v, 32)
         rows = [[total(B, [C[i][j], *[B.mul(ext(x, sa), ext(y, sb)) for x, y in zip(A[i], Bm[j])]])
                  for j in range(self.nr)] for i in range(self.mr)]
-        return [B.join([v for r in rows for v in r])] if self.layout == "tile" else [B.join(r) for r in rows]
+        if self.layout == "tile":       # one register per 16 x 16 tile, row-major inside
+            return [B.join([rows[i][j] for i in range(16 * r, 16 * r + 16) for j in range(16 * c, 16 * c + 16)])
+                    for r in range(self.mr // 16) for c in range(self.nr // 16)]
+        return [B.join(r) for r in rows]
 
     def lane_ranges(self):
         """Per input, the domain the kernel is specified on: A and B elements as (un)signed lanes

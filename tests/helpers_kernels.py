@@ -70,10 +70,17 @@ def avx512_vpdpbusd_k4b() -> dict:
 
 
 def amx_tdpbusd_tile() -> dict:
-    """tile layout: one tdpbusd on 4x4x16 tiles (operands C, A, B)."""
-    spec = Int8Spec("amx", "u8s8", "tile", 4, 4, 16)
+    """tile layout, 16x32x128: two accumulator chains of two tdpbusd sharing the A tiles."""
+    spec = Int8Spec("amx", "u8s8", "tile", 16, 32, 128)
     b = _Body(spec.input_names)
-    return _entry(spec, b.body, [b.op("tdpbusd.m4n4k16", b.reg["c"], b.reg["a"], b.reg["b"])])
+    r = b.reg
+    outs = []
+    for c in range(2):
+        acc = r[f"c0_{c}"]
+        for g in range(2):
+            acc = b.op("tdpbusd.m16n16k64", acc, r[f"a0_{g}"], r[f"b{c}_{g}"])
+        outs.append(acc)
+    return _entry(spec, b.body, outs)
 
 
 def avx2_bitserial_lut() -> dict:

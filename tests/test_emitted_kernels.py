@@ -267,7 +267,7 @@ def _where(lay, slot):
 
 def test_int8_layouts_are_the_documented_convention():
     """rows: a{i}/b{j} = row i of A / row j of B (int16 elements for s16); k4: b{g} = nr*4 packed bytes
-    at b + g*b_stride; k4b: a{i}_{g} = A[i][4g..4g+3] broadcast; tile: whole row-major tiles; c rows
+    at b + g*b_stride; k4b: a{i}_{g} = A[i][4g..4g+3] broadcast; tile: 16 rows x 64 bytes per tile; c rows
     at c + i*c_stride int32 (stride unit 4 bytes), stored back as the outputs."""
     rows = layout(Int8Spec("neon", "s16", "rows", 4, 4, 8))
     assert _where(rows, rows.inputs["a2"]) == ([("a", 2, 0, 16)], 1)
@@ -277,6 +277,7 @@ def test_int8_layouts_are_the_documented_convention():
     assert [b.unit for b in k4.buffers] == [1, 1, 4] and k4.outputs == tuple(k4.inputs[f"c{i}"] for i in range(4))
     k4b = layout(Int8Spec("avx512", "u8s8", "k4b", 4, 16, 8))
     assert _where(k4b, k4b.inputs["a1_1"]) == ([("a", 1, 4, 4)], 16)
-    tile = layout(Int8Spec("amx", "u8s8", "tile", 16, 16, 64))
-    assert _where(tile, tile.inputs["b"]) == ([("b", r, 0, 64) for r in range(16)], 1)
-    assert _where(tile, tile.outputs[0]) == ([("c", r, 0, 64) for r in range(16)], 1)
+    tile = layout(Int8Spec("amx", "u8s8", "tile", 32, 32, 128))
+    assert _where(tile, tile.inputs["a1_1"]) == ([("a", r, 64, 64) for r in range(16, 32)], 1)
+    assert _where(tile, tile.inputs["b1_0"]) == ([("b", r, 64, 64) for r in range(16)], 1)
+    assert _where(tile, tile.outputs[1]) == ([("c", r, 64, 64) for r in range(16)], 1)     # c0_1
