@@ -56,7 +56,12 @@ def test_int8_reference_matches_matmul(isa, types):
     c = np.stack([[x.v.astype(np.int64) for x in row] for row in C])
     want = (c + np.einsum("ikn,jkn->ijn", a, b)) % 2**32
     outs = spec.reference(NUMPY, _bits(arrays, bits))
-    got = np.concatenate([NUMPY.to_bytes(o, 16).view("<u4") for o in outs], axis=1).T.reshape(spec.mr, spec.nr, 16)
+    lanes = [NUMPY.to_bytes(o, 16).view("<u4").T for o in outs]          # per output register: lanes, n
+    if spec.layout == "tile":       # one register per 16x16 tile of C, tiles row-major, row-major inside
+        got = np.stack([[lanes[i // 16 * (spec.nr // 16) + j // 16][i % 16 * 16 + j % 16] for j in range(spec.nr)]
+                        for i in range(spec.mr)])
+    else:
+        got = np.concatenate(lanes).reshape(spec.mr, spec.nr, 16)
     assert np.array_equal(got, want)
 
 
