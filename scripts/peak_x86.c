@@ -1,0 +1,66 @@
+/* Instruction peaks of this machine, measured by scripts/bench_kernels.py in the same run as the
+ * kernels: 12 independent register-only chains of each instruction (more than latency x issue width),
+ * median of 9 trials. Prints one JSON object: instructions per second. */
+#include <immintrin.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + 1e-9 * t.tv_nsec; }
+static int cmp(const void *x, const void *y) { double a = *(const double *)x, b = *(const double *)y; return (a > b) - (a < b); }
+
+#define X12(op, r) op " %%" r "17, %%" r "16, %%" r "0\n\t" op " %%" r "17, %%" r "16, %%" r "1\n\t" \
+  op " %%" r "17, %%" r "16, %%" r "2\n\t" op " %%" r "17, %%" r "16, %%" r "3\n\t" \
+  op " %%" r "17, %%" r "16, %%" r "4\n\t" op " %%" r "17, %%" r "16, %%" r "5\n\t" \
+  op " %%" r "17, %%" r "16, %%" r "6\n\t" op " %%" r "17, %%" r "16, %%" r "7\n\t" \
+  op " %%" r "17, %%" r "16, %%" r "8\n\t" op " %%" r "17, %%" r "16, %%" r "9\n\t" \
+  op " %%" r "17, %%" r "16, %%" r "10\n\t" op " %%" r "17, %%" r "16, %%" r "11\n\t"
+#define CLOBBER "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11"
+#define N 20000000L
+
+static void dpbusd_zmm(void) { for (long i = 0; i < N; i++) __asm__ volatile(X12("vpdpbusd", "zmm") ::: CLOBBER); }
+static void popcntq_zmm(void) {
+  for (long i = 0; i < N; i++)
+    __asm__ volatile("vpopcntq %%zmm16, %%zmm0\n\tvpopcntq %%zmm16, %%zmm1\n\tvpopcntq %%zmm16, %%zmm2\n\t"
+                     "vpopcntq %%zmm16, %%zmm3\n\tvpopcntq %%zmm16, %%zmm4\n\tvpopcntq %%zmm16, %%zmm5\n\t"
+                     "vpopcntq %%zmm16, %%zmm6\n\tvpopcntq %%zmm16, %%zmm7\n\tvpopcntq %%zmm16, %%zmm8\n\t"
+                     "vpopcntq %%zmm16, %%zmm9\n\tvpopcntq %%zmm16, %%zmm10\n\tvpopcntq %%zmm16, %%zmm11\n\t" ::: CLOBBER);
+}
+static void dpbusd_ymm_vex(void) {
+  for (long i = 0; i < N; i++)
+    __asm__ volatile("%{vex%} vpdpbusd %%ymm15, %%ymm14, %%ymm0\n\t%{vex%} vpdpbusd %%ymm15, %%ymm14, %%ymm1\n\t"
+                     "%{vex%} vpdpbusd %%ymm15, %%ymm14, %%ymm2\n\t%{vex%} vpdpbusd %%ymm15, %%ymm14, %%ymm3\n\t"
+                     "%{vex%} vpdpbusd %%ymm15, %%ymm14, %%ymm4\n\t%{vex%} vpdpbusd %%ymm15, %%ymm14, %%ymm5\n\t"
+                     "%{vex%} vpdpbusd %%ymm15, %%ymm14, %%ymm6\n\t%{vex%} vpdpbusd %%ymm15, %%ymm14, %%ymm7\n\t"
+                     "%{vex%} vpdpbusd %%ymm15, %%ymm14, %%ymm8\n\t%{vex%} vpdpbusd %%ymm15, %%ymm14, %%ymm9\n\t"
+                     "%{vex%} vpdpbusd %%ymm15, %%ymm14, %%ymm10\n\t%{vex%} vpdpbusd %%ymm15, %%ymm14, %%ymm11\n\t" ::: CLOBBER);
+}
+static void tdpbusd(void) {     /* 4 independent accumulator tiles (latency ~4x the issue interval) */
+  for (long i = 0; i < N / 24; i++) { _tile_dpbusd(0, 4, 6); _tile_dpbusd(1, 4, 7); _tile_dpbusd(2, 5, 6); _tile_dpbusd(3, 5, 7); }
+}
+
+static double per_second(void (*fn)(void), double count) {
+  double t[9];
+  for (int r = 0; r < 9; r++) { double t0 = now(); fn(); t[r] = now() - t0; }
+  qsort(t, 9, sizeof t[0], cmp);
+  return count / t[4];
+}
+
+int main(void) {
+  printf("{\"vpdpbusd_zmm\": %.6g, \"vpopcntq_zmm\": %.6g, \"vpdpbusd_ymm_vex\": %.6g",
+         per_second(dpbusd_zmm, 12.0 * N), per_second(popcntq_zmm, 12.0 * N), per_second(dpbusd_ymm_vex, 12.0 * N));
+  if (syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) == 0) {
+    uint8_t cfg[64] __attribute__((aligned(64))) = {0};
+    cfg[0] = 1;
+    for (int t = 0; t < 8; t++) { cfg[16 + 2 * t] = 64; cfg[48 + t] = 16; }
+    __asm__ volatile("" ::: "memory");      /* gcc drops cfg's stores otherwise: ldtilecfg reads it in asm */
+    _tile_loadconfig(cfg);
+    printf(", \"tdpbusd\": %.6g", per_second(tdpbusd, 4.0 * (N / 24)));
+    _tile_release();
+  }
+  printf("}\n");
+  return 0;
+}
