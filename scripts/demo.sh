@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The main job of README.md: install what is missing, then run qsynth end to end on this host:
 # check the instruction semantics against the machine (and qemu), load or synthesize the kernels,
-# re-prove the kernel library.
+# compile every kernel and test it against its spec, re-prove the kernel library.
 set -eu
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh
@@ -13,5 +13,8 @@ qsynth synth --isa neon --kernel bitserial --abits 1 --wbits 1 --encoding unipol
 qsynth synth --isa neon --kernel bitserial --abits 1 --wbits 1 --encoding hybrid | head -n 1
 qsynth synth --isa neon --kernel int8 --types u8u8 | head -n 1
 qsynth synth --isa neon --kernel int8 --types s8s8 | head -n 1
+qsynth synth --isa avx512 --kernel int8 --types u8s8 | head -n 1
+qsynth synth --isa amx --kernel int8 --types u8s8 | head -n 1
+qsynth test-kernels --samples 200 | tail -n 1
 qsynth cache ls
 qsynth cache verify | tail -n 1
