@@ -47,6 +47,12 @@ def table(isa_name: str) -> dict:
     return json.loads(path.read_text())
 
 
+def emits_nothing(isa_name: str, form_id: str, uarch: str) -> bool:
+    """clang emits no instruction for the form (a register view such as vget_low): measure_costs.py
+    records it as unavailable with an empty lowering (``to ``, without``)."""
+    return "to ``, without" in table(isa_name).get("unavailable", {}).get(form_id, {}).get(uarch, "")
+
+
 def cost(isa_name: str, form_id: str, uarch: str | None = None) -> Cost:
     """Cost of ``form_id`` (``mnemonic.arrangement``) on ``uarch`` (default: the ISA's first)."""
     if isa_name not in UARCHS:

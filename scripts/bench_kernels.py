@@ -28,17 +28,14 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from measure_costs import write_atomically  # noqa: E402
 import tvm_baselines  # noqa: E402
 
-from isa_specs import host  # noqa: E402
-from isa_specs import get_isa  # noqa: E402
-from synth.emit import emit_entry, function_name  # noqa: E402
-from synth.emit_cli import selected_entries  # noqa: E402
+from synth.emit import emit_entry, function_name, layout  # noqa: E402
+from synth.emit_cli import KernelDriver, selected_entries  # noqa: E402
 from synth.kernel import spec_from_key  # noqa: E402
 from sketches.program import Program  # noqa: E402
 
 X86_FLAGS = ["-O3", "-march=native"]
 NEON_FLAGS = ["--target=aarch64-linux-gnu", "-O3", "-march=armv8.2-a+dotprod+i8mm"]
 MCA_CPUS = ("cortex-a53", "cortex-a72")
-PAPER_FIG6 = {"bitserial_a1w1_unipolar_8x64_neon": (24, 49)}      # CGO 2020 Fig. 6: synthesized vs TVM
 _TEMPLATES = jinja2.Environment(loader=jinja2.FileSystemLoader(ROOT / "scripts" / "templates"),
                                 trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined)
 
@@ -70,12 +67,6 @@ def machine() -> dict:
 
 
 # ---------------------------------------------------------------- x86
-
-def runs_here(entry: dict) -> bool:
-    isa = get_isa(entry["program"]["isa"])
-    features = {isa.forms[op.split("#")[0]][0].feature for op, _ in entry["program"]["body"]}
-    return all(host.missing(f, ()) is None for f in features)
-
 
 def peaks() -> dict:
     """Instructions per second of vpdpbusd (zmm, ymm), vpopcntq zmm and tdpbusd on this machine."""
@@ -110,9 +101,8 @@ def bench_source(entry: dict, spec, work: dict, trials: int, inner: int) -> str:
               "kind": spec.kind, "blocks": work["blocks"], "trials": trials, "inner": inner, "seed": 12345,
               "amx": spec.isa == "amx"}
     if spec.kind == "bitserial":
-        lane = f"{'u' if spec.encoding == 'unipolar' else ''}int{spec.out_bits}_t"
         fields |= {"rows": spec.rows, "block_bytes": spec.reg_bits // 8, "abits": spec.abits, "wbits": spec.wbits,
-                   "lane": lane, "hybrid": spec.encoding == "hybrid"}
+                   "lane": layout(spec).lane_type, "hybrid": spec.encoding == "hybrid"}
     else:
         sa, sb = spec.signed
         fields |= {"mr": spec.mr, "nr": spec.nr, "k": spec.k, "a_type": "int8_t" if sa else "uint8_t",
@@ -205,7 +195,7 @@ def clang_neon(source: str, symbol: str) -> list[str]:
 def plain_neon_source(spec) -> str:
     """The tile written the obvious way in C, for clang's auto-vectorizer."""
     if spec.kind == "bitserial":
-        lane = f"{'u' if spec.encoding == 'unipolar' else ''}int{spec.out_bits}_t"
+        lane = layout(spec).lane_type
         term = "2 * __builtin_popcount(x & y) - __builtin_popcount(y)" if spec.encoding == "hybrid" \
             else "__builtin_popcount(x & y)"
         return f"""#include <stdint.h>
@@ -322,7 +312,7 @@ def main() -> int:
     isas = args.isa.split(",")
     entries = [e for e in selected_entries("all", None) if e["program"]["isa"] in isas and e["proof"]["proved"]]
     report = {"machine": machine()}
-    x86 = [e for e in entries if e["program"]["isa"] != "neon" and runs_here(e)]
+    x86 = [e for e in entries if e["program"]["isa"] != "neon" and KernelDriver(e).missing() is None]
     if x86:
         report["peaks"], report["x86"] = x86_rows(sorted(x86, key=lambda e: e["name"]), args.trials)
     neon = [e for e in entries if e["program"]["isa"] == "neon"]

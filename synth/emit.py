@@ -327,7 +327,7 @@ def _input_steps(program: Program, isa, lay: Layout, constants: dict, live: set[
             steps.append(Step("load", var, mem.ctype, _address(lay, slot.pieces[0]), {"mem": mem}))
             types[r] = CType.parse(mem.ctype)
         else:
-            raise EmitError(f"input {name}: a multi-row input must feed a tile operand")
+            raise EmitError(f"input {name}: multi-row inputs exist only in the AMX tile layout")
     return steps
 
 

@@ -50,7 +50,7 @@ def estimate_cycles(program, isa_name: str) -> dict[str, float]:
 
 
 def _latency_throughput(isa_name: str, form_id: str, uarch: str) -> tuple[float, float]:
-    if "without" in costs.table(isa_name).get("unavailable", {}).get(form_id, {}).get(uarch, ""):
+    if costs.emits_nothing(isa_name, form_id, uarch):
         return 0.0, 0.0
     c = costs.cost(isa_name, form_id, uarch)
     return c.latency, c.rthroughput
