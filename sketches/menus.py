@@ -22,6 +22,7 @@ def bitserial(isa: str, reg_bits: int) -> dict:
             "compute": ops(f"and.{b}", f"orr.{b}", f"eor.{b}", f"bic.{b}", f"mvn.{b}", f"cnt.{b}", f"add.{b}", f"sub.{b}"),
             "pair": ops(f"add.{b}", f"add.{h}", f"addp.{b}", f"addp.{h}", f"addp.{s}", f"uadalp.{h}", f"uadalp.{s}"),
             "each": ops(f"uaddlp.{h}", f"uaddlp.{s}"),
+            "accumulate": ops(f"uadalp.{h}", f"add.{h}", f"uaddlp.{h}"),
             "scale": ops(f"add.{h}", f"sub.{h}", f"shl.{h}#1", f"shl.{h}#2"),
             "correction": ops(f"cnt.{b}", f"uaddlv.{b}", f"dup.{h}", f"add.{h}", f"sub.{h}", f"shl.{h}#1", f"mul.{h}"),
         }
@@ -32,6 +33,7 @@ def bitserial(isa: str, reg_bits: int) -> dict:
             # transpose-and-add combinators: qword unpacks, then 128-bit chunk shuffles
             "pair": ops("vpaddq.zmm", "vpunpcklqdq.zmm", "vpunpckhqdq.zmm", "vshufi64x2.zmm#136", "vshufi64x2.zmm#221"),
             "each": ops("vpaddq.zmm"),
+            "accumulate": ops("vpaddq.zmm"),
             "scale": ops("vpaddq.zmm", "vpsubq.zmm", "vpsllq.zmm#1", "vpsllq.zmm#2"),
             "correction": ops("vpopcntq.zmm", "vpaddq.zmm", "vpsubq.zmm", "vpsllq.zmm#1", "valignq.zmm#4",
                               "valignq.zmm#2", "valignq.zmm#1"),
@@ -45,6 +47,7 @@ def bitserial(isa: str, reg_bits: int) -> dict:
             "compute": ops("vpand.ymm", "vpandn.ymm", "vpshufb.ymm", "vpsrlw.ymm#4", "vpaddb.ymm", "vpsadbw.ymm"),
             "pair": ops("vpaddq.ymm", "vpunpcklqdq.ymm", "vpunpckhqdq.ymm", "vperm2i128.ymm#32", "vperm2i128.ymm#49"),
             "each": ops("vpermq.ymm#216", "vpaddq.ymm"),
+            "accumulate": ops("vpaddq.ymm"),
             "scale": ops("vpaddq.ymm", "vpsubq.ymm", "vpsllq.ymm#1"),
             "correction": ops("vpshufb.ymm", "vpsrlw.ymm#4", "vpand.ymm", "vpaddb.ymm", "vpsadbw.ymm", "vpaddq.ymm",
                               "vpsubq.ymm", "vpermq.ymm#78", "vpshufd.ymm#78"),

@@ -1,4 +1,5 @@
-"""Bitserial kernels, synthesized in stages and assembled:
+"""Bitserial kernels, synthesized in stages and assembled. The ``tile`` layout (one whole dot product
+per call):
 
 1. ``compute``  (w, a) → lanes of per-lane popcount(w & a)          [compute sketch, Z3 proof]
 2. ``reduce``   rows' compute results → one register, lane i = row i  [reduction tree, linear forms]
@@ -6,6 +7,11 @@
 4. ``acts``     Σ_k 2**k R_k over activation planes (abits > 1)
 5. ``correction`` hybrid only: 2R - (2**wbits - 1) Σ_k 2**k popcount(a_k), the popcount(a) work
    shared by all rows (popcount(w&a) - popcount(~w&a) = 2 popcount(w&a) - popcount(a)).
+
+The ``acc`` layout (K-accumulating: the body of a loop over K blocks) needs only ``compute``, a
+``count`` of the activations (hybrid) and ``accumulate`` (add per-lane popcounts into wider
+accumulator lanes); plane weighting, the cross-lane reduction and the hybrid correction happen once
+after the loop.
 
 Each stage is synthesized once and instantiated where needed; the assembled kernel is then proved
 against ``BitserialSpec.reference`` with every stage replaced by its (proved) specification.
@@ -18,15 +24,12 @@ from sketches.linear import LinearSketch
 from sketches.tree import TreeSketch, shapes
 from synth.cegis import Problem
 from synth.ranges import LaneRange, linear_prover, precondition, sample
-from synth.spec import BitserialSpec
+from synth.spec import BitserialSpec, lane_popcounts
 from synth.stages import Stage, StageUse
 
 
 def _popcount_lanes(B, x, lane_bits):
-    """Per-``lane_bits`` sums of byte popcounts (the definition of a wide popcount)."""
-    bytes_per_lane = lane_bits // 8
-    counts = [B.zext(B.popcount(b), lane_bits) for b in B.lanes(x, 8)]
-    return B.join([total(B, counts[i:i + bytes_per_lane]) for i in range(0, len(counts), bytes_per_lane)])
+    return B.join(lane_popcounts(B, x, lane_bits))
 
 
 def _weighted(B, regs, lane_bits):
@@ -45,21 +48,31 @@ def _ranged_problem(name, isa, names, bits, ranges, out_bits, out_lane_bits, spe
     return problem
 
 
+def _compute_stage(name, isa, menu, R, operands, spec) -> Stage:
+    """Per-lane popcounts of ``spec(B, operands)`` in the menu's lane width (``lane_bits``)."""
+    L = menu["lane_bits"]
+    consts = menu.get("constants", {})
+    cnames = list(consts)
+    cidx = {len(operands) + i: v % (1 << R) for i, v in enumerate(consts.values())}
+    n = len(operands) + len(cnames)
+    problem = _ranged_problem(name, isa, [*operands, *cnames], [R] * n, [None] * n, [R], [L],
+                              lambda B, x: [_popcount_lanes(B, spec(B, x), L)], cidx)
+    return Stage(problem, lambda size: LinearSketch(isa, menu["compute"], problem.input_bits, size), range(1, 9),
+                 out_ranges=[LaneRange(L, 0, L)], in_ranges=[None] * n)
+
+
 def stages(spec: BitserialSpec, isa) -> list[Stage]:
     menu = menus.bitserial(spec.isa, spec.reg_bits)
     L, R, M, ob = menu["lane_bits"], spec.reg_bits, spec.rows, spec.out_bits
     consts = menu.get("constants", {})
     cnames, cvalues = list(consts), [v % (1 << R) for v in consts.values()]
-    cidx = {2 + i: v for i, v in enumerate(cvalues)}
     out_reg = M * ob
     lane_max = L                                   # popcount of an L-bit lane
 
     # 1. compute: per-lane popcount(w & a), L-bit lanes
-    compute = _ranged_problem("compute", isa, ["w", "a", *cnames], [R] * (2 + len(cnames)),
-                              [None] * (2 + len(cnames)), [R], [L],
-                              lambda B, x: [_popcount_lanes(B, B.and_(x[0], x[1]), L)], cidx)
-    out = [Stage(compute, lambda n: LinearSketch(isa, menu["compute"], compute.input_bits, n), range(1, 9),
-                 out_ranges=[LaneRange(L, 0, lane_max)], in_ranges=[None] * len(compute.input_bits))]
+    out = [_compute_stage("compute", isa, menu, R, ["w", "a"], lambda B, x: B.and_(x[0], x[1]))]
+    if spec.layout == "acc":
+        return out + _acc_stages(spec, isa, menu)
 
     # 2. reduce: M registers of L-bit lanes in [0, L] → lane i = sum of register i's lanes
     def reduce_spec(B, x):
@@ -106,10 +119,31 @@ def stages(spec: BitserialSpec, isa) -> list[Stage]:
     return out
 
 
+def _acc_stages(spec: BitserialSpec, isa, menu) -> list[Stage]:
+    """``accumulate``: acc + per-lane sums of L-bit popcount lanes (in [0, L]) into ``out_bits`` lanes,
+    wrapping; ``count`` (hybrid): per-lane popcounts of the activations."""
+    L, R, ob = menu["lane_bits"], spec.reg_bits, spec.out_bits
+    ranges = [None, LaneRange(L, 0, L)]
+
+    def accumulate_spec(B, x):
+        per = ob // L
+        counts = [B.zext(c, ob) for c in B.lanes(x[1], L)]
+        return [B.join([total(B, [old, *counts[per * i:per * (i + 1)]]) for i, old in enumerate(B.lanes(x[0], ob))])]
+    problem = _ranged_problem("accumulate", isa, ["acc", "c"], [R, R], ranges, [R], [ob], accumulate_spec)
+    out = [Stage(problem, lambda n: LinearSketch(isa, menu["accumulate"], problem.input_bits, n), range(1, 4),
+                 in_ranges=ranges)]
+    if spec.encoding == "hybrid":
+        out.append(_compute_stage("count", isa, menu, R, ["a"], lambda B, x: x[0]))
+    return out
+
+
 def assemble(spec: BitserialSpec):
     """The kernel as stage invocations over named registers: (uses, output names, constants)."""
     menu = menus.bitserial(spec.isa, spec.reg_bits)
     consts = list(menu.get("constants", {}))
+    constants = {n: (v % (1 << spec.reg_bits), spec.reg_bits) for n, v in menu.get("constants", {}).items()}
+    if spec.layout == "acc":
+        return (*_assemble_acc(spec, consts), constants)
     uses: list[StageUse] = []
     partial = {}
     for j in range(spec.wbits):
@@ -131,4 +165,24 @@ def assemble(spec: BitserialSpec):
     if spec.encoding == "hybrid":
         uses.append(StageUse("correction", [result, *[f"a{k}" for k in range(spec.abits)], *consts], ["out"]))
         result = "out"
-    return uses, [result], {n: (v % (1 << spec.reg_bits), spec.reg_bits) for n, v in menu.get("constants", {}).items()}
+    return uses, [result], constants
+
+
+def _assemble_acc(spec: BitserialSpec, consts: list[str]):
+    """Per row and plane pair: compute, then accumulate into the pair's significance; per activation
+    plane (hybrid): count, then accumulate into ``pop{k}``. Returns (uses, output names)."""
+    uses: list[StageUse] = []
+    current = {n: n for n in spec.accumulator_names}
+    for j in range(spec.wbits):
+        for k in range(spec.abits):
+            for i in range(spec.rows):
+                c, acc = f"c{j}_{k}_{i}", f"acc{j + k}_{i}"
+                uses.append(StageUse("compute", [f"w{j}_{i}", f"a{k}", *consts], [c]))
+                uses.append(StageUse("accumulate", [current[acc], c], [f"{acc}_{j}{k}"]))
+                current[acc] = f"{acc}_{j}{k}"
+    if spec.encoding == "hybrid":
+        for k in range(spec.abits):
+            uses.append(StageUse("count", [f"a{k}", *consts], [f"q{k}"]))
+            uses.append(StageUse("accumulate", [f"pop{k}", f"q{k}"], [f"pop{k}_n"]))
+            current[f"pop{k}"] = f"pop{k}_n"
+    return uses, [current[n] for n in spec.accumulator_names]

@@ -103,7 +103,7 @@ def _spec_from_args(args):
     try:
         if args.kernel == "bitserial":
             over = {"reg_bits": args.reg_bits} if args.reg_bits else {}
-            return BitserialSpec.for_isa(args.isa, args.abits, args.wbits, args.encoding, args.rows, **over)
+            return BitserialSpec.for_isa(args.isa, args.abits, args.wbits, args.encoding, args.rows, args.layout, **over)
         return Int8Spec.for_isa(args.isa, args.types, args.mr, args.nr)
     except SpecError as e:
         raise UsageError(str(e))
@@ -237,6 +237,8 @@ def build_parser() -> argparse.ArgumentParser:
     sy.add_argument("--wbits", type=int, default=1)
     sy.add_argument("--encoding", default="unipolar")
     sy.add_argument("--rows", type=int)
+    sy.add_argument("--layout", default="tile",
+                    help="bitserial: tile (one dot product per call) or acc (K-accumulating loop body)")
     sy.add_argument("--reg-bits", type=int, help="bitserial register width (NEON: 64 for D, 128 for Q tiles)")
     sy.add_argument("--types", default="u8s8")
     sy.add_argument("--mr", type=int, help="int8 tile rows (default: the ISA's tile)")

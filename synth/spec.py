@@ -29,20 +29,39 @@ def _check(cond: bool, message: str):
         raise SpecError(message)
 
 
+BITSERIAL_LAYOUTS = ("tile", "acc")
+
+
+def lane_popcounts(B, x, lane_bits):
+    """Per ``lane_bits`` lane of ``x``: the sum of its bytes' popcounts (the definition of a wide
+    popcount), as a ``lane_bits``-bit value."""
+    counts = [B.zext(B.popcount(b), lane_bits) for b in B.lanes(x, 8)]
+    per = lane_bits // 8
+    return [total(B, counts[i:i + per]) for i in range(0, len(counts), per)]
+
+
 @dataclass(frozen=True)
 class BitserialSpec:
     """A bitserial GEMV tile: ``rows`` weight rows · one activation column over ``reg_bits`` packed bits.
 
     Inputs: weight bit-planes ``w{j}_{i}`` (plane j of row i) and activation planes ``a{k}``, one
-    register each, bit ``b`` of every plane belonging to the same reduction index. Output: one
-    register of ``rows`` lanes of ``out_bits``; lane ``i`` is
-
-        sum_{j,k} 2**(j+k) * d(w_j_i, a_k)   (mod 2**out_bits)
-
-    with ``d(w, a) = popcount(w & a)`` (unipolar: weights and activations in {0,1}) or
+    register each, bit ``b`` of every plane belonging to the same reduction index. With
+    ``d(w, a) = popcount(w & a)`` (unipolar: weights and activations in {0,1}) or
     ``d(w, a) = popcount(w & a) - popcount(~w & a) = 2 popcount(w & a) - popcount(a)`` (hybrid:
-    bipolar weights in {-1,+1}, unipolar activations). A wide popcount is *defined* as the sum of the
-    per-byte popcounts, so the compute/reduction split needs no lemma.
+    bipolar weights in {-1,+1}, unipolar activations), the ``layout`` decides what the kernel returns:
+
+    * ``tile``: one register of ``rows`` lanes of ``out_bits``; lane ``i`` is
+      ``sum_{j,k} 2**(j+k) * d(w_j_i, a_k)  (mod 2**out_bits)``: the whole dot product of the block.
+    * ``acc`` (K-accumulating, for a loop over K blocks): accumulator registers of ``out_bits`` lanes,
+      updated in place and reduced across lanes once after the loop. ``acc{s}_{i}`` (s = j + k, the
+      bit significance) gains, per lane, the popcounts of ``w_j_i & a_k`` over that lane's bytes for
+      every plane pair with j + k = s; for hybrid, ``pop{k}`` gains the popcounts of ``a_k`` (shared
+      by all rows). The dot product is then ``sum_s 2**s sum_lanes acc{s}_{i}`` (unipolar) or
+      ``2 * that - (2**wbits - 1) * sum_k 2**k sum_lanes pop{k}`` (hybrid), everything mod
+      ``2**out_bits``, so lane wrap-around over a long K is harmless.
+
+    A wide popcount is *defined* as the sum of the per-byte popcounts, so the compute/reduction split
+    needs no lemma.
     """
     isa: str
     abits: int
@@ -51,13 +70,19 @@ class BitserialSpec:
     rows: int
     reg_bits: int
     out_bits: int
+    layout: str = "tile"
 
     def __post_init__(self):
         _check(self.abits in (1, 2, 3), f"--abits must be 1, 2 or 3, got {self.abits}")
         _check(self.wbits in (1, 2, 3), f"--wbits must be 1, 2 or 3, got {self.wbits}")
         _check(self.encoding in ENCODINGS, f"--encoding must be one of {', '.join(ENCODINGS)}, got {self.encoding!r}")
+        _check(self.layout in BITSERIAL_LAYOUTS, f"--layout must be one of {', '.join(BITSERIAL_LAYOUTS)}, "
+               f"got {self.layout!r}")
         _check(self.reg_bits in (64, 128, 256, 512), f"register bits must be 64, 128, 256 or 512, got {self.reg_bits}")
         _check(self.out_bits in (16, 32, 64), f"output lane bits must be 16, 32 or 64, got {self.out_bits}")
+        if self.layout == "acc":
+            _check(self.rows >= 1, f"--rows must be positive, got {self.rows}")
+            return
         _check(self.rows * self.out_bits in (64, 128, 256, 512),
                f"{self.rows} rows of {self.out_bits}-bit lanes do not fill one register")
         biggest = self.reg_bits * (2 ** self.abits - 1) * (2 ** self.wbits - 1)
@@ -65,13 +90,14 @@ class BitserialSpec:
                f"{self.out_bits}-bit output lanes can overflow for A{self.abits}W{self.wbits} over {self.reg_bits} bits")
 
     @staticmethod
-    def for_isa(isa: str, abits: int, wbits: int, encoding: str, rows: int | None = None, **over) -> "BitserialSpec":
+    def for_isa(isa: str, abits: int, wbits: int, encoding: str, rows: int | None = None, layout: str = "tile",
+                **over) -> "BitserialSpec":
         _check(isa in BITSERIAL_TILES, f"bitserial kernels exist for {', '.join(BITSERIAL_TILES)}, not {isa!r}")
         tile = dict(BITSERIAL_TILES[isa], **over)
         if rows is not None:
             _check(rows >= 1, f"--rows must be positive, got {rows}")
             tile["rows"] = rows
-        return BitserialSpec(isa, abits, wbits, encoding, **tile)
+        return BitserialSpec(isa, abits, wbits, encoding, layout=layout, **tile)
 
     @property
     def kind(self) -> str:
@@ -83,14 +109,32 @@ class BitserialSpec:
 
     @property
     def name(self) -> str:
-        return f"bitserial_a{self.abits}w{self.wbits}_{self.encoding}_{self.rows}x{self.reg_bits}_{self.isa}"
+        acc = "_acc" if self.layout == "acc" else ""
+        return f"bitserial_a{self.abits}w{self.wbits}_{self.encoding}{acc}_{self.rows}x{self.reg_bits}_{self.isa}"
 
     def key(self) -> dict:
-        return {"kind": self.kind, **asdict(self)}
+        key = {"kind": self.kind, **asdict(self)}
+        if self.layout == "tile":        # the layout every entry had before "acc" existed
+            del key["layout"]
+        return key
+
+    @property
+    def significances(self) -> int:
+        """Distinct bit significances j + k of the plane pairs."""
+        return self.abits + self.wbits - 1
+
+    @property
+    def accumulator_names(self) -> list[str]:
+        """The ``acc`` layout's in-place registers (inputs and, in this order, outputs)."""
+        if self.layout != "acc":
+            return []
+        pops = [f"pop{k}" for k in range(self.abits)] if self.encoding == "hybrid" else []
+        return [f"acc{s}_{i}" for s in range(self.significances) for i in range(self.rows)] + pops
 
     @property
     def input_names(self) -> list[str]:
-        return [f"w{j}_{i}" for j in range(self.wbits) for i in range(self.rows)] + [f"a{k}" for k in range(self.abits)]
+        return ([f"w{j}_{i}" for j in range(self.wbits) for i in range(self.rows)]
+                + [f"a{k}" for k in range(self.abits)] + self.accumulator_names)
 
     @property
     def input_bits(self) -> list[int]:
@@ -98,10 +142,12 @@ class BitserialSpec:
 
     @property
     def output_bits(self) -> list[int]:
+        if self.layout == "acc":
+            return [self.reg_bits] * len(self.accumulator_names)
         return [self.rows * self.out_bits]
 
     def lane_ranges(self):
-        """Bitserial planes are arbitrary bits."""
+        """Bitserial planes and accumulators are arbitrary bits."""
         return [None] * len(self.input_names)
 
     def byte_dot(self, B, w, a):
@@ -112,9 +158,12 @@ class BitserialSpec:
         return [B.sub(B.add(B.popcount(x), B.popcount(x)), B.popcount(y)) for x, y in zip(wa, B.lanes(a, 8))]
 
     def reference(self, B, inputs):
-        """The specification, on any backend: inputs in ``input_names`` order → [output register]."""
+        """The specification, on any backend: inputs in ``input_names`` order → output registers."""
+        planes = self.wbits * self.rows
         w = [inputs[j * self.rows:(j + 1) * self.rows] for j in range(self.wbits)]
-        a = inputs[self.wbits * self.rows:]
+        a = inputs[planes:planes + self.abits]
+        if self.layout == "acc":
+            return self._accumulated(B, w, a, dict(zip(self.accumulator_names, inputs[planes + self.abits:])))
         extend = B.zext if self.encoding == "unipolar" else B.sext
         lanes = []
         for i in range(self.rows):
@@ -123,6 +172,18 @@ class BitserialSpec:
                      for d in self.byte_dot(B, w[j][i], a[k])]
             lanes.append(total(B, terms))
         return [B.join(lanes)]
+
+    def _accumulated(self, B, w, a, acc):
+        ob, out = self.out_bits, []
+        for s in range(self.significances):
+            for i in range(self.rows):
+                pairs = [lane_popcounts(B, B.and_(w[j][i], a[s - j]), ob)
+                         for j in range(self.wbits) if 0 <= s - j < self.abits]
+                out.append(B.join([total(B, [old, *add]) for old, *add in zip(B.lanes(acc[f"acc{s}_{i}"], ob), *pairs)]))
+        if self.encoding == "hybrid":
+            for k in range(self.abits):
+                out.append(B.join([B.add(old, n) for old, n in zip(B.lanes(acc[f"pop{k}"], ob), lane_popcounts(B, a[k], ob))]))
+        return out
 
 
 # Default int8 tile per (ISA, types): layout, mr, nr, k (see Int8Spec).
