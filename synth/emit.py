@@ -18,6 +18,19 @@ Calling convention (also written into every generated header, and into ``manifes
   T = uint16_t/uint32_t/uint64_t for unipolar, int16_t/int32_t/int64_t for hybrid) are ADDED to
   ``out[0..rows)`` with wrap-around, so a caller loops over K blocks with the same ``out``.
 
+* bitserial, K-accumulating (``BitserialSpec`` with ``layout="acc"``)::
+
+      static inline void qs_<name>(const uint8_t *w, int w_stride, const uint8_t *a, int a_stride, A *acc)
+      static inline void qs_<name>_gemv(const uint8_t *w, int w_stride, const uint8_t *a, int a_stride,
+                                        T *out, int kblocks)
+
+  Planes as above. ``acc`` holds the accumulator registers (``spec.accumulator_names``: ``acc{s}_{i}``
+  then, for hybrid, ``pop{k}``), ``reg_bits/8`` bytes each, one after the other, updated in place; A =
+  uint<out_bits>_t. ``_gemv`` is what a caller (a TVM tensorized loop) uses: it runs the proved body
+  over ``kblocks`` consecutive blocks (block ``kb`` at byte offset ``kb*reg_bits/8`` of every plane)
+  with the accumulators in registers, then reduces them (``_finish``: plane weights, lane sums, the
+  hybrid correction) and adds the rows' dot products to ``out[0..rows)`` (T as above).
+
 * int8 (``Int8Spec``, tile ``mr`` x ``nr`` int32 over ``k``)::
 
       static inline void qs_<name>(const void *a, int a_stride, const void *b, int b_stride,
@@ -76,6 +89,11 @@ CALLING_CONVENTION = {
                  "plane j of weight row i at w + (j*rows + i)*w_stride, activation plane k at a + k*a_stride "
                  "(reg_bits/8 bytes each); the rows result lanes are added to out[0..rows) with wrap-around "
                  "(T: uint<out_bits>_t unipolar, int<out_bits>_t hybrid). Unaligned access.",
+    "bitserial_acc": "void qs_<name>(const uint8_t *w, int w_stride, const uint8_t *a, int a_stride, A *acc): "
+                     "planes as for bitserial; acc = the accumulator registers (acc{s}_{i}, then pop{k}), reg_bits/8 "
+                     "bytes each, updated in place (A: uint<out_bits>_t). qs_<name>_gemv(w, w_stride, a, a_stride, "
+                     "T *out, int kblocks) runs it over kblocks consecutive blocks with the accumulators in registers "
+                     "and adds the rows' dot products to out[0..rows) (T as for bitserial). Unaligned access.",
     "int8": "void qs_<name>(const void *a, int a_stride, const void *b, int b_stride, int32_t *c, int c_stride): "
             "c[i*c_stride + j] += sum_t A[i][t] * B[j][t] (int32, wrap-around) in place; a/b strides in bytes, "
             "c stride in int32; where A and B rows live per spec.layout (rows | k4 | k4b | tile, see "
@@ -150,9 +168,13 @@ def layout(spec) -> Layout:
         inputs = {f"w{j}_{i}": Slot((Piece(0, j * spec.rows + i, 0, rb),))
                   for j in range(spec.wbits) for i in range(spec.rows)}
         inputs |= {f"a{k}": Slot((Piece(1, k, 0, rb),)) for k in range(spec.abits)}
+        planes = (Buffer("w", "const uint8_t", 1), Buffer("a", "const uint8_t", 1))
+        if spec.layout == "acc":
+            accs = {n: Slot((Piece(2, 0, q * rb, rb),)) for q, n in enumerate(spec.accumulator_names)}
+            return Layout("bitserial_acc", (*planes, Buffer("acc", f"uint{spec.out_bits}_t", 0)), inputs | accs,
+                          tuple(accs.values()), lane_type=lane)
         out = Slot((Piece(2, 0, 0, spec.rows * spec.out_bits // 8),))
-        return Layout("bitserial", (Buffer("w", "const uint8_t", 1), Buffer("a", "const uint8_t", 1),
-                                    Buffer("out", lane, 0)), inputs, (out,), spec.out_bits, lane)
+        return Layout("bitserial", (*planes, Buffer("out", lane, 0)), inputs, (out,), spec.out_bits, lane)
     if spec.kind == "int8":
         inputs = {name: _int8_slot(spec, name, bits // 8) for name, bits in zip(spec.input_names, spec.input_bits)}
         outputs = tuple(inputs[n] for n in spec.input_names if n.startswith("c"))
@@ -469,8 +491,18 @@ def kernel_model(entry: dict) -> dict:
             "steps": steps, "program_lines": program.lines(), "layout": lay, "features": sorted(features),
             "guard": sorted(m for f in features for m in _FEATURE_MACROS[f]),
             "include_guard": f"QSYNTH_{fn.upper()}_H", "amx": "amx-int8" in features, "domain": domain(spec),
-            "tile_config": tile_config,
+            "tile_config": tile_config, "gemv": _gemv_model(spec, lay),
             "convention": CALLING_CONVENTION[lay.kind]}
+
+
+def _gemv_model(spec, lay: Layout) -> dict | None:
+    """What the K loop and the epilogue of an ``acc`` kernel need (None for other kernels)."""
+    if lay.kind != "bitserial_acc":
+        return None
+    return {"acc_type": lay.buffers[2].pointee, "out_type": lay.lane_type, "rows": spec.rows,
+            "registers": len(spec.accumulator_names), "lanes": spec.reg_bits // spec.out_bits,
+            "block_bytes": spec.reg_bits // 8, "significances": spec.significances, "abits": spec.abits,
+            "hybrid": spec.encoding == "hybrid", "act_weight": 2 ** spec.wbits - 1}
 
 
 def constant_bytes(constant: dict, bits: int) -> bytes:
@@ -500,6 +532,14 @@ def driver_source(entry: dict) -> str:
     """A test driver around the kernel: see ``templates/driver.c.j2`` and ``synth/emit_cli.py``."""
     m = kernel_model(entry)
     return _TEMPLATES.get_template("driver.c.j2").render(m=m, kernel=_TEMPLATES.get_template("kernel.h.j2").render(m=m))
+
+
+def gemv_driver_source(entry: dict) -> str:
+    """A test driver around an ``acc`` kernel's ``_gemv`` loop: see ``templates/gemv_driver.c.j2``."""
+    m = kernel_model(entry)
+    if not m["gemv"]:
+        raise EmitError(f"{entry['name']} has no gemv loop (only bitserial kernels of the acc layout do)")
+    return _TEMPLATES.get_template("gemv_driver.c.j2").render(m=m, kernel=_TEMPLATES.get_template("kernel.h.j2").render(m=m))
 
 
 def file_name(entry: dict) -> str:

@@ -22,7 +22,8 @@ from isa_specs import ISA_NAMES, host
 from isa_specs.check import ToolchainError, run_binary
 from isa_specs.lanes import NUMPY, mask
 from synth import cache
-from synth.emit import COMPILERS, EmitError, Layout, Slot, build, driver_source, emit_library, kernel_model
+from synth.emit import (COMPILERS, EmitError, Layout, Slot, build, driver_source, emit_library, gemv_driver_source,
+                        kernel_model)
 
 GUARD_BYTES = 16          # checked-unchanged bytes after the writable buffer's tile
 MAX_PAD = 64              # stride padding and misalignment are drawn below this
@@ -262,9 +263,65 @@ def check_entry(entry: dict, compiler: str = "gcc", samples: int = 256, seed: in
         if bad:
             row["mismatches"] += bad["mismatches"]
             row.setdefault("first_mismatch", bad)
+    if driver.model["gemv"] and not row["mismatches"]:
+        try:
+            bad = check_gemv(driver, samples, rng)
+        except (EmitError, ToolchainError) as e:
+            return dict(row, status="error", reason=f"the gemv loop does not build or run: {e}")
+        if bad:
+            row["mismatches"] += bad["mismatches"]
+            row.setdefault("first_mismatch", bad)
     if row["mismatches"]:
         row.update(status="failed", reason=f"{row['mismatches']} of {row['samples']} calls differ from the spec")
     return row
+
+
+# ---------------------------------------------------------------- the K loop of acc kernels
+def gemv_reference(spec, w: np.ndarray, a: np.ndarray, out: np.ndarray, kbytes: int) -> np.ndarray:
+    """numpy: ``out`` (n, rows) plus every row's whole dot product over the first ``kbytes`` bytes of
+    the planes ``w`` (n, wbits·rows, stride) and ``a`` (n, abits, stride), mod 2**out_bits."""
+    pc = lambda x: np.unpackbits(x, axis=-1).sum(-1, dtype=np.int64)
+    w, a = w[..., :kbytes], a[..., :kbytes]
+    dot = np.zeros(out.shape, np.int64)
+    for j in range(spec.wbits):
+        for k in range(spec.abits):
+            d = pc(w[:, j * spec.rows:(j + 1) * spec.rows] & a[:, k:k + 1])
+            if spec.encoding == "hybrid":
+                d = 2 * d - pc(a[:, k:k + 1])
+            dot += d << (j + k)
+    wrap = np.uint64(mask(spec.out_bits))
+    return ((out.astype(np.int64) + dot).view(np.uint64) & wrap).astype(out.dtype)
+
+
+def check_gemv(driver: KernelDriver, samples: int, rng: np.random.Generator) -> dict | None:
+    """``_gemv`` on random, all-zero and all-one planes over a few block counts (and, for 16-bit
+    accumulators, enough blocks to wrap a lane) = ``gemv_reference``; the first mismatch, else None."""
+    spec, m = driver.spec, driver.model
+    binary = build(gemv_driver_source(driver.entry), driver.isa.name, driver.compiler)
+    rb, dtype = m["gemv"]["block_bytes"], np.dtype(m["gemv"]["out_type"].removesuffix("_t"))
+    runs = [(kb, max(1, samples // 8)) for kb in (1, 2, 3, 7)]
+    if spec.out_bits <= 16:
+        runs.append(((1 << spec.out_bits) // rb + 3, 2))
+    for kblocks, n in runs:
+        kbytes = kblocks * rb
+        ws, as_ = kbytes + int(rng.integers(0, MAX_PAD)), kbytes + int(rng.integers(0, MAX_PAD))
+        w = rng.integers(0, 256, (n, spec.wbits * spec.rows, ws), dtype=np.uint8)
+        a = rng.integers(0, 256, (n, spec.abits, as_), dtype=np.uint8)
+        for record, fill in ((0, 255), (min(1, n - 1), 0)):
+            w[record], a[record] = fill, 255
+        out = rng.integers(0, 1 << 16, (n, spec.rows)).astype(dtype)
+        misalign = int(rng.integers(0, MAX_PAD))
+        payload = np.array([n, kblocks, ws, as_, misalign], "<u4").tobytes() + b"".join(
+            w[r].tobytes() + a[r].tobytes() + out[r].tobytes() for r in range(n))
+        got = np.frombuffer(run_binary(driver.isa, binary, payload, "gemv driver"), dtype).reshape(n, spec.rows)
+        want = gemv_reference(spec, w, a, out, kbytes)
+        differs = np.any(got != want, axis=1)
+        if differs.any():
+            r = int(np.argmax(differs))
+            return {"cache_key": driver.entry["cache_key"], "name": driver.entry["name"], "function": "gemv",
+                    "mismatches": int(differs.sum()), "kblocks": kblocks, "sample": r,
+                    "got": got[r].tolist(), "want": want[r].tolist()}
+    return None
 
 
 # ---------------------------------------------------------------- commands
