@@ -102,7 +102,7 @@ def bench_source(entry: dict, spec, work: dict, trials: int, inner: int) -> str:
               "amx": spec.isa == "amx"}
     if spec.kind == "bitserial":
         fields |= {"rows": spec.rows, "block_bytes": spec.reg_bits // 8, "abits": spec.abits, "wbits": spec.wbits,
-                   "lane": layout(spec).lane_type, "hybrid": spec.encoding == "hybrid"}
+                   "lane": layout(spec).lane_type, "hybrid": spec.encoding == "hybrid", "gemv": spec.layout == "acc"}
     else:
         sa, sb = spec.signed
         fields |= {"mr": spec.mr, "nr": spec.nr, "k": spec.k, "a_type": "int8_t" if sa else "uint8_t",

@@ -495,11 +495,18 @@ def kernel_model(entry: dict) -> dict:
             "convention": CALLING_CONVENTION[lay.kind]}
 
 
+# Horizontal sum of one accumulator register in registers (C expression of ``r``, its address), where
+# the compiler's own reduction beats a loop over the lanes in memory.
+_LANE_SUMS = {("neon", 128, 16): "vaddvq_u16(vld1q_u16(r))", ("neon", 64, 16): "vaddv_u16(vld1_u16(r))",
+              ("x86", 512, 64): "(uint64_t)_mm512_reduce_add_epi64(_mm512_loadu_si512(r))"}
+
+
 def _gemv_model(spec, lay: Layout) -> dict | None:
     """What the K loop and the epilogue of an ``acc`` kernel need (None for other kernels)."""
     if lay.kind != "bitserial_acc":
         return None
     return {"acc_type": lay.buffers[2].pointee, "out_type": lay.lane_type, "rows": spec.rows,
+            "lane_sum": _LANE_SUMS.get((_family(spec.isa), spec.reg_bits, spec.out_bits)),
             "registers": len(spec.accumulator_names), "lanes": spec.reg_bits // spec.out_bits,
             "block_bytes": spec.reg_bits // 8, "significances": spec.significances, "abits": spec.abits,
             "hybrid": spec.encoding == "hybrid", "act_weight": 2 ** spec.wbits - 1}
