@@ -110,22 +110,27 @@ def bench_source(entry: dict, spec, work: dict, trials: int, inner: int) -> str:
     return _TEMPLATES.get_template("bench_x86.c.j2").render(**fields)
 
 
-def tvm_baseline(spec, work: dict, rng) -> tuple[str, float] | None:
-    """(what, median seconds per workload) of TVM's lowering of the same workload, checked on numpy."""
+def tvm_baselines_of(spec, work: dict, rng) -> list[tuple[str, float]]:
+    """(what, median seconds per workload) of TVM's lowerings of the same workload, each checked on
+    numpy: bitserial with the rfactor schedule and unscheduled; int8 VNNI-tensorized or plain."""
     if spec.kind == "bitserial":
         nbytes = work["blocks"] * spec.reg_bits // 8
         w = rng.integers(0, 256, (spec.wbits, spec.rows, nbytes), dtype=np.uint8)
         a = rng.integers(0, 256, (spec.abits, nbytes), dtype=np.uint8)
-        f = tvm_baselines.bitserial_x86(spec.abits, spec.wbits, spec.rows, spec.reg_bits, work["blocks"], spec.encoding)
         pc = lambda x: np.unpackbits(x, axis=-1).sum(-1).astype(np.int64)
         d = [[pc(w[j] & a[k]) * (2 if spec.encoding == "hybrid" else 1) - (pc(a[k]) if spec.encoding == "hybrid" else 0)
               for k in range(spec.abits)] for j in range(spec.wbits)]
         want = sum(d[j][k] << (j + k) for j in range(spec.wbits) for k in range(spec.abits))
-        if not np.array_equal(f.run(w, a), want):
-            raise RuntimeError(f"TVM bitserial baseline disagrees with numpy for {spec.name}")
-        return "T.popcount dense", f.median_seconds(w, a, number=200, repeat=15)
+        out = []
+        for label, scheduled in (("T.popcount dense, rfactor schedule", True), ("T.popcount dense, no schedule", False)):
+            f = tvm_baselines.bitserial_x86(spec.abits, spec.wbits, spec.rows, spec.reg_bits, work["blocks"],
+                                            spec.encoding, scheduled=scheduled)
+            if not np.array_equal(f.run(w, a), want):
+                raise RuntimeError(f"TVM bitserial baseline ({label}) disagrees with numpy for {spec.name}")
+            out.append((label, f.median_seconds(w, a, number=200, repeat=15)))
+        return out
     if spec.types not in ("u8s8", "u7s8"):
-        return None
+        return []
     k = work["blocks"] * spec.k
     a = rng.integers(0, 128 if spec.types == "u7s8" else 256, (spec.mr, k), dtype=np.uint8)
     bt = rng.integers(-128, 128, (spec.nr, k), dtype=np.int8)
@@ -135,7 +140,7 @@ def tvm_baseline(spec, work: dict, rng) -> tuple[str, float] | None:
     f = (tvm_baselines.int8_vnni_x86 if vnni else tvm_baselines.int8_plain_x86)(spec.mr, spec.nr, k)
     if not np.array_equal(f.run(a, bp, c), a.astype(np.int32) @ bt.astype(np.int32).T):
         raise RuntimeError(f"TVM int8 baseline disagrees with numpy for {spec.name}")
-    return ("VNNI tensorize (dot_16x4)" if vnni else "plain te lowering"), f.median_seconds(a, bp, c, number=200, repeat=15)
+    return [(("VNNI tensorize (dot_16x4)" if vnni else "plain te lowering"), f.median_seconds(a, bp, c, number=200, repeat=15))]
 
 
 def x86_rows(entries: list[dict], trials: int) -> tuple[dict, list[dict]]:
@@ -156,9 +161,11 @@ def x86_rows(entries: list[dict], trials: int) -> tuple[dict, list[dict]]:
                "plain_rate": work["ops"] / res["plain_seconds"] / 1e9}
         if pr := peak_rate(spec, peak):
             row |= {"peak_instruction": pr[0], "peak_rate": pr[1] / 1e9, "fraction_of_peak": row["kernel_rate"] * 1e9 / pr[1]}
-        if tv := tvm_baseline(spec, work, rng):
-            row |= {"tvm_schedule": tv[0], "tvm_seconds": tv[1], "tvm_rate": work["ops"] / tv[1] / 1e9,
-                    "speedup_vs_tvm": tv[1] / res["kernel_seconds"]}
+        for n, (label, seconds) in enumerate(tvm_baselines_of(spec, work, rng)):
+            suffix = "" if n == 0 else "_unscheduled"
+            row |= {f"tvm{suffix}_schedule": label, f"tvm{suffix}_seconds": seconds,
+                    f"tvm{suffix}_rate": work["ops"] / seconds / 1e9,
+                    f"speedup_vs_tvm{suffix}": seconds / res["kernel_seconds"]}
         row["speedup_vs_plain"] = res["plain_seconds"] / res["kernel_seconds"]
         rows.append(row)
         print(f"  {entry['name']}: {row['kernel_rate']:.1f} {work['unit']}", file=sys.stderr)
@@ -192,9 +199,28 @@ def clang_neon(source: str, symbol: str) -> list[str]:
     return function_instructions(run(["clang", *NEON_FLAGS, "-S", "-x", "c", "-", "-o", "-"], source), symbol)
 
 
+NEON_ACC_BLOCKS = 8      # K blocks of an acc kernel's straight-line NEON workload (1024 bits for Q tiles)
+
+
+def acc_neon_source(entry: dict, spec) -> str:
+    """An acc kernel over NEON_ACC_BLOCKS blocks as straight-line code (llvm-mca needs no loop): zeroed
+    accumulators, the proved body once per block, ``_finish``; function ``bench_acc``."""
+    fn, rb, lay = function_name(entry), spec.reg_bits // 8, layout(spec)
+    acc_type = lay.buffers[2].pointee
+    steps = "\n".join(f"  {fn}(w + {kb * rb}, ws, a + {kb * rb}, as, acc);" for kb in range(NEON_ACC_BLOCKS))
+    return f"""{emit_entry(entry)}
+void bench_acc(const uint8_t *w, int ws, const uint8_t *a, int as, {lay.lane_type} *out) {{
+  {acc_type} acc[{len(spec.accumulator_names) * spec.reg_bits // spec.out_bits}] __attribute__((aligned(16))) = {{0}};
+{steps}
+  {fn}_finish(acc, out);
+}}
+"""
+
+
 def plain_neon_source(spec) -> str:
-    """The tile written the obvious way in C, for clang's auto-vectorizer."""
+    """The workload written the obvious way in C, for clang's auto-vectorizer."""
     if spec.kind == "bitserial":
+        kbytes = spec.reg_bits // 8 * (NEON_ACC_BLOCKS if spec.layout == "acc" else 1)
         lane = layout(spec).lane_type
         term = "2 * __builtin_popcount(x & y) - __builtin_popcount(y)" if spec.encoding == "hybrid" \
             else "__builtin_popcount(x & y)"
@@ -205,7 +231,7 @@ void plain(const uint8_t *w, int ws, const uint8_t *a, int as, {lane} *out) {{
     for (int j = 0; j < {spec.wbits}; j++)
       for (int k = 0; k < {spec.abits}; k++) {{
         int32_t s = 0;
-        for (int t = 0; t < {spec.reg_bits // 8}; t++) {{ uint8_t x = w[(j * {spec.rows} + i) * ws + t], y = a[k * as + t]; s += {term}; }}
+        for (int t = 0; t < {kbytes}; t++) {{ uint8_t x = w[(j * {spec.rows} + i) * ws + t], y = a[k * as + t]; s += {term}; }}
         acc += s << (j + k);
       }}
     out[i] += ({lane})acc;
@@ -228,7 +254,8 @@ void plain(const {e} *a, int as, const {eb} *b, int bs, int32_t *c, int cs) {{
 
 def tvm_neon(spec) -> list[str] | None:
     if spec.kind == "bitserial":
-        asm = tvm_baselines.bitserial_neon_asm(spec.abits, spec.wbits, spec.rows, spec.reg_bits, spec.encoding)
+        kblocks = NEON_ACC_BLOCKS if spec.layout == "acc" else 1
+        asm = tvm_baselines.bitserial_neon_asm(spec.abits, spec.wbits, spec.rows, spec.reg_bits, spec.encoding, kblocks)
     elif spec.types == "u8u8" and spec.layout == "rows":
         asm = tvm_baselines.int8_neon_asm(spec.mr, spec.nr, spec.k)
     else:
@@ -241,9 +268,14 @@ def neon_rows(entries: list[dict]) -> list[dict]:
     for entry in entries:
         spec = spec_from_key(entry["spec"])
         fn = function_name(entry)
-        kernel = clang_neon("#define QSYNTH_EXTERN_WRAPPERS 1\n" + emit_entry(entry), fn + "_extern")
+        if spec.kind == "bitserial" and spec.layout == "acc":
+            kernel = clang_neon(acc_neon_source(entry, spec), "bench_acc")
+        else:
+            kernel = clang_neon("#define QSYNTH_EXTERN_WRAPPERS 1\n" + emit_entry(entry), fn + "_extern")
         variants = {"kernel": kernel, "plain": clang_neon(plain_neon_source(spec), "plain"), "tvm": tvm_neon(spec)}
-        row = {"name": entry["name"], "cache_key": entry["cache_key"], "program_length": len(Program.from_json(entry["program"]))}
+        row = {"name": entry["name"], "cache_key": entry["cache_key"], "program_length": len(Program.from_json(entry["program"])),
+               "k_bits": spec.reg_bits * (NEON_ACC_BLOCKS if spec.kind == "bitserial" and spec.layout == "acc" else 1)
+               if spec.kind == "bitserial" else None}
         for label, body in variants.items():
             if body is None:
                 continue
@@ -277,14 +309,16 @@ def markdown(report: dict) -> str:
         out += ["## x86: time per L1-resident workload (median), side by side", "",
                 "Rates are operations of the workload over its median time: int8 in G MAC/s, bitserial in binary "
                 "G op/s (2 · rows · bits · abits · wbits). Plain C = the same workload as loops, gcc auto-vectorized.", "",
-                "| kernel | instr | workload | kernel rate | % of peak | plain C | TVM (schedule) | × plain | × TVM |",
-                "|---|---|---|---|---|---|---|---|---|"]
+                "| kernel | instr | workload | kernel rate | % of peak | plain C | TVM (schedule) | × plain | × TVM | "
+                "TVM unscheduled | × TVM unscheduled |", "|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in rows:
             pk = f"{100 * r['fraction_of_peak']:.0f}% of {r['peak_instruction']}" if "fraction_of_peak" in r else "–"
             tv = f"{r['tvm_rate']:.1f} ({r['tvm_schedule']})" if "tvm_rate" in r else "–"
             xt = f"{r['speedup_vs_tvm']:.2f}" if "speedup_vs_tvm" in r else "–"
+            tu = f"{r['tvm_unscheduled_rate']:.1f}" if "tvm_unscheduled_rate" in r else "–"
+            xu = f"{r['speedup_vs_tvm_unscheduled']:.2f}" if "speedup_vs_tvm_unscheduled" in r else "–"
             out.append(f"| {r['name']} | {r['length']} | {r['shape']} | {r['kernel_rate']:.1f} {r['unit']} | {pk} | "
-                       f"{r['plain_rate']:.1f} | {tv} | {r['speedup_vs_plain']:.2f} | {xt} |")
+                       f"{r['plain_rate']:.1f} | {tv} | {r['speedup_vs_plain']:.2f} | {xt} | {tu} | {xu} |")
         out.append("")
     if rows := report.get("neon"):
         out += ["## NEON: llvm-mca cycles per call (steady state of 100 iterations), no hardware", "",

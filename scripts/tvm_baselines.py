@@ -145,10 +145,11 @@ def _bitserial_func(abits: int, wbits: int, rows: int, words: int, word: str, ac
     return te.create_prim_func([w, a, base, out]).with_attrs({"global_symbol": FUNC, "tirx.noalias": True})
 
 
-def _bitserial_schedule(func, lanes: int) -> s_tir.Schedule:
+def _bitserial_schedule(func, lanes: int, unroll_words: bool = False) -> s_tir.Schedule:
     """Vectorize the word axis: split off ``lanes`` words and rfactor them into per-row partial sums
     (one register per row), summed once at the end; rows and planes unrolled so the partial sums stay
-    in registers across the outer word loop."""
+    in registers across the outer word loop (unrolled too with ``unroll_words``: straight-line code
+    for llvm-mca)."""
     sch = s_tir.Schedule(func)
     dot = sch.get_sblock("dot")
     *_, x = sch.get_loops(dot)
@@ -158,15 +159,17 @@ def _bitserial_schedule(func, lanes: int) -> s_tir.Schedule:
     sch.reorder(xo, i, j, k, xi)
     sch.vectorize(xi)
     sch.decompose_reduction(rf, xo)
-    for loop in (i, j, k):
+    for loop in (i, j, k, xo) if unroll_words else (i, j, k):
         sch.unroll(loop)
     return sch
 
 
 def bitserial_x86(abits: int, wbits: int, rows: int, reg_bits: int, kblocks: int, encoding: str = "unipolar",
-                  target=None) -> BitserialKernel:
+                  target=None, scheduled: bool = True) -> BitserialKernel:
     """TVM's lowering of the whole bitserial GEMV workload (``kblocks`` qsynth tiles of ``reg_bits``
-    bits along K) over uint64 words: one call covers what a C loop of ``kblocks`` tile calls does."""
+    bits along K) over uint64 words: one call covers what a C loop of ``kblocks`` tile calls does.
+    ``scheduled=False``: the te.compute as written (topi.nn.bitserial_dense's expression), no
+    schedule at all, left to TVM's default lowering and LLVM's loop vectorizer."""
     words = kblocks * reg_bits // 64
     if words * 64 != kblocks * reg_bits:
         raise ValueError(f"kblocks * reg_bits must be a multiple of 64, got {kblocks} * {reg_bits}")
@@ -176,7 +179,8 @@ def bitserial_x86(abits: int, wbits: int, rows: int, reg_bits: int, kblocks: int
     def prepare(w, a):
         words_of = lambda p: np.ascontiguousarray(p, dtype=np.uint8).view(np.uint64)
         return [words_of(w), words_of(a), base, np.empty_like(base)]
-    return BitserialKernel(_bitserial_schedule(func, math.gcd(words, ZMM_WORDS)), target or X86, prepare)
+    sch = _bitserial_schedule(func, math.gcd(words, ZMM_WORDS)) if scheduled else s_tir.Schedule(func)
+    return BitserialKernel(sch, target or X86, prepare)
 
 
 # ---------------------------------------------------------------- int8
@@ -246,19 +250,22 @@ def _compute_asm(sch: s_tir.Schedule) -> str:
     return body[:body.rindex("\tret") + len("\tret")]
 
 
-def bitserial_neon_asm(abits: int, wbits: int, rows: int, reg_bits: int, encoding: str = "unipolar") -> str:
-    """One qsynth NEON bitserial tile as TVM lowers it: ``rows`` weight rows x ``reg_bits`` bits (64: a D
-    register, 128: a Q register) over uint8 bytes (NEON ``cnt`` counts bytes), the byte axis vectorized
-    whole through rfactor, planes and rows unrolled; ``rows`` output lanes of 16 bits (uint16 unipolar,
-    int16 hybrid) added to memory, as the qsynth tile does."""
-    return _compute_asm(neon_bitserial_schedule(abits, wbits, rows, reg_bits, encoding))
+def bitserial_neon_asm(abits: int, wbits: int, rows: int, reg_bits: int, encoding: str = "unipolar",
+                       kblocks: int = 1) -> str:
+    """``kblocks`` qsynth NEON bitserial tiles along K as TVM lowers them: ``rows`` weight rows x
+    ``kblocks`` x ``reg_bits`` bits (64: D registers, 128: Q registers) over uint8 bytes (NEON ``cnt``
+    counts bytes), rfactor-ed into one register of partial sums per row, everything unrolled; ``rows``
+    output lanes of 16 bits (uint16 unipolar, int16 hybrid) added to memory, as the qsynth kernel does."""
+    return _compute_asm(neon_bitserial_schedule(abits, wbits, rows, reg_bits, encoding, kblocks))
 
 
-def neon_bitserial_schedule(abits: int, wbits: int, rows: int, reg_bits: int, encoding: str) -> s_tir.Schedule:
+def neon_bitserial_schedule(abits: int, wbits: int, rows: int, reg_bits: int, encoding: str,
+                            kblocks: int = 1) -> s_tir.Schedule:
     """The schedule ``bitserial_neon_asm`` compiles, target-independent (the tests build it for x86)."""
     nbytes = reg_bits // 8
     acc = "uint16" if encoding == "unipolar" else "int16"
-    return _bitserial_schedule(_bitserial_func(abits, wbits, rows, nbytes, "uint8", acc, encoding), nbytes)
+    func = _bitserial_func(abits, wbits, rows, kblocks * nbytes, "uint8", acc, encoding)
+    return _bitserial_schedule(func, nbytes, unroll_words=True)
 
 
 def int8_neon_asm(mr: int = 4, nr: int = 4, k: int = 8) -> str:
