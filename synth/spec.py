@@ -20,6 +20,11 @@ BITSERIAL_TILES = {
 }
 
 
+# Vector registers per ISA: an acc kernel's default rows keep its accumulators within 3/4 of them
+# (the rest hold the planes), so the K loop never spills.
+VECTOR_REGISTERS = {"neon": 32, "avx2": 16, "avx512": 32}
+
+
 class SpecError(ValueError):
     """An invalid kernel specification (the message says what is accepted)."""
 
@@ -97,6 +102,9 @@ class BitserialSpec:
         if rows is not None:
             _check(rows >= 1, f"--rows must be positive, got {rows}")
             tile["rows"] = rows
+        elif layout == "acc":
+            budget = VECTOR_REGISTERS[isa] * 3 // 4 - (abits if encoding == "hybrid" else 0)
+            tile["rows"] = next((r for r in (tile["rows"], 4, 2) if r * (abits + wbits - 1) <= budget), 1)
         return BitserialSpec(isa, abits, wbits, encoding, layout=layout, **tile)
 
     @property
