@@ -165,6 +165,19 @@ def test_wrong_program_is_caught(entry):
     assert row["first_mismatch"]["cache_key"] == entry["cache_key"]
 
 
+def test_wrong_gemv_loop_is_caught(monkeypatch):
+    """A K loop whose epilogue is off by one (the proved body left intact) fails test-kernels."""
+    entry = next((e for e in KERNELS if "_acc_" in e["name"] and "hybrid" in e["name"]), None)
+    if entry is None:
+        pytest.skip("no hybrid acc kernel in the cache")
+    _runnable(entry, "gcc")
+    right = emit_cli.gemv_driver_source
+    monkeypatch.setattr(emit_cli, "gemv_driver_source", lambda e: right(e).replace("(2 * dot - ", "(2 * dot + 1 - "))
+    row = check_entry(entry, "gcc", samples=16)
+    assert row["status"] == "failed" and row["first_mismatch"]["function"] == "gemv", row
+    assert row["first_mismatch"]["cache_key"] == entry["cache_key"]
+
+
 def _stored(entry: dict, root) -> str:
     """Store ``entry`` (program possibly changed) as a valid cache entry under ``root``; its key."""
     plain = {k: v for k, v in entry.items() if k not in ("cache_key", "content_hash", "format")}

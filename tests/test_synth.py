@@ -40,6 +40,44 @@ def test_bitserial_reference_matches_unpackbits(abits, wbits, encoding):
         assert np.array_equal(got[:, i], want % 65536)
 
 
+@pytest.mark.parametrize("isa,abits,wbits,encoding", [("neon", 1, 1, "unipolar"), ("neon", 3, 2, "hybrid"),
+                                                     ("avx512", 2, 2, "unipolar"), ("avx512", 1, 3, "hybrid")])
+def test_acc_reference_matches_unpackbits(isa, abits, wbits, encoding):
+    """Every accumulator lane gains the popcounts of its bytes: per significance s the plane pairs with
+    j + k = s, per pop{k} the activation plane alone; lanes wrap mod 2**out_bits."""
+    spec = BitserialSpec.for_isa(isa, abits, wbits, encoding, layout="acc")
+    rng = np.random.default_rng(abits * 10 + wbits)
+    rb, lane_bytes = spec.reg_bits // 8, spec.out_bits // 8
+    arrays = [rng.integers(0, 256, (32, rb), dtype=np.uint8) for _ in spec.input_names]
+    for name, x in zip(spec.input_names, arrays):      # accumulators near the top: the add must wrap
+        if name.startswith(("acc", "pop")):
+            x[:, lane_bytes - 1::lane_bytes] = 255
+    got = [NUMPY.to_bytes(r, 32) for r in spec.reference(NUMPY, _bits(arrays, spec.input_bits))]
+    x = dict(zip(spec.input_names, arrays))
+    dtype, wrap = f"<u{lane_bytes}", 1 << spec.out_bits
+    lane_pop = lambda v: np.unpackbits(v, axis=1).reshape(32, -1, spec.out_bits).sum(-1)
+    old = lambda n: np.ascontiguousarray(x[n]).view(dtype).astype(object)
+    want = {}
+    for s in range(abits + wbits - 1):
+        for i in range(spec.rows):
+            gain = sum(lane_pop(x[f"w{j}_{i}"] & x[f"a{s - j}"]) for j in range(wbits) if 0 <= s - j < abits)
+            want[f"acc{s}_{i}"] = (old(f"acc{s}_{i}") + gain) % wrap
+    for k in range(abits if encoding == "hybrid" else 0):
+        want[f"pop{k}"] = (old(f"pop{k}") + lane_pop(x[f"a{k}"])) % wrap
+    assert list(want) == spec.accumulator_names
+    for g, name in zip(got, spec.accumulator_names):
+        assert np.array_equal(np.ascontiguousarray(g).view(dtype).astype(object), want[name]), name
+
+
+def test_acc_default_rows_keep_the_accumulators_in_registers():
+    assert BitserialSpec.for_isa("neon", 1, 1, "unipolar", layout="acc").rows == 8
+    assert BitserialSpec.for_isa("neon", 3, 3, "hybrid", layout="acc").rows == 4     # 4 x 5 + 3 <= 24
+    assert BitserialSpec.for_isa("avx512", 2, 3, "unipolar", layout="acc").rows == 4
+    assert BitserialSpec.for_isa("neon", 1, 1, "unipolar", rows=2, layout="acc").rows == 2
+    key = BitserialSpec.for_isa("neon", 1, 1, "unipolar").key()
+    assert "layout" not in key and BitserialSpec(**{k: v for k, v in key.items() if k != "kind"}).layout == "tile"
+
+
 @pytest.mark.parametrize("isa,types", [("neon", "u8u8"), ("neon", "s8s8"), ("neon", "u8s8"), ("avx512", "u8s8"),
                                        ("amx", "u8s8")])
 def test_int8_reference_matches_matmul(isa, types):
@@ -121,6 +159,7 @@ def test_concurrent_writers_leave_valid_entries(tmp_path):
     (["--abits", "0"], "--abits must be 1, 2 or 3, got 0"),
     (["--abits", "9"], "--abits must be 1, 2 or 3, got 9"),
     (["--isa", "amx"], "bitserial kernels exist for"),
+    (["--layout", "rows"], "--layout must be one of tile, acc, got 'rows'"),
     (["--timeout", "0.001", "--abits", "2", "--wbits", "3"], "synthesis failed within --timeout"),
 ])
 def test_cli_bad_input_one_line_error_nothing_written(argv, needle, tmp_path):
