@@ -71,7 +71,8 @@ def test_acc_reference_matches_unpackbits(isa, abits, wbits, encoding):
 
 def test_acc_default_rows_keep_the_accumulators_in_registers():
     assert BitserialSpec.for_isa("neon", 1, 1, "unipolar", layout="acc").rows == 8
-    assert BitserialSpec.for_isa("neon", 3, 3, "hybrid", layout="acc").rows == 4     # 4 x 5 + 3 <= 24
+    assert BitserialSpec.for_isa("neon", 2, 2, "unipolar", layout="acc").rows == 4   # 8 x 3 > 16
+    assert BitserialSpec.for_isa("neon", 3, 3, "hybrid", layout="acc").rows == 2     # 4 x 5 + 3 > 16
     assert BitserialSpec.for_isa("avx512", 2, 3, "unipolar", layout="acc").rows == 4
     assert BitserialSpec.for_isa("neon", 1, 1, "unipolar", rows=2, layout="acc").rows == 2
     key = BitserialSpec.for_isa("neon", 1, 1, "unipolar").key()
