@@ -28,8 +28,8 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from measure_costs import write_atomically  # noqa: E402
 import tvm_baselines  # noqa: E402
 
-from synth.emit import emit_entry, function_name, layout  # noqa: E402
-from synth.emit_cli import KernelDriver, selected_entries  # noqa: E402
+from synth.emit import emit_entry, function_name, kernel_model, layout  # noqa: E402
+from synth.emit_cli import KernelDriver, gemv_reference, selected_entries  # noqa: E402
 from synth.kernel import spec_from_key  # noqa: E402
 from sketches.program import Program  # noqa: E402
 
@@ -117,10 +117,8 @@ def tvm_baselines_of(spec, work: dict, rng) -> list[tuple[str, float]]:
         nbytes = work["blocks"] * spec.reg_bits // 8
         w = rng.integers(0, 256, (spec.wbits, spec.rows, nbytes), dtype=np.uint8)
         a = rng.integers(0, 256, (spec.abits, nbytes), dtype=np.uint8)
-        pc = lambda x: np.unpackbits(x, axis=-1).sum(-1).astype(np.int64)
-        d = [[pc(w[j] & a[k]) * (2 if spec.encoding == "hybrid" else 1) - (pc(a[k]) if spec.encoding == "hybrid" else 0)
-              for k in range(spec.abits)] for j in range(spec.wbits)]
-        want = sum(d[j][k] << (j + k) for j in range(spec.wbits) for k in range(spec.abits))
+        rows = np.zeros((1, spec.rows), np.int64)
+        want = gemv_reference(spec, w.reshape(1, -1, nbytes), a[None], rows, nbytes)[0]
         out = []
         for label, scheduled in (("T.popcount dense, rfactor schedule", True), ("T.popcount dense, no schedule", False)):
             f = tvm_baselines.bitserial_x86(spec.abits, spec.wbits, spec.rows, spec.reg_bits, work["blocks"],
@@ -202,15 +200,20 @@ def clang_neon(source: str, symbol: str) -> list[str]:
 NEON_ACC_BLOCKS = 8      # K blocks of an acc kernel's straight-line NEON workload (1024 bits for Q tiles)
 
 
-def acc_neon_source(entry: dict, spec) -> str:
+def neon_kblocks(spec) -> int:
+    """K blocks of one NEON workload: NEON_ACC_BLOCKS for acc kernels (a K loop), else one tile."""
+    return NEON_ACC_BLOCKS if spec.kind == "bitserial" and spec.layout == "acc" else 1
+
+
+def acc_neon_source(entry: dict) -> str:
     """An acc kernel over NEON_ACC_BLOCKS blocks as straight-line code (llvm-mca needs no loop): zeroed
     accumulators, the proved body once per block, ``_finish``; function ``bench_acc``."""
-    fn, rb, lay = function_name(entry), spec.reg_bits // 8, layout(spec)
-    acc_type = lay.buffers[2].pointee
+    fn, g = function_name(entry), kernel_model(entry)["gemv"]
+    rb = g["block_bytes"]
     steps = "\n".join(f"  {fn}(w + {kb * rb}, ws, a + {kb * rb}, as, acc);" for kb in range(NEON_ACC_BLOCKS))
     return f"""{emit_entry(entry)}
-void bench_acc(const uint8_t *w, int ws, const uint8_t *a, int as, {lay.lane_type} *out) {{
-  {acc_type} acc[{len(spec.accumulator_names) * spec.reg_bits // spec.out_bits}] __attribute__((aligned(16))) = {{0}};
+void bench_acc(const uint8_t *w, int ws, const uint8_t *a, int as, {g["out_type"]} *out) {{
+  {g["acc_type"]} acc[{g["registers"] * g["lanes"]}] __attribute__((aligned(16))) = {{0}};
 {steps}
   {fn}_finish(acc, out);
 }}
@@ -220,7 +223,7 @@ void bench_acc(const uint8_t *w, int ws, const uint8_t *a, int as, {lay.lane_typ
 def plain_neon_source(spec) -> str:
     """The workload written the obvious way in C, for clang's auto-vectorizer."""
     if spec.kind == "bitserial":
-        kbytes = spec.reg_bits // 8 * (NEON_ACC_BLOCKS if spec.layout == "acc" else 1)
+        kbytes = spec.reg_bits // 8 * neon_kblocks(spec)
         lane = layout(spec).lane_type
         term = "2 * __builtin_popcount(x & y) - __builtin_popcount(y)" if spec.encoding == "hybrid" \
             else "__builtin_popcount(x & y)"
@@ -254,8 +257,8 @@ void plain(const {e} *a, int as, const {eb} *b, int bs, int32_t *c, int cs) {{
 
 def tvm_neon(spec) -> list[str] | None:
     if spec.kind == "bitserial":
-        kblocks = NEON_ACC_BLOCKS if spec.layout == "acc" else 1
-        asm = tvm_baselines.bitserial_neon_asm(spec.abits, spec.wbits, spec.rows, spec.reg_bits, spec.encoding, kblocks)
+        asm = tvm_baselines.bitserial_neon_asm(spec.abits, spec.wbits, spec.rows, spec.reg_bits, spec.encoding,
+                                               neon_kblocks(spec))
     elif spec.types == "u8u8" and spec.layout == "rows":
         asm = tvm_baselines.int8_neon_asm(spec.mr, spec.nr, spec.k)
     else:
@@ -271,14 +274,13 @@ def neon_rows(entries: list[dict]) -> list[dict]:
     for entry in entries:
         spec = spec_from_key(entry["spec"])
         fn = function_name(entry)
-        if spec.kind == "bitserial" and spec.layout == "acc":
-            kernel = clang_neon(acc_neon_source(entry, spec), "bench_acc")
+        if neon_kblocks(spec) > 1:
+            kernel = clang_neon(acc_neon_source(entry), "bench_acc")
         else:
             kernel = clang_neon("#define QSYNTH_EXTERN_WRAPPERS 1\n" + emit_entry(entry), fn + "_extern")
         variants = {"kernel": kernel, "plain": clang_neon(plain_neon_source(spec), "plain"), "tvm": tvm_neon(spec)}
         row = {"name": entry["name"], "cache_key": entry["cache_key"], "program_length": len(Program.from_json(entry["program"])),
-               "k_bits": spec.reg_bits * (NEON_ACC_BLOCKS if spec.kind == "bitserial" and spec.layout == "acc" else 1)
-               if spec.kind == "bitserial" else None}
+               "k_bits": spec.reg_bits * neon_kblocks(spec) if spec.kind == "bitserial" else None}
         for label, body in variants.items():
             if body is None:
                 continue

@@ -28,10 +28,6 @@ from synth.spec import BitserialSpec, lane_popcounts
 from synth.stages import Stage, StageUse
 
 
-def _popcount_lanes(B, x, lane_bits):
-    return B.join(lane_popcounts(B, x, lane_bits))
-
-
 def _weighted(B, regs, lane_bits):
     """Lane-wise sum of 2**p * regs[p]."""
     columns = zip(*(B.lanes(r, lane_bits) for r in regs))
@@ -56,7 +52,7 @@ def _compute_stage(name, isa, menu, R, operands, spec) -> Stage:
     cidx = {len(operands) + i: v % (1 << R) for i, v in enumerate(consts.values())}
     n = len(operands) + len(cnames)
     problem = _ranged_problem(name, isa, [*operands, *cnames], [R] * n, [None] * n, [R], [L],
-                              lambda B, x: [_popcount_lanes(B, spec(B, x), L)], cidx)
+                              lambda B, x: [B.join(lane_popcounts(B, spec(B, x), L))], cidx)
     return Stage(problem, lambda size: LinearSketch(isa, menu["compute"], problem.input_bits, size), range(1, 9),
                  out_ranges=[LaneRange(L, 0, L)], in_ranges=[None] * n)
 
