@@ -34,6 +34,7 @@ from synth.kernel import spec_from_key  # noqa: E402
 from sketches.program import Program  # noqa: E402
 
 X86_FLAGS = ["-O3", "-march=native"]
+AVX2_FLAGS = ["-O3", "-march=haswell"]      # AVX2 bitserial kernels and their baselines: no AVX-512 popcount
 NEON_FLAGS = ["--target=aarch64-linux-gnu", "-O3", "-march=armv8.2-a+dotprod+i8mm"]
 MCA_CPUS = ("cortex-a53", "cortex-a72")
 _TEMPLATES = jinja2.Environment(loader=jinja2.FileSystemLoader(ROOT / "scripts" / "templates"),
@@ -63,10 +64,15 @@ def machine() -> dict:
     return {"cpu": model, "cores": len(os.sched_getaffinity(0)),
             "gcc": first(["gcc", "--version"]), "clang": first(["clang", "--version"]),
             "llvm-mca": next(l.strip() for l in run(["llvm-mca", "--version"]).splitlines() if "version" in l),
-            "tvm": tvm.__version__, "x86_flags": " ".join(X86_FLAGS), "neon_flags": " ".join(NEON_FLAGS)}
+            "tvm": tvm.__version__, "x86_flags": " ".join(X86_FLAGS),
+            "avx2_bitserial_flags": " ".join(AVX2_FLAGS), "neon_flags": " ".join(NEON_FLAGS)}
 
 
 # ---------------------------------------------------------------- x86
+def x86_flags(spec) -> list[str]:
+    return AVX2_FLAGS if spec.kind == "bitserial" and spec.isa == "avx2" else X86_FLAGS
+
+
 
 def peaks() -> dict:
     """Instructions per second of vpdpbusd (zmm, ymm), vpopcntq zmm and tdpbusd on this machine."""
@@ -122,7 +128,7 @@ def tvm_baselines_of(spec, work: dict, rng) -> list[tuple[str, float]]:
         out = []
         for label, scheduled in (("T.popcount dense, rfactor schedule", True), ("T.popcount dense, no schedule", False)):
             f = tvm_baselines.bitserial_x86(spec.abits, spec.wbits, spec.rows, spec.reg_bits, work["blocks"],
-                                            spec.encoding, scheduled=scheduled)
+                                            spec.encoding, avx2=spec.isa == "avx2", scheduled=scheduled)
             if not np.array_equal(f.run(w, a), want):
                 raise RuntimeError(f"TVM bitserial baseline ({label}) disagrees with numpy for {spec.name}")
             out.append((label, f.median_seconds(w, a, number=200, repeat=15)))
@@ -149,7 +155,7 @@ def x86_rows(entries: list[dict], trials: int) -> tuple[dict, list[dict]]:
         spec = spec_from_key(entry["spec"])
         work = workload(spec)
         inner = 2000 if spec.kind == "int8" else 20000
-        res = compile_and_run(bench_source(entry, spec, work, trials, inner), X86_FLAGS)
+        res = compile_and_run(bench_source(entry, spec, work, trials, inner), x86_flags(spec))
         if "error" in res:
             raise RuntimeError(f"{entry['name']} ({entry['cache_key']}): {res['error']}")
         row = {"name": entry["name"], "cache_key": entry["cache_key"], "isa": spec.isa, "shape": work["shape"],
@@ -266,7 +272,7 @@ def tvm_neon(spec) -> list[str] | None:
     return tvm_baselines.asm_body_instructions(asm)
 
 
-BRANCH = re.compile(r"^(b|b\.\w+|cbn?z|tbn?z)\s")
+BRANCH = re.compile(r"^(b|bl|b\.\w+|cbn?z|tbn?z)\s")
 
 
 def neon_rows(entries: list[dict]) -> list[dict]:
@@ -284,8 +290,8 @@ def neon_rows(entries: list[dict]) -> list[dict]:
         for label, body in variants.items():
             if body is None:
                 continue
-            if any(BRANCH.match(i) for i in body):     # llvm-mca would time one iteration of the loop
-                row[f"{label}_note"] = "a loop: not straight-line, no estimate"
+            if any(BRANCH.match(i) for i in body):     # llvm-mca would time one iteration, or skip the callee
+                row[f"{label}_note"] = "a loop or a call: not straight-line, no estimate"
                 continue
             row[f"{label}_instructions"] = len([i for i in body if i != "ret"])
             for cpu in MCA_CPUS:

@@ -38,6 +38,7 @@ from tvm import s_tir, te, tirx
 from tvm.script import tirx as T
 
 X86 = {"kind": "llvm", "mcpu": "sapphirerapids"}
+X86_AVX2 = {"kind": "llvm", "mcpu": "haswell"}         # AVX2 without AVX-512 (no vector popcount)
 NEON = {"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mattr": ["+neon"]}
 ZMM_WORDS = 8                  # uint64 words per zmm register
 VNNI_INTRIN = "dot_16x4_vnni_llvm22"
@@ -165,11 +166,12 @@ def _bitserial_schedule(func, lanes: int, unroll_words: bool = False) -> s_tir.S
 
 
 def bitserial_x86(abits: int, wbits: int, rows: int, reg_bits: int, kblocks: int, encoding: str = "unipolar",
-                  target=None, scheduled: bool = True) -> BitserialKernel:
+                  avx2: bool = False, scheduled: bool = True) -> BitserialKernel:
     """TVM's lowering of the whole bitserial GEMV workload (``kblocks`` qsynth tiles of ``reg_bits``
     bits along K) over uint64 words: one call covers what a C loop of ``kblocks`` tile calls does.
     ``scheduled=False``: the te.compute as written (topi.nn.bitserial_dense's expression), no
-    schedule at all, left to TVM's default lowering and LLVM's loop vectorizer."""
+    schedule at all, left to TVM's default lowering and LLVM's loop vectorizer. ``avx2``: for a
+    Haswell-class target (ymm partial sums, no vector popcount) instead of this machine's."""
     words = kblocks * reg_bits // 64
     if words * 64 != kblocks * reg_bits:
         raise ValueError(f"kblocks * reg_bits must be a multiple of 64, got {kblocks} * {reg_bits}")
@@ -179,8 +181,9 @@ def bitserial_x86(abits: int, wbits: int, rows: int, reg_bits: int, kblocks: int
     def prepare(w, a):
         words_of = lambda p: np.ascontiguousarray(p, dtype=np.uint8).view(np.uint64)
         return [words_of(w), words_of(a), base, np.empty_like(base)]
-    sch = _bitserial_schedule(func, math.gcd(words, ZMM_WORDS)) if scheduled else s_tir.Schedule(func)
-    return BitserialKernel(sch, target or X86, prepare)
+    lanes = ZMM_WORDS // 2 if avx2 else ZMM_WORDS
+    sch = _bitserial_schedule(func, math.gcd(words, lanes)) if scheduled else s_tir.Schedule(func)
+    return BitserialKernel(sch, X86_AVX2 if avx2 else X86, prepare)
 
 
 # ---------------------------------------------------------------- int8

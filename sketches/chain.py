@@ -68,7 +68,7 @@ class ChainSketch:
                     out.append((e, args, g))
         return out
 
-    def solve(self, problem, deadline: float):
+    def solve(self, problem, deadline: float, rng=None):
         """Shortest chain ≤ ``self.length`` whose sum equals the spec; returns (Program | None, evidence)."""
         from synth.ranges import linear_inputs
         xs = linear_inputs(problem.input_names, problem.input_bits, problem.ranges, problem.constants)

@@ -41,16 +41,13 @@ def bitserial(isa: str, reg_bits: int) -> dict:
     if isa == "avx2":
         lut = int.from_bytes(bytes(bin(i & 15).count("1") for i in range(32)), "little")
         return {
-            "lane_bits": 64,
-            # no vector popcount: nibble table for vpshufb, the low-nibble mask, zero for vpsadbw
+            "lane_bits": 8,
+            # no vector popcount: a byte's count is the counts of its two nibbles (the split is checked
+            # by the stage proof), looked up in a 16-entry table by vpshufb; vpsadbw against zero widens
+            "popcount_split": [int.from_bytes(b"\x0f" * 32, "little"), int.from_bytes(b"\xf0" * 32, "little")],
             "constants": {"lut": lut, "low4": int.from_bytes(b"\x0f" * 32, "little"), "zero": 0},
-            "compute": ops("vpand.ymm", "vpandn.ymm", "vpshufb.ymm", "vpsrlw.ymm#4", "vpaddb.ymm", "vpsadbw.ymm"),
-            "pair": ops("vpaddq.ymm", "vpunpcklqdq.ymm", "vpunpckhqdq.ymm", "vperm2i128.ymm#32", "vperm2i128.ymm#49"),
-            "each": ops("vpermq.ymm#216", "vpaddq.ymm"),
-            "accumulate": ops("vpaddq.ymm"),
-            "scale": ops("vpaddq.ymm", "vpsubq.ymm", "vpsllq.ymm#1"),
-            "correction": ops("vpshufb.ymm", "vpsrlw.ymm#4", "vpand.ymm", "vpaddb.ymm", "vpsadbw.ymm", "vpaddq.ymm",
-                              "vpsubq.ymm", "vpermq.ymm#78", "vpshufd.ymm#78"),
+            "compute": ops("vpand.ymm", "vpandn.ymm", "vpshufb.ymm", "vpsrlw.ymm#4", "vpaddb.ymm"),
+            "accumulate": ops("vpsadbw.ymm", "vpaddq.ymm"),
         }
     raise KeyError(f"no bitserial menus for {isa!r}; accepted: neon, avx2, avx512")
 

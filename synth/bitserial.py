@@ -11,7 +11,8 @@ per call):
 The ``acc`` layout (K-accumulating: the body of a loop over K blocks) needs only ``compute``, a
 ``count`` of the activations (hybrid) and ``accumulate`` (add per-lane popcounts into wider
 accumulator lanes); plane weighting, the cross-lane reduction and the hybrid correction happen once
-after the loop.
+after the loop. AVX2 (no vector popcount; acc layout only) counts bytes by nibble-table lookups: its
+``compute`` and ``count`` are composites of separately synthesized parts, proved whole.
 
 Each stage is synthesized once and instantiated where needed; the assembled kernel is then proved
 against ``BitserialSpec.reference`` with every stage replaced by its (proved) specification.
@@ -25,7 +26,7 @@ from sketches.tree import TreeSketch, shapes
 from synth.cegis import Problem
 from synth.ranges import LaneRange, linear_prover, precondition, sample
 from synth.spec import BitserialSpec, lane_popcounts
-from synth.stages import Stage, StageUse
+from synth.stages import Composite, Stage, StageUse
 
 
 def _weighted(B, regs, lane_bits):
@@ -66,7 +67,7 @@ def stages(spec: BitserialSpec, isa) -> list[Stage]:
     lane_max = L                                   # popcount of an L-bit lane
 
     # 1. compute: per-lane popcount(w & a), L-bit lanes
-    out = [_compute_stage("compute", isa, menu, R, ["w", "a"], lambda B, x: B.and_(x[0], x[1]))]
+    out = [_popcount_stage("compute", isa, menu, R, ["w", "a"], lambda B, x: B.and_(x[0], x[1]))]
     if spec.layout == "acc":
         return out + _acc_stages(spec, isa, menu)
 
@@ -115,21 +116,55 @@ def stages(spec: BitserialSpec, isa) -> list[Stage]:
     return out
 
 
+def _popcount_stage(name, isa, menu, R, operands, spec) -> Stage:
+    """Per-lane popcounts of ``spec(B, operands)``: one compute sketch, or, where the menu splits
+    the count (``popcount_split``: AVX2's nibble masks, counted by vpshufb table lookups), a
+    composite of one part per mask (count of ``x & mask``), an optional ``mask`` part computing
+    ``spec`` and a ``sum`` part, the whole proved against the stage spec."""
+    stage = _compute_stage(name, isa, menu, R, operands, spec)
+    if "popcount_split" not in menu:
+        return stage
+    L, cnames = menu["lane_bits"], list(menu.get("constants", {}))
+    parts, uses, x = {}, [], operands[0]
+    if len(operands) > 1:
+        mask = _ranged_problem("mask", isa, operands, [R] * len(operands), [None] * len(operands), [R], [L],
+                               lambda B, xs: [spec(B, xs)])
+        parts["mask"] = Stage(mask, lambda n: LinearSketch(isa, menu["compute"], mask.input_bits, n), range(1, 3))
+        uses.append(StageUse("mask", operands, ["x"]))
+        x = "x"
+    split = menu["popcount_split"]
+    for p, m in enumerate(split):
+        parts[f"count{p}"] = _compute_stage(f"count{p}", isa, menu, R, ["x"],
+                                            lambda B, xs, m=m: B.and_(xs[0], B.const(m, R)))
+        uses.append(StageUse(f"count{p}", [x, *cnames], [f"n{p}"]))
+    ranges = [LaneRange(L, 0, bin(m % (1 << L)).count("1")) for m in split]
+    total_problem = _ranged_problem("sum", isa, [f"n{p}" for p in range(len(split))], [R] * len(split), ranges,
+                                    [R], [L], lambda B, xs: [B.join([total(B, ls) for ls in zip(*(B.lanes(v, L) for v in xs))])])
+    parts["sum"] = Stage(total_problem, lambda n: LinearSketch(isa, menu["compute"], total_problem.input_bits, n),
+                         range(1, len(split) + 1), in_ranges=ranges)
+    uses.append(StageUse("sum", [f"n{p}" for p in range(len(split))], ["count"]))
+    composite = Composite(parts, uses, ["count"])
+    return Stage(stage.problem, lambda n: composite, range(1, 2), out_ranges=stage.out_ranges, in_ranges=stage.in_ranges)
+
+
 def _acc_stages(spec: BitserialSpec, isa, menu) -> list[Stage]:
     """``accumulate``: acc + per-lane sums of L-bit popcount lanes (in [0, L]) into ``out_bits`` lanes,
     wrapping; ``count`` (hybrid): per-lane popcounts of the activations."""
     L, R, ob = menu["lane_bits"], spec.reg_bits, spec.out_bits
-    ranges = [None, LaneRange(L, 0, L)]
+    consts = menu.get("constants", {})
+    ranges = [None, LaneRange(L, 0, L)] + [None] * len(consts)
+    cidx = {2 + i: v % (1 << R) for i, v in enumerate(consts.values())}
 
     def accumulate_spec(B, x):
         per = ob // L
         counts = [B.zext(c, ob) for c in B.lanes(x[1], L)]
         return [B.join([total(B, [old, *counts[per * i:per * (i + 1)]]) for i, old in enumerate(B.lanes(x[0], ob))])]
-    problem = _ranged_problem("accumulate", isa, ["acc", "c"], [R, R], ranges, [R], [ob], accumulate_spec)
+    problem = _ranged_problem("accumulate", isa, ["acc", "c", *consts], [R] * len(ranges), ranges, [R], [ob],
+                              accumulate_spec, cidx)
     out = [Stage(problem, lambda n: LinearSketch(isa, menu["accumulate"], problem.input_bits, n), range(1, 4),
                  in_ranges=ranges)]
     if spec.encoding == "hybrid":
-        out.append(_compute_stage("count", isa, menu, R, ["a"], lambda B, x: x[0]))
+        out.append(_popcount_stage("count", isa, menu, R, ["a"], lambda B, x: x[0]))
     return out
 
 
@@ -174,11 +209,11 @@ def _assemble_acc(spec: BitserialSpec, consts: list[str]):
             for i in range(spec.rows):
                 c, acc = f"c{j}_{k}_{i}", f"acc{j + k}_{i}"
                 uses.append(StageUse("compute", [f"w{j}_{i}", f"a{k}", *consts], [c]))
-                uses.append(StageUse("accumulate", [current[acc], c], [f"{acc}_{j}{k}"]))
+                uses.append(StageUse("accumulate", [current[acc], c, *consts], [f"{acc}_{j}{k}"]))
                 current[acc] = f"{acc}_{j}{k}"
     if spec.encoding == "hybrid":
         for k in range(spec.abits):
             uses.append(StageUse("count", [f"a{k}", *consts], [f"q{k}"]))
-            uses.append(StageUse("accumulate", [f"pop{k}", f"q{k}"], [f"pop{k}_n"]))
+            uses.append(StageUse("accumulate", [f"pop{k}", f"q{k}", *consts], [f"pop{k}_n"]))
             current[f"pop{k}"] = f"pop{k}_n"
     return uses, [current[n] for n in spec.accumulator_names]

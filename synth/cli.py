@@ -237,8 +237,8 @@ def build_parser() -> argparse.ArgumentParser:
     sy.add_argument("--wbits", type=int, default=1)
     sy.add_argument("--encoding", default="unipolar")
     sy.add_argument("--rows", type=int)
-    sy.add_argument("--layout", default="tile",
-                    help="bitserial: tile (one dot product per call) or acc (K-accumulating loop body)")
+    sy.add_argument("--layout", help="bitserial: tile (one dot product per call) or acc (K-accumulating loop "
+                    "body); default: tile, acc on avx2")
     sy.add_argument("--reg-bits", type=int, help="bitserial register width (NEON: 64 for D, 128 for Q tiles)")
     sy.add_argument("--types", default="u8s8")
     sy.add_argument("--mr", type=int, help="int8 tile rows (default: the ISA's tile)")

@@ -36,6 +36,10 @@ def _check(cond: bool, message: str):
 
 
 BITSERIAL_LAYOUTS = ("tile", "acc")
+# AVX2 has no vector popcount: its byte-lane nibble-table counts are only worth widening once per K
+# block and summing across lanes once per K loop, i.e. in the acc layout.
+ISA_LAYOUTS = {"neon": ("tile", "acc"), "avx2": ("acc",), "avx512": ("tile", "acc")}
+DEFAULT_LAYOUT = {"neon": "tile", "avx2": "acc", "avx512": "tile"}
 
 
 def lane_popcounts(B, x, lane_bits):
@@ -84,6 +88,8 @@ class BitserialSpec:
         _check(self.encoding in ENCODINGS, f"--encoding must be one of {', '.join(ENCODINGS)}, got {self.encoding!r}")
         _check(self.layout in BITSERIAL_LAYOUTS, f"--layout must be one of {', '.join(BITSERIAL_LAYOUTS)}, "
                f"got {self.layout!r}")
+        _check(self.layout in ISA_LAYOUTS.get(self.isa, BITSERIAL_LAYOUTS),
+               f"{self.isa} bitserial kernels use --layout {' or '.join(ISA_LAYOUTS.get(self.isa, ()))}, not {self.layout!r}")
         _check(self.reg_bits in (64, 128, 256, 512), f"register bits must be 64, 128, 256 or 512, got {self.reg_bits}")
         _check(self.out_bits in (16, 32, 64), f"output lane bits must be 16, 32 or 64, got {self.out_bits}")
         if self.layout == "acc":
@@ -96,9 +102,10 @@ class BitserialSpec:
                f"{self.out_bits}-bit output lanes can overflow for A{self.abits}W{self.wbits} over {self.reg_bits} bits")
 
     @staticmethod
-    def for_isa(isa: str, abits: int, wbits: int, encoding: str, rows: int | None = None, layout: str = "tile",
+    def for_isa(isa: str, abits: int, wbits: int, encoding: str, rows: int | None = None, layout: str | None = None,
                 **over) -> "BitserialSpec":
         _check(isa in BITSERIAL_TILES, f"bitserial kernels exist for {', '.join(BITSERIAL_TILES)}, not {isa!r}")
+        layout = layout or DEFAULT_LAYOUT[isa]
         tile = dict(BITSERIAL_TILES[isa], **over)
         if rows is not None:
             _check(rows >= 1, f"--rows must be positive, got {rows}")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from synth.spec import BITSERIAL_LAYOUTS, BITSERIAL_TILES, ENCODINGS, INT8_TILES, BitserialSpec, Int8Spec
+from synth.spec import BITSERIAL_TILES, ENCODINGS, INT8_TILES, ISA_LAYOUTS, BitserialSpec, Int8Spec
 
 # The paper's Table 2 (CGO 2020, Cortex-A53 NEON, 8x8·8x1 tiles): instructions and synthesis seconds.
 PAPER = {"a1w1": (24, 17.2), "a2w2": (None, 158.3)}
@@ -22,7 +22,7 @@ def configs(isas: list[str]) -> list:
     for isa in isas:
         if isa in BITSERIAL_TILES:
             out += [BitserialSpec.for_isa(isa, a, w, e, layout=lay)
-                    for lay in BITSERIAL_LAYOUTS for e in ENCODINGS for a in (1, 2, 3) for w in (1, 2, 3)]
+                    for lay in ISA_LAYOUTS[isa] for e in ENCODINGS for a in (1, 2, 3) for w in (1, 2, 3)]
         out += [Int8Spec.for_isa(i, t) for i, t in INT8_TILES if i == isa]
     return out
 

@@ -1,12 +1,12 @@
 """Hand-written kernel programs, one per emission path and layout (vector loads and casts, 32-bit
-broadcasts, constants from byte arrays, AMX tile gathers/scatters), so the emitter is tested on every layout even
-when the cache holds no synthesized kernel of that kind. They are not proved: the tests check them
-against the spec on the machine, like cached kernels."""
+broadcasts, AMX tile gathers/scatters), so the emitter is tested on every layout even when the cache
+holds no synthesized kernel of that kind (constants from byte arrays come with the cached AVX2
+bitserial kernels). They are not proved: the tests check them against the spec on the machine, like
+cached kernels."""
 from __future__ import annotations
 
-from sketches import menus
 from synth import cache
-from synth.spec import BitserialSpec, Int8Spec
+from synth.spec import Int8Spec
 
 
 def _entry(spec, body: list, outputs: list, constants: dict | None = None) -> dict:
@@ -83,24 +83,4 @@ def amx_tdpbusd_tile() -> dict:
     return _entry(spec, b.body, outs)
 
 
-def avx2_bitserial_lut() -> dict:
-    """AVX2 A1W1 unipolar 4x256: nibble-table popcount (constants lut, low4, zero), vpsadbw, then a
-    transpose-and-add of the four rows' 64-bit partial sums."""
-    spec = BitserialSpec.for_isa("avx2", 1, 1, "unipolar")
-    consts = menus.bitserial("avx2", spec.reg_bits)["constants"]
-    b = _Body(spec.input_names + list(consts))
-    r = b.reg
-    rows = []
-    for i in range(spec.rows):
-        x = b.op("vpand.ymm", r[f"w0_{i}"], r["a0"])
-        lo = b.op("vpand.ymm", x, r["low4"])
-        hi = b.op("vpand.ymm", b.op("vpsrlw.ymm#4", x), r["low4"])
-        count = b.op("vpaddb.ymm", b.op("vpshufb.ymm", r["lut"], lo), b.op("vpshufb.ymm", r["lut"], hi))
-        rows.append(b.op("vpsadbw.ymm", count, r["zero"]))
-    pairs = [b.op("vpaddq.ymm", b.op("vpunpcklqdq.ymm", p, q), b.op("vpunpckhqdq.ymm", p, q))
-             for p, q in (rows[0:2], rows[2:4])]
-    out = b.op("vpaddq.ymm", b.op("vperm2i128.ymm#32", *pairs), b.op("vperm2i128.ymm#49", *pairs))
-    return _entry(spec, b.body, [out], {k: (spec.reg_bits, v) for k, v in consts.items()})
-
-
-HANDWRITTEN = [neon_sdot_k4(), neon_udot_rows(), avx512_vpdpbusd_k4b(), amx_tdpbusd_tile(), avx2_bitserial_lut()]
+HANDWRITTEN = [neon_sdot_k4(), neon_udot_rows(), avx512_vpdpbusd_k4b(), amx_tdpbusd_tile()]

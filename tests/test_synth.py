@@ -11,11 +11,13 @@ import pytest
 
 from isa_specs import get_isa
 from isa_specs.lanes import NUMPY
+from sketches import menus
 from sketches.program import Instr, Op, Program
 from synth import bitserial, cache
 from synth.kernel import synthesize, verify
 from synth.proof import prove_equal
 from synth.spec import BitserialSpec, Int8Spec
+from synth.stages import SynthesisFailed, synthesize_stage
 
 pytestmark = pytest.mark.solver
 
@@ -127,6 +129,27 @@ def test_reduction_prover_refuses_a_wrong_program_and_z3_finds_the_counterexampl
     assert ob.result == "refuted" and cex is not None
 
 
+def test_fresh_avx2_nibble_table_kernel_is_proved():
+    """AVX2 has no vector popcount: the per-byte count is assembled from separately synthesized nibble
+    counts (vpshufb lookups) and proved whole by Z3."""
+    entry = synthesize(BitserialSpec.for_isa("avx2", 1, 1, "unipolar"), timeout=120)
+    assert entry["proof"]["proved"] and entry["proof"]["random_mismatches"] == 0
+    ops = [line.split(" = ")[1].split("(")[0] for line in entry["program_text"][:-1]]
+    assert {"vpshufb.ymm", "vpsadbw.ymm"} <= set(ops)
+    compute = [o for o in entry["proof"]["obligations"] if o["name"].startswith("compute")]
+    assert [(o["method"], o["result"]) for o in compute] == [("z3", "proved")]
+
+
+def test_a_wrong_popcount_split_is_refused():
+    """The split into parts is a sketch decision, checked by the stage proof: two low-nibble parts
+    synthesize fine, but their sum is not the byte's popcount, so no stage program is accepted."""
+    menu = dict(menus.bitserial("avx2", 256))
+    menu["popcount_split"] = [menu["popcount_split"][0]] * 2
+    stage = bitserial._popcount_stage("count", get_isa("avx2"), menu, 256, ["a"], lambda B, x: x[0])
+    with pytest.raises(SynthesisFailed, match="no proved program from the Composite sketch"):
+        synthesize_stage(stage, time.monotonic() + 120, np.random.default_rng(0))
+
+
 @pytest.mark.parametrize("path", cache.entries(), ids=lambda p: p.stem)
 def test_committed_cache_entry_reproves(path):
     results = verify(cache.read(path))
@@ -161,6 +184,7 @@ def test_concurrent_writers_leave_valid_entries(tmp_path):
     (["--abits", "9"], "--abits must be 1, 2 or 3, got 9"),
     (["--isa", "amx"], "bitserial kernels exist for"),
     (["--layout", "rows"], "--layout must be one of tile, acc, got 'rows'"),
+    (["--isa", "avx2", "--layout", "tile"], "avx2 bitserial kernels use --layout acc, not 'tile'"),
     (["--timeout", "0.001", "--abits", "2", "--wbits", "3"], "synthesis failed within --timeout"),
 ])
 def test_cli_bad_input_one_line_error_nothing_written(argv, needle, tmp_path):
