@@ -310,7 +310,9 @@ def markdown(report: dict) -> str:
     m, p = report["machine"], report.get("peaks", {})
     out = ["# Kernel benchmarks", "", "Produced by `python scripts/bench_kernels.py`; every figure below comes from one run.",
            "", f"Machine: {m['cpu']}; {m['gcc']}; {m['clang']}; {m['llvm-mca']}; TVM {m['tvm']}.",
-           f"x86 builds: gcc `{m['x86_flags']}`; NEON builds: clang `{m['neon_flags']}`.", ""]
+           f"x86 builds: gcc `{m['x86_flags']}`; AVX2 bitserial kernels and their plain C: gcc "
+           f"`{m['avx2_bitserial_flags']}`, their TVM baselines: `-mcpu=haswell` (no AVX-512 popcount on either side); "
+           f"NEON builds: clang `{m['neon_flags']}`.", ""]
     if p:
         out += ["## Peaks measured in this run (12 independent register chains; tdpbusd: 4 tiles)", "",
                 "| instruction | G instr/s | peak |", "|---|---|---|"]
