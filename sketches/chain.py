@@ -69,7 +69,8 @@ class ChainSketch:
         return out
 
     def solve(self, problem, deadline: float, rng=None):
-        """Shortest chain ≤ ``self.length`` whose sum equals the spec; returns (Program | None, evidence)."""
+        """Shortest chain ≤ ``self.length`` whose sum equals the spec; returns (Program | None, evidence).
+        ``rng`` is part of the sketch interface (composites sample); this search is exhaustive."""
         from synth.ranges import linear_inputs
         xs = linear_inputs(problem.input_names, problem.input_bits, problem.ranges, problem.constants)
         target = _lanes(problem.spec(LINEAR, xs)[0], self.lane_bits)
