@@ -73,7 +73,6 @@ def x86_flags(spec) -> list[str]:
     return AVX2_FLAGS if spec.kind == "bitserial" and spec.isa == "avx2" else X86_FLAGS
 
 
-
 def peaks() -> dict:
     """Instructions per second of vpdpbusd (zmm, ymm), vpopcntq zmm and tdpbusd on this machine."""
     return compile_and_run((ROOT / "scripts" / "peak_x86.c").read_text(), ["-O2", "-march=native"])

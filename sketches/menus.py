@@ -40,12 +40,13 @@ def bitserial(isa: str, reg_bits: int) -> dict:
         }
     if isa == "avx2":
         lut = int.from_bytes(bytes(bin(i & 15).count("1") for i in range(32)), "little")
+        low4, high4 = int.from_bytes(b"\x0f" * 32, "little"), int.from_bytes(b"\xf0" * 32, "little")
         return {
             "lane_bits": 8,
             # no vector popcount: a byte's count is the counts of its two nibbles (the split is checked
             # by the stage proof), looked up in a 16-entry table by vpshufb; vpsadbw against zero widens
-            "popcount_split": [int.from_bytes(b"\x0f" * 32, "little"), int.from_bytes(b"\xf0" * 32, "little")],
-            "constants": {"lut": lut, "low4": int.from_bytes(b"\x0f" * 32, "little"), "zero": 0},
+            "popcount_split": [low4, high4],
+            "constants": {"lut": lut, "low4": low4, "zero": 0},
             "compute": ops("vpand.ymm", "vpandn.ymm", "vpshufb.ymm", "vpsrlw.ymm#4", "vpaddb.ymm"),
             "accumulate": ops("vpsadbw.ymm", "vpaddq.ymm"),
         }

@@ -45,24 +45,27 @@ def _ranged_problem(name, isa, names, bits, ranges, out_bits, out_lane_bits, spe
     return problem
 
 
+def _with_constants(menu, R, names, bits, ranges):
+    """A stage's inputs followed by the menu's constants (fixed R-bit inputs): names, bits, ranges and
+    the constants' input index → value."""
+    consts = menu.get("constants", {})
+    cidx = {len(names) + i: v % (1 << R) for i, v in enumerate(consts.values())}
+    return [*names, *consts], [*bits, *[R] * len(consts)], [*ranges, *[None] * len(consts)], cidx
+
+
 def _compute_stage(name, isa, menu, R, operands, spec) -> Stage:
     """Per-lane popcounts of ``spec(B, operands)`` in the menu's lane width (``lane_bits``)."""
     L = menu["lane_bits"]
-    consts = menu.get("constants", {})
-    cnames = list(consts)
-    cidx = {len(operands) + i: v % (1 << R) for i, v in enumerate(consts.values())}
-    n = len(operands) + len(cnames)
-    problem = _ranged_problem(name, isa, [*operands, *cnames], [R] * n, [None] * n, [R], [L],
+    names, bits, ranges, cidx = _with_constants(menu, R, operands, [R] * len(operands), [None] * len(operands))
+    problem = _ranged_problem(name, isa, names, bits, ranges, [R], [L],
                               lambda B, x: [B.join(lane_popcounts(B, spec(B, x), L))], cidx)
     return Stage(problem, lambda size: LinearSketch(isa, menu["compute"], problem.input_bits, size), range(1, 9),
-                 out_ranges=[LaneRange(L, 0, L)], in_ranges=[None] * n)
+                 out_ranges=[LaneRange(L, 0, L)], in_ranges=ranges)
 
 
 def stages(spec: BitserialSpec, isa) -> list[Stage]:
     menu = menus.bitserial(spec.isa, spec.reg_bits)
     L, R, M, ob = menu["lane_bits"], spec.reg_bits, spec.rows, spec.out_bits
-    consts = menu.get("constants", {})
-    cnames, cvalues = list(consts), [v % (1 << R) for v in consts.values()]
     out_reg = M * ob
     lane_max = L                                   # popcount of an L-bit lane
 
@@ -106,11 +109,10 @@ def stages(spec: BitserialSpec, isa) -> list[Stage]:
                            for k, a in enumerate(acts)])
             pa = B.mul(pa, B.const(scale, ob))
             return [B.join([B.sub(B.add(l, l), pa) for l in B.lanes(r, ob)])]
-        names = ["r", *[f"a{k}" for k in range(spec.abits)], *cnames]
-        bits = [out_reg, *[R] * spec.abits, *[R] * len(cnames)]
-        ranges = [LaneRange(ob, 0, bound), *[None] * (spec.abits + len(cnames))]
-        cidx_c = {1 + spec.abits + i: v for i, v in enumerate(cvalues)}
-        problem = _ranged_problem("correction", isa, names, bits, ranges, [out_reg], [ob], correction_spec, cidx_c)
+        names, bits, ranges, cidx = _with_constants(menu, R, ["r", *[f"a{k}" for k in range(spec.abits)]],
+                                                    [out_reg, *[R] * spec.abits],
+                                                    [LaneRange(ob, 0, bound), *[None] * spec.abits])
+        problem = _ranged_problem("correction", isa, names, bits, ranges, [out_reg], [ob], correction_spec, cidx)
         out.append(Stage(problem, lambda n, p=problem: LinearSketch(isa, menu["correction"], p.input_bits, n),
                          range(2, 12), in_ranges=ranges))
     return out
@@ -151,16 +153,13 @@ def _acc_stages(spec: BitserialSpec, isa, menu) -> list[Stage]:
     """``accumulate``: acc + per-lane sums of L-bit popcount lanes (in [0, L]) into ``out_bits`` lanes,
     wrapping; ``count`` (hybrid): per-lane popcounts of the activations."""
     L, R, ob = menu["lane_bits"], spec.reg_bits, spec.out_bits
-    consts = menu.get("constants", {})
-    ranges = [None, LaneRange(L, 0, L)] + [None] * len(consts)
-    cidx = {2 + i: v % (1 << R) for i, v in enumerate(consts.values())}
+    names, bits, ranges, cidx = _with_constants(menu, R, ["acc", "c"], [R, R], [None, LaneRange(L, 0, L)])
 
     def accumulate_spec(B, x):
         per = ob // L
         counts = [B.zext(c, ob) for c in B.lanes(x[1], L)]
         return [B.join([total(B, [old, *counts[per * i:per * (i + 1)]]) for i, old in enumerate(B.lanes(x[0], ob))])]
-    problem = _ranged_problem("accumulate", isa, ["acc", "c", *consts], [R] * len(ranges), ranges, [R], [ob],
-                              accumulate_spec, cidx)
+    problem = _ranged_problem("accumulate", isa, names, bits, ranges, [R], [ob], accumulate_spec, cidx)
     out = [Stage(problem, lambda n: LinearSketch(isa, menu["accumulate"], problem.input_bits, n), range(1, 4),
                  in_ranges=ranges)]
     if spec.encoding == "hybrid":

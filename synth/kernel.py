@@ -10,7 +10,7 @@ from isa_specs import costs, get_isa
 from synth import cache
 from synth.proof import SOLVER
 from synth.spec import BitserialSpec, Int8Spec
-from synth.stages import inline, kernel_inputs, prove_composition, random_test, synthesize_stage
+from synth.stages import inline, kernel_inputs, prove_composition, prove_stage, random_test, synthesize_stage
 
 ENGINE_VERSION = "1"          # bump when a change to synth/ or sketches/ can change a result
 COST_MODELS = ("length", "latency")
@@ -117,7 +117,6 @@ def verify(entry: dict, timeout: float = 300.0) -> list[dict]:
     """Re-prove a cache entry from scratch against the current ISA and engine: every stage program
     against its stage spec, the composition, the inlined program, and a random test."""
     from sketches.program import Program
-    from synth.proof import prove_equal
     spec = spec_from_key(entry["spec"])
     isa = get_isa(spec.isa)
     results = []
@@ -130,10 +129,7 @@ def verify(entry: dict, timeout: float = 300.0) -> list[dict]:
     programs = {}
     for name, stage in stages.items():
         programs[name] = Program.from_json(entry["stages"][name]["program"])
-        ob = stage.problem.fast_prove(programs[name]) if stage.problem.fast_prove else None
-        if ob is None:
-            ob, _ = prove_equal(stage.problem, programs[name], deadline)
-        results.append(ob.to_json())
+        results.append(prove_stage(stage.problem, programs[name], deadline).to_json())
     uses, outputs, constants = fam.assemble(spec)
     names, bits, _, _ = kernel_inputs(spec, constants)
     program = inline(spec.isa, names, bits, uses, programs, outputs)

@@ -42,7 +42,7 @@ class SynthesisFailed(RuntimeError):
     """No proved program was found for a stage within the sketch sizes and the time limit."""
 
 
-def _prove(problem, program, deadline: float) -> Obligation:
+def prove_stage(problem, program, deadline: float) -> Obligation:
     """The sound fast prover when it decides, else Z3."""
     obligation = problem.fast_prove(program) if problem.fast_prove else None
     return obligation if obligation is not None else prove_equal(problem, program, deadline)[0]
@@ -53,7 +53,7 @@ def synthesize_stage(stage: Stage, deadline: float, rng) -> dict:
     sketch = stage.make_sketch(max(stage.sizes))
     if hasattr(sketch, "solve"):         # a sketch with its own search (chain, composite)
         program, evidence = sketch.solve(stage.problem, deadline, rng)
-        obligation = _prove(stage.problem, program, deadline) if program else None
+        obligation = prove_stage(stage.problem, program, deadline) if program else None
         if obligation is None or obligation.result != "proved":
             raise SynthesisFailed(f"stage {stage.problem.name!r}: no proved program from the "
                                   f"{type(sketch).__name__} sketch")
