@@ -68,9 +68,11 @@ class ChainSketch:
                     out.append((e, args, g))
         return out
 
-    def solve(self, problem, deadline: float, rng=None):
+    def solve(self, problem, deadline: float, rng=None, cycles=None):
         """Shortest chain ≤ ``self.length`` whose sum equals the spec; returns (Program | None, evidence).
-        ``rng`` is part of the sketch interface (composites sample); this search is exhaustive."""
+        The search is exhaustive, so with a ``cycles`` model it takes the cheapest of *all* shortest
+        chains (longer chains are not searched). ``rng`` is part of the sketch interface (composites
+        sample)."""
         from synth.ranges import linear_inputs
         xs = linear_inputs(problem.input_names, problem.input_bits, problem.ranges, problem.constants)
         target = _lanes(problem.spec(LINEAR, xs)[0], self.lane_bits)
@@ -79,24 +81,31 @@ class ChainSketch:
         cands = self._contributions(xs)
         evidence = []
 
-        def dfs(rem, depth, first, chosen):
+        def chains(rem, depth, first, chosen):
             if time.monotonic() > deadline:
                 raise TimeoutError
             if all(not r.coeffs and r.const % (1 << self.lane_bits) == 0 for r in rem):
-                return chosen
+                yield chosen
+                return
             if depth == 0:
-                return None
+                return
             for i in range(first, len(cands)):
                 if _fits(cands[i][2], rem):
-                    found = dfs([_minus(r, c) for r, c in zip(rem, cands[i][2])], depth - 1, i, chosen + [i])
-                    if found is not None:
-                        return found
-            return None
+                    yield from chains([_minus(r, c) for r, c in zip(rem, cands[i][2])], depth - 1, i, chosen + [i])
+
+        def program(chain):
+            body, acc = [], self.acc
+            for slot, i in enumerate(chain):
+                e, args, _ = cands[i]
+                body.append(Instr(e.op, (acc, *args)))
+                acc = len(self.input_bits) + slot
+            return Program(self.isa.name, tuple(problem.input_names), tuple(self.input_bits), tuple(body), (acc,))
 
         for length in range(1, self.length + 1):
             t0 = time.monotonic()
             try:
-                found = dfs(remaining, length, 0, [])
+                found = [program(c) for c in itertools.islice(chains(remaining, length, 0, []),
+                                                                 None if cycles else 1)]
             except TimeoutError:
                 evidence.append({"stage": problem.name, "length": length, "status": "timeout",
                                  "method": "exhaustive accumulation-chain search"})
@@ -104,13 +113,7 @@ class ChainSketch:
             evidence.append({"stage": problem.name, "length": length, "status": "found" if found else "unsat",
                              "method": "exhaustive accumulation-chain search", "candidates": len(cands),
                              "synth_seconds": round(time.monotonic() - t0, 3), "verify_seconds": 0.0,
-                             "iterations": 1, "examples": 0})
-            if found is not None:
-                body, acc = [], self.acc
-                for slot, i in enumerate(found):
-                    e, args, _ = cands[i]
-                    body.append(Instr(e.op, (acc, *args)))
-                    acc = len(self.input_bits) + slot
-                return Program(self.isa.name, tuple(problem.input_names), tuple(self.input_bits), tuple(body),
-                               (acc,)), evidence
+                             "iterations": 1, "examples": 0, **({"chains": len(found)} if cycles else {})})
+            if found:
+                return min(found, key=cycles.of) if cycles else found[0], evidence
         return None, evidence

@@ -19,6 +19,7 @@ from isa_specs.instruction import evaluate
 from isa_specs.isa import ISA
 from isa_specs.lanes import Z3
 from sketches.program import Instr, Op, Program
+from synth.cost_model import bv, bv_max
 
 
 def _bv(name: str, count: int):
@@ -124,6 +125,22 @@ class LinearSketch:
                     results[c].append(value if c == e.result_bits else z3.BitVecVal(0, c))
             regs.append({c: mux(self.op[t], results[c]) for c in self.classes})
         return regs[-self.n_outputs:]
+
+    def cycle_terms(self, figures):
+        """(critical-path latency, issue bound) of the decoded program, from each form's
+        ``figures(form_id) -> (latency, throughput)``; unused operand holes are 0, an input, ready at 0."""
+        ready, issue = [bv(0)] * len(self.input_bits), bv(0)
+        for t in range(self.length):
+            lat, tp = zip(*(figures(e.op.form_id) for e in self.entries))
+            start = bv(0)
+            for j in range(self.max_arity):
+                start = bv_max(start, mux(self.arg[t][j], ready))
+            ready.append(start + mux(self.op[t], [bv(v) for v in lat]))
+            issue = issue + mux(self.op[t], [bv(v) for v in tp])
+        critical = ready[0]
+        for r in ready[1:]:
+            critical = bv_max(critical, r)
+        return critical, issue
 
     def decode(self, model, input_names: list[str]) -> Program:
         body = []

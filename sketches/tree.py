@@ -71,6 +71,16 @@ class TreeSketch:
             regs = [sk.symbolic_outputs(g)[0][self.bits] for g in groups]
         return [{self.bits: r} for r in regs]
 
+    def cycle_terms(self, figures):
+        """Every register of a level is ready at once, so latencies add up level by level; the
+        issue bound counts each level's combinator once per application."""
+        critical, issue, live = 0, 0, self.n_inputs
+        for lv, sk in zip(self.levels, self.level_sketches):
+            live = live // 2 if lv.kind == "pair" else live
+            c, i = sk.cycle_terms(figures)
+            critical, issue = critical + c, issue + i * live
+        return critical, issue
+
     def decode(self, model, input_names) -> Program:
         builder = Builder(self.isa.name, input_names, (self.bits,) * self.n_inputs)
         combinators = [sk.decode(model, [f"x{j}" for j in range(len(sk.input_bits))]) for sk in self.level_sketches]

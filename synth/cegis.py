@@ -1,4 +1,4 @@
-"""Counterexample-guided inductive synthesis with Z3, and minimisation by length.
+"""Counterexample-guided inductive synthesis with Z3, and minimisation by length or estimated cycles.
 
 A ``Problem`` is one stage of a kernel: inputs, a specification and a precondition, written once
 over the lane algebra. ``cegis`` solves
@@ -23,9 +23,11 @@ import z3
 from isa_specs.isa import ISA
 from isa_specs.lanes import NUMPY, Z3
 from sketches.program import Program
+from synth.cost_model import SCALE
 from synth.proof import Obligation, prove_equal
 
 log = logging.getLogger("qsynth.cegis")
+LATENCY_SLACK = 1     # lengths beyond the shortest searched for a cheaper program under --cost latency
 
 
 @dataclass
@@ -93,11 +95,13 @@ def _mismatch_row(problem: Problem, program: Program, arrays) -> int | None:
 
 
 def cegis(problem: Problem, sketch, deadline: float, rng: np.random.Generator, n_init: int = 2,
-          n_test: int = 256) -> Attempt:
+          n_test: int = 256, constraints=()) -> Attempt:
+    """``constraints`` restrict the holes further (a cost bound)."""
     att = Attempt("unknown")
     solver = z3.SolverFor("QF_BV")
     solver.add(sketch.well_formed())
     solver.add(sketch.output_widths(problem.output_bits))
+    solver.add(list(constraints))
 
     def add_example(values):
         consts = [z3.BitVecVal(v, b) for v, b in zip(values, problem.input_bits)]
@@ -153,17 +157,32 @@ def cegis(problem: Problem, sketch, deadline: float, rng: np.random.Generator, n
 
 
 def minimise(problem: Problem, make_sketch: Callable[[int], object], lengths, deadline: float,
-             rng: np.random.Generator) -> tuple[Attempt | None, list[dict]]:
-    """Shortest length in ``lengths`` with a proved program; evidence lists the lengths ruled out."""
-    evidence = []
+             rng: np.random.Generator, cycles=None) -> tuple[Attempt | None, list[dict]]:
+    """Shortest length in ``lengths`` with a proved program; evidence lists the lengths ruled out.
+
+    With a ``cycles`` model (``synth.cost_model.Cycles``) the search goes on from the shortest
+    program: at that length and ``LATENCY_SLACK`` longer ones, CEGIS is asked for a program whose
+    estimate is below the best so far, until that is unsat (evidence: no cheaper program of that
+    length) or time runs out (the best proved program is kept, the evidence says "timeout")."""
+    evidence, best, best_length = [], None, None
     for length in lengths:
-        att = cegis(problem, make_sketch(length), deadline, rng)
-        evidence.append({"stage": problem.name, "length": length, "status": att.status,
-                         "iterations": att.iterations, "examples": att.examples,
-                         "synth_seconds": round(att.synth_seconds, 3), "verify_seconds": round(att.verify_seconds, 3)})
-        log.info("%s", evidence[-1])
-        if att.status == "found":
+        if best is not None and (cycles is None or length > best_length + LATENCY_SLACK):
+            break
+        while True:
+            sketch = make_sketch(length)
+            below = None if best is None or cycles is None else cycles.of(best.program)
+            bound = () if below is None else (z3.ULT(cycles.symbolic(sketch), below),)
+            att = cegis(problem, sketch, deadline, rng, constraints=bound)
+            evidence.append({"stage": problem.name, "length": length, "status": att.status,
+                             "iterations": att.iterations, "examples": att.examples,
+                             "synth_seconds": round(att.synth_seconds, 3), "verify_seconds": round(att.verify_seconds, 3),
+                             **({} if below is None else {"cycles_below": below / SCALE})})
+            log.info("%s", evidence[-1])
+            if att.status != "found" or cycles is None:
+                break
+            best, best_length = att, length
+        if att.status == "found" and cycles is None:
             return att, evidence
         if time.monotonic() >= deadline:
             break
-    return None, evidence
+    return best, evidence

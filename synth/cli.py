@@ -120,6 +120,7 @@ def _check_isa_has(spec):
 
 
 def cmd_synth(args) -> int:
+    from isa_specs import costs
     from synth.kernel import kernel
     from synth.stages import SynthesisFailed
     spec = _spec_from_args(args)
@@ -128,6 +129,9 @@ def cmd_synth(args) -> int:
         entry, cached = kernel(spec, args.cost, args.timeout, use_cache=not args.no_cache)
     except SynthesisFailed as e:
         raise UsageError(f"synthesis failed within --timeout {args.timeout:g}s: {e}")
+    except costs.Unavailable as e:
+        raise UsageError(f"--cost latency needs a cycle figure for every instruction: {e.args[0]}; "
+                         f"use --cost length")
     report = {"name": entry["name"], "program": entry["program_text"][:-1], "returns": entry["program_text"][-1],
               "length": entry["length"], "cycles": entry["cycles"], "proved": entry["proof"]["proved"],
               "synth_seconds": entry["timings"]["synth_seconds"], "verify_seconds": entry["timings"]["verify_seconds"],

@@ -8,6 +8,7 @@ import numpy as np
 
 from isa_specs import costs, get_isa
 from synth import cache
+from synth.cost_model import SCALE, Cycles
 from synth.proof import SOLVER
 from synth.spec import BitserialSpec, Int8Spec
 from synth.stages import inline, kernel_inputs, prove_composition, prove_stage, random_test, synthesize_stage
@@ -34,26 +35,15 @@ def cache_key_fields(spec, cost_model: str) -> dict:
 
 def estimate_cycles(program, isa_name: str) -> dict[str, float]:
     """Per micro-architecture: max(critical-path latency, issue-bound sum of reciprocal throughputs).
-    Register views the compiler emits no instruction for (vget_low) are free; a micro-architecture
-    whose model lacks one of the instructions (AMX in LLVM 14) gets no estimate rather than a guess."""
+    A micro-architecture whose model lacks one of the instructions (AMX in LLVM 14) gets no
+    estimate rather than a guess."""
     out = {}
     for uarch in costs.UARCHS.get(isa_name, ()):
         try:
-            figures = [_latency_throughput(isa_name, ins.op.form_id, uarch) for ins in program.body]
+            out[uarch] = Cycles(isa_name, uarch).of(program) / SCALE
         except costs.Unavailable:
             continue
-        ready = [0.0] * len(program.inputs)
-        for ins, (lat, _) in zip(program.body, figures):
-            ready.append(max((ready[a] for a in ins.args), default=0.0) + lat)
-        out[uarch] = round(max(max(ready, default=0.0), sum(tp for _, tp in figures)), 2)
     return out
-
-
-def _latency_throughput(isa_name: str, form_id: str, uarch: str) -> tuple[float, float]:
-    if costs.emits_nothing(isa_name, form_id, uarch):
-        return 0.0, 0.0
-    c = costs.cost(isa_name, form_id, uarch)
-    return c.latency, c.rthroughput
 
 
 def synthesize(spec, cost_model: str = "length", timeout: float = 600.0, seed: int = 0) -> dict:
@@ -64,10 +54,8 @@ def synthesize(spec, cost_model: str = "length", timeout: float = 600.0, seed: i
     deadline = t0 + timeout
     rng = np.random.default_rng(seed)
     stages = {s.problem.name: s for s in fam.stages(spec, isa)}
-    results = {name: synthesize_stage(stage, deadline, rng) for name, stage in stages.items()}
-    if cost_model == "latency":
-        results = {name: fam.prefer_latency(stage, results[name], deadline, rng) if hasattr(fam, "prefer_latency")
-                   else results[name] for name, stage in stages.items()}
+    cycles = Cycles.default(spec.isa) if cost_model == "latency" else None
+    results = {name: synthesize_stage(stage, deadline, rng, cycles) for name, stage in stages.items()}
     uses, outputs, constants = fam.assemble(spec)
     programs = {n: r["program"] for n, r in results.items()}
     names, bits, _, _ = kernel_inputs(spec, constants)

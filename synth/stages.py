@@ -48,11 +48,12 @@ def prove_stage(problem, program, deadline: float) -> Obligation:
     return obligation if obligation is not None else prove_equal(problem, program, deadline)[0]
 
 
-def synthesize_stage(stage: Stage, deadline: float, rng) -> dict:
+def synthesize_stage(stage: Stage, deadline: float, rng, cycles=None) -> dict:
+    """The stage's shortest proved program; with a ``cycles`` model, the cheapest one found."""
     t0 = time.monotonic()
     sketch = stage.make_sketch(max(stage.sizes))
     if hasattr(sketch, "solve"):         # a sketch with its own search (chain, composite)
-        program, evidence = sketch.solve(stage.problem, deadline, rng)
+        program, evidence = sketch.solve(stage.problem, deadline, rng, cycles)
         obligation = prove_stage(stage.problem, program, deadline) if program else None
         if obligation is None or obligation.result != "proved":
             raise SynthesisFailed(f"stage {stage.problem.name!r}: no proved program from the "
@@ -60,7 +61,7 @@ def synthesize_stage(stage: Stage, deadline: float, rng) -> dict:
         return {"program": program, "obligations": [obligation], "evidence": evidence,
                 "synth_seconds": sum(e.get("synth_seconds", 0) for e in evidence), "verify_seconds": obligation.seconds,
                 "wall_seconds": time.monotonic() - t0}
-    att, evidence = minimise(stage.problem, stage.make_sketch, stage.sizes, deadline, rng)
+    att, evidence = minimise(stage.problem, stage.make_sketch, stage.sizes, deadline, rng, cycles)
     if att is None:
         last = evidence[-1]["status"] if evidence else "no sketch tried"
         reason = "time limit reached" if time.monotonic() >= deadline or last == "timeout" else "no sketch size worked"
@@ -80,10 +81,10 @@ class Composite:
     uses: list[StageUse]
     outputs: list[str]
 
-    def solve(self, problem: Problem, deadline: float, rng):
+    def solve(self, problem: Problem, deadline: float, rng, cycles=None):
         programs, evidence = {}, []
         for name, part in self.parts.items():
-            result = synthesize_stage(part, deadline, rng)
+            result = synthesize_stage(part, deadline, rng, cycles)
             programs[name] = result["program"]
             evidence += [dict(e, stage=f"{problem.name}.{e['stage']}") for e in result["evidence"]]
         return inline(problem.isa.name, problem.input_names, problem.input_bits, self.uses, programs,
