@@ -53,7 +53,10 @@ Calling convention (also written into every generated header, and into ``manifes
     are configured once, not per call: before the first call a thread must hold the tile state
     (``arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)``) and call ``qs_<name>_tile_config()``;
     it calls ``_tile_release()`` when done. Each call loads its C tiles, keeps them in tile
-    registers through the whole k chain and stores them.
+    registers through the whole k chain and stores them. ``qs_<name>_kloop(a, a_stride, b,
+    b_stride, c, c_stride, kblocks)`` is what a GEMM's K loop calls: the same over ``kblocks``
+    consecutive k blocks (A at byte offset ``kb*k``, B at row ``kb*k/4``), loading and storing the
+    C tiles once instead of once per block.
 
 No alignment is assumed anywhere (unaligned loads and stores); every input must be fully readable.
 A kernel is proved only on its spec's domain (``spec.lane_ranges()``, e.g. A < 128 for ``u7s8``): the
@@ -403,11 +406,12 @@ def _strided(lay: Layout, slot: Slot) -> tuple[str, str]:
     return _address(lay, first), f"{buf.unit} * {buf.name}_stride" if buf.unit != 1 else f"{buf.name}_stride"
 
 
-def _tile_steps(program: Program, lay: Layout, forms: list, live: set[int]) -> tuple[list[Step], dict]:
+def _tile_steps(program: Program, lay: Layout, forms: list, live: set[int]) -> tuple[dict[str, list[Step]], dict]:
     """A program of tile dot products: each accumulator chain (C tile → dp → dp …) stays in one of
     tmm0-3; A operands rotate through tmm4-5 and B operands through tmm6-7, loaded from memory only
-    when not already resident (least recently loaded register reused). Returns the steps and the
-    tile shape the configuration must declare."""
+    when not already resident (least recently loaded register reused). Returns the steps in three
+    phases (``enter``: C tile loads, ``body``: A/B loads and dot products, ``leave``: C tile stores;
+    a K loop repeats the body) and the tile shape the configuration must declare."""
     n = len(program.inputs)
     bits = list(program.input_bits) + [f.result_bits for _, f in forms]
     for k, (ins, (_, form)) in enumerate(zip(program.body, forms)):
@@ -418,7 +422,7 @@ def _tile_steps(program: Program, lay: Layout, forms: list, live: set[int]) -> t
     if len(shapes) != 1:
         raise EmitError(f"a tile program needs one tile shape, got {sorted(shapes)}")
     uses = {r: [k for k, ins in enumerate(program.body) if n + k in live and r in ins.args] for r in live}
-    acc, steps = {}, []
+    acc, enter, steps, leave = {}, [], [], []
     for chains, r in enumerate(program.outputs):     # walk each chain back to its C input
         chain, x = [], r
         while x >= n:
@@ -431,7 +435,7 @@ def _tile_steps(program: Program, lay: Layout, forms: list, live: set[int]) -> t
                 raise EmitError(f"{program.name(y)} must feed exactly one tile dot product, as its accumulator")
         tmm = ACC_TILES[chains]
         acc.update({y: tmm for y in [x, *chain]})
-        steps.append(Step("tileload", program.name(x), fields={"tmm": tmm, "at": _strided(lay, lay.inputs[program.name(x)])}))
+        enter.append(Step("tileload", program.name(x), fields={"tmm": tmm, "at": _strided(lay, lay.inputs[program.name(x)])}))
     resident = {A_TILES: [], B_TILES: []}            # (input register, tmm), least recent first
     for k in _issue_order(program):
         if n + k not in live:
@@ -450,10 +454,10 @@ def _tile_steps(program: Program, lay: Layout, forms: list, live: set[int]) -> t
         steps.append(Step("tiledp", program.name(n + k), expr=form.intrinsic,
                           fields={"tmm": (acc[n + k], *regs), "op": str(ins.op)}))
     for r, slot in zip(program.outputs, lay.outputs):
-        steps.append(Step("tilestore", program.name(r), fields={"tmm": acc[r], "at": _strided(lay, slot)}))
+        leave.append(Step("tilestore", program.name(r), fields={"tmm": acc[r], "at": _strided(lay, slot)}))
     (M, N, K), = shapes
     rows_bytes = [(M, 4 * N)] * len(ACC_TILES) + [(M, K)] * len(A_TILES) + [(K // 4, 4 * N)] * len(B_TILES)
-    return steps, {"tiles": rows_bytes}
+    return {"enter": enter, "body": steps, "leave": leave}, {"tiles": rows_bytes}
 
 
 def kernel_model(entry: dict) -> dict:
@@ -473,9 +477,11 @@ def kernel_model(entry: dict) -> dict:
     forms = _forms(program, isa)
     live = _live(program)
     types: dict[int, CType] = {}
-    tile_config = None
+    tile_config = kloop = None
     if spec.kind == "int8" and spec.layout == "tile":
-        steps, tile_config = _tile_steps(program, lay, forms, live)
+        kloop, tile_config = _tile_steps(program, lay, forms, live)
+        steps = kloop["enter"] + kloop["body"] + kloop["leave"]
+        kloop |= {"a_block": spec.k, "b_block_rows": spec.k // 4}
     else:
         steps = (_input_steps(program, isa, lay, constants, live, forms, types)
                  + _body_steps(program, live, forms, types) + _output_steps(program, isa, lay, types))
@@ -491,7 +497,7 @@ def kernel_model(entry: dict) -> dict:
             "steps": steps, "program_lines": program.lines(), "layout": lay, "features": sorted(features),
             "guard": sorted(m for f in features for m in _FEATURE_MACROS[f]),
             "include_guard": f"QSYNTH_{fn.upper()}_H", "amx": "amx-int8" in features, "domain": domain(spec),
-            "tile_config": tile_config, "gemv": _gemv_model(spec, lay),
+            "tile_config": tile_config, "kloop": kloop, "gemv": _gemv_model(spec, lay),
             "convention": CALLING_CONVENTION[lay.kind]}
 
 
@@ -547,6 +553,14 @@ def gemv_driver_source(entry: dict) -> str:
     if not m["gemv"]:
         raise EmitError(f"{entry['name']} has no gemv loop (only bitserial kernels of the acc layout do)")
     return _TEMPLATES.get_template("gemv_driver.c.j2").render(m=m, kernel=_TEMPLATES.get_template("kernel.h.j2").render(m=m))
+
+
+def kloop_driver_source(entry: dict) -> str:
+    """A test driver around an AMX kernel's ``_kloop``: see ``templates/kloop_driver.c.j2``."""
+    m = kernel_model(entry)
+    if not m["kloop"]:
+        raise EmitError(f"{entry['name']} has no K loop (only AMX tile kernels do)")
+    return _TEMPLATES.get_template("kloop_driver.c.j2").render(m=m, kernel=_TEMPLATES.get_template("kernel.h.j2").render(m=m))
 
 
 def file_name(entry: dict) -> str:

@@ -23,6 +23,7 @@ from isa_specs.check import ToolchainError, run_binary
 from isa_specs.lanes import NUMPY, mask
 from synth import cache
 from synth.emit import (COMPILERS, EmitError, Layout, Slot, build, driver_source, emit_library, gemv_driver_source,
+                        kloop_driver_source,
                         kernel_model)
 
 GUARD_BYTES = 16          # checked-unchanged bytes after the writable buffer's tile
@@ -263,11 +264,13 @@ def check_entry(entry: dict, compiler: str = "gcc", samples: int = 256, seed: in
         if bad:
             row["mismatches"] += bad["mismatches"]
             row.setdefault("first_mismatch", bad)
-    if driver.model["gemv"] and not row["mismatches"]:
+    for loop, check in (("gemv", check_gemv), ("kloop", check_kloop)):
+        if not driver.model[loop] or row["mismatches"]:
+            continue
         try:
-            bad = check_gemv(driver, samples, rng)
+            bad = check(driver, samples, rng)
         except (EmitError, ToolchainError) as e:
-            return dict(row, status="error", reason=f"the gemv loop does not build or run: {e}")
+            return dict(row, status="error", reason=f"the {loop} loop does not build or run: {e}")
         if bad:
             row["mismatches"] += bad["mismatches"]
             row.setdefault("first_mismatch", bad)
@@ -321,6 +324,39 @@ def check_gemv(driver: KernelDriver, samples: int, rng: np.random.Generator) -> 
             return {"cache_key": driver.entry["cache_key"], "name": driver.entry["name"], "function": "gemv",
                     "mismatches": int(differs.sum()), "kblocks": kblocks, "sample": r,
                     "got": got[r].tolist(), "want": want[r].tolist()}
+    return None
+
+
+def check_kloop(driver: KernelDriver, samples: int, rng: np.random.Generator) -> dict | None:
+    """An AMX kernel's ``_kloop`` on random and extreme operands over a few block counts = C + A·B in
+    numpy (int32, wrapping); the first mismatch, else None."""
+    spec, m = driver.spec, driver.model
+    binary = build(kloop_driver_source(driver.entry), driver.isa.name, driver.compiler)
+    (sa, sb), (lo_a, hi_a) = spec.signed, (-128, 128) if spec.signed[0] else (0, 256)
+    lo_b, hi_b = (-128, 128) if sb else (0, 256)
+    for kblocks, n in ((1, 4), (2, 4), (5, 2)):
+        k = kblocks * spec.k
+        a_stride, b_stride = k + int(rng.integers(0, MAX_PAD)), 4 * spec.nr + int(rng.integers(0, MAX_PAD))
+        c_stride = spec.nr + int(rng.integers(0, 4))
+        a = rng.integers(lo_a, hi_a, (n, spec.mr, a_stride)).astype(np.int8 if sa else np.uint8)
+        b = rng.integers(lo_b, hi_b, (n, k // 4, b_stride)).astype(np.int8 if sb else np.uint8)
+        a[0], b[0] = lo_a, lo_b                               # -128 x -128 (or 0 x 0) everywhere
+        a[-1], b[-1] = hi_a - 1, hi_b - 1                     # the largest products everywhere
+        c = rng.integers(-2**31, 2**31, (n, spec.mr, c_stride)).astype(np.int32)
+        misalign = int(rng.integers(0, MAX_PAD))
+        payload = np.array([n, kblocks, a_stride, b_stride, c_stride, misalign], "<u4").tobytes() + b"".join(
+            a[r].tobytes() + b[r].tobytes() + c[r].tobytes() for r in range(n))
+        got = np.frombuffer(run_binary(driver.isa, binary, payload, "kloop driver"), np.int32).reshape(c.shape)
+        bt = b[:, :, :4 * spec.nr].reshape(n, k // 4, spec.nr, 4).transpose(0, 2, 1, 3).reshape(n, spec.nr, k)
+        dot = np.einsum("rik,rjk->rij", a[:, :, :k].astype(np.int64), bt.astype(np.int64))
+        want = c.copy()
+        want[:, :, :spec.nr] = ((c[:, :, :spec.nr].astype(np.int64) + dot) & 0xFFFFFFFF).astype(np.uint32).view(np.int32)
+        differs = np.any(got != want, axis=(1, 2))
+        if differs.any():
+            r = int(np.argmax(differs))
+            return {"cache_key": driver.entry["cache_key"], "name": driver.entry["name"], "function": "kloop",
+                    "mismatches": int(differs.sum()), "kblocks": kblocks, "sample": r,
+                    "first_differing_element": np.argwhere(got[r] != want[r])[0].tolist()}
     return None
 
 

@@ -178,6 +178,21 @@ def test_wrong_gemv_loop_is_caught(monkeypatch):
     assert row["first_mismatch"]["cache_key"] == entry["cache_key"]
 
 
+def test_wrong_kloop_is_caught(monkeypatch):
+    """An AMX K loop that steps B by one row too few per block (the proved body intact) fails."""
+    entry = next((e for e in KERNELS if e["name"].endswith("_amx")), None)
+    if entry is None:
+        pytest.skip("no AMX kernel in the cache")
+    _runnable(entry, "gcc")
+    right = emit_cli.kloop_driver_source
+    rows = spec_from_key(entry["spec"]).k // 4
+    monkeypatch.setattr(emit_cli, "kloop_driver_source",
+                        lambda e: right(e).replace(f"kb * {rows} * b_stride", f"kb * {rows - 1} * b_stride"))
+    row = check_entry(entry, "gcc", samples=16)
+    assert row["status"] == "failed" and row["first_mismatch"]["function"] == "kloop", row
+    assert row["first_mismatch"]["cache_key"] == entry["cache_key"]
+
+
 def _stored(entry: dict, root) -> str:
     """Store ``entry`` (program possibly changed) as a valid cache entry under ``root``; its key."""
     plain = {k: v for k, v in entry.items() if k not in ("cache_key", "content_hash", "format")}
