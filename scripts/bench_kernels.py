@@ -25,9 +25,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
-from measure_costs import write_atomically  # noqa: E402
 import tvm_baselines  # noqa: E402
 
+from synth.files import write_atomically  # noqa: E402
 from synth.emit import emit_entry, function_name, kernel_model, layout  # noqa: E402
 from synth.emit_cli import KernelDriver, gemv_reference, selected_entries  # noqa: E402
 from synth.kernel import spec_from_key  # noqa: E402
@@ -371,11 +371,9 @@ def main() -> int:
     if neon:
         report["neon"] = neon_rows(sorted(neon, key=lambda e: e["name"]))
     out = Path(args.out)
-    write_atomically(out / "kernels.json", report)
+    write_atomically(out / "kernels.json", json.dumps(report, indent=2, sort_keys=True) + "\n")
     text = markdown(report)
-    tmp = out / ".kernels.md.tmp"
-    tmp.write_text(text + "\n")
-    tmp.replace(out / "kernels.md")
+    write_atomically(out / "kernels.md", text + "\n")
     print(text)
     return 0
 

@@ -25,11 +25,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass
 from os.path import commonprefix
 from pathlib import Path
@@ -40,6 +38,7 @@ from isa_specs import ISA_NAMES, get_isa                      # noqa: E402
 from isa_specs.costs import COSTS_DIR, UARCHS                 # noqa: E402
 from isa_specs.instruction import Form, Instruction           # noqa: E402
 from isa_specs.isa import ISA                                 # noqa: E402
+from synth.files import write_atomically                       # noqa: E402
 
 CLANG, MCA = "clang-14", "llvm-mca-14"
 PLACEHOLDER_LATENCY = 100   # the latency LLVM's x86 models give instructions they have no timing for
@@ -235,16 +234,6 @@ def measure(isa: ISA) -> dict:
     return {k: v for k, v in out.items() if v or k in ("source", "forms", "lowering")}
 
 
-def write_atomically(path: Path, data: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.fchmod(fd, 0o644)
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f, indent=2, sort_keys=True)
-        f.write("\n")
-    os.replace(tmp, path)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("isas", nargs="*", help=f"among {', '.join(ISA_NAMES)}; default: every one whose module imports")
@@ -258,7 +247,7 @@ def main() -> None:
             print(f"{name}: skipped ({e})")
             continue
         data = measure(isa)
-        write_atomically(COSTS_DIR / f"{name}.json", data)
+        write_atomically(COSTS_DIR / f"{name}.json", json.dumps(data, indent=2, sort_keys=True) + "\n")
         print(f"{name}: {len(data['forms'])}/{len(isa.forms)} forms timed on {', '.join(UARCHS[name])}"
               f" -> {COSTS_DIR / f'{name}.json'}")
 

@@ -10,10 +10,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from pathlib import Path
 
 from filelock import FileLock
+
+from synth.files import write_atomically
 
 ROOT = Path(os.environ.get("QSYNTH_CACHE", Path(__file__).resolve().parent.parent / "kernel_cache"))
 FORMAT = 1
@@ -66,17 +67,7 @@ def store(entry: dict, root: Path = ROOT) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     path = path_for(entry["cache_key"], root)
     with FileLock(str(root / ".lock")):
-        fd, tmp = tempfile.mkstemp(dir=root, prefix=".tmp-", suffix=".json")
-        try:
-            with os.fdopen(fd, "w") as f:
-                json.dump(entry, f, indent=1, sort_keys=True)
-                f.write("\n")
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            os.unlink(tmp)
-            raise
+        write_atomically(path, json.dumps(entry, indent=1, sort_keys=True) + "\n")
     return path
 
 

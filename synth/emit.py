@@ -79,6 +79,7 @@ from isa_specs import get_isa
 from isa_specs.check import CACHE_DIR, ToolchainError
 from isa_specs.instruction import CType
 from sketches.program import Program
+from synth.files import write_atomically
 from synth.kernel import spec_from_key
 
 COMPILERS = ("gcc", "clang")
@@ -585,7 +586,7 @@ def emit_library(entries: list[dict], out_dir: str | Path) -> dict:
     for m in models:
         e = m["entry"]
         fname = file_name(e)
-        _write_atomic(out_dir / fname, _TEMPLATES.get_template("kernel.h.j2").render(m=m))
+        write_atomically(out_dir / fname, _TEMPLATES.get_template("kernel.h.j2").render(m=m))
         kernels.append({"name": e["name"], "cache_key": e["cache_key"], "file": fname, "function": m["function"],
                         "signature": f"void {m['function']}({', '.join(m['params'])})",
                         "extern_function": m["function"] + "_extern", "isa": m["isa"].name, "kind": m["spec"].kind,
@@ -593,24 +594,12 @@ def emit_library(entries: list[dict], out_dir: str | Path) -> dict:
                         "length": len(Program.from_json(e["program"])), "guard": m["guard"],
                         "test_flags": list(compile_flags(m["isa"].name, "gcc")), "domain": m["domain"],
                         "calling_convention": m["convention"]})
-    _write_atomic(out_dir / "qsynth_kernels.h", _TEMPLATES.get_template("library.h.j2").render(
+    write_atomically(out_dir / "qsynth_kernels.h", _TEMPLATES.get_template("library.h.j2").render(
         kernels=kernels, doc=__doc__[__doc__.index("Calling convention"):]))
     manifest = {"format": 1, "header": "qsynth_kernels.h", "calling_conventions": CALLING_CONVENTION,
                 "kernels": kernels}
-    _write_atomic(out_dir / "manifest.json", json.dumps(manifest, indent=1) + "\n")
+    write_atomically(out_dir / "manifest.json", json.dumps(manifest, indent=1) + "\n")
     return manifest
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
 
 
 # ---------------------------------------------------------------- compiling

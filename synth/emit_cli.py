@@ -330,7 +330,7 @@ def check_gemv(driver: KernelDriver, samples: int, rng: np.random.Generator) -> 
 def check_kloop(driver: KernelDriver, samples: int, rng: np.random.Generator) -> dict | None:
     """An AMX kernel's ``_kloop`` on random and extreme operands over a few block counts = C + A·B in
     numpy (int32, wrapping); the first mismatch, else None."""
-    spec, m = driver.spec, driver.model
+    spec = driver.spec
     binary = build(kloop_driver_source(driver.entry), driver.isa.name, driver.compiler)
     (sa, sb), (lo_a, hi_a) = spec.signed, (-128, 128) if spec.signed[0] else (0, 256)
     lo_b, hi_b = (-128, 128) if sb else (0, 256)

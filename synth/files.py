@@ -1,0 +1,26 @@
+"""Atomic file writes: a reader sees the old file or the whole new one, never a half-written one."""
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+
+def write_atomically(path: Path, text: str) -> Path:
+    """Write ``text`` to a temporary file beside ``path``, flush it to disk, then rename it over
+    ``path`` (mode 0644, as a plain ``open`` would leave it); the temporary file never outlives a
+    failure."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix)
+    try:
+        os.fchmod(fd, 0o644)
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return path
