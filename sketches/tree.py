@@ -11,6 +11,8 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
+import z3
+
 from sketches.linear import LinearSketch
 from sketches.program import Builder, Program
 
@@ -47,29 +49,37 @@ def cost(levels, n_inputs: int) -> int:
 
 
 class TreeSketch:
-    """Levels over ``n_inputs`` registers of ``bits`` bits each, all registers of one width."""
+    """Levels over ``n_inputs`` registers of ``bits`` bits each, all registers of one width but the
+    outputs, of ``out_bits`` (default ``bits``): the last level may widen (a NEON D tile's row sums
+    into a Q register)."""
 
-    def __init__(self, isa, pair_ops, each_ops, n_inputs: int, bits: int, levels):
+    def __init__(self, isa, pair_ops, each_ops, n_inputs: int, bits: int, levels, out_bits: int | None = None):
         self.isa, self.n_inputs, self.bits, self.levels = isa, n_inputs, bits, levels
+        self.out_bits = out_bits or bits
         self.level_sketches = [
             LinearSketch(isa, pair_ops if lv.kind == "pair" else each_ops, [bits] * (2 if lv.kind == "pair" else 1),
                          lv.length, tag=f"l{i}_") for i, lv in enumerate(levels)]
 
+    def _widths(self):
+        """Output width of every level."""
+        return [self.bits] * (len(self.levels) - 1) + [self.out_bits]
+
     def well_formed(self):
         cs = []
-        for sk in self.level_sketches:
-            cs += sk.well_formed() + sk.output_widths([self.bits])
+        for sk, width in zip(self.level_sketches, self._widths()):
+            cs += sk.well_formed() + sk.output_widths([width])
         return cs
 
     def output_widths(self, bits):
-        return [] if all(b == self.bits for b in bits) else [False]
+        return [] if all(b == self.out_bits for b in bits) else [False]
 
     def symbolic_outputs(self, inputs):
         regs = list(inputs)
-        for lv, sk in zip(self.levels, self.level_sketches):
+        for lv, sk, width in zip(self.levels, self.level_sketches, self._widths()):
             groups = [regs[i:i + 2] for i in range(0, len(regs), 2)] if lv.kind == "pair" else [[r] for r in regs]
-            regs = [sk.symbolic_outputs(g)[0][self.bits] for g in groups]
-        return [{self.bits: r} for r in regs]
+            # a level that cannot produce the width is ruled out by well_formed; any value will do
+            regs = [sk.symbolic_outputs(g)[0].get(width, z3.BitVecVal(0, width)) for g in groups]
+        return [{self.out_bits: r} for r in regs]
 
     def cycle_terms(self, figures):
         """Every register of a level is ready at once, so latencies add up level by level; the

@@ -64,9 +64,10 @@ def _compute_stage(name, isa, menu, R, operands, spec) -> Stage:
 
 
 def stages(spec: BitserialSpec, isa) -> list[Stage]:
-    menu = menus.bitserial(spec.isa, spec.reg_bits)
-    L, R, M, ob = menu["lane_bits"], spec.reg_bits, spec.rows, spec.out_bits
+    R, M, ob = spec.reg_bits, spec.rows, spec.out_bits
     out_reg = M * ob
+    menu = menus.bitserial(spec.isa, R, out_reg if spec.layout == "tile" else None)
+    L = menu["lane_bits"]
     lane_max = L                                   # popcount of an L-bit lane
 
     # 1. compute: per-lane popcount(w & a), L-bit lanes
@@ -84,7 +85,7 @@ def stages(spec: BitserialSpec, isa) -> list[Stage]:
     x86 = spec.isa != "neon"
     tree_shapes = [lv for _, lv in shapes(M, 1, max_each=0 if x86 else 2, max_length=3 if x86 else 1)
                    if not x86 or len({level.length for level in lv}) == 1]   # x86: one combinator length
-    out.append(Stage(reduce, lambda i: TreeSketch(isa, menu["pair"], menu["each"], M, R, tree_shapes[i]),
+    out.append(Stage(reduce, lambda i: TreeSketch(isa, menu["pair"], menu["each"], M, R, tree_shapes[i], out_reg),
                      range(len(tree_shapes)), out_ranges=[LaneRange(ob, 0, R)], in_ranges=reduce_ranges))
 
     # 3./4. weighted sums over planes: Σ_p 2**p X_p on output lanes

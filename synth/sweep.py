@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import json
 import multiprocessing
-import os
-import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 from tqdm import tqdm
 
+from synth.files import write_atomically
 from synth.spec import BITSERIAL_TILES, ENCODINGS, INT8_TILES, ISA_LAYOUTS, BitserialSpec, Int8Spec
 
 # The paper's Table 2 (CGO 2020, Cortex-A53 NEON, 8x8·8x1 tiles): instructions and synthesis seconds.
 PAPER = {"a1w1": (24, 17.2), "a2w2": (None, 158.3)}
+# NEON: the paper's 16-byte Q tiles and its 8-byte D tiles
+REGISTER_BITS = {"neon": (128, 64)}
 
 
 def _swept(isa: str, layout: str, encoding: str, abits: int, wbits: int) -> bool:
@@ -34,7 +35,8 @@ def configs(isas: list[str]) -> list:
     out = []
     for isa in isas:
         if isa in BITSERIAL_TILES:
-            out += [BitserialSpec.for_isa(isa, a, w, e, layout=lay)
+            out += [BitserialSpec.for_isa(isa, a, w, e, layout=lay, reg_bits=bits)
+                    for bits in REGISTER_BITS.get(isa, (BITSERIAL_TILES[isa]["reg_bits"],))
                     for lay in ISA_LAYOUTS[isa] for e in ENCODINGS for a in (1, 2, 3) for w in (1, 2, 3)
                     if _swept(isa, lay, e, a, w)]
         out += [Int8Spec.for_isa(i, t) for i, t in INT8_TILES if i == isa]
@@ -48,6 +50,8 @@ def _run(spec, timeout):
         entry, cached = kernel(spec, timeout=timeout)
     except SynthesisFailed as e:
         return {"name": spec.name, "status": "failed", "reason": str(e)}
+    except Exception as e:        # an engine bug on one configuration must not lose the others
+        return {"name": spec.name, "status": "error", "reason": f"{type(e).__name__}: {e}"}
     return {"name": spec.name, "status": "proved" if entry["proof"]["proved"] else "unproved",
             "length": entry["length"], "cycles": entry["cycles"], "cache_key": entry.get("cache_key"),
             "from_cache": cached, **entry["timings"]}
@@ -64,8 +68,8 @@ def sweep(isas: list[str], jobs: int, timeout: float, out_dir: Path, wanted: lis
     rows.sort(key=lambda r: r["name"])
     run = {"jobs": jobs, "kernels": len(rows), "from_cache": sum(bool(r.get("from_cache")) for r in rows),
            "wall_seconds": round(time.perf_counter() - started, 1)}
-    _write(out_dir / "synthesis.json", json.dumps({"run": run, "kernels": rows}, indent=1) + "\n")
-    _write(out_dir / "synthesis.md", markdown(run, rows))
+    write_atomically(out_dir / "synthesis.json", json.dumps({"run": run, "kernels": rows}, indent=1) + "\n")
+    write_atomically(out_dir / "synthesis.md", markdown(run, rows))
     return rows
 
 
@@ -79,8 +83,8 @@ def markdown(run: dict, rows: list[dict]) -> str:
              "| kernel | status | instructions | synth s | verify s | wall s | est. cycles | paper (instr, s) |",
              "|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        key = r["name"].split("_")[1] if r["name"].startswith("bitserial") and "unipolar" in r["name"] and \
-            r["name"].endswith("neon") else None
+        paper_tile = r["name"].startswith("bitserial") and r["name"].endswith("neon") and "_unipolar_8x" in r["name"]
+        key = r["name"].split("_")[1] if paper_tile else None
         paper = PAPER.get(key, None)
         cyc = ", ".join(f"{u} {c:g}" for u, c in r.get("cycles", {}).items())
         lines.append(f"| {r['name']} | {r['status']} | {r.get('length', '')} | {r.get('synth_seconds', '')} | "
@@ -90,11 +94,3 @@ def markdown(run: dict, rows: list[dict]) -> str:
     if failed:
         lines += ["", "Not synthesized:", ""] + [f"- {r['name']}: {r.get('reason', r['status'])}" for r in failed]
     return "\n".join(lines) + "\n"
-
-
-def _write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)

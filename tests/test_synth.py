@@ -106,8 +106,11 @@ def test_int8_reference_matches_matmul(isa, types):
     assert np.array_equal(got, want)
 
 
-def test_fresh_neon_a1w1_is_24_instructions_proved_and_minimal():
-    entry = synthesize(BitserialSpec.for_isa("neon", 1, 1, "unipolar"), timeout=120)
+@pytest.mark.parametrize("reg_bits", [128, 64], ids=["Q", "D"])
+def test_fresh_neon_a1w1_is_24_instructions_proved_and_minimal(reg_bits):
+    """The paper's tiles: eight rows of 16-byte Q or 8-byte D registers (the D tile's row sums are
+    widened into one Q register of eight 16-bit lanes by the last reduction level)."""
+    entry = synthesize(BitserialSpec.for_isa("neon", 1, 1, "unipolar", reg_bits=reg_bits), timeout=120)
     assert entry["proof"]["proved"] and entry["length"] <= 24
     assert entry["proof"]["random_mismatches"] == 0
     compute = entry["stages"]["compute"]["minimality"]
