@@ -56,8 +56,11 @@ def bitserial(isa: str, reg_bits: int, out_reg_bits: int | None = None) -> dict:
     raise KeyError(f"no bitserial menus for {isa!r}; accepted: neon, avx2, avx512")
 
 
-def int8(isa: str, types: str) -> dict:
+def int8(isa: str, types: str, layout: str) -> dict:
     """Menus of the int8 stages (see synth/int8.py)."""
+    if isa == "neon" and layout == "k4":
+        dot = {"s8s8": "sdot.4s_laneq", "u8s8": "sudot.4s_laneq", "u8u8": "udot.4s_laneq"}[types]
+        return {"row": ops(*[f"{dot}#{g}" for g in range(4)])}
     if isa == "neon" and types == "u8u8":
         return {"constants": {"zero": 0},
                 "dot": ops("umull.8h", "uadalp.4s", "uaddlp.4s", "add.4s"),
@@ -66,9 +69,6 @@ def int8(isa: str, types: str) -> dict:
         return {"constants": {"zero": 0},
                 "dot": ops("smull.4s", "smlal.4s", "add.4s"),
                 "reduce": ops("addp.4s", "add.4s")}
-    if isa == "neon" and types in ("s8s8", "u8s8"):
-        dot = "sdot.4s_laneq" if types == "s8s8" else "sudot.4s_laneq"
-        return {"row": ops(*[f"{dot}#{g}" for g in range(4)])}
     if isa == "avx512" and types == "u8s8":
         return {"row": ops("vpdpbusd.zmm", "vpaddd.zmm")}
     if isa == "avx2" and types == "u8s8":

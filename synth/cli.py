@@ -104,7 +104,7 @@ def _spec_from_args(args):
         if args.kernel == "bitserial":
             over = {"reg_bits": args.reg_bits} if args.reg_bits else {}
             return BitserialSpec.for_isa(args.isa, args.abits, args.wbits, args.encoding, args.rows, args.layout, **over)
-        return Int8Spec.for_isa(args.isa, args.types, args.mr, args.nr)
+        return Int8Spec.for_isa(args.isa, args.types, args.mr, args.nr, args.layout)
     except SpecError as e:
         raise UsageError(str(e))
 
@@ -242,7 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
     sy.add_argument("--encoding", default="unipolar")
     sy.add_argument("--rows", type=int)
     sy.add_argument("--layout", help="bitserial: tile (one dot product per call) or acc (K-accumulating loop "
-                    "body); default: tile, acc on avx2")
+                    "body); default: tile, acc on avx2. int8: rows or k4 for neon u8u8 (umull pseudo-dot or udot)")
     sy.add_argument("--reg-bits", type=int, help="bitserial register width (NEON: 64 for D, 128 for Q tiles)")
     sy.add_argument("--types", default="u8s8")
     sy.add_argument("--mr", type=int, help="int8 tile rows (default: the ISA's tile)")

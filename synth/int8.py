@@ -36,7 +36,7 @@ def _sub_spec(spec: Int8Spec, mr: int, nr: int) -> Int8Spec:
 
 
 def stages(spec: Int8Spec, isa) -> list[Stage]:
-    menu = menus.int8(spec.isa, spec.types)
+    menu = menus.int8(spec.isa, spec.types, spec.layout)
     consts = menu.get("constants", {})
     cnames, cbits = list(consts), [spec.nr * 32 if spec.layout != "rows" else 128] * len(consts)
     e = spec.elem_bits
@@ -87,7 +87,7 @@ def stages(spec: Int8Spec, isa) -> list[Stage]:
 
 def assemble(spec: Int8Spec):
     """(uses, output names, constants) of the whole tile."""
-    menu_consts = menus.int8(spec.isa, spec.types).get("constants", {})
+    menu_consts = menus.int8(spec.isa, spec.types, spec.layout).get("constants", {})
     bits = 128 if spec.layout == "rows" else spec.nr * 32
     consts = {n: (v % (1 << bits), bits) for n, v in menu_consts.items()}
     cn = list(consts)

@@ -202,21 +202,23 @@ class BitserialSpec:
         return out
 
 
-# Default int8 tile per (ISA, types): layout, mr, nr, k (see Int8Spec).
+# The int8 tiles per (ISA, types, layout): mr, nr, k (see Int8Spec). The first layout listed for an
+# (ISA, types) pair is its default.
 INT8_TILES = {
-    ("neon", "u8u8"): ("rows", 4, 4, 8),     # the RFC's 4x4 pseudo-dot: umull/uadalp/addp on D registers
-    ("neon", "s16"): ("rows", 4, 4, 4),      # QNN's int16 legalization: smlal on D registers
-    ("neon", "s8s8"): ("k4", 4, 4, 16),      # sdot by element
-    ("neon", "u8s8"): ("k4", 4, 4, 16),      # sudot by element (i8mm)
+    ("neon", "u8u8", "rows"): (4, 4, 8),     # the RFC's 4x4 pseudo-dot: umull/uadalp/addp on D registers
+    ("neon", "u8u8", "k4"): (4, 4, 16),      # udot by element (ARMv8.2 dot product)
+    ("neon", "s16", "rows"): (4, 4, 4),      # QNN's int16 legalization: smlal on D registers
+    ("neon", "s8s8", "k4"): (4, 4, 16),      # sdot by element
+    ("neon", "u8s8", "k4"): (4, 4, 16),      # sudot by element (i8mm)
     # x86: 12 rows = 12 independent accumulator chains, enough to cover vpdpbusd's latency 5 at
     # 2 per cycle (measured: ~2/cycle here); k4b = A broadcast per 4-byte group, B loaded once per row
-    ("avx512", "u8s8"): ("k4b", 12, 16, 16),  # vpdpbusd zmm
-    ("avx2", "u7s8"): ("k4b", 6, 8, 4),       # vpmaddubsw + vpmaddwd, activations < 128 (no saturation)
-    ("avx2", "u8s8"): ("k4b", 12, 8, 4),      # AVX-VNNI vpdpbusd ymm (16 ymm registers)
+    ("avx512", "u8s8", "k4b"): (12, 16, 16),  # vpdpbusd zmm
+    ("avx2", "u7s8", "k4b"): (6, 8, 4),       # vpmaddubsw + vpmaddwd, activations < 128 (no saturation)
+    ("avx2", "u8s8", "k4b"): (12, 8, 4),      # AVX-VNNI vpdpbusd ymm (16 ymm registers)
     # AMX: 2x2 accumulator tiles (a tdpbusd's latency covers ~4 issues), A and B tiles loaded once per
     # k step and used twice; k = 4 steps per call keeps A and B (16 KiB) in L1
-    ("amx", "u8s8"): ("tile", 32, 32, 256),   # tdpbusd
-    ("amx", "s8s8"): ("tile", 32, 32, 256),   # tdpbssd
+    ("amx", "u8s8", "tile"): (32, 32, 256),   # tdpbusd
+    ("amx", "s8s8", "tile"): (32, 32, 256),   # tdpbssd
 }
 LAYOUTS = ("rows", "k4", "k4b", "tile")
 
@@ -253,11 +255,17 @@ class Int8Spec:
         _check(self.layout != "rows" or self.nr * 32 <= 512, "too many columns for one register")
 
     @staticmethod
-    def for_isa(isa: str, types: str, mr: int | None = None, nr: int | None = None) -> "Int8Spec":
-        tiles = sorted(t for i, t in INT8_TILES if i == isa)
-        _check(bool(tiles), f"no int8 kernels for {isa!r}; accepted: {', '.join(sorted({i for i, _ in INT8_TILES}))}")
-        _check((isa, types) in INT8_TILES, f"--types for {isa} must be one of {', '.join(tiles)}, got {types!r}")
-        layout, dmr, dnr, k = INT8_TILES[isa, types]
+    def for_isa(isa: str, types: str, mr: int | None = None, nr: int | None = None,
+                layout: str | None = None) -> "Int8Spec":
+        isas = sorted({i for i, _, _ in INT8_TILES})
+        _check(isa in isas, f"no int8 kernels for {isa!r}; accepted: {', '.join(isas)}")
+        tiles = sorted({t for i, t, _ in INT8_TILES if i == isa})
+        _check(types in tiles, f"--types for {isa} must be one of {', '.join(tiles)}, got {types!r}")
+        layouts = [lay for i, t, lay in INT8_TILES if (i, t) == (isa, types)]
+        layout = layout or layouts[0]
+        _check(layout in layouts, f"--layout for {isa} {types} int8 kernels must be one of {', '.join(layouts)}, "
+               f"got {layout!r}")
+        dmr, dnr, k = INT8_TILES[isa, types, layout]
         if layout == "tile":
             _check((mr or dmr, nr or dnr) == (dmr, dnr), f"the {isa} {types} tile is {dmr}x{dnr} (one full tile "
                    f"register); --mr/--nr must be {dmr}/{dnr}, got {mr}/{nr}")

@@ -39,7 +39,7 @@ def configs(isas: list[str]) -> list:
                     for bits in REGISTER_BITS.get(isa, (BITSERIAL_TILES[isa]["reg_bits"],))
                     for lay in ISA_LAYOUTS[isa] for e in ENCODINGS for a in (1, 2, 3) for w in (1, 2, 3)
                     if _swept(isa, lay, e, a, w)]
-        out += [Int8Spec.for_isa(i, t) for i, t in INT8_TILES if i == isa]
+        out += [Int8Spec.for_isa(i, t, layout=lay) for i, t, lay in INT8_TILES if i == isa]
     return out
 
 

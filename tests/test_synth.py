@@ -81,10 +81,10 @@ def test_acc_default_rows_keep_the_accumulators_in_registers():
     assert "layout" not in key and BitserialSpec(**{k: v for k, v in key.items() if k != "kind"}).layout == "tile"
 
 
-@pytest.mark.parametrize("isa,types", [("neon", "u8u8"), ("neon", "s8s8"), ("neon", "u8s8"), ("avx512", "u8s8"),
-                                       ("amx", "u8s8")])
-def test_int8_reference_matches_matmul(isa, types):
-    spec = Int8Spec.for_isa(isa, types)
+@pytest.mark.parametrize("isa,types,layout", [("neon", "u8u8", "rows"), ("neon", "u8u8", "k4"), ("neon", "s8s8", "k4"),
+                                              ("neon", "u8s8", "k4"), ("avx512", "u8s8", "k4b"), ("amx", "u8s8", "tile")])
+def test_int8_reference_matches_matmul(isa, types, layout):
+    spec = Int8Spec.for_isa(isa, types, layout=layout)
     from synth.stages import kernel_inputs
     from synth.ranges import sample
     names, bits, ranges, cidx = kernel_inputs(spec, {})
@@ -189,9 +189,11 @@ def test_concurrent_writers_leave_valid_entries(tmp_path):
     (["--layout", "rows"], "--layout must be one of tile, acc, got 'rows'"),
     (["--isa", "avx2", "--layout", "tile"], "avx2 bitserial kernels use --layout acc, not 'tile'"),
     (["--timeout", "0.001", "--abits", "2", "--wbits", "3"], "synthesis failed within --timeout"),
+    (["--kernel", "int8", "--types", "u8u8", "--layout", "k4b"],
+     "--layout for neon u8u8 int8 kernels must be one of rows, k4, got 'k4b'"),
 ])
 def test_cli_bad_input_one_line_error_nothing_written(argv, needle, tmp_path):
-    args = ["--isa", "neon", "--kernel", "bitserial", *argv]
+    args = ["--isa", "neon", *(["--kernel", "bitserial"] if "--kernel" not in argv else []), *argv]
     if argv[0] == "--isa":
         args = ["--kernel", "bitserial", *argv]
     before = sorted(p.name for p in cache.entries())
