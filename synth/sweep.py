@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import signal
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 from tqdm import tqdm
@@ -57,14 +57,28 @@ def _run(spec, timeout):
             "from_cache": cached, **entry["timings"]}
 
 
+def _run_star(args):
+    return _run(*args)
+
+
+def _interrupted(signum, frame):
+    raise SystemExit(128 + signum)
+
+
 def sweep(isas: list[str], jobs: int, timeout: float, out_dir: Path, wanted: list[str] | None = None) -> list[dict]:
     specs = [s for s in configs(isas) if wanted is None or any(w in s.name for w in wanted)]
     rows, started = [], time.perf_counter()
     # spawn, not fork: a forked child can inherit locks held by the parent's threads (tqdm's monitor)
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = {pool.submit(_run, s, timeout): s for s in specs}
-        for f in tqdm(as_completed(futures), total=len(futures), desc="synthesis", unit="kernel"):
-            rows.append(f.result())
+    pool = multiprocessing.get_context("spawn").Pool(jobs)
+    previous = signal.signal(signal.SIGTERM, _interrupted)
+    try:
+        work = pool.imap_unordered(_run_star, [(s, timeout) for s in specs])
+        rows = list(tqdm(work, total=len(specs), desc="synthesis", unit="kernel"))
+        pool.close()
+    finally:        # interrupted (Ctrl-C, kill): stop the workers too, not just this process
+        pool.terminate()
+        pool.join()
+        signal.signal(signal.SIGTERM, previous)
     rows.sort(key=lambda r: r["name"])
     run = {"jobs": jobs, "kernels": len(rows), "from_cache": sum(bool(r.get("from_cache")) for r in rows),
            "wall_seconds": round(time.perf_counter() - started, 1)}

@@ -1,10 +1,13 @@
 """Synthesis engine: specs against independent numpy references, proofs that refuse wrong programs,
 fresh synthesis of the A1W1 NEON kernel, the committed cache re-proved, tamper detection, CLI errors."""
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -202,3 +205,34 @@ def test_cli_bad_input_one_line_error_nothing_written(argv, needle, tmp_path):
     assert proc.returncode == 2
     assert needle in proc.stderr and proc.stderr.count("\n") == 1
     assert not list(tmp_path.glob("*.json")) and sorted(p.name for p in cache.entries()) == before
+
+
+def _processes_with(marker: str) -> list[int]:
+    """Live processes whose environment holds ``marker`` (workers outlive their parent's PID)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and marker.encode() in (proc / "environ").read_bytes():
+                found.append(int(proc.name))
+        except OSError:
+            continue
+    return found
+
+
+def test_a_killed_sweep_stops_its_workers(tmp_path):
+    """SIGTERM to `qsynth sweep` (a job scheduler's kill) ends the synthesis workers with it."""
+    marker = str(tmp_path / "sweep-cache")
+    proc = subprocess.Popen([sys.executable, "-m", "synth.cli", "sweep", "--isa", "amx", "-j", "2", "--out",
+                             str(tmp_path)], env={**os.environ, "QSYNTH_CACHE": marker},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while len(_processes_with(marker)) < 3 and time.monotonic() < deadline:     # parent + 2 workers (+ tracker)
+        time.sleep(0.2)
+    assert len(_processes_with(marker)) >= 3
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+    deadline = time.monotonic() + 10
+    while _processes_with(marker) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _processes_with(marker) == []
+    assert not (tmp_path / "synthesis.md").exists()          # no summary of a run that did not finish
