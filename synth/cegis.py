@@ -166,11 +166,11 @@ def minimise(problem: Problem, make_sketch: Callable[[int], object], lengths, de
     length) or time runs out (the best proved program is kept, the evidence says "timeout")."""
     evidence, best, best_length = [], None, None
     for length in lengths:
-        if best is not None and (cycles is None or length > best_length + LATENCY_SLACK):
+        if best is not None and length > best_length + LATENCY_SLACK:
             break
         while True:
             sketch = make_sketch(length)
-            below = None if best is None or cycles is None else cycles.of(best.program)
+            below = None if best is None else cycles.of(best.program)
             bound = () if below is None else (z3.ULT(cycles.symbolic(sketch), below),)
             att = cegis(problem, sketch, deadline, rng, constraints=bound)
             evidence.append({"stage": problem.name, "length": length, "status": att.status,
@@ -178,11 +178,11 @@ def minimise(problem: Problem, make_sketch: Callable[[int], object], lengths, de
                              "synth_seconds": round(att.synth_seconds, 3), "verify_seconds": round(att.verify_seconds, 3),
                              **({} if below is None else {"cycles_below": below / SCALE})})
             log.info("%s", evidence[-1])
-            if att.status != "found" or cycles is None:
+            if att.status != "found":
                 break
+            if cycles is None:                  # length: the first program found is the answer
+                return att, evidence
             best, best_length = att, length
-        if att.status == "found" and cycles is None:
-            return att, evidence
         if time.monotonic() >= deadline:
             break
     return best, evidence

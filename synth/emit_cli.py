@@ -23,8 +23,7 @@ from isa_specs.check import ToolchainError, run_binary
 from isa_specs.lanes import NUMPY, mask
 from synth import cache
 from synth.emit import (COMPILERS, EmitError, Layout, Slot, build, driver_source, emit_library, gemv_driver_source,
-                        kloop_driver_source,
-                        kernel_model)
+                        kernel_model, kloop_driver_source)
 
 GUARD_BYTES = 16          # checked-unchanged bytes after the writable buffer's tile
 MAX_PAD = 64              # stride padding and misalignment are drawn below this
