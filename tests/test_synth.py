@@ -225,14 +225,18 @@ def test_a_killed_sweep_stops_its_workers(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "synth.cli", "sweep", "--isa", "amx", "-j", "2", "--out",
                              str(tmp_path)], env={**os.environ, "QSYNTH_CACHE": marker},
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 60
-    while len(_processes_with(marker)) < 3 and time.monotonic() < deadline:     # parent + 2 workers (+ tracker)
-        time.sleep(0.2)
-    assert len(_processes_with(marker)) >= 3
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=30) == 128 + signal.SIGTERM
-    deadline = time.monotonic() + 10
-    while _processes_with(marker) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert _processes_with(marker) == []
-    assert not (tmp_path / "synthesis.md").exists()          # no summary of a run that did not finish
+    try:
+        deadline = time.monotonic() + 60
+        while len(_processes_with(marker)) < 3 and time.monotonic() < deadline:  # parent + 2 workers (+ tracker)
+            time.sleep(0.2)
+        assert len(_processes_with(marker)) >= 3
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+        deadline = time.monotonic() + 10
+        while _processes_with(marker) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _processes_with(marker) == []
+        assert not (tmp_path / "synthesis.md").exists()      # no summary of a run that did not finish
+    finally:                                                 # a failed check must not leave a sweep running
+        for pid in _processes_with(marker):
+            os.kill(pid, signal.SIGKILL)
