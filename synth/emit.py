@@ -46,7 +46,9 @@ Calling convention (also written into every generated header, and into ``manifes
   - ``k4``: ``a{i}`` as above (k bytes); ``b{g}`` = for each column j the four bytes
     ``B[j][4g..4g+3]``: ``nr*4`` bytes at ``b + g*b_stride`` (the sdot/vpdpbusd packing);
   - ``k4b``: as ``k4``, but input ``a{i}_{g}`` is the four bytes ``A[i][4g..4g+3]`` (at
-    ``a + i*a_stride + 4g``) broadcast to every 32-bit lane;
+    ``a + i*a_stride + 4g``) broadcast to every 32-bit lane, and a row of B or C spans
+    ``nr*32/register bits`` registers: ``b{g}_{c}`` and ``c{i}_{c}`` are column block ``c`` (byte
+    offset ``c * register bytes`` in the row);
   - ``tile`` (AMX): A = ``mr`` rows of ``k`` bytes at ``a + i*a_stride``, B = ``k/4`` rows of
     ``nr*4`` bytes at ``b + q*b_stride`` (the ``k4`` packing), C = ``mr`` rows of ``nr`` int32; every
     16-row tile is loaded straight from memory with its stride (``tileloadd``). The tile registers
@@ -197,12 +199,14 @@ def _int8_slot(spec, name: str, nbytes: int) -> Slot:
         first_row, offset = {"a": (16 * x, 64 * y), "b": (16 * y, 64 * x), "c": (16 * x, 64 * y)}[m[1]]
         return Slot(tuple(Piece("abc".index(m[1]), first_row + q, offset, 64) for q in range(16)))
     m = re.fullmatch(r"([abc])(\d+)(?:_(\d+))?", name)
-    if not m or (m[3] is not None) != (kind == "k4b" and m[1] == "a"):
+    if not m or (m[3] is not None) != (kind == "k4b"):
         raise EmitError(f"{kind} layout: unexpected input {name!r}")
     buf, row = "abc".index(m[1]), int(m[2])
-    if m[3] is not None:                                   # k4b: four bytes of row i, broadcast
+    if m[3] is None:
+        return Slot((Piece(buf, row, 0, nbytes),))
+    if m[1] == "a":                                        # k4b: four bytes of row i, broadcast
         return Slot((Piece(buf, row, 4 * int(m[3]), 4),), repeat=nbytes // 4)
-    return Slot((Piece(buf, row, 0, nbytes),))
+    return Slot((Piece(buf, row, nbytes * int(m[3]), nbytes),))     # k4b: column block of a B or C row
 
 
 # ---------------------------------------------------------------- C types and casts
@@ -329,10 +333,10 @@ def _forms(program: Program, isa) -> list:
 
 
 def _input_steps(program: Program, isa, lay: Layout, constants: dict, live: set[int], forms: list,
-                 types: dict[int, CType]) -> list[Step]:
-    """Loads of the live inputs: vector loads, 32-bit splats (k4b), constants from byte arrays.
-    Records each input register's C type in ``types``."""
-    steps = []
+                 types: dict[int, CType]) -> dict[int, Step]:
+    """Loads of the live inputs by register: vector loads, 32-bit splats (k4b), constants from byte
+    arrays. Records each input register's C type in ``types``."""
+    steps = {}
     for r, (name, bits) in enumerate(zip(program.inputs, program.input_bits)):
         if r not in live:
             continue
@@ -340,39 +344,43 @@ def _input_steps(program: Program, isa, lay: Layout, constants: dict, live: set[
         if name in constants:
             mem = _memory(isa.name, bits)
             data = list(constant_bytes(constants[name], bits))
-            steps.append(Step("const", var, mem.ctype, fields={"data": data, "mem": mem}))
+            steps[r] = Step("const", var, mem.ctype, fields={"data": data, "mem": mem})
             types[r] = CType.parse(mem.ctype)
             continue
         slot = lay.inputs[name]
         if slot.repeat > 1:
             mem = _memory(isa.name, bits)
-            steps.append(Step("splat", var, mem.splat_type, _address(lay, slot.pieces[0]), {"mem": mem}))
+            steps[r] = Step("splat", var, mem.splat_type, _address(lay, slot.pieces[0]), {"mem": mem})
             types[r] = CType.parse(mem.splat_type)
         elif len(slot.pieces) == 1:
             mem = _memory(isa.name, bits)
-            steps.append(Step("load", var, mem.ctype, _address(lay, slot.pieces[0]), {"mem": mem}))
+            steps[r] = Step("load", var, mem.ctype, _address(lay, slot.pieces[0]), {"mem": mem})
             types[r] = CType.parse(mem.ctype)
         else:
             raise EmitError(f"input {name}: multi-row inputs exist only in the AMX tile layout")
     return steps
 
 
-def _body_steps(program: Program, live: set[int], forms: list, types: dict[int, CType]) -> list[Step]:
+def _body_steps(program: Program, live: set[int], forms: list, types: dict[int, CType],
+                loads: dict[int, Step]) -> list[Step]:
     """One step per live instruction: the intrinsic call (operands cast to the prototype's types,
-    immediates as literals)."""
+    immediates as literals), each input's load placed right before its first use. gcc does not
+    schedule before register allocation on x86, so source order is register pressure: with every
+    load hoisted, a 6x32 vpdpbusd tile's 24 broadcasts spilled."""
     n = len(program.inputs)
-    steps = []
+    loads, steps = dict(loads), []
     for k in _issue_order(program):
         ins, (_, form) = program.body[k], forms[k]
         if n + k not in live:
             continue
+        steps += [loads.pop(a) for a in dict.fromkeys(ins.args) if a in loads]
         var = _PREFIX + program.name(n + k)
         args = [convert(_PREFIX + program.name(a), types[a], op.ctype) for a, op in zip(ins.args, form.registers)]
         types[n + k] = form.result
         regs = iter(args)
         call = [str(ins.op.imm) if op.ctype.is_imm else next(regs) for op in form.operands]
         steps.append(Step("op", var, form.result.name, f"{form.intrinsic}({', '.join(call)})", {"op": str(ins.op)}))
-    return steps
+    return list(loads.values()) + steps          # inputs no instruction reads (an output as is) first
 
 
 def _output_steps(program: Program, isa, lay: Layout, types: dict[int, CType]) -> list[Step]:
@@ -484,8 +492,8 @@ def kernel_model(entry: dict) -> dict:
         steps = kloop["enter"] + kloop["body"] + kloop["leave"]
         kloop |= {"a_block": spec.k, "b_block_rows": spec.k // 4}
     else:
-        steps = (_input_steps(program, isa, lay, constants, live, forms, types)
-                 + _body_steps(program, live, forms, types) + _output_steps(program, isa, lay, types))
+        loads = _input_steps(program, isa, lay, constants, live, forms, types)
+        steps = _body_steps(program, live, forms, types, loads) + _output_steps(program, isa, lay, types)
     features = {insn.feature for k, (insn, _) in enumerate(forms) if len(program.inputs) + k in live}
     if isa.name == "neon":
         features.add("neon")

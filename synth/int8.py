@@ -5,7 +5,8 @@
   stage: how products land in acc's lanes is the synthesizer's choice (umull/umull2/uadalp, or
   smull/smlal2); ``reduce``: (acc_i0 … acc_i,nr-1, c_i) → c_i + per-column lane sums (addp tree).
 * ``k4`` / ``k4b`` layouts (sdot/sudot by element, vpdpbusd, vpmaddubsw+vpmaddwd): ``row``:
-  (c_i, a_i…, b_0…) → c_i' exactly.
+  (c_i, a_i…, b_0…) → c_i' exactly, one register of C: instantiated per row and, in k4b, per
+  column block.
 * ``tile`` (AMX): ``tile``: one 16 × 16 accumulator tile over k, (a_g…, b_g…, c) → c' exactly,
   instantiated for every tile of C.
 """
@@ -38,7 +39,7 @@ def _sub_spec(spec: Int8Spec, mr: int, nr: int) -> Int8Spec:
 def stages(spec: Int8Spec, isa) -> list[Stage]:
     menu = menus.int8(spec.isa, spec.types, spec.layout)
     consts = menu.get("constants", {})
-    cnames, cbits = list(consts), [spec.nr * 32 if spec.layout != "rows" else 128] * len(consts)
+    cnames, cbits = list(consts), [128 if spec.layout == "rows" else spec.output_bits[0]] * len(consts)
     e = spec.elem_bits
     by_name = dict(zip(spec.input_names, spec.lane_ranges()))
     if spec.layout == "rows":
@@ -73,22 +74,22 @@ def stages(spec: Int8Spec, isa) -> list[Stage]:
         tile = _problem("tile", isa, names, bits, ranges, one.output_bits, one.reference, {})
         return [Stage(tile, lambda n: ChainSketch(isa, menu["tile"], bits, names.index("c0_0"), n),
                       range(1, spec.k // 64 + 1), in_ranges=ranges)]
-    # k4 / k4b: one row of C per stage, instantiated mr times
-    one = _sub_spec(spec, 1, spec.nr)
+    # k4 / k4b: one register of C per stage, instantiated per row (and column block)
+    one = _sub_spec(spec, 1, spec.nr // spec.column_blocks)
     names, bits = one.input_names + cnames, one.input_bits + cbits
     ranges = one.lane_ranges() + [None] * len(cnames)
     cidx = {len(one.input_names) + i: v for i, v in enumerate(consts.values())}
     row = _problem("row", isa, names, bits, ranges, one.output_bits,
                    lambda B, x: one.reference(B, x[:len(one.input_names)]), cidx)
     make = (lambda n: LinearSketch(isa, menu["row"], bits, n)) if menu.get("multiplies_in_pairs") else \
-        (lambda n: ChainSketch(isa, menu["row"], bits, names.index("c0"), n))
+        (lambda n: ChainSketch(isa, menu["row"], bits, names.index(one.input_names[-1]), n))
     return [Stage(row, make, range(1, 3 * spec.k // 4 + 3), in_ranges=ranges)]
 
 
 def assemble(spec: Int8Spec):
     """(uses, output names, constants) of the whole tile."""
     menu_consts = menus.int8(spec.isa, spec.types, spec.layout).get("constants", {})
-    bits = 128 if spec.layout == "rows" else spec.nr * 32
+    bits = 128 if spec.layout == "rows" else spec.output_bits[0]
     consts = {n: (v % (1 << bits), bits) for n, v in menu_consts.items()}
     cn = list(consts)
     if spec.layout == "tile":
@@ -96,7 +97,7 @@ def assemble(spec: Int8Spec):
         uses = [StageUse("tile", [*[f"a{r}_{x}" for x in gs], *[f"b{c}_{x}" for x in gs], f"c{r}_{c}"],
                          [f"c{r}_{c}_out"]) for r in range(spec.mr // 16) for c in range(spec.nr // 16)]
         return uses, [u.outputs[0] for u in uses], consts
-    uses, outs = [], []
+    uses = []
     g = spec.k // 4
     for i in range(spec.mr):
         if spec.layout == "rows":
@@ -105,8 +106,10 @@ def assemble(spec: Int8Spec):
                 uses.append(StageUse("dot", [f"a{i}", f"b{j}", "zero", *cn], [f"acc{i}_{j}"]))
                 accs.append(f"acc{i}_{j}")
             uses.append(StageUse("reduce", [*accs, f"c{i}"], [f"c{i}_out"]))
+        elif spec.layout == "k4":
+            uses.append(StageUse("row", [f"a{i}", *[f"b{x}" for x in range(g)], f"c{i}", *cn], [f"c{i}_out"]))
         else:
-            a = [f"a{i}"] if spec.layout == "k4" else [f"a{i}_{x}" for x in range(g)]
-            uses.append(StageUse("row", [*a, *[f"b{x}" for x in range(g)], f"c{i}", *cn], [f"c{i}_out"]))
-        outs.append(f"c{i}_out")
-    return uses, outs, consts
+            for c in range(spec.column_blocks):
+                uses.append(StageUse("row", [*[f"a{i}_{x}" for x in range(g)], *[f"b{x}_{c}" for x in range(g)],
+                                             f"c{i}_{c}", *cn], [f"c{i}_{c}_out"]))
+    return uses, [u.outputs[0] for u in uses if u.stage != "dot"], consts

@@ -24,6 +24,7 @@ BITSERIAL_TILES = {
 # (the rest hold planes and temporaries; at 3/4 the 24-accumulator A3W1 and A1W3 loops measured
 # 0.8x of the 4-row ones on AVX-512), so the K loop does not spill.
 VECTOR_REGISTERS = {"neon": 32, "avx2": 16, "avx512": 32}
+VECTOR_BITS = {"neon": 128, "avx2": 256, "avx512": 512}
 
 
 class SpecError(ValueError):
@@ -210,9 +211,10 @@ INT8_TILES = {
     ("neon", "s16", "rows"): (4, 4, 4),      # QNN's int16 legalization: smlal on D registers
     ("neon", "s8s8", "k4"): (4, 4, 16),      # sdot by element
     ("neon", "u8s8", "k4"): (4, 4, 16),      # sudot by element (i8mm)
-    # x86: 12 rows = 12 independent accumulator chains, enough to cover vpdpbusd's latency 5 at
-    # 2 per cycle (measured: ~2/cycle here); k4b = A broadcast per 4-byte group, B loaded once per row
-    ("avx512", "u8s8", "k4b"): (12, 16, 16),  # vpdpbusd zmm
+    # x86: 12 accumulator chains cover vpdpbusd's latency 5 at 2 per cycle; k4b = A broadcast per
+    # 4-byte group. AVX-512 6x32 (two B registers per group: 8 loads per 12 vpdpbusd): its load mix
+    # reaches 86% of the register-only peak from L1, 12x16's (13 loads per 12) 78%
+    ("avx512", "u8s8", "k4b"): (6, 32, 16),   # vpdpbusd zmm
     ("avx2", "u7s8", "k4b"): (6, 8, 4),       # vpmaddubsw + vpmaddwd, activations < 128 (no saturation)
     ("avx2", "u8s8", "k4b"): (12, 8, 4),      # AVX-VNNI vpdpbusd ymm (16 ymm registers)
     # AMX: 2x2 accumulator tiles (a tdpbusd's latency covers ~4 issues), A and B tiles loaded once per
@@ -233,7 +235,9 @@ class Int8Spec:
     * ``rows``: ``a{i}`` = row i of A (k elements), ``b{j}`` = column j of B, ``c{i}`` = nr int32;
     * ``k4``:   ``a{i}`` = row i of A (k bytes), ``b{g}`` = for each column j the 4 bytes
       ``B[j][4g..4g+3]`` (the sdot/vpdpbusd packing), ``c{i}``;
-    * ``k4b``:  as k4, but ``a{i}_{g}`` holds ``A[i][4g..4g+3]`` broadcast to every 32-bit lane;
+    * ``k4b``:  as k4, but ``a{i}_{g}`` holds ``A[i][4g..4g+3]`` broadcast to every 32-bit lane, and
+      the nr columns span ``nr / lanes`` vector registers (column block ``c``: columns
+      ``c*lanes..``): ``b{g}_{c}`` and ``c{i}_{c}``;
     * ``tile``: AMX tiles of 16 rows × 64 bytes: ``a{r}_{g}`` = A rows 16r..16r+15, bytes 64g..64g+63;
       ``b{c}_{g}`` = rows 16g..16g+15 of the k4-packed B (k/4 rows of nr·4 bytes), bytes 64c..64c+63
       (columns 16c..16c+15); ``c{r}_{c}`` = C rows 16r.., columns 16c.. (16 × 16 int32).
@@ -253,6 +257,14 @@ class Int8Spec:
         _check(self.layout != "tile" or (self.mr % 16, self.nr % 16, self.k % 64) == (0, 0, 0),
                f"AMX tiles need mr, nr multiples of 16 and k of 64, got {self.mr}x{self.nr}x{self.k}")
         _check(self.layout != "rows" or self.nr * 32 <= 512, "too many columns for one register")
+        _check(self.layout != "k4b" or self.nr * 32 % VECTOR_BITS.get(self.isa, 1) == 0,
+               f"--nr for {self.isa} must be a multiple of {VECTOR_BITS.get(self.isa, 32) // 32} (whole registers), "
+               f"got {self.nr}")
+
+    @property
+    def column_blocks(self) -> int:
+        """k4b: vector registers per row of C; other layouts: 1."""
+        return self.nr * 32 // VECTOR_BITS[self.isa] if self.layout == "k4b" else 1
 
     @staticmethod
     def for_isa(isa: str, types: str, mr: int | None = None, nr: int | None = None,
@@ -269,7 +281,7 @@ class Int8Spec:
         if layout == "tile":
             _check((mr or dmr, nr or dnr) == (dmr, dnr), f"the {isa} {types} tile is {dmr}x{dnr} (one full tile "
                    f"register); --mr/--nr must be {dmr}/{dnr}, got {mr}/{nr}")
-        elif layout != "rows":
+        elif layout == "k4":
             _check((nr or dnr) == dnr, f"--nr for {isa} {types} must be {dnr} (the int32 lanes of one register), "
                    f"got {nr}")
         return Int8Spec(isa, types, layout, mr or dmr, nr or dnr, k)
@@ -311,8 +323,10 @@ class Int8Spec:
         elif self.layout == "k4":
             ab = [(f"a{i}", self.k * 8) for i in range(self.mr)] + [(f"b{x}", self.nr * 32) for x in range(g)]
         else:
-            ab = [(f"a{i}_{x}", self.nr * 32) for i in range(self.mr) for x in range(g)] + \
-                 [(f"b{x}", self.nr * 32) for x in range(g)]
+            v, cb = VECTOR_BITS[self.isa], range(self.column_blocks)
+            return ([(f"a{i}_{x}", v) for i in range(self.mr) for x in range(g)]
+                    + [(f"b{x}_{c}", v) for x in range(g) for c in cb]
+                    + [(f"c{i}_{c}", v) for i in range(self.mr) for c in cb])
         return ab + [(f"c{i}", self.nr * 32) for i in range(self.mr)]
 
     @property
@@ -327,7 +341,7 @@ class Int8Spec:
     def output_bits(self) -> list[int]:
         if self.layout == "tile":
             return [16 * 16 * 32] * (self.mr // 16 * self.nr // 16)
-        return [self.nr * 32] * self.mr
+        return [self.nr * 32 // self.column_blocks] * (self.mr * self.column_blocks)
 
     def matrices(self, B, inputs):
         """A[i][t], B[j][t] element lanes and C[i][j] accumulator lanes, read through the layout."""
@@ -340,17 +354,20 @@ class Int8Spec:
                   for j in range(self.nr)]
             C = [[lanes[f"c{i // 16}_{j // 16}"][i % 16 * 16 + j % 16] for j in range(self.nr)] for i in range(self.mr)]
             return A, Bm, C
+        if self.layout == "k4b":
+            L = self.nr // self.column_blocks
+            packed = {n: B.lanes(v, 8) for n, v in x.items() if n[0] == "b"}
+            Bm = [[packed[f"b{t // 4}_{j // L}"][j % L * 4 + t % 4] for t in range(self.k)] for j in range(self.nr)]
+            A = [[B.lanes(x[f"a{i}_{t // 4}"], 8)[t % 4] for t in range(self.k)] for i in range(self.mr)]
+            C = [[B.lanes(x[f"c{i}_{j // L}"], 32)[j % L] for j in range(self.nr)] for i in range(self.mr)]
+            return A, Bm, C
         C = [B.lanes(x[f"c{i}"], 32) for i in range(self.mr)]
         if self.layout == "rows":
             return ([B.lanes(x[f"a{i}"], e) for i in range(self.mr)],
                     [B.lanes(x[f"b{j}"], e) for j in range(self.nr)], C)
         packed = [B.lanes(x[f"b{q}"], 8) for q in range(g)]
         Bm = [[packed[t // 4][j * 4 + t % 4] for t in range(self.k)] for j in range(self.nr)]
-        if self.layout == "k4":
-            A = [B.lanes(x[f"a{i}"], 8) for i in range(self.mr)]
-        else:   # broadcast: lane 0 of each group register
-            A = [[B.lanes(x[f"a{i}_{t // 4}"], 8)[t % 4] for t in range(self.k)] for i in range(self.mr)]
-        return A, Bm, C
+        return [B.lanes(x[f"a{i}"], 8) for i in range(self.mr)], Bm, C
 
     def reference(self, B, inputs):
         A, Bm, C = self.matrices(B, inputs)
@@ -361,7 +378,8 @@ class Int8Spec:
         if self.layout == "tile":       # one register per 16 x 16 tile, row-major inside
             return [B.join([rows[i][j] for i in range(16 * r, 16 * r + 16) for j in range(16 * c, 16 * c + 16)])
                     for r in range(self.mr // 16) for c in range(self.nr // 16)]
-        return [B.join(r) for r in rows]
+        L = self.nr // self.column_blocks
+        return [B.join(r[c * L:(c + 1) * L]) for r in rows for c in range(self.column_blocks)]
 
     def lane_ranges(self):
         """Per input, the domain the kernel is specified on: A and B elements as (un)signed lanes

@@ -64,9 +64,17 @@ def neon_udot_rows() -> dict:
 
 
 def avx512_vpdpbusd_k4b() -> dict:
-    """k4b layout: vpdpbusd with A's four bytes broadcast."""
-    return _dot_rows(Int8Spec("avx512", "u8s8", "k4b", 4, 16, 8), lambda g: "vpdpbusd.zmm",
-                     lambda r, i, g: (r[f"a{i}_{g}"], r[f"b{g}"]))
+    """k4b layout, two column blocks: vpdpbusd with A's four bytes broadcast, B's packed group of
+    columns 16c..16c+15 as the vector."""
+    spec = Int8Spec("avx512", "u8s8", "k4b", 4, 32, 8)
+    b, outs = _Body(spec.input_names), []
+    for i in range(spec.mr):
+        for c in range(spec.column_blocks):
+            acc = b.reg[f"c{i}_{c}"]
+            for g in range(spec.k // 4):
+                acc = b.op("vpdpbusd.zmm", acc, b.reg[f"a{i}_{g}"], b.reg[f"b{g}_{c}"])
+            outs.append(acc)
+    return _entry(spec, b.body, outs)
 
 
 def amx_tdpbusd_tile() -> dict:

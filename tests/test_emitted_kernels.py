@@ -295,7 +295,8 @@ def _where(lay, slot):
 
 def test_int8_layouts_are_the_documented_convention():
     """rows: a{i}/b{j} = row i of A / row j of B (int16 elements for s16); k4: b{g} = nr*4 packed bytes
-    at b + g*b_stride; k4b: a{i}_{g} = A[i][4g..4g+3] broadcast; tile: 16 rows x 64 bytes per tile; c rows
+    at b + g*b_stride; k4b: a{i}_{g} = A[i][4g..4g+3] broadcast, b{g}_{c} / c{i}_{c} = column block c
+    of B's packed row g / C's row i; tile: 16 rows x 64 bytes per tile; c rows
     at c + i*c_stride int32 (stride unit 4 bytes), stored back as the outputs."""
     rows = layout(Int8Spec("neon", "s16", "rows", 4, 4, 8))
     assert _where(rows, rows.inputs["a2"]) == ([("a", 2, 0, 16)], 1)
@@ -303,8 +304,11 @@ def test_int8_layouts_are_the_documented_convention():
     k4 = layout(Int8Spec("neon", "s8s8", "k4", 4, 4, 16))
     assert _where(k4, k4.inputs["b3"]) == ([("b", 3, 0, 16)], 1)
     assert [b.unit for b in k4.buffers] == [1, 1, 4] and k4.outputs == tuple(k4.inputs[f"c{i}"] for i in range(4))
-    k4b = layout(Int8Spec("avx512", "u8s8", "k4b", 4, 16, 8))
+    k4b = layout(Int8Spec("avx512", "u8s8", "k4b", 4, 32, 8))     # two column blocks of 16 int32
     assert _where(k4b, k4b.inputs["a1_1"]) == ([("a", 1, 4, 4)], 16)
+    assert _where(k4b, k4b.inputs["b1_1"]) == ([("b", 1, 64, 64)], 1)           # k group 1, columns 16..31
+    assert _where(k4b, k4b.inputs["c2_1"]) == ([("c", 2, 64, 64)], 1)           # row 2, columns 16..31
+    assert k4b.outputs == tuple(k4b.inputs[f"c{i}_{c}"] for i in range(4) for c in range(2))
     tile = layout(Int8Spec("amx", "u8s8", "tile", 32, 32, 128))
     assert _where(tile, tile.inputs["a1_1"]) == ([("a", r, 64, 64) for r in range(16, 32)], 1)
     assert _where(tile, tile.inputs["b1_0"]) == ([("b", r, 64, 64) for r in range(16)], 1)
