@@ -257,9 +257,9 @@ class Int8Spec:
         _check(self.layout != "tile" or (self.mr % 16, self.nr % 16, self.k % 64) == (0, 0, 0),
                f"AMX tiles need mr, nr multiples of 16 and k of 64, got {self.mr}x{self.nr}x{self.k}")
         _check(self.layout != "rows" or self.nr * 32 <= 512, "too many columns for one register")
-        _check(self.layout != "k4b" or self.nr * 32 % VECTOR_BITS.get(self.isa, 1) == 0,
-               f"--nr for {self.isa} must be a multiple of {VECTOR_BITS.get(self.isa, 32) // 32} (whole registers), "
-               f"got {self.nr}")
+        lanes = VECTOR_BITS.get(self.isa, 32) // 32
+        _check(self.layout != "k4b" or self.nr % lanes == 0,
+               f"--nr for {self.isa} must be a multiple of {lanes} (whole registers), got {self.nr}")
 
     @property
     def column_blocks(self) -> int:

@@ -194,11 +194,11 @@ def test_concurrent_writers_leave_valid_entries(tmp_path):
     (["--timeout", "0.001", "--abits", "2", "--wbits", "3"], "synthesis failed within --timeout"),
     (["--kernel", "int8", "--types", "u8u8", "--layout", "k4b"],
      "--layout for neon u8u8 int8 kernels must be one of rows, k4, got 'k4b'"),
+    (["--isa", "avx512", "--kernel", "int8", "--nr", "24"], "--nr for avx512 must be a multiple of 16 (whole registers)"),
 ])
 def test_cli_bad_input_one_line_error_nothing_written(argv, needle, tmp_path):
-    args = ["--isa", "neon", *(["--kernel", "bitserial"] if "--kernel" not in argv else []), *argv]
-    if argv[0] == "--isa":
-        args = ["--kernel", "bitserial", *argv]
+    args = [*(["--isa", "neon"] if "--isa" not in argv else []),
+            *(["--kernel", "bitserial"] if "--kernel" not in argv else []), *argv]
     before = sorted(p.name for p in cache.entries())
     proc = subprocess.run([sys.executable, "-m", "synth.cli", "synth", *args], capture_output=True, text=True,
                           env={**__import__("os").environ, "QSYNTH_CACHE": str(tmp_path)})
