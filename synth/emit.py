@@ -550,10 +550,14 @@ def emit_entry(entry: dict) -> str:
     return _TEMPLATES.get_template("kernel.h.j2").render(m=kernel_model(entry))
 
 
+def _driver(template: str, m: dict) -> str:
+    """A test program: the kernel's header followed by ``templates/<template>``'s main()."""
+    return _TEMPLATES.get_template(template).render(m=m, kernel=_TEMPLATES.get_template("kernel.h.j2").render(m=m))
+
+
 def driver_source(entry: dict) -> str:
     """A test driver around the kernel: see ``templates/driver.c.j2`` and ``synth/emit_cli.py``."""
-    m = kernel_model(entry)
-    return _TEMPLATES.get_template("driver.c.j2").render(m=m, kernel=_TEMPLATES.get_template("kernel.h.j2").render(m=m))
+    return _driver("driver.c.j2", kernel_model(entry))
 
 
 def gemv_driver_source(entry: dict) -> str:
@@ -561,7 +565,7 @@ def gemv_driver_source(entry: dict) -> str:
     m = kernel_model(entry)
     if not m["gemv"]:
         raise EmitError(f"{entry['name']} has no gemv loop (only bitserial kernels of the acc layout do)")
-    return _TEMPLATES.get_template("gemv_driver.c.j2").render(m=m, kernel=_TEMPLATES.get_template("kernel.h.j2").render(m=m))
+    return _driver("gemv_driver.c.j2", m)
 
 
 def kloop_driver_source(entry: dict) -> str:
@@ -569,7 +573,7 @@ def kloop_driver_source(entry: dict) -> str:
     m = kernel_model(entry)
     if not m["kloop"]:
         raise EmitError(f"{entry['name']} has no K loop (only AMX tile kernels do)")
-    return _TEMPLATES.get_template("kloop_driver.c.j2").render(m=m, kernel=_TEMPLATES.get_template("kernel.h.j2").render(m=m))
+    return _driver("kloop_driver.c.j2", m)
 
 
 def file_name(entry: dict) -> str:

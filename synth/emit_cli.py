@@ -331,8 +331,9 @@ def check_kloop(driver: KernelDriver, samples: int, rng: np.random.Generator) ->
     numpy (int32, wrapping); the first mismatch, else None."""
     spec = driver.spec
     binary = build(kloop_driver_source(driver.entry), driver.isa.name, driver.compiler)
-    (sa, sb), (lo_a, hi_a) = spec.signed, (-128, 128) if spec.signed[0] else (0, 256)
-    lo_b, hi_b = (-128, 128) if sb else (0, 256)
+    sa, sb = spec.signed
+    doms = domains(spec)                                  # the spec's element ranges of A and B
+    (lo_a, hi_a), (lo_b, hi_b) = [(doms[n].lo, doms[n].hi + 1) for n in ("a0_0", "b0_0")]
     for kblocks, n in ((1, 4), (2, 4), (5, 2)):
         k = kblocks * spec.k
         a_stride, b_stride = k + int(rng.integers(0, MAX_PAD)), 4 * spec.nr + int(rng.integers(0, MAX_PAD))
