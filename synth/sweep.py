@@ -2,6 +2,7 @@
 and writing ``benchmarks/synthesis.json`` and ``benchmarks/synthesis.md``."""
 from __future__ import annotations
 
+import functools
 import json
 import multiprocessing
 import signal
@@ -57,10 +58,6 @@ def _run(spec, timeout):
             "from_cache": cached, **entry["timings"]}
 
 
-def _run_star(args):
-    return _run(*args)
-
-
 def _interrupted(signum, frame):
     raise SystemExit(128 + signum)
 
@@ -72,7 +69,7 @@ def sweep(isas: list[str], jobs: int, timeout: float, out_dir: Path, wanted: lis
     pool = multiprocessing.get_context("spawn").Pool(jobs)
     previous = signal.signal(signal.SIGTERM, _interrupted)
     try:
-        work = pool.imap_unordered(_run_star, [(s, timeout) for s in specs])
+        work = pool.imap_unordered(functools.partial(_run, timeout=timeout), specs)
         rows = list(tqdm(work, total=len(specs), desc="synthesis", unit="kernel"))
         pool.close()
     finally:        # interrupted (Ctrl-C, kill): stop the workers too, not just this process
