@@ -97,7 +97,7 @@ def workload(spec) -> dict:
     """Sizes of one timed workload (all L1-resident) and its operation count."""
     if spec.kind == "bitserial":
         blocks = 16
-        bits = blocks * spec.reg_bits
+        bits = blocks * spec.k_bits
         return {"blocks": blocks, "ops": 2 * spec.rows * bits * spec.abits * spec.wbits,
                 "unit": "binary G op/s", "shape": f"{spec.rows} rows x {bits} bits, A{spec.abits}W{spec.wbits}"}
     blocks = max(1, min(1024, 32768 // (spec.mr + spec.nr)) // spec.k)       # A and B within 32 KiB (L1d: 48 KiB)
@@ -121,7 +121,7 @@ def bench_source(entry: dict, spec, work: dict, trials: int, inner: int) -> str:
               "kind": spec.kind, "blocks": work["blocks"], "trials": trials, "inner": inner, "seed": 12345,
               "amx": spec.isa == "amx"}
     if spec.kind == "bitserial":
-        fields |= {"rows": spec.rows, "block_bytes": spec.reg_bits // 8, "abits": spec.abits, "wbits": spec.wbits,
+        fields |= {"rows": spec.rows, "block_bytes": spec.k_bits // 8, "abits": spec.abits, "wbits": spec.wbits,
                    "lane": layout(spec).lane_type, "hybrid": spec.encoding == "hybrid", "gemv": spec.layout == "acc"}
     else:
         sa, sb = spec.signed
@@ -134,14 +134,14 @@ def tvm_baselines_of(spec, work: dict, rng) -> list[tuple[str, float]]:
     """(what, median seconds per workload) of TVM's lowerings of the same workload, each checked on
     numpy: bitserial with the rfactor schedule and unscheduled; int8 VNNI-tensorized or plain."""
     if spec.kind == "bitserial":
-        nbytes = work["blocks"] * spec.reg_bits // 8
+        nbytes = work["blocks"] * spec.k_bits // 8
         w = rng.integers(0, 256, (spec.wbits, spec.rows, nbytes), dtype=np.uint8)
         a = rng.integers(0, 256, (spec.abits, nbytes), dtype=np.uint8)
         rows = np.zeros((1, spec.rows), np.int64)
         want = gemv_reference(spec, w.reshape(1, -1, nbytes), a[None], rows, nbytes)[0]
         out = []
         for label, scheduled in (("T.popcount dense, rfactor schedule", True), ("T.popcount dense, no schedule", False)):
-            f = tvm_baselines.bitserial_x86(spec.abits, spec.wbits, spec.rows, spec.reg_bits, work["blocks"],
+            f = tvm_baselines.bitserial_x86(spec.abits, spec.wbits, spec.rows, spec.k_bits, work["blocks"],
                                             spec.encoding, avx2=spec.isa == "avx2", scheduled=scheduled)
             if not np.array_equal(f.run(w, a), want):
                 raise RuntimeError(f"TVM bitserial baseline ({label}) disagrees with numpy for {spec.name}")
@@ -249,7 +249,7 @@ void bench_acc(const uint8_t *w, int ws, const uint8_t *a, int as, {g["out_type"
 def plain_neon_source(spec) -> str:
     """The workload written the obvious way in C, for clang's auto-vectorizer."""
     if spec.kind == "bitserial":
-        kbytes = spec.reg_bits // 8 * neon_kblocks(spec)
+        kbytes = spec.k_bits // 8 * neon_kblocks(spec)
         lane = layout(spec).lane_type
         term = "2 * __builtin_popcount(x & y) - __builtin_popcount(y)" if spec.encoding == "hybrid" \
             else "__builtin_popcount(x & y)"
@@ -283,7 +283,7 @@ void plain(const {e} *a, int as, const {eb} *b, int bs, int32_t *c, int cs) {{
 
 def tvm_neon(spec) -> list[str] | None:
     if spec.kind == "bitserial":
-        asm = tvm_baselines.bitserial_neon_asm(spec.abits, spec.wbits, spec.rows, spec.reg_bits, spec.encoding,
+        asm = tvm_baselines.bitserial_neon_asm(spec.abits, spec.wbits, spec.rows, spec.k_bits, spec.encoding,
                                                neon_kblocks(spec))
     elif spec.types == "u8u8" and spec.layout == "rows":
         asm = tvm_baselines.int8_neon_asm(spec.mr, spec.nr, spec.k)
@@ -306,7 +306,7 @@ def neon_rows(entries: list[dict]) -> list[dict]:
             kernel = clang_neon("#define QSYNTH_EXTERN_WRAPPERS 1\n" + emit_entry(entry), fn + "_extern")
         variants = {"kernel": kernel, "plain": clang_neon(plain_neon_source(spec), "plain"), "tvm": tvm_neon(spec)}
         row = {"name": entry["name"], "cache_key": entry["cache_key"], "program_length": len(Program.from_json(entry["program"])),
-               "k_bits": spec.reg_bits * neon_kblocks(spec) if spec.kind == "bitserial" else None}
+               "k_bits": spec.k_bits * neon_kblocks(spec) if spec.kind == "bitserial" else None}
         for label, body in variants.items():
             if body is None:
                 continue

@@ -13,13 +13,16 @@ def ops(*names: str) -> list[Op]:
 _NEON = {128: ("16b", "8h", "4s"), 64: ("8b", "4h", "2s")}
 
 
-def bitserial(isa: str, reg_bits: int, out_reg_bits: int | None = None) -> dict:
+def bitserial(isa: str, reg_bits: int, out_reg_bits: int | None = None, row_bits: int | None = None) -> dict:
     """Menus and lane width of the bitserial stages (see synth/bitserial.py). ``out_reg_bits``: the
     width of a tile's output register (rows x output lanes) where it differs from ``reg_bits``: the
-    paper's NEON D tile reduces eight 64-bit registers into eight 16-bit lanes of a Q register."""
+    paper's NEON D tile reduces eight 64-bit registers into eight 16-bit lanes of a Q register.
+    ``row_bits``: rows packed two to a Q register, whose hybrid correction counts one row's
+    activation bits, the low D half (``vget_low``, free)."""
     if isa == "neon":
         b, h, s = _NEON[reg_bits]
         oh = _NEON[out_reg_bits or reg_bits][1]
+        low_half = ["dup.1d_low_u8", "cnt.8b", "uaddlv.8b"] if row_bits == 64 else []
         return {
             "lane_bits": 8,
             "compute": ops(f"and.{b}", f"orr.{b}", f"eor.{b}", f"bic.{b}", f"mvn.{b}", f"cnt.{b}", f"add.{b}", f"sub.{b}"),
@@ -27,7 +30,8 @@ def bitserial(isa: str, reg_bits: int, out_reg_bits: int | None = None) -> dict:
             "each": ops(f"uaddlp.{h}", f"uaddlp.{s}", *(["uxtl.8h"] if reg_bits == 64 else [])),
             "accumulate": ops(f"uadalp.{h}", f"add.{h}", f"uaddlp.{h}"),
             "scale": ops(f"add.{oh}", f"sub.{oh}", f"shl.{oh}#1", f"shl.{oh}#2"),
-            "correction": ops(f"cnt.{b}", f"uaddlv.{b}", f"dup.{oh}", f"add.{oh}", f"sub.{oh}", f"shl.{oh}#1", f"mul.{oh}"),
+            "correction": ops(*low_half or [f"cnt.{b}", f"uaddlv.{b}"], f"dup.{oh}", f"add.{oh}", f"sub.{oh}",
+                              f"shl.{oh}#1", f"mul.{oh}"),
         }
     if isa == "avx512":
         return {

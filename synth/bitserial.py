@@ -66,7 +66,7 @@ def _compute_stage(name, isa, menu, R, operands, spec) -> Stage:
 def stages(spec: BitserialSpec, isa) -> list[Stage]:
     R, M, ob = spec.reg_bits, spec.rows, spec.out_bits
     out_reg = M * ob
-    menu = menus.bitserial(spec.isa, R, out_reg if spec.layout == "tile" else None)
+    menu = menus.bitserial(spec.isa, R, out_reg if spec.layout == "tile" else None, spec.row_bits)
     L = menu["lane_bits"]
     lane_max = L                                   # popcount of an L-bit lane
 
@@ -75,17 +75,20 @@ def stages(spec: BitserialSpec, isa) -> list[Stage]:
     if spec.layout == "acc":
         return out + _acc_stages(spec, isa, menu)
 
-    # 2. reduce: M registers of L-bit lanes in [0, L] → lane i = sum of register i's lanes
+    # 2. reduce: M/q registers of L-bit lanes in [0, L], q rows each → lane i = sum of row i's lanes
+    q, n_regs = spec.rows_per_reg, M // spec.rows_per_reg
+
     def reduce_spec(B, x):
-        return [B.join([total(B, [B.zext(l, ob) for l in B.lanes(r, L)]) for r in x])]
-    reduce_ranges = [LaneRange(L, 0, lane_max)] * M
-    reduce = _ranged_problem("reduce", isa, [f"c{i}" for i in range(M)], [R] * M, reduce_ranges,
+        rows = [ls for r in x for ls in _split(B.lanes(r, L), q)]
+        return [B.join([total(B, [B.zext(l, ob) for l in ls]) for ls in rows])]
+    reduce_ranges = [LaneRange(L, 0, lane_max)] * n_regs
+    reduce = _ranged_problem("reduce", isa, [f"c{p}" for p in range(n_regs)], [R] * n_regs, reduce_ranges,
                              [out_reg], [ob], reduce_spec)
     # NEON's addp halves the data in one instruction; x86 needs two shuffles and an add per pair
     x86 = spec.isa != "neon"
-    tree_shapes = [lv for _, lv in shapes(M, 1, max_each=0 if x86 else 2, max_length=3 if x86 else 1)
+    tree_shapes = [lv for _, lv in shapes(n_regs, 1, max_each=0 if x86 else 2, max_length=3 if x86 else 1)
                    if not x86 or len({level.length for level in lv}) == 1]   # x86: one combinator length
-    out.append(Stage(reduce, lambda i: TreeSketch(isa, menu["pair"], menu["each"], M, R, tree_shapes[i], out_reg),
+    out.append(Stage(reduce, lambda i: TreeSketch(isa, menu["pair"], menu["each"], n_regs, R, tree_shapes[i], out_reg),
                      range(len(tree_shapes)), out_ranges=[LaneRange(ob, 0, R)], in_ranges=reduce_ranges))
 
     # 3./4. weighted sums over planes: Σ_p 2**p X_p on output lanes
@@ -104,19 +107,28 @@ def stages(spec: BitserialSpec, isa) -> list[Stage]:
     if spec.encoding == "hybrid":
         scale = 2 ** spec.wbits - 1
 
+        row_bytes = spec.k_bits // 8
+
         def correction_spec(B, x):
             r, acts = x[0], x[1:spec.abits + 1]
-            pa = total(B, [B.shl(total(B, [B.zext(B.popcount(b), ob) for b in B.lanes(a, 8)]), k)
+            pa = total(B, [B.shl(total(B, [B.zext(B.popcount(b), ob) for b in B.lanes(a, 8)[:row_bytes]]), k)
                            for k, a in enumerate(acts)])
             pa = B.mul(pa, B.const(scale, ob))
             return [B.join([B.sub(B.add(l, l), pa) for l in B.lanes(r, ob)])]
+        act_range = LaneRange(8, 0, 255, repeat=spec.k_bits) if spec.row_bits else None
         names, bits, ranges, cidx = _with_constants(menu, R, ["r", *[f"a{k}" for k in range(spec.abits)]],
                                                     [out_reg, *[R] * spec.abits],
-                                                    [LaneRange(ob, 0, bound), *[None] * spec.abits])
+                                                    [LaneRange(ob, 0, bound), *[act_range] * spec.abits])
         problem = _ranged_problem("correction", isa, names, bits, ranges, [out_reg], [ob], correction_spec, cidx)
         out.append(Stage(problem, lambda n, p=problem: LinearSketch(isa, menu["correction"], p.input_bits, n),
                          range(2, 12), in_ranges=ranges))
     return out
+
+
+def _split(lanes: list, q: int) -> list[list]:
+    """A register's lanes as its ``q`` rows."""
+    n = len(lanes) // q
+    return [lanes[h * n:(h + 1) * n] for h in range(q)]
 
 
 def _popcount_stage(name, isa, menu, R, operands, spec) -> Stage:
@@ -179,11 +191,11 @@ def assemble(spec: BitserialSpec):
     partial = {}
     for j in range(spec.wbits):
         for k in range(spec.abits):
-            rows = []
-            for i in range(spec.rows):
-                uses.append(StageUse("compute", [f"w{j}_{i}", f"a{k}", *consts], [f"c{j}_{k}_{i}"]))
-                rows.append(f"c{j}_{k}_{i}")
-            uses.append(StageUse("reduce", rows, [f"r{j}_{k}"]))
+            regs = []
+            for p in range(spec.rows // spec.rows_per_reg):
+                uses.append(StageUse("compute", [f"w{j}_{p}", f"a{k}", *consts], [f"c{j}_{k}_{p}"]))
+                regs.append(f"c{j}_{k}_{p}")
+            uses.append(StageUse("reduce", regs, [f"r{j}_{k}"]))
             partial[j, k] = f"r{j}_{k}"
     for k in range(spec.abits):
         if spec.wbits > 1:

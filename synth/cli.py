@@ -102,7 +102,7 @@ def _spec_from_args(args):
     from synth.spec import BitserialSpec, Int8Spec, SpecError
     try:
         if args.kernel == "bitserial":
-            over = {"reg_bits": args.reg_bits} if args.reg_bits else {}
+            over = {k: v for k, v in (("reg_bits", args.reg_bits), ("row_bits", args.row_bits)) if v}
             return BitserialSpec.for_isa(args.isa, args.abits, args.wbits, args.encoding, args.rows, args.layout, **over)
         return Int8Spec.for_isa(args.isa, args.types, args.mr, args.nr, args.layout)
     except SpecError as e:
@@ -244,6 +244,8 @@ def build_parser() -> argparse.ArgumentParser:
     sy.add_argument("--layout", help="bitserial: tile (one dot product per call) or acc (K-accumulating loop "
                     "body); default: tile, acc on avx2. int8: rows or k4 for neon u8u8 (umull pseudo-dot or udot)")
     sy.add_argument("--reg-bits", type=int, help="bitserial register width (NEON: 64 for D, 128 for Q tiles)")
+    sy.add_argument("--row-bits", type=int, help="bitserial tile: packed bits per row when several rows share a "
+                    "register (NEON: 64 puts two 8-byte rows in each Q register)")
     sy.add_argument("--types", default="u8s8")
     sy.add_argument("--mr", type=int, help="int8 tile rows (default: the ISA's tile)")
     sy.add_argument("--nr", type=int, help="int8 tile columns (default: the ISA's tile)")

@@ -14,7 +14,11 @@ Calling convention (also written into every generated header, and into ``manifes
 
   Weight plane j of row i (input ``w{j}_{i}``) is the ``reg_bits/8`` bytes at
   ``w + (j*rows + i)*w_stride``, activation plane k (``a{k}``) those at ``a + k*a_stride``; bit b of
-  every plane belongs to the same reduction index. The result lanes (``rows`` lanes of ``out_bits``;
+  every plane belongs to the same reduction index. With ``row_bits`` set, q = reg_bits/row_bits rows
+  share a register: ``w{j}_{p}`` (rows pq..pq+q-1, row pq+h its h-th ``row_bits/8`` bytes) is at
+  ``w + (j*rows/q + p)*w_stride`` and the ``row_bits/8`` bytes of plane k at ``a + k*a_stride`` are
+  loaded into every row position (``w_stride = reg_bits/8`` is the same image as one row per
+  ``row_bits/8`` bytes). The result lanes (``rows`` lanes of ``out_bits``;
   T = uint16_t/uint32_t/uint64_t for unipolar, int16_t/int32_t/int64_t for hybrid) are ADDED to
   ``out[0..rows)`` with wrap-around, so a caller loops over K blocks with the same ``out``.
 
@@ -93,7 +97,9 @@ _PREFIX = "v_"      # program registers become C variables v_<name>: never clash
 CALLING_CONVENTION = {
     "bitserial": "void qs_<name>(const uint8_t *w, int w_stride, const uint8_t *a, int a_stride, T *out): "
                  "plane j of weight row i at w + (j*rows + i)*w_stride, activation plane k at a + k*a_stride "
-                 "(reg_bits/8 bytes each); the rows result lanes are added to out[0..rows) with wrap-around "
+                 "(reg_bits/8 bytes each; with row_bits set, q = reg_bits/row_bits rows per register: "
+                 "register p of plane j, rows pq..pq+q-1, at w + (j*rows/q + p)*w_stride, and row_bits/8 bytes "
+                 "per activation plane, loaded into every row position); the rows result lanes are added to out[0..rows) with wrap-around "
                  "(T: uint<out_bits>_t unipolar, int<out_bits>_t hybrid). Unaligned access.",
     "bitserial_acc": "void qs_<name>(const uint8_t *w, int w_stride, const uint8_t *a, int a_stride, A *acc): "
                      "planes as for bitserial; acc = the accumulator registers (acc{s}_{i}, then pop{k}), reg_bits/8 "
@@ -169,11 +175,11 @@ class Layout:
 def layout(spec) -> Layout:
     """The documented calling convention (module docstring) of ``spec`` as data."""
     if spec.kind == "bitserial":
-        rb = spec.reg_bits // 8
+        rb, q = spec.reg_bits // 8, spec.rows_per_reg
         lane = f"{'u' if spec.encoding == 'unipolar' else ''}int{spec.out_bits}_t"
-        inputs = {f"w{j}_{i}": Slot((Piece(0, j * spec.rows + i, 0, rb),))
-                  for j in range(spec.wbits) for i in range(spec.rows)}
-        inputs |= {f"a{k}": Slot((Piece(1, k, 0, rb),)) for k in range(spec.abits)}
+        inputs = {f"w{j}_{p}": Slot((Piece(0, j * spec.rows // q + p, 0, rb),))
+                  for j in range(spec.wbits) for p in range(spec.rows // q)}
+        inputs |= {f"a{k}": Slot((Piece(1, k, 0, rb // q),), repeat=q) for k in range(spec.abits)}
         planes = (Buffer("w", "const uint8_t", 1), Buffer("a", "const uint8_t", 1))
         if spec.layout == "acc":
             accs = {n: Slot((Piece(2, 0, q * rb, rb),)) for q, n in enumerate(spec.accumulator_names)}
@@ -212,23 +218,24 @@ def _int8_slot(spec, name: str, nbytes: int) -> Slot:
 # ---------------------------------------------------------------- C types and casts
 @dataclass(frozen=True)
 class VectorMemory:
-    """Unaligned load/store and 32-bit splat intrinsics of one register width."""
+    """Unaligned load/store and splat intrinsics of one register width; ``splats``: word bytes →
+    (intrinsic broadcasting a word of that size, its result type)."""
     ctype: str
     load: str
     store: str
     pointer: str           # pointee type the load/store intrinsics take
-    splat: str
-    splat_type: str
+    splats: dict
 
 
 _MEMORY = {
-    ("neon", 64): VectorMemory("uint8x8_t", "vld1_u8", "vst1_u8", "uint8_t", "vdup_n_u32", "uint32x2_t"),
-    ("neon", 128): VectorMemory("uint8x16_t", "vld1q_u8", "vst1q_u8", "uint8_t", "vdupq_n_u32", "uint32x4_t"),
-    ("x86", 128): VectorMemory("__m128i", "_mm_loadu_si128", "_mm_storeu_si128", "__m128i", "_mm_set1_epi32", "__m128i"),
+    ("neon", 64): VectorMemory("uint8x8_t", "vld1_u8", "vst1_u8", "uint8_t", {4: ("vdup_n_u32", "uint32x2_t")}),
+    ("neon", 128): VectorMemory("uint8x16_t", "vld1q_u8", "vst1q_u8", "uint8_t",
+                                {4: ("vdupq_n_u32", "uint32x4_t"), 8: ("vdupq_n_u64", "uint64x2_t")}),
+    ("x86", 128): VectorMemory("__m128i", "_mm_loadu_si128", "_mm_storeu_si128", "__m128i", {4: ("_mm_set1_epi32", "__m128i")}),
     ("x86", 256): VectorMemory("__m256i", "_mm256_loadu_si256", "_mm256_storeu_si256", "__m256i",
-                               "_mm256_set1_epi32", "__m256i"),
+                               {4: ("_mm256_set1_epi32", "__m256i")}),
     ("x86", 512): VectorMemory("__m512i", "_mm512_loadu_si512", "_mm512_storeu_si512", "void",
-                               "_mm512_set1_epi32", "__m512i"),
+                               {4: ("_mm512_set1_epi32", "__m512i")}),
 }
 _NEON_VECTOR = re.compile(r"(u?)int(8|16|32|64)x(\d+)_t")
 
@@ -349,9 +356,13 @@ def _input_steps(program: Program, isa, lay: Layout, constants: dict, live: set[
             continue
         slot = lay.inputs[name]
         if slot.repeat > 1:
-            mem = _memory(isa.name, bits)
-            steps[r] = Step("splat", var, mem.splat_type, _address(lay, slot.pieces[0]), {"mem": mem})
-            types[r] = CType.parse(mem.splat_type)
+            word = slot.pieces[0].nbytes
+            try:
+                splat, ctype = _memory(isa.name, bits).splats[word]
+            except KeyError:
+                raise EmitError(f"input {name}: no {word}-byte splat into a {bits}-bit {isa.name} register") from None
+            steps[r] = Step("splat", var, ctype, _address(lay, slot.pieces[0]), {"splat": splat, "word": f"uint{8 * word}_t"})
+            types[r] = CType.parse(ctype)
         elif len(slot.pieces) == 1:
             mem = _memory(isa.name, bits)
             steps[r] = Step("load", var, mem.ctype, _address(lay, slot.pieces[0]), {"mem": mem})

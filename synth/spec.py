@@ -82,6 +82,7 @@ class BitserialSpec:
     reg_bits: int
     out_bits: int
     layout: str = "tile"
+    row_bits: int | None = None
 
     def __post_init__(self):
         _check(self.abits in (1, 2, 3), f"--abits must be 1, 2 or 3, got {self.abits}")
@@ -93,12 +94,19 @@ class BitserialSpec:
                f"{self.isa} bitserial kernels use --layout {' or '.join(ISA_LAYOUTS.get(self.isa, ()))}, not {self.layout!r}")
         _check(self.reg_bits in (64, 128, 256, 512), f"register bits must be 64, 128, 256 or 512, got {self.reg_bits}")
         _check(self.out_bits in (16, 32, 64), f"output lane bits must be 16, 32 or 64, got {self.out_bits}")
+        if self.row_bits is not None:
+            _check(self.layout == "tile", "--row-bits packs several rows into a register of the tile layout only "
+                   "(acc kernels keep one accumulator register per row)")
+            _check(self.row_bits in (64, 128, 256) and self.row_bits < self.reg_bits,
+                   f"--row-bits must be 64, 128 or 256 and below the {self.reg_bits} register bits, got {self.row_bits}")
+            _check(self.rows % self.rows_per_reg == 0,
+                   f"{self.rows} rows do not fill registers of {self.rows_per_reg} rows of {self.row_bits} bits")
         if self.layout == "acc":
             _check(self.rows >= 1, f"--rows must be positive, got {self.rows}")
             return
         _check(self.rows * self.out_bits in (64, 128, 256, 512),
                f"{self.rows} rows of {self.out_bits}-bit lanes do not fill one register")
-        biggest = self.reg_bits * (2 ** self.abits - 1) * (2 ** self.wbits - 1)
+        biggest = self.k_bits * (2 ** self.abits - 1) * (2 ** self.wbits - 1)
         _check(2 * biggest < 2 ** self.out_bits,
                f"{self.out_bits}-bit output lanes can overflow for A{self.abits}W{self.wbits} over {self.reg_bits} bits")
 
@@ -125,14 +133,26 @@ class BitserialSpec:
         return self.out_bits
 
     @property
+    def k_bits(self) -> int:
+        """Packed bits of one row (the reduction length of one call)."""
+        return self.row_bits or self.reg_bits
+
+    @property
+    def rows_per_reg(self) -> int:
+        return self.reg_bits // self.k_bits
+
+    @property
     def name(self) -> str:
         acc = "_acc" if self.layout == "acc" else ""
-        return f"bitserial_a{self.abits}w{self.wbits}_{self.encoding}{acc}_{self.rows}x{self.reg_bits}_{self.isa}"
+        packed = f"in{self.reg_bits}" if self.row_bits else ""
+        return f"bitserial_a{self.abits}w{self.wbits}_{self.encoding}{acc}_{self.rows}x{self.k_bits}{packed}_{self.isa}"
 
     def key(self) -> dict:
         key = {"kind": self.kind, **asdict(self)}
         if self.layout == "tile":        # the layout every entry had before "acc" existed
             del key["layout"]
+        if self.row_bits is None:        # one row per register, as before packing existed
+            del key["row_bits"]
         return key
 
     @property
@@ -150,7 +170,7 @@ class BitserialSpec:
 
     @property
     def input_names(self) -> list[str]:
-        return ([f"w{j}_{i}" for j in range(self.wbits) for i in range(self.rows)]
+        return ([f"w{j}_{p}" for j in range(self.wbits) for p in range(self.rows // self.rows_per_reg)]
                 + [f"a{k}" for k in range(self.abits)] + self.accumulator_names)
 
     @property
@@ -164,29 +184,35 @@ class BitserialSpec:
         return [self.rows * self.out_bits]
 
     def lane_ranges(self):
-        """Bitserial planes and accumulators are arbitrary bits."""
-        return [None] * len(self.input_names)
+        """Bitserial planes and accumulators are arbitrary bits; with rows packed, an activation plane
+        is its ``row_bits`` block repeated in every row position of the register."""
+        from synth.ranges import LaneRange
+        act = LaneRange(8, 0, 255, repeat=self.k_bits) if self.row_bits else None
+        return [act if n.startswith("a") and not n.startswith("acc") else None for n in self.input_names]
 
     def byte_dot(self, B, w, a):
-        """Per-byte contribution of one plane pair, as a signed value in a byte lane."""
-        wa = B.lanes(B.and_(w, a), 8)
+        """Per-byte contribution of one plane pair (byte lists), as a signed value in a byte lane."""
+        wa = [B.and_(x, y) for x, y in zip(w, a)]
         if self.encoding == "unipolar":
             return [B.popcount(x) for x in wa]
-        return [B.sub(B.add(B.popcount(x), B.popcount(x)), B.popcount(y)) for x, y in zip(wa, B.lanes(a, 8))]
+        return [B.sub(B.add(B.popcount(x), B.popcount(x)), B.popcount(y)) for x, y in zip(wa, a)]
 
     def reference(self, B, inputs):
-        """The specification, on any backend: inputs in ``input_names`` order → output registers."""
-        planes = self.wbits * self.rows
-        w = [inputs[j * self.rows:(j + 1) * self.rows] for j in range(self.wbits)]
-        a = inputs[planes:planes + self.abits]
+        """The specification, on any backend: inputs in ``input_names`` order → output registers.
+        Row i is row position i % rows_per_reg of register i // rows_per_reg."""
+        regs = self.rows // self.rows_per_reg
+        w = [inputs[j * regs:(j + 1) * regs] for j in range(self.wbits)]
+        a = inputs[self.wbits * regs:self.wbits * regs + self.abits]
         if self.layout == "acc":
-            return self._accumulated(B, w, a, dict(zip(self.accumulator_names, inputs[planes + self.abits:])))
+            return self._accumulated(B, w, a, dict(zip(self.accumulator_names, inputs[self.wbits * regs + self.abits:])))
         extend = B.zext if self.encoding == "unipolar" else B.sext
+        nb, q = self.k_bits // 8, self.rows_per_reg
+        row = lambda x, i: B.lanes(x, 8)[i % q * nb:(i % q + 1) * nb]
         lanes = []
         for i in range(self.rows):
             terms = [B.shl(extend(d, self.out_bits), j + k)
                      for j in range(self.wbits) for k in range(self.abits)
-                     for d in self.byte_dot(B, w[j][i], a[k])]
+                     for d in self.byte_dot(B, row(w[j][i // q], i), row(a[k], i))]
             lanes.append(total(B, terms))
         return [B.join(lanes)]
 

@@ -16,8 +16,8 @@ from synth.spec import BITSERIAL_TILES, ENCODINGS, INT8_TILES, ISA_LAYOUTS, Bits
 
 # The paper's Table 2 (CGO 2020, Cortex-A53 NEON, 8x8·8x1 tiles): instructions and synthesis seconds.
 PAPER = {"a1w1": (24, 17.2), "a2w2": (None, 158.3)}
-# NEON: the paper's 16-byte Q tiles and its 8-byte D tiles
-REGISTER_BITS = {"neon": (128, 64)}
+# NEON: the paper's 16-byte Q tiles, its 8-byte D tiles, and the D tile with two rows per Q register
+TILE_REGISTERS = {"neon": ({"reg_bits": 128}, {"reg_bits": 64}, {"reg_bits": 128, "row_bits": 64})}
 
 
 def _swept(isa: str, layout: str, encoding: str, abits: int, wbits: int) -> bool:
@@ -36,10 +36,10 @@ def configs(isas: list[str]) -> list:
     out = []
     for isa in isas:
         if isa in BITSERIAL_TILES:
-            out += [BitserialSpec.for_isa(isa, a, w, e, layout=lay, reg_bits=bits)
-                    for bits in REGISTER_BITS.get(isa, (BITSERIAL_TILES[isa]["reg_bits"],))
+            out += [BitserialSpec.for_isa(isa, a, w, e, layout=lay, **over)
+                    for over in TILE_REGISTERS.get(isa, ({},))
                     for lay in ISA_LAYOUTS[isa] for e in ENCODINGS for a in (1, 2, 3) for w in (1, 2, 3)
-                    if _swept(isa, lay, e, a, w)]
+                    if _swept(isa, lay, e, a, w) and not (lay == "acc" and "row_bits" in over)]
         out += [Int8Spec.for_isa(i, t, layout=lay) for i, t, lay in INT8_TILES if i == isa]
     return out
 

@@ -289,6 +289,21 @@ def test_bitserial_layout_is_the_documented_convention():
     assert lay.accumulate == 16 and lay.outputs[0].nbytes == 16
 
 
+def test_packed_rows_read_the_d_tile_image():
+    """Two 8-byte rows per Q register with w_stride 16 read exactly the bytes of the D tile (one row
+    per 8 bytes, w_stride 8): register p of plane j = rows 2p, 2p+1; the activation's 8 bytes twice."""
+    packed = BitserialSpec("neon", 2, 3, "unipolar", 8, 128, 16, row_bits=64)
+    rows = BitserialSpec("neon", 2, 3, "unipolar", 8, 64, 16)
+    image = lambda lay, name, stride: [(lay.buffers[p.buffer].name, p.row * stride + p.offset, p.nbytes)
+                                       for p in lay.inputs[name].pieces]
+    lp, lr = layout(packed), layout(rows)
+    for j in range(3):
+        for p in range(4):
+            [(buf, start, n)] = image(lp, f"w{j}_{p}", 16)
+            assert [(buf, start, 8), (buf, start + 8, 8)] == image(lr, f"w{j}_{2 * p}", 8) + image(lr, f"w{j}_{2 * p + 1}", 8)
+    assert _where(lp, lp.inputs["a1"]) == ([("a", 1, 0, 8)], 2)
+
+
 def _where(lay, slot):
     return [(lay.buffers[p.buffer].name, p.row, p.offset, p.nbytes) for p in slot.pieces], slot.repeat
 

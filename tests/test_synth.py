@@ -29,19 +29,28 @@ def _bits(arrays, bits):
     return [NUMPY.from_bytes(a, b) for a, b in zip(arrays, bits)]
 
 
-@pytest.mark.parametrize("abits,wbits,encoding", [(1, 1, "unipolar"), (2, 3, "unipolar"), (1, 1, "hybrid"), (3, 2, "hybrid")])
-def test_bitserial_reference_matches_unpackbits(abits, wbits, encoding):
-    spec = BitserialSpec.for_isa("neon", abits, wbits, encoding)
+@pytest.mark.parametrize("abits,wbits,encoding,row_bits", [(1, 1, "unipolar", None), (2, 3, "unipolar", None),
+                                                           (1, 1, "hybrid", None), (3, 2, "hybrid", None),
+                                                           (2, 3, "unipolar", 64), (3, 2, "hybrid", 64)])
+def test_bitserial_reference_matches_unpackbits(abits, wbits, encoding, row_bits):
+    """Against dot products of unpacked bits, row by row; with rows packed two to a register, row
+    2p+h is the h-th 8 bytes of register p and every activation plane is one 8-byte block."""
+    spec = BitserialSpec.for_isa("neon", abits, wbits, encoding, row_bits=row_bits)
+    q, kb = spec.rows_per_reg, spec.k_bits // 8
     rng = np.random.default_rng(abits * 10 + wbits)
     arrays = [rng.integers(0, 256, (64, 16), dtype=np.uint8) for _ in spec.input_names]
+    acts = {f"a{k}": np.tile(rng.integers(0, 256, (64, kb), dtype=np.uint8), (1, q)) for k in range(abits)}
+    arrays = [acts.get(n, x) for n, x in zip(spec.input_names, arrays)]
     got = NUMPY.to_bytes(spec.reference(NUMPY, _bits(arrays, spec.input_bits))[0], 64).view("<u2")
-    bits = {n: np.unpackbits(a, axis=1).astype(np.int64) for n, a in zip(spec.input_names, arrays)}
+    x = dict(zip(spec.input_names, arrays))
+    row = lambda name, h: np.unpackbits(x[name][:, h * kb:(h + 1) * kb], axis=1).astype(np.int64)
     for i in range(spec.rows):
         want = np.zeros(64, np.int64)
         for j in range(wbits):
-            w = bits[f"w{j}_{i}"] if encoding == "unipolar" else 2 * bits[f"w{j}_{i}"] - 1
+            w = row(f"w{j}_{i // q}", i % q)
+            w = w if encoding == "unipolar" else 2 * w - 1
             for k in range(abits):
-                want += (w * bits[f"a{k}"]).sum(axis=1) << (j + k)
+                want += (w * row(f"a{k}", 0)).sum(axis=1) << (j + k)
         assert np.array_equal(got[:, i], want % 65536)
 
 
@@ -121,6 +130,17 @@ def test_fresh_neon_a1w1_is_24_instructions_proved_and_minimal(reg_bits):
     assert all(e["status"] == "unsat" for e in entry["stages"]["reduce"]["minimality"][:-1])
 
 
+@pytest.mark.parametrize("encoding,length", [("unipolar", 12), ("hybrid", 18)])
+def test_fresh_neon_packed_d_tile_halves_the_paper_kernel(encoding, length):
+    """The paper's tile (eight rows of 8 bytes) with two rows per Q register: one and + cnt per
+    two rows, a tree of two addp levels: 12 instructions where the D-register kernel needs 24."""
+    spec = BitserialSpec.for_isa("neon", 1, 1, encoding, row_bits=64)
+    entry = synthesize(spec, timeout=120)
+    assert spec.name == f"bitserial_a1w1_{encoding}_8x64in128_neon"
+    assert entry["proof"]["proved"] and entry["proof"]["random_mismatches"] == 0
+    assert entry["length"] <= length
+
+
 def test_reduction_prover_refuses_a_wrong_program_and_z3_finds_the_counterexample():
     spec = BitserialSpec.for_isa("neon", 1, 1, "unipolar")
     isa = get_isa("neon")
@@ -195,6 +215,9 @@ def test_concurrent_writers_leave_valid_entries(tmp_path):
     (["--kernel", "int8", "--types", "u8u8", "--layout", "k4b"],
      "--layout for neon u8u8 int8 kernels must be one of rows, k4, got 'k4b'"),
     (["--isa", "avx512", "--kernel", "int8", "--nr", "24"], "--nr for avx512 must be a multiple of 16 (whole registers)"),
+    (["--row-bits", "48"], "--row-bits must be 64, 128 or 256 and below the 128 register bits, got 48"),
+    (["--row-bits", "64", "--layout", "acc"], "--row-bits packs several rows into a register of the tile layout only"),
+    (["--row-bits", "64", "--rows", "3"], "3 rows do not fill registers of 2 rows of 64 bits"),
 ])
 def test_cli_bad_input_one_line_error_nothing_written(argv, needle, tmp_path):
     args = [*(["--isa", "neon"] if "--isa" not in argv else []),
