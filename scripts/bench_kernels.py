@@ -342,8 +342,8 @@ def markdown(report: dict) -> str:
                 "| instruction | G instr/s (median) | peak (median) | peak (min – max) | probes |", "|---|---|---|---|---|"]
         per = {"vpdpbusd_zmm": (64, "G MAC/s"), "vpdpbusd_ymm_vex": (32, "G MAC/s"),
                "vpopcntq_zmm": (1024, "binary G op/s (AND+popcount per bit)"), "tdpbusd": (16384, "G MAC/s"),
-               "vpdpbusd_zmm_mix_12x16": (64, "G MAC/s (12x16 tile: 1 load + 12 broadcasts per 12, from L1)"),
-               "vpdpbusd_zmm_mix_6x32": (64, "G MAC/s (6x32 tile: 2 loads + 6 broadcasts per 12, from L1)")}
+               "vpdpbusd_zmm_mix_6x32": (64, "G MAC/s (6x32 tile: 2 loads + 6 broadcasts per 12, from L1)"),
+               "vpdpbusd_zmm_mix_8x48": (64, "G MAC/s (8x48 tile: 3 loads + 8 broadcasts per 24, from L1)")}
         for k, v in p.items():
             n, unit = per[k]
             out.append(f"| {k} | {v['median'] / 1e9:.3f} | {v['median'] * n / 1e9:.0f} {unit} | "

@@ -237,10 +237,11 @@ INT8_TILES = {
     ("neon", "s16", "rows"): (4, 4, 4),      # QNN's int16 legalization: smlal on D registers
     ("neon", "s8s8", "k4"): (4, 4, 16),      # sdot by element
     ("neon", "u8s8", "k4"): (4, 4, 16),      # sudot by element (i8mm)
-    # x86: 12 accumulator chains cover vpdpbusd's latency 5 at 2 per cycle; k4b = A broadcast per
-    # 4-byte group. AVX-512 6x32 (two B registers per group: 8 loads per 12 vpdpbusd): its load mix
-    # reaches 86% of the register-only peak from L1, 12x16's (13 loads per 12) 78%
-    ("avx512", "u8s8", "k4b"): (6, 32, 16),   # vpdpbusd zmm
+    # x86: at least 12 accumulator chains cover vpdpbusd's latency 5 at 2 per cycle; k4b = A broadcast
+    # per 4-byte group. AVX-512 8x48 (24 accumulators, three B registers: 11 loads per 24 vpdpbusd):
+    # its load mix reaches 92% of the register-only peak from L1, 6x32's (8 per 12) 86%, 12x16's
+    # (13 per 12) 78% (scripts/peak_x86.c)
+    ("avx512", "u8s8", "k4b"): (8, 48, 16),   # vpdpbusd zmm
     ("avx2", "u7s8", "k4b"): (6, 8, 4),       # vpmaddubsw + vpmaddwd, activations < 128 (no saturation)
     ("avx2", "u8s8", "k4b"): (12, 8, 4),      # AVX-VNNI vpdpbusd ymm (16 ymm registers)
     # AMX: 2x2 accumulator tiles (a tdpbusd's latency covers ~4 issues), A and B tiles loaded once per
