@@ -17,7 +17,7 @@ def bitserial(isa: str, reg_bits: int, out_reg_bits: int | None = None, row_bits
     """Menus and lane width of the bitserial stages (see synth/bitserial.py). ``out_reg_bits``: the
     width of a tile's output register (rows x output lanes) where it differs from ``reg_bits``: the
     paper's NEON D tile reduces eight 64-bit registers into eight 16-bit lanes of a Q register.
-    ``row_bits``: rows packed two to a Q register, whose hybrid correction counts one row's
+    ``row_bits``: rows packed two to a Q register, whose hybrid ``act_count`` counts one row's
     activation bits, the low D half (``vget_low``, free)."""
     if isa == "neon":
         b, h, s = _NEON[reg_bits]
@@ -30,8 +30,7 @@ def bitserial(isa: str, reg_bits: int, out_reg_bits: int | None = None, row_bits
             "each": ops(f"uaddlp.{h}", f"uaddlp.{s}", *(["uxtl.8h"] if reg_bits == 64 else [])),
             "accumulate": ops(f"uadalp.{h}", f"add.{h}", f"uaddlp.{h}"),
             "scale": ops(f"add.{oh}", f"sub.{oh}", f"shl.{oh}#1", f"shl.{oh}#2"),
-            "correction": ops(*low_half or [f"cnt.{b}", f"uaddlv.{b}"], f"dup.{oh}", f"add.{oh}", f"sub.{oh}",
-                              f"shl.{oh}#1", f"mul.{oh}"),
+            "act_count": ops(*low_half or [f"cnt.{b}", f"uaddlv.{b}"], f"dup.{oh}"),
         }
     if isa == "avx512":
         return {
@@ -42,8 +41,7 @@ def bitserial(isa: str, reg_bits: int, out_reg_bits: int | None = None, row_bits
             "each": ops("vpaddq.zmm"),
             "accumulate": ops("vpaddq.zmm"),
             "scale": ops("vpaddq.zmm", "vpsubq.zmm", "vpsllq.zmm#1", "vpsllq.zmm#2"),
-            "correction": ops("vpopcntq.zmm", "vpaddq.zmm", "vpsubq.zmm", "vpsllq.zmm#1", "valignq.zmm#4",
-                              "valignq.zmm#2", "valignq.zmm#1"),
+            "act_count": ops("vpopcntq.zmm", "vpaddq.zmm", "valignq.zmm#4", "valignq.zmm#2", "valignq.zmm#1"),
         }
     if isa == "avx2":
         lut = int.from_bytes(bytes(bin(i & 15).count("1") for i in range(32)), "little")

@@ -5,8 +5,9 @@ per call):
 2. ``reduce``   rows' compute results → one register, lane i = row i  [reduction tree, linear forms]
 3. ``weights``  Σ_j 2**j R_j over weight planes (wbits > 1)           [compute sketch, linear forms]
 4. ``acts``     Σ_k 2**k R_k over activation planes (abits > 1)
-5. ``correction`` hybrid only: 2R - (2**wbits - 1) Σ_k 2**k popcount(a_k), the popcount(a) work
-   shared by all rows (popcount(w&a) - popcount(~w&a) = 2 popcount(w&a) - popcount(a)).
+5. hybrid only (popcount(w&a) - popcount(~w&a) = 2 popcount(w&a) - popcount(a)), the popcount(a)
+   work shared by all rows: ``act_count`` popcount(a_k) in every output lane, ``act_weights``
+   P = Σ_k 2**k popcount(a_k) (abits > 1), ``correction`` 2R - (2**wbits - 1) P.
 
 The ``acc`` layout (K-accumulating: the body of a loop over K blocks) needs only ``compute``, a
 ``count`` of the activations (hybrid) and ``accumulate`` (add per-lane popcounts into wider
@@ -94,35 +95,44 @@ def stages(spec: BitserialSpec, isa) -> list[Stage]:
     # 3./4. weighted sums over planes: Σ_p 2**p X_p on output lanes
     bound = R
     for name, count in (("weights", spec.wbits), ("acts", spec.abits)):
-        if count == 1:
-            continue
-        ranges = [LaneRange(ob, 0, bound)] * count
-        problem = _ranged_problem(name, isa, [f"r{p}" for p in range(count)], [out_reg] * count, ranges,
-                                  [out_reg], [ob], lambda B, x: [_weighted(B, x, ob)])
-        bound *= 2 ** count - 1
-        out.append(Stage(problem, lambda n, p=problem: LinearSketch(isa, menu["scale"], p.input_bits, n),
-                         range(count - 1, 3 * count + 1), out_ranges=[LaneRange(ob, 0, bound)], in_ranges=ranges))
+        if count > 1:
+            out.append(_weighted_stage(name, isa, menu, count, out_reg, ob, bound))
+            bound *= 2 ** count - 1
 
-    # 5. hybrid correction, shared by all rows
+    # 5. hybrid correction, shared by all rows: each activation plane's popcount in every output
+    # lane (``act_count``), weighted by plane (``act_weights``), then 2R - (2**wbits - 1) P. One CEGIS
+    # query for all of it did not finish in 10 minutes with two activation planes.
     if spec.encoding == "hybrid":
-        scale = 2 ** spec.wbits - 1
-
         row_bytes = spec.k_bits // 8
+        act = LaneRange(8, 0, 255, repeat=spec.k_bits) if spec.row_bits else None    # one row's block, repeated
 
-        def correction_spec(B, x):
-            r, acts = x[0], x[1:spec.abits + 1]
-            pa = total(B, [B.shl(total(B, [B.zext(B.popcount(b), ob) for b in B.lanes(a, 8)[:row_bytes]]), k)
-                           for k, a in enumerate(acts)])
-            pa = B.mul(pa, B.const(scale, ob))
-            return [B.join([B.sub(B.add(l, l), pa) for l in B.lanes(r, ob)])]
-        act_range = LaneRange(8, 0, 255, repeat=spec.k_bits) if spec.row_bits else None
-        names, bits, ranges, cidx = _with_constants(menu, R, ["r", *[f"a{k}" for k in range(spec.abits)]],
-                                                    [out_reg, *[R] * spec.abits],
-                                                    [LaneRange(ob, 0, bound), *[act_range] * spec.abits])
-        problem = _ranged_problem("correction", isa, names, bits, ranges, [out_reg], [ob], correction_spec, cidx)
-        out.append(Stage(problem, lambda n, p=problem: LinearSketch(isa, menu["correction"], p.input_bits, n),
-                         range(2, 12), in_ranges=ranges))
+        def count_spec(B, x):
+            n = total(B, [B.zext(B.popcount(b), ob) for b in B.lanes(x[0], 8)[:row_bytes]])
+            return [B.join([n] * (out_reg // ob))]
+        names, bits, ranges, cidx = _with_constants(menu, R, ["a"], [R], [act])
+        problem = _ranged_problem("act_count", isa, names, bits, ranges, [out_reg], [ob], count_spec, cidx)
+        out.append(Stage(problem, lambda n, p=problem: LinearSketch(isa, menu["act_count"], p.input_bits, n),
+                         range(1, 8), out_ranges=[LaneRange(ob, 0, spec.k_bits)], in_ranges=ranges))
+        if spec.abits > 1:
+            out.append(_weighted_stage("act_weights", isa, menu, spec.abits, out_reg, ob, spec.k_bits))
+        scale, pops = 2 ** spec.wbits - 1, spec.k_bits * (2 ** spec.abits - 1)
+        ranges = [LaneRange(ob, 0, bound), LaneRange(ob, 0, pops)]
+        problem = _ranged_problem("correction", isa, ["r", "p"], [out_reg] * 2, ranges, [out_reg], [ob],
+                                  lambda B, x: [B.join([B.sub(B.add(r, r), B.mul(p, B.const(scale, ob)))
+                                                        for r, p in zip(B.lanes(x[0], ob), B.lanes(x[1], ob))])])
+        out.append(Stage(problem, lambda n, p=problem: LinearSketch(isa, menu["scale"], p.input_bits, n),
+                         range(2, 9), in_ranges=ranges))
     return out
+
+
+def _weighted_stage(name, isa, menu, count, out_reg, ob, bound) -> Stage:
+    """Σ_p 2**p X_p over ``count`` registers of ``ob``-bit lanes in [0, bound]."""
+    ranges = [LaneRange(ob, 0, bound)] * count
+    problem = _ranged_problem(name, isa, [f"r{p}" for p in range(count)], [out_reg] * count, ranges,
+                              [out_reg], [ob], lambda B, x: [_weighted(B, x, ob)])
+    return Stage(problem, lambda n: LinearSketch(isa, menu["scale"], problem.input_bits, n),
+                 range(count - 1, 3 * count + 1), out_ranges=[LaneRange(ob, 0, bound * (2 ** count - 1))],
+                 in_ranges=ranges)
 
 
 def _split(lanes: list, q: int) -> list[list]:
@@ -206,7 +216,11 @@ def assemble(spec: BitserialSpec):
         uses.append(StageUse("acts", [partial[0, k] for k in range(spec.abits)], ["racts"]))
         result = "racts"
     if spec.encoding == "hybrid":
-        uses.append(StageUse("correction", [result, *[f"a{k}" for k in range(spec.abits)], *consts], ["out"]))
+        pops = [f"p{k}" for k in range(spec.abits)]
+        uses += [StageUse("act_count", [f"a{k}", *consts], [p]) for k, p in enumerate(pops)]
+        if spec.abits > 1:
+            uses.append(StageUse("act_weights", pops, ["pa"]))
+        uses.append(StageUse("correction", [result, "pa" if spec.abits > 1 else "p0"], ["out"]))
         result = "out"
     return uses, [result], constants
 

@@ -13,7 +13,7 @@ from synth.proof import SOLVER
 from synth.spec import BitserialSpec, Int8Spec
 from synth.stages import inline, kernel_inputs, prove_composition, prove_stage, random_test, synthesize_stage
 
-ENGINE_VERSION = "2"          # bump when a change to synth/ or sketches/ can change a result
+ENGINE_VERSION = "3"          # bump when a change to synth/ or sketches/ can change a result
 COST_MODELS = ("length", "latency")
 RANDOM_TESTS = 4096
 

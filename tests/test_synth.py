@@ -141,6 +141,15 @@ def test_fresh_neon_packed_d_tile_halves_the_paper_kernel(encoding, length):
     assert entry["length"] <= length
 
 
+def test_fresh_neon_hybrid_multibit_tile_splits_the_correction():
+    """Bipolar weights with two activation planes: popcount(a_k) per plane, weighted, then
+    2R - 3P; one CEGIS query for the whole correction did not finish in 10 minutes."""
+    entry = synthesize(BitserialSpec.for_isa("neon", 2, 2, "hybrid", row_bits=64), timeout=120)
+    assert entry["proof"]["proved"] and entry["proof"]["random_mismatches"] == 0
+    assert {"act_count", "act_weights", "correction"} <= set(entry["stages"])
+    assert "dup.1d_low_u8" in [op for op, _ in entry["stages"]["act_count"]["program"]["body"]]  # one row's bits
+
+
 def test_reduction_prover_refuses_a_wrong_program_and_z3_finds_the_counterexample():
     spec = BitserialSpec.for_isa("neon", 1, 1, "unipolar")
     isa = get_isa("neon")
