@@ -99,9 +99,10 @@ CALLING_CONVENTION = {
     "bitserial": "void qs_<name>(const uint8_t *w, int w_stride, const uint8_t *a, int a_stride, T *out): "
                  "plane j of weight row i at w + (j*rows + i)*w_stride, activation plane k at a + k*a_stride "
                  "(reg_bits/8 bytes each; with row_bits set, q = reg_bits/row_bits rows per register: "
-                 "register p of plane j, rows pq..pq+q-1, at w + (j*rows/q + p)*w_stride, and row_bits/8 bytes "
-                 "per activation plane, loaded into every row position); the rows result lanes are added to out[0..rows) with wrap-around "
-                 "(T: uint<out_bits>_t unipolar, int<out_bits>_t hybrid). Unaligned access.",
+                 "register p of plane j, rows pq..pq+q-1, at w + (j*rows/q + p)*w_stride, and row_bits/8 "
+                 "bytes per activation plane, loaded into every row position); the rows result lanes are "
+                 "added to out[0..rows) with wrap-around (T: uint<out_bits>_t unipolar, int<out_bits>_t "
+                 "hybrid). Unaligned access.",
     "bitserial_acc": "void qs_<name>(const uint8_t *w, int w_stride, const uint8_t *a, int a_stride, A *acc): "
                      "planes as for bitserial; acc = the accumulator registers (acc{s}_{i}, then pop{k}), reg_bits/8 "
                      "bytes each, updated in place (A: uint<out_bits>_t). qs_<name>_gemv(w, w_stride, a, a_stride, "
@@ -335,12 +336,12 @@ def _issue_order(program: Program, live: set[int], registers: int | None = None)
             uses[a] = uses.get(a, 0) + 1
     for o in program.outputs:             # stored at the end: live throughout
         uses[o] = uses.get(o, 0) + 1
+    ends = lambda k: sum(uses[a] == 1 for a in set(program.body[k].args))      # values k is the last use of
     done, in_flight, order = set(range(n)), set(), []
     pending = sorted(body, key=lambda k: (depth[n + k], k))
     while pending:
         ready = [k for k in pending if all(a in done for a in program.body[k].args)]
-        ends = lambda k: sum(uses[a] == 1 for a in set(program.body[k].args))
-        k = min(ready, key=lambda k: -ends(k)) if len(in_flight) >= registers else ready[0]
+        k = max(ready, key=ends) if len(in_flight) >= registers else ready[0]
         pending.remove(k)
         order.append(k)
         done.add(n + k)

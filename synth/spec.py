@@ -71,6 +71,11 @@ class BitserialSpec:
       ``2 * that - (2**wbits - 1) * sum_k 2**k sum_lanes pop{k}`` (hybrid), everything mod
       ``2**out_bits``, so lane wrap-around over a long K is harmless.
 
+    ``row_bits`` (tile layout; default: one row per register) packs q = reg_bits/row_bits rows into
+    each weight register: ``w{j}_{p}`` holds rows pq..pq+q-1, row pq+h in its h-th ``row_bits``
+    block, and every activation register holds its ``row_bits`` block in each of the q positions
+    (row pq+h reads position h).
+
     A wide popcount is *defined* as the sum of the per-byte popcounts, so the compute/reduction split
     needs no lemma.
     """
@@ -108,7 +113,7 @@ class BitserialSpec:
                f"{self.rows} rows of {self.out_bits}-bit lanes do not fill one register")
         biggest = self.k_bits * (2 ** self.abits - 1) * (2 ** self.wbits - 1)
         _check(2 * biggest < 2 ** self.out_bits,
-               f"{self.out_bits}-bit output lanes can overflow for A{self.abits}W{self.wbits} over {self.reg_bits} bits")
+               f"{self.out_bits}-bit output lanes can overflow for A{self.abits}W{self.wbits} over {self.k_bits} bits")
 
     @staticmethod
     def for_isa(isa: str, abits: int, wbits: int, encoding: str, rows: int | None = None, layout: str | None = None,
