@@ -11,6 +11,7 @@ for isa in neon avx2 avx512 amx; do
 done
 qsynth synth --isa neon --kernel bitserial --abits 1 --wbits 1 --encoding unipolar
 qsynth synth --isa neon --kernel bitserial --abits 1 --wbits 1 --encoding hybrid | head -n 1
+qsynth synth --isa neon --kernel bitserial --abits 1 --wbits 1 --encoding unipolar --row-bits 64 | head -n 1
 qsynth synth --isa neon --kernel int8 --types u8u8 | head -n 1
 qsynth synth --isa neon --kernel int8 --types s8s8 | head -n 1
 qsynth synth --isa avx512 --kernel int8 --types u8s8 | head -n 1
