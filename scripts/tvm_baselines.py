@@ -146,18 +146,22 @@ def _bitserial_func(abits: int, wbits: int, rows: int, words: int, word: str, ac
     return te.create_prim_func([w, a, base, out]).with_attrs({"global_symbol": FUNC, "tirx.noalias": True})
 
 
-def _bitserial_schedule(func, lanes: int, unroll_words: bool = False) -> s_tir.Schedule:
+def _bitserial_schedule(func, lanes: int, unroll_words: bool = False, row_tile: int | None = None) -> s_tir.Schedule:
     """Vectorize the word axis: split off ``lanes`` words and rfactor them into per-row partial sums
     (one register per row), summed once at the end; rows and planes unrolled so the partial sums stay
     in registers across the outer word loop (unrolled too with ``unroll_words``: straight-line code
-    for llvm-mca)."""
+    for llvm-mca). ``row_tile``: a whole dense, as an outer loop over tiles of that many rows."""
     sch = s_tir.Schedule(func)
     dot = sch.get_sblock("dot")
     *_, x = sch.get_loops(dot)
     _, xi = sch.split(x, [None, lanes])
     rf = sch.rfactor(xi, factor_axis=1)
     i, j, k, xo, xi = sch.get_loops(rf)
-    sch.reorder(xo, i, j, k, xi)
+    if row_tile:
+        io, i = sch.split(i, [None, row_tile])
+        sch.reorder(io, xo, i, j, k, xi)
+    else:
+        sch.reorder(xo, i, j, k, xi)
     sch.vectorize(xi)
     sch.decompose_reduction(rf, xo)
     for loop in (i, j, k, xo) if unroll_words else (i, j, k):
@@ -166,12 +170,13 @@ def _bitserial_schedule(func, lanes: int, unroll_words: bool = False) -> s_tir.S
 
 
 def bitserial_x86(abits: int, wbits: int, rows: int, reg_bits: int, kblocks: int, encoding: str = "unipolar",
-                  avx2: bool = False, scheduled: bool = True) -> BitserialKernel:
+                  avx2: bool = False, scheduled: bool = True, row_tile: int | None = None) -> BitserialKernel:
     """TVM's lowering of the whole bitserial GEMV workload (``kblocks`` qsynth tiles of ``reg_bits``
     bits along K) over uint64 words: one call covers what a C loop of ``kblocks`` tile calls does.
     ``scheduled=False``: the te.compute as written (topi.nn.bitserial_dense's expression), no
     schedule at all, left to TVM's default lowering and LLVM's loop vectorizer. ``avx2``: for a
-    Haswell-class target (ymm partial sums, no vector popcount) instead of this machine's."""
+    Haswell-class target (ymm partial sums, no vector popcount) instead of this machine's. ``row_tile``:
+    the scheduled version loops over tiles of that many rows (a whole dense, not one tile)."""
     words = kblocks * reg_bits // 64
     if words * 64 != kblocks * reg_bits:
         raise ValueError(f"kblocks * reg_bits must be a multiple of 64, got {kblocks} * {reg_bits}")
@@ -182,7 +187,7 @@ def bitserial_x86(abits: int, wbits: int, rows: int, reg_bits: int, kblocks: int
         words_of = lambda p: np.ascontiguousarray(p, dtype=np.uint8).view(np.uint64)
         return [words_of(w), words_of(a), base, np.empty_like(base)]
     lanes = ZMM_WORDS // 2 if avx2 else ZMM_WORDS
-    sch = _bitserial_schedule(func, math.gcd(words, lanes)) if scheduled else s_tir.Schedule(func)
+    sch = _bitserial_schedule(func, math.gcd(words, lanes), row_tile=row_tile) if scheduled else s_tir.Schedule(func)
     return BitserialKernel(sch, X86_AVX2 if avx2 else X86, prepare)
 
 

@@ -42,11 +42,12 @@ def run(sch, *arrays) -> np.ndarray:
 
 
 @needs("avx512vpopcntdq")
-@pytest.mark.parametrize("abits,wbits,rows,reg_bits,kblocks,encoding", [
-    (1, 1, 8, 512, 2, "unipolar"), (2, 2, 8, 512, 1, "hybrid"), (3, 2, 4, 256, 1, "unipolar"),
-    (2, 3, 3, 64, 3, "hybrid")])
-def test_bitserial_x86(abits, wbits, rows, reg_bits, kblocks, encoding):
-    f = tb.bitserial_x86(abits, wbits, rows, reg_bits, kblocks, encoding)
+@pytest.mark.parametrize("abits,wbits,rows,reg_bits,kblocks,encoding,row_tile", [
+    (1, 1, 8, 512, 2, "unipolar", None), (2, 2, 8, 512, 1, "hybrid", None), (3, 2, 4, 256, 1, "unipolar", None),
+    (2, 3, 3, 64, 3, "hybrid", None), (1, 1, 32, 512, 2, "unipolar", 8), (1, 1, 24, 512, 3, "hybrid", 8)])
+def test_bitserial_x86(abits, wbits, rows, reg_bits, kblocks, encoding, row_tile):
+    """One tile, or a whole dense looping over tiles of ``row_tile`` rows (the dense benchmark's)."""
+    f = tb.bitserial_x86(abits, wbits, rows, reg_bits, kblocks, encoding, row_tile=row_tile)
     rng = np.random.default_rng(abits * 10 + wbits)
     nbytes = kblocks * reg_bits // 8
     for fill in ("random", "ones"):
