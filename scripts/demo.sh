@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job of README.md: install what is missing, then run qsynth end to end on this host:
 # check the instruction semantics against the machine (and qemu), load or synthesize the kernels,
-# compile every kernel and test it against its spec, re-prove the kernel library.
+# compile every kernel and test it against its spec, re-prove the kernel library, then time the
+# host's kernels against plain C and TVM (a short run; benchmarks/kernels.md is the full one).
 set -eu
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh
@@ -19,3 +20,10 @@ qsynth synth --isa amx --kernel int8 --types u8s8 | head -n 1
 qsynth test-kernels --samples 200 | tail -n 1
 qsynth cache ls
 qsynth cache verify | tail -n 1
+speedups=$(mktemp -d)
+trap 'rm -rf "$speedups"' EXIT
+if ! python scripts/bench_kernels.py --isa avx2,avx512,amx --trials 5 --out "$speedups" > "$speedups/report" 2> "$speedups/log"; then
+    cat "$speedups/log" >&2
+    exit 1
+fi
+sed -n '/^## x86/,$p' "$speedups/report"
