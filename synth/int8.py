@@ -75,7 +75,7 @@ def stages(spec: Int8Spec, isa) -> list[Stage]:
         return [Stage(tile, lambda n: ChainSketch(isa, menu["tile"], bits, names.index("c0_0"), n),
                       range(1, spec.k // 64 + 1), in_ranges=ranges)]
     # k4 / k4b: one register of C per stage, instantiated per row (and column block)
-    one = _sub_spec(spec, 1, spec.nr // spec.column_blocks)
+    one = _sub_spec(spec, 1, spec.block_columns)
     names, bits = one.input_names + cnames, one.input_bits + cbits
     ranges = one.lane_ranges() + [None] * len(cnames)
     cidx = {len(one.input_names) + i: v for i, v in enumerate(consts.values())}

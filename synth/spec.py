@@ -296,7 +296,12 @@ class Int8Spec:
     @property
     def column_blocks(self) -> int:
         """k4b: vector registers per row of C; other layouts: 1."""
-        return self.nr * 32 // VECTOR_BITS[self.isa] if self.layout == "k4b" else 1
+        return self.nr // self.block_columns
+
+    @property
+    def block_columns(self) -> int:
+        """Columns of C per output register: k4b, the int32 lanes of a vector register; else all nr."""
+        return VECTOR_BITS[self.isa] // 32 if self.layout == "k4b" else self.nr
 
     @staticmethod
     def for_isa(isa: str, types: str, mr: int | None = None, nr: int | None = None,
@@ -373,7 +378,7 @@ class Int8Spec:
     def output_bits(self) -> list[int]:
         if self.layout == "tile":
             return [16 * 16 * 32] * (self.mr // 16 * self.nr // 16)
-        return [self.nr * 32 // self.column_blocks] * (self.mr * self.column_blocks)
+        return [self.block_columns * 32] * (self.mr * self.column_blocks)
 
     def matrices(self, B, inputs):
         """A[i][t], B[j][t] element lanes and C[i][j] accumulator lanes, read through the layout."""
@@ -387,7 +392,7 @@ class Int8Spec:
             C = [[lanes[f"c{i // 16}_{j // 16}"][i % 16 * 16 + j % 16] for j in range(self.nr)] for i in range(self.mr)]
             return A, Bm, C
         if self.layout == "k4b":
-            L = self.nr // self.column_blocks
+            L = self.block_columns
             packed = {n: B.lanes(v, 8) for n, v in x.items() if n[0] == "b"}
             Bm = [[packed[f"b{t // 4}_{j // L}"][j % L * 4 + t % 4] for t in range(self.k)] for j in range(self.nr)]
             A = [[B.lanes(x[f"a{i}_{t // 4}"], 8)[t % 4] for t in range(self.k)] for i in range(self.mr)]
@@ -410,7 +415,7 @@ class Int8Spec:
         if self.layout == "tile":       # one register per 16 x 16 tile, row-major inside
             return [B.join([rows[i][j] for i in range(16 * r, 16 * r + 16) for j in range(16 * c, 16 * c + 16)])
                     for r in range(self.mr // 16) for c in range(self.nr // 16)]
-        L = self.nr // self.column_blocks
+        L = self.block_columns
         return [B.join(r[c * L:(c + 1) * L]) for r in rows for c in range(self.column_blocks)]
 
     def lane_ranges(self):
