@@ -57,6 +57,14 @@ def compile_and_run(source: str, flags: list[str]) -> dict:
         return json.loads(run([str(exe)]))
 
 
+def run_bench(entry: dict, spec, work: dict, trials: int, inner: int) -> dict:
+    """The benchmark program of one kernel and workload, built and run; a failure names the cache key."""
+    res = compile_and_run(bench_source(entry, spec, work, trials, inner), x86_flags(spec))
+    if "error" in res:
+        raise RuntimeError(f"{entry['name']} ({entry['cache_key']}): {res['error']}")
+    return res
+
+
 def machine() -> dict:
     model = next((l.split(":", 1)[1].strip() for l in Path("/proc/cpuinfo").read_text().splitlines()
                   if l.startswith("model name")), platform.processor())
@@ -175,9 +183,7 @@ def x86_row(entry: dict, trials: int, peak: dict, rng) -> dict:
     spec = spec_from_key(entry["spec"])
     work = workload(spec)
     inner = 2000 if spec.kind == "int8" else 20000
-    res = compile_and_run(bench_source(entry, spec, work, trials, inner), x86_flags(spec))
-    if "error" in res:
-        raise RuntimeError(f"{entry['name']} ({entry['cache_key']}): {res['error']}")
+    res = run_bench(entry, spec, work, trials, inner)
     row = {"name": entry["name"], "cache_key": entry["cache_key"], "isa": spec.isa, "shape": work["shape"],
            "length": len(Program.from_json(entry["program"])), "unit": work["unit"],
            "kernel_seconds": res["kernel_seconds"], "plain_seconds": res["plain_seconds"],
@@ -210,9 +216,7 @@ def dense_row(entry: dict, trials: int, peak: dict, rng) -> dict:
         raise ValueError(f"the dense benchmark takes A1W1 acc kernels, not {spec.name}")
     blocks, nbytes = DENSE_BITS // spec.k_bits, DENSE_BITS // 8
     work = {"blocks": blocks, "tiles": DENSE_ROWS // spec.rows, "ops": 2 * DENSE_ROWS * DENSE_BITS}
-    res = compile_and_run(bench_source(entry, spec, work, trials, 200), x86_flags(spec))
-    if "error" in res:
-        raise RuntimeError(f"{entry['name']} ({entry['cache_key']}): {res['error']}")
+    res = run_bench(entry, spec, work, trials, 200)
     row = {"name": entry["name"], "cache_key": entry["cache_key"], "tile_rows": spec.rows,
            "shape": f"{DENSE_ROWS} rows x {DENSE_BITS} bits", "kernel_rate": work["ops"] / res["kernel_seconds"] / 1e9}
     if pr := peak_rate(spec, peak):

@@ -26,7 +26,7 @@ from sketches.linear import LinearSketch
 from sketches.tree import TreeSketch, shapes
 from synth.cegis import Problem
 from synth.ranges import LaneRange, linear_prover, precondition, sample
-from synth.spec import BitserialSpec, lane_popcounts
+from synth.spec import BitserialSpec, lane_popcounts, register_rows
 from synth.stages import Composite, Stage, StageUse
 
 
@@ -80,7 +80,7 @@ def stages(spec: BitserialSpec, isa) -> list[Stage]:
     q, n_regs = spec.rows_per_reg, M // spec.rows_per_reg
 
     def reduce_spec(B, x):
-        rows = [ls for r in x for ls in _split(B.lanes(r, L), q)]
+        rows = [ls for r in x for ls in register_rows(B.lanes(r, L), q)]
         return [B.join([total(B, [B.zext(l, ob) for l in ls]) for ls in rows])]
     reduce_ranges = [LaneRange(L, 0, lane_max)] * n_regs
     reduce = _ranged_problem("reduce", isa, [f"c{p}" for p in range(n_regs)], [R] * n_regs, reduce_ranges,
@@ -103,11 +103,11 @@ def stages(spec: BitserialSpec, isa) -> list[Stage]:
     # lane (``act_count``), weighted by plane (``act_weights``), then 2R - (2**wbits - 1) P. One CEGIS
     # query for all of it did not finish in 10 minutes with two activation planes.
     if spec.encoding == "hybrid":
-        row_bytes = spec.k_bits // 8
         act = LaneRange(8, 0, 255, repeat=spec.k_bits) if spec.row_bits else None    # one row's block, repeated
 
         def count_spec(B, x):
-            n = total(B, [B.zext(B.popcount(b), ob) for b in B.lanes(x[0], 8)[:row_bytes]])
+            first_row = register_rows(B.lanes(x[0], 8), spec.rows_per_reg)[0]
+            n = total(B, [B.zext(B.popcount(b), ob) for b in first_row])
             return [B.join([n] * (out_reg // ob))]
         names, bits, ranges, cidx = _with_constants(menu, R, ["a"], [R], [act])
         problem = _ranged_problem("act_count", isa, names, bits, ranges, [out_reg], [ob], count_spec, cidx)
@@ -133,12 +133,6 @@ def _weighted_stage(name, isa, menu, count, out_reg, ob, bound) -> Stage:
     return Stage(problem, lambda n: LinearSketch(isa, menu["scale"], problem.input_bits, n),
                  range(count - 1, 3 * count + 1), out_ranges=[LaneRange(ob, 0, bound * (2 ** count - 1))],
                  in_ranges=ranges)
-
-
-def _split(lanes: list, q: int) -> list[list]:
-    """A register's lanes as its ``q`` rows."""
-    n = len(lanes) // q
-    return [lanes[h * n:(h + 1) * n] for h in range(q)]
 
 
 def _popcount_stage(name, isa, menu, R, operands, spec) -> Stage:

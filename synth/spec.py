@@ -43,6 +43,12 @@ ISA_LAYOUTS = {"neon": ("tile", "acc"), "avx2": ("acc",), "avx512": ("tile", "ac
 DEFAULT_LAYOUT = {"neon": "tile", "avx2": "acc", "avx512": "tile"}
 
 
+def register_rows(lanes: list, q: int) -> list[list]:
+    """A register's lanes as the ``q`` rows packed into it (``BitserialSpec.row_bits``), in order."""
+    n = len(lanes) // q
+    return [lanes[h * n:(h + 1) * n] for h in range(q)]
+
+
 def lane_popcounts(B, x, lane_bits):
     """Per ``lane_bits`` lane of ``x``: the sum of its bytes' popcounts (the definition of a wide
     popcount), as a ``lane_bits``-bit value."""
@@ -211,8 +217,8 @@ class BitserialSpec:
         if self.layout == "acc":
             return self._accumulated(B, w, a, dict(zip(self.accumulator_names, inputs[self.wbits * regs + self.abits:])))
         extend = B.zext if self.encoding == "unipolar" else B.sext
-        nb, q = self.k_bits // 8, self.rows_per_reg
-        row = lambda x, i: B.lanes(x, 8)[i % q * nb:(i % q + 1) * nb]
+        q = self.rows_per_reg
+        row = lambda x, i: register_rows(B.lanes(x, 8), q)[i % q]
         lanes = []
         for i in range(self.rows):
             terms = [B.shl(extend(d, self.out_bits), j + k)
