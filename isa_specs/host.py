@@ -1,10 +1,15 @@
-"""What this machine can execute: CPU feature flags natively, AArch64 through qemu-user."""
+"""What this machine is and can execute: one host model (vendor, family/model, the LLVM name of its
+micro-architecture, CPU feature flags) read once from /proc/cpuinfo, and AArch64 through qemu-user.
+
+Everything that compiles for or runs on the host asks this module instead of naming a CPU: the
+instruction checks, the peak probes, the kernel benchmarks and the TVM targets."""
 from __future__ import annotations
 
 import shutil
+from dataclasses import dataclass
 from functools import cache
 
-# CPU feature names used in instruction rows → /proc/cpuinfo flags (x86).
+# CPU feature names used in instruction rows (LLVM's names, usable as ``+mattr``) → /proc/cpuinfo flags.
 X86_FLAGS = {
     "avx2": "avx2",
     "avx512f": "avx512f",
@@ -19,17 +24,126 @@ X86_FLAGS = {
 # AArch64 features: all provided by ``qemu-aarch64 -cpu max``.
 ARM_FEATURES = {"neon", "dotprod", "i8mm"}
 
+# LLVM CPU names by (vendor, family) → {model: name}, as LLVM's sys::getHostCPUName() maps them
+# (llvm/lib/TargetParser/Host.cpp). Models not listed are not guessed: see ``_level``.
+_INTEL_6 = {
+    **dict.fromkeys((0x3C, 0x3F, 0x45, 0x46), "haswell"),
+    **dict.fromkeys((0x3D, 0x47, 0x4F, 0x56), "broadwell"),
+    **dict.fromkeys((0x4E, 0x5E, 0x8E, 0x9E, 0xA5, 0xA6), "skylake"),
+    0x55: "skylake-avx512",             # also Cascade Lake and Cooper Lake: told apart by features
+    0x66: "cannonlake",
+    0x6A: "icelake-server", 0x6C: "icelake-server",
+    0x7D: "icelake-client", 0x7E: "icelake-client",
+    0x8C: "tigerlake", 0x8D: "tigerlake",
+    0x8F: "sapphirerapids",
+    0xCF: "emeraldrapids",
+    0xAD: "graniterapids", 0xAE: "graniterapids-d",
+    0x97: "alderlake", 0x9A: "alderlake", 0xBE: "alderlake",
+    0xB7: "raptorlake", 0xBA: "raptorlake", 0xBF: "raptorlake",
+    0xAA: "meteorlake", 0xAC: "meteorlake",
+    0xA7: "rocketlake",
+}
+_AMD_RANGES = {             # family → [(first model, last model, name)]
+    0x17: [(0x00, 0x2F, "znver1"), (0x30, 0x3F, "znver2"), (0x47, 0x47, "znver2"), (0x60, 0xAF, "znver2")],
+    0x19: [(0x00, 0x0F, "znver3"), (0x10, 0x1F, "znver4"), (0x20, 0x5F, "znver3"), (0x60, 0x7F, "znver4"),
+           (0xA0, 0xAF, "znver4")],
+    0x1A: [(0x00, 0xFF, "znver5")],
+}
+# x86-64 micro-architecture levels (psABI), highest first, by the /proc/cpuinfo flags each requires.
+_LEVELS = [
+    ("x86-64-v4", {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"}),
+    ("x86-64-v3", {"avx2", "bmi1", "bmi2", "fma", "f16c", "movbe", "abm", "xsave"}),
+    ("x86-64-v2", {"sse4_2", "popcnt", "ssse3", "cx16", "lahf_lm"}),
+]
+
+
+@dataclass(frozen=True)
+class HostModel:
+    """``uarch`` is LLVM's CPU name; ``uarch_known`` is False when the vendor/family/model is not in
+    the table and ``uarch`` is only the feature level (x86-64-v4, ...) its flags reach."""
+    vendor: str
+    family: int
+    model: int
+    model_name: str
+    uarch: str
+    uarch_known: bool
+    flags: frozenset[str]
+
+    @property
+    def uarch_basis(self) -> str:
+        where = f"{self.vendor} family {self.family} model {self.model}"
+        return where if self.uarch_known else f"{where} not in the table: feature level of its flags"
+
+
+def _level(flags: frozenset[str]) -> str:
+    return next((name for name, need in _LEVELS if need <= flags), "x86-64")
+
+
+def _uarch(vendor: str, family: int, model: int, flags: frozenset[str]) -> str | None:
+    if vendor == "GenuineIntel" and family == 6:
+        name = _INTEL_6.get(model)
+        if name == "skylake-avx512":
+            return ("cooperlake" if "avx512_bf16" in flags else
+                    "cascadelake" if "avx512_vnni" in flags else name)
+        return name
+    if vendor == "AuthenticAMD":
+        return next((name for lo, hi, name in _AMD_RANGES.get(family, ()) if lo <= model <= hi), None)
+    return None
+
+
+def parse_cpuinfo(text: str) -> HostModel:
+    """The host model of the first processor in a /proc/cpuinfo text."""
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            if fields:
+                break
+            continue
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    flags = frozenset(fields.get("flags", "").split())
+    vendor = fields.get("vendor_id", "")
+    family, model = int(fields.get("cpu family", -1)), int(fields.get("model", -1))
+    uarch = _uarch(vendor, family, model, flags)
+    return HostModel(vendor, family, model, fields.get("model name", ""), uarch or _level(flags),
+                     uarch is not None, flags)
+
 
 @cache
-def cpu_flags() -> frozenset[str]:
+def model() -> HostModel:
     try:
         with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return frozenset(line.split(":", 1)[1].split())
+            return parse_cpuinfo(f.read())
     except OSError:
-        pass
-    return frozenset()
+        return parse_cpuinfo("")
+
+
+def cpu_flags() -> frozenset[str]:
+    return model().flags
+
+
+def target_of(m: HostModel) -> dict:
+    """The TVM 0.27 target of ``m``. A feature level (unknown model) lacks the ISA extensions beyond
+    it (VNNI, VPOPCNTDQ, ...): those the flags show are added as ``mattr``."""
+    target = {"kind": "llvm", "mcpu": m.uarch}
+    if not m.uarch_known:
+        mattr = [f"+{feature}" for feature, flag in X86_FLAGS.items() if flag in m.flags]
+        if mattr:
+            target["mattr"] = mattr
+    return target
+
+
+def tvm_target() -> dict:
+    """TVM target for code that runs on this host."""
+    return target_of(model())
+
+
+def lacks(feature: str, flags: frozenset[str]) -> str | None:
+    """None when ``flags`` include x86 ``feature`` (an ``X86_FLAGS`` key), else the reason."""
+    flag = X86_FLAGS.get(feature)
+    if flag is None:
+        raise KeyError(f"unknown CPU feature {feature!r}")
+    return None if flag in flags else f"host CPU lacks {flag}"
 
 
 def missing(feature: str, runner: tuple[str, ...]) -> str | None:
@@ -37,7 +151,4 @@ def missing(feature: str, runner: tuple[str, ...]) -> str | None:
     if feature in ARM_FEATURES:
         tool = runner[0] if runner else "qemu-aarch64"
         return None if shutil.which(tool) else f"{tool} not installed (apt-get install qemu-user)"
-    flag = X86_FLAGS.get(feature)
-    if flag is None:
-        raise KeyError(f"unknown CPU feature {feature!r}")
-    return None if flag in cpu_flags() else f"host CPU lacks {flag}"
+    return lacks(feature, cpu_flags())

@@ -12,7 +12,7 @@ or TVMScript), given a simple, standard schedule, compiled by TVM 0.27's LLVM 22
   one, for ``{"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mattr": ["+neon"]}``; the assembly of the
   compute function, for llvm-mca.
 
-Found in TVM 0.27.0.post1 (apache-tvm-ffi 0.1.14.post1, LLVM 22), measured on this machine:
+Found in TVM 0.27.0.post1 (apache-tvm-ffi 0.1.14.post1, LLVM 22), measured on a Sapphire Rapids host:
 * The built-in ``dot_16x4_vnni`` intrinsic fails LLVM-22 module verification (vpdpbusd.512 now takes
   ``<64 x i8>`` operands); ``dot_16x4_vnni_llvm22`` below is the same intrinsic with 8-bit operands.
   Its description (``dot_product_16x4_u8i8i32_desc``, TVM's) is copied, not imported: importing
@@ -37,7 +37,9 @@ import tvm
 from tvm import s_tir, te, tirx
 from tvm.script import tirx as T
 
-X86 = {"kind": "llvm", "mcpu": "sapphirerapids"}
+from isa_specs import host
+
+X86 = host.tvm_target()                                 # this host's micro-architecture: the kernels run here
 X86_AVX2 = {"kind": "llvm", "mcpu": "haswell"}         # AVX2 without AVX-512 (no vector popcount)
 NEON = {"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mattr": ["+neon"]}
 ZMM_WORDS = 8                  # uint64 words per zmm register
@@ -175,7 +177,7 @@ def bitserial_x86(abits: int, wbits: int, rows: int, reg_bits: int, kblocks: int
     bits along K) over uint64 words: one call covers what a C loop of ``kblocks`` tile calls does.
     ``scheduled=False``: the te.compute as written (topi.nn.bitserial_dense's expression), no
     schedule at all, left to TVM's default lowering and LLVM's loop vectorizer. ``avx2``: for a
-    Haswell-class target (ymm partial sums, no vector popcount) instead of this machine's. ``row_tile``:
+    Haswell-class target (ymm partial sums, no vector popcount) instead of the host's. ``row_tile``:
     the scheduled version loops over tiles of that many rows (a whole dense, not one tile)."""
     words = kblocks * reg_bits // 64
     if words * 64 != kblocks * reg_bits:
