@@ -213,6 +213,15 @@ def cmd_cache_verify(args) -> int:
     return 1 if failed else 0
 
 
+# ---------------------------------------------------------------- host
+def cmd_host(args) -> int:
+    from isa_specs import host
+    from synth import host_report
+    rep = host_report.report(host.model(), host_report.library_kernels())
+    print(json.dumps(rep, indent=1) if args.json else host_report.render(rep))
+    return 0
+
+
 # ---------------------------------------------------------------- parser
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="qsynth", description=__doc__)
@@ -274,6 +283,10 @@ def build_parser() -> argparse.ArgumentParser:
     cl.set_defaults(run=cmd_cache_ls)
     cv = cache.add_parser("verify", help="re-prove every entry; non-zero exit on any failure")
     cv.set_defaults(run=cmd_cache_verify)
+
+    ho = sub.add_parser("host", help="this host's CPU model, and which ISAs and cached kernels it can run")
+    ho.add_argument("--json", action="store_true")
+    ho.set_defaults(run=cmd_host)
     return p
 
 

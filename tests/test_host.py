@@ -3,6 +3,8 @@ Zen 4 CI host, a Sapphire Rapids Xeon 8480+, an AVX2-only Skylake i7-6700K), so 
 tested whichever CPU runs the suite; LLVM (TVM's) is the reference for CPU names."""
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -99,3 +101,59 @@ def test_live_host_agrees_with_llvm():
     assert host.tvm_target() == host.target_of(m)
     for feature, flag in host.X86_FLAGS.items():
         assert (host.missing(feature, ()) is None) == (flag in m.flags)
+
+
+# ---------------------------------------------------------------- qsynth host
+@pytest.fixture(scope="module")
+def library():
+    from synth import host_report
+    return host_report.library_kernels()
+
+
+def runnable_on(name: str, library) -> tuple[set, dict]:
+    from synth import host_report
+    rep = host_report.report(host.parse_cpuinfo(cpuinfo(name)), library)
+    x86 = [k for k in rep["kernels"] if k["isa"] != "neon"]
+    return {k["name"] for k in x86 if k["runnable"]}, {k["name"]: k["reason"] for k in x86 if not k["runnable"]}
+
+
+def test_library_on_recorded_hosts(library):
+    """Which x86 kernels each recorded CPU runs, by what their names say they use: AMX kernels end in
+    _amx, AVX2 u8s8 int8 is vpdpbusd ymm (AVX-VNNI; u7s8 is vpmaddubsw, AVX2), AVX-512 needs F + VPOPCNTDQ or VNNI."""
+    names = {k["name"] for k in library if k["isa"] != "neon"}
+    amx = {n for n in names if n.endswith("_amx")}
+    avxvnni = {n for n in names if n.startswith("int8_u8s8") and n.endswith("_avx2")}
+    avx512 = {n for n in names if n.endswith("_avx512")}
+    assert amx and avxvnni and avx512 and not library[0].get("error")
+
+    ok, why = runnable_on("zen4", library)
+    assert ok == names - amx - avxvnni
+    assert why == {**dict.fromkeys(amx, "host CPU lacks amx_int8"), **dict.fromkeys(avxvnni, "host CPU lacks avx_vnni")}
+    assert runnable_on("sapphirerapids", library) == (names, {})
+    ok, why = runnable_on("skylake", library)
+    assert ok == names - amx - avxvnni - avx512 and set(why) == amx | avxvnni | avx512
+    assert {why[n] for n in avx512} == {"host CPU lacks avx512f", "host CPU lacks avx512_vnni"}
+
+
+def test_isas_on_recorded_hosts(library):
+    from synth import host_report
+    isas = lambda name: {i["isa"]: i for i in host_report.report(host.parse_cpuinfo(cpuinfo(name)), library)["isas"]}
+    zen4, spr = isas("zen4"), isas("sapphirerapids")
+    assert zen4["amx"]["runnable"] == [] and zen4["amx"]["not_runnable"] == {"amx-int8": "host CPU lacks amx_int8"}
+    assert zen4["avx2"]["runnable"] == ["avx2"] and set(zen4["avx2"]["not_runnable"]) == {"avxvnni"}
+    assert zen4["avx512"]["not_runnable"] == {}
+    assert all(not i["not_runnable"] for n, i in spr.items() if n != "neon")
+    assert (zen4["neon"]["not_runnable"] == {}) == (shutil.which("qemu-aarch64") is not None)
+    text = host_report.render(host_report.report(host.parse_cpuinfo(cpuinfo("zen4")), library))
+    assert "micro-architecture: znver4\n" in text and "amx     cannot run" in text
+    assert "cannot run int8_u8s8_tile_32x32x256_amx: host CPU lacks amx_int8" in text
+
+
+def test_cli_host_json(capsys, library):
+    from synth.cli import main
+    assert main(["host", "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    m = host.model()
+    assert rep["host"]["uarch"] == m.uarch and rep["host"]["tvm_target"] == host.tvm_target()
+    assert set(rep["host"]["flags"]) == m.flags
+    assert [k["name"] for k in rep["kernels"]] == [k["name"] for k in library]

@@ -1,0 +1,78 @@
+"""``qsynth host``: the host model, and which ISAs and cached kernels this host can run and why not.
+
+The report is a function of a host model, so a recorded /proc/cpuinfo (tests/data) gives the report
+of that CPU; AArch64 features depend on qemu-user, not on the CPU."""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+
+from isa_specs import ISA_NAMES, get_isa, host
+from synth import cache
+from synth.emit import kernel_model
+
+
+def feature_reason(feature: str, m: host.HostModel) -> str | None:
+    """None when host ``m`` can execute ``feature`` (AArch64 ones through qemu), else why not."""
+    if feature in host.ARM_FEATURES:
+        return host.missing(feature, get_isa("neon").toolchain.runner)
+    return host.lacks(feature, m.flags)
+
+
+def _reason(features, m: host.HostModel) -> str | None:
+    return next((r for r in (feature_reason(f, m) for f in sorted(features)) if r), None)
+
+
+def library_kernels() -> list[dict]:
+    """Name, ISA and CPU features of every cache entry (features None for an unreadable entry)."""
+    out = []
+    for path in cache.entries():
+        try:
+            entry = cache.read(path)
+        except cache.CacheError as e:
+            out.append({"name": path.stem, "isa": None, "features": None, "error": str(e)})
+            continue
+        model = kernel_model(entry)
+        out.append({"name": entry["name"], "isa": model["isa"].name, "features": model["features"]})
+    return out
+
+
+def report(m: host.HostModel, kernels: list[dict]) -> dict:
+    isas = []
+    for name in ISA_NAMES:
+        isa = get_isa(name)
+        features = sorted({insn.feature for insn in isa.instructions})
+        reasons = {f: feature_reason(f, m) for f in features}
+        isas.append({"isa": name, "runs_on": " ".join(isa.toolchain.runner) or "the host CPU",
+                     "runnable": [f for f in features if reasons[f] is None],
+                     "not_runnable": {f: r for f, r in reasons.items() if r}})
+    rows = []
+    for k in kernels:
+        reason = _reason(k["features"], m) if k["features"] is not None else f"unreadable entry: {k['error']}"
+        rows.append({"name": k["name"], "isa": k["isa"], "runnable": reason is None, "reason": reason})
+    info = asdict(m)
+    info.update(uarch_basis=m.uarch_basis, tvm_target=host.target_of(m), flags=sorted(m.flags),
+                features=[f for f, flag in host.X86_FLAGS.items() if flag in m.flags])
+    return {"host": info, "isas": isas, "kernels": rows}
+
+
+def render(rep: dict) -> str:
+    h = rep["host"]
+    lines = [f"host: {h['model_name'] or '?'} ({h['uarch_basis']})",
+             f"  micro-architecture: {h['uarch']}" + ("" if h["uarch_known"] else " (feature level, model unknown)"),
+             f"  TVM target: {json.dumps(h['tvm_target'])}",
+             f"  x86 features: {' '.join(h['features']) or 'none'}",
+             "ISAs:"]
+    for i in rep["isas"]:
+        state = "runs" if not i["not_runnable"] else "partly" if i["runnable"] else "cannot run"
+        lines.append(f"  {i['isa']:<7} {state} on {i['runs_on']}"
+                     + (f": {' '.join(i['runnable'])}" if i["runnable"] else "")
+                     + "".join(f"; not {f}: {r}" for f, r in i["not_runnable"].items()))
+    rows = rep["kernels"]
+    lines.append(f"kernels in the library: {sum(r['runnable'] for r in rows)} of {len(rows)} run on this host")
+    for isa in ISA_NAMES:
+        mine = [r for r in rows if r["isa"] == isa]
+        if mine:
+            lines.append(f"  {isa:<7} {sum(r['runnable'] for r in mine)} of {len(mine)}")
+    lines += [f"  cannot run {r['name']}: {r['reason']}" for r in rows if not r["runnable"]]
+    return "\n".join(lines)
