@@ -1,0 +1,53 @@
+"""TensorIntrins from the kernel cache: only intact, proved entries become intrinsics."""
+import json
+import shutil
+
+import pytest
+
+tvm = pytest.importorskip("tvm")
+
+from synth import cache  # noqa: E402
+from tvm_integration import register_kernels  # noqa: E402
+from tvm_integration.intrinsics import proved_entries  # noqa: E402
+
+VNNI = "int8_u8s8_k4b_8x48x16_avx512"
+
+
+def _vnni_entry() -> dict:
+    [entry] = [e for e in proved_entries("avx512") if e["name"] == VNNI]
+    return entry
+
+
+def test_every_proved_k4_tile_of_an_isa_is_registered():
+    kernels = register_kernels("avx512")
+    assert [k.intrin for k in kernels] == ["qsynth_" + VNNI]
+    [k] = kernels
+    assert (k.spec.mr, k.spec.nr, k.spec.k, k.a_dtype, k.b_dtype) == (8, 48, 16, "uint8", "int8")
+    assert f"@{k.function}(" in k.llvm_ir and k.features == ("avx512vnni",)
+    desc = tvm.s_tir.TensorIntrin.get(k.intrin).desc.script()
+    for buffer in ('T.Buffer((8, 16), "uint8"', 'T.Buffer((4, 48, 4), "int8"', 'T.Buffer((8, 48), "int32"'):
+        assert buffer in desc
+
+
+def test_neon_tiles_and_no_amx_tile():
+    assert {k.spec.types for k in register_kernels("neon")} == {"u8s8", "s8s8", "u8u8"}
+    assert register_kernels("amx") == []
+
+
+def test_a_tampered_or_unproved_entry_is_never_registered(tmp_path):
+    entry = _vnni_entry()
+    unproved = dict(entry, proof=dict(entry["proof"], proved=False))
+    cache.store(unproved, tmp_path)              # a well-formed entry whose proof failed
+    assert register_kernels("avx512", tmp_path) == []
+    path = cache.store(entry, tmp_path)
+    assert len(register_kernels("avx512", tmp_path)) == 1
+    edited = json.loads(path.read_text())
+    edited["program"]["body"] = edited["program"]["body"][:-1]     # an instruction dropped, hash kept
+    path.write_text(json.dumps(edited))
+    assert register_kernels("avx512", tmp_path) == []
+
+
+def test_an_entry_of_another_engine_version_is_not_registered(tmp_path):
+    entry = _vnni_entry()
+    cache.store(dict(entry, key=dict(entry["key"], engine="0")), tmp_path)
+    assert register_kernels("avx512", tmp_path) == []

@@ -1,0 +1,123 @@
+"""TensorIntrins made from the kernel cache: one per cached, proved int8 tile of an ISA.
+
+The description is the tile's mathematics read off its ``Int8Spec`` (``C[i][j] += A[i][t] * B[j][t]``
+over ``mr x nr x k``, in the spec's element types); the implementation is a ``T.call_extern`` of
+the emitted C function, whose LLVM IR (clang -O3 with the ISA's flags) the schedule imports with
+``pragma_import_llvm`` so that LLVM inlines it into the tensorized loop nest.
+
+Memory image shared by the ``k4`` and ``k4b`` layouts (synth/emit.py): A is ``mr`` rows of
+``k`` bytes, row i at ``a + i*a_stride``; B is ``k/4`` rows of ``nr*4`` bytes (for each column the
+four bytes of one k group), row g at ``b + g*b_stride``; C is ``mr`` rows of ``nr`` int32. The
+``rows`` layout (B row j = column j) and int16 elements are not registered.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from tvm import s_tir
+from tvm.script import tirx as T
+
+from synth import cache
+from synth.emit import emit_llvm_ir, function_name, kernel_model
+from synth.kernel import cache_key_fields, spec_from_key
+from synth.spec import Int8Spec
+
+log = logging.getLogger(__name__)
+
+# Element types of A and B per Int8Spec.types. u7s8 is u8 data with the precondition A < 128.
+DTYPES = {"u8s8": ("uint8", "int8"), "u7s8": ("uint8", "int8"), "s8s8": ("int8", "int8"), "u8u8": ("uint8", "uint8")}
+K4_LAYOUTS = ("k4", "k4b")
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """A registered tile: the TensorIntrin's name, its spec, the LLVM IR that defines ``function``, and
+    the CPU features (``isa_specs.host`` names) its instructions need."""
+    intrin: str
+    spec: Int8Spec
+    function: str
+    llvm_ir: str
+    cache_key: str
+    features: tuple[str, ...]
+
+    @property
+    def a_dtype(self) -> str:
+        return DTYPES[self.spec.types][0]
+
+    @property
+    def b_dtype(self) -> str:
+        return DTYPES[self.spec.types][1]
+
+
+def proved_entries(isa: str, root: Path = cache.ROOT) -> list[dict]:
+    """The intact, proved, current int8 entries of ``isa``. The one place the cache is read: an
+    entry failing its hash, not proved, or made by another ISA-spec/engine version is skipped."""
+    found = []
+    for path in cache.entries(root):
+        try:
+            entry = cache.read(path)
+        except cache.CacheError as e:
+            log.warning("not registered: %s", e)
+            continue
+        if entry["spec"].get("kind") != "int8" or entry["spec"].get("isa") != isa:
+            continue
+        spec = spec_from_key(entry["spec"])
+        if not entry["proof"]["proved"]:
+            log.warning("not registered: %s is not proved", entry["name"])
+        elif entry["key"] != cache_key_fields(spec, entry["key"]["cost"]):
+            log.warning("not registered: %s was made by another ISA spec or engine version", entry["name"])
+        else:
+            found.append(entry)
+    return found
+
+
+def tile_functions(spec: Int8Spec, function: str):
+    """(description, implementation) PrimFuncs of a k4-image tile; the implementation calls ``function``."""
+    mr, nr, k = spec.mr, spec.nr, spec.k
+    a_dtype, b_dtype = DTYPES[spec.types]
+
+    @T.prim_func(s_tir=True)
+    def desc(A: T.Buffer((mr, k), a_dtype, offset_factor=1, strides=[T.int32(), 1]),
+             B: T.Buffer((k // 4, nr, 4), b_dtype, offset_factor=1, strides=[T.int32(), 4, 1]),
+             C: T.Buffer((mr, nr), "int32", offset_factor=1, strides=[T.int32(), 1])) -> None:
+        with T.sblock("root"):
+            T.reads(C[0:mr, 0:nr], A[0:mr, 0:k], B[0:k // 4, 0:nr, 0:4])
+            T.writes(C[0:mr, 0:nr])
+            for i, j, t in T.grid(mr, nr, k):
+                with T.sblock("update"):
+                    vi, vj, vt = T.axis.remap("SSR", [i, j, t])
+                    C[vi, vj] = C[vi, vj] + T.Cast("int32", A[vi, vt]) * T.Cast("int32", B[vt // 4, vj, vt % 4])
+
+    @T.prim_func(s_tir=True)
+    def impl(A: T.Buffer((mr, k), a_dtype, offset_factor=1, strides=[T.int32(), 1]),
+             B: T.Buffer((k // 4, nr, 4), b_dtype, offset_factor=1, strides=[T.int32(), 4, 1]),
+             C: T.Buffer((mr, nr), "int32", offset_factor=1, strides=[T.int32(), 1])) -> None:
+        with T.sblock("root"):
+            T.reads(C[0:mr, 0:nr], A[0:mr, 0:k], B[0:k // 4, 0:nr, 0:4])
+            T.writes(C[0:mr, 0:nr])
+            T.evaluate(T.call_extern("int32", function, A.access_ptr("r"), A.strides[0], B.access_ptr("r"),
+                                     B.strides[0], C.access_ptr("rw"), C.strides[0]))
+
+    return desc, impl
+
+
+def register_kernels(isa: str, root: Path = cache.ROOT) -> list[Kernel]:
+    """Register a TensorIntrin ``qsynth_<kernel name>`` per proved int8 k4-image tile of ``isa``;
+    returns them. AMX tiles (layout ``tile``, the same memory image) are left out: they need the
+    tile configuration and the thread's tile permission around the calls, which no schedule here sets up."""
+    kernels = []
+    for entry in proved_entries(isa, root):
+        spec = spec_from_key(entry["spec"])
+        if spec.layout not in K4_LAYOUTS or spec.types not in DTYPES:
+            continue
+        name = "qsynth_" + entry["name"]
+        if any(k.intrin == name for k in kernels):
+            log.warning("not registered: a second entry for %s (%s)", name, entry["cache_key"])
+            continue
+        function = function_name(entry) + "_extern"
+        s_tir.TensorIntrin.register(name, *tile_functions(spec, function), override=True)
+        kernels.append(Kernel(name, spec, function, emit_llvm_ir(entry), entry["cache_key"],
+                              tuple(kernel_model(entry)["features"])))
+    return kernels
