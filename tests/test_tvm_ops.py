@@ -1,0 +1,218 @@
+"""int8 dense and conv2d in TVM, tensorized with the cached kernels, against numpy on random tensors."""
+import numpy as np
+import pytest
+
+pytest.importorskip("tvm")
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+from tvm_integration import dispatch  # noqa: E402
+from tvm_integration.ops.conv2d import conv2d  # noqa: E402
+from tvm_integration.ops.dense import dense  # noqa: E402
+from tvm_integration.output_stage import FixedPointRequantize, OutputStage, ScaleRequantize  # noqa: E402
+
+try:
+    HOST_KERNEL = dispatch.select("host")
+    NO_KERNEL = None
+except dispatch.DispatchError as e:
+    HOST_KERNEL, NO_KERNEL = None, str(e)
+pytestmark = pytest.mark.skipif(HOST_KERNEL is None, reason=f"no host kernel: {NO_KERNEL}")
+
+RNG = np.random.default_rng(13)
+RANGES = {"uint8": (0, 256), "int8": (-128, 128)}
+
+
+def random(shape, dtype):
+    lo, hi = RANGES[dtype]
+    return RNG.integers(lo, hi, shape).astype(dtype)
+
+
+def conv_reference(x, w, layout, stride, pad, groups):
+    """Direct convolution in int64 numpy, NCHW internally."""
+    x = x if layout == "NCHW" else x.transpose(0, 3, 1, 2)
+    x = np.pad(x.astype(np.int64), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    o, cg, kh, kw = w.shape
+    oh, ow = (x.shape[2] - kh) // stride + 1, (x.shape[3] - kw) // stride + 1
+    og = o // groups
+    out = np.zeros((x.shape[0], o, oh, ow), np.int64)
+    for i in range(kh):
+        for j in range(kw):
+            window = x[:, :, i:i + stride * oh:stride, j:j + stride * ow:stride]
+            for g in range(groups):
+                out[:, g * og:(g + 1) * og] += np.einsum(
+                    "bchw,oc->bohw", window[:, g * cg:(g + 1) * cg], w[g * og:(g + 1) * og, :, i, j].astype(np.int64))
+    out = out.astype(np.int32)         # int32 wrap-around, as the accumulators
+    return out if layout == "NCHW" else out.transpose(0, 2, 3, 1)
+
+
+def dense_reference(x, w):
+    return (x.astype(np.int64) @ w.astype(np.int64).T).astype(np.int32)
+
+
+# ---------------------------------------------------------------- dense
+@pytest.mark.parametrize("m,n,k,dtype", [(16, 96, 64, "uint8"), (13, 50, 37, "uint8"), (9, 49, 17, "int8"),
+                                         (1, 1, 1, "int8")])
+def test_dense(m, n, k, dtype):
+    w, x = random((n, k), "int8"), random((m, k), dtype)
+    assert np.array_equal(dense(w, m, dtype)(x), dense_reference(x, w))
+
+
+@pytest.fixture(scope="module")
+def dense_s8():
+    return dense(np.full((50, 40), -128, np.int8), 10, "int8")
+
+
+def test_minus_128_squared_and_u8_at_least_128(dense_s8):
+    x = np.full((10, 40), -128, np.int8)
+    assert np.all(dense_s8(x) == 40 * 128 * 128)
+    w = random((50, 40), "int8")
+    x = RNG.integers(128, 256, (10, 40)).astype(np.uint8)
+    assert np.array_equal(dense(w, 10, "uint8")(x), dense_reference(x, w))
+
+
+@settings(max_examples=6)
+@given(st.integers(1, 20), st.integers(1, 100), st.integers(1, 70), st.sampled_from(["uint8", "int8"]))
+def test_dense_any_shape(m, n, k, dtype):
+    w, x = random((n, k), "int8"), random((m, k), dtype)
+    assert np.array_equal(dense(w, m, dtype)(x), dense_reference(x, w))
+
+
+def test_plain_tir_schedule_computes_the_same():
+    w, x = random((50, 37), "int8"), random((11, 37), "int8")
+    assert np.array_equal(dense(w, 11, "int8", use_kernel=False)(x), dense_reference(x, w))
+
+
+# ---------------------------------------------------------------- conv2d
+CONVS = [  # layout, C, O, kernel, stride, padding, groups, dtype
+    ("NHWC", 16, 32, 1, 1, 0, 1, "uint8"),
+    ("NCHW", 24, 20, 1, 2, 0, 1, "int8"),
+    ("NHWC", 5, 7, 3, 1, 1, 1, "int8"),
+    ("NCHW", 16, 50, 3, 1, 1, 1, "uint8"),
+    ("NHWC", 8, 16, 3, 2, 1, 1, "uint8"),
+    ("NCHW", 3, 16, 7, 2, 3, 1, "uint8"),
+    ("NHWC", 3, 8, 7, 2, 3, 1, "int8"),
+    ("NCHW", 8, 12, 3, 1, 1, 2, "int8"),
+    ("NHWC", 12, 8, 1, 1, 0, 4, "uint8"),
+    ("NHWC", 8, 8, 3, 1, 1, 8, "uint8"),      # depthwise
+    ("NCHW", 16, 16, 3, 2, 1, 16, "int8"),    # depthwise, stride 2
+    ("NHWC", 16, 16, 3, 2, 1, 16, "int8"),
+    ("NCHW", 8, 8, 3, 1, 1, 8, "uint8"),
+]
+
+
+@pytest.mark.parametrize("layout,c,o,ksize,stride,pad,groups,dtype", CONVS)
+def test_conv2d(layout, c, o, ksize, stride, pad, groups, dtype):
+    hw = 9
+    shape = (1, c, hw, hw) if layout == "NCHW" else (1, hw, hw, c)
+    x, w = random(shape, dtype), random((o, c // groups, ksize, ksize), "int8")
+    out = conv2d(w, shape, layout, stride, pad, groups, dtype)(x)
+    assert np.array_equal(out, conv_reference(x, w, layout, stride, pad, groups))
+
+
+def test_conv2d_batch_and_plain_tir():
+    shape = (2, 6, 6, 8)
+    x, w = random(shape, "uint8"), random((10, 8, 3, 3), "int8")
+    for use_kernel in (True, False):
+        out = conv2d(w, shape, "NHWC", 1, 1, 1, "uint8", use_kernel=use_kernel)(x)
+        assert np.array_equal(out, conv_reference(x, w, "NHWC", 1, 1, 1))
+
+
+def test_conv2d_refuses_weights_that_do_not_fit():
+    with pytest.raises(ValueError, match="groups"):
+        conv2d(random((8, 3, 3, 3), "int8"), (1, 8, 9, 9), "NCHW", groups=2)
+    with pytest.raises(ValueError, match="does not fit"):
+        conv2d(random((8, 8, 7, 7), "int8"), (1, 8, 3, 3), "NCHW")
+
+
+# ---------------------------------------------------------------- output stage
+def requantize_onnxruntime(acc, scale, zero_point, lo, hi):
+    """MLAS: float32(acc) * scale in float32, round half to even, + zero point, saturate."""
+    return np.clip(np.rint(acc.astype(np.float32) * np.float32(scale)) + zero_point, lo, hi)
+
+
+def requantize_tflite(acc, multiplier, shift, zero_point, lo, hi):
+    """TFLite MultiplyByQuantizedMultiplier (reference_ops), element by element in Python ints."""
+    def one(x, m, s):
+        x = ((x << max(s, 0)) + 2**31) % 2**32 - 2**31           # int32 wrap-around of the left shift
+        ab = x * m
+        nudged = ab + ((1 << 30) if ab >= 0 else 1 - (1 << 30))
+        high = 2**31 - 1 if x == m == -2**31 else (abs(nudged) >> 31) * (1 if nudged >= 0 else -1)
+        right = max(-s, 0)
+        mask = (1 << right) - 1
+        threshold = (mask >> 1) + (1 if high < 0 else 0)
+        return (high >> right) + (1 if (high & mask) > threshold else 0)
+    out = np.array([one(int(a), int(m), int(s)) for a, m, s in zip(acc.ravel(), np.broadcast_to(multiplier, acc.shape).ravel(),
+                                                                   np.broadcast_to(shift, acc.shape).ravel())])
+    return np.clip(out.reshape(acc.shape) + zero_point, lo, hi)
+
+
+IDENTITY = np.array([[1], [-1], [3]], np.int8)      # dense columns: acc = x, -x, 3x
+
+
+def identity_dense(stage):
+    """x (m x 1, u8) -> acc[:, n] = x * IDENTITY[n] + bias: the accumulator is chosen directly."""
+    return dense(IDENTITY, 256, "uint8", stage)
+
+
+X_ALL = np.arange(256, dtype=np.uint8).reshape(256, 1)
+ACC = X_ALL.astype(np.int32) * IDENTITY.astype(np.int32).T
+
+
+def test_bias_and_relu_int32():
+    bias = np.array([-100, 7, 0], np.int32)
+    out = identity_dense(OutputStage(bias=bias, relu=True))(X_ALL)
+    assert out.dtype == np.int32 and np.array_equal(out, np.maximum(ACC + bias, 0))
+
+
+@pytest.mark.parametrize("out_dtype,zero_point", [("uint8", 3), ("int8", -5)])
+def test_scale_requantize_rounds_ties_to_even(out_dtype, zero_point):
+    scale = np.array([0.5, 0.5, 0.25], np.float32)            # every odd acc (and 3x/4 with x = 2 mod 4) is a tie
+    bias = np.array([1, -2, 0], np.int32)
+    stage = OutputStage(bias=bias, requantize=ScaleRequantize(scale, zero_point, out_dtype))
+    out = identity_dense(stage)(X_ALL)
+    lo, hi = (0, 255) if out_dtype == "uint8" else (-128, 127)
+    assert out.dtype == np.dtype(out_dtype)
+    assert np.array_equal(out, requantize_onnxruntime(ACC + bias, scale, zero_point, lo, hi))
+
+
+def test_scale_requantize_relu_and_clamp():
+    stage = OutputStage(requantize=ScaleRequantize(0.37, 10, "uint8"), relu=True, clamp=(0, 60))
+    out = identity_dense(stage)(X_ALL)
+    assert np.array_equal(out, requantize_onnxruntime(ACC, 0.37, 10, 10, 60))
+
+
+@pytest.mark.parametrize("multiplier,shift", [(1 << 30, 0), (1 << 30, -2), (1518500250, 1), (-2**31, 0),
+                                              (np.array([1 << 30, 1431655765, 2**31 - 1]), np.array([-1, -3, 0]))])
+def test_fixed_point_requantize_is_tflite(multiplier, shift):
+    stage = OutputStage(bias=np.array([0, 1, -1], np.int32), requantize=FixedPointRequantize(multiplier, shift, -3, "int8"))
+    out = identity_dense(stage)(X_ALL)
+    expect = requantize_tflite(ACC + np.array([0, 1, -1]), np.asarray(multiplier, np.int64), np.asarray(shift, np.int64),
+                               -3, -128, 127)
+    assert np.array_equal(out, expect)
+
+
+def test_requantize_of_conv_nchw():
+    x, w = random((1, 8, 5, 5), "uint8"), random((6, 8, 3, 3), "int8")
+    scale = RNG.uniform(1e-4, 1e-3, 6).astype(np.float32)
+    stage = OutputStage(bias=RNG.integers(-5000, 5000, 6).astype(np.int32), requantize=ScaleRequantize(scale, 128, "uint8"))
+    out = conv2d(w, x.shape, "NCHW", 1, 1, 1, "uint8", stage)(x)
+    acc = conv_reference(x, w, "NCHW", 1, 1, 1) + stage.bias[None, :, None, None]
+    assert np.array_equal(out, requantize_onnxruntime(acc, scale[None, :, None, None], 128, 0, 255))
+
+
+# ---------------------------------------------------------------- dispatch
+def test_host_dispatch_takes_the_best_kernel_the_host_runs():
+    assert dispatch.usable(HOST_KERNEL) is None
+    rank = [i for i, (isa, feature) in enumerate(dispatch.PREFERENCE)
+            if isa == HOST_KERNEL.spec.isa and feature in HOST_KERNEL.features][0]
+    for isa, feature in dispatch.PREFERENCE[:rank]:
+        for kernel in dispatch.register_kernels(isa):
+            if kernel.spec.types == "u8s8" and feature in kernel.features:
+                assert dispatch.usable(kernel) is not None
+
+
+def test_unknown_isa_is_refused():
+    with pytest.raises(dispatch.DispatchError, match="unknown ISA"):
+        dispatch.select("sse2")
+    with pytest.raises(dispatch.DispatchError, match="amx"):
+        dispatch.select("amx")

@@ -1,0 +1,81 @@
+"""int8 conv2d, NCHW or NHWC, any kernel size, stride, padding and groups: x u8 or s8, weights s8
+OIHW, ``out = stage(conv)``.
+
+Grouped and ordinary convolutions are the tensorized GEMM (gemm.py) over an im2col packing done at
+run time: row p = output pixel (oh, ow), k = (kh, kw, c) with the channels innermost, and zero where
+the window leaves the padded input. Depthwise convolutions (one input and one output channel per
+group) would fill one column of a 48-column tile, so they take depthwise.py's direct vectorized TIR.
+"""
+from __future__ import annotations
+
+import numpy as np
+import tvm
+from tvm import te, tirx
+
+from tvm_integration import dispatch
+from tvm_integration.operator import Operator
+from tvm_integration.ops import depthwise
+from tvm_integration.ops.gemm import Gemm, Tile, build
+from tvm_integration.output_stage import OutputStage
+from tvm_integration.packing import conv_weight_matrix
+
+LAYOUTS = ("NCHW", "NHWC")
+
+
+def pair(v) -> tuple[int, int]:
+    return (v, v) if isinstance(v, int) else tuple(v)
+
+
+def conv_geometry(input_shape, layout, weight_shape, stride, padding):
+    """((B, C, H, W), (OH, OW), (pad_top, pad_left, pad_bottom, pad_right)); padding is an int,
+    (ph, pw) or (top, left, bottom, right)."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be NCHW or NHWC, got {layout!r}")
+    b, c, h, w = input_shape if layout == "NCHW" else (input_shape[0], input_shape[3], *input_shape[1:3])
+    pads = (padding,) * 4 if isinstance(padding, int) else tuple(padding) * (2 if len(padding) == 2 else 1)
+    kh, kw = weight_shape[2:]
+    sh, sw = stride
+    oh, ow = (h + pads[0] + pads[2] - kh) // sh + 1, (w + pads[1] + pads[3] - kw) // sw + 1
+    if oh < 1 or ow < 1:
+        raise ValueError(f"a {kh}x{kw} kernel does not fit the padded {h}x{w} input")
+    return (b, c, h, w), (oh, ow), pads
+
+
+def conv2d(weight: np.ndarray, input_shape: tuple[int, ...], layout: str = "NCHW", stride=1, padding=0,
+           groups: int = 1, data_dtype: str = "uint8", stage: OutputStage = OutputStage(), isa: str = "host",
+           use_kernel: bool = True) -> Operator:
+    """Compile a conv2d for inputs of ``input_shape`` (in ``layout``); ``use_kernel=False``: the same
+    schedule in plain TIR."""
+    if weight.dtype != np.int8 or weight.ndim != 4:
+        raise ValueError(f"weight must be int8 OIHW, got {weight.dtype}{list(weight.shape)}")
+    if data_dtype not in ("uint8", "int8"):
+        raise ValueError(f"data_dtype must be uint8 or int8, got {data_dtype!r}")
+    stride = pair(stride)
+    (b, c, h, w), (oh, ow), pads = conv_geometry(input_shape, layout, weight.shape, stride, padding)
+    o, cg, kh, kw = weight.shape
+    if c % groups or o % groups or cg != c // groups:
+        raise ValueError(f"weight {list(weight.shape)} does not fit {c} input channels in {groups} groups")
+    result_shape = (b, o, oh, ow) if layout == "NCHW" else (b, oh, ow, o)
+    x = te.placeholder(tuple(input_shape), data_dtype, name="data")
+    if cg == 1 and o == groups:
+        mod, constants, out_shape = depthwise.build(x, layout, weight, stride, pads, (oh, ow), stage)
+        module = tvm.compile(mod, target=dispatch.target()).jit()
+        return Operator(module, constants, out_shape, stage.out_dtype, input_shape, data_dtype, result_shape)
+
+    def element(bi, g, p, k):
+        y, xx = p // ow, p % ow
+        ih = y * stride[0] + k // (kw * cg) - pads[0]
+        iw = xx * stride[1] + k // cg % kw - pads[1]
+        ch = g * cg + k % cg
+        value = x[bi, ch, ih, iw] if layout == "NCHW" else x[bi, ih, iw, ch]
+        inside = tirx.all(ih >= 0, ih < h, iw >= 0, iw < w)
+        return tirx.if_then_else(inside, value, tirx.const(0, data_dtype))
+
+    kernel = dispatch.select(isa)
+    gemm = Gemm(b, groups, oh * ow, o // groups, kh * kw * cg)
+    order = "channels" if layout == "NCHW" else "rows"
+    mod, constants = build(gemm, x, element, conv_weight_matrix(weight, groups), stage, order, Tile.of(kernel),
+                           kernel if use_kernel else None)
+    out_shape = (b, groups, o // groups, oh * ow) if layout == "NCHW" else (b, oh * ow, groups, o // groups)
+    module = tvm.compile(mod, target=dispatch.target(kernel)).jit()
+    return Operator(module, constants, out_shape, stage.out_dtype, input_shape, data_dtype, result_shape)

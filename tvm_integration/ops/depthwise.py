@@ -1,0 +1,72 @@
+"""Depthwise int8 conv2d in plain vectorized TIR: one channel per group leaves nothing for a GEMM
+tile (one column of 48), so each output is a KH*KW multiply-add in int32, vectorized along the
+contiguous axis (channels in NHWC, output columns in NCHW), parallel over output rows."""
+from __future__ import annotations
+
+import numpy as np
+from tvm import s_tir, te, tirx
+
+from tvm_integration.output_stage import OutputStage, placeholders
+
+VECTOR_WIDTHS = (16, 8, 4, 2, 1)
+
+
+def build(x: te.Tensor, layout: str, weight: np.ndarray, stride, pads, out_hw, stage: OutputStage):
+    """``(mod, constants, out_shape)``; ``main(data, weights, *stage params, out)``."""
+    c, kh, kw = weight.shape[0], weight.shape[2], weight.shape[3]
+    oh, ow = out_hw
+    if layout == "NCHW":
+        b, _, h, wd = x.shape
+        shape = (b, c, h + pads[0] + pads[2], wd + pads[1] + pads[3])
+        padded = te.compute(shape, lambda n, ch, i, j: _padded(x, layout, n, ch, i - pads[0], j - pads[1]), name="pad")
+    else:
+        b, h, wd, _ = x.shape
+        shape = (b, h + pads[0] + pads[2], wd + pads[1] + pads[3], c)
+        padded = te.compute(shape, lambda n, i, j, ch: _padded(x, layout, n, ch, i - pads[0], j - pads[1]), name="pad")
+    w = te.placeholder((c, kh, kw), "int8", name="weights")
+    ry, rx = te.reduce_axis((0, kh), name="ry"), te.reduce_axis((0, kw), name="rx")
+
+    def product(n, ch, y, xx):
+        i, j = y * stride[0] + ry, xx * stride[1] + rx
+        value = padded[n, ch, i, j] if layout == "NCHW" else padded[n, i, j, ch]
+        return te.sum(value.astype("int32") * w[ch, ry, rx].astype("int32"), axis=[ry, rx])
+
+    values = stage.channel_params(c, 1, 1)
+    params = placeholders(values)
+    if layout == "NCHW":
+        acc = te.compute((b, c, oh, ow), product, name="acc")
+        out = te.compute((b, c, oh, ow), lambda n, ch, y, xx: stage.expression(acc[n, ch, y, xx], params, ch, 0),
+                         name="output")
+    else:
+        acc = te.compute((b, oh, ow, c), lambda n, y, xx, ch: product(n, ch, y, xx), name="acc")
+        out = te.compute((b, oh, ow, c), lambda n, y, xx, ch: stage.expression(acc[n, y, xx, ch], params, ch, 0),
+                         name="output")
+    func = te.create_prim_func([x, w, *params.values(), out])
+    constants = [np.ascontiguousarray(weight[:, 0]), *values.values()]
+    return _schedule(func, layout), constants, (b, c, oh, ow) if layout == "NCHW" else (b, oh, ow, c)
+
+
+def _padded(x, layout, n, ch, i, j):
+    h, w = (x.shape[2], x.shape[3]) if layout == "NCHW" else (x.shape[1], x.shape[2])
+    value = x[n, ch, i, j] if layout == "NCHW" else x[n, i, j, ch]
+    return tirx.if_then_else(tirx.all(i >= 0, i < h, j >= 0, j < w), value, tirx.const(0, x.dtype))
+
+
+def _schedule(func, layout: str):
+    sch = s_tir.Schedule(func)
+    acc = sch.get_sblock("acc")
+    n, d1, d2, d3, ry, rx = sch.get_loops(acc)
+    inner = d3                                      # NCHW: output columns; NHWC: channels
+    extent = int(sch.get(inner).extent)
+    width = next(v for v in VECTOR_WIDTHS if extent % v == 0)
+    i0, i1 = sch.split(inner, [None, width])
+    sch.reorder(n, d1, d2, i0, ry, rx, i1)
+    outer = sch.fuse(n, d1)
+    sch.parallel(outer)
+    output = sch.get_sblock("output")
+    sch.reverse_compute_at(output, i0)
+    if width > 1:                   # (with width 1 the output's last loop would be i0 itself)
+        sch.vectorize(i1)
+        sch.vectorize(sch.get_loops(output)[-1])
+    sch.decompose_reduction(acc, ry)
+    return sch.mod

@@ -1,0 +1,119 @@
+"""The tensorized GEMM that dense and conv2d both are: per image b and group g,
+``acc[b, g, p, n] = sum_k A[b, g, p, k] * W[g, n, k]``, then the output stage.
+
+* A (``pack``) is built at run time inside the operator from the input tensor by the operator's own
+  index map (dense: the rows; conv2d: im2col with the padding), shifted to unsigned for signed
+  inputs, zero-padded to whole tiles; it is computed per row tile, right before the tile's K loops.
+* W arrives packed into the kernel's layout (packing.py), zero-padded to whole tiles.
+* The output stage (output_stage.py) runs per (row tile, column tile) right after its K loop, while
+  the int32 tile is in cache, and writes only the real rows and columns: ``rows`` order
+  ``out[b, p, g, n]`` (dense, NHWC) or ``channels`` order ``out[b, g, n, p]`` (NCHW).
+
+Schedule: rows tile ``mr``, columns tile ``nr``, K step ``k`` of the tile kernel; loops
+``(b, g, p0) | n0 | k0 | p1 n1 k1``, the fused outer loop parallel, the inner three tensorized with the
+kernel's TensorIntrin (its LLVM IR imported and inlined). With ``kernel=None`` the same tiling runs
+plain TIR (``p1`` unrolled, LLVM vectorizing), to show what the kernel buys.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from tvm import s_tir, te, tirx
+
+from tvm_integration.intrinsics import Kernel
+from tvm_integration.output_stage import OutputStage, placeholders
+from tvm_integration.packing import ACTIVATION_SHIFT, pack_weights, round_up, shift_compensation
+
+ORDERS = ("rows", "channels")
+
+
+@dataclass(frozen=True)
+class Tile:
+    """The register tile a schedule is built around: the kernel's, or a plain TIR one of the same shape."""
+    mr: int
+    nr: int
+    k: int
+
+    @staticmethod
+    def of(kernel: Kernel) -> "Tile":
+        return Tile(kernel.spec.mr, kernel.spec.nr, kernel.spec.k)
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """Sizes: ``batch`` images, ``groups``, ``rows`` (output pixels per image; dense: M),
+    ``cols`` and ``depth`` per group."""
+    batch: int
+    groups: int
+    rows: int
+    cols: int
+    depth: int
+
+    def padded(self, tile: Tile) -> tuple[int, int, int]:
+        return round_up(self.rows, tile.mr), round_up(self.cols, tile.nr), round_up(self.depth, tile.k)
+
+
+def build(gemm: Gemm, data: te.Tensor, element, weights: np.ndarray, stage: OutputStage, order: str,
+          tile: Tile, kernel: Kernel | None):
+    """The scheduled module and its constant arguments: ``(mod, params)``; the compiled function is
+    called as ``main(data, *params, out)``. ``element(b, g, p, k)`` is A's element (input dtype; called
+    only for p < rows, k < depth). ``weights``: int8 ``[groups, cols, depth]``."""
+    if order not in ORDERS:
+        raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
+    pp, npad, kp = gemm.padded(tile)
+    signed = data.dtype == "int8"
+    a_dtype = kernel.a_dtype if kernel else "uint8"
+
+    def a_value(b, g, p, k):
+        x = element(b, g, p, k)
+        x = (x.astype("int32") + ACTIVATION_SHIFT) if signed else x
+        inside = tirx.all(p < gemm.rows, k < gemm.depth)
+        return tirx.if_then_else(inside, x.astype(a_dtype), tirx.const(0, a_dtype))
+
+    packed = te.compute((gemm.batch, gemm.groups, pp, kp), a_value, name="pack")
+    w = te.placeholder((gemm.groups, npad // tile.nr, kp // 4, tile.nr, 4), "int8", name="weights")
+    k = te.reduce_axis((0, kp), name="k")
+    acc = te.compute((gemm.batch, gemm.groups, pp, npad), lambda b, g, p, n: te.sum(
+        packed[b, g, p, k].astype("int32") * w[g, n // tile.nr, k // 4, n % tile.nr, k % 4].astype("int32"), axis=k),
+        name="gemm")
+
+    values = stage.channel_params(gemm.groups, gemm.cols, npad)
+    if signed:
+        values["bias"] = values["bias"] + np.pad(shift_compensation(weights), ((0, 0), (0, npad - gemm.cols)))
+    params = placeholders(values)
+    if order == "rows":
+        out = te.compute((gemm.batch, gemm.rows, gemm.groups, gemm.cols), lambda b, p, g, n: stage.expression(
+            acc[b, g, p, n], params, g, n), name="output")
+    else:
+        out = te.compute((gemm.batch, gemm.groups, gemm.cols, gemm.rows), lambda b, g, n, p: stage.expression(
+            acc[b, g, p, n], params, g, n), name="output")
+    func = te.create_prim_func([data, w, *params.values(), out])
+    constants = [pack_weights(weights, tile.nr, tile.k), *values.values()]
+    return schedule(func, tile, kernel, order), constants
+
+
+def schedule(func, tile: Tile, kernel: Kernel | None, order: str):
+    sch = s_tir.Schedule(func)
+    block = sch.get_sblock("gemm")
+    b, g, p, n, k = sch.get_loops(block)
+    p0, p1 = sch.split(p, [None, tile.mr])
+    n0, n1 = sch.split(n, [None, tile.nr])
+    k0, k1 = sch.split(k, [None, tile.k])
+    sch.reorder(b, g, p0, n0, k0, p1, n1, k1)
+    outer = sch.fuse(b, g, p0)
+    sch.parallel(outer)
+    sch.compute_at(sch.get_sblock("pack"), outer)
+    output = sch.get_sblock("output")
+    sch.reverse_compute_at(output, n0)
+    if order == "rows":
+        sch.vectorize(sch.get_loops(output)[-1])
+    init = sch.decompose_reduction(block, k0)
+    sch.vectorize(sch.get_loops(init)[-1])
+    if kernel is None:
+        sch.reorder(p1, k1, n1)
+        sch.unroll(p1)
+    else:
+        sch.tensorize(p1, kernel.intrin)
+        sch.annotate(outer, "pragma_import_llvm", kernel.llvm_ir)
+    return sch.mod

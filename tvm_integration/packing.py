@@ -1,0 +1,40 @@
+"""Weights into a tile kernel's layout, once, at compile time (numpy).
+
+A k4-image kernel (intrinsics.py) reads B as ``k/4`` rows of ``nr*4`` bytes: for each of the ``nr``
+output columns the four weights of one k group (AVX-512 VNNI: one int32 lane per column, four k
+bytes per lane). A weight matrix ``W[g, n, k]`` (output column n of group g) becomes
+``Wp[g, n // nr, k // 4, n % nr, k % 4]``, zero-padded to whole tiles: zero weights make the padded
+columns and k positions contribute nothing, whatever the (run-time packed) activations hold there.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+# vpdpbusd multiplies unsigned by signed bytes: signed activations are shifted by +128 at run time
+# (x ^ 0x80), and sum_k (x+128)*w = sum_k x*w + 128*sum_k w is corrected by this term per column.
+ACTIVATION_SHIFT = 128
+
+
+def round_up(x: int, multiple: int) -> int:
+    return -(-x // multiple) * multiple
+
+
+def pack_weights(w: np.ndarray, nr: int, k_multiple: int) -> np.ndarray:
+    """``w[g, n, k]`` (int8) -> ``[g, Np/nr, Kp/4, nr, 4]``, N padded to nr and K to ``k_multiple``."""
+    g, n, k = w.shape
+    np_, kp = round_up(n, nr), round_up(k, k_multiple)
+    padded = np.zeros((g, np_, kp), dtype=w.dtype)
+    padded[:, :n, :k] = w
+    return np.ascontiguousarray(padded.reshape(g, np_ // nr, nr, kp // 4, 4).transpose(0, 1, 3, 2, 4))
+
+
+def shift_compensation(w: np.ndarray) -> np.ndarray:
+    """int32 ``[g, n]`` to add to the accumulators of shifted (signed) activations: -128 * sum_k w."""
+    return (-ACTIVATION_SHIFT * w.astype(np.int64).sum(axis=2)).astype(np.int32)
+
+
+def conv_weight_matrix(w: np.ndarray, groups: int) -> np.ndarray:
+    """OIHW conv weights -> ``[groups, O/groups, KH*KW*I]``, k ordered (kh, kw, c) as the run-time
+    im2col packs the activations (channels innermost: contiguous in NHWC)."""
+    o, i, kh, kw = w.shape
+    return np.ascontiguousarray(w.transpose(0, 2, 3, 1).reshape(groups, o // groups, kh * kw * i))
