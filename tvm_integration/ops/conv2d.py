@@ -62,20 +62,22 @@ def conv2d(weight: np.ndarray, input_shape: tuple[int, ...], layout: str = "NCHW
         module = tvm.compile(mod, target=dispatch.target()).jit()
         return Operator(module, constants, out_shape, stage.out_dtype, input_shape, data_dtype, result_shape)
 
+    # The input, zero-padded, in NHWC order (a transpose for NCHW): each window row is one run of
+    # contiguous channels for the packing to copy.
+    padded = te.compute((b, h + pads[0] + pads[2], w + pads[1] + pads[3], c),
+                        lambda bi, i, j, ch: depthwise.padded_value(x, layout, bi, ch, i - pads[0], j - pads[1]), name="pad")
+
     def element(bi, g, p, k):
-        y, xx = p // ow, p % ow
-        ih = y * stride[0] + k // (kw * cg) - pads[0]
-        iw = xx * stride[1] + k // cg % kw - pads[1]
-        ch = g * cg + k % cg
-        value = x[bi, ch, ih, iw] if layout == "NCHW" else x[bi, ih, iw, ch]
-        inside = tirx.all(ih >= 0, ih < h, iw >= 0, iw < w)
-        return tirx.if_then_else(inside, value, tirx.const(0, data_dtype))
+        ih = p // ow * stride[0] + k // (kw * cg)
+        iw = p % ow * stride[1] + k // cg % kw
+        return padded[bi, ih, iw, g * cg + k % cg]
 
     kernel = dispatch.select(isa)
     gemm = Gemm(b, groups, oh * ow, o // groups, kh * kw * cg)
     order = "channels" if layout == "NCHW" else "rows"
     mod, constants = build(gemm, x, element, conv_weight_matrix(weight, groups), stage, order, Tile.of(kernel),
-                           kernel if use_kernel else None)
+                           kernel if use_kernel else None, (kh, kw, cg))
     out_shape = (b, groups, o // groups, oh * ow) if layout == "NCHW" else (b, oh * ow, groups, o // groups)
     module = tvm.compile(mod, target=dispatch.target(kernel)).jit()
     return Operator(module, constants, out_shape, stage.out_dtype, input_shape, data_dtype, result_shape)
+

@@ -18,11 +18,11 @@ def build(x: te.Tensor, layout: str, weight: np.ndarray, stride, pads, out_hw, s
     if layout == "NCHW":
         b, _, h, wd = x.shape
         shape = (b, c, h + pads[0] + pads[2], wd + pads[1] + pads[3])
-        padded = te.compute(shape, lambda n, ch, i, j: _padded(x, layout, n, ch, i - pads[0], j - pads[1]), name="pad")
+        padded = te.compute(shape, lambda n, ch, i, j: padded_value(x, layout, n, ch, i - pads[0], j - pads[1]), name="pad")
     else:
         b, h, wd, _ = x.shape
         shape = (b, h + pads[0] + pads[2], wd + pads[1] + pads[3], c)
-        padded = te.compute(shape, lambda n, i, j, ch: _padded(x, layout, n, ch, i - pads[0], j - pads[1]), name="pad")
+        padded = te.compute(shape, lambda n, i, j, ch: padded_value(x, layout, n, ch, i - pads[0], j - pads[1]), name="pad")
     w = te.placeholder((c, kh, kw), "int8", name="weights")
     ry, rx = te.reduce_axis((0, kh), name="ry"), te.reduce_axis((0, kw), name="rx")
 
@@ -46,7 +46,7 @@ def build(x: te.Tensor, layout: str, weight: np.ndarray, stride, pads, out_hw, s
     return _schedule(func, layout), constants, (b, c, oh, ow) if layout == "NCHW" else (b, oh, ow, c)
 
 
-def _padded(x, layout, n, ch, i, j):
+def padded_value(x, layout, n, ch, i, j):
     h, w = (x.shape[2], x.shape[3]) if layout == "NCHW" else (x.shape[1], x.shape[2])
     value = x[n, ch, i, j] if layout == "NCHW" else x[n, i, j, ch]
     return tirx.if_then_else(tirx.all(i >= 0, i < h, j >= 0, j < w), value, tirx.const(0, x.dtype))

@@ -16,6 +16,7 @@ plain TIR (``p1`` unrolled, LLVM vectorizing), to show what the kernel buys.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -55,10 +56,12 @@ class Gemm:
 
 
 def build(gemm: Gemm, data: te.Tensor, element, weights: np.ndarray, stage: OutputStage, order: str,
-          tile: Tile, kernel: Kernel | None):
+          tile: Tile, kernel: Kernel | None, depth_loops: tuple[int, ...] = ()):
     """The scheduled module and its constant arguments: ``(mod, params)``; the compiled function is
     called as ``main(data, *params, out)``. ``element(b, g, p, k)`` is A's element (input dtype; called
-    only for p < rows, k < depth). ``weights``: int8 ``[groups, cols, depth]``."""
+    only for p < rows, k < depth), read from ``data`` or a tensor computed from it. ``weights``: int8
+    ``[groups, cols, depth]``. ``depth_loops``: the extents k is made of, outermost first (conv2d:
+    kh, kw, c), so that the packing's address arithmetic folds into loops when c is whole k steps."""
     if order not in ORDERS:
         raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
     pp, npad, kp = gemm.padded(tile)
@@ -71,11 +74,14 @@ def build(gemm: Gemm, data: te.Tensor, element, weights: np.ndarray, stage: Outp
         inside = tirx.all(p < gemm.rows, k < gemm.depth)
         return tirx.if_then_else(inside, x.astype(a_dtype), tirx.const(0, a_dtype))
 
-    packed = te.compute((gemm.batch, gemm.groups, pp, kp), a_value, name="pack")
+    # One tile call's A (mr rows x k bytes) is contiguous: the kernel reads 128 sequential bytes
+    # instead of mr rows a whole K apart (which, for K a multiple of 2 KiB, share L1 sets).
+    packed = te.compute((gemm.batch, gemm.groups, pp // tile.mr, kp // tile.k, tile.mr, tile.k),
+                        lambda b, g, p0, k0, p1, k1: a_value(b, g, p0 * tile.mr + p1, k0 * tile.k + k1), name="pack")
     w = te.placeholder((gemm.groups, npad // tile.nr, kp // 4, tile.nr, 4), "int8", name="weights")
     k = te.reduce_axis((0, kp), name="k")
     acc = te.compute((gemm.batch, gemm.groups, pp, npad), lambda b, g, p, n: te.sum(
-        packed[b, g, p, k].astype("int32") * w[g, n // tile.nr, k // 4, n % tile.nr, k % 4].astype("int32"), axis=k),
+        packed[b, g, p // tile.mr, k // tile.k, p % tile.mr, k % tile.k].astype("int32") * w[g, n // tile.nr, k // 4, n % tile.nr, k % 4].astype("int32"), axis=k),
         name="gemm")
 
     values = stage.channel_params(gemm.groups, gemm.cols, npad)
@@ -90,11 +96,15 @@ def build(gemm: Gemm, data: te.Tensor, element, weights: np.ndarray, stage: Outp
             acc[b, g, p, n], params, g, n), name="output")
     func = te.create_prim_func([data, w, *params.values(), out])
     constants = [pack_weights(weights, tile.nr, tile.k), *values.values()]
-    return schedule(func, tile, kernel, order), constants
+    exact = kp == gemm.depth and depth_loops and depth_loops[-1] % tile.k == 0
+    return schedule(func, tile, kernel, order, depth_loops if exact else ()), constants
 
 
-def schedule(func, tile: Tile, kernel: Kernel | None, order: str):
+def schedule(func, tile: Tile, kernel: Kernel | None, order: str, depth_loops: tuple[int, ...]):
     sch = s_tir.Schedule(func)
+    for name in ("pad",):         # a tensor the operator computes from its input before packing
+        if any(sch.get(b).name_hint == name for b in sch.get_child_blocks(sch.get_sblock("root"))):
+            _parallel_rows(sch, sch.get_sblock(name))
     block = sch.get_sblock("gemm")
     b, g, p, n, k = sch.get_loops(block)
     p0, p1 = sch.split(p, [None, tile.mr])
@@ -103,7 +113,12 @@ def schedule(func, tile: Tile, kernel: Kernel | None, order: str):
     sch.reorder(b, g, p0, n0, k0, p1, n1, k1)
     outer = sch.fuse(b, g, p0)
     sch.parallel(outer)
-    sch.compute_at(sch.get_sblock("pack"), outer)
+    pack = sch.get_sblock("pack")
+    sch.compute_at(pack, outer)
+    loops = sch.get_loops(pack)   # ..., k steps (absent when there is one), mr rows, k bytes
+    if depth_loops and math.prod(depth_loops) > tile.k:    # k steps as (kh, kw, c // k): indices fold
+        sch.split(loops[-3], [*depth_loops[:-1], depth_loops[-1] // tile.k])
+    sch.vectorize(loops[-1])
     output = sch.get_sblock("output")
     sch.reverse_compute_at(output, n0)
     if order == "rows":
@@ -117,3 +132,10 @@ def schedule(func, tile: Tile, kernel: Kernel | None, order: str):
         sch.tensorize(p1, kernel.intrin)
         sch.annotate(outer, "pragma_import_llvm", kernel.llvm_ir)
     return sch.mod
+
+
+def _parallel_rows(sch, block):
+    """A 4-d elementwise stage: parallel over its two outer axes, its last axis vectorized."""
+    loops = sch.get_loops(block)
+    sch.parallel(sch.fuse(*loops[:2]))
+    sch.vectorize(loops[-1])
