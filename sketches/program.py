@@ -13,6 +13,11 @@ from isa_specs.instruction import evaluate
 from isa_specs.isa import ISA
 
 
+class IllTyped(ValueError):
+    """A program that no machine could run as written: unknown form, wrong operand count or width,
+    an immediate the form does not accept, a register used before it is defined."""
+
+
 @dataclass(frozen=True)
 class Op:
     """One menu entry a sketch may choose: a form with a fixed immediate."""
@@ -56,7 +61,47 @@ class Program:
         out.append("return " + ", ".join(self.name(r) for r in self.outputs))
         return out
 
+    def widths(self, isa: ISA) -> list[int]:
+        """Bits of every register, inputs first; raises ``IllTyped`` unless each instruction names a
+        form of ``isa`` with an immediate it accepts and earlier registers of the widths its operands
+        have, and every output is a register."""
+        if self.isa != isa.name:
+            raise IllTyped(f"a {self.isa} program checked against {isa.name}")
+        if len(self.inputs) != len(self.input_bits):
+            raise IllTyped(f"{len(self.inputs)} inputs with {len(self.input_bits)} widths")
+        widths = list(self.input_bits)
+        for i, ins in enumerate(self.body):
+            where = f"instruction {i} ({ins.op})"
+            if ins.op.form_id not in isa.forms:
+                raise IllTyped(f"{where}: {isa.name} has no form {ins.op.form_id!r}")
+            _, form = isa.forms[ins.op.form_id]
+            if form.imm and ins.op.imm not in form.imm:
+                raise IllTyped(f"{where}: immediate {ins.op.imm} not among {list(form.imm)}")
+            if not form.imm and ins.op.imm is not None:
+                raise IllTyped(f"{where}: {ins.op.form_id} takes no immediate")
+            want = [o.ctype.bits for o in form.registers]
+            if len(ins.args) != len(want):
+                raise IllTyped(f"{where}: {len(ins.args)} operands, the form takes {len(want)}")
+            for a, bits in zip(ins.args, want):
+                if not 0 <= a < len(widths):
+                    raise IllTyped(f"{where}: operand register {a} is not defined before it")
+                if widths[a] != bits:
+                    raise IllTyped(f"{where}: operand {self.name(a)} has {widths[a]} bits, the form takes {bits}")
+            widths.append(form.result.bits)
+        for r in self.outputs:
+            if not 0 <= r < len(widths):
+                raise IllTyped(f"output register {r} does not exist")
+        return widths
+
+    def output_bits(self, isa: ISA) -> list[int]:
+        widths = self.widths(isa)
+        return [widths[r] for r in self.outputs]
+
     def run(self, B, isa: ISA, inputs: list) -> list:
+        """The outputs on backend ``B``; an ill-typed program raises ``IllTyped`` before running."""
+        self.widths(isa)
+        if [B.width(x) for x in inputs] != list(self.input_bits):
+            raise IllTyped(f"inputs of {[B.width(x) for x in inputs]} bits for a program taking {list(self.input_bits)}")
         regs = list(inputs)
         for ins in self.body:
             insn, form = isa.forms[ins.op.form_id]

@@ -55,11 +55,6 @@ def read(path: Path) -> dict:
     return entry
 
 
-def lookup(key: dict, root: Path = ROOT) -> dict | None:
-    path = path_for(cache_key(key), root)
-    return read(path) if path.exists() else None
-
-
 def store(entry: dict, root: Path = ROOT) -> Path:
     """Write ``entry`` atomically; returns its path."""
     entry = dict(entry, format=FORMAT, cache_key=cache_key(entry["key"]))

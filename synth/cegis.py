@@ -22,7 +22,7 @@ import z3
 
 from isa_specs.isa import ISA
 from isa_specs.lanes import NUMPY, Z3
-from sketches.program import Program
+from sketches.program import IllTyped, Program
 from synth.cost_model import SCALE
 from synth.proof import Obligation, prove_equal
 
@@ -54,7 +54,11 @@ class Problem:
     constants: dict = field(default_factory=dict)   # input index -> fixed value
 
     def run(self, B, program, inputs):
-        """The program's outputs as the spec sees them."""
+        """The program's outputs as the spec sees them; ``IllTyped`` unless the program returns the
+        stage's outputs, as many and as wide."""
+        if program.output_bits(self.isa) != list(self.output_bits):
+            raise IllTyped(f"{self.name}: the program returns {program.output_bits(self.isa)} bits, "
+                           f"the stage {list(self.output_bits)}")
         outs = program.run(B, self.isa, inputs)
         return self.observe(B, outs) if self.observe else outs
 

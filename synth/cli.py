@@ -192,23 +192,13 @@ def cmd_cache_ls(args) -> int:
 
 
 def cmd_cache_verify(args) -> int:
-    from synth import cache
-    from synth.kernel import verify
-    failed = 0
+    from synth import cache, trust
     paths = cache.entries()
-    for path in paths:
-        try:
-            entry = cache.read(path)
-            results = verify(entry)
-        except cache.CacheError as err:
-            print(f"FAIL {err}")
-            failed += 1
-            continue
-        bad = [r for r in results if r["result"] not in ("proved", "passed")]
-        print(f"{'ok  ' if not bad else 'FAIL'} {path.name} {entry['name']}: "
-              + ("; ".join(f"{r['name']}: {r['result']} {r.get('detail', '')}" for r in bad) or
-                 f"{len(results)} obligations re-proved"))
-        failed += bool(bad)
+    failed = 0
+    for v in trust.verify_paths(paths, args.jobs):
+        print(f"{'ok  ' if v['ok'] else 'FAIL'} {v['file']} {v['name'] or ''}: "
+              + ("; ".join(v["failures"]) or f"{v['obligations']} obligations re-proved"), flush=True)
+        failed += not v["ok"]
     print(f"{len(paths)} entries, {failed} failed")
     return 1 if failed else 0
 
@@ -281,7 +271,9 @@ def build_parser() -> argparse.ArgumentParser:
     cl = cache.add_parser("ls", help="list cache entries")
     cl.add_argument("--json", action="store_true")
     cl.set_defaults(run=cmd_cache_ls)
-    cv = cache.add_parser("verify", help="re-prove every entry; non-zero exit on any failure")
+    cv = cache.add_parser("verify", help="re-prove every entry (and stamp it trusted on this machine); "
+                          "non-zero exit on any failure")
+    cv.add_argument("-j", "--jobs", type=_positive, default=None, help="worker processes (default: one per core)")
     cv.set_defaults(run=cmd_cache_verify)
 
     ho = sub.add_parser("host", help="this host's CPU model, and which ISAs and cached kernels it can run")

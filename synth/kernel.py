@@ -7,7 +7,7 @@ import time
 import numpy as np
 
 from isa_specs import costs, get_isa
-from synth import cache
+from synth import cache, trust
 from synth.cost_model import SCALE, Cycles
 from synth.proof import SOLVER
 from synth.spec import BitserialSpec, Int8Spec
@@ -74,7 +74,7 @@ def synthesize(spec, cost_model: str = "length", timeout: float = 600.0, seed: i
         "program_text": program.lines(),
         "length": len(program),
         "cycles": estimate_cycles(program, spec.isa),
-        "constants": {k: {"value": hex(v), "bits": b} for k, (v, b) in constants.items()},
+        "constants": constants_json(constants),
         "proof": {"proved": proved, "obligations": obligations, "random_tests": RANDOM_TESTS,
                   "random_mismatches": mismatches, "solver": SOLVER},
         "stages": {n: {"program": r["program"].to_json(), "length": len(r["program"]),
@@ -88,43 +88,71 @@ def synthesize(spec, cost_model: str = "length", timeout: float = 600.0, seed: i
 
 
 def kernel(spec, cost_model: str = "length", timeout: float = 600.0, use_cache: bool = True) -> tuple[dict, bool]:
-    """The cached entry for ``spec`` if present and intact, else a fresh synthesis stored in the cache
+    """The cached entry for ``spec`` if present and proved here (``synth.trust``: re-proved unless
+    stamped; ``CacheError`` when it does not re-prove), else a fresh synthesis stored in the cache
     (only when proved). Returns (entry, came_from_cache)."""
     key = cache_key_fields(spec, cost_model)
-    if use_cache:
-        hit = cache.lookup(key)
-        if hit is not None:
-            return hit, True
+    path = cache.path_for(cache.cache_key(key))
+    if use_cache and path.exists():
+        return trust.load(path), True
     entry = synthesize(spec, cost_model, timeout)
     if entry["proof"]["proved"] and use_cache:
         cache.store(entry)
     return entry, False
 
 
+def constants_json(constants: dict) -> dict:
+    """The kernel's constant registers as stored in an entry (and read by emission)."""
+    return {k: {"value": hex(v), "bits": b} for k, (v, b) in constants.items()}
+
+
+def _check(name: str, ok: bool, detail: str = "") -> dict:
+    return {"name": name, "method": "definition", "result": "proved" if ok else "refuted", "seconds": 0.0,
+            "detail": "" if ok else detail}
+
+
 def verify(entry: dict, timeout: float = 300.0) -> list[dict]:
     """Re-prove a cache entry from scratch against the current ISA and engine: every stage program
-    against its stage spec, the composition, the inlined program, and a random test."""
+    against its stage spec, the composition, the inlined program, and a random test. Every field
+    that emission or the CLI reads (name, spec, constants, program, its text and length) is
+    re-derived from the spec and the stage programs and must equal the stored one, so an edited
+    entry whose content hash was recomputed is refuted, not emitted."""
     from sketches.program import Program
     spec = spec_from_key(entry["spec"])
     isa = get_isa(spec.isa)
-    results = []
-    if entry["key"] != cache_key_fields(spec, entry["key"]["cost"]):
-        results.append({"name": "cache key is current (ISA spec and engine unchanged)", "result": "refuted",
-                        "method": "definition", "seconds": 0.0})
     fam = family(spec)
-    deadline = time.monotonic() + timeout
     stages = {s.problem.name: s for s in fam.stages(spec, isa)}
+    uses, outputs, constants = fam.assemble(spec)
+    results = [
+        _check("cache key is current (ISA spec and engine unchanged)",
+               entry["key"] == cache_key_fields(spec, entry["key"]["cost"]), "stale or edited key"),
+        _check("name is the spec's", entry["name"] == spec.name, f"{entry['name']!r}, the spec names {spec.name!r}"),
+        _check("stages are the spec's", sorted(entry["stages"]) == sorted(stages),
+               f"{sorted(entry['stages'])}, the spec has {sorted(stages)}"),
+        _check("stage uses are the spec's", entry["uses"] == [[u.stage, list(u.inputs), list(u.outputs)] for u in uses],
+               "the stored stage wiring differs from the spec's"),
+        _check("constants are the spec's", entry["constants"] == constants_json(constants),
+               f"{entry['constants']}, the spec has {constants_json(constants)}"),
+    ]
+    if any(r["result"] != "proved" for r in results[1:3]):
+        return results
+    deadline = time.monotonic() + timeout
     programs = {}
     for name, stage in stages.items():
         programs[name] = Program.from_json(entry["stages"][name]["program"])
         results.append(prove_stage(stage.problem, programs[name], deadline).to_json())
-    uses, outputs, constants = fam.assemble(spec)
     names, bits, _, _ = kernel_inputs(spec, constants)
     program = inline(spec.isa, names, bits, uses, programs, outputs)
     results.append(prove_composition(spec, stages, uses, outputs, constants, program, isa).to_json())
-    same = program.to_json() == entry["program"]
-    results.append({"name": "kernel program = inlined stage programs", "method": "definition",
-                    "result": "proved" if same else "refuted", "seconds": 0.0})
+    results += [
+        _check("kernel program = inlined stage programs", program.to_json() == entry["program"],
+               "the stored program is not the stage programs inlined"),
+        _check("program text and length are the program's",
+               entry["program_text"] == program.lines() and entry["length"] == len(program),
+               "the stored text or length differs from the program"),
+    ]
+    if any(r["result"] != "proved" for r in results):
+        return results       # an ill-typed or unproved program is not run
     mismatches = random_test(spec, program, isa, constants, RANDOM_TESTS, seed=1)
     results.append({"name": f"numpy reference on {RANDOM_TESTS} random inputs", "method": "testing",
                     "result": "passed" if mismatches == 0 else "refuted", "seconds": 0.0,

@@ -118,6 +118,10 @@ def _digits(f: Field, w: int) -> list[Lin]:
     return parts
 
 
+def _bit_count(v: int, w: int) -> int:
+    return v.bit_count()
+
+
 def _fail(message: str):
     raise Unknown(message)
 
@@ -126,6 +130,14 @@ def _single(x: Value) -> Field:
     if len(x) != 1:
         raise Unknown("arithmetic on a multi-field value")
     return x[0]
+
+
+def _pair(a: Value, b: Value) -> tuple[Field, Field]:
+    """Two single-field operands of one width (the semantics never mix widths: a mix is a bug)."""
+    fa, fb = _single(a), _single(b)
+    if fa.w != fb.w:
+        raise ValueError(f"operands of {fa.w} and {fb.w} bits")
+    return fa, fb
 
 
 class LinearBackend:
@@ -145,7 +157,7 @@ class LinearBackend:
             if f.w == w and not pending:
                 out.append((f,))
             elif f.w > w:
-                if pending:
+                if pending or f.w % w:
                     raise Unknown("misaligned lanes")
                 if f.v.is_const:
                     u = f.v.const % (1 << f.w)
@@ -177,6 +189,8 @@ class LinearBackend:
 
     def extract(self, x: Value, lo: int, w: int) -> Value:
         f = _single(x)
+        if lo + w > f.w:
+            raise ValueError(f"bits [{lo}, {lo + w}) of a {f.w}-bit value")
         if lo == 0:
             return (Field(w, f.v),)
         if f.v.is_const:
@@ -184,15 +198,15 @@ class LinearBackend:
         raise Unknown("bit extraction")
 
     def add(self, a, b):
-        fa, fb = _single(a), _single(b)
+        fa, fb = _pair(a, b)
         return (Field(fa.w, fa.v + fb.v),)
 
     def sub(self, a, b):
-        fa, fb = _single(a), _single(b)
+        fa, fb = _pair(a, b)
         return (Field(fa.w, fa.v + fb.v.scale(-1)),)
 
     def mul(self, a, b):
-        fa, fb = _single(a), _single(b)
+        fa, fb = _pair(a, b)
         if fb.v.is_const:
             return (Field(fa.w, fa.v.scale(fb.v.const)),)
         if fa.v.is_const:
@@ -214,7 +228,10 @@ class LinearBackend:
         return (f,) if w == f.w else (Field(w, _signed(f)),)
 
     def trunc(self, a, w):
-        return (Field(w, _single(a).v),)
+        f = _single(a)
+        if w > f.w:
+            raise ValueError(f"truncating a {f.w}-bit value to {w} bits")
+        return (Field(w, f.v),)
 
     def shl(self, a, k):
         f = _single(a)
@@ -236,25 +253,31 @@ class LinearBackend:
                 out.append(self._atom(f.w, (op, self._key(f)), hi(f.w)))
         return tuple(out)
 
-    def lshr(self, a, k): return self._unary(a, lambda v, w: v >> k, f"lshr{k}", lambda w: (1 << w) - 1 >> k)
-    def ashr(self, a, k): return self._unary(a, lambda v, w: (v - (1 << w) if v >> (w - 1) else v) >> k,
+    # Shifts move bits across field boundaries: only a lane held as one field is shifted exactly.
+    def lshr(self, a, k): return self._unary((_single(a),), lambda v, w: v >> k, f"lshr{k}",
+                                             lambda w: (1 << w) - 1 >> k)
+    def ashr(self, a, k): return self._unary((_single(a),), lambda v, w: (v - (1 << w) if v >> (w - 1) else v) >> k,
                                              f"ashr{k}", lambda w: (1 << w) - 1)
+
     def popcount(self, a):
-        """A wide field whose form splits exactly into bytes d_i counts as sum popcount(d_i), the
-        definition of a wide popcount; anything else becomes an atom."""
-        out = []
+        """The count of a whole lane, one field of the lane's width: the sum of its fields' counts.
+        A field whose form splits exactly into bytes d_i counts as sum popcount(d_i), the definition
+        of a wide popcount; any other field's count is an atom."""
+        counts = []
         for f in a:
+            digits = None
             if f.w > 8 and not f.v.is_const:
                 try:
                     digits = _digits(f, 8)
                 except Unknown:
-                    digits = None
-                if digits is not None:
-                    counts = [self.popcount((Field(8, d),))[0].v for d in digits]
-                    out.append(Field(f.w, sum(counts[1:], counts[0])))
-                    continue
-            out.extend(self._unary((f,), lambda v, w: bin(v).count("1"), "popcount", lambda w: w))
-        return tuple(out)
+                    pass
+            if digits is not None:
+                counts += [self._unary((Field(8, d),), _bit_count, "popcount", lambda w: w)[0].v for d in digits]
+            else:
+                counts.append(self._unary((f,), _bit_count, "popcount", lambda w: w)[0].v)
+        return (Field(self.width(a), sum(counts[1:], counts[0])),)
+
+    # Bitwise operations act on each bit alone, so a lane split into fields is negated field by field.
     def not_(self, a): return self._unary(a, lambda v, w: ~v, "not", lambda w: (1 << w) - 1)
 
     def _bitwise(self, a, b, fn, op: str):
@@ -308,9 +331,15 @@ LINEAR = LinearBackend()
 
 
 def lanes_equal(got: Value, want: Value, w: int) -> bool:
-    """Both values read as ``w``-bit lanes agree for every assignment of the input variables."""
-    gl, wl = LINEAR.lanes(got, w), LINEAR.lanes(want, w)
-    for (g,), (h,) in zip(gl, wl):
-        if g.v.coeffs != h.v.coeffs or (g.v.const - h.v.const) % (1 << w):
+    """Both values read as ``w``-bit lanes agree for every assignment of the input variables. A lane
+    kept as several fields is compared field by field, and only against the same split: False
+    (not proved, never "different") when the forms do not show equality."""
+    if LINEAR.width(got) != LINEAR.width(want):
+        raise ValueError(f"comparing a {LINEAR.width(got)}-bit value with a {LINEAR.width(want)}-bit one")
+    for g, h in zip(LINEAR.lanes(got, w), LINEAR.lanes(want, w)):
+        if [f.w for f in g] != [f.w for f in h]:
             return False
-    return len(gl) == len(wl)
+        for fg, fh in zip(g, h):
+            if fg.v.coeffs != fh.v.coeffs or (fg.v.const - fh.v.const) % (1 << fg.w):
+                return False
+    return True

@@ -90,7 +90,7 @@ def linear_prover(problem, ranges, constants, out_lane_bits: list[int]):
             xs = linear_inputs(problem.input_names, problem.input_bits, ranges, constants)
             got = problem.run(LINEAR, program, xs)
             want = problem.spec(LINEAR, xs)
-            ok = all(lanes_equal(g, w, lb) for g, w, lb in zip(got, want, out_lane_bits))
+            ok = len(got) == len(want) == len(out_lane_bits) and all(lanes_equal(g, w, lb) for g, w, lb in zip(got, want, out_lane_bits))
         except Unknown:
             return None
         if not ok:

@@ -15,9 +15,9 @@ from typing import Callable
 import numpy as np
 
 from isa_specs.lanes import NUMPY
-from sketches.program import Builder, Program
+from sketches.program import Builder, IllTyped, Program
 from synth.cegis import Problem, minimise
-from synth.linear_forms import LINEAR, Unknown, _signed, _unsigned, lanes_equal
+from synth.linear_forms import LINEAR, Unknown, _signed, _single, _unsigned, lanes_equal
 from synth.proof import Obligation, prove_equal
 from synth.ranges import LaneRange, linear_inputs, sample
 
@@ -43,9 +43,12 @@ class SynthesisFailed(RuntimeError):
 
 
 def prove_stage(problem, program, deadline: float) -> Obligation:
-    """The sound fast prover when it decides, else Z3."""
-    obligation = problem.fast_prove(program) if problem.fast_prove else None
-    return obligation if obligation is not None else prove_equal(problem, program, deadline)[0]
+    """The sound fast prover when it decides, else Z3; an ill-typed program is refuted."""
+    try:
+        obligation = problem.fast_prove(program) if problem.fast_prove else None
+        return obligation if obligation is not None else prove_equal(problem, program, deadline)[0]
+    except IllTyped as e:
+        return Obligation(f"{problem.name}: program = spec", "type check", "refuted", 0.0, detail=str(e))
 
 
 def synthesize_stage(stage: Stage, deadline: float, rng, cycles=None) -> dict:
@@ -102,7 +105,8 @@ def inline(isa: str, names: list[str], bits: list[int], uses: list[StageUse], pr
 
 
 def _within(value, r: LaneRange) -> bool:
-    for (f,) in LINEAR.lanes(value, r.lane_bits):
+    for lane in LINEAR.lanes(value, r.lane_bits):
+        f = _single(lane)
         v = _signed(f) if r.lo < 0 else _unsigned(f)
         if v.lo < r.lo or v.hi > r.hi:
             return False
@@ -118,6 +122,17 @@ def kernel_inputs(spec, constants: dict):
     return names, bits, ranges, cidx
 
 
+def check_signature(spec, program: Program, isa, constants: dict) -> None:
+    """``IllTyped`` unless the program is well typed and takes the kernel's inputs and constants and
+    returns its outputs, as many and as wide."""
+    names, bits, _, _ = kernel_inputs(spec, constants)
+    if list(program.inputs) != names or list(program.input_bits) != bits:
+        raise IllTyped(f"program inputs {list(zip(program.inputs, program.input_bits))}, "
+                       f"kernel inputs {list(zip(names, bits))}")
+    if program.output_bits(isa) != spec.output_bits:
+        raise IllTyped(f"program returns {program.output_bits(isa)} bits, the kernel {spec.output_bits}")
+
+
 def prove_composition(spec, stages: dict[str, Stage], uses: list[StageUse], outputs: list[str],
                       constants: dict, program: Program, isa) -> Obligation:
     """Kernel = spec on linear forms: first the whole program directly; where the abstraction cannot
@@ -125,6 +140,10 @@ def prove_composition(spec, stages: dict[str, Stage], uses: list[StageUse], outp
     t0 = time.monotonic()
     name = "kernel: program = kernel spec"
     names, bits, ranges, cidx = kernel_inputs(spec, constants)
+    try:
+        check_signature(spec, program, isa, constants)
+    except IllTyped as e:
+        return Obligation(name, "type check", "refuted", 0.0, detail=str(e))
     try:
         xs = linear_inputs(names, bits, ranges, cidx)
         want = spec.reference(LINEAR, xs[:len(spec.input_names)])
@@ -161,6 +180,7 @@ def random_test(spec, program: Program, isa, constants: dict, n: int, seed: int 
     names, bits, ranges, cidx = kernel_inputs(spec, constants)
     arrays = sample(bits, ranges, cidx, rng, n)
     ins = [NUMPY.from_bytes(a, b) for a, b in zip(arrays, bits)]
+    check_signature(spec, program, isa, constants)
     got = program.run(NUMPY, isa, ins)
     want = spec.reference(NUMPY, ins[:len(spec.input_names)])
     return int(sum(np.any(NUMPY.to_bytes(g, n) != NUMPY.to_bytes(w, n), axis=1).sum() for g, w in zip(got, want)))

@@ -1,4 +1,5 @@
 import os
+import tempfile
 
 from hypothesis import HealthCheck, settings
 
@@ -7,3 +8,8 @@ settings.register_profile("ci", max_examples=25, deadline=None, derandomize=True
                           suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("dev", deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+# Entries are trusted once re-proved on this machine (synth/trust.py): tests keep their own trust
+# store, shared by the xdist workers of one run, so they neither read nor change the user's.
+os.environ.setdefault("QSYNTH_TRUST", os.path.join(
+    tempfile.gettempdir(), f"qsynth-trust-{os.environ.get('PYTEST_XDIST_TESTRUNUID', os.getpid())}.json"))

@@ -206,7 +206,9 @@ def _run_cli(argv: list[str]) -> int:
     return args.run(args)
 
 
-def test_cli_reports_cache_key_of_wrong_and_unbuildable_kernels(tmp_path, monkeypatch, capsys):
+def test_cli_refuses_entries_that_do_not_reprove(tmp_path, monkeypatch, capsys):
+    """A wrong or ill-typed program stored with a valid content hash is refused by name before
+    anything is compiled: ``emit`` writes nothing, ``test-kernels`` builds nothing and fails."""
     entry = next((e for e in ONE_PER_KIND if not _driver(e["cache_key"], "gcc").missing()), None)
     if entry is None:
         pytest.skip("no cached kernel runs on this host")
@@ -216,10 +218,15 @@ def test_cli_reports_cache_key_of_wrong_and_unbuildable_kernels(tmp_path, monkey
     broken["program"]["body"][0][0] = "no_such_instruction.16b"
     unbuildable = _stored(broken, tmp_path)
     monkeypatch.setattr(cache, "ROOT", tmp_path)
-    assert _run_cli(["test-kernels", "--samples", "40"]) == 1
-    out = capsys.readouterr().out
-    assert f"cache key {wrong}: first differing input" in out
-    assert f"cache key {unbuildable}: the kernel's C does not build" in out
+    assert _run_cli(["emit", "-o", str(tmp_path / "out")]) == 1
+    assert not (tmp_path / "out").exists()
+    err = capsys.readouterr().err
+    assert f"refusing {wrong}.json {entry['name']}: not proved here: kernel program = inlined stage programs" in err
+    assert f"refusing {unbuildable}.json {entry['name']}: not proved here:" in err
+    assert _run_cli(["test-kernels", "--samples", "40", "--compilers", "gcc"]) == 1
+    captured = capsys.readouterr()
+    assert "0 kernel builds" in captured.out and "2 entries refused" in captured.out
+    assert f"refusing {wrong}.json" in captured.err and f"refusing {unbuildable}.json" in captured.err
 
 
 @pytest.mark.parametrize("entry", ONE_PER_KIND, ids=KIND_IDS)
