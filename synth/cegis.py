@@ -86,7 +86,7 @@ def _values(arrays, row):
     return [int.from_bytes(a[row].tobytes(), "little") for a in arrays]
 
 
-def _mismatch_row(problem: Problem, program: Program, arrays) -> int | None:
+def mismatch_row(problem: Problem, program: Program, arrays) -> int | None:
     """First sample row where program and spec differ, or None."""
     n = arrays[0].shape[0]
     ins = problem.numpy_inputs(arrays)
@@ -139,7 +139,7 @@ def cegis(problem: Problem, sketch, deadline: float, rng: np.random.Generator, n
         program = sketch.decode(solver.model(), problem.input_names)
         t0 = time.monotonic()
         tests = problem.sample(rng, n_test)
-        row = _mismatch_row(problem, program, tests)
+        row = mismatch_row(problem, program, tests)
         if row is not None:                       # cheap counterexample
             att.verify_seconds += time.monotonic() - t0
             add_example(_values(tests, row))

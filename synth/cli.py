@@ -284,6 +284,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     from isa_specs.check import ToolchainError
+    from synth.cache import CacheError
     try:
         args = build_parser().parse_args(argv)
         if args.verbose:
@@ -296,6 +297,9 @@ def main(argv: list[str] | None = None) -> int:
     except ToolchainError as e:
         print(f"qsynth: toolchain error: {e}", file=sys.stderr)
         return 3
+    except CacheError as e:         # an entry that is corrupt or does not re-prove: never used
+        print(f"qsynth: kernel cache: {e}", file=sys.stderr)
+        return 1
     except BrokenPipeError:         # output piped into `head`: not an error
         import os
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

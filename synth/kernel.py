@@ -134,16 +134,11 @@ def verify(entry: dict, timeout: float = 300.0) -> list[dict]:
         _check("constants are the spec's", entry["constants"] == constants_json(constants),
                f"{entry['constants']}, the spec has {constants_json(constants)}"),
     ]
-    if any(r["result"] != "proved" for r in results[1:3]):
-        return results
-    deadline = time.monotonic() + timeout
-    programs = {}
-    for name, stage in stages.items():
-        programs[name] = Program.from_json(entry["stages"][name]["program"])
-        results.append(prove_stage(stage.problem, programs[name], deadline).to_json())
+    if any(r["result"] != "proved" for r in results):
+        return results       # refused as stored: nothing to prove
+    programs = {name: Program.from_json(entry["stages"][name]["program"]) for name in stages}
     names, bits, _, _ = kernel_inputs(spec, constants)
     program = inline(spec.isa, names, bits, uses, programs, outputs)
-    results.append(prove_composition(spec, stages, uses, outputs, constants, program, isa).to_json())
     results += [
         _check("kernel program = inlined stage programs", program.to_json() == entry["program"],
                "the stored program is not the stage programs inlined"),
@@ -152,7 +147,14 @@ def verify(entry: dict, timeout: float = 300.0) -> list[dict]:
                "the stored text or length differs from the program"),
     ]
     if any(r["result"] != "proved" for r in results):
-        return results       # an ill-typed or unproved program is not run
+        return results
+    deadline = time.monotonic() + timeout
+    results += [prove_stage(stage.problem, programs[name], deadline).to_json() for name, stage in stages.items()]
+    if any(r["result"] != "proved" for r in results):
+        return results       # the composition of unproved stages proves nothing
+    results.append(prove_composition(spec, stages, uses, outputs, constants, program, isa).to_json())
+    if results[-1]["result"] != "proved":
+        return results
     mismatches = random_test(spec, program, isa, constants, RANDOM_TESTS, seed=1)
     results.append({"name": f"numpy reference on {RANDOM_TESTS} random inputs", "method": "testing",
                     "result": "passed" if mismatches == 0 else "refuted", "seconds": 0.0,

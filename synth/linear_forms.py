@@ -14,7 +14,12 @@ and the intervals prove where no lane can overflow.
 """
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass
+from operator import itemgetter
+
+
+_variable = itemgetter(0)
 
 
 class Unknown(Exception):
@@ -38,10 +43,25 @@ class Lin:
         return Lin((((name, lo, hi), 1),), 0, lo, hi)
 
     def __add__(self, o: "Lin") -> "Lin":
-        c = dict(self.coeffs)
-        for v, a in o.coeffs:
-            c[v] = c.get(v, 0) + a
-        return Lin(tuple(sorted((v, a) for v, a in c.items() if a)), self.const + o.const, self.lo + o.lo, self.hi + o.hi)
+        small, big = sorted((self.coeffs, o.coeffs), key=len)
+        if len(small) <= 4:     # a sum grown term by term (an int8 tile's 256 products): insert in place
+            terms = list(big)
+            for v, a in small:
+                i = bisect_left(terms, v, key=_variable)
+                if i < len(terms) and terms[i][0] == v:
+                    if terms[i][1] + a:
+                        terms[i] = (v, terms[i][1] + a)
+                    else:
+                        del terms[i]
+                else:
+                    terms.insert(i, (v, a))
+            coeffs = tuple(terms)
+        else:
+            c = dict(self.coeffs)
+            for v, a in o.coeffs:
+                c[v] = c.get(v, 0) + a
+            coeffs = tuple(sorted((v, a) for v, a in c.items() if a))
+        return Lin(coeffs, self.const + o.const, self.lo + o.lo, self.hi + o.hi)
 
     def scale(self, s: int) -> "Lin":
         lo, hi = sorted((self.lo * s, self.hi * s))

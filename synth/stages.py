@@ -16,7 +16,7 @@ import numpy as np
 
 from isa_specs.lanes import NUMPY
 from sketches.program import Builder, IllTyped, Program
-from synth.cegis import Problem, minimise
+from synth.cegis import Problem, minimise, mismatch_row
 from synth.linear_forms import LINEAR, Unknown, _signed, _single, _unsigned, lanes_equal
 from synth.proof import Obligation, prove_equal
 from synth.ranges import LaneRange, linear_inputs, sample
@@ -42,9 +42,15 @@ class SynthesisFailed(RuntimeError):
     """No proved program was found for a stage within the sketch sizes and the time limit."""
 
 
-def prove_stage(problem, program, deadline: float) -> Obligation:
-    """The sound fast prover when it decides, else Z3; an ill-typed program is refuted."""
+def prove_stage(problem, program, deadline: float, tests: int = 64) -> Obligation:
+    """The sound fast prover when it decides, else Z3; an ill-typed program, or one that differs
+    from the spec on one of ``tests`` random inputs, is refuted at once."""
     try:
+        inputs = problem.sample(np.random.default_rng(0), tests)
+        row = mismatch_row(problem, program, inputs)
+        if row is not None:
+            return Obligation(f"{problem.name}: program = spec", "testing", "refuted", 0.0,
+                              detail=f"differs on random input {row} of seed 0")
         obligation = problem.fast_prove(program) if problem.fast_prove else None
         return obligation if obligation is not None else prove_equal(problem, program, deadline)[0]
     except IllTyped as e:
