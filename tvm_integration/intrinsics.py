@@ -19,9 +19,9 @@ from pathlib import Path
 from tvm import s_tir
 from tvm.script import tirx as T
 
-from synth import cache
+from synth import cache, trust
 from synth.emit import emit_llvm_ir, function_name, kernel_model
-from synth.kernel import cache_key_fields, spec_from_key
+from synth.kernel import spec_from_key
 from synth.spec import Int8Spec
 
 log = logging.getLogger(__name__)
@@ -52,25 +52,25 @@ class Kernel:
 
 
 def proved_entries(isa: str, root: Path = cache.ROOT) -> list[dict]:
-    """The intact, proved, current int8 entries of ``isa``. The one place the cache is read: an
-    entry failing its hash, not proved, or made by another ISA-spec/engine version is skipped."""
-    found = []
+    """The int8 entries of ``isa`` that this machine has re-proved (``synth.trust``): the one place
+    the cache is read. An entry failing its hash, not re-proving (tampered, stale ISA-spec or engine
+    version), or stored as not proved is skipped with a warning."""
+    chosen = []
     for path in cache.entries(root):
         try:
             entry = cache.read(path)
         except cache.CacheError as e:
             log.warning("not registered: %s", e)
             continue
-        if entry["spec"].get("kind") != "int8" or entry["spec"].get("isa") != isa:
-            continue
-        spec = spec_from_key(entry["spec"])
+        if entry["spec"].get("kind") == "int8" and entry["spec"].get("isa") == isa:
+            chosen.append(path)
+    entries, refused = trust.load_all(chosen)
+    for line in refused:
+        log.warning("not registered: %s", line)
+    for entry in entries:
         if not entry["proof"]["proved"]:
-            log.warning("not registered: %s is not proved", entry["name"])
-        elif entry["key"] != cache_key_fields(spec, entry["key"]["cost"]):
-            log.warning("not registered: %s was made by another ISA spec or engine version", entry["name"])
-        else:
-            found.append(entry)
-    return found
+            log.warning("not registered: %s is stored as not proved", entry["name"])
+    return [e for e in entries if e["proof"]["proved"]]
 
 
 def tile_functions(spec: Int8Spec, function: str):
