@@ -14,7 +14,6 @@ import argparse
 import dataclasses
 import json
 import os
-import platform
 import re
 import subprocess
 import sys
@@ -28,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 import tvm_baselines  # noqa: E402
 
+from isa_specs import host  # noqa: E402
 from synth.files import write_atomically  # noqa: E402
 from synth.emit import emit_entry, function_name, kernel_model, layout  # noqa: E402
 from synth.emit_cli import KernelDriver, gemv_reference, selected_entries  # noqa: E402
@@ -66,11 +66,11 @@ def run_bench(entry: dict, spec, work: dict, trials: int, inner: int) -> dict:
 
 
 def machine() -> dict:
-    model = next((l.split(":", 1)[1].strip() for l in Path("/proc/cpuinfo").read_text().splitlines()
-                  if l.startswith("model name")), platform.processor())
+    m = host.model()
     first = lambda cmd: run(cmd).splitlines()[0]
     import tvm
-    return {"cpu": model, "cores": len(os.sched_getaffinity(0)),
+    return {"cpu": m.model_name, "uarch": m.uarch, "uarch_basis": m.uarch_basis, "tvm_target": host.tvm_target(),
+            "features": [f for f, flag in host.X86_FLAGS.items() if flag in m.flags], "cores": len(os.sched_getaffinity(0)),
             "gcc": first(["gcc", "--version"]), "clang": first(["clang", "--version"]),
             "llvm-mca": next(l.strip() for l in run(["llvm-mca", "--version"]).splitlines() if "version" in l),
             "tvm": tvm.__version__, "x86_flags": " ".join(X86_FLAGS),
@@ -82,18 +82,31 @@ def x86_flags(spec) -> list[str]:
     return AVX2_FLAGS if spec.kind == "bitserial" and spec.isa == "avx2" else X86_FLAGS
 
 
+# The probes of peak_x86.c and the CPU feature (host.X86_FLAGS key) each one executes.
+PROBES = {"vpdpbusd_zmm": "avx512vnni", "vpopcntq_zmm": "avx512vpopcntdq", "vpdpbusd_ymm_vex": "avxvnni",
+          "vpdpbusd_zmm_mix_6x32": "avx512vnni", "vpdpbusd_zmm_mix_8x48": "avx512vnni", "tdpbusd": "amx-int8"}
+
+
+def probe_skips(flags: frozenset[str]) -> dict[str, str]:
+    """The probes a host with ``flags`` cannot run, with the reason."""
+    return {p: reason for p, feature in PROBES.items() if (reason := host.lacks(feature, flags))}
+
+
 class PeakProbe:
     """Instructions per second of vpdpbusd (zmm, ymm), vpopcntq zmm and tdpbusd, compiled once and
     run right before every kernel: on this shared machine a peak measured a minute apart moved by
-    up to 20%, so each kernel is compared with the peak of its own moment."""
+    up to 20%, so each kernel is compared with the peak of its own moment. Only the probes the host
+    has the feature for run; ``skipped`` gives the others' reasons."""
 
     def __init__(self, directory: str):
         self.exe = Path(directory) / "peak"
-        run(["gcc", "-O2", "-march=native", "-o", str(self.exe), str(ROOT / "scripts" / "peak_x86.c")])
+        run(["gcc", "-O2", "-o", str(self.exe), str(ROOT / "scripts" / "peak_x86.c")])
+        self.skipped = probe_skips(host.cpu_flags())
+        self.names = [p for p in PROBES if p not in self.skipped]
         self.samples: list[dict] = []
 
     def __call__(self) -> dict:
-        self.samples.append(json.loads(run([str(self.exe)])))
+        self.samples.append(json.loads(run([str(self.exe), *self.names])))
         return self.samples[-1]
 
     def summary(self) -> dict:
@@ -114,15 +127,26 @@ def workload(spec) -> dict:
             "shape": f"{spec.mr}x{spec.nr}x{blocks * spec.k}"}
 
 
-def peak_rate(spec, peak: dict) -> tuple[str, float] | None:
-    """(instruction, operations per second) the kernel's throughput is compared with."""
+def peak_of(spec) -> tuple[str, str, int] | None:
+    """(instruction, probe, operations per instruction) the kernel's throughput is compared with."""
     if spec.kind == "bitserial":       # AND + popcount per bit pair; vpopcntq counts 512 bits
-        return ("vpopcntq zmm", 2 * 512 * peak["vpopcntq_zmm"]) if spec.isa == "avx512" else None
+        return ("vpopcntq zmm", "vpopcntq_zmm", 2 * 512) if spec.isa == "avx512" else None
     if spec.isa == "amx":
-        return ("tdpbusd", 16 * 16 * 64 * peak["tdpbusd"]) if "tdpbusd" in peak else None
+        return "tdpbusd", "tdpbusd", 16 * 16 * 64
     if spec.isa == "avx512":
-        return "vpdpbusd zmm", 64 * peak["vpdpbusd_zmm"]
-    return "vpdpbusd ymm (AVX-VNNI)", 32 * peak["vpdpbusd_ymm_vex"]
+        return "vpdpbusd zmm", "vpdpbusd_zmm", 64
+    return "vpdpbusd ymm (AVX-VNNI)", "vpdpbusd_ymm_vex", 32
+
+
+def peak_fields(spec, rate: float, peak: dict, skipped: dict[str, str]) -> dict:
+    """The kernel's ``rate`` (G op/s) as a fraction of its instruction's peak in ``peak``, or why not."""
+    if (p := peak_of(spec)) is None:
+        return {}
+    instruction, probe, per = p
+    if probe in skipped:
+        return {"peak_instruction": instruction, "peak_skipped": skipped[probe]}
+    return {"peak_instruction": instruction, "peak_rate": per * peak[probe] / 1e9,
+            "fraction_of_peak": rate * 1e9 / (per * peak[probe])}
 
 
 def bench_source(entry: dict, spec, work: dict, trials: int, inner: int) -> str:
@@ -163,7 +187,7 @@ def tvm_baselines_of(spec, work: dict, rng) -> list[tuple[str, float]]:
     bt = rng.integers(-128, 128, (spec.nr, k), dtype=np.int8)
     bp = np.ascontiguousarray(bt.reshape(spec.nr, k // 4, 4).transpose(1, 0, 2))
     c = np.zeros((spec.mr, spec.nr), np.int32)
-    vnni = spec.nr % 16 == 0
+    vnni = spec.nr % 16 == 0 and host.missing("avx512vnni", ()) is None
     f = (tvm_baselines.int8_vnni_x86 if vnni else tvm_baselines.int8_plain_x86)(spec.mr, spec.nr, k)
     if not np.array_equal(f.run(a, bp, c), a.astype(np.int32) @ bt.astype(np.int32).T):
         raise RuntimeError(f"TVM int8 baseline disagrees with numpy for {spec.name}")
@@ -174,12 +198,13 @@ def x86_rows(entries: list[dict], trials: int) -> tuple[dict, list[dict]]:
     with tempfile.TemporaryDirectory() as tmp:
         probe = PeakProbe(tmp)
         rng = np.random.default_rng(0)
-        rows = [x86_row(entry, trials, probe(), rng) for entry in entries]
-        return probe.summary(), rows
+        rows = [x86_row(entry, trials, probe(), probe.skipped, rng) for entry in entries]
+        return {"measured": probe.summary(), "skipped": probe.skipped}, rows
 
 
-def x86_row(entry: dict, trials: int, peak: dict, rng) -> dict:
-    """The kernel, plain C and TVM on one workload; % of ``peak``, the probe run just before."""
+def x86_row(entry: dict, trials: int, peak: dict, skipped: dict[str, str], rng) -> dict:
+    """The kernel, plain C and TVM on one workload; % of ``peak``, the probe run just before (or the
+    reason the probe was ``skipped``)."""
     spec = spec_from_key(entry["spec"])
     work = workload(spec)
     inner = 2000 if spec.kind == "int8" else 20000
@@ -189,8 +214,7 @@ def x86_row(entry: dict, trials: int, peak: dict, rng) -> dict:
            "kernel_seconds": res["kernel_seconds"], "plain_seconds": res["plain_seconds"],
            "kernel_rate": work["ops"] / res["kernel_seconds"] / 1e9,
            "plain_rate": work["ops"] / res["plain_seconds"] / 1e9}
-    if pr := peak_rate(spec, peak):
-        row |= {"peak_instruction": pr[0], "peak_rate": pr[1] / 1e9, "fraction_of_peak": row["kernel_rate"] * 1e9 / pr[1]}
+    row |= peak_fields(spec, row["kernel_rate"], peak, skipped)
     if spec.kind == "int8" and spec.isa == "avx512" and (mix := f"vpdpbusd_zmm_mix_{spec.mr}x{spec.nr}") in peak:
         row["fraction_of_load_mix"] = row["kernel_rate"] * 1e9 / (64 * peak[mix])     # the tile shape's own bound
     for n, (label, seconds) in enumerate(tvm_baselines_of(spec, work, rng)):
@@ -208,7 +232,7 @@ def x86_row(entry: dict, trials: int, peak: dict, rng) -> dict:
 DENSE_ROWS, DENSE_BITS = 1024, 4096
 
 
-def dense_row(entry: dict, trials: int, peak: dict, rng) -> dict:
+def dense_row(entry: dict, trials: int, peak: dict, skipped: dict[str, str], rng) -> dict:
     """An A1W1 acc kernel's ``_gemv`` over every row tile of the dense next to TVM's T.popcount dense of
     the same shape: rfactor-scheduled per tile of the kernel's rows, and unscheduled."""
     spec = spec_from_key(entry["spec"])
@@ -219,8 +243,7 @@ def dense_row(entry: dict, trials: int, peak: dict, rng) -> dict:
     res = run_bench(entry, spec, work, trials, 200)
     row = {"name": entry["name"], "cache_key": entry["cache_key"], "tile_rows": spec.rows,
            "shape": f"{DENSE_ROWS} rows x {DENSE_BITS} bits", "kernel_rate": work["ops"] / res["kernel_seconds"] / 1e9}
-    if pr := peak_rate(spec, peak):
-        row["fraction_of_peak"] = row["kernel_rate"] * 1e9 / pr[1]
+    row |= peak_fields(spec, row["kernel_rate"], peak, skipped)
     w = rng.integers(0, 256, (1, DENSE_ROWS, nbytes), dtype=np.uint8)
     a = rng.integers(0, 256, (1, nbytes), dtype=np.uint8)
     dense = dataclasses.replace(spec, rows=DENSE_ROWS)
@@ -238,7 +261,7 @@ def dense_row(entry: dict, trials: int, peak: dict, rng) -> dict:
 def dense_rows(entries: list[dict], trials: int) -> list[dict]:
     with tempfile.TemporaryDirectory() as tmp:
         probe, rng = PeakProbe(tmp), np.random.default_rng(1)
-        return [dense_row(entry, trials, probe(), rng) for entry in entries]
+        return [dense_row(entry, trials, probe(), probe.skipped, rng) for entry in entries]
 
 
 # ---------------------------------------------------------------- NEON (llvm-mca)
@@ -373,8 +396,11 @@ def neon_rows(entries: list[dict]) -> list[dict]:
 
 def markdown(report: dict) -> str:
     m, p = report["machine"], report.get("peaks", {})
-    out = ["# Kernel benchmarks", "", "Produced by `python scripts/bench_kernels.py`; every figure below comes from one run.",
-           "", f"Machine: {m['cpu']}; {m['gcc']}; {m['clang']}; {m['llvm-mca']}; TVM {m['tvm']}.",
+    out = ["# Kernel benchmarks", "",
+           f"Host: {m['cpu']} ({m['uarch_basis']}), micro-architecture `{m['uarch']}`, TVM target "
+           f"`{json.dumps(m['tvm_target'])}`; x86 features: {' '.join(m['features']) or 'none'}.", "",
+           "Produced by `python scripts/bench_kernels.py`; every figure below comes from one run.",
+           "", f"Tools: {m['gcc']}; {m['clang']}; {m['llvm-mca']}; TVM {m['tvm']}.",
            f"x86 builds: gcc `{m['x86_flags']}`; AVX2 bitserial kernels and their plain C: gcc "
            f"`{m['avx2_bitserial_flags']}`, their TVM baselines: `-mcpu=haswell` (no AVX-512 popcount on either side); "
            f"NEON builds: clang `{m['neon_flags']}`.", ""]
@@ -389,19 +415,21 @@ def markdown(report: dict) -> str:
                "vpopcntq_zmm": (1024, "binary G op/s (AND+popcount per bit)"), "tdpbusd": (16384, "G MAC/s"),
                "vpdpbusd_zmm_mix_6x32": (64, "G MAC/s (6x32 tile: 2 loads + 6 broadcasts per 12, from L1)"),
                "vpdpbusd_zmm_mix_8x48": (64, "G MAC/s (8x48 tile: 3 loads + 8 broadcasts per 24, from L1)")}
-        for k, v in p.items():
+        for k, v in p["measured"].items():
             n, unit = per[k]
             out.append(f"| {k} | {v['median'] / 1e9:.3f} | {v['median'] * n / 1e9:.0f} {unit} | "
                        f"{v['min'] * n / 1e9:.0f} – {v['max'] * n / 1e9:.0f} | {v['probes']} |")
+        out += [f"| {k} | skipped: {reason} | – | – | – |" for k, reason in p["skipped"].items()]
         out.append("")
-    if rows := report.get("x86"):
+    if (rows := report.get("x86", [])) or report.get("x86_skipped"):
         out += ["## x86: time per L1-resident workload (median), side by side", "",
                 "Rates are operations of the workload over its median time: int8 in G MAC/s, bitserial in binary "
                 "G op/s (2 · rows · bits · abits · wbits). Plain C = the same workload as loops, gcc auto-vectorized.", "",
                 "| kernel | instr | workload | kernel rate | % of peak | plain C | TVM (schedule) | × plain | × TVM | "
                 "TVM unscheduled | × TVM unscheduled |", "|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in rows:
-            pk = f"{100 * r['fraction_of_peak']:.0f}% of {r['peak_instruction']}" if "fraction_of_peak" in r else "–"
+            pk = (f"{100 * r['fraction_of_peak']:.0f}% of {r['peak_instruction']}" if "fraction_of_peak" in r else
+                  f"– ({r['peak_instruction']} not probed: {r['peak_skipped']})" if "peak_skipped" in r else "–")
             if "fraction_of_load_mix" in r:
                 pk += f" ({100 * r['fraction_of_load_mix']:.0f}% of its load mix)"
             tv = f"{r['tvm_rate']:.1f} ({r['tvm_schedule']})" if "tvm_rate" in r else "–"
@@ -410,6 +438,8 @@ def markdown(report: dict) -> str:
             xu = f"{r['speedup_vs_tvm_unscheduled']:.2f}" if "speedup_vs_tvm_unscheduled" in r else "–"
             out.append(f"| {r['name']} | {r['length']} | {r['shape']} | {r['kernel_rate']:.1f} {r['unit']} | {pk} | "
                        f"{r['plain_rate']:.1f} | {tv} | {r['speedup_vs_plain']:.2f} | {xt} | {tu} | {xu} |")
+        out += [f"| {name} | – | skipped: {reason} | – | – | – | – | – | – | – | – |"
+                for name, reason in report.get("x86_skipped", {}).items()]
         out.append("")
     if rows := report.get("dense"):
         out += [f"## x86: a whole 1-bit dense ({DENSE_ROWS} rows × {DENSE_BITS} bits, weights in L2), side by side", "",
@@ -452,11 +482,14 @@ def main() -> int:
     parser.add_argument("--out", default=str(ROOT / "benchmarks"), help="directory for kernels.{json,md}")
     args = parser.parse_args()
     isas = args.isa.split(",")
-    entries = [e for e in selected_entries("all", None) if e["program"]["isa"] in isas and e["proof"]["proved"]]
+    entries = [e for isa in isas for e in selected_entries(isa, None)[0] if e["proof"]["proved"]]
     report = {"machine": machine()}
-    x86 = [e for e in entries if e["program"]["isa"] != "neon" and KernelDriver(e).missing() is None]
+    x86 = sorted((e for e in entries if e["program"]["isa"] != "neon"), key=lambda e: e["name"])
+    missing = {e["name"]: KernelDriver(e).missing() for e in x86}
+    report["x86_skipped"] = {name: reason for name, reason in missing.items() if reason}
+    x86 = [e for e in x86 if not missing[e["name"]]]
     if x86:
-        report["peaks"], report["x86"] = x86_rows(sorted(x86, key=lambda e: e["name"]), args.trials)
+        report["peaks"], report["x86"] = x86_rows(x86, args.trials)
     dense = [e for e in x86 if e["program"]["isa"] == "avx512" and e["spec"].get("layout") == "acc"
              and (e["spec"]["abits"], e["spec"]["wbits"]) == (1, 1)]
     if dense:

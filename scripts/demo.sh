@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The main job of README.md: install what is missing, then run qsynth end to end on this host:
-# check the instruction semantics against the machine (and qemu), load or synthesize the kernels,
-# compile every kernel and test it against its spec, re-prove the kernel library, then time the
-# host's kernels against plain C and TVM (a short run; benchmarks/kernels.md is the full one).
+# name the host CPU and what it can run, check the instruction semantics against the machine (and
+# qemu), load or synthesize the kernels, compile every kernel and test it against its spec, re-prove
+# the kernel library, then time the host's kernels against plain C and TVM (a short run;
+# benchmarks/kernels.md is the full one).
 set -eu
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh
+qsynth host | sed -n '1,/^kernels in the library/p'
 for isa in neon avx2 avx512 amx; do
     qsynth isa list --isa "$isa" | head -n 1
     qsynth isa check --isa "$isa" --samples 500 | tail -n 1
@@ -26,4 +28,4 @@ if ! python scripts/bench_kernels.py --isa avx2,avx512,amx --trials 5 --out "$sp
     cat "$speedups/log" >&2
     exit 1
 fi
-sed -n '/^## x86/,$p' "$speedups/report"
+sed -n -e '/^Host:/p' -e '/^## x86/,$p' "$speedups/report"

@@ -1,10 +1,13 @@
 /* Instruction peaks of this machine, measured by scripts/bench_kernels.py in the same run as the
  * kernels: 12 independent register-only chains of each instruction (more than latency x issue width),
- * median of 9 trials. Prints one JSON object: instructions per second. */
+ * median of 9 trials. `peak NAME...` runs the named probes only: the caller names those whose CPU
+ * feature the host has (isa_specs/host.py), so the file is built without -march and the AMX code
+ * carries its own target attribute. Prints one JSON object: instructions per second per probe. */
 #include <immintrin.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -20,9 +23,11 @@ static int cmp(const void *x, const void *y) { double a = *(const double *)x, b 
   op " %%" r "17, %%" r "16, %%" r "10\n\t" op " %%" r "17, %%" r "16, %%" r "11\n\t"
 #define CLOBBER "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11"
 #define N 20000000L
+#define AVX512 __attribute__((target("avx512f")))   /* lets the asm name zmm16-31 */
+#define AMX __attribute__((target("amx-tile,amx-int8")))
 
-static void dpbusd_zmm(void) { for (long i = 0; i < N; i++) __asm__ volatile(X12("vpdpbusd", "zmm") ::: CLOBBER); }
-static void popcntq_zmm(void) {
+static AVX512 void dpbusd_zmm(void) { for (long i = 0; i < N; i++) __asm__ volatile(X12("vpdpbusd", "zmm") ::: CLOBBER); }
+static AVX512 void popcntq_zmm(void) {
   for (long i = 0; i < N; i++)
     __asm__ volatile("vpopcntq %%zmm16, %%zmm0\n\tvpopcntq %%zmm16, %%zmm1\n\tvpopcntq %%zmm16, %%zmm2\n\t"
                      "vpopcntq %%zmm16, %%zmm3\n\tvpopcntq %%zmm16, %%zmm4\n\tvpopcntq %%zmm16, %%zmm5\n\t"
@@ -38,10 +43,6 @@ static void dpbusd_ymm_vex(void) {
                      "%{vex%} vpdpbusd %%ymm15, %%ymm14, %%ymm8\n\t%{vex%} vpdpbusd %%ymm15, %%ymm14, %%ymm9\n\t"
                      "%{vex%} vpdpbusd %%ymm15, %%ymm14, %%ymm10\n\t%{vex%} vpdpbusd %%ymm15, %%ymm14, %%ymm11\n\t" ::: CLOBBER);
 }
-static void tdpbusd(void) {     /* 4 independent accumulator tiles (latency ~4x the issue interval) */
-  for (long i = 0; i < N / 24; i++) { _tile_dpbusd(0, 4, 6); _tile_dpbusd(1, 4, 7); _tile_dpbusd(2, 5, 6); _tile_dpbusd(3, 5, 7); }
-}
-
 /* The load mix of a register-blocked vpdpbusd tile, from L1, without loop or C traffic: per 4-byte k
  * group, the B columns' zmm loads and one A broadcast per row (vpbroadcastd m32). It bounds what a
  * kernel of that shape can reach below the register-only peak. */
@@ -61,11 +62,11 @@ static uint8_t mix_b[13 * 192] __attribute__((aligned(64)));   /* 8x48 reads up 
   R48(3, 9, 10, 11, G) R48(4, 12, 13, 14, G) R48(5, 15, 16, 17, G) R48(6, 18, 19, 20, G) R48(7, 21, 22, 23, G)
 #define ACC24 CLOBBER, "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18", "xmm19", "xmm20", "xmm21", \
   "xmm22", "xmm23"
-static void mix_6x32(void) {
+static AVX512 void mix_6x32(void) {
   for (long i = 0; i < N / 4; i++)
     __asm__ volatile(G32(0) G32(4) G32(8) G32(12) :: "r"(mix_a), "r"(mix_b) : CLOBBER, "xmm24", "xmm25", "xmm30");
 }
-static void mix_8x48(void) {
+static AVX512 void mix_8x48(void) {
   for (long i = 0; i < N / 4; i++)
     __asm__ volatile(G48(0) G48(4) G48(8) G48(12) :: "r"(mix_a), "r"(mix_b) : ACC24, "xmm24", "xmm25", "xmm26", "xmm30");
 }
@@ -77,19 +78,40 @@ static double per_second(void (*fn)(void), double count) {
   return count / t[4];
 }
 
-int main(void) {
-  printf("{\"vpdpbusd_zmm\": %.6g, \"vpopcntq_zmm\": %.6g, \"vpdpbusd_ymm_vex\": %.6g",
-         per_second(dpbusd_zmm, 12.0 * N), per_second(popcntq_zmm, 12.0 * N), per_second(dpbusd_ymm_vex, 12.0 * N));
-  printf(", \"vpdpbusd_zmm_mix_6x32\": %.6g, \"vpdpbusd_zmm_mix_8x48\": %.6g",
-         per_second(mix_6x32, 48.0 * (N / 4)), per_second(mix_8x48, 96.0 * (N / 4)));
-  if (syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) == 0) {
-    uint8_t cfg[64] __attribute__((aligned(64))) = {0};
-    cfg[0] = 1;
-    for (int t = 0; t < 8; t++) { cfg[16 + 2 * t] = 64; cfg[48 + t] = 16; }
-    __asm__ volatile("" ::: "memory");      /* gcc drops cfg's stores otherwise: ldtilecfg reads it in asm */
-    _tile_loadconfig(cfg);
-    printf(", \"tdpbusd\": %.6g", per_second(tdpbusd, 4.0 * (N / 24)));
-    _tile_release();
+/* 4 independent accumulator tiles (latency ~4x the issue interval). The AMX tile data state is
+ * requested first (granted on Linux 5.16+, which lists the amx_* flags); the tiles are configured per trial. */
+static AMX void tdpbusd(void) {
+  if (syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */)) { perror("arch_prctl"); exit(3); }
+  uint8_t cfg[64] __attribute__((aligned(64))) = {0};
+  cfg[0] = 1;
+  for (int t = 0; t < 8; t++) { cfg[16 + 2 * t] = 64; cfg[48 + t] = 16; }
+  __asm__ volatile("" ::: "memory");      /* gcc drops cfg's stores otherwise: ldtilecfg reads it in asm */
+  _tile_loadconfig(cfg);
+  for (long i = 0; i < N / 24; i++) { _tile_dpbusd(0, 4, 6); _tile_dpbusd(1, 4, 7); _tile_dpbusd(2, 5, 6); _tile_dpbusd(3, 5, 7); }
+  _tile_release();
+}
+
+static const struct { const char *name; void (*fn)(void); double count; } PROBES[] = {
+  {"vpdpbusd_zmm", dpbusd_zmm, 12.0 * N}, {"vpopcntq_zmm", popcntq_zmm, 12.0 * N},
+  {"vpdpbusd_ymm_vex", dpbusd_ymm_vex, 12.0 * N},
+  {"vpdpbusd_zmm_mix_6x32", mix_6x32, 48.0 * (N / 4)}, {"vpdpbusd_zmm_mix_8x48", mix_8x48, 96.0 * (N / 4)},
+  {"tdpbusd", tdpbusd, 4.0 * (N / 24)},
+};
+#define NPROBES (sizeof PROBES / sizeof PROBES[0])
+
+static int probe(const char *name) {
+  size_t p = 0;
+  while (p < NPROBES && strcmp(PROBES[p].name, name)) p++;
+  return p < NPROBES ? (int)p : -1;
+}
+
+int main(int argc, char **argv) {
+  for (int a = 1; a < argc; a++)
+    if (probe(argv[a]) < 0) { fprintf(stderr, "unknown probe %s\n", argv[a]); return 2; }
+  printf("{");
+  for (int a = 1; a < argc; a++) {
+    int p = probe(argv[a]);
+    printf("%s\"%s\": %.6g", a > 1 ? ", " : "", PROBES[p].name, per_second(PROBES[p].fn, PROBES[p].count));
   }
   printf("}\n");
   return 0;

@@ -1,0 +1,51 @@
+"""scripts/bench_kernels.py runs a peak probe (scripts/peak_x86.c) or a kernel row only where the host
+has its CPU feature: which ones are skipped on the recorded Zen 4, Sapphire Rapids and Skylake
+hosts, and the probe program built without -march running exactly the probes it is asked for."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from isa_specs import host
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+import bench_kernels as bk  # noqa: E402
+
+
+def flags(name: str) -> frozenset[str]:
+    return host.parse_cpuinfo((Path(__file__).parent / "data" / f"cpuinfo_{name}.txt").read_text()).flags
+
+
+def test_probes_skipped_on_recorded_hosts():
+    assert bk.probe_skips(flags("zen4")) == {"vpdpbusd_ymm_vex": "host CPU lacks avx_vnni",
+                                             "tdpbusd": "host CPU lacks amx_int8"}
+    assert bk.probe_skips(flags("sapphirerapids")) == {}
+    assert set(bk.probe_skips(flags("skylake"))) == set(bk.PROBES)
+
+
+def test_peak_of_a_skipped_probe_gives_the_reason():
+    from synth.spec import Int8Spec
+    spec = Int8Spec("amx", "u8s8", "tile", 32, 32, 256)
+    skipped = bk.probe_skips(flags("zen4"))
+    assert bk.peak_fields(spec, 100.0, {}, skipped) == {"peak_instruction": "tdpbusd",
+                                                        "peak_skipped": "host CPU lacks amx_int8"}
+    got = bk.peak_fields(spec, 100.0, {"tdpbusd": 1e9}, {})
+    assert got["peak_rate"] == 16 * 16 * 64 and got["fraction_of_peak"] == pytest.approx(100 / (16 * 16 * 64))
+
+
+def test_peak_program_runs_only_the_named_probes(tmp_path):
+    exe = tmp_path / "peak"
+    subprocess.run(["gcc", "-O2", "-o", str(exe), str(ROOT / "scripts" / "peak_x86.c")], check=True)
+    assert "tdpbusd" in subprocess.run(["objdump", "-d", str(exe)], capture_output=True, text=True).stdout
+    bad = subprocess.run([str(exe), "vpopcntq_zmm", "nope"], capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stdout == "" and "unknown probe nope" in bad.stderr
+    runnable = [p for p in bk.PROBES if p not in bk.probe_skips(host.cpu_flags())][:2]
+    if not runnable:
+        pytest.skip("this host runs none of the probes")
+    rates = json.loads(subprocess.run([str(exe), *runnable], capture_output=True, text=True, check=True).stdout)
+    assert list(rates) == runnable and all(r > 1e6 for r in rates.values())
