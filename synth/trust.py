@@ -51,12 +51,14 @@ def _stamps() -> dict:
         return {}
 
 
-def stamped(entry: dict) -> bool:
-    return _stamps().get(entry["content_hash"]) == fingerprint()
+def stamped(entry: dict, stamps: dict | None = None) -> bool:
+    return (_stamps() if stamps is None else stamps).get(entry["content_hash"]) == fingerprint()
 
 
 def _record(verdicts: list[dict]) -> None:
     """Stamp the entries that re-proved and drop the stamps of those that did not."""
+    if not verdicts:
+        return
     path = store_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(path) + ".lock"):
@@ -115,13 +117,14 @@ def verify_paths(paths: list[Path], jobs: int | None = None):
 def load_all(paths: list[Path], jobs: int | None = None) -> tuple[list[dict], list[str]]:
     """(entries that are stamped or re-prove now, one line per refused entry)."""
     entries, refused, unstamped = {}, [], []
+    stamps = _stamps()
     for p in paths:
         try:
             entry = cache.read(p)
         except cache.CacheError as e:
             refused.append(str(e))
             continue
-        if stamped(entry):
+        if stamped(entry, stamps):
             entries[p] = entry
         else:
             unstamped.append(p)
