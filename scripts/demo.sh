@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The main job of README.md: install what is missing, then run qsynth end to end on this host:
 # name the host CPU and what it can run, check the instruction semantics against the machine (and
-# qemu), load or synthesize the kernels, compile every kernel and test it against its spec, re-prove
-# the kernel library, then time the host's A1W1, A2W2 and int8 kernels against plain C and TVM (a short run;
+# qemu), re-prove the kernel library, load or synthesize the kernels, compile every kernel and test
+# it against its spec, then time the host's A1W1, A2W2 and int8 kernels against plain C and TVM (a short run;
 # benchmarks/kernels.md is the full one).
 set -eu
 cd "$(dirname "$0")/.."
