@@ -50,7 +50,7 @@ def prove_equal(problem, program, deadline: float):
     xs = problem.z3_inputs()
     got = problem.run(Z3, program, xs)
     want = problem.spec(Z3, xs)
-    if [g.size() for g in got] != [w.size() for w in want]:      # z3.Or([]) is false: no outputs, no proof
+    if not got or [g.size() for g in got] != [w.size() for w in want]:   # z3.Or([]) is false: no proof
         return Obligation(f"{problem.name}: program = spec", "definition", "refuted", 0.0,
                           detail=f"outputs of {[g.size() for g in got]} bits, spec {[w.size() for w in want]}"), None
     pre = [problem.pre(Z3, xs)] if problem.pre else []
