@@ -6,7 +6,7 @@ next to the instruction peaks (``scripts/peak_x86.c``) measured right before eac
 here): llvm-mca cycle estimates on Cortex-A53 and A72 of the compiled kernel, of TVM's lowering of
 the same tile and of plain C. Writes ``benchmarks/kernels.json`` and ``benchmarks/kernels.md``.
 
-    python scripts/bench_kernels.py [--isa neon,avx2,avx512,amx] [--trials N]
+    python scripts/bench_kernels.py [--isa neon,avx2,avx512,amx] [--configs a1w1,int8] [--trials N]
 """
 from __future__ import annotations
 
@@ -478,11 +478,13 @@ def markdown(report: dict) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--isa", default="neon,avx2,avx512,amx", help="comma-separated ISAs")
+    parser.add_argument("--configs", help="comma-separated substrings of kernel names (default: every kernel)")
     parser.add_argument("--trials", type=int, default=15, help="timing trials per measurement (median)")
     parser.add_argument("--out", default=str(ROOT / "benchmarks"), help="directory for kernels.{json,md}")
     args = parser.parse_args()
     isas = args.isa.split(",")
-    entries = [e for isa in isas for e in selected_entries(isa, None)[0] if e["proof"]["proved"]]
+    configs = args.configs.split(",") if args.configs else None
+    entries = [e for isa in isas for e in selected_entries(isa, configs)[0] if e["proof"]["proved"]]
     report = {"machine": machine()}
     x86 = sorted((e for e in entries if e["program"]["isa"] != "neon"), key=lambda e: e["name"])
     missing = {e["name"]: KernelDriver(e).missing() for e in x86}
