@@ -4,7 +4,9 @@ int8 tile load mixes of ``scripts/peak_x86.c`` against the register-only vpdpbus
 the AVX-512 tile's shape bound it here?), and each AVX-512 bitserial acc kernel against the AVX2
 one of the same configuration (is 512-bit still the better choice?). Rounds are interleaved, so
 every comparison is side by side; figures are medians over rounds. Probes and kernels the host
-cannot run are listed as skipped. Writes ``benchmarks/uarch_<uarch>.{json,md}``.
+cannot run are listed as skipped. Next to the measured mixes, what LLVM's scheduling model of the
+host predicts for the same loops (llvm-mca of LLVM 19: LLVM 14 has no znver4 model, and its znver3
+model rejects every AVX-512 instruction). Writes ``benchmarks/uarch_<uarch>.{json,md}``.
 
     python scripts/bench_uarch.py [--rounds N] [--trials N] [--out DIR]
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -28,6 +31,33 @@ from synth.files import write_atomically  # noqa: E402
 from synth.kernel import spec_from_key  # noqa: E402
 
 MIX_PROBES = ("vpdpbusd_zmm", "vpdpbusd_zmm_mix_6x32", "vpdpbusd_zmm_mix_8x48")
+PROBE_FUNCTIONS = {"vpdpbusd_zmm": "dpbusd_zmm", "vpdpbusd_zmm_mix_6x32": "mix_6x32", "vpdpbusd_zmm_mix_8x48": "mix_8x48"}
+MCA = "llvm-mca-19"
+
+
+def loop_body(asm: list[str], function: str) -> list[str]:
+    """The instructions of ``function``'s loop in gcc -S output: from its first label to the jne back to it."""
+    start = asm.index(f"{function}:")
+    label = next(i for i in range(start, len(asm)) if re.match(r"^\.L\d+:$", asm[i]))
+    body = []
+    for line in asm[label + 1:]:
+        text = line.strip()
+        if text and not text.startswith((".", "#")):
+            body.append(text)
+        if text.startswith("jne"):
+            return body
+    raise ValueError(f"no loop in {function}")
+
+
+def mca_predictions(uarch: str) -> dict[str, float]:
+    """Per probe, the model's cycles per vpdpbusd of its loop on ``uarch``."""
+    asm = bk.run(["gcc", "-O2", "-S", "-o", "-", str(ROOT / "scripts" / "peak_x86.c")]).splitlines()
+    out = {}
+    for probe, function in PROBE_FUNCTIONS.items():
+        body = loop_body(asm, function)
+        mca = bk.run([MCA, f"-mcpu={uarch}", "-iterations=100"], "\n".join(body) + "\n")
+        out[probe] = int(re.search(r"Total Cycles:\s+(\d+)", mca)[1]) / 100 / sum(i.startswith("vpdpbusd") for i in body)
+    return out
 
 
 def build(source: str, flags: list[str], exe: Path) -> Path:
@@ -82,10 +112,14 @@ def measure(rounds: int, trials: int) -> dict:
            "rounds": rounds, "trials": trials, "skipped_probes": skipped_probes, "skipped_kernels": skipped_kernels,
            "samples": samples, "mixes": [], "bitserial": []}
     if "vpdpbusd_zmm" in probes:
+        model = mca_predictions(m.uarch)
+        out["mca"] = {"tool": next(l.strip() for l in bk.run([MCA, "--version"]).splitlines() if "version" in l), "mcpu": m.uarch,
+                      "cycles_per_vpdpbusd": model}
         for mix in probes[1:]:
             ratio = [s[mix] / s["vpdpbusd_zmm"] for s in samples["probes"]]
             out["mixes"].append({"probe": mix, "g_mac_s": 64 * float(np.median([s[mix] for s in samples["probes"]])) / 1e9,
-                                 "fraction_of_peak": float(np.median(ratio)), "min": min(ratio), "max": max(ratio)})
+                                 "fraction_of_peak": float(np.median(ratio)), "min": min(ratio), "max": max(ratio),
+                                 "mca_fraction_of_peak": model["vpdpbusd_zmm"] / model[mix]})
         out["peak_g_mac_s"] = 64 * float(np.median([s["vpdpbusd_zmm"] for s in samples["probes"]])) / 1e9
     for avx2, avx512 in pairs:
         ratio = [s[avx512["name"]] / s[avx2["name"]] for s in samples["kernels"]]
@@ -104,10 +138,16 @@ def markdown(rep: dict) -> str:
     if rep["mixes"]:
         lines += ["## int8: the AVX-512 tile load mixes against the register-only vpdpbusd zmm peak", "",
                   f"Register-only peak: {rep['peak_g_mac_s']:.0f} G MAC/s. A mix runs a tile's B loads, A broadcasts "
-                  "and vpdpbusd from L1 without loop or C traffic; its fraction is taken within each round.", "",
-                  "| probe | G MAC/s | fraction of peak (median) | min – max |", "|---|---|---|---|"]
+                  "and vpdpbusd from L1 without loop or C traffic; its fraction is taken within each round. "
+                  f"Model: {rep['mca']['tool']} `-mcpu={rep['mca']['mcpu']}` on the same loops, cycles per vpdpbusd "
+                  f"(register-only: {rep['mca']['cycles_per_vpdpbusd']['vpdpbusd_zmm']:.2f}) and the fraction of "
+                  "the register-only rate that implies.", "",
+                  "| probe | G MAC/s | fraction of peak (median) | min – max | model: cycles per vpdpbusd | "
+                  "model: fraction of peak |", "|---|---|---|---|---|---|"]
         lines += [f"| {x['probe']} | {x['g_mac_s']:.0f} | {100 * x['fraction_of_peak']:.1f}% | "
-                  f"{100 * x['min']:.1f} – {100 * x['max']:.1f}% |" for x in rep["mixes"]]
+                  f"{100 * x['min']:.1f} – {100 * x['max']:.1f}% | "
+                  f"{rep['mca']['cycles_per_vpdpbusd'][x['probe']]:.2f} | {100 * x['mca_fraction_of_peak']:.1f}% |"
+                  for x in rep["mixes"]]
         best = max(rep["mixes"], key=lambda x: x["fraction_of_peak"])
         lines += ["", f"Highest: {best['probe']} at {100 * best['fraction_of_peak']:.1f}% of the register-only peak.", ""]
     lines += [f"Skipped probe {p}: {reason}." for p, reason in rep["skipped_probes"].items() if p in MIX_PROBES]

@@ -8,6 +8,7 @@ command -v qemu-aarch64 >/dev/null || need_apt+=(qemu-user)
 command -v aarch64-linux-gnu-gcc >/dev/null || need_apt+=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross)
 command -v clang >/dev/null || need_apt+=(clang)
 command -v llvm-mca >/dev/null || need_apt+=(llvm)
+command -v llvm-mca-19 >/dev/null || need_apt+=(llvm-19)      # znver4 model (scripts/bench_uarch.py)
 command -v gcc >/dev/null || need_apt+=(gcc)
 if [ ${#need_apt[@]} -gt 0 ]; then
     echo "bootstrap: apt-get install ${need_apt[*]}" >&2

@@ -9,7 +9,7 @@ from dataclasses import asdict
 
 from isa_specs import ISA_NAMES, get_isa, host
 from synth import cache
-from synth.emit import kernel_model
+from synth.emit import EmitError, kernel_model
 
 
 def feature_reason(feature: str, m: host.HostModel) -> str | None:
@@ -29,10 +29,10 @@ def library_kernels() -> list[dict]:
     for path in cache.entries():
         try:
             entry = cache.read(path)
-        except cache.CacheError as e:
+            model = kernel_model(entry)
+        except (cache.CacheError, EmitError) as e:
             out.append({"name": path.stem, "isa": None, "features": None, "error": str(e)})
             continue
-        model = kernel_model(entry)
         out.append({"name": entry["name"], "isa": model["isa"].name, "features": model["features"]})
     return out
 

@@ -49,3 +49,16 @@ def test_peak_program_runs_only_the_named_probes(tmp_path):
         pytest.skip("this host runs none of the probes")
     rates = json.loads(subprocess.run([str(exe), *runnable], capture_output=True, text=True, check=True).stdout)
     assert list(rates) == runnable and all(r > 1e6 for r in rates.values())
+
+
+def test_loop_bodies_given_to_llvm_mca():
+    """scripts/bench_uarch.py models each probe's loop: per iteration 4 k groups of the tile's B loads,
+    one A broadcast per row and rows x column registers vpdpbusd, then the loop branch."""
+    import bench_uarch as bu
+    asm = bk.run(["gcc", "-O2", "-S", "-o", "-", str(ROOT / "scripts" / "peak_x86.c")]).splitlines()
+    for function, rows, cols in (("mix_6x32", 6, 2), ("mix_8x48", 8, 3)):
+        body = bu.loop_body(asm, function)
+        count = lambda op: sum(i.split()[0] == op for i in body)
+        assert (count("vmovdqu32"), count("vpbroadcastd"), count("vpdpbusd")) == (4 * cols, 4 * rows, 4 * rows * cols)
+        assert body[-1].startswith("jne")
+    assert sum(i.startswith("vpdpbusd") for i in bu.loop_body(asm, "dpbusd_zmm")) == 12
