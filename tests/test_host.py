@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -157,3 +158,12 @@ def test_cli_host_json(capsys, library):
     assert rep["host"]["uarch"] == m.uarch and rep["host"]["tvm_target"] == host.tvm_target()
     assert set(rep["host"]["flags"]) == m.flags
     assert [k["name"] for k in rep["kernels"]] == [k["name"] for k in library]
+
+
+@pytest.mark.parametrize("name", ["zen4", "sapphirerapids"])
+def test_recorded_hosts_targets_build_the_vnni_baseline(name):
+    """A target the host may not execute is built, not run: TVM's VNNI tile for each recorded CPU."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    import tvm_baselines as tb
+    target = host.target_of(host.parse_cpuinfo(cpuinfo(name)))
+    assert tb.int8_vnni_x86(12, 16, 64, target=target).module is not None
