@@ -9,7 +9,7 @@ the fingerprint of the verifier's own source. Every use of an entry (``synth`` o
 load at once, others are re-proved first, in parallel, and refused with their name when they do
 not re-prove. A clone, a shared cache or a cluster worker's result is therefore re-proved on its
 first use here; a change to the verifier (any source under ``synth/``, ``sketches/``,
-``isa_specs/``) invalidates every stamp.
+``isa_specs/`` but the CLI, emission and host detection) invalidates every stamp.
 """
 from __future__ import annotations
 
@@ -26,6 +26,10 @@ from synth import cache
 from synth.files import write_atomically
 
 _SOURCES = ("synth", "sketches", "isa_specs")
+# Modules that cannot change a verdict (the CLI, emission, host detection, reports): editing them
+# keeps the stamps. Anything else under _SOURCES is the verifier's, and a new module is by default.
+_NOT_VERIFIER = {"isa_specs/check.py", "isa_specs/host.py", "synth/cli.py", "synth/emit.py", "synth/emit_cli.py",
+                 "synth/host_report.py", "synth/mutants.py", "synth/sweep.py"}
 
 
 def store_path() -> Path:
@@ -40,6 +44,8 @@ def fingerprint() -> str:
     h = hashlib.sha256()
     for package in _SOURCES:
         for path in sorted((root / package).rglob("*.py")):
+            if path.relative_to(root).as_posix() in _NOT_VERIFIER:
+                continue
             h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
     return h.hexdigest()[:16]
 
