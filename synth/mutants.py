@@ -169,7 +169,7 @@ def mutants(entry: dict) -> Iterator[Mutant]:
     yield from _field_mutants(entry)
 
 
-def classify(mutant: Mutant, original: dict, scratch: Path, z3_seconds: float = 60.0) -> dict:
+def classify(mutant: Mutant, original: dict, scratch: Path, z3_seconds: float = 600.0) -> dict:
     """``refused`` (with the verifier's reason), ``equivalent`` (accepted, and plain Z3 proves every
     edited stage equal to its spec, with no other field changed), ``wrongly accepted``, or
     ``undecided`` (accepted, Z3 gave no answer in time)."""
