@@ -167,6 +167,34 @@ def cmd_sweep(args) -> int:
     return 1 if bad else 0
 
 
+def cmd_bench_layer(args) -> int:
+    import os
+    layers = ("C2", "C3", "C4", "C5", "C6", "C7", "C8", "C9", "C10", "C11", "C12")
+    if args.layer not in layers:
+        raise UsageError(f"unknown layer {args.layer!r}; accepted: {', '.join(layers)} (ResNet-18, the paper's Table 1)")
+    if args.config != "int8":
+        raise UsageError(f"--config {args.config} is not offered; accepted: int8 (bitserial AxWy layers are not built yet)")
+    os.environ["TVM_NUM_THREADS"] = str(args.threads)        # read when TVM's thread pool starts
+    from tvm_integration import dispatch
+    from tvm_integration.bench import bench_layer
+    try:
+        kernel = dispatch.select(args.isa)
+    except dispatch.DispatchError as e:
+        raise UsageError(str(e))
+    if (why := dispatch.usable(kernel)) is not None:
+        raise UsageError(f"--isa {args.isa}: this host cannot run {kernel.intrin} ({why})")
+    row = bench_layer(args.layer, args.threads, args.trials, args.isa)
+    if args.json:
+        print(json.dumps(row, indent=1))
+    else:
+        print(f"{row['layer']} int8, {row['threads']} thread(s), {row['kernel']}: {row['ours_ms']:.3f} ms, "
+              f"{row['gmacs']:.1f} G MAC/s" + (f" ({row['percent_of_peak']:.0f}% of peak)" if row["percent_of_peak"] else "")
+              + f", correct={row['correct']}")
+        for name, ms in row["baselines"].items():
+            print(f"  {name:<18} {ms:9.3f} ms  ours {row['speedups'][name]:.2f}x faster")
+    return 0 if row["correct"] else 1
+
+
 # ---------------------------------------------------------------- cache
 def cmd_cache_ls(args) -> int:
     from synth import cache
@@ -265,6 +293,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     from synth import emit_cli
     emit_cli.add_parsers(sub, _Parser)
+
+    bl = sub.add_parser("bench-layer", help="one ResNet-18 conv layer on our operator next to onnxruntime and TVM",
+                        description="example: qsynth bench-layer --layer C6 --config int8 --threads 1 --json")
+    bl.add_argument("--layer", required=True, help="C2 ... C12")
+    bl.add_argument("--config", default="int8")
+    bl.add_argument("--threads", type=_positive, default=1)
+    bl.add_argument("--isa", choices=("host", "avx512", "avx2", "amx"), default="host")
+    bl.add_argument("--trials", type=_positive, default=7)
+    bl.add_argument("--json", action="store_true")
+    bl.set_defaults(run=cmd_bench_layer)
 
     cache = sub.add_parser("cache", help="the kernel library").add_subparsers(
         dest="cache_command", required=True, parser_class=_Parser)

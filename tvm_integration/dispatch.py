@@ -6,8 +6,6 @@ running the operator then needs a host that has it.
 """
 from __future__ import annotations
 
-from tvm.target import codegen
-
 from isa_specs import host
 from tvm_integration.intrinsics import Kernel, register_kernels
 
@@ -49,8 +47,8 @@ def select(isa: str = "host") -> Kernel:
 
 
 def target(kernel: Kernel | None = None) -> dict:
-    """The host's LLVM target (its CPU as LLVM names it); for a kernel the host cannot run, a generic
-    x86-64 target with the kernel's features, so the module still builds."""
+    """The host model's target (its micro-architecture as LLVM names it); for a kernel the host cannot
+    run, a generic x86-64 target with the kernel's features, so the module still builds."""
     if kernel is None or usable(kernel) is None:
-        return {"kind": "llvm", "mcpu": codegen.llvm_get_system_cpu()}
+        return host.tvm_target()
     return {"kind": "llvm", "mtriple": "x86_64-linux-gnu", "mattr": [f"+{f}" for f in kernel.features]}

@@ -1,0 +1,56 @@
+"""``qsynth bench-layer``: bad input is one line and exit 2; a real row is checked against numpy in
+the same run and carries every baseline (times themselves are benchmarks, not asserted)."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("onnxruntime")
+from tvm_integration import dispatch  # noqa: E402
+
+
+def _qsynth(*argv):
+    return subprocess.run([sys.executable, "-m", "synth.cli", "bench-layer", *argv], capture_output=True, text=True,
+                          timeout=900)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--layer", "C1"], "unknown layer 'C1'; accepted: C2,"),
+    (["--layer", "C6", "--config", "A4W1"], "--config A4W1 is not offered; accepted: int8"),
+    (["--layer", "C6", "--isa", "neon"], "invalid choice: 'neon'"),
+    (["--layer", "C6", "--threads", "0"], "must be a positive integer"),
+])
+def test_bad_input_is_one_line_and_exit_2(argv, message):
+    proc = _qsynth(*argv)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.count("\n") == 1 and message in proc.stderr
+
+
+def test_an_isa_the_host_lacks_is_refused():
+    lacking = [isa for isa in dispatch.ISAS if _lacks(isa)]
+    if not lacking:
+        pytest.skip("this host runs a kernel of every ISA")
+    proc = _qsynth("--layer", "C6", "--isa", lacking[0])
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+    assert f"--isa {lacking[0]}: this host cannot run" in proc.stderr or "no proved u8 x s8 kernel" in proc.stderr
+
+
+def _lacks(isa: str) -> bool:
+    try:
+        return dispatch.usable(dispatch.select(isa)) is not None
+    except dispatch.DispatchError:
+        return True
+
+
+def test_smallest_layer_row_is_correct_with_every_baseline():
+    try:
+        dispatch.select("host")
+    except dispatch.DispatchError as e:
+        pytest.skip(str(e))
+    proc = _qsynth("--layer", "C12", "--trials", "3", "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    row = json.loads(proc.stdout)
+    assert row["correct"] is True
+    assert {"onnxruntime_fp32", "onnxruntime_int8", "tvm_default"} <= set(row["baselines"]) == set(row["speedups"])
+    assert row["ours_ms"] > 0 and row["gmacs"] > 0

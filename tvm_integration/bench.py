@@ -1,0 +1,168 @@
+"""One ResNet-18 conv layer (the synthesis paper's Table 1: C2-C12), batch 1, int8: our conv2d (NHWC,
+tensorized with a cached kernel, bias + float requantize to u8 fused) next to, in the same run,
+onnxruntime int8 (a one-conv QDQ model quantized by onnxruntime: u8 activations, s8 per-channel
+weights) and fp32, TVM 0.27's own lowering of the integer conv (R.nn.conv2d(u8, s8, out_dtype=int32),
+legalized, default pipeline), and our schedule with the kernel replaced by plain TIR. Every time is
+the median of ``trials`` runs; the vpdpbusd zmm peak (scripts/peak_x86.c) is probed before the
+layer; our output is checked against numpy in the same run. Used by ``qsynth bench-layer`` and
+scripts/bench_layers.py. The thread count is TVM's (TVM_NUM_THREADS, read when its pool starts).
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import tvm
+
+from tvm_integration import dispatch
+from tvm_integration.ops.conv2d import conv2d
+from tvm_integration.output_stage import OutputStage, ScaleRequantize
+
+PEAK_PROBE = Path(__file__).resolve().parent.parent / "scripts" / "peak_x86.c"
+
+# name: (H=W, IC, OC, kernel, stride); padding kernel // 2
+LAYERS = {"C2": (56, 64, 64, 3, 1), "C3": (56, 64, 64, 1, 1), "C4": (56, 64, 128, 3, 2), "C5": (56, 64, 128, 1, 2),
+          "C6": (28, 128, 128, 3, 1), "C7": (28, 128, 256, 3, 2), "C8": (28, 128, 256, 1, 2),
+          "C9": (14, 256, 256, 3, 1), "C10": (14, 256, 512, 3, 2), "C11": (14, 256, 512, 1, 2),
+          "C12": (7, 512, 512, 3, 1)}
+
+
+def median_seconds(fn, trials: int) -> float:
+    fn()
+    times = []
+    for _ in range(trials):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
+
+
+def tvm_seconds(module, args, trials: int) -> float:
+    return float(np.median(module.time_evaluator("main", tvm.cpu(), number=1, repeat=trials, min_repeat_ms=50)(*args).results))
+
+
+class Layer:
+    """One layer's tensors (random, fixed seed), its MAC count and the numpy reference output."""
+
+    def __init__(self, name: str):
+        self.name = name
+        hw, ic, oc, k, s = LAYERS[name]
+        self.hw, self.ic, self.oc, self.k, self.s, self.pad = hw, ic, oc, k, s, k // 2
+        self.out_hw = (hw + 2 * self.pad - k) // s + 1
+        self.macs = self.out_hw ** 2 * oc * ic * k * k
+        rng = np.random.default_rng(18)
+        self.x = rng.integers(0, 256, (1, hw, hw, ic)).astype(np.uint8)
+        self.w = rng.integers(-128, 128, (oc, ic, k, k)).astype(np.int8)
+        self.bias = rng.integers(-20000, 20000, oc).astype(np.int32)
+        self.scale = (rng.uniform(0.5, 2.0, oc) / (128 * 128 * np.sqrt(ic * k * k))).astype(np.float32)
+        self.stage = OutputStage(bias=self.bias, requantize=ScaleRequantize(self.scale, 128, "uint8"))
+
+    def reference(self) -> np.ndarray:
+        x = np.pad(self.x.astype(np.int64), ((0, 0), (self.pad, self.pad), (self.pad, self.pad), (0, 0)))
+        n = self.out_hw
+        acc = np.zeros((1, n, n, self.oc), np.int64)
+        for i in range(self.k):
+            for j in range(self.k):
+                window = x[:, i:i + self.s * n:self.s, j:j + self.s * n:self.s, :]
+                acc += window @ self.w[:, :, i, j].astype(np.int64).T
+        acc = acc.astype(np.int32) + self.bias
+        return np.clip(np.rint(acc.astype(np.float32) * self.scale) + 128, 0, 255).astype(np.uint8)
+
+    def ours(self, use_kernel: bool = True, isa: str = "host"):
+        return conv2d(self.w, self.x.shape, "NHWC", self.s, self.pad, 1, "uint8", self.stage, isa, use_kernel)
+
+
+def tvm_default_seconds(layer: Layer, trials: int) -> float:
+    """TVM's own lowering: R.nn.conv2d(u8, s8, out_dtype=int32), NCHW, legalized by the default pipeline."""
+    from tvm import relax
+    from tvm.script import relax as R
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", R.Tensor((1, layer.ic, layer.hw, layer.hw), "uint8"))
+    w = relax.Var("w", R.Tensor(layer.w.shape, "int8"))
+    with bb.function("main", [x, w]):
+        with bb.dataflow():
+            y = bb.emit_output(relax.op.nn.conv2d(x, w, strides=layer.s, padding=layer.pad, out_dtype="int32"))
+        bb.emit_func_output(y)
+    vm = relax.VirtualMachine(tvm.compile(bb.get(), target=tvm.target.Target(dispatch.target())), tvm.cpu())
+    args = [tvm.runtime.tensor(np.ascontiguousarray(layer.x.transpose(0, 3, 1, 2))), tvm.runtime.tensor(layer.w)]
+    return median_seconds(lambda: vm["main"](*args), max(3, trials // 3))
+
+
+def onnxruntime_seconds(layer: Layer, threads: int, trials: int, directory: Path) -> dict[str, float]:
+    """onnxruntime fp32 and int8 (quantize_static, QDQ, u8 activations, s8 per-channel weights)."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    wf = layer.w.astype(np.float32) / 128
+    shape = [1, layer.ic, layer.hw, layer.hw]
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=[layer.pad] * 4, strides=[layer.s] * 2)
+    graph = helper.make_graph([node], layer.name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(wf, "w"), numpy_helper.from_array(np.zeros(layer.oc, np.float32), "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9                       # onnxruntime reads at most IR 13; onnx 1.23 writes 14
+    fp32, int8 = directory / f"{layer.name}.onnx", directory / f"{layer.name}.int8.onnx"
+    onnx.save(model, fp32)
+    rng = np.random.default_rng(0)
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.batches = iter([{"x": rng.uniform(0, 1, shape).astype(np.float32)} for _ in range(4)])
+
+        def get_next(self):
+            return next(self.batches, None)
+
+    quantize_static(str(fp32), str(int8), Reader(), quant_format=QuantFormat.QDQ, activation_type=QuantType.QUInt8,
+                    weight_type=QuantType.QInt8, per_channel=True)
+    x = rng.uniform(0, 1, shape).astype(np.float32)
+    out = {}
+    for name, path in (("onnxruntime_fp32", fp32), ("onnxruntime_int8", int8)):
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        out[name] = median_seconds(lambda: session.run(None, {"x": x}), trials)
+    return out
+
+
+def peak_gmacs(probe: Path) -> float:
+    """vpdpbusd zmm (64 MACs each) per second, in G MAC/s, measured now."""
+    rate = json.loads(subprocess.run([str(probe), "vpdpbusd_zmm"], capture_output=True, text=True, check=True).stdout)
+    return rate["vpdpbusd_zmm"] * 64 / 1e9
+
+
+def bench(layer: Layer, threads: int, trials: int, probe: Path | None, directory: Path, ours, plain) -> dict:
+    peak = peak_gmacs(probe) if probe else None
+    args = ours.args(layer.x)
+    correct = bool(np.array_equal(ours(layer.x), layer.reference()))
+    t_ours = tvm_seconds(ours.module, args, trials)
+    baselines = onnxruntime_seconds(layer, threads, trials, directory)
+    if threads == 1:
+        baselines["tvm_default"] = tvm_default_seconds(layer, trials)
+        baselines["ours_plain_tir"] = tvm_seconds(plain.module, plain.args(layer.x), max(3, trials // 3))
+    gmacs = layer.macs / t_ours / 1e9
+    return {"layer": layer.name, "threads": threads, "shape": LAYERS[layer.name], "macs": layer.macs,
+            "correct": correct, "ours_ms": t_ours * 1e3, "gmacs": gmacs,
+            "baselines": {k: v * 1e3 for k, v in baselines.items()},
+            "speedups": {k: v / t_ours for k, v in baselines.items()},
+            "peak_gmacs": peak, "percent_of_peak": 100 * gmacs / (peak * threads) if peak else None}
+
+
+def bench_layer(name: str, threads: int, trials: int, isa: str = "host") -> dict:
+    """One row: the layer on ``isa``'s kernel and every baseline, timed in this process."""
+    kernel = dispatch.select(isa)
+    layer = Layer(name)
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        probe = tmp / "peak"
+        have_probe = "avx512vnni" in kernel.features and dispatch.usable(kernel) is None and subprocess.run(
+            ["gcc", "-O2", "-o", str(probe), str(PEAK_PROBE)], capture_output=True).returncode == 0
+        plain = layer.ours(use_kernel=False, isa=isa) if threads == 1 else None
+        row = bench(layer, threads, trials, probe if have_probe else None, tmp, layer.ours(isa=isa), plain)
+    return dict(row, kernel=kernel.intrin)
