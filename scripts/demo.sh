@@ -2,8 +2,8 @@
 # The main job of README.md: install what is missing, then run qsynth end to end on this host:
 # name the host CPU and what it can run, check the instruction semantics against the machine (and
 # qemu), re-prove the kernel library, load or synthesize the kernels, compile every kernel and test
-# it against its spec, then time the host's A1W1, A2W2 and int8 kernels against plain C and TVM (a short run;
-# benchmarks/kernels.md is the full one).
+# it against its spec, time the host's A1W1, A2W2 and int8 kernels against plain C and TVM (a short run;
+# benchmarks/kernels.md is the full one), then run one ResNet-18 layer on the int8 operator.
 set -eu
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh
@@ -31,3 +31,6 @@ if ! python scripts/bench_kernels.py --isa avx2,avx512,amx --configs a1w1,a2w2,i
     exit 1
 fi
 sed -n -e '/^Host:/p' -e '/^## x86/,$p' "$speedups/report"
+# The kernels at work: one ResNet-18 layer through the int8 conv2d operator (TVM, tensorized with the
+# host's cached kernel), checked against numpy, next to onnxruntime and TVM's own lowering.
+qsynth bench-layer --layer C6 --config int8 --threads 1 2> /dev/null

@@ -191,7 +191,7 @@ def cmd_bench_layer(args) -> int:
               f"{row['gmacs']:.1f} G MAC/s" + (f" ({row['percent_of_peak']:.0f}% of peak)" if row["percent_of_peak"] else "")
               + f", correct={row['correct']}")
         for name, ms in row["baselines"].items():
-            print(f"  {name:<18} {ms:9.3f} ms  ours {row['speedups'][name]:.2f}x faster")
+            print(f"  {name:<18} {ms:9.3f} ms  speedup {row['speedups'][name]:.2f}x (its time / ours)")
     return 0 if row["correct"] else 1
 
 
