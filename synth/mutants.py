@@ -112,7 +112,7 @@ def _stage_mutants(program: Program, isa) -> Iterator[tuple[str, str, Program]]:
             _with_body(program, body, [base + 3, *program.outputs[1:]])
 
 
-def _reinlined(entry: dict, stage: str, program: Program) -> dict:
+def reinlined(entry: dict, stage: str, program: Program) -> dict:
     """The entry with one stage program replaced and the kernel program, text and length redone."""
     spec = spec_from_key(entry["spec"])
     uses = [StageUse(s, i, o) for s, i, o in entry["uses"]]
@@ -165,7 +165,7 @@ def mutants(entry: dict) -> Iterator[Mutant]:
     isa = get_isa(entry["program"]["isa"])
     for stage, s in entry["stages"].items():
         for kind, description, program in _stage_mutants(Program.from_json(s["program"]), isa):
-            yield Mutant(kind, f"{stage}: {description}", _reinlined(entry, stage, program))
+            yield Mutant(kind, f"{stage}: {description}", reinlined(entry, stage, program))
     yield from _field_mutants(entry)
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from sketches.program import Program
 from synth import cache, trust
-from synth.mutants import _reinlined
+from synth.mutants import reinlined
 from test_linear_forms import EXPLOITS
 
 
@@ -41,7 +41,7 @@ def _tampered() -> dict[str, dict]:
     renamed["key"] = dict(renamed["key"], cost="latency")       # its own file beside the finding-1 entry
     accumulate = copy.deepcopy(a1w1)       # vpaddq -> vpaddb in the accumulate stage: wraps per byte
     accumulate["stages"]["accumulate"]["program"]["body"][0][0] = "vpaddb.zmm"
-    accumulate = _reinlined(accumulate, "accumulate", Program.from_json(accumulate["stages"]["accumulate"]["program"]))
+    accumulate = reinlined(accumulate, "accumulate", Program.from_json(accumulate["stages"]["accumulate"]["program"]))
     accumulate["key"] = dict(accumulate["key"], engine=accumulate["key"]["engine"] + "x")
     arity = copy.deepcopy(lut)             # an opcode of another arity in the compute stage
     arity["stages"]["compute"]["program"]["body"][0] = ["vpmovzxbw.ymm", [0]]
@@ -50,12 +50,12 @@ def _tampered() -> dict[str, dict]:
     narrow = copy.deepcopy(sdot)           # a 128-bit register where sdot.4s_lane takes 64 bits
     row = narrow["stages"]["row"]["program"]
     row["body"] = [["sdot.4s_lane#0", ins[1]] if ins[0].startswith("sdot") else ins for ins in row["body"]]
-    narrow = _reinlined(narrow, "row", Program.from_json(row))
+    narrow = reinlined(narrow, "row", Program.from_json(row))
     empty = copy.deepcopy(sdot)            # a stage with no outputs
     empty["key"] = dict(empty["key"], cost="latency")
-    empty = _reinlined(empty, "row", Program.from_json({**empty["stages"]["row"]["program"], "outputs": []}))
+    empty = reinlined(empty, "row", Program.from_json({**empty["stages"]["row"]["program"], "outputs": []}))
     return {
-        "finding 1": _reinlined(a1w1, "compute", exploit),
+        "finding 1": reinlined(a1w1, "compute", exploit),
         "AVX2 nibble table edited": _edit_constant(lut, "lut", int(lut["constants"]["lut"]["value"], 16) ^ (1 << 8)),
         "NEON u8u8 zero seed edited": _edit_constant(u8u8, "zero", 1),
         "unipolar renamed hybrid": renamed,
