@@ -220,20 +220,25 @@ def assemble(spec: BitserialSpec):
 
 
 def _assemble_acc(spec: BitserialSpec, consts: list[str]):
-    """Per row and plane pair: compute, then accumulate into the pair's significance; per activation
-    plane (hybrid): count, then accumulate into ``pop{k}``. Returns (uses, output names)."""
+    """Per row, plane pair and activation column: compute, then accumulate into the pair's
+    significance (a weight plane serves every column); per activation plane and column (hybrid):
+    count, then accumulate into ``pop{k}``. Returns (uses, output names)."""
     uses: list[StageUse] = []
     current = {n: n for n in spec.accumulator_names}
     for j in range(spec.wbits):
         for k in range(spec.abits):
             for i in range(spec.rows):
-                c, acc = f"c{j}_{k}_{i}", f"acc{j + k}_{i}"
-                uses.append(StageUse("compute", [f"w{j}_{i}", f"a{k}", *consts], [c]))
-                uses.append(StageUse("accumulate", [current[acc], c, *consts], [f"{acc}_{j}{k}"]))
-                current[acc] = f"{acc}_{j}{k}"
+                for n in range(spec.cols):
+                    col = spec.col(n)
+                    c, acc = f"c{j}_{k}_{i}{col}", f"acc{j + k}_{i}{col}"
+                    uses.append(StageUse("compute", [f"w{j}_{i}", f"a{k}{col}", *consts], [c]))
+                    uses.append(StageUse("accumulate", [current[acc], c, *consts], [f"{acc}_{j}{k}"]))
+                    current[acc] = f"{acc}_{j}{k}"
     if spec.encoding == "hybrid":
-        for k in range(spec.abits):
-            uses.append(StageUse("count", [f"a{k}", *consts], [f"q{k}"]))
-            uses.append(StageUse("accumulate", [f"pop{k}", f"q{k}", *consts], [f"pop{k}_n"]))
-            current[f"pop{k}"] = f"pop{k}_n"
+        for n in range(spec.cols):
+            for k in range(spec.abits):
+                q, pop = f"q{k}{spec.col(n)}", f"pop{k}{spec.col(n)}"
+                uses.append(StageUse("count", [f"a{k}{spec.col(n)}", *consts], [q]))
+                uses.append(StageUse("accumulate", [pop, q, *consts], [f"{pop}_n"]))
+                current[pop] = f"{pop}_n"
     return uses, [current[n] for n in spec.accumulator_names]

@@ -102,7 +102,8 @@ def _spec_from_args(args):
     from synth.spec import BitserialSpec, Int8Spec, SpecError
     try:
         if args.kernel == "bitserial":
-            over = {k: v for k, v in (("reg_bits", args.reg_bits), ("row_bits", args.row_bits)) if v}
+            over = {k: v for k, v in (("reg_bits", args.reg_bits), ("row_bits", args.row_bits),
+                                                          ("cols", args.cols)) if v}
             return BitserialSpec.for_isa(args.isa, args.abits, args.wbits, args.encoding, args.rows, args.layout, **over)
         return Int8Spec.for_isa(args.isa, args.types, args.mr, args.nr, args.layout)
     except SpecError as e:
@@ -268,6 +269,8 @@ def build_parser() -> argparse.ArgumentParser:
     sy.add_argument("--wbits", type=int, default=1)
     sy.add_argument("--encoding", default="unipolar")
     sy.add_argument("--rows", type=int)
+    sy.add_argument("--cols", type=_positive, help="bitserial acc tile: activation columns sharing each weight load "
+                    "(GEMM-shaped; default 1, the GEMV tile)")
     sy.add_argument("--layout", help="bitserial: tile (one dot product per call) or acc (K-accumulating loop "
                     "body); default: tile, acc on avx2. int8: rows or k4 for neon u8u8 (umull pseudo-dot or udot)")
     sy.add_argument("--reg-bits", type=int, help="bitserial register width (NEON: 64 for D, 128 for Q tiles)")

@@ -35,6 +35,16 @@ Calling convention (also written into every generated header, and into ``manifes
   with the accumulators in registers, then reduces them (``_finish``: plane weights, lane sums, the
   hybrid correction) and adds the rows' dot products to ``out[0..rows)`` (T as above).
 
+* bitserial, GEMM-shaped (``layout="acc"``, ``cols`` > 1)::
+
+      static inline void qs_<name>(const uint8_t *w, int w_stride, const uint8_t *a, int a_stride, A *acc)
+      static inline void qs_<name>_gemm(const uint8_t *w, int w_stride, const uint8_t *a, int a_stride,
+                                        T *out, int out_stride, int kblocks)
+
+  As the acc kernel, for ``cols`` activation columns: plane k of column n (``a{k}_{n}``) at
+  ``a + (n*abits + k)*a_stride``; ``acc`` holds column 0's registers (the one-column order), then
+  column 1's, ...; ``_gemm`` adds row i's dot product with column n to ``out[n*out_stride + i]``.
+
 * int8 (``Int8Spec``, tile ``mr`` x ``nr`` int32 over ``k``)::
 
       static inline void qs_<name>(const void *a, int a_stride, const void *b, int b_stride,
@@ -181,7 +191,7 @@ def layout(spec) -> Layout:
         lane = f"{'u' if spec.encoding == 'unipolar' else ''}int{spec.out_bits}_t"
         inputs = {f"w{j}_{p}": Slot((Piece(0, j * spec.rows // q + p, 0, rb),))
                   for j in range(spec.wbits) for p in range(spec.rows // q)}
-        inputs |= {f"a{k}": Slot((Piece(1, k, 0, rb // q),), repeat=q) for k in range(spec.abits)}
+        inputs |= {name: Slot((Piece(1, row, 0, rb // q),), repeat=q) for row, name in enumerate(spec.activation_names)}
         planes = (Buffer("w", "const uint8_t", 1), Buffer("a", "const uint8_t", 1))
         if spec.layout == "acc":
             accs = {n: Slot((Piece(2, 0, q * rb, rb),)) for q, n in enumerate(spec.accumulator_names)}
@@ -560,7 +570,8 @@ def _gemv_model(spec, lay: Layout) -> dict | None:
     """What the K loop and the epilogue of an ``acc`` kernel need (None for other kernels)."""
     if lay.kind != "bitserial_acc":
         return None
-    return {"acc_type": lay.buffers[2].pointee, "out_type": lay.lane_type, "rows": spec.rows,
+    return {"acc_type": lay.buffers[2].pointee, "out_type": lay.lane_type, "rows": spec.rows, "cols": spec.cols,
+            "loop": "gemm" if spec.cols > 1 else "gemv", "column_registers": len(spec.column_accumulators(0)),
             "lane_sum": _LANE_SUMS.get((_family(spec.isa), spec.reg_bits, spec.out_bits)),
             "registers": len(spec.accumulator_names), "lanes": spec.reg_bits // spec.out_bits,
             "block_bytes": spec.reg_bits // 8, "significances": spec.significances, "abits": spec.abits,

@@ -280,17 +280,21 @@ def check_entry(entry: dict, compiler: str = "gcc", samples: int = 256, seed: in
 
 # ---------------------------------------------------------------- the K loop of acc kernels
 def gemv_reference(spec, w: np.ndarray, a: np.ndarray, out: np.ndarray, kbytes: int) -> np.ndarray:
-    """numpy: ``out`` (n, rows) plus every row's whole dot product over the first ``kbytes`` bytes of
-    the planes ``w`` (n, wbits·rows, stride) and ``a`` (n, abits, stride), mod 2**out_bits."""
+    """numpy: ``out`` (n, cols·rows: column by column) plus every row's whole dot product with every
+    activation column over the first ``kbytes`` bytes of the planes ``w`` (n, wbits·rows, stride) and
+    ``a`` (n, cols·abits, stride: column by column), mod 2**out_bits."""
     pc = lambda x: np.unpackbits(x, axis=-1).sum(-1, dtype=np.int64)
     w, a = w[..., :kbytes], a[..., :kbytes]
     dot = np.zeros(out.shape, np.int64)
-    for j in range(spec.wbits):
-        for k in range(spec.abits):
-            d = pc(w[:, j * spec.rows:(j + 1) * spec.rows] & a[:, k:k + 1])
-            if spec.encoding == "hybrid":
-                d = 2 * d - pc(a[:, k:k + 1])
-            dot += d << (j + k)
+    for n in range(spec.cols):
+        lanes = slice(n * spec.rows, (n + 1) * spec.rows)
+        for j in range(spec.wbits):
+            for k in range(spec.abits):
+                plane = a[:, n * spec.abits + k:n * spec.abits + k + 1]
+                d = pc(w[:, j * spec.rows:(j + 1) * spec.rows] & plane)
+                if spec.encoding == "hybrid":
+                    d = 2 * d - pc(plane)
+                dot[:, lanes] += d << (j + k)
     wrap = np.uint64(mask(spec.out_bits))
     return ((out.astype(np.int64) + dot).view(np.uint64) & wrap).astype(out.dtype)
 
@@ -308,14 +312,14 @@ def check_gemv(driver: KernelDriver, samples: int, rng: np.random.Generator) -> 
         kbytes = kblocks * rb
         ws, as_ = kbytes + int(rng.integers(0, MAX_PAD)), kbytes + int(rng.integers(0, MAX_PAD))
         w = rng.integers(0, 256, (n, spec.wbits * spec.rows, ws), dtype=np.uint8)
-        a = rng.integers(0, 256, (n, spec.abits, as_), dtype=np.uint8)
+        a = rng.integers(0, 256, (n, spec.abits * spec.cols, as_), dtype=np.uint8)
         for record, fill in ((0, 255), (min(1, n - 1), 0)):
             w[record], a[record] = fill, 255
-        out = rng.integers(0, 1 << 16, (n, spec.rows)).astype(dtype)
+        out = rng.integers(0, 1 << 16, (n, spec.rows * spec.cols)).astype(dtype)
         misalign = int(rng.integers(0, MAX_PAD))
         payload = np.array([n, kblocks, ws, as_, misalign], "<u4").tobytes() + b"".join(
             w[r].tobytes() + a[r].tobytes() + out[r].tobytes() for r in range(n))
-        got = np.frombuffer(run_binary(driver.isa, binary, payload, "gemv driver"), dtype).reshape(n, spec.rows)
+        got = np.frombuffer(run_binary(driver.isa, binary, payload, "gemv driver"), dtype).reshape(n, spec.rows * spec.cols)
         want = gemv_reference(spec, w, a, out, kbytes)
         differs = np.any(got != want, axis=1)
         if differs.any():

@@ -77,6 +77,11 @@ class BitserialSpec:
       ``2 * that - (2**wbits - 1) * sum_k 2**k sum_lanes pop{k}`` (hybrid), everything mod
       ``2**out_bits``, so lane wrap-around over a long K is harmless.
 
+    ``cols`` (acc layout; default 1) makes the tile GEMM-shaped: ``cols`` activation columns, each with
+    its own planes ``a{k}_{n}`` and accumulators ``acc{s}_{i}_{n}`` / ``pop{k}_{n}`` (column n's
+    registers are the one-column kernel's, in its order), so a loaded weight plane serves every
+    column; with one column the names are those of the GEMV tile.
+
     ``row_bits`` (tile layout; default: one row per register) packs q = reg_bits/row_bits rows into
     each weight register: ``w{j}_{p}`` holds rows pq..pq+q-1, row pq+h in its h-th ``row_bits``
     block, and every activation register holds its ``row_bits`` block in each of the q positions
@@ -94,6 +99,7 @@ class BitserialSpec:
     out_bits: int
     layout: str = "tile"
     row_bits: int | None = None
+    cols: int = 1
 
     def __post_init__(self):
         _check(self.abits in (1, 2, 3), f"--abits must be 1, 2 or 3, got {self.abits}")
@@ -112,6 +118,9 @@ class BitserialSpec:
                    f"--row-bits must be 64, 128 or 256 and below the {self.reg_bits} register bits, got {self.row_bits}")
             _check(self.rows % self.rows_per_reg == 0,
                    f"{self.rows} rows do not fill registers of {self.rows_per_reg} rows of {self.row_bits} bits")
+        _check(self.cols >= 1, f"--cols must be positive, got {self.cols}")
+        _check(self.cols == 1 or self.layout == "acc",
+               "--cols (activation columns) is for the acc layout (a K loop per output tile)")
         if self.layout == "acc":
             _check(self.rows >= 1, f"--rows must be positive, got {self.rows}")
             return
@@ -131,8 +140,9 @@ class BitserialSpec:
             _check(rows >= 1, f"--rows must be positive, got {rows}")
             tile["rows"] = rows
         elif layout == "acc":
-            budget = VECTOR_REGISTERS[isa] // 2 - (abits if encoding == "hybrid" else 0)
-            tile["rows"] = next((r for r in (tile["rows"], 4, 2) if r * (abits + wbits - 1) <= budget), 1)
+            cols = tile.get("cols", 1)
+            budget = VECTOR_REGISTERS[isa] // 2 - (cols * abits if encoding == "hybrid" else 0)
+            tile["rows"] = next((r for r in (tile["rows"], 4, 2) if r * cols * (abits + wbits - 1) <= budget), 1)
         return BitserialSpec(isa, abits, wbits, encoding, layout=layout, **tile)
 
     @property
@@ -156,7 +166,9 @@ class BitserialSpec:
     def name(self) -> str:
         acc = "_acc" if self.layout == "acc" else ""
         packed = f"in{self.reg_bits}" if self.row_bits else ""
-        return f"bitserial_a{self.abits}w{self.wbits}_{self.encoding}{acc}_{self.rows}x{self.k_bits}{packed}_{self.isa}"
+        cols = f"_n{self.cols}" if self.cols > 1 else ""
+        return (f"bitserial_a{self.abits}w{self.wbits}_{self.encoding}{acc}_{self.rows}x{self.k_bits}{packed}{cols}"
+                f"_{self.isa}")
 
     def key(self) -> dict:
         key = {"kind": self.kind, **asdict(self)}
@@ -164,6 +176,8 @@ class BitserialSpec:
             del key["layout"]
         if self.row_bits is None:        # one row per register, as before packing existed
             del key["row_bits"]
+        if self.cols == 1:               # one activation column, as before GEMM-shaped tiles existed
+            del key["cols"]
         return key
 
     @property
@@ -171,18 +185,30 @@ class BitserialSpec:
         """Distinct bit significances j + k of the plane pairs."""
         return self.abits + self.wbits - 1
 
+    def col(self, n: int) -> str:
+        """Name suffix of activation column ``n`` (none for a one-column tile)."""
+        return f"_{n}" if self.cols > 1 else ""
+
+    def column_accumulators(self, n: int) -> list[str]:
+        """Column ``n``'s accumulator registers, in the one-column kernel's order."""
+        pops = [f"pop{k}{self.col(n)}" for k in range(self.abits)] if self.encoding == "hybrid" else []
+        return [f"acc{s}_{i}{self.col(n)}" for s in range(self.significances) for i in range(self.rows)] + pops
+
     @property
     def accumulator_names(self) -> list[str]:
-        """The ``acc`` layout's in-place registers (inputs and, in this order, outputs)."""
+        """The ``acc`` layout's in-place registers (inputs and, in this order, outputs): column by column."""
         if self.layout != "acc":
             return []
-        pops = [f"pop{k}" for k in range(self.abits)] if self.encoding == "hybrid" else []
-        return [f"acc{s}_{i}" for s in range(self.significances) for i in range(self.rows)] + pops
+        return [name for n in range(self.cols) for name in self.column_accumulators(n)]
+
+    @property
+    def activation_names(self) -> list[str]:
+        return [f"a{k}{self.col(n)}" for n in range(self.cols) for k in range(self.abits)]
 
     @property
     def input_names(self) -> list[str]:
         return ([f"w{j}_{p}" for j in range(self.wbits) for p in range(self.rows // self.rows_per_reg)]
-                + [f"a{k}" for k in range(self.abits)] + self.accumulator_names)
+                + self.activation_names + self.accumulator_names)
 
     @property
     def input_bits(self) -> list[int]:
@@ -213,9 +239,12 @@ class BitserialSpec:
         Row i is row position i % rows_per_reg of register i // rows_per_reg."""
         regs = self.rows // self.rows_per_reg
         w = [inputs[j * regs:(j + 1) * regs] for j in range(self.wbits)]
-        a = inputs[self.wbits * regs:self.wbits * regs + self.abits]
+        acts = self.wbits * regs + self.abits * self.cols
+        a = inputs[self.wbits * regs:acts]
         if self.layout == "acc":
-            return self._accumulated(B, w, a, dict(zip(self.accumulator_names, inputs[self.wbits * regs + self.abits:])))
+            acc = dict(zip(self.accumulator_names, inputs[acts:]))
+            return [r for n in range(self.cols)
+                    for r in self._accumulated(B, w, a[n * self.abits:(n + 1) * self.abits], acc, self.col(n))]
         extend = B.zext if self.encoding == "unipolar" else B.sext
         q = self.rows_per_reg
         row = lambda x, i: register_rows(B.lanes(x, 8), q)[i % q]
@@ -227,16 +256,17 @@ class BitserialSpec:
             lanes.append(total(B, terms))
         return [B.join(lanes)]
 
-    def _accumulated(self, B, w, a, acc):
+    def _accumulated(self, B, w, a, acc, col):
+        """One activation column's updated accumulators (``col``: its name suffix)."""
         ob, out = self.out_bits, []
         for s in range(self.significances):
             for i in range(self.rows):
                 pairs = [lane_popcounts(B, B.and_(w[j][i], a[s - j]), ob)
                          for j in range(self.wbits) if 0 <= s - j < self.abits]
-                out.append(B.join([total(B, [old, *add]) for old, *add in zip(B.lanes(acc[f"acc{s}_{i}"], ob), *pairs)]))
+                out.append(B.join([total(B, [old, *add]) for old, *add in zip(B.lanes(acc[f"acc{s}_{i}{col}"], ob), *pairs)]))
         if self.encoding == "hybrid":
             for k in range(self.abits):
-                out.append(B.join([B.add(old, n) for old, n in zip(B.lanes(acc[f"pop{k}"], ob), lane_popcounts(B, a[k], ob))]))
+                out.append(B.join([B.add(old, n) for old, n in zip(B.lanes(acc[f"pop{k}{col}"], ob), lane_popcounts(B, a[k], ob))]))
         return out
 
 

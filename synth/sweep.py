@@ -18,6 +18,9 @@ from synth.spec import BITSERIAL_TILES, ENCODINGS, INT8_TILES, ISA_LAYOUTS, Bits
 PAPER = {"a1w1": (24, 17.2), "a2w2": (None, 158.3)}
 # NEON: the paper's 16-byte Q tiles, its 8-byte D tiles, and the D tile with two rows per Q register
 TILE_REGISTERS = {"neon": ({"reg_bits": 128}, {"reg_bits": 64}, {"reg_bits": 128, "row_bits": 64})}
+# GEMM-shaped acc tiles (activation columns sharing each weight load), next to the one-column ones;
+# the operators and the layer benchmark pick among them
+GEMM_COLUMNS = {"neon": (2,), "avx2": (2,), "avx512": (2, 4)}
 
 
 def _swept(isa: str, layout: str) -> bool:
@@ -36,6 +39,8 @@ def configs(isas: list[str]) -> list:
                     for over in TILE_REGISTERS.get(isa, ({},))
                     for lay in ISA_LAYOUTS[isa] for e in ENCODINGS for a in (1, 2, 3) for w in (1, 2, 3)
                     if _swept(isa, lay) and not (lay == "acc" and "row_bits" in over)]
+            out += [BitserialSpec.for_isa(isa, a, w, e, layout="acc", cols=n)
+                    for n in GEMM_COLUMNS[isa] for e in ENCODINGS for a in (1, 2, 3) for w in (1, 2, 3)]
         out += [Int8Spec.for_isa(i, t, layout=lay) for i, t, lay in INT8_TILES if i == isa]
     return out
 
