@@ -1,0 +1,75 @@
+"""Bit-packing as a layout transformation (the synthesis paper's §3.1): a d-dimensional tensor of
+``bits``-bit unsigned integers becomes d+1 dimensions, its reduction axis turned into packed words
+and a new bit-plane axis inserted.
+
+``Packing(axis, bit_axis, word)``: the reduction ``axis`` of the input is replaced by
+``ceil(K / word bits)`` words (bit b of word t is element ``t * word_bits + b`` of that axis; the
+tail is zero bits, which contribute nothing to any bitserial dot product), and plane p (bit p of
+every element) is put at position ``bit_axis`` of the result. The same map runs in numpy (weights,
+once, at compile time) and as a TE compute (activations, at run time inside the operator).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from tvm import te, tirx
+
+WORDS = {"uint8": 8, "uint16": 16, "uint32": 32, "uint64": 64}
+
+
+@dataclass(frozen=True)
+class Packing:
+    axis: int            # the reduction axis of the input
+    bit_axis: int        # where the bit-plane axis goes in the result
+    word: str = "uint64"
+
+    def __post_init__(self):
+        if self.word not in WORDS:
+            raise ValueError(f"packed word must be one of {', '.join(WORDS)}, got {self.word!r}")
+
+    @property
+    def word_bits(self) -> int:
+        return WORDS[self.word]
+
+    def words(self, k: int) -> int:
+        return -(-k // self.word_bits)
+
+    def shape(self, shape: tuple[int, ...], bits: int, words: int | None = None) -> tuple[int, ...]:
+        """The packed shape of an input of ``shape`` (``words``: pad the word axis to this many)."""
+        out = list(shape)
+        out[self.axis] = words or self.words(shape[self.axis])
+        out.insert(self.bit_axis, bits)
+        return tuple(out)
+
+    def numpy(self, x: np.ndarray, bits: int, words: int | None = None) -> np.ndarray:
+        """Pack ``x`` (integers in [0, 2**bits)) in numpy."""
+        x = np.asarray(x)
+        if x.size and (x.min() < 0 or x.max() >= 1 << bits):
+            raise ValueError(f"values must be in [0, {1 << bits}) to pack {bits} bit-planes")
+        words = words or self.words(x.shape[self.axis])
+        last = np.moveaxis(x, self.axis, -1).astype(np.uint8 if bits <= 8 else np.uint64)
+        padded = np.zeros((*last.shape[:-1], words * self.word_bits), last.dtype)
+        padded[..., :last.shape[-1]] = last
+        planes = [np.packbits((padded >> p) & 1, axis=-1, bitorder="little").view(self.word) for p in range(bits)]
+        stacked = np.moveaxis(np.stack(planes, axis=0), -1, self.axis + 1)      # (bits, ...input axes)
+        return np.ascontiguousarray(np.moveaxis(stacked, 0, self.bit_axis))
+
+    def te(self, x: te.Tensor, bits: int, words: int | None = None, name: str = "bitpack") -> te.Tensor:
+        """Pack ``x`` at run time: a TE compute, each word an OR (as a sum of distinct bits) over its
+        ``word_bits`` elements; elements past the axis are zero bits."""
+        k = x.shape[self.axis]
+        shape = self.shape(tuple(int(s) for s in x.shape), bits, words)
+        b = te.reduce_axis((0, self.word_bits), name="b")
+
+        def word(*index):
+            index = list(index)
+            plane = index.pop(self.bit_axis)
+            t = index[self.axis]
+            index[self.axis] = t * self.word_bits + b
+            inside = index[self.axis] < k
+            safe = list(index)
+            safe[self.axis] = tirx.min(index[self.axis], k - 1)
+            bit = (x[tuple(safe)].astype(self.word) >> plane.astype(self.word)) & tirx.const(1, self.word)
+            return te.sum(tirx.if_then_else(inside, bit << b.astype(self.word), tirx.const(0, self.word)), axis=b)
+        return te.compute(shape, word, name=name)

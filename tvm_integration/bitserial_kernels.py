@@ -1,0 +1,139 @@
+"""The GEMM-shaped bitserial tiles of the kernel cache as TensorIntrins.
+
+A tile (``BitserialSpec`` of the acc layout with ``cols`` > 1) is ``rows`` weight rows × ``cols``
+activation columns; its ``_gemm`` runs the proved body over a whole K of packed words and adds the
+dot products to ``C[column, row]``. The description is the bitserial dot product written over the
+same packed words (``T.popcount``), read off the spec; the implementation calls the emitted
+``_gemm`` (its LLVM IR imported and inlined, as for the int8 tiles). Memory image (bitpack.py, and
+the calling convention of synth/emit.py): W = ``wbits × rows × words`` and A = ``cols × abits ×
+words`` uint64, both contiguous; C = ``cols × rows`` lanes with a row stride.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from tvm import s_tir, tirx
+from tvm.script import tirx as T
+
+from synth import cache, trust
+from synth.emit import emit_llvm_ir, function_name, kernel_model
+from synth.kernel import spec_from_key
+from synth.spec import BitserialSpec
+
+log = logging.getLogger(__name__)
+WORD = "uint64"
+
+
+@dataclass(frozen=True)
+class BitserialKernel:
+    spec: BitserialSpec
+    function: str            # the extern wrapper of _gemm
+    llvm_ir: str
+    cache_key: str
+    features: tuple[str, ...]
+
+    @property
+    def acc_dtype(self) -> str:
+        """The dot products' lane type (unipolar unsigned, hybrid signed), wrapping."""
+        return f"{'u' if self.spec.encoding == 'unipolar' else ''}int{self.spec.out_bits}"
+
+    @property
+    def block_words(self) -> int:
+        """K is whole register blocks: this many words."""
+        return self.spec.reg_bits // 64
+
+
+def gemm_kernels(isa: str, abits: int, wbits: int, encoding: str) -> list[BitserialKernel]:
+    """The proved GEMM-shaped tiles of a configuration, re-proved on this machine unless stamped
+    (``synth.trust``); largest tile (rows × cols) first. Refused entries are skipped with a warning."""
+    chosen = []
+    for path in cache.entries():
+        try:
+            key = cache.read(path)["spec"]
+        except cache.CacheError as e:
+            log.warning("not used: %s", e)
+            continue
+        if (key.get("kind"), key.get("isa"), key.get("layout"), key.get("abits"), key.get("wbits"),
+                key.get("encoding")) == ("bitserial", isa, "acc", abits, wbits, encoding) and key.get("cols", 1) > 1:
+            chosen.append(path)
+    entries, refused = trust.load_all(chosen)
+    for line in refused:
+        log.warning("not used: %s", line)
+    kernels = [BitserialKernel(spec_from_key(e["spec"]), function_name(e) + "_gemm_extern", emit_llvm_ir(e),
+                               e["cache_key"], tuple(kernel_model(e)["features"]))
+               for e in entries if e["proof"]["proved"]]
+    return sorted(kernels, key=lambda k: -k.spec.rows * k.spec.cols)
+
+
+def planes_and_word(r, abits: int, words: int):
+    """(j, k, t) of the single reduction index r over weight planes × activation planes × words: one
+    axis, so that A1W1 has no unit loops (which TVM folds in a tensorize description, not in the
+    operator)."""
+    return r // (abits * words), r // words % abits, r % words
+
+
+def dot_term(w, a, j, k, encoding: str, acc: str):
+    """One plane pair's contribution, 2**(j+k) d(w, a), of a word of weights and of activations."""
+    pc = lambda v: tirx.popcount(v).astype(acc)
+    d = pc(w & a) if encoding == "unipolar" else pc(w & a) * tirx.const(2, acc) - pc(a)
+    return d << (j + k).astype(acc)
+
+
+def register(kernel: BitserialKernel, words: int) -> str:
+    """Register the tile over ``words`` words of K (a whole number of blocks); returns its name."""
+    spec, acc = kernel.spec, kernel.acc_dtype
+    rows, cols, wb, ab = spec.rows, spec.cols, spec.wbits, spec.abits
+    if words % kernel.block_words:
+        raise ValueError(f"{words} words are not whole {spec.reg_bits}-bit blocks")
+    name = f"qsynth_{spec.name}_k{words}"
+
+    @T.prim_func(s_tir=True)
+    def desc(W: T.Buffer((wb, rows, words), WORD, offset_factor=1),
+             A: T.Buffer((cols, ab, words), WORD, offset_factor=1),
+             C: T.Buffer((cols, rows), acc, offset_factor=1, strides=[T.int32(), 1])) -> None:
+        with T.sblock("root"):
+            T.reads(C[0:cols, 0:rows], W[0:wb, 0:rows, 0:words], A[0:cols, 0:ab, 0:words])
+            T.writes(C[0:cols, 0:rows])
+            for n, i, r in T.grid(cols, rows, wb * ab * words):
+                with T.sblock("update"):
+                    vn, vi, vr = T.axis.remap("SSR", [n, i, r])
+                    C[vn, vi] = C[vn, vi] + dot_term(W[vr // (ab * words), vi, vr % words],
+                                                     A[vn, vr // words % ab, vr % words],
+                                                     vr // (ab * words), vr // words % ab, spec.encoding, acc)
+
+    @T.prim_func(s_tir=True)
+    def impl(W: T.Buffer((wb, rows, words), WORD, offset_factor=1),
+             A: T.Buffer((cols, ab, words), WORD, offset_factor=1),
+             C: T.Buffer((cols, rows), acc, offset_factor=1, strides=[T.int32(), 1])) -> None:
+        with T.sblock("root"):
+            T.reads(C[0:cols, 0:rows], W[0:wb, 0:rows, 0:words], A[0:cols, 0:ab, 0:words])
+            T.writes(C[0:cols, 0:rows])
+            T.evaluate(T.call_extern("int32", kernel.function, W.access_ptr("r"), words * 8, A.access_ptr("r"),
+                                     words * 8, C.access_ptr("rw"), C.strides[0], words // kernel.block_words))
+
+    s_tir.TensorIntrin.register(name, desc, impl, override=True)
+    return name
+
+
+ISAS = ("avx512", "avx2")       # preference order on x86 hosts
+
+
+def select(isa: str, abits: int, wbits: int, encoding: str) -> BitserialKernel:
+    """The tile an operator uses: for ``isa="host"`` the first ISA of ``ISAS`` whose tile the host
+    runs (isa_specs.host's CPU flags), else the given ISA's largest tile."""
+    from isa_specs import host
+    from tvm_integration.dispatch import DispatchError
+    if isa != "host" and isa not in ISAS:
+        raise DispatchError(f"unknown ISA {isa!r} for bitserial operators; accepted: host, {', '.join(ISAS)}")
+    reasons = []
+    for name in ISAS if isa == "host" else (isa,):
+        kernels = gemm_kernels(name, abits, wbits, encoding)
+        if not kernels:
+            reasons.append(f"{name}: no proved GEMM-shaped A{abits}W{wbits} {encoding} tile in the cache")
+            continue
+        why = next((w for f in kernels[0].features if (w := host.missing(f, ()))), None)
+        if why is None or isa != "host":
+            return kernels[0]
+        reasons.append(f"{kernels[0].spec.name}: {why}")
+    raise DispatchError("no bitserial tile: " + "; ".join(reasons))

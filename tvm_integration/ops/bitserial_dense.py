@@ -1,0 +1,27 @@
+"""Bitserial dense: ``out[m, n] = stage(sum_k x[m, k] * w[n, k])`` with x unsigned ``abits``-bit
+activations (uint8 storage) and w ``wbits``-bit weights ``[N, K]`` (unipolar or hybrid, see
+bitserial_gemm.Config), the int32 result into the int8 operators' output stage."""
+from __future__ import annotations
+
+import numpy as np
+import tvm
+from tvm import te
+
+from tvm_integration import dispatch
+from tvm_integration.bitserial_kernels import select
+from tvm_integration.operator import Operator
+from tvm_integration.ops.bitserial_gemm import Config, build
+from tvm_integration.output_stage import OutputStage
+
+
+def bitserial_dense(weight: np.ndarray, m: int, config: Config, stage: OutputStage = OutputStage(),
+                    isa: str = "host", use_kernel: bool = True) -> Operator:
+    """Compile for ``m`` input rows; ``use_kernel=False``: the same schedule in plain TIR."""
+    if weight.ndim != 2:
+        raise ValueError(f"weight must be [N, K], got {list(weight.shape)}")
+    n, k = weight.shape
+    kernel = select(isa, config.abits, config.wbits, config.encoding) if use_kernel else None
+    x = te.placeholder((m, k), "uint8", name="data")
+    mod, constants = build(m, k, x, lambda p, t: x[p, t], weight, config, stage, kernel)
+    module = tvm.compile(mod, target=dispatch.target()).jit()
+    return Operator(module, constants, (m, n), stage.out_dtype, (m, k), "uint8", (m, n))
