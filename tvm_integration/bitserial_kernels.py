@@ -46,7 +46,9 @@ class BitserialKernel:
 
 def gemm_kernels(isa: str, abits: int, wbits: int, encoding: str) -> list[BitserialKernel]:
     """The proved GEMM-shaped tiles of a configuration, re-proved on this machine unless stamped
-    (``synth.trust``); largest tile (rows × cols) first. Refused entries are skipped with a warning."""
+    (``synth.trust``); the tile doing the most plane-pair popcounts per loaded register first
+    (wbits·abits·rows·cols per wbits·rows + abits·cols loads), then the one with more rows. Refused
+    entries are skipped with a warning."""
     chosen = []
     for path in cache.entries():
         try:
@@ -63,7 +65,12 @@ def gemm_kernels(isa: str, abits: int, wbits: int, encoding: str) -> list[Bitser
     kernels = [BitserialKernel(spec_from_key(e["spec"]), function_name(e) + "_gemm_extern", emit_llvm_ir(e),
                                e["cache_key"], tuple(kernel_model(e)["features"]))
                for e in entries if e["proof"]["proved"]]
-    return sorted(kernels, key=lambda k: -k.spec.rows * k.spec.cols)
+    return sorted(kernels, key=lambda k: (-reuse(k.spec), -k.spec.rows))
+
+
+def reuse(spec: BitserialSpec) -> float:
+    """Popcounts of plane pairs per register loaded, in one K block of the tile."""
+    return spec.wbits * spec.abits * spec.rows * spec.cols / (spec.wbits * spec.rows + spec.abits * spec.cols)
 
 
 def planes_and_word(r, abits: int, words: int):

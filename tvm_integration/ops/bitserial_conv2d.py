@@ -2,10 +2,12 @@
 weights OIHW of ``wbits`` bits (unipolar or hybrid, bitserial_gemm.Config), any kernel size, stride
 and padding; ``out[b, oh, ow, o] = stage(conv)``.
 
-The bitserial GEMM (bitserial_gemm.py) over an im2col read at run time: row p = (b, oh, ow), k =
-(kh, kw, c) with the channels innermost (contiguous in NHWC), and the activations' zero where the
-window leaves the input (padding with the encoding's zero: a zero activation has no bits set, so it
-adds nothing for unipolar and bipolar weights alike).
+The bitserial GEMM (bitserial_gemm.py) over an im2col of packed words: the input is bit-packed at
+run time along its channels (``[B, H, W, abits, C/64]``: each element packed once), the weights
+at compile time the same way per tap (``[O, wbits, KH*KW*C/64]``, each tap's channels padded to
+whole words with zero bits); row p = (b, oh, ow), word t = (kh, kw, channel word), and zero words
+where the window leaves the input (padding with the encoding's zero: a zero activation has no bits
+set, so it adds nothing for unipolar and bipolar weights alike).
 """
 from __future__ import annotations
 
@@ -14,12 +16,12 @@ import tvm
 from tvm import te, tirx
 
 from tvm_integration import dispatch
-from tvm_integration.bitserial_kernels import select
+from tvm_integration.bitpack import Packing
+from tvm_integration.bitserial_kernels import WORD, select
 from tvm_integration.operator import Operator
 from tvm_integration.ops.bitserial_gemm import Config, build
 from tvm_integration.ops.conv2d import conv_geometry, pair
 from tvm_integration.output_stage import OutputStage
-from tvm_integration.packing import conv_weight_matrix
 
 
 def bitserial_conv2d(weight: np.ndarray, input_shape: tuple[int, int, int, int], config: Config, stride=1,
@@ -34,16 +36,22 @@ def bitserial_conv2d(weight: np.ndarray, input_shape: tuple[int, int, int, int],
     if ci != c:
         raise ValueError(f"weight {list(weight.shape)} does not fit {c} input channels")
     x = te.placeholder(tuple(input_shape), "uint8", name="data")
+    channels = Packing(axis=3, bit_axis=3, word=WORD)         # NHWC -> [B, H, W, bits, C words]
+    planes = channels.te(x, config.abits)
+    cw = channels.words(c)
 
-    def element(p, k):
+    def window_word(p, plane, t):
         bi, pix = p // (oh * ow), p % (oh * ow)
-        ih = pix // ow * stride[0] + k // (kw * c) - pads[0]
-        iw = pix % ow * stride[1] + k // c % kw - pads[1]
+        ih = pix // ow * stride[0] + t // (kw * cw) - pads[0]
+        iw = pix % ow * stride[1] + t // cw % kw - pads[1]
         inside = tirx.all(ih >= 0, ih < h, iw >= 0, iw < w)
-        value = x[bi, tirx.max(tirx.min(ih, h - 1), 0), tirx.max(tirx.min(iw, w - 1), 0), k % c]
-        return tirx.if_then_else(inside, value, tirx.const(0, "uint8"))
+        word = planes[bi, tirx.max(tirx.min(ih, h - 1), 0), tirx.max(tirx.min(iw, w - 1), 0), plane, t % cw]
+        return tirx.if_then_else(inside, word, tirx.const(0, WORD))
 
+    taps = config.weight_codes(weight).transpose(0, 2, 3, 1)                   # [O, KH, KW, C]
+    weight_planes = channels.numpy(taps, config.wbits).reshape(o, kh * kw, config.wbits, cw)
+    weight_planes = weight_planes.transpose(0, 2, 1, 3).reshape(o, config.wbits, kh * kw * cw)
     kernel = select(isa, config.abits, config.wbits, config.encoding) if use_kernel else None
-    mod, constants = build(b * oh * ow, kh * kw * c, x, element, conv_weight_matrix(weight, 1)[0], config, stage, kernel)
+    mod, constants = build(b * oh * ow, x, planes, window_word, weight_planes, (o, kh * kw * c), config, stage, kernel)
     module = tvm.compile(mod, target=dispatch.target()).jit()
     return Operator(module, constants, (b * oh * ow, o), stage.out_dtype, input_shape, "uint8", (b, oh, ow, o))

@@ -8,7 +8,8 @@ import tvm
 from tvm import te
 
 from tvm_integration import dispatch
-from tvm_integration.bitserial_kernels import select
+from tvm_integration.bitpack import Packing
+from tvm_integration.bitserial_kernels import WORD, select
 from tvm_integration.operator import Operator
 from tvm_integration.ops.bitserial_gemm import Config, build
 from tvm_integration.output_stage import OutputStage
@@ -22,6 +23,9 @@ def bitserial_dense(weight: np.ndarray, m: int, config: Config, stage: OutputSta
     n, k = weight.shape
     kernel = select(isa, config.abits, config.wbits, config.encoding) if use_kernel else None
     x = te.placeholder((m, k), "uint8", name="data")
-    mod, constants = build(m, k, x, lambda p, t: x[p, t], weight, config, stage, kernel)
+    rows_planes = Packing(axis=1, bit_axis=1, word=WORD)          # [rows, K] -> [rows, bits, words]
+    planes = rows_planes.te(x, config.abits)
+    mod, constants = build(m, x, planes, lambda p, plane, t: planes[p, plane, t],
+                           rows_planes.numpy(config.weight_codes(weight), config.wbits), weight.shape, config, stage, kernel)
     module = tvm.compile(mod, target=dispatch.target()).jit()
     return Operator(module, constants, (m, n), stage.out_dtype, (m, k), "uint8", (m, n))

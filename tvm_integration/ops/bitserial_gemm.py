@@ -4,10 +4,12 @@ hybrid (odd values in [-(2**wbits - 1), 2**wbits - 1], i.e. ±1 bit-planes), the
 
 * The weights are bit-packed once, at compile time (bitpack.py: K into uint64 words, the bit-plane
   axis after the output channel), and cut into the tile's rows: ``Wp[n0, j, i, t]``.
-* The activations are bit-packed at run time inside the operator, per column tile, from the
-  operator's own index map (dense: the rows; conv2d: im2col with the padding's zero): ``Ap[p, k, t]``.
-* K is padded with zero bits to whole kernel blocks; zero activation bits add nothing in either
-  encoding, whatever the padded weights hold.
+* The activations are bit-packed at run time inside the operator, once (dense: each row; conv2d:
+  each pixel's channels, so a 3x3 window packs each input element once, not nine times), then
+  gathered per column tile by the operator's index map into ``Ap[p, k, t]`` (conv2d: the window's
+  words, zero words outside the input: the padding's zero).
+* K is padded with zero bits (conv2d: each tap's channels to whole words, then K to whole kernel
+  blocks); zero activation bits add nothing in either encoding, whatever the padded weights hold.
 
 Schedule: p (columns of the tile) by ``cols``, n by ``rows``, loops ``p0 | n0 | p1 n1 j k t``, p0
 parallel, the activation packing computed under p0, the output stage under n0. With a kernel the
@@ -22,7 +24,6 @@ from dataclasses import dataclass
 import numpy as np
 from tvm import s_tir, te, tirx
 
-from tvm_integration.bitpack import Packing
 from tvm_integration.bitserial_kernels import WORD, BitserialKernel, dot_term, planes_and_word, register
 from tvm_integration.output_stage import OutputStage, placeholders
 from tvm_integration.packing import round_up
@@ -60,25 +61,24 @@ class Config:
         return codes.astype(np.uint8)
 
 
-WEIGHTS = Packing(axis=1, bit_axis=1, word=WORD)       # [N, K] -> [N, wbits, words]
-ACTIVATIONS = Packing(axis=1, bit_axis=1, word=WORD)   # [P, K] -> [P, abits, words]
-
-
-def build(rows: int, depth: int, data: te.Tensor, element, weights: np.ndarray, config: Config,
-          stage: OutputStage, kernel: BitserialKernel | None):
-    """(scheduled module, constant arguments): ``main(data, *constants, out)`` with ``out[p, n]``
-    = stage(sum_k element(p, k) * weights[n, k]) for p < rows. ``element(p, k)``: the activation
-    (an unsigned value below 2**abits) of GEMM row p and reduction index k, from ``data``."""
-    n, k = weights.shape
+def build(rows: int, data: te.Tensor, input_planes: te.Tensor, activation_word, weight_planes: np.ndarray,
+          weights_shape: tuple[int, int], config: Config, stage: OutputStage, kernel: BitserialKernel | None):
+    """(scheduled module, constant arguments): ``main(data, *constants, out)`` with ``out[p, n]`` =
+    stage(the bitserial dot product of GEMM row p with weight row n) for p < rows.
+    ``input_planes``: the input bit-packed at run time (bitpack.py), computed once, in parallel;
+    ``activation_word(p, plane, t)``: word t of plane ``plane`` of GEMM row p (p < rows, t below the
+    weights' words), read from it (dense: the row; conv2d: the window's words, zero outside).
+    ``weight_planes``: ``[N, wbits, words]`` uint64, packed the same way at compile time."""
+    n = weights_shape[0]
     tile_rows, tile_cols = (kernel.spec.rows, kernel.spec.cols) if kernel else PLAIN_TILE
-    block = kernel.block_words if kernel else 1
-    words = round_up(ACTIVATIONS.words(depth), block)
+    raw_words = weight_planes.shape[2]
+    words = round_up(raw_words, kernel.block_words if kernel else 1)
     pp, npad = round_up(rows, tile_cols), round_up(n, tile_rows)
     acc_dtype = kernel.acc_dtype if kernel else ("uint64" if config.encoding == "unipolar" else "int64")
 
-    columns = te.compute((pp, depth), lambda p, t: tirx.if_then_else(
-        p < rows, element(tirx.min(p, rows - 1), t).astype("uint8"), tirx.const(0, "uint8")), name="im2col")
-    packed = ACTIVATIONS.te(columns, config.abits, words, name="bitpack")
+    packed = te.compute((pp, config.abits, words), lambda p, k, t: tirx.if_then_else(
+        tirx.all(p < rows, t < raw_words), activation_word(tirx.min(p, rows - 1), k, tirx.min(t, raw_words - 1)),
+        tirx.const(0, WORD)), name="columns")
     w = te.placeholder((npad // tile_rows, config.wbits, tile_rows, words), WORD, name="weights")
     r = te.reduce_axis((0, config.wbits * config.abits * words), "r")
     j, kk, t = planes_and_word(r, config.abits, words)
@@ -89,30 +89,30 @@ def build(rows: int, depth: int, data: te.Tensor, element, weights: np.ndarray, 
     params = placeholders(values)
     out = te.compute((rows, n), lambda p, c: stage.expression(acc[p, c].astype("int32"), params, 0, c), name="output")
     func = te.create_prim_func([data, w, *params.values(), out])
-    constants = [pack_weights(weights, config, tile_rows, words), *values.values()]
-    return schedule(func, tile_rows, tile_cols, kernel, words), constants
+    constants = [tile_weights(weight_planes, tile_rows, words), *values.values()]
+    return schedule(func, input_planes.op.name, tile_rows, tile_cols, kernel, words), constants
 
 
-def pack_weights(weights: np.ndarray, config: Config, tile_rows: int, words: int) -> np.ndarray:
-    """[N, K] weights -> ``Wp[N/rows, wbits, rows, words]`` (N zero-padded to whole tiles)."""
-    n, _ = weights.shape
-    planes = WEIGHTS.numpy(config.weight_codes(weights), config.wbits, words)       # [N, wbits, words]
-    padded = np.zeros((round_up(n, tile_rows), *planes.shape[1:]), planes.dtype)
-    padded[:n] = planes
-    return np.ascontiguousarray(padded.reshape(-1, tile_rows, config.wbits, words).transpose(0, 2, 1, 3))
+def tile_weights(planes: np.ndarray, tile_rows: int, words: int) -> np.ndarray:
+    """``[N, wbits, w]`` packed weights -> ``Wp[N/rows, wbits, rows, words]`` (zero-padded)."""
+    n, wbits, raw = planes.shape
+    padded = np.zeros((round_up(n, tile_rows), wbits, words), planes.dtype)
+    padded[:n, :, :raw] = planes
+    return np.ascontiguousarray(padded.reshape(-1, tile_rows, wbits, words).transpose(0, 2, 1, 3))
 
 
-def schedule(func, tile_rows: int, tile_cols: int, kernel: BitserialKernel | None, words: int):
+def schedule(func, input_planes: str, tile_rows: int, tile_cols: int, kernel: BitserialKernel | None, words: int):
     sch = s_tir.Schedule(func)
-    sch.compute_inline(sch.get_sblock("im2col"))
+    _pack_in_parallel(sch, sch.get_sblock(input_planes))
     block = sch.get_sblock("gemm")
     p, c, r = sch.get_loops(block)
     p0, p1 = sch.split(p, [None, tile_cols])
     c0, c1 = sch.split(c, [None, tile_rows])
     sch.reorder(p0, c0, p1, c1, r)
     sch.parallel(p0)
-    pack = sch.get_sblock("bitpack")
-    sch.compute_at(pack, p0)
+    columns = sch.get_sblock("columns")
+    sch.compute_at(columns, p0)
+    sch.vectorize(sch.get_loops(columns)[-1])
     output = sch.get_sblock("output")
     sch.reverse_compute_at(output, c0)
     sch.decompose_reduction(block, p1)
@@ -120,3 +120,11 @@ def schedule(func, tile_rows: int, tile_cols: int, kernel: BitserialKernel | Non
         sch.tensorize(p1, register(kernel, words))
         sch.annotate(p0, "pragma_import_llvm", kernel.llvm_ir)
     return sch.mod
+
+
+def _pack_in_parallel(sch, block):
+    """The run-time bit-packing: parallel over its outer axis; each word's OR over its bits is
+    unrolled, so the words of a row are independent straight-line code LLVM can vectorize."""
+    loops = sch.get_loops(block)
+    sch.parallel(loops[0])
+    sch.unroll(loops[-1])
