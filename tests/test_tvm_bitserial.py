@@ -19,7 +19,7 @@ from tvm_integration.output_stage import OutputStage, ScaleRequantize  # noqa: E
 needs_avx512 = pytest.mark.skipif(bool(host.missing("avx512vpopcntdq", ())),
                                   reason=str(host.missing("avx512vpopcntdq", ())))
 CONFIGS = [Config(1, 1, "unipolar"), Config(1, 1, "hybrid"), Config(2, 2, "unipolar"), Config(2, 1, "hybrid"),
-           Config(1, 3, "hybrid"), Config(3, 2, "unipolar")]
+           Config(1, 3, "hybrid"), Config(3, 2, "unipolar"), Config(3, 3, "hybrid")]
 
 
 def random_weights(rng, config: Config, shape):
@@ -69,6 +69,14 @@ def test_gemm_spec_is_the_dot_product_of_every_row_and_column():
             w = 2 * bits(planes[f"w0_{i}"]) - 1
             dot = 2 * lane_sum(outs[f"acc0_{i}_{n}"]) + 2 * 2 * lane_sum(outs[f"acc1_{i}_{n}"]) - pop
             assert dot == int(x @ w)
+
+
+def test_every_config_has_a_gemm_tile_on_avx512():
+    for a in (1, 2, 3):
+        for w in (1, 2, 3):
+            for encoding in ("unipolar", "hybrid"):
+                tiles = gemm_kernels("avx512", a, w, encoding)
+                assert tiles and all(t.spec.cols > 1 and t.spec.rows > 1 for t in tiles), (a, w, encoding)
 
 
 @needs_avx512

@@ -62,9 +62,11 @@ def gemm_kernels(isa: str, abits: int, wbits: int, encoding: str) -> list[Bitser
     entries, refused = trust.load_all(chosen)
     for line in refused:
         log.warning("not used: %s", line)
+    # a one-row tile's row loop is a unit loop, which TVM folds in the operator but not in a
+    # tensorize description: such tiles are not used
     kernels = [BitserialKernel(spec_from_key(e["spec"]), function_name(e) + "_gemm_extern", emit_llvm_ir(e),
                                e["cache_key"], tuple(kernel_model(e)["features"]))
-               for e in entries if e["proof"]["proved"]]
+               for e in entries if e["proof"]["proved"] and e["spec"]["rows"] > 1]
     return sorted(kernels, key=lambda k: (-reuse(k.spec), -k.spec.rows))
 
 
