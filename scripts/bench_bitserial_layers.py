@@ -1,9 +1,7 @@
 #!/usr/bin/env python3
-"""ResNet-18 layers (tvm_integration/bench.py's C2-C12, batch 1, NHWC) on the bitserial conv2d, next
-to, in the same run: the same schedule in plain TIR (T.popcount, the old topi shape), our int8
-conv2d, and onnxruntime fp32 and int8. Medians of ``--trials`` runs; our output checked against
-numpy from the unpacked values. Threads: TVM_NUM_THREADS (set before TVM starts) and onnxruntime's
-intra-op threads.
+"""ResNet-18 layers on the bitserial conv2d (tvm_integration/bitserial_bench.py), each next to its
+plain-TIR schedule, our int8 conv2d and onnxruntime int8/fp32, measured in the same run; one line
+per (layer, config, encoding), and the rows as JSON with ``--json``. Threads: TVM_NUM_THREADS.
 
     TVM_NUM_THREADS=1 python scripts/bench_bitserial_layers.py --layers C6 --configs A1W1 A2W2 --json out.json
 """
@@ -15,49 +13,8 @@ import os
 import tempfile
 from pathlib import Path
 
-import numpy as np
-
-from tvm_integration.bench import LAYERS, Layer, onnxruntime_seconds, tvm_seconds
-from tvm_integration.ops.bitserial_conv2d import bitserial_conv2d
-from tvm_integration.ops.bitserial_gemm import Config
-
-
-def parse_config(text: str, encoding: str) -> Config:
-    a, w = text.upper().removeprefix("A").split("W")
-    return Config(int(a), int(w), encoding)
-
-
-def conv_reference(x, w, stride, pad):
-    b, h, wd, c = x.shape
-    o, _, kh, kw = w.shape
-    xp = np.pad(x.astype(np.int64), ((0, 0), (pad, pad), (pad, pad), (0, 0)))
-    oh = (h + 2 * pad - kh) // stride + 1
-    out = np.zeros((b, oh, oh, o), np.int64)
-    for i in range(kh):
-        for j in range(kw):
-            out += xp[:, i:i + stride * oh:stride, j:j + stride * oh:stride, :] @ w[:, :, i, j].astype(np.int64).T
-    return out
-
-
-def row(name: str, config: Config, trials: int, threads: int, fp_int8: dict) -> dict:
-    layer = Layer(name)
-    rng = np.random.default_rng(14)
-    codes = rng.integers(0, 2 ** config.wbits, layer.w.shape)
-    w = codes if config.encoding == "unipolar" else 2 * codes - (2 ** config.wbits - 1)
-    x = rng.integers(0, 2 ** config.abits, layer.x.shape).astype(np.uint8)
-    ours = bitserial_conv2d(w, x.shape, config, layer.s, layer.pad)
-    plain = bitserial_conv2d(w, x.shape, config, layer.s, layer.pad, use_kernel=False)
-    correct = bool(np.array_equal(ours(x), conv_reference(x, w, layer.s, layer.pad)))
-    t = {"ours": tvm_seconds(ours.module, ours.args(x), trials),
-         "plain_tir": tvm_seconds(plain.module, plain.args(x), trials)}
-    int8 = layer.ours()
-    t["int8_ours"] = tvm_seconds(int8.module, int8.args(layer.x), trials)
-    t |= fp_int8
-    return {"layer": name, "config": f"A{config.abits}W{config.wbits}", "encoding": config.encoding,
-            "threads": threads, "correct": correct, "ours_ms": t["ours"] * 1e3,
-            "gmacs": layer.macs / t["ours"] / 1e9,
-            "baselines": {k: v * 1e3 for k, v in t.items() if k != "ours"},
-            "speedups": {k: v / t["ours"] for k, v in t.items() if k != "ours"}}
+from tvm_integration.bench import LAYERS, Layer, onnxruntime_seconds
+from tvm_integration.bitserial_bench import bench_bitserial_layer, parse_config
 
 
 def main() -> int:
@@ -75,7 +32,7 @@ def main() -> int:
             onnx = onnxruntime_seconds(Layer(name), threads, args.trials, Path(tmp))
             for text in args.configs:
                 for encoding in args.encodings:
-                    r = row(name, parse_config(text, encoding), args.trials, threads, onnx)
+                    r = bench_bitserial_layer(name, parse_config(text, encoding), threads, args.trials, onnx=onnx)
                     rows.append(r)
                     s = r["speedups"]
                     print(f"{name:>4} {r['config']} {encoding:<8} correct={r['correct']} ours {r['ours_ms']:.3f} ms "

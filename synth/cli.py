@@ -173,9 +173,9 @@ def cmd_bench_layer(args) -> int:
     layers = ("C2", "C3", "C4", "C5", "C6", "C7", "C8", "C9", "C10", "C11", "C12")
     if args.layer not in layers:
         raise UsageError(f"unknown layer {args.layer!r}; accepted: {', '.join(layers)} (ResNet-18, the paper's Table 1)")
-    if args.config != "int8":
-        raise UsageError(f"--config {args.config} is not offered; accepted: int8 (bitserial AxWy layers are not built yet)")
     os.environ["TVM_NUM_THREADS"] = str(args.threads)        # read when TVM's thread pool starts
+    if args.config != "int8":
+        return _bench_bitserial_layer(args)
     from tvm_integration import dispatch
     from tvm_integration.bench import bench_layer
     try:
@@ -191,6 +191,32 @@ def cmd_bench_layer(args) -> int:
         print(f"{row['layer']} int8, {row['threads']} thread(s), {row['kernel']}: {row['ours_ms']:.3f} ms, "
               f"{row['gmacs']:.1f} G MAC/s" + (f" ({row['percent_of_peak']:.0f}% of peak)" if row["percent_of_peak"] else "")
               + f", correct={row['correct']}")
+        for name, ms in row["baselines"].items():
+            print(f"  {name:<18} {ms:9.3f} ms  speedup {row['speedups'][name]:.2f}x (its time / ours)")
+    return 0 if row["correct"] else 1
+
+
+def _bench_bitserial_layer(args) -> int:
+    """``--config AxWy [--encoding E]``: the layer on the bitserial conv2d (tvm_integration/bitserial_bench.py)."""
+    from isa_specs import host
+    from tvm_integration.bitserial_bench import bench_bitserial_layer, parse_config
+    from tvm_integration.bitserial_kernels import ISAS, select
+    from tvm_integration.dispatch import DispatchError
+    try:
+        config = parse_config(args.config, args.encoding)
+        if args.isa != "host" and args.isa not in ISAS:
+            raise DispatchError(f"bitserial layers run on {', '.join(ISAS)}, not {args.isa}")
+        kernel = select(args.isa, config.abits, config.wbits, config.encoding)
+    except (ValueError, DispatchError) as e:
+        raise UsageError(str(e))
+    if (why := next((w for f in kernel.features if (w := host.missing(f, ()))), None)) is not None:
+        raise UsageError(f"--isa {args.isa}: this host cannot run {kernel.spec.name} ({why})")
+    row = bench_bitserial_layer(args.layer, config, args.threads, args.trials, args.isa)
+    if args.json:
+        print(json.dumps(row, indent=1))
+    else:
+        print(f"{row['layer']} {row['config']} {row['encoding']}, {row['threads']} thread(s), {row['kernel']}: "
+              f"{row['ours_ms']:.3f} ms, {row['gmacs']:.1f} G MAC/s, correct={row['correct']}")
         for name, ms in row["baselines"].items():
             print(f"  {name:<18} {ms:9.3f} ms  speedup {row['speedups'][name]:.2f}x (its time / ours)")
     return 0 if row["correct"] else 1
@@ -300,7 +326,8 @@ def build_parser() -> argparse.ArgumentParser:
     bl = sub.add_parser("bench-layer", help="one ResNet-18 conv layer on our operator next to onnxruntime and TVM",
                         description="example: qsynth bench-layer --layer C6 --config int8 --threads 1 --json")
     bl.add_argument("--layer", required=True, help="C2 ... C12")
-    bl.add_argument("--config", default="int8")
+    bl.add_argument("--config", default="int8", help="int8, or AxWy (x, y in 1..3) for the bitserial conv2d")
+    bl.add_argument("--encoding", default="unipolar", help="bitserial: unipolar or hybrid (bipolar weights)")
     bl.add_argument("--threads", type=_positive, default=1)
     bl.add_argument("--isa", choices=("host", "avx512", "avx2", "amx"), default="host")
     bl.add_argument("--trials", type=_positive, default=7)

@@ -1,0 +1,65 @@
+"""One ResNet-18 layer (bench.py's C2-C12, batch 1, NHWC) on the bitserial conv2d, next to, in the
+same run: the same schedule in plain TIR (``T.popcount``, the old topi shape), our int8 conv2d and
+onnxruntime fp32 and int8 on the layer. Medians of ``trials`` runs; our output checked against
+numpy from the unpacked values in the same run. Used by ``qsynth bench-layer --config AxWy`` and
+scripts/bench_bitserial_layers.py. Threads: TVM_NUM_THREADS (read when TVM's pool starts)."""
+from __future__ import annotations
+
+import re
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from tvm_integration.bench import LAYERS, Layer, onnxruntime_seconds, tvm_seconds
+from tvm_integration.bitserial_kernels import select
+from tvm_integration.ops.bitserial_conv2d import bitserial_conv2d
+from tvm_integration.ops.bitserial_gemm import Config
+
+
+def parse_config(text: str, encoding: str) -> Config:
+    """``A2W1`` and an encoding -> Config; ValueError naming what is accepted."""
+    m = re.fullmatch(r"A(\d)W(\d)", text.upper())
+    if not m:
+        raise ValueError(f"--config must be int8 or AxWy with x, y in 1..3 (e.g. A1W1), got {text!r}")
+    return Config(int(m[1]), int(m[2]), encoding)
+
+
+def conv_reference(x: np.ndarray, w: np.ndarray, stride: int, pad: int) -> np.ndarray:
+    """NHWC x, OIHW w: the integer convolution with zero padding, int64."""
+    _, h, _, _ = x.shape
+    o, _, kh, kw = w.shape
+    xp = np.pad(x.astype(np.int64), ((0, 0), (pad, pad), (pad, pad), (0, 0)))
+    oh = (h + 2 * pad - kh) // stride + 1
+    out = np.zeros((x.shape[0], oh, oh, o), np.int64)
+    for i in range(kh):
+        for j in range(kw):
+            out += xp[:, i:i + stride * oh:stride, j:j + stride * oh:stride, :] @ w[:, :, i, j].astype(np.int64).T
+    return out
+
+
+def bench_bitserial_layer(name: str, config: Config, threads: int, trials: int, isa: str = "host",
+                          onnx: dict[str, float] | None = None) -> dict:
+    """One row; ``onnx``: onnxruntime's seconds for the layer when already measured in this run."""
+    layer = Layer(name)
+    rng = np.random.default_rng(14)
+    codes = rng.integers(0, 2 ** config.wbits, layer.w.shape)
+    w = codes if config.encoding == "unipolar" else 2 * codes - (2 ** config.wbits - 1)
+    x = rng.integers(0, 2 ** config.abits, layer.x.shape).astype(np.uint8)
+    kernel = select(isa, config.abits, config.wbits, config.encoding)
+    ours = bitserial_conv2d(w, x.shape, config, layer.s, layer.pad, isa=isa)
+    plain = bitserial_conv2d(w, x.shape, config, layer.s, layer.pad, use_kernel=False)
+    correct = bool(np.array_equal(ours(x), conv_reference(x, w, layer.s, layer.pad)))
+    t_ours = tvm_seconds(ours.module, ours.args(x), trials)
+    int8 = layer.ours()
+    baselines = {"plain_tir": tvm_seconds(plain.module, plain.args(x), trials),
+                 "int8_ours": tvm_seconds(int8.module, int8.args(layer.x), trials)}
+    if onnx is None:
+        with tempfile.TemporaryDirectory() as tmp:
+            onnx = onnxruntime_seconds(layer, threads, trials, Path(tmp))
+    baselines |= onnx
+    return {"layer": name, "config": f"A{config.abits}W{config.wbits}", "encoding": config.encoding,
+            "threads": threads, "shape": LAYERS[name], "macs": layer.macs, "kernel": kernel.spec.name,
+            "correct": correct, "ours_ms": t_ours * 1e3, "gmacs": layer.macs / t_ours / 1e9,
+            "baselines": {k: v * 1e3 for k, v in baselines.items()},
+            "speedups": {k: v / t_ours for k, v in baselines.items()}}
