@@ -147,8 +147,9 @@ def test_dense_equals_numpy(dense_ops, config, use_kernel):
 CONVS = [  # (config, input NHWC, weight OIHW, stride, padding)
     (Config(1, 1, "unipolar"), (1, 9, 7, 13), (10, 13, 3, 3), 1, 1),
     (Config(1, 1, "hybrid"), (1, 9, 7, 13), (10, 13, 3, 3), 2, 1),
-    (Config(2, 2, "hybrid"), (2, 5, 6, 70), (9, 70, 1, 1), 1, 0),
-    (Config(3, 1, "unipolar"), (1, 8, 8, 20), (6, 20, 1, 1), 2, 0),
+    (Config(2, 2, "hybrid"), (2, 5, 6, 300), (9, 300, 1, 1), 1, 0),       # 1x1: K over half a 512-bit block
+    (Config(3, 1, "unipolar"), (1, 8, 8, 270), (6, 270, 1, 1), 2, 0),
+    (Config(1, 1, "unipolar"), (1, 6, 6, 20), (6, 20, 1, 1), 1, 0),         # K of one word: the plain schedule
     (Config(1, 2, "unipolar"), (1, 7, 5, 9), (5, 9, 3, 3), 2, 1),
 ]
 
