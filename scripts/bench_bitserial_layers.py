@@ -4,6 +4,7 @@ plain-TIR schedule, our int8 conv2d and onnxruntime int8/fp32, measured in the s
 per (layer, config, encoding), and the rows as JSON with ``--json``. Threads: TVM_NUM_THREADS.
 
     TVM_NUM_THREADS=1 python scripts/bench_bitserial_layers.py --layers C6 --configs A1W1 A2W2 --json out.json
+    python scripts/bench_bitserial_layers.py --table out.json > benchmarks/layers_bitserial.md   # rows -> markdown
 """
 from __future__ import annotations
 
@@ -13,8 +14,34 @@ import os
 import tempfile
 from pathlib import Path
 
+import numpy as np
+
+from isa_specs import host
 from tvm_integration.bench import LAYERS, Layer, onnxruntime_seconds
 from tvm_integration.bitserial_bench import bench_bitserial_layer, parse_config
+
+COLUMNS = ("plain_tir", "int8_ours", "onnxruntime_int8", "onnxruntime_fp32")
+
+
+def table(rows: list[dict]) -> str:
+    """Markdown: one line per row (speedup = the baseline's median time / ours), then the geometric
+    means of the speedups per (config, encoding, threads)."""
+    m = host.model()
+    out = [f"Host: {m.model_name} ({m.uarch}); batch 1, NHWC; medians; speedup = the baseline's time / ours "
+           "(scripts/bench_bitserial_layers.py). Rows whose tile is plain TIR (1x1 layers, K at most half a "
+           "kernel block) compare two builds of the same schedule in `vs plain_tir`.", "",
+           "| layer | config | threads | tile | correct | ours ms | G MAC/s | " + " | ".join(f"vs {c}" for c in COLUMNS) + " |",
+           "|---" * (7 + len(COLUMNS)) + "|"]
+    for r in rows:
+        out.append(f"| {r['layer']} | {r['config']} {r['encoding']} | {r['threads']} | {r['kernel']} | {r['correct']} | "
+                   f"{r['ours_ms']:.3f} | {r['gmacs']:.0f} | " + " | ".join(f"{r['speedups'][c]:.2f}x" for c in COLUMNS) + " |")
+    out += ["", "| config | threads | layers | " + " | ".join(f"geomean vs {c}" for c in COLUMNS) + " |",
+            "|---" * (3 + len(COLUMNS)) + "|"]
+    for key in dict.fromkeys((r["config"], r["encoding"], r["threads"]) for r in rows):
+        group = [r for r in rows if (r["config"], r["encoding"], r["threads"]) == key]
+        means = [float(np.exp(np.mean([np.log(r["speedups"][c]) for r in group]))) for c in COLUMNS]
+        out.append(f"| {key[0]} {key[1]} | {key[2]} | {len(group)} | " + " | ".join(f"{m:.2f}x" for m in means) + " |")
+    return "\n".join(out) + "\n"
 
 
 def main() -> int:
@@ -24,7 +51,11 @@ def main() -> int:
     ap.add_argument("--encodings", nargs="+", default=["unipolar"])
     ap.add_argument("--trials", type=int, default=15)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--table", type=Path, help="print the markdown table of a --json file and exit")
     args = ap.parse_args()
+    if args.table:
+        print(table(json.loads(args.table.read_text())), end="")
+        return 0
     threads = int(os.environ.get("TVM_NUM_THREADS", os.cpu_count()))
     rows = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -73,7 +73,7 @@ def build(rows: int, data: te.Tensor, input_planes: te.Tensor, activation_word, 
     blocks) runs it instead (AVX-512, ResNet-18's 1x1 layers, 1-4 words of 8: the tile ran at
     0.23-0.84x of the plain schedule, but for C11 A1W1, 1.2x)."""
     n = weights_shape[0]
-    if kernel and 2 * weight_planes.shape[2] <= kernel.block_words:
+    if kernel and not pays(kernel, weight_planes.shape[2]):
         kernel = None
     tile_rows, tile_cols = (kernel.spec.rows, kernel.spec.cols) if kernel else PLAIN_TILE
     raw_words = weight_planes.shape[2]
@@ -96,6 +96,11 @@ def build(rows: int, data: te.Tensor, input_planes: te.Tensor, activation_word, 
     func = te.create_prim_func([data, w, *params.values(), out])
     constants = [tile_weights(weight_planes, tile_rows, words), *values.values()]
     return schedule(func, input_planes.op.name, tile_rows, tile_cols, kernel, words), constants
+
+
+def pays(kernel: BitserialKernel, words: int) -> bool:
+    """Whether a K of ``words`` words runs on the tile (more than half a block) or plain TIR."""
+    return 2 * words > kernel.block_words
 
 
 def tile_weights(planes: np.ndarray, tile_rows: int, words: int) -> np.ndarray:
