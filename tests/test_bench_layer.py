@@ -17,7 +17,7 @@ def _qsynth(*argv):
 
 @pytest.mark.parametrize("argv, message", [
     (["--layer", "C1"], "unknown layer 'C1'; accepted: C2,"),
-    (["--layer", "C6", "--config", "A4W1"], "--config A4W1 is not offered; accepted: int8"),
+    (["--layer", "C6", "--config", "fp16"], "--config must be int8 or AxWy"),
     (["--layer", "C6", "--isa", "neon"], "invalid choice: 'neon'"),
     (["--layer", "C6", "--threads", "0"], "must be a positive integer"),
 ])
