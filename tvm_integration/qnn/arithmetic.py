@@ -1,0 +1,163 @@
+"""onnxruntime's integer arithmetic, op by op, as TE computations: what the rewritten graph computes.
+
+Each function is the reference semantics of one integer op of the QNN pipeline, written after the
+MLAS routine onnxruntime's CPU provider runs for it (its default graph optimizations turn every
+DQ -> op -> Q group of a QDQ model into these kernels), so that a model compiled from them is
+bit-exact with onnxruntime:
+
+* conv2d / dense (QLinearConv, QGemm, QLinearMatMul): int32 accumulation, then MLAS
+  ``MlasRequantizeOutput``: ``float32(acc + bias) * scale``, scale = ``x_scale * w_scale / y_scale``
+  evaluated in that order in float32, rounded half to even, plus the zero point, saturated;
+* global average pool (QLinearGlobalAveragePool): ``sum - x_zp * N``, requantized with
+  ``x_scale / (y_scale * N)``;
+* add (QLinearAdd, MLAS's AVX2 kernel): two fused multiply-adds in float32 onto a fixed part,
+  ``zc - (sa/sc * za + sb/sc * zb)``, rounded half to even;
+* quantize (QuantizeLinear): ``x / scale`` (a division, not a reciprocal), clamped, rounded half to
+  even; dequantize: ``float32(x - zp) * scale``;
+* max pool and reshapes are exact on the integers.
+
+The tensorized operators (dispatch.py) replace conv2d and dense with the same arithmetic (the
+output stage's ``ScaleRequantize``); the rest are scheduled as they are (schedules.py).
+"""
+from __future__ import annotations
+
+from tvm import te, tirx
+
+from tvm_integration.output_stage import QUANT_RANGES
+
+
+def requantize(acc, scale, zero_point: int, dtype: str, clamp: tuple[int, int]):
+    """MLAS MlasRequantizeOutput on one int32 value: clamp ``float32(acc) * scale`` to the output
+    range less the zero point, round half to even, add the zero point. ``clamp``: the output range,
+    narrower than the type's under a fused Relu or Clip."""
+    lo, hi = clamp
+    y = acc.astype("float32") * scale
+    y = tirx.max(tirx.min(y, float(hi - zero_point)), float(lo - zero_point))
+    return (tirx.nearbyint(y).astype("int32") + zero_point).astype(dtype)
+
+
+def conv2d(x, w, bias, scale, *, strides, padding, groups, x_zero_point, w_zero_point, out_zero_point,
+           out_dtype, clamp):
+    """NCHW conv2d of u8/s8 ``x`` by s8/u8 OIHW ``w``, four-term zero-point decomposition:
+    ``sum (x - zx)(w - zw) = sum x w - zw sum x - zx sum w + K zx zw`` over the window padded with zx;
+    ``bias`` (int32, per output channel) already holds the folded constant terms 3 and 4, so only the
+    window sum (term 2) is computed here, and only when ``w_zero_point`` is not 0. ``scale`` None:
+    the int32 result (ConvInteger)."""
+    b, c, h, wd = x.shape
+    o, cg, kh, kw = w.shape
+    pt, pl, pb, pr = padding
+    sh, sw = strides
+    oh, ow = (h + pt + pb - kh) // sh + 1, (wd + pl + pr - kw) // sw + 1
+    padded = te.compute((b, c, h + pt + pb, wd + pl + pr), lambda n, ch, i, j: tirx.if_then_else(
+        tirx.all(i >= pt, i < h + pt, j >= pl, j < wd + pl), x[n, ch, i - pt, j - pl],
+        tirx.const(x_zero_point, x.dtype)), name="pad")
+    rc, ry, rx = te.reduce_axis((0, cg), "rc"), te.reduce_axis((0, kh), "ry"), te.reduce_axis((0, kw), "rx")
+    og = o // groups
+
+    def window(n, oc, i, j):
+        return padded[n, oc // og * cg + rc, i * sh + ry, j * sw + rx].astype("int32")
+
+    acc = te.compute((b, o, oh, ow), lambda n, oc, i, j: te.sum(
+        window(n, oc, i, j) * w[oc, rc, ry, rx].astype("int32"), axis=[rc, ry, rx]), name="acc")
+    if w_zero_point:
+        rc2, ry2, rx2 = te.reduce_axis((0, cg), "rc2"), te.reduce_axis((0, kh), "ry2"), te.reduce_axis((0, kw), "rx2")
+        sums = te.compute((b, o, oh, ow), lambda n, oc, i, j: te.sum(padded[
+            n, oc // og * cg + rc2, i * sh + ry2, j * sw + rx2].astype("int32"), axis=[rc2, ry2, rx2]), name="window_sum")
+        acc = te.compute(acc.shape, lambda *i: acc(*i) - w_zero_point * sums(*i), name="acc_zp")
+    if scale is None:
+        return te.compute(acc.shape, lambda n, oc, i, j: acc[n, oc, i, j] + bias[oc], name="conv")
+    return te.compute(acc.shape, lambda n, oc, i, j: requantize(
+        acc[n, oc, i, j] + bias[oc], scale[oc], out_zero_point, out_dtype, clamp), name="qconv")
+
+
+def dense(x, w, bias, scale, *, x_zero_point, w_zero_point, out_zero_point, out_dtype, clamp):
+    """``x [M, K]`` by ``w [N, K]``: the same decomposition as conv2d (bias holds terms 3 and 4)."""
+    m, k = x.shape
+    n = w.shape[0]
+    rk = te.reduce_axis((0, k), "rk")
+    acc = te.compute((m, n), lambda i, j: te.sum(x[i, rk].astype("int32") * w[j, rk].astype("int32"), axis=rk),
+                     name="acc")
+    if w_zero_point:
+        rk2 = te.reduce_axis((0, k), "rk2")
+        sums = te.compute((m,), lambda i: te.sum(x[i, rk2].astype("int32"), axis=rk2), name="row_sum")
+        acc = te.compute((m, n), lambda i, j: acc[i, j] - w_zero_point * sums[i], name="acc_zp")
+    if scale is None:
+        return te.compute((m, n), lambda i, j: acc[i, j] + bias[j], name="dense")
+    return te.compute((m, n), lambda i, j: requantize(acc[i, j] + bias[j], scale[j], out_zero_point, out_dtype, clamp), name="qdense")
+
+
+def _fma(a, b, c):
+    return tirx.call_intrin("float32", "tirx.fma", a, b, c)      # one rounding, as vfmadd
+
+
+def add(a, b, *, ratio_a: float, ratio_b: float, fixed: float, out_dtype: str, clamp):
+    """QLinearAdd as MLAS's AVX2 kernel computes it: ``fma(a, sa/sc, fma(b, sb/sc, fixed))`` with
+    ``fixed = zc - (sa/sc * za + sb/sc * zb)`` (computed by the caller in float32), rounded half to
+    even, saturated; ``a`` and ``b`` broadcast as numpy does."""
+    shape = _broadcast_shape(a.shape, b.shape)
+    lo, hi = clamp
+
+    def value(*i):
+        va = a(*_broadcast_index(a.shape, i)).astype("float32")
+        vb = b(*_broadcast_index(b.shape, i)).astype("float32")
+        y = tirx.nearbyint(_fma(va, tirx.const(ratio_a, "float32"),
+                                _fma(vb, tirx.const(ratio_b, "float32"), tirx.const(fixed, "float32"))))
+        return tirx.max(tirx.min(y, float(hi)), float(lo)).astype(out_dtype)
+    return te.compute(shape, value, name="qadd")
+
+
+def global_avg_pool(x, *, x_zero_point: int, scale: float, out_zero_point: int, out_dtype: str):
+    """QLinearGlobalAveragePool over H, W of NCHW ``x``: ``sum - zx * N`` requantized by ``scale``
+    (= ``x_scale / (y_scale * N)``, computed by the caller in float32)."""
+    b, c, h, w = x.shape
+    ry, rx = te.reduce_axis((0, h), "ry"), te.reduce_axis((0, w), "rx")
+    total = te.compute((b, c), lambda n, ch: te.sum(x[n, ch, ry, rx].astype("int32"), axis=[ry, rx]), name="sum")
+    count = int(h) * int(w)
+    return te.compute((b, c, 1, 1), lambda n, ch, i, j: requantize(
+        total[n, ch] - x_zero_point * count, tirx.const(scale, "float32"), out_zero_point, out_dtype,
+        QUANT_RANGES[out_dtype]), name="qgap")
+
+
+def max_pool2d(x, *, pool, strides, padding):
+    """Max pool of NCHW integers; padding never wins (the type's minimum)."""
+    b, c, h, w = x.shape
+    (kh, kw), (sh, sw), (pt, pl, pb, pr) = pool, strides, padding
+    oh, ow = (h + pt + pb - kh) // sh + 1, (w + pl + pr - kw) // sw + 1
+    ry, rx = te.reduce_axis((0, kh), "ry"), te.reduce_axis((0, kw), "rx")
+    low = tirx.min_value(x.dtype)
+
+    def value(n, ch, i, j):
+        y, xx = i * sh + ry - pt, j * sw + rx - pl
+        inside = tirx.all(y >= 0, y < h, xx >= 0, xx < w)
+        return te.max(tirx.if_then_else(inside, x[n, ch, y, xx], low), axis=[ry, rx])
+    return te.compute((b, c, oh, ow), value, name="max_pool")
+
+
+def quantize(x, *, scale: float, zero_point: int, out_dtype: str):
+    """QuantizeLinear (per tensor): ``x / scale`` clamped to the range less the zero point, rounded
+    half to even, plus the zero point."""
+    lo, hi = QUANT_RANGES[out_dtype]
+
+    def value(*i):
+        y = x(*i) / tirx.const(scale, "float32")
+        y = tirx.max(tirx.min(y, float(hi - zero_point)), float(lo - zero_point))
+        return (tirx.nearbyint(y).astype("int32") + zero_point).astype(out_dtype)
+    return te.compute(x.shape, value, name="quantize")
+
+
+def dequantize(x, *, scale: float, zero_point: int):
+    """DequantizeLinear (per tensor): ``float32(x - zp) * scale``."""
+    return te.compute(x.shape, lambda *i: (x(*i).astype("int32") - zero_point).astype("float32")
+                      * tirx.const(scale, "float32"), name="dequantize")
+
+
+def _broadcast_shape(sa, sb):
+    sa, sb = [int(d) for d in sa], [int(d) for d in sb]
+    n = max(len(sa), len(sb))
+    sa, sb = [1] * (n - len(sa)) + sa, [1] * (n - len(sb)) + sb
+    return tuple(max(p, q) for p, q in zip(sa, sb))
+
+
+def _broadcast_index(shape, index):
+    offset = len(index) - len(shape)
+    return [0 if int(d) == 1 else index[offset + k] for k, d in enumerate(shape)]

@@ -1,0 +1,169 @@
+"""Stage 1, import: an ONNX model into Relax, every quantized op in QDQ form.
+
+TVM 0.27's Relax ONNX frontend reads QuantizeLinear / DequantizeLinear but not onnxruntime's
+QOperator ops. The converters below are registered with that frontend (its converter map is
+extended, not forked) and express each QOperator op as what it means: dequantize its inputs, run the
+float op, quantize the result. QDQ and QOperator models then reach the rewrite (rewrite.py) in one
+form, and the rewrite turns each such group into integer arithmetic. The integer bias of
+QLinearConv stays an int32 constant under a dequantize, so nothing is rounded on the way.
+
+``load`` refuses, each with one line: a file that is not an ONNX model, operators that neither the
+frontend nor these converters support (all of them, with node names), and a model with no
+quantized op (unless ``allow_float``).
+"""
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import numpy as np
+import onnx
+from tvm import relax
+from tvm.relax.frontend.onnx import from_onnx, onnx_frontend
+
+QUANTIZED_OPS = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "QLinearConv", "QLinearMatMul",
+                 "QLinearAdd", "QLinearMul", "QLinearGlobalAveragePool", "QLinearAveragePool", "QLinearConcat",
+                 "QLinearLeakyRelu", "QLinearSigmoid", "QGemm", "ConvInteger", "MatMulInteger"}
+ONNXRUNTIME_OPSET = 13      # onnxruntime 1.31 reads IR version <= 13 (shared/docs/design.md)
+
+
+class ModelError(ValueError):
+    """The model cannot be compiled by this pipeline; the message says why and what is accepted."""
+
+
+def _dq(x, scale, zero_point, axis=1):
+    if zero_point is None:
+        zero_point = relax.const(0, x.ty.dtype.dtype)
+    return relax.op.dequantize(x, scale, zero_point, axis=axis, out_dtype="float32")
+
+
+def _q(x, scale, zero_point):
+    return relax.op.quantize(x, scale, zero_point, axis=1, out_dtype=zero_point.ty.dtype.dtype)
+
+
+def _weight_axis(scale) -> int:
+    """Per-channel weight scales are along the output channels (axis 0)."""
+    return 0 if len(scale.ty.shape) and int(scale.ty.shape[0]) > 1 else 1
+
+
+class QLinearConv(onnx_frontend.OnnxOpConverter):
+    @classmethod
+    def _impl_v10(cls, bb, inputs, attr, params):
+        x, xs, xz, w, ws, wz, ys, yz = inputs[:8]
+        bias = inputs[8] if len(inputs) > 8 else None
+        conv_inputs = [_dq(x, xs, xz), _dq(w, ws, wz, axis=_weight_axis(ws))]
+        if bias is not None:
+            conv_inputs.append(_dq(bias, relax.op.multiply(xs, ws), relax.const(0, "int32"), axis=0))
+        y = onnx_frontend.Conv._impl_v11(bb, conv_inputs, attr, params)
+        return _q(bb.normalize(y), ys, yz)
+
+
+class QLinearMatMul(onnx_frontend.OnnxOpConverter):
+    @classmethod
+    def _impl_v10(cls, bb, inputs, attr, params):
+        a, as_, az, b, bs, bz, ys, yz = inputs
+        return _q(relax.op.matmul(_dq(a, as_, az), _dq(b, bs, bz, axis=b.ty.ndim - 1)), ys, yz)
+
+
+class QGemm(onnx_frontend.OnnxOpConverter):
+    """com.microsoft QGemm: A, a_scale, a_zp, B, b_scale, b_zp, C (int32), y_scale, y_zp."""
+    @classmethod
+    def _impl_v1(cls, bb, inputs, attr, params):
+        a, as_, az, b, bs, bz = inputs[:6]
+        c = inputs[6] if len(inputs) > 6 else None
+        ys, yz = (inputs[7], inputs[8]) if len(inputs) > 8 else (None, None)
+        dq_b = _dq(b, bs, bz, axis=0 if attr.get("transB", 0) else 1)
+        dq_c = None if c is None else _dq(c, relax.op.multiply(as_, bs), relax.const(0, "int32"), axis=0)
+        gemm_attr = {k: v for k, v in attr.items() if k in ("transA", "transB", "alpha")}
+        y = onnx_frontend.Gemm._impl_v13(bb, [_dq(a, as_, az), dq_b, dq_c], gemm_attr, params)
+        return y if ys is None else _q(bb.normalize(y), ys, yz)
+
+
+def _binary(op):
+    class Converter(onnx_frontend.OnnxOpConverter):
+        @classmethod
+        def _impl_v1(cls, bb, inputs, attr, params):
+            a, as_, az, b, bs, bz, cs, cz = inputs
+            return _q(op(_dq(a, as_, az), _dq(b, bs, bz)), cs, cz)
+    return Converter
+
+
+class QLinearGlobalAveragePool(onnx_frontend.OnnxOpConverter):
+    @classmethod
+    def _impl_v1(cls, bb, inputs, attr, params):
+        if attr.get("channels_last", 0):
+            raise ModelError("QLinearGlobalAveragePool with channels_last=1 is not supported (NCHW only)")
+        x, xs, xz, ys, yz = inputs
+        return _q(relax.op.mean(_dq(x, xs, xz), axis=[2, 3], keepdims=True), ys, yz)
+
+
+class QLinearConcat(onnx_frontend.OnnxOpConverter):
+    @classmethod
+    def _impl_v1(cls, bb, inputs, attr, params):
+        ys, yz, rest = inputs[0], inputs[1], inputs[2:]
+        parts = [_dq(rest[i], rest[i + 1], rest[i + 2]) for i in range(0, len(rest), 3)]
+        return _q(relax.op.concat(parts, axis=attr["axis"]), ys, yz)
+
+
+CONVERTERS = {"QLinearConv": QLinearConv, "QLinearMatMul": QLinearMatMul, "QGemm": QGemm,
+              "QLinearAdd": _binary(relax.op.add), "QLinearMul": _binary(relax.op.multiply),
+              "QLinearGlobalAveragePool": QLinearGlobalAveragePool, "QLinearConcat": QLinearConcat}
+
+
+@functools.cache
+def register_converters() -> None:
+    """Extend the frontend's converter map with ours (once per process)."""
+    original = onnx_frontend._get_convert_map
+    onnx_frontend._get_convert_map = lambda: {**original(), **CONVERTERS}
+
+
+def supported_ops() -> set[str]:
+    register_converters()
+    return set(onnx_frontend._get_convert_map()) | {"Constant"}
+
+
+def load(path: str | Path, allow_float: bool = False) -> onnx.ModelProto:
+    """The checked model at ``path``, or ModelError."""
+    path = Path(path)
+    if not path.is_file():
+        raise ModelError(f"{path}: no such file")
+    try:
+        model = onnx.load(str(path))
+        onnx.checker.check_model(model)
+    except Exception as e:      # protobuf and checker errors have many types; all mean "not a model"
+        raise ModelError(f"{path} is not a valid ONNX model ({type(e).__name__}: {str(e).splitlines()[0][:200]})")
+    if not model.graph.node:
+        raise ModelError(f"{path} is not a valid ONNX model (its graph has no nodes)")
+    unsupported = [f"{n.op_type} ({n.name or 'unnamed'})" for n in model.graph.node if n.op_type not in supported_ops()]
+    if unsupported:
+        raise ModelError(f"{path}: unsupported operators: {', '.join(unsupported)}")
+    if not allow_float and not any(n.op_type in QUANTIZED_OPS for n in model.graph.node):
+        raise ModelError(f"{path} is a float model (no QuantizeLinear, DequantizeLinear or QLinear* op): the integer "
+                         "pipeline compiles pre-quantized models; quantize it first (onnxruntime.quantization), or "
+                         "pass allow_float / --allow-float to run it in float")
+    return model
+
+
+def input_specs(model: onnx.ModelProto) -> dict[str, tuple[tuple[int, ...], str]]:
+    """Graph inputs (not initializers) as name -> (shape, numpy dtype); symbolic dimensions are refused."""
+    initializers = {t.name for t in model.graph.initializer}
+    specs = {}
+    for value in model.graph.input:
+        if value.name in initializers:
+            continue
+        tensor = value.type.tensor_type
+        dims = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in tensor.shape.dim)
+        if any(d < 1 for d in dims):
+            raise ModelError(f"input {value.name!r} has a symbolic or unknown dimension {dims}: give the model "
+                             "static input shapes")
+        specs[value.name] = (dims, np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type)).name)
+    return specs
+
+
+def to_relax(model: onnx.ModelProto):
+    """The Relax module of ``model`` (parameters as constants, input names kept)."""
+    register_converters()
+    shapes = {name: list(shape) for name, (shape, _) in input_specs(model).items()}
+    dtypes = {name: dtype for name, (_, dtype) in input_specs(model).items()}
+    return from_onnx(model, shape_dict=shapes, dtype_dict=dtypes, keep_params_in_input=False,
+                     sanitize_input_names=False)

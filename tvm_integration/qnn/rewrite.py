@@ -1,0 +1,238 @@
+"""Stage 2, rewrite: the QDQ graph (importer.py) into integer arithmetic (arithmetic.py).
+
+Every ``quantize`` is the root of a group; the group is matched on the graph as imported and
+replaced by one integer op when onnxruntime computes it as one (its QDQ fusions):
+
+* ``Q(act(conv2d(DQ(x), DQ(W)) + DQ(bias)))`` -> ``conv2d``; ``Q(act(matmul(DQ(x), DQ(W)) + DQ(bias)))``
+  -> ``dense``; ``act``: none, Relu or Clip, a clamp in the output domain (exact: quantize is monotone);
+  constant zero-point terms folded into the int32 bias here, at compile time;
+* ``Q(DQ(a) + DQ(b))`` -> ``add``; ``Q(mean_hw(DQ(x)))`` -> ``global_avg_pool``;
+* ``Q(f(DQ(x)))`` for data movement ``f`` (max pool, reshape, flatten, transpose) with the same scale
+  and zero point on both sides -> ``f`` on the integers; ``Q(DQ(x))`` with equal parameters -> ``x``;
+* any other ``quantize`` / activation ``dequantize`` -> onnxruntime's QuantizeLinear /
+  DequantizeLinear; the float ops between them stay float, as in onnxruntime.
+
+Each integer op is a ``call_tir`` of its TE computation whose PrimFunc carries ``qnn.op`` and the op's
+scalar parameters as attributes; its tensor parameters (weights, bias, scales) are constant
+arguments. legalize.py and dispatch.py read both.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from tvm import relax
+from tvm.ir import Constant, Op
+
+from tvm_integration.output_stage import QUANT_RANGES
+from tvm_integration.qnn import arithmetic
+from tvm_integration.qnn.importer import ModelError
+
+MOVEMENT = {"relax.nn.max_pool2d", "relax.reshape", "relax.permute_dims", "relax.flatten"}
+
+
+@dataclass(frozen=True)
+class QParams:
+    scale: np.ndarray        # float32, per tensor (shape ()) or per channel
+    zero_point: np.ndarray   # int64, same shape
+    dtype: str
+
+    def scalar(self, what: str) -> tuple[float, int]:
+        if self.scale.size != 1 or self.zero_point.size != 1:
+            raise ModelError(f"{what} is quantized per channel; only weights may be")
+        return np.float32(self.scale.reshape(())), int(self.zero_point.reshape(()))
+
+    def same(self, other: "QParams") -> bool:
+        return self.dtype == other.dtype and np.array_equal(self.scale, other.scale) and np.array_equal(
+            self.zero_point, other.zero_point)
+
+
+def constant(expr) -> np.ndarray | None:
+    return expr.value.numpy() if isinstance(expr, Constant) else None
+
+
+@relax.expr_functor.mutator
+class QDQToInteger(relax.PyExprMutator):
+    def __init__(self, mod):
+        super().__init__(mod)
+        self.mod = mod
+        self.var2val = {}
+
+    def run(self):
+        for gvar, func in self.mod.functions.items():
+            if isinstance(func, relax.Function):
+                self.var2val = relax.analysis.get_var2val(func)
+                self.builder_.update_func(gvar, self.visit_expr(func))
+        return self.builder_.get()
+
+    # -- reading the imported graph ------------------------------------------------------------
+    def value(self, expr):
+        """What ``expr`` is bound to (following variables), else ``expr``."""
+        while isinstance(expr, relax.Var) and expr in self.var2val:
+            expr = self.var2val[expr]
+        return expr
+
+    def call(self, expr, *names):
+        """``expr``'s value when it is a call of one of the ops ``names``, else None."""
+        expr = self.value(expr)
+        if isinstance(expr, relax.Call) and isinstance(expr.op, Op) and expr.op.name in names:
+            return expr
+        return None
+
+    def qparams(self, call) -> QParams:
+        scale, zero_point = constant(self.value(call.args[1])), constant(self.value(call.args[2]))
+        if scale is None or zero_point is None:
+            raise ModelError("a quantize/dequantize scale or zero point is not a constant")
+        dtype = call.attrs.out_dtype if call.op.name == "relax.quantize" else str(call.args[0].ty.dtype.dtype)
+        return QParams(scale.astype(np.float32), zero_point.astype(np.int64), dtype)
+
+    def dequantized(self, expr):
+        """(integer input, its QParams) when ``expr`` is DQ(x), else None."""
+        dq = self.call(expr, "relax.dequantize")
+        return None if dq is None else (dq.args[0], self.qparams(dq))
+
+    # -- the rewrite ---------------------------------------------------------------------------
+    def visit_call_(self, call):
+        if isinstance(call.op, Op) and call.op.name == "relax.quantize":
+            out = self.qparams(call)
+            for rule in (self.conv_or_dense, self.add, self.global_avg_pool, self.movement, self.requantize_free):
+                new = rule(call.args[0], out)
+                if new is not None:
+                    return new
+            scale, zero_point = out.scalar("an activation")
+            return self.builder_.call_te(arithmetic.quantize, self.visit_expr(call.args[0]), scale=float(scale),
+                                         zero_point=zero_point, out_dtype=out.dtype,
+                                         primfunc_attrs={"qnn.op": "quantize"}, primfunc_name_hint="quantize")
+        if isinstance(call.op, Op) and call.op.name == "relax.dequantize" \
+                and constant(self.value(call.args[0])) is None:
+            scale, zero_point = self.qparams(call).scalar("an activation")
+            return self.builder_.call_te(arithmetic.dequantize, self.visit_expr(call.args[0]), scale=float(scale),
+                                         zero_point=zero_point, primfunc_attrs={"qnn.op": "dequantize"},
+                                         primfunc_name_hint="dequantize")
+        return super().visit_call_(call)
+
+    def activation(self, expr, out: QParams):
+        """(the expression under a Relu/Clip, the output's integer range that it leaves: a clamp in
+        the output domain, exact because quantize is monotone)."""
+        scale, zero_point = out.scalar("an activation")
+        lo, hi = QUANT_RANGES[out.dtype]
+        if (relu := self.call(expr, "relax.nn.relu")) is not None:
+            return relu.args[0], (max(lo, zero_point), hi)
+        if (clip := self.call(expr, "relax.clip")) is not None:
+            bounds = [int(np.rint(np.float32(float(b.value)) / scale)) + zero_point for b in clip.args[1:3]]
+            return clip.args[0], (max(lo, bounds[0]), min(hi, bounds[1]))
+        return expr, (lo, hi)
+
+    def conv_or_dense(self, expr, out: QParams):
+        inner, clamp = self.activation(expr, out)
+        bias = None
+        if (add := self.call(inner, "relax.add")) is not None:
+            core = self.call(add.args[0], "relax.nn.conv2d", "relax.matmul")
+            bias_expr = self.call(add.args[1], "relax.reshape")
+            bias = self.dequantized(bias_expr.args[0] if bias_expr is not None else add.args[1])
+            if core is None or bias is None or constant(self.value(bias[0])) is None:
+                return None
+            bias = constant(self.value(bias[0]))
+            inner = core
+        core = self.call(inner, "relax.nn.conv2d", "relax.matmul")
+        if core is None:
+            return None
+        data, weight = self.dequantized(core.args[0]), core.args[1]
+        transposed = self.call(weight, "relax.permute_dims")
+        weight = self.dequantized(transposed.args[0] if transposed is not None else weight)
+        if data is None or weight is None or constant(self.value(weight[0])) is None:
+            return None
+        (x, xq), (w, wq) = data, (constant(self.value(weight[0])), weight[1])
+        if core.op.name == "relax.matmul":
+            if len(x.ty.shape) != 2 or w.ndim != 2:
+                return None
+            w = w.T if transposed is None else w         # matmul(x, W[K, N]) -> dense weight [N, K]
+        return self.integer_linear(core, x, xq, w, wq, bias, out, clamp)
+
+    def integer_linear(self, core, x, xq: QParams, w: np.ndarray, wq: QParams, bias, out: QParams, clamp):
+        x_scale, x_zp = xq.scalar("a conv/matmul input")
+        out_scale, out_zp = out.scalar("a conv/matmul output")
+        if wq.zero_point.size != 1 and np.any(wq.zero_point != wq.zero_point.flat[0]):
+            raise ModelError("weights with per-channel zero points that differ are not supported")
+        w_zp = int(wq.zero_point.flat[0])
+        channels = w.shape[0]
+        w_scale = np.broadcast_to(wq.scale.astype(np.float32).reshape(-1), (channels,))
+        scale = (np.float32(x_scale) * w_scale / np.float32(out_scale)).astype(np.float32)   # onnxruntime's order
+        depth = int(np.prod(w.shape[1:]))
+        w32 = w.reshape(channels, -1).astype(np.int64)
+        folded = (0 if bias is None else bias.astype(np.int64).reshape(-1)) - x_zp * w32.sum(1) + depth * x_zp * w_zp
+        folded = folded.astype(np.int32)
+        common = dict(x_zero_point=x_zp, w_zero_point=w_zp, out_zero_point=out_zp, out_dtype=out.dtype,
+                      clamp=list(clamp))
+        args = [self.visit_expr(x), relax.const(w), relax.const(folded), relax.const(scale)]
+        attrs = {"qnn.op": "conv2d" if core.op.name == "relax.nn.conv2d" else "dense",
+                 **{"qnn." + k: v for k, v in common.items()}}
+        if core.op.name == "relax.matmul":
+            return self.builder_.call_te(arithmetic.dense, *args, **common, primfunc_attrs=attrs,
+                                         primfunc_name_hint="qnn_dense")
+        a = core.attrs
+        if str(a.data_layout) != "NCHW" or str(a.kernel_layout) != "OIHW" or any(int(d) != 1 for d in a.dilation):
+            raise ModelError(f"conv2d {a.data_layout}/{a.kernel_layout} with dilation {list(a.dilation)}: only NCHW/OIHW "
+                             "without dilation is supported")
+        geometry = dict(strides=[int(s) for s in a.strides], padding=[int(p) for p in a.padding], groups=int(a.groups))
+        attrs.update({"qnn." + k: v for k, v in geometry.items()})
+        return self.builder_.call_te(arithmetic.conv2d, *args, **geometry, **common, primfunc_attrs=attrs,
+                                     primfunc_name_hint="qnn_conv2d")
+
+    def add(self, expr, out: QParams):
+        inner, clamp = self.activation(expr, out)
+        add = self.call(inner, "relax.add")
+        if add is None:
+            return None
+        a, b = self.dequantized(add.args[0]), self.dequantized(add.args[1])
+        if a is None or b is None or constant(self.value(a[0])) is not None or constant(self.value(b[0])) is not None:
+            return None
+        (sa, za), (sb, zb) = a[1].scalar("an add input"), b[1].scalar("an add input")
+        sc, zc = out.scalar("an add output")
+        ra, rb = np.float32(sa / sc), np.float32(sb / sc)
+        fixed = np.float32(np.float32(zc) - np.float32(np.float32(ra * np.float32(za)) + np.float32(rb * np.float32(zb))))
+        return self.builder_.call_te(arithmetic.add, self.visit_expr(a[0]), self.visit_expr(b[0]), ratio_a=float(ra),
+                                     ratio_b=float(rb), fixed=float(fixed), out_dtype=out.dtype, clamp=clamp,
+                                     primfunc_attrs={"qnn.op": "add"}, primfunc_name_hint="qnn_add")
+
+    def global_avg_pool(self, expr, out: QParams):
+        mean = self.call(expr, "relax.mean")
+        if mean is None or [int(a) for a in mean.attrs.axis] != [2, 3] or not mean.attrs.keepdims:
+            return None
+        data = self.dequantized(mean.args[0])
+        if data is None or len(data[0].ty.shape) != 4:
+            return None
+        x_scale, x_zp = data[1].scalar("a pool input")
+        y_scale, y_zp = out.scalar("a pool output")
+        count = int(data[0].ty.shape[2]) * int(data[0].ty.shape[3])
+        scale = np.float32(np.float32(x_scale) / np.float32(np.float32(y_scale) * np.float32(count)))
+        return self.builder_.call_te(arithmetic.global_avg_pool, self.visit_expr(data[0]), x_zero_point=x_zp,
+                                     scale=float(scale), out_zero_point=y_zp, out_dtype=out.dtype,
+                                     primfunc_attrs={"qnn.op": "global_avg_pool"}, primfunc_name_hint="qnn_gap")
+
+    def movement(self, expr, out: QParams):
+        op = self.call(expr, *MOVEMENT)
+        data = None if op is None else self.dequantized(op.args[0])
+        if data is None or not data[1].same(out):
+            return None
+        x = self.visit_expr(data[0])
+        if op.op.name == "relax.nn.max_pool2d":
+            a = op.attrs
+            if str(a.layout) != "NCHW" or a.ceil_mode or any(int(d) != 1 for d in a.dilation):
+                return None
+            return self.builder_.call_te(arithmetic.max_pool2d, x, pool=[int(p) for p in a.pool_size],
+                                         strides=[int(s) for s in a.strides], padding=[int(p) for p in a.padding],
+                                         primfunc_attrs={"qnn.op": "max_pool2d"}, primfunc_name_hint="qnn_max_pool")
+        return relax.Call(op.op, [x, *[self.visit_expr(a) for a in op.args[1:]]], op.attrs)
+
+    def requantize_free(self, expr, out: QParams):
+        data = self.dequantized(expr)
+        if data is None or not data[1].same(out) or constant(self.value(data[0])) is not None:
+            return None
+        return self.visit_expr(data[0])
+
+
+def rewrite(mod):
+    """The integer module: every group onnxruntime fuses is one integer op; dead float code removed."""
+    mod = QDQToInteger(mod).run()
+    return relax.transform.DeadCodeElimination()(mod)
