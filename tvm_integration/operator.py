@@ -1,8 +1,30 @@
-"""A compiled operator with its constant arguments (packed weights, per-channel output parameters)."""
+"""An operator: scheduled (``Built``, for a larger module to include) or compiled (``Operator``), with
+its constant arguments (packed weights, per-channel output parameters)."""
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import tvm
+
+
+@dataclass(frozen=True)
+class Built:
+    """The scheduled module (``main(data, *constants, out)``), its constants, shapes and target.
+    ``out_shape`` is the function's output; ``result_shape`` the operator's (same memory order)."""
+    mod: tvm.IRModule
+    constants: list
+    out_shape: tuple
+    out_dtype: str
+    in_shape: tuple
+    in_dtype: str
+    result_shape: tuple
+    target: dict
+
+    def compile(self) -> "Operator":
+        module = tvm.compile(self.mod, target=self.target).jit()
+        return Operator(module, self.constants, self.out_shape, self.out_dtype, self.in_shape, self.in_dtype,
+                        self.result_shape)
 
 
 class Operator:

@@ -9,11 +9,10 @@ group) would fill one column of a 48-column tile, so they take depthwise.py's di
 from __future__ import annotations
 
 import numpy as np
-import tvm
-from tvm import te, tirx
+from tvm import te
 
 from tvm_integration import dispatch
-from tvm_integration.operator import Operator
+from tvm_integration.operator import Built, Operator
 from tvm_integration.ops import depthwise
 from tvm_integration.ops.gemm import Gemm, Tile, build
 from tvm_integration.output_stage import OutputStage
@@ -43,9 +42,18 @@ def conv_geometry(input_shape, layout, weight_shape, stride, padding):
 
 def conv2d(weight: np.ndarray, input_shape: tuple[int, ...], layout: str = "NCHW", stride=1, padding=0,
            groups: int = 1, data_dtype: str = "uint8", stage: OutputStage = OutputStage(), isa: str = "host",
-           use_kernel: bool = True) -> Operator:
+           use_kernel: bool = True, pad_value: int = 0) -> Operator:
     """Compile a conv2d for inputs of ``input_shape`` (in ``layout``); ``use_kernel=False``: the same
-    schedule in plain TIR."""
+    schedule in plain TIR; ``pad_value``: what the padding holds (the input's zero point)."""
+    built = build_conv2d(weight, input_shape, layout, stride, padding, groups, data_dtype, stage, isa, use_kernel,
+                         pad_value)
+    return built.compile()
+
+
+def build_conv2d(weight: np.ndarray, input_shape: tuple[int, ...], layout: str = "NCHW", stride=1, padding=0,
+                 groups: int = 1, data_dtype: str = "uint8", stage: OutputStage = OutputStage(), isa: str = "host",
+                 use_kernel: bool = True, pad_value: int = 0) -> Built:
+    """The scheduled, not yet compiled conv2d (conv2d's arguments): for a larger module to include."""
     if weight.dtype != np.int8 or weight.ndim != 4:
         raise ValueError(f"weight must be int8 OIHW, got {weight.dtype}{list(weight.shape)}")
     if data_dtype not in ("uint8", "int8"):
@@ -58,14 +66,13 @@ def conv2d(weight: np.ndarray, input_shape: tuple[int, ...], layout: str = "NCHW
     result_shape = (b, o, oh, ow) if layout == "NCHW" else (b, oh, ow, o)
     x = te.placeholder(tuple(input_shape), data_dtype, name="data")
     if cg == 1 and o == groups:
-        mod, constants, out_shape = depthwise.build(x, layout, weight, stride, pads, (oh, ow), stage)
-        module = tvm.compile(mod, target=dispatch.target()).jit()
-        return Operator(module, constants, out_shape, stage.out_dtype, input_shape, data_dtype, result_shape)
+        mod, constants, out_shape = depthwise.build(x, layout, weight, stride, pads, (oh, ow), stage, pad_value)
+        return Built(mod, constants, out_shape, stage.out_dtype, input_shape, data_dtype, result_shape, dispatch.target())
 
-    # The input, zero-padded, in NHWC order (a transpose for NCHW): each window row is one run of
+    # The input, padded, in NHWC order (a transpose for NCHW): each window row is one run of
     # contiguous channels for the packing to copy.
-    padded = te.compute((b, h + pads[0] + pads[2], w + pads[1] + pads[3], c),
-                        lambda bi, i, j, ch: depthwise.padded_value(x, layout, bi, ch, i - pads[0], j - pads[1]), name="pad")
+    padded = te.compute((b, h + pads[0] + pads[2], w + pads[1] + pads[3], c), lambda bi, i, j, ch: depthwise.padded_value(
+        x, layout, bi, ch, i - pads[0], j - pads[1], pad_value), name="pad")
 
     def element(bi, g, p, k):
         ih = p // ow * stride[0] + k // (kw * cg)
@@ -78,6 +85,5 @@ def conv2d(weight: np.ndarray, input_shape: tuple[int, ...], layout: str = "NCHW
     mod, constants = build(gemm, x, element, conv_weight_matrix(weight, groups), stage, order, Tile.of(kernel),
                            kernel if use_kernel else None, (kh, kw, cg))
     out_shape = (b, groups, o // groups, oh * ow) if layout == "NCHW" else (b, oh * ow, groups, o // groups)
-    module = tvm.compile(mod, target=dispatch.target(kernel)).jit()
-    return Operator(module, constants, out_shape, stage.out_dtype, input_shape, data_dtype, result_shape)
-
+    return Built(mod, constants, out_shape, stage.out_dtype, input_shape, data_dtype, result_shape,
+                 dispatch.target(kernel))

@@ -2,11 +2,10 @@
 from __future__ import annotations
 
 import numpy as np
-import tvm
 from tvm import te
 
 from tvm_integration import dispatch
-from tvm_integration.operator import Operator
+from tvm_integration.operator import Built, Operator
 from tvm_integration.ops.gemm import Gemm, Tile, build
 from tvm_integration.output_stage import OutputStage
 
@@ -14,6 +13,12 @@ from tvm_integration.output_stage import OutputStage
 def dense(weight: np.ndarray, m: int, data_dtype: str = "uint8", stage: OutputStage = OutputStage(),
           isa: str = "host", use_kernel: bool = True) -> Operator:
     """Compile a dense layer for ``m`` rows of input; ``use_kernel=False``: same schedule, plain TIR."""
+    return build_dense(weight, m, data_dtype, stage, isa, use_kernel).compile()
+
+
+def build_dense(weight: np.ndarray, m: int, data_dtype: str = "uint8", stage: OutputStage = OutputStage(),
+                isa: str = "host", use_kernel: bool = True) -> Built:
+    """The scheduled, not yet compiled dense layer (dense's arguments)."""
     if weight.dtype != np.int8 or weight.ndim != 2:
         raise ValueError(f"weight must be int8 [N, K], got {weight.dtype}{list(weight.shape)}")
     if data_dtype not in ("uint8", "int8"):
@@ -23,6 +28,4 @@ def dense(weight: np.ndarray, m: int, data_dtype: str = "uint8", stage: OutputSt
     x = te.placeholder((m, k), data_dtype, name="data")
     mod, constants = build(Gemm(1, 1, m, n, k), x, lambda b, g, p, t: x[p, t], weight[None], stage, "rows",
                            Tile.of(kernel), kernel if use_kernel else None)
-    module = tvm.compile(mod, target=dispatch.target(kernel)).jit()
-    return Operator(module, constants, (1, m, 1, n), stage.out_dtype, (m, k), data_dtype, (m, n))
-
+    return Built(mod, constants, (1, m, 1, n), stage.out_dtype, (m, k), data_dtype, (m, n), dispatch.target(kernel))

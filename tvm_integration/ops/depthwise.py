@@ -11,18 +11,18 @@ from tvm_integration.output_stage import OutputStage, placeholders
 VECTOR_WIDTHS = (16, 8, 4, 2, 1)
 
 
-def build(x: te.Tensor, layout: str, weight: np.ndarray, stride, pads, out_hw, stage: OutputStage):
+def build(x: te.Tensor, layout: str, weight: np.ndarray, stride, pads, out_hw, stage: OutputStage, pad_value: int = 0):
     """``(mod, constants, out_shape)``; ``main(data, weights, *stage params, out)``."""
     c, kh, kw = weight.shape[0], weight.shape[2], weight.shape[3]
     oh, ow = out_hw
     if layout == "NCHW":
         b, _, h, wd = x.shape
         shape = (b, c, h + pads[0] + pads[2], wd + pads[1] + pads[3])
-        padded = te.compute(shape, lambda n, ch, i, j: padded_value(x, layout, n, ch, i - pads[0], j - pads[1]), name="pad")
+        padded = te.compute(shape, lambda n, ch, i, j: padded_value(x, layout, n, ch, i - pads[0], j - pads[1], pad_value), name="pad")
     else:
         b, h, wd, _ = x.shape
         shape = (b, h + pads[0] + pads[2], wd + pads[1] + pads[3], c)
-        padded = te.compute(shape, lambda n, i, j, ch: padded_value(x, layout, n, ch, i - pads[0], j - pads[1]), name="pad")
+        padded = te.compute(shape, lambda n, i, j, ch: padded_value(x, layout, n, ch, i - pads[0], j - pads[1], pad_value), name="pad")
     w = te.placeholder((c, kh, kw), "int8", name="weights")
     ry, rx = te.reduce_axis((0, kh), name="ry"), te.reduce_axis((0, kw), name="rx")
 
@@ -46,10 +46,10 @@ def build(x: te.Tensor, layout: str, weight: np.ndarray, stride, pads, out_hw, s
     return _schedule(func, layout), constants, (b, c, oh, ow) if layout == "NCHW" else (b, oh, ow, c)
 
 
-def padded_value(x, layout, n, ch, i, j):
+def padded_value(x, layout, n, ch, i, j, pad_value: int = 0):
     h, w = (x.shape[2], x.shape[3]) if layout == "NCHW" else (x.shape[1], x.shape[2])
     value = x[n, ch, i, j] if layout == "NCHW" else x[n, i, j, ch]
-    return tirx.if_then_else(tirx.all(i >= 0, i < h, j >= 0, j < w), value, tirx.const(0, x.dtype))
+    return tirx.if_then_else(tirx.all(i >= 0, i < h, j >= 0, j < w), value, tirx.const(pad_value, x.dtype))
 
 
 def _schedule(func, layout: str):

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 from tvm import relax
+from tvm.ir import Constant
 from tvm.relax.frontend.onnx import from_onnx, onnx_frontend
 
 QUANTIZED_OPS = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "QLinearConv", "QLinearMatMul",
@@ -41,6 +42,13 @@ def _q(x, scale, zero_point):
     return relax.op.quantize(x, scale, zero_point, axis=1, out_dtype=zero_point.ty.dtype.dtype)
 
 
+def _bias_scale(x_scale, w_scale):
+    """``x_scale * w_scale`` (the scale an int32 bias is in), folded when both are constants."""
+    if isinstance(x_scale, Constant) and isinstance(w_scale, Constant):
+        return relax.const((x_scale.value.numpy() * w_scale.value.numpy()).astype(np.float32))
+    return relax.op.multiply(x_scale, w_scale)
+
+
 def _weight_axis(scale) -> int:
     """Per-channel weight scales are along the output channels (axis 0)."""
     return 0 if len(scale.ty.shape) and int(scale.ty.shape[0]) > 1 else 1
@@ -53,8 +61,8 @@ class QLinearConv(onnx_frontend.OnnxOpConverter):
         bias = inputs[8] if len(inputs) > 8 else None
         conv_inputs = [_dq(x, xs, xz), _dq(w, ws, wz, axis=_weight_axis(ws))]
         if bias is not None:
-            conv_inputs.append(_dq(bias, relax.op.multiply(xs, ws), relax.const(0, "int32"), axis=0))
-        y = onnx_frontend.Conv._impl_v11(bb, conv_inputs, attr, params)
+            conv_inputs.append(_dq(bias, _bias_scale(xs, ws), relax.const(0, "int32"), axis=0))
+        y = onnx_frontend.Conv._impl_v11(bb, [bb.normalize(e) for e in conv_inputs], attr, params)
         return _q(bb.normalize(y), ys, yz)
 
 
@@ -73,9 +81,10 @@ class QGemm(onnx_frontend.OnnxOpConverter):
         c = inputs[6] if len(inputs) > 6 else None
         ys, yz = (inputs[7], inputs[8]) if len(inputs) > 8 else (None, None)
         dq_b = _dq(b, bs, bz, axis=0 if attr.get("transB", 0) else 1)
-        dq_c = None if c is None else _dq(c, relax.op.multiply(as_, bs), relax.const(0, "int32"), axis=0)
+        dq_c = None if c is None else _dq(c, _bias_scale(as_, bs), relax.const(0, "int32"), axis=0)
         gemm_attr = {k: v for k, v in attr.items() if k in ("transA", "transB", "alpha")}
-        y = onnx_frontend.Gemm._impl_v13(bb, [_dq(a, as_, az), dq_b, dq_c], gemm_attr, params)
+        inputs = [None if e is None else bb.normalize(e) for e in (_dq(a, as_, az), dq_b, dq_c)]
+        y = onnx_frontend.Gemm._impl_v13(bb, inputs, gemm_attr, params)
         return y if ys is None else _q(bb.normalize(y), ys, yz)
 
 
