@@ -1,0 +1,66 @@
+"""One integer op of the rewritten graph, read back from its ``call_tir``: what legalize.py and
+dispatch.py work on. rewrite.py writes an op as a call of its arithmetic.py computation whose
+PrimFunc attributes hold the kind (``qnn.op``) and the scalar parameters (``qnn.<name>``), and
+whose constant arguments hold the tensors (weights, folded bias, scales)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+import tvm
+from tvm import relax
+from tvm.ir import Constant, Op
+
+from tvm_integration.qnn import arithmetic
+
+COMPUTATIONS = {"conv2d": arithmetic.conv2d, "dense": arithmetic.dense, "add": arithmetic.add,
+                "global_avg_pool": arithmetic.global_avg_pool, "max_pool2d": arithmetic.max_pool2d,
+                "quantize": arithmetic.quantize, "dequantize": arithmetic.dequantize}
+LINEAR = ("conv2d", "dense")
+
+
+def _python(value):
+    if isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, np.dtype) or type(value).__name__ == "dtype":
+        return str(value)
+    return [_python(v) for v in value]
+
+
+@dataclass(frozen=True)
+class IntegerOp:
+    kind: str
+    params: dict           # the computation's keyword arguments
+    inputs: tuple          # the Relax arguments that are not constants (activations)
+    constants: tuple       # numpy arrays, after the inputs, in the computation's order
+    out_shape: tuple
+    out_dtype: str
+
+    @staticmethod
+    def read(call, mod) -> "IntegerOp | None":
+        """The op ``call`` is, or None when it is not a call_tir of a rewritten integer op."""
+        if not (isinstance(call, relax.Call) and isinstance(call.op, Op) and call.op.name == "relax.call_tir"):
+            return None
+        func = mod[call.args[0]]
+        if not isinstance(func, tvm.tirx.PrimFunc) or func.attrs is None or "qnn.op" not in func.attrs:
+            return None
+        params = {k[4:]: _python(v) for k, v in func.attrs.items() if k.startswith("qnn.") and k != "qnn.op"}
+        args = list(call.args[1].fields)
+        constants = tuple(a.value.numpy() for a in args if isinstance(a, Constant))
+        inputs = tuple(a for a in args if not isinstance(a, Constant))
+        ty = call.ty
+        return IntegerOp(str(func.attrs["qnn.op"]), params, inputs, constants,
+                         tuple(int(d) for d in ty.shape), str(ty.dtype))
+
+    @property
+    def weight(self) -> np.ndarray:
+        return self.constants[0]
+
+    def with_constants(self, *constants, **params) -> "IntegerOp":
+        return replace(self, constants=tuple(constants), params={**self.params, **params})
+
+    def emit_reference(self, builder, attrs: dict | None = None):
+        """The call of the op's reference computation (TE, TVM's default schedule until dispatch)."""
+        attrs = {"qnn.op": self.kind, **{"qnn." + k: v for k, v in self.params.items()}, **(attrs or {})}
+        return builder.call_te(COMPUTATIONS[self.kind], *self.inputs, *[relax.const(c) for c in self.constants],
+                               **self.params, primfunc_attrs=attrs, primfunc_name_hint="qnn_" + self.kind)

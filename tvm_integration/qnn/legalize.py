@@ -1,0 +1,60 @@
+"""Stage 3, legalize (the QNN paper's QNN Legalize): each integer conv2d / dense into a form the
+target's kernels compute, or marked to stay on its reference computation, saying why.
+
+x86 tiles (AVX-512 VNNI, AVX-VNNI, AVX2, AMX) multiply u8 activations by s8 weights:
+
+* u8 weights become s8 weights ``w - 128`` with zero point ``zw - 128``. The folded bias does not
+  change: ``-zx sum w + K zx zw`` moves by ``zx 128 K - K zx 128 = 0``;
+* s8 activations are shifted to u8 by the operator itself (``x + 128``, a compensating
+  ``-128 sum w`` in its bias: gemm.py);
+* a weight zero point that is still not 0 needs the window-sum term, which the tiles do not compute:
+  that op stays on its reference computation (scheduled, correct, slower), and says so.
+
+NEON (sdot/udot, umull) operators are not built in TVM yet: a NEON target is refused by name.
+"""
+from __future__ import annotations
+
+import numpy as np
+from tvm import relax
+
+from tvm_integration import dispatch as kernels
+from tvm_integration.qnn.importer import ModelError
+from tvm_integration.qnn.integer_op import LINEAR, IntegerOp
+
+TARGETS = ("host", *kernels.ISAS)
+IMPLEMENTATION = "qnn.implementation"
+
+
+@relax.expr_functor.mutator
+class Legalize(relax.PyExprMutator):
+    def __init__(self, mod):
+        super().__init__(mod)
+        self.mod = mod
+
+    def run(self):
+        for gvar, func in self.mod.functions.items():
+            if isinstance(func, relax.Function):
+                self.builder_.update_func(gvar, self.visit_expr(func))
+        return self.builder_.get()
+
+    def visit_call_(self, call):
+        call = super().visit_call_(call)
+        op = IntegerOp.read(call, self.mod)
+        if op is None or op.kind not in LINEAR:
+            return call
+        weight, bias, scale = op.constants
+        if weight.dtype == np.uint8:
+            weight = (weight.astype(np.int16) - 128).astype(np.int8)
+            op = op.with_constants(weight, bias, scale, w_zero_point=op.params["w_zero_point"] - 128)
+        why = "tensorized" if op.params["w_zero_point"] == 0 else \
+            f"reference: weight zero point {op.params['w_zero_point']} (the u8 x s8 tiles take symmetric weights)"
+        return op.emit_reference(self.builder_, {IMPLEMENTATION: why})
+
+
+def legalize(mod, target: str = "host"):
+    if target not in TARGETS:
+        accepted = ", ".join(TARGETS)
+        if target == "neon":
+            raise ModelError(f"target neon: no NEON int8 operator is built in TVM yet; accepted: {accepted}")
+        raise ModelError(f"unknown target {target!r}; accepted: {accepted}")
+    return Legalize(mod).run()

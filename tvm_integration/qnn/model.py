@@ -1,0 +1,126 @@
+"""``compile_model``: the QNN pipeline's stages in order, the build, and the compiled model.
+
+    model = compile_model("resnet_int8.onnx", target="host", threads=2)
+    outputs = model({"input": x})            # numpy in, numpy out, names as in the ONNX graph
+    model.save("resnet_int8.so")             # the library and its signature (.so + .so.json)
+    model = CompiledModel.load("resnet_int8.so")
+
+A compiled model checks its inputs (names, shapes, dtypes) before running, each failure one line.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import onnx
+import tvm
+from tvm import relax
+
+from tvm_integration import dispatch as kernels
+from tvm_integration.qnn import dispatch, importer, legalize, rewrite
+from tvm_integration.qnn.importer import ModelError
+
+
+def lower(model: onnx.ModelProto, target: str = "host", stage: str = "dispatch"):
+    """The Relax module after ``stage`` (import, rewrite, legalize or dispatch): every stage can be
+    printed, built and compared with onnxruntime on its own."""
+    stages = ("import", "rewrite", "legalize", "dispatch")
+    if stage not in stages:
+        raise ValueError(f"stage must be one of {stages}, got {stage!r}")
+    mod = importer.to_relax(model)
+    if stage == "import":
+        return mod
+    mod = rewrite.rewrite(mod)
+    if stage == "rewrite":
+        return mod
+    mod = legalize.legalize(mod, target)
+    if stage == "legalize":
+        return mod
+    mod = dispatch.dispatch(mod, "host" if target == "host" else target)
+    return relax.transform.DeadCodeElimination(["main"])(mod)
+
+
+def compile_model(path: str | Path, target: str = "host", threads: int | None = None,
+                  allow_float: bool = False) -> "CompiledModel":
+    model = importer.load(path, allow_float=allow_float)
+    mod = lower(model, target)
+    executable = tvm.compile(mod, target=tvm.target.Target(kernels.target(kernels.select(target))))
+    outputs = [o.name for o in model.graph.output]
+    return CompiledModel(executable, importer.input_specs(model), outputs, threads)
+
+
+def set_threads(threads: int | None) -> None:
+    """TVM's worker pool size for what runs next in this process (None: leave it)."""
+    if threads is not None:
+        if threads < 1:
+            raise ValueError(f"threads must be at least 1, got {threads}")
+        tvm.get_global_func("runtime.config_threadpool")(1, threads)
+
+
+class CompiledModel:
+    def __init__(self, executable, inputs: dict, outputs: list[str], threads: int | None = None):
+        self.executable = executable
+        self.inputs = {name: (tuple(shape), dtype) for name, (shape, dtype) in inputs.items()}
+        self.outputs = list(outputs)
+        self.threads = threads
+        self.vm = relax.VirtualMachine(executable, tvm.cpu())
+
+    def arguments(self, feeds: dict[str, np.ndarray]) -> list:
+        missing = [n for n in self.inputs if n not in feeds]
+        unknown = [n for n in feeds if n not in self.inputs]
+        if missing or unknown:
+            raise ModelError(f"inputs: missing {missing}, unknown {unknown}; the model takes "
+                             + ", ".join(f"{n} {d}{list(s)}" for n, (s, d) in self.inputs.items()))
+        args = []
+        for name, (shape, dtype) in self.inputs.items():
+            x = np.asarray(feeds[name])
+            if x.shape != shape or x.dtype != np.dtype(dtype):
+                raise ModelError(f"input {name!r} must be {dtype}{list(shape)}, got {x.dtype}{list(x.shape)}")
+            args.append(tvm.runtime.tensor(np.ascontiguousarray(x)))
+        return args
+
+    def __call__(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        set_threads(self.threads)
+        result = self.vm["main"](*self.arguments(feeds))
+        results = list(result) if len(self.outputs) > 1 else [result]
+        return {name: r.numpy() for name, r in zip(self.outputs, results)}
+
+    def time(self, feeds: dict[str, np.ndarray], repeat: int = 10) -> float:
+        """Median seconds of one run (TVM's time evaluator, inputs already on the device)."""
+        set_threads(self.threads)
+        self.vm.set_input("main", *self.arguments(feeds))
+        timer = self.vm.time_evaluator("invoke_stateful", tvm.cpu(), number=1, repeat=repeat, min_repeat_ms=20)
+        return float(np.median(timer("main").results))
+
+    def profile(self, feeds: dict[str, np.ndarray]) -> str:
+        """Per-op times of one run, as TVM's profiler tables them."""
+        set_threads(self.threads)
+        vm = relax.VirtualMachine(self.executable, tvm.cpu(), profile=True)
+        return str(vm.profile("main", *self.arguments(feeds)).table(sort=True))
+
+    def save(self, path: str | Path) -> None:
+        """The library at ``path`` and its signature at ``path`` + ``.json``, each written atomically."""
+        path = Path(path)
+        if not path.parent.is_dir() or not os.access(path.parent, os.W_OK):
+            raise ModelError(f"cannot write {path}: {path.parent} is not a writable directory")
+        signature = json.dumps({"inputs": {n: [list(s), d] for n, (s, d) in self.inputs.items()},
+                                "outputs": self.outputs})
+        with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
+            library, meta = Path(tmp) / path.name, Path(tmp) / (path.name + ".json")
+            self.executable.export_library(str(library))
+            meta.write_text(signature)
+            os.replace(meta, str(path) + ".json")
+            os.replace(library, path)
+
+    @staticmethod
+    def load(path: str | Path, threads: int | None = None) -> "CompiledModel":
+        path = Path(path)
+        meta = Path(str(path) + ".json")
+        if not path.is_file() or not meta.is_file():
+            raise ModelError(f"{path}: no compiled model there (needs {path.name} and {meta.name})")
+        signature = json.loads(meta.read_text())
+        inputs = {n: (tuple(s), d) for n, (s, d) in signature["inputs"].items()}
+        return CompiledModel(tvm.runtime.load_module(str(path)), inputs, signature["outputs"], threads)

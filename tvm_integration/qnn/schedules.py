@@ -1,0 +1,44 @@
+"""Schedules for every PrimFunc of a model that is not a tensorized operator (quantize, dequantize,
+add, pools, reshapes, reference convolutions): nothing runs TVM's default serial loops.
+
+Producers that can be inlined into their consumer are; each remaining block runs its spatial loops
+fused and parallel, and, without a reduction, its innermost 16 (or 8, 4) iterations vectorized;
+with a reduction, the reduction stays innermost, serial.
+"""
+from __future__ import annotations
+
+from tvm import s_tir, tirx
+
+VECTOR = (16, 8, 4)
+SCHEDULED = "qnn.scheduled"
+
+
+def schedule(func: tirx.PrimFunc) -> tirx.PrimFunc:
+    sch = s_tir.Schedule(func)
+    blocks = sch.get_child_blocks(sch.get_sblock("root"))
+    for block in blocks[:-1]:
+        try:
+            sch.compute_inline(block)
+        except s_tir.ScheduleError:       # a reduction or a multiply-used producer: scheduled on its own
+            pass
+    for block in sch.get_child_blocks(sch.get_sblock("root")):
+        _parallel_vectorized(sch, block)
+    return sch.mod["main"].with_attr(SCHEDULED, True)
+
+
+def _parallel_vectorized(sch, block) -> None:
+    loops = sch.get_loops(block)
+    kinds = [iv.iter_type for iv in sch.get(block).iter_vars]
+    spatial = len(kinds) if all(k == 0 for k in kinds) else kinds.index(next(k for k in kinds if k != 0))
+    if len(loops) != len(kinds) or spatial == 0:
+        return                              # a block under an opaque structure: left as TE wrote it
+    fused = sch.fuse(*loops[:spatial]) if spatial > 1 else loops[0]
+    extent = sch.get(fused).extent
+    if spatial == len(kinds) and isinstance(extent, tirx.IntImm):
+        width = next((w for w in VECTOR if extent.value % w == 0 and extent.value > w), None)
+        if width:
+            outer, inner = sch.split(fused, [None, width])
+            sch.parallel(outer)
+            sch.vectorize(inner)
+            return
+    sch.parallel(fused)
