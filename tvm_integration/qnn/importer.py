@@ -33,6 +33,7 @@ class ModelError(ValueError):
 
 
 def _dq(x, scale, zero_point, axis=1):
+    axis = min(axis, max(x.ty.ndim - 1, 0))
     if zero_point is None:
         zero_point = relax.const(0, x.ty.dtype.dtype)
     return relax.op.dequantize(x, scale, zero_point, axis=axis, out_dtype="float32")
