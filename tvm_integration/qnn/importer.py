@@ -60,10 +60,9 @@ class QLinearConv(onnx_frontend.OnnxOpConverter):
     def _impl_v10(cls, bb, inputs, attr, params):
         x, xs, xz, w, ws, wz, ys, yz = inputs[:8]
         bias = inputs[8] if len(inputs) > 8 else None
-        conv_inputs = [_dq(x, xs, xz), _dq(w, ws, wz, axis=_weight_axis(ws))]
-        if bias is not None:
-            conv_inputs.append(_dq(bias, _bias_scale(xs, ws), relax.const(0, "int32"), axis=0))
-        y = onnx_frontend.Conv._impl_v11(bb, [bb.normalize(e) for e in conv_inputs], attr, params)
+        conv_inputs = [_dq(x, xs, xz), _dq(w, ws, wz, axis=_weight_axis(ws)),
+                       None if bias is None else _dq(bias, _bias_scale(xs, ws), relax.const(0, "int32"), axis=0)]
+        y = onnx_frontend.Conv._impl_v11(bb, [e if e is None else bb.normalize(e) for e in conv_inputs], attr, params)
         return _q(bb.normalize(y), ys, yz)
 
 

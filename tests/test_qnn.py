@@ -1,0 +1,204 @@
+"""The QNN pipeline against onnxruntime (CPU provider, default optimizations: its integer kernels):
+every compiled model must reproduce onnxruntime's output exactly."""
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+ort = pytest.importorskip("onnxruntime")
+
+from tvm import tirx  # noqa: E402
+
+from tvm_integration.qnn import models  # noqa: E402
+from tvm_integration.qnn.dispatch import TENSORIZED  # noqa: E402
+from tvm_integration.qnn.importer import ModelError, load  # noqa: E402
+from tvm_integration.qnn.model import CompiledModel, compile_model, lower  # noqa: E402
+from tvm_integration.qnn.schedules import SCHEDULED  # noqa: E402
+
+logging.getLogger("root").setLevel(logging.ERROR)      # quantize_static's pre-processing advice
+
+TINY = {"resnet": lambda: models.resnet(32, (8, 16, 16, 32), 10),
+        "mobilenet_v2": lambda: models.mobilenet_v2(32, ((1, 8, 1, 1), (6, 12, 2, 2), (6, 16, 2, 2)), 8, 64, 10),
+        "mlp": lambda: models.mlp()}
+QUANTIZATIONS = {"qdq_per_channel": {}, "qdq_per_tensor": {"per_channel": False},
+                 "qdq_s8_activations": {"activations": "s8"}, "qoperator": {"fmt": "qoperator"},
+                 "qdq_u8_weights": {"weights": "u8", "per_channel": False}}
+CASES = [("resnet", "qdq_per_channel"), ("resnet", "qoperator"), ("resnet", "qdq_s8_activations"),
+         ("mobilenet_v2", "qdq_per_channel"), ("mobilenet_v2", "qdq_per_tensor"), ("mobilenet_v2", "qoperator"),
+         ("mlp", "qdq_per_channel"), ("mlp", "qoperator"), ("mlp", "qdq_u8_weights")]
+
+
+def onnxruntime_session(path):
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def random_feeds(model: CompiledModel, rng, scale=1.0):
+    feeds = {}
+    for name, (shape, dtype) in model.inputs.items():
+        if np.dtype(dtype).kind == "f":
+            feeds[name] = (rng.standard_normal(shape) * scale).astype(dtype)
+        else:
+            info = np.iinfo(dtype)
+            feeds[name] = rng.integers(info.min, info.max + 1, shape).astype(dtype)
+    return feeds
+
+
+def assert_bit_exact(path, runs=3, seed=0, **compile_args):
+    model = compile_model(path, threads=1, **compile_args)
+    session = onnxruntime_session(path)
+    rng = np.random.default_rng(seed)
+    for _ in range(runs):
+        feeds = random_feeds(model, rng)
+        ours = model(feeds)
+        for name, expected in zip(model.outputs, session.run(None, feeds)):
+            np.testing.assert_array_equal(ours[name], expected)
+    return model
+
+
+@pytest.mark.parametrize("name,quantization", CASES, ids=[f"{m}-{q}" for m, q in CASES])
+def test_models_bit_exact_with_onnxruntime(tmp_path, name, quantization):
+    path = models.quantize(TINY[name](), tmp_path / f"{name}.onnx", **QUANTIZATIONS[quantization])
+    assert_bit_exact(path)
+
+
+def test_every_stage_is_bit_exact(tmp_path):
+    """The rewritten and the legalized module, built with TVM's defaults, already match onnxruntime:
+    the arithmetic is right before any kernel is involved."""
+    import tvm
+    from tvm import relax
+    path = models.quantize(TINY["resnet"](), tmp_path / "r.onnx", weights="u8", per_channel=False)
+    model = load(path)
+    session = onnxruntime_session(path)
+    feeds = {"input": np.random.default_rng(3).standard_normal((1, 3, 32, 32)).astype(np.float32)}
+    expected = session.run(None, feeds)[0]
+    for stage in ("rewrite", "legalize"):
+        vm = relax.VirtualMachine(tvm.compile(lower(model, stage=stage), target="llvm"), tvm.cpu())
+        np.testing.assert_array_equal(vm["main"](tvm.runtime.tensor(feeds["input"])).numpy(), expected)
+
+
+def test_compiled_model_runs_kernels_and_no_default_loops(tmp_path):
+    path = models.quantize(TINY["resnet"](), tmp_path / "r.onnx")
+    mod = lower(load(path))
+    funcs = [f for f in mod.functions.values() if isinstance(f, tirx.PrimFunc)]
+    tensorized = [f for f in funcs if TENSORIZED in f.attrs]
+    assert len(tensorized) == 21        # 20 convolutions and the fully connected layer
+    assert all(TENSORIZED in f.attrs or SCHEDULED in f.attrs for f in funcs)
+
+
+def single_conv(tmp_path, x_shape, w, stride, pads, group, x_scale, x_zp, w_scale, y_scale, y_zp, bias=None,
+                x_type=TensorProto.UINT8):
+    """One QLinearConv node (QOperator), as onnxruntime's own tests write them."""
+    co, k = w.shape[0], w.shape[2]
+    out_hw = [(x_shape[2 + i] + pads[i] + pads[i + 2] - k) // stride + 1 for i in (0, 1)]
+    inits = [numpy_helper.from_array(np.array(x_scale, np.float32), "xs"),
+             numpy_helper.from_array(np.array(x_zp, helper.tensor_dtype_to_np_dtype(x_type)), "xz"),
+             numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.asarray(w_scale, np.float32), "ws"),
+             numpy_helper.from_array(np.zeros(np.asarray(w_scale).shape, np.int8), "wz"),
+             numpy_helper.from_array(np.array(y_scale, np.float32), "ys"),
+             numpy_helper.from_array(np.array(y_zp, helper.tensor_dtype_to_np_dtype(x_type)), "yz")]
+    inputs = ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"]
+    if bias is not None:
+        inits.append(numpy_helper.from_array(bias.astype(np.int32), "b"))
+        inputs.append("b")
+    node = helper.make_node("QLinearConv", inputs, ["y"], strides=[stride] * 2, pads=pads, group=group)
+    graph = helper.make_graph([node], "conv", [helper.make_tensor_value_info("x", x_type, x_shape)],
+                              [helper.make_tensor_value_info("y", x_type, [1, co, *out_hw])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = models.IR_VERSION
+    path = tmp_path / "conv.onnx"
+    onnx.save(model, str(path))
+    return path
+
+
+GEOMETRIES = [  # (C, H, W), O, k, stride, pads (top, left, bottom, right), groups
+    ((5, 9, 11), 7, 3, 1, [1, 1, 1, 1], 1),          # nothing a multiple of a tile
+    ((16, 12, 12), 50, 3, 2, [1, 0, 2, 1], 1),        # stride 2, asymmetric padding, 50 = 48 + 2 columns
+    ((3, 15, 15), 8, 7, 2, [3, 3, 3, 3], 1),          # the 7x7 stem
+    ((24, 6, 6), 24, 3, 1, [1, 1, 1, 1], 24),         # depthwise
+    ((16, 7, 7), 32, 1, 1, [0, 0, 0, 0], 2),          # grouped 1x1
+]
+
+
+@pytest.mark.parametrize("geometry", GEOMETRIES, ids=[f"c{g[0][0]}o{g[1]}k{g[2]}s{g[3]}g{g[5]}" for g in GEOMETRIES])
+def test_qlinearconv_geometries(tmp_path, geometry):
+    (c, h, w_), o, k, stride, pads, groups = geometry
+    rng = np.random.default_rng(c * o)
+    weight = rng.integers(-128, 128, (o, c // groups, k, k)).astype(np.int8)
+    weight.flat[0] = -128                                                   # -128 x -128 (with x = 0 at zp 128)
+    path = single_conv(tmp_path, [1, c, h, w_], weight, stride, pads, groups, 0.02, 128,
+                       (rng.random(o) * 0.02 + 0.001).astype(np.float32), 0.9, 7,
+                       bias=rng.integers(-3000, 3000, o))
+    assert_bit_exact(path, seed=c)
+
+
+def test_requantize_ties_round_half_to_even(tmp_path):
+    """Scales 1 x 1 / 2: every odd accumulator is a tie; onnxruntime rounds them to even."""
+    weight = np.ones((4, 3, 1, 1), np.int8)
+    path = single_conv(tmp_path, [1, 3, 4, 4], weight, 1, [0] * 4, 1, 1.0, 0, np.ones(4, np.float32), 2.0, 0)
+    model = assert_bit_exact(path)
+    x = np.random.default_rng(1).integers(0, 4, (1, 3, 4, 4)).astype(np.uint8)
+    y = model({"x": x})["y"]
+    assert set(np.unique(x.sum(1) % 2)) == {0, 1}                          # ties present
+    np.testing.assert_array_equal(y[0, 0], np.round(x.sum(1)[0].astype(np.float64) / 2))
+
+
+def test_signed_activations_qlinearconv(tmp_path):
+    rng = np.random.default_rng(5)
+    weight = rng.integers(-128, 128, (9, 6, 3, 3)).astype(np.int8)
+    path = single_conv(tmp_path, [1, 6, 8, 8], weight, 1, [1, 1, 1, 1], 1, 0.05, -3, np.float32(0.01), 0.7, 2,
+                       x_type=TensorProto.INT8)
+    assert_bit_exact(path)
+
+
+def test_save_load_and_profile(tmp_path):
+    path = models.quantize(TINY["mlp"](), tmp_path / "m.onnx")
+    model = compile_model(path, threads=1)
+    feeds = random_feeds(model, np.random.default_rng(0))
+    model.save(tmp_path / "m.so")
+    again = CompiledModel.load(tmp_path / "m.so", threads=1)
+    np.testing.assert_array_equal(again(feeds)[model.outputs[0]], model(feeds)[model.outputs[0]])
+    assert "qsynth_dense" in [name for name, _, _ in model.profile(feeds)]
+    with pytest.raises(ModelError, match="not a writable directory"):
+        model.save(tmp_path / "missing" / "m.so")
+    assert not (tmp_path / "missing").exists()
+
+
+def test_bad_inputs_one_line_errors(tmp_path):
+    path = models.quantize(TINY["mlp"](), tmp_path / "m.onnx")
+    model = compile_model(path, threads=1)
+    x = np.zeros((4, 64), np.float32)
+    with pytest.raises(ModelError, match=r"missing \['input'\]"):
+        model({"x": x})
+    with pytest.raises(ModelError, match=r"must be float32\[4, 64\], got float32\[4, 63\]"):
+        model({"input": x[:, :63]})
+    with pytest.raises(ModelError, match=r"must be float32\[4, 64\], got float64"):
+        model({"input": x.astype(np.float64)})
+
+
+def test_bad_models_refused(tmp_path):
+    junk = tmp_path / "junk.onnx"
+    junk.write_bytes(b"not a protobuf at all")
+    with pytest.raises(ModelError, match="is not a valid ONNX model"):
+        load(junk)
+    float_model = tmp_path / "float.onnx"
+    onnx.save(TINY["mlp"](), str(float_model))
+    with pytest.raises(ModelError, match="is a float model"):
+        load(float_model)
+    assert load(float_model, allow_float=True) is not None
+    nodes = [helper.make_node("DequantizeLinear", ["x", "s", "z"], ["f"], name="dq"),
+             helper.make_node("Multinomial", ["f"], ["m"], name="odd_one"),
+             helper.make_node("Multinomial", ["f"], ["y"], name="other_one")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.UINT8, [2, 2])],
+                              [helper.make_tensor_value_info("y", TensorProto.INT32, [2, 1])],
+                              [numpy_helper.from_array(np.array(0.1, np.float32), "s"),
+                               numpy_helper.from_array(np.array(0, np.uint8), "z")])
+    odd = tmp_path / "odd.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(odd))
+    with pytest.raises(ModelError, match=r"unsupported operators: Multinomial \(odd_one\), Multinomial \(other_one\)$"):
+        load(odd)
