@@ -106,30 +106,47 @@ def add(a, b, *, ratio_a: float, ratio_b: float, fixed: float, out_dtype: str, c
     return te.compute(shape, value, name="qadd")
 
 
-def global_avg_pool(x, *, x_zero_point: int, scale: float, out_zero_point: int, out_dtype: str):
-    """QLinearGlobalAveragePool over H, W of NCHW ``x``: ``sum - zx * N`` requantized by ``scale``
+def global_avg_pool(x, *, x_zero_point: int, scale: float, out_zero_point: int, out_dtype: str,
+                    layout: str = "NCHW"):
+    """QLinearGlobalAveragePool over H, W of ``x``: ``sum - zx * N`` requantized by ``scale``
     (= ``x_scale / (y_scale * N)``, computed by the caller in float32)."""
-    b, c, h, w = x.shape
+    nhwc = layout == "NHWC"
+    b, c, h, w = (x.shape[0], x.shape[3], x.shape[1], x.shape[2]) if nhwc else x.shape
     ry, rx = te.reduce_axis((0, h), "ry"), te.reduce_axis((0, w), "rx")
-    total = te.compute((b, c), lambda n, ch: te.sum(x[n, ch, ry, rx].astype("int32"), axis=[ry, rx]), name="sum")
+    total = te.compute((b, c), lambda n, ch: te.sum((x[n, ry, rx, ch] if nhwc else x[n, ch, ry, rx]).astype("int32"),
+                                                    axis=[ry, rx]), name="sum")
     count = int(h) * int(w)
-    return te.compute((b, c, 1, 1), lambda n, ch, i, j: requantize(
-        total[n, ch] - x_zero_point * count, tirx.const(scale, "float32"), out_zero_point, out_dtype,
-        QUANT_RANGES[out_dtype]), name="qgap")
+
+    def value(n, ch):
+        return requantize(total[n, ch] - x_zero_point * count, tirx.const(scale, "float32"), out_zero_point,
+                          out_dtype, QUANT_RANGES[out_dtype])
+    if nhwc:
+        return te.compute((b, 1, 1, c), lambda n, i, j, ch: value(n, ch), name="qgap")
+    return te.compute((b, c, 1, 1), lambda n, ch, i, j: value(n, ch), name="qgap")
 
 
-def max_pool2d(x, *, pool, strides, padding):
-    """Max pool of NCHW integers; padding never wins (the type's minimum)."""
-    b, c, h, w = x.shape
+def max_pool2d(x, *, pool, strides, padding, layout: str = "NCHW"):
+    """Max pool of integers, the window unrolled (a max of kh*kw loads, vectorizable along the
+    innermost axis); padding never wins (the type's minimum)."""
+    nhwc = layout == "NHWC"
+    b, c, h, w = (x.shape[0], x.shape[3], x.shape[1], x.shape[2]) if nhwc else x.shape
     (kh, kw), (sh, sw), (pt, pl, pb, pr) = pool, strides, padding
     oh, ow = (h + pt + pb - kh) // sh + 1, (w + pl + pr - kw) // sw + 1
-    ry, rx = te.reduce_axis((0, kh), "ry"), te.reduce_axis((0, kw), "rx")
     low = tirx.min_value(x.dtype)
 
     def value(n, ch, i, j):
-        y, xx = i * sh + ry - pt, j * sw + rx - pl
-        inside = tirx.all(y >= 0, y < h, xx >= 0, xx < w)
-        return te.max(tirx.if_then_else(inside, x[n, ch, y, xx], low), axis=[ry, rx])
+        taps = []
+        for dy in range(kh):
+            for dx in range(kw):
+                y, xx = i * sh + dy - pt, j * sw + dx - pl
+                inside = tirx.all(y >= 0, y < h, xx >= 0, xx < w)
+                taps.append(tirx.if_then_else(inside, x[n, y, xx, ch] if nhwc else x[n, ch, y, xx], low))
+        result = taps[0]
+        for tap in taps[1:]:
+            result = tirx.max(result, tap)
+        return result
+    if nhwc:
+        return te.compute((b, oh, ow, c), lambda n, i, j, ch: value(n, ch, i, j), name="max_pool")
     return te.compute((b, c, oh, ow), value, name="max_pool")
 
 

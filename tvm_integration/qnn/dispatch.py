@@ -2,64 +2,122 @@
 the tensorized operator (tvm_integration.ops: the cached, proved kernel inlined; weights packed here,
 at compile time; bias, requantize and clamp fused into its output stage); every other PrimFunc gets
 a parallel, vectorized schedule (schedules.py). The operators compute the same arithmetic as the
-reference they replace (output_stage.ScaleRequantize is MLAS's requantize)."""
+reference they replace (output_stage.ScaleRequantize is MLAS's requantize).
+
+Layout is decided here: activations between tensorized convolutions stay NHWC (channels innermost:
+what the operators pack from and write, and what adds and pools vectorize along). An NHWC tensor is
+given an NCHW view (a transpose) only where an op needs the model's layout; the views nothing reads
+are removed with the rest of the dead code.
+"""
 from __future__ import annotations
 
+from dataclasses import replace
+
+import tvm
 from tvm import relax, tirx
 
 from tvm_integration.ops.conv2d import build_conv2d
 from tvm_integration.ops.dense import build_dense
 from tvm_integration.output_stage import OutputStage, ScaleRequantize
 from tvm_integration.qnn import schedules
+from tvm_integration.qnn.importer import ModelError
 from tvm_integration.qnn.integer_op import IntegerOp
 from tvm_integration.qnn.legalize import IMPLEMENTATION
 
 TENSORIZED = "qnn.tensorized"
+TO_NHWC, TO_NCHW = [0, 2, 3, 1], [0, 3, 1, 2]
+NHWC_OPS = ("add", "max_pool2d", "global_avg_pool")       # computed in NHWC when their inputs are
 
 
-@relax.expr_functor.mutator
-class Dispatch(relax.PyExprMutator):
+class Dispatch:
+    """Rebuilds ``main`` binding by binding: ``value`` maps each old variable to its new NCHW value,
+    ``nhwc`` to its NHWC value where one exists."""
+
     def __init__(self, mod, isa: str):
-        super().__init__(mod)
         self.mod, self.isa = mod, isa
+        self.builder = relax.BlockBuilder(tvm.IRModule({g: f for g, f in mod.functions.items() if g.name_hint != "main"}))
+        self.value, self.nhwc = {}, {}
 
     def run(self):
-        for gvar, func in self.mod.functions.items():
-            if isinstance(func, relax.Function):
-                self.builder_.update_func(gvar, self.visit_expr(func))
-        return self.builder_.get()
+        main = self.mod["main"]
+        blocks = main.body.blocks
+        if len(blocks) != 1 or not isinstance(blocks[0], relax.DataflowBlock):
+            raise ModelError("the imported model's main function is not one dataflow block (control flow?)")
+        with self.builder.function("main", list(main.params), dict(main.attrs) if main.attrs else None):
+            with self.builder.dataflow():
+                for binding in blocks[0].bindings:
+                    self.bind(binding)
+                out = self.builder.emit_output(self.substitute(main.body.body))
+            self.builder.emit_func_output(out)
+        return self.builder.get()
 
-    def visit_call_(self, call):
-        call = super().visit_call_(call)
-        op = IntegerOp.read(call, self.mod)
-        if op is None or self.mod[call.args[0]].attrs.get(IMPLEMENTATION) != "tensorized":
-            return call
-        built = self.build(op)
-        func = built.mod["main"].with_attrs({TENSORIZED: True, "qnn.op": op.kind})
-        gvar = self.builder_.add_func(func, f"qsynth_{op.kind}")
-        self.builder_.update_func(gvar, func.with_attr("global_symbol", gvar.name_hint))
-        args = [*op.inputs, *[relax.const(c) for c in built.constants]]
-        out = self.builder_.emit(relax.call_tir(gvar, args, relax.TensorType(built.out_shape, built.out_dtype)))
-        return relax.op.reshape(out, op.out_shape)
+    def substitute(self, expr):
+        if isinstance(expr, relax.Var):
+            return self.value.get(expr, expr)
+        if isinstance(expr, relax.Tuple):
+            return relax.Tuple([self.substitute(f) for f in expr.fields])
+        if isinstance(expr, relax.Call):
+            return relax.Call(expr.op, [self.substitute(a) for a in expr.args], expr.attrs, expr.ty_args)
+        return expr
 
-    def build(self, op: IntegerOp):
+    def nhwc_of(self, var):
+        if var not in self.nhwc:
+            self.nhwc[var] = self.builder.emit(relax.op.permute_dims(self.substitute(var), TO_NHWC))
+        return self.nhwc[var]
+
+    def bind(self, binding):
+        var, value = binding.var, binding.value
+        op = IntegerOp.read(value, self.mod)
+        if op is not None and op.kind in ("conv2d", "dense") and \
+                self.mod[value.args[0]].attrs.get(IMPLEMENTATION) == "tensorized":
+            self.tensorized(var, op)
+        elif op is not None and op.kind in NHWC_OPS and all(i in self.nhwc for i in op.inputs) and \
+                all(len(i.ty.shape) == 4 for i in op.inputs) and \
+                len({tuple(int(d) for d in i.ty.shape) for i in op.inputs}) == 1:
+            inputs = tuple(self.nhwc[i] for i in op.inputs)
+            params = op.params if op.kind == "add" else {**op.params, "layout": "NHWC"}
+            self.set_nhwc(var, replace(op, inputs=inputs, params=params).emit_reference(self.builder))
+        else:
+            self.value[var] = self.builder.emit(self.substitute(value))
+
+    def set_nhwc(self, var, nhwc_value):
+        self.nhwc[var] = self.builder.emit(nhwc_value)
+        self.value[var] = self.builder.emit(relax.op.permute_dims(self.nhwc[var], TO_NCHW))
+
+    def tensorized(self, var, op: IntegerOp):
         weight, bias, scale = op.constants
         p = op.params
         stage = OutputStage(bias=bias, requantize=ScaleRequantize(scale, p["out_zero_point"], p["out_dtype"]),
                             clamp=tuple(p["clamp"]))
-        data = op.inputs[0].ty
+        x = op.inputs[0]
         if op.kind == "dense":
-            return build_dense(weight, int(data.shape[0]), str(data.dtype), stage, self.isa)
-        return build_conv2d(weight, tuple(int(d) for d in data.shape), "NCHW", tuple(p["strides"]), tuple(p["padding"]),
-                            p["groups"], str(data.dtype), stage, self.isa, pad_value=p["x_zero_point"])
+            built = build_dense(weight, int(x.ty.shape[0]), str(x.ty.dtype), stage, self.isa)
+            data = self.substitute(x)
+        else:
+            data = self.nhwc_of(x)
+            built = build_conv2d(weight, tuple(int(d) for d in data.ty.shape), "NHWC", tuple(p["strides"]),
+                                 tuple(p["padding"]), p["groups"], str(x.ty.dtype), stage, self.isa,
+                                 pad_value=p["x_zero_point"])
+        func = built.mod["main"].with_attrs({TENSORIZED: True, "qnn.op": op.kind})
+        gvar = self.builder.add_func(func, f"qsynth_{op.kind}")
+        self.builder.update_func(gvar, func.with_attr("global_symbol", gvar.name_hint))
+        args = [data, *[relax.const(c) for c in built.constants]]
+        out = self.builder.emit(relax.call_tir(gvar, args, relax.TensorType(built.out_shape, built.out_dtype)))
+        result = relax.op.reshape(out, built.result_shape)
+        if op.kind == "dense":
+            self.value[var] = self.builder.emit(result)
+        else:
+            self.set_nhwc(var, result)
 
 
 def dispatch(mod, isa: str = "host"):
     """Tensorize what legalize marked, then legalize the remaining Relax ops and schedule everything
     that is not a tensorized operator."""
     mod = Dispatch(mod, isa).run()
+    mod = relax.transform.DeadCodeElimination(["main"])(mod)
     mod = relax.transform.LegalizeOps()(mod)
     for gvar, func in list(mod.functions.items()):
         if isinstance(func, tirx.PrimFunc) and not (func.attrs and TENSORIZED in func.attrs):
             mod[gvar] = schedules.schedule(func)
     return mod
+

@@ -25,7 +25,7 @@ from tvm import relax
 from tvm.ir import Constant, Op
 
 from tvm_integration.output_stage import QUANT_RANGES
-from tvm_integration.qnn import arithmetic
+from tvm_integration.qnn.integer_op import IntegerOp
 from tvm_integration.qnn.importer import ModelError
 
 MOVEMENT = {"relax.nn.max_pool2d", "relax.reshape", "relax.permute_dims", "relax.flatten"}
@@ -100,15 +100,12 @@ class QDQToInteger(relax.PyExprMutator):
                 if new is not None:
                     return new
             scale, zero_point = out.scalar("an activation")
-            return self.builder_.call_te(arithmetic.quantize, self.visit_expr(call.args[0]), scale=float(scale),
-                                         zero_point=zero_point, out_dtype=out.dtype,
-                                         primfunc_attrs={"qnn.op": "quantize"}, primfunc_name_hint="quantize")
+            return self.integer("quantize", [call.args[0]], scale=float(scale), zero_point=zero_point,
+                                out_dtype=out.dtype)
         if isinstance(call.op, Op) and call.op.name == "relax.dequantize" \
                 and constant(self.value(call.args[0])) is None:
             scale, zero_point = self.qparams(call).scalar("an activation")
-            return self.builder_.call_te(arithmetic.dequantize, self.visit_expr(call.args[0]), scale=float(scale),
-                                         zero_point=zero_point, primfunc_attrs={"qnn.op": "dequantize"},
-                                         primfunc_name_hint="dequantize")
+            return self.integer("dequantize", [call.args[0]], scale=float(scale), zero_point=zero_point)
         return super().visit_call_(call)
 
     def activation(self, expr, out: QParams):
@@ -164,20 +161,15 @@ class QDQToInteger(relax.PyExprMutator):
         folded = folded.astype(np.int32)
         common = dict(x_zero_point=x_zp, w_zero_point=w_zp, out_zero_point=out_zp, out_dtype=out.dtype,
                       clamp=list(clamp))
-        args = [self.visit_expr(x), relax.const(w), relax.const(folded), relax.const(scale)]
-        attrs = {"qnn.op": "conv2d" if core.op.name == "relax.nn.conv2d" else "dense",
-                 **{"qnn." + k: v for k, v in common.items()}}
+        constants = (w, folded, scale)
         if core.op.name == "relax.matmul":
-            return self.builder_.call_te(arithmetic.dense, *args, **common, primfunc_attrs=attrs,
-                                         primfunc_name_hint="qnn_dense")
+            return self.integer("dense", [x], constants, **common)
         a = core.attrs
         if str(a.data_layout) != "NCHW" or str(a.kernel_layout) != "OIHW" or any(int(d) != 1 for d in a.dilation):
             raise ModelError(f"conv2d {a.data_layout}/{a.kernel_layout} with dilation {list(a.dilation)}: only NCHW/OIHW "
                              "without dilation is supported")
         geometry = dict(strides=[int(s) for s in a.strides], padding=[int(p) for p in a.padding], groups=int(a.groups))
-        attrs.update({"qnn." + k: v for k, v in geometry.items()})
-        return self.builder_.call_te(arithmetic.conv2d, *args, **geometry, **common, primfunc_attrs=attrs,
-                                     primfunc_name_hint="qnn_conv2d")
+        return self.integer("conv2d", [x], constants, **geometry, **common)
 
     def add(self, expr, out: QParams):
         inner, clamp = self.activation(expr, out)
@@ -191,9 +183,8 @@ class QDQToInteger(relax.PyExprMutator):
         sc, zc = out.scalar("an add output")
         ra, rb = np.float32(sa / sc), np.float32(sb / sc)
         fixed = np.float32(np.float32(zc) - np.float32(np.float32(ra * np.float32(za)) + np.float32(rb * np.float32(zb))))
-        return self.builder_.call_te(arithmetic.add, self.visit_expr(a[0]), self.visit_expr(b[0]), ratio_a=float(ra),
-                                     ratio_b=float(rb), fixed=float(fixed), out_dtype=out.dtype, clamp=clamp,
-                                     primfunc_attrs={"qnn.op": "add"}, primfunc_name_hint="qnn_add")
+        return self.integer("add", [a[0], b[0]], ratio_a=float(ra), ratio_b=float(rb), fixed=float(fixed),
+                            out_dtype=out.dtype, clamp=list(clamp))
 
     def global_avg_pool(self, expr, out: QParams):
         mean = self.call(expr, "relax.mean")
@@ -206,24 +197,26 @@ class QDQToInteger(relax.PyExprMutator):
         y_scale, y_zp = out.scalar("a pool output")
         count = int(data[0].ty.shape[2]) * int(data[0].ty.shape[3])
         scale = np.float32(np.float32(x_scale) / np.float32(np.float32(y_scale) * np.float32(count)))
-        return self.builder_.call_te(arithmetic.global_avg_pool, self.visit_expr(data[0]), x_zero_point=x_zp,
-                                     scale=float(scale), out_zero_point=y_zp, out_dtype=out.dtype,
-                                     primfunc_attrs={"qnn.op": "global_avg_pool"}, primfunc_name_hint="qnn_gap")
+        return self.integer("global_avg_pool", [data[0]], x_zero_point=x_zp, scale=float(scale), out_zero_point=y_zp,
+                            out_dtype=out.dtype)
 
     def movement(self, expr, out: QParams):
         op = self.call(expr, *MOVEMENT)
         data = None if op is None else self.dequantized(op.args[0])
         if data is None or not data[1].same(out):
             return None
-        x = self.visit_expr(data[0])
         if op.op.name == "relax.nn.max_pool2d":
             a = op.attrs
             if str(a.layout) != "NCHW" or a.ceil_mode or any(int(d) != 1 for d in a.dilation):
                 return None
-            return self.builder_.call_te(arithmetic.max_pool2d, x, pool=[int(p) for p in a.pool_size],
-                                         strides=[int(s) for s in a.strides], padding=[int(p) for p in a.padding],
-                                         primfunc_attrs={"qnn.op": "max_pool2d"}, primfunc_name_hint="qnn_max_pool")
-        return relax.Call(op.op, [x, *[self.visit_expr(a) for a in op.args[1:]]], op.attrs)
+            return self.integer("max_pool2d", [data[0]], pool=[int(p) for p in a.pool_size],
+                                strides=[int(s) for s in a.strides], padding=[int(p) for p in a.padding])
+        return relax.Call(op.op, [self.visit_expr(data[0]), *[self.visit_expr(a) for a in op.args[1:]]], op.attrs)
+
+    def integer(self, kind: str, inputs, constants=(), **params):
+        """The call of integer op ``kind`` (arithmetic.py) on the rewritten ``inputs``."""
+        op = IntegerOp(kind, params, tuple(self.visit_expr(i) for i in inputs), tuple(constants), (), "")
+        return op.emit_reference(self.builder_)
 
     def requantize_free(self, expr, out: QParams):
         data = self.dequantized(expr)
