@@ -202,3 +202,38 @@ def test_bad_models_refused(tmp_path):
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(odd))
     with pytest.raises(ModelError, match=r"unsupported operators: Multinomial \(odd_one\), Multinomial \(other_one\)$"):
         load(odd)
+
+
+def _qlinearadd_candidates(ra, rb, za, zb, zc):
+    """Rounded outputs over every (a, b) pair for a fixed part computed with and without an FMA."""
+    from tvm_integration.qnn.arithmetic import fma32
+    a, b = (g.astype(np.float32).ravel() for g in np.meshgrid(np.arange(256), np.arange(256), indexing="ij"))
+    fused = np.float32(np.float32(zc) - fma32(ra, np.float32(za), np.float32(rb * np.float32(zb))))
+    plain = np.float32(np.float32(zc) - np.float32(np.float32(ra * np.float32(za)) + np.float32(rb * np.float32(zb))))
+    return [np.rint(np.float32(np.longdouble(a) * ra + np.longdouble(np.float32(np.longdouble(b) * rb + fixed))))
+            for fixed in (fused, plain)]
+
+
+def test_qlinearadd_fixed_part_as_onnxruntime(tmp_path):
+    """A QLinearAdd whose output over all 65536 (a, b) pairs depends on whether the fixed part
+    ``zc - (ra za + rb zb)`` is rounded once (an FMA) or twice: ours must match onnxruntime on all."""
+    rng = np.random.default_rng(11)
+    while True:         # parameters where the two roundings give different outputs somewhere
+        sa, sb, sc = (np.float32(rng.random() * 0.05 + 0.002) for _ in range(3))
+        za, zb, zc = (int(rng.integers(0, 256)) for _ in range(3))
+        ra, rb = np.float32(sa / sc), np.float32(sb / sc)
+        fused, plain = _qlinearadd_candidates(ra, rb, za, zb, zc)
+        if np.any(np.clip(fused, 0, 255) != np.clip(plain, 0, 255)):
+            break
+    values = [(sa, "sa"), (np.uint8(za), "za"), (sb, "sb"), (np.uint8(zb), "zb"), (sc, "sc"), (np.uint8(zc), "zc")]
+    node = helper.make_node("QLinearAdd", ["a", "sa", "za", "b", "sb", "zb", "sc", "zc"], ["y"], domain="com.microsoft")
+    graph = helper.make_graph([node], "add", [helper.make_tensor_value_info(n, TensorProto.UINT8, [65536]) for n in "ab"],
+                              [helper.make_tensor_value_info("y", TensorProto.UINT8, [65536])],
+                              [numpy_helper.from_array(np.array(v), n) for v, n in values])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    model.ir_version = models.IR_VERSION
+    onnx.save(model, str(tmp_path / "add.onnx"))
+    compiled = compile_model(tmp_path / "add.onnx", threads=1)
+    a, b = (g.astype(np.uint8).ravel() for g in np.meshgrid(np.arange(256), np.arange(256), indexing="ij"))
+    expected = onnxruntime_session(tmp_path / "add.onnx").run(None, {"a": a, "b": b})[0]
+    np.testing.assert_array_equal(compiled({"a": a, "b": b})["y"], expected)

@@ -39,8 +39,10 @@ def _dq(x, scale, zero_point, axis=1):
     return relax.op.dequantize(x, scale, zero_point, axis=axis, out_dtype="float32")
 
 
-def _q(x, scale, zero_point):
-    return relax.op.quantize(x, scale, zero_point, axis=1, out_dtype=zero_point.ty.dtype.dtype)
+def _q(bb, x, scale, zero_point):
+    x = bb.normalize(x)
+    axis = min(1, max(x.ty.ndim - 1, 0))
+    return relax.op.quantize(x, scale, zero_point, axis=axis, out_dtype=zero_point.ty.dtype.dtype)
 
 
 def _bias_scale(x_scale, w_scale):
@@ -63,14 +65,14 @@ class QLinearConv(onnx_frontend.OnnxOpConverter):
         conv_inputs = [_dq(x, xs, xz), _dq(w, ws, wz, axis=_weight_axis(ws)),
                        None if bias is None else _dq(bias, _bias_scale(xs, ws), relax.const(0, "int32"), axis=0)]
         y = onnx_frontend.Conv._impl_v11(bb, [e if e is None else bb.normalize(e) for e in conv_inputs], attr, params)
-        return _q(bb.normalize(y), ys, yz)
+        return _q(bb, y, ys, yz)
 
 
 class QLinearMatMul(onnx_frontend.OnnxOpConverter):
     @classmethod
     def _impl_v10(cls, bb, inputs, attr, params):
         a, as_, az, b, bs, bz, ys, yz = inputs
-        return _q(relax.op.matmul(_dq(a, as_, az), _dq(b, bs, bz, axis=b.ty.ndim - 1)), ys, yz)
+        return _q(bb, relax.op.matmul(_dq(a, as_, az), _dq(b, bs, bz, axis=b.ty.ndim - 1)), ys, yz)
 
 
 class QGemm(onnx_frontend.OnnxOpConverter):
@@ -85,7 +87,7 @@ class QGemm(onnx_frontend.OnnxOpConverter):
         gemm_attr = {k: v for k, v in attr.items() if k in ("transA", "transB", "alpha")}
         inputs = [None if e is None else bb.normalize(e) for e in (_dq(a, as_, az), dq_b, dq_c)]
         y = onnx_frontend.Gemm._impl_v13(bb, inputs, gemm_attr, params)
-        return y if ys is None else _q(bb.normalize(y), ys, yz)
+        return y if ys is None else _q(bb, y, ys, yz)
 
 
 def _binary(op):
@@ -93,7 +95,7 @@ def _binary(op):
         @classmethod
         def _impl_v1(cls, bb, inputs, attr, params):
             a, as_, az, b, bs, bz, cs, cz = inputs
-            return _q(op(_dq(a, as_, az), _dq(b, bs, bz)), cs, cz)
+            return _q(bb, op(_dq(a, as_, az), _dq(b, bs, bz)), cs, cz)
     return Converter
 
 
@@ -103,7 +105,7 @@ class QLinearGlobalAveragePool(onnx_frontend.OnnxOpConverter):
         if attr.get("channels_last", 0):
             raise ModelError("QLinearGlobalAveragePool with channels_last=1 is not supported (NCHW only)")
         x, xs, xz, ys, yz = inputs
-        return _q(relax.op.mean(_dq(x, xs, xz), axis=[2, 3], keepdims=True), ys, yz)
+        return _q(bb, relax.op.mean(_dq(x, xs, xz), axis=[2, 3], keepdims=True), ys, yz)
 
 
 class QLinearConcat(onnx_frontend.OnnxOpConverter):
@@ -111,7 +113,7 @@ class QLinearConcat(onnx_frontend.OnnxOpConverter):
     def _impl_v1(cls, bb, inputs, attr, params):
         ys, yz, rest = inputs[0], inputs[1], inputs[2:]
         parts = [_dq(rest[i], rest[i + 1], rest[i + 2]) for i in range(0, len(rest), 3)]
-        return _q(relax.op.concat(parts, axis=attr["axis"]), ys, yz)
+        return _q(bb, relax.op.concat(parts, axis=attr["axis"]), ys, yz)
 
 
 CONVERTERS = {"QLinearConv": QLinearConv, "QLinearMatMul": QLinearMatMul, "QGemm": QGemm,

@@ -54,11 +54,13 @@ def compile_model(path: str | Path, target: str = "host", threads: int | None = 
 
 
 def set_threads(threads: int | None) -> None:
-    """TVM's worker pool size for what runs next in this process (None: leave it)."""
+    """TVM's worker pool size (None: TVM's default, one per core). TVM reads TVM_NUM_THREADS when
+    its pool starts, at the first parallel run of the process, and keeps that size: a process runs
+    at one thread count (runtime.config_threadpool, tried here, did not change the count in 0.27)."""
     if threads is not None:
         if threads < 1:
             raise ValueError(f"threads must be at least 1, got {threads}")
-        tvm.get_global_func("runtime.config_threadpool")(1, threads)
+        os.environ["TVM_NUM_THREADS"] = str(threads)
 
 
 class CompiledModel:
@@ -67,6 +69,7 @@ class CompiledModel:
         self.inputs = {name: (tuple(shape), dtype) for name, (shape, dtype) in inputs.items()}
         self.outputs = list(outputs)
         self.threads = threads
+        set_threads(threads)
         self.vm = relax.VirtualMachine(executable, tvm.cpu())
 
     def arguments(self, feeds: dict[str, np.ndarray]) -> list:
@@ -84,14 +87,12 @@ class CompiledModel:
         return args
 
     def __call__(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        set_threads(self.threads)
         result = self.vm["main"](*self.arguments(feeds))
         results = list(result) if len(self.outputs) > 1 else [result]
         return {name: r.numpy() for name, r in zip(self.outputs, results)}
 
     def time(self, feeds: dict[str, np.ndarray], repeat: int = 10) -> float:
         """Median seconds of one run (TVM's time evaluator, inputs already on the device)."""
-        set_threads(self.threads)
         self.vm.set_input("main", *self.arguments(feeds))
         timer = self.vm.time_evaluator("invoke_stateful", tvm.cpu(), number=1, repeat=repeat, min_repeat_ms=20)
         return float(np.median(timer("main").results))
@@ -99,7 +100,6 @@ class CompiledModel:
     def profile(self, feeds: dict[str, np.ndarray], repeat: int = 5) -> list[tuple[str, float, int]]:
         """Where a run's time goes: (function, median milliseconds per run, calls per run) for every
         function the VM calls, slowest first, timed by the VM's instrument hook around each call."""
-        set_threads(self.threads)
         args = self.arguments(feeds)
         spent: dict[str, list[float]] = {}
         starts: list[float] = []

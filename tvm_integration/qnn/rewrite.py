@@ -25,6 +25,7 @@ from tvm import relax
 from tvm.ir import Constant, Op
 
 from tvm_integration.output_stage import QUANT_RANGES
+from tvm_integration.qnn import arithmetic
 from tvm_integration.qnn.integer_op import IntegerOp
 from tvm_integration.qnn.importer import ModelError
 
@@ -182,7 +183,7 @@ class QDQToInteger(relax.PyExprMutator):
         (sa, za), (sb, zb) = a[1].scalar("an add input"), b[1].scalar("an add input")
         sc, zc = out.scalar("an add output")
         ra, rb = np.float32(sa / sc), np.float32(sb / sc)
-        fixed = np.float32(np.float32(zc) - np.float32(np.float32(ra * np.float32(za)) + np.float32(rb * np.float32(zb))))
+        fixed = np.float32(np.float32(zc) - arithmetic.fma32(ra, np.float32(za), np.float32(rb * np.float32(zb))))
         return self.integer("add", [a[0], b[0]], ratio_a=float(ra), ratio_b=float(rb), fixed=float(fixed),
                             out_dtype=out.dtype, clamp=list(clamp))
 

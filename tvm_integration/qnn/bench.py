@@ -1,0 +1,80 @@
+"""One model's row of the model benchmark: our compiled model next to, in the same run and process,
+onnxruntime on the same quantized model (its integer kernels), onnxruntime on the float original when
+given, and TVM 0.27's own import of the quantized model (which runs conv and matmul in float between
+quantize and dequantize, unscheduled). Every time is a median; our output is compared with
+onnxruntime's on the same input first. Used by ``qsynth bench-model`` and scripts/bench_models.py."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from isa_specs import host
+from tvm_integration.qnn.importer import input_specs, load
+from tvm_integration.qnn.model import compile_model
+
+
+def median_ms(fn, trials: int) -> float:
+    fn()
+    times = []
+    for _ in range(trials):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return float(np.median(times)) * 1e3
+
+
+def onnxruntime_session(path, threads: int):
+    import onnxruntime as ort
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def random_inputs(specs: dict, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for name, (shape, dtype) in specs.items():
+        if np.dtype(dtype).kind == "f":
+            feeds[name] = rng.standard_normal(shape).astype(dtype)
+        else:
+            info = np.iinfo(dtype)
+            feeds[name] = rng.integers(info.min, info.max + 1, shape).astype(dtype)
+    return feeds
+
+
+def tvm_own_ms(path, feeds, trials: int) -> float:
+    """TVM 0.27's own Relax import and default build of the quantized model."""
+    from tvm.relax.frontend.onnx import from_onnx
+    import onnx
+    mod = from_onnx(onnx.load(str(path)), keep_params_in_input=False)
+    vm = relax.VirtualMachine(tvm.compile(mod, target=tvm.target.Target(host.tvm_target())), tvm.cpu())
+    args = [tvm.runtime.tensor(v) for v in feeds.values()]
+    return median_ms(lambda: vm["main"](*args), trials)
+
+
+def bench_model(path: str | Path, fp32: str | Path | None = None, threads: int = 1, trials: int = 20,
+                tvm_trials: int = 3, with_tvm_own: bool = True) -> dict:
+    path = Path(path)
+    start = time.perf_counter()
+    model = compile_model(path, threads=threads)
+    compile_s = time.perf_counter() - start
+    feeds = random_inputs(input_specs(load(path)))
+    session = onnxruntime_session(path, threads)
+    expected = session.run(None, feeds)
+    ours = model(feeds)
+    diff = max(float(np.max(np.abs(ours[n].astype(np.float64) - e.astype(np.float64)))) if e.size else 0.0
+               for n, e in zip(model.outputs, expected))
+    ours_ms = model.time(feeds, repeat=trials) * 1e3
+    baselines = {"onnxruntime_int8": median_ms(lambda: session.run(None, feeds), trials)}
+    if fp32 is not None:
+        float_session = onnxruntime_session(fp32, threads)
+        baselines["onnxruntime_fp32"] = median_ms(lambda: float_session.run(None, feeds), trials)
+    if with_tvm_own:
+        baselines["tvm_default"] = tvm_own_ms(path, feeds, tvm_trials)
+    return {"model": path.name, "threads": threads, "host": host.model().uarch, "ours_ms": ours_ms,
+            "baselines": baselines, "speedups": {k: v / ours_ms for k, v in baselines.items()},
+            "max_abs_diff_vs_onnxruntime": diff, "compile_s": compile_s}
