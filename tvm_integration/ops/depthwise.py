@@ -9,6 +9,7 @@ from tvm import s_tir, te, tirx
 from tvm_integration.output_stage import OutputStage, placeholders
 
 VECTOR_WIDTHS = (16, 8, 4, 2, 1)
+COLUMNS = (8, 7, 4, 2, 1)     # output columns per register tile, the first that divides the row
 
 
 def build(x: te.Tensor, layout: str, weight: np.ndarray, stride, pads, out_hw, stage: OutputStage, pad_value: int = 0):
@@ -53,20 +54,27 @@ def padded_value(x, layout, n, ch, i, j, pad_value: int = 0):
 
 
 def _schedule(func, layout: str):
+    """Registers hold a tile of up to 8 output columns x one vector of the innermost axis while the
+    KH x KW taps accumulate into it; the padding is computed inside the tap loop (inlined), not as a
+    separate pass over the input."""
     sch = s_tir.Schedule(func)
+    sch.compute_inline(sch.get_sblock("pad"))
     acc = sch.get_sblock("acc")
     n, d1, d2, d3, ry, rx = sch.get_loops(acc)
-    inner = d3                                      # NCHW: output columns; NHWC: channels
-    extent = int(sch.get(inner).extent)
+    extent = int(sch.get(d3).extent)                # NCHW: output columns; NHWC: channels
     width = next(v for v in VECTOR_WIDTHS if extent % v == 0)
-    i0, i1 = sch.split(inner, [None, width])
-    sch.reorder(n, d1, d2, i0, ry, rx, i1)
-    outer = sch.fuse(n, d1)
-    sch.parallel(outer)
+    i0, i1 = sch.split(d3, [None, width])
+    columns = next(v for v in COLUMNS if int(sch.get(d2).extent) % v == 0)
+    j0, j1 = sch.split(d2, [None, columns])
+    sch.reorder(n, d1, j0, i0, ry, rx, j1, i1)
+    sch.parallel(sch.fuse(n, d1))
     output = sch.get_sblock("output")
     sch.reverse_compute_at(output, i0)
-    if width > 1:                   # (with width 1 the output's last loop would be i0 itself)
+    sch.unroll(j1)
+    if width > 1:
         sch.vectorize(i1)
         sch.vectorize(sch.get_loops(output)[-1])
-    sch.decompose_reduction(acc, ry)
+    init = sch.decompose_reduction(acc, ry)
+    if width > 1:
+        sch.vectorize(sch.get_loops(init)[-1])
     return sch.mod

@@ -99,7 +99,8 @@ class Dispatch:
                                  tuple(p["padding"]), p["groups"], str(x.ty.dtype), stage, self.isa,
                                  pad_value=p["x_zero_point"])
         func = built.mod["main"].with_attrs({TENSORIZED: True, "qnn.op": op.kind})
-        gvar = self.builder.add_func(func, f"qsynth_{op.kind}")
+        depthwise = op.kind == "conv2d" and p["groups"] == weight.shape[0] and weight.shape[1] == 1
+        gvar = self.builder.add_func(func, "qsynth_depthwise" if depthwise else f"qsynth_{op.kind}")
         self.builder.update_func(gvar, func.with_attr("global_symbol", gvar.name_hint))
         args = [data, *[relax.const(c) for c in built.constants]]
         out = self.builder.emit(relax.call_tir(gvar, args, relax.TensorType(built.out_shape, built.out_dtype)))
