@@ -159,15 +159,19 @@ def max_pool2d(x, *, pool, strides, padding, layout: str = "NCHW"):
     return te.compute((b, c, oh, ow), value, name="max_pool")
 
 
-def quantize(x, *, scale: float, zero_point: int, out_dtype: str):
+def quantize(x, *, scale: float, zero_point: int, out_dtype: str, layout: str = "same"):
     """QuantizeLinear (per tensor): ``x / scale`` clamped to the range less the zero point, rounded
-    half to even, plus the zero point."""
+    half to even, plus the zero point. ``layout="NHWC"``: an NCHW ``x`` is written NHWC (the first
+    convolution's layout) in the same pass."""
     lo, hi = QUANT_RANGES[out_dtype]
 
     def value(*i):
         y = x(*i) / tirx.const(scale, "float32")
         y = tirx.max(tirx.min(y, float(hi - zero_point)), float(lo - zero_point))
         return (tirx.nearbyint(y).astype("int32") + zero_point).astype(out_dtype)
+    if layout == "NHWC":
+        b, c, h, w = x.shape
+        return te.compute((b, h, w, c), lambda n, i, j, ch: value(n, ch, i, j), name="quantize")
     return te.compute(x.shape, value, name="quantize")
 
 

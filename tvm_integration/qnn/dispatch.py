@@ -71,6 +71,10 @@ class Dispatch:
         if op is not None and op.kind in ("conv2d", "dense") and \
                 self.mod[value.args[0]].attrs.get(IMPLEMENTATION) == "tensorized":
             self.tensorized(var, op)
+        elif op is not None and op.kind == "quantize" and len(op.out_shape) == 4:
+            inputs = tuple(self.substitute(i) for i in op.inputs)
+            self.set_nhwc(var, replace(op, inputs=inputs, params={**op.params, "layout": "NHWC"}).emit_reference(
+                self.builder))
         elif op is not None and op.kind in NHWC_OPS and all(i in self.nhwc for i in op.inputs) and \
                 all(len(i.ty.shape) == 4 for i in op.inputs) and \
                 len({tuple(int(d) for d in i.ty.shape) for i in op.inputs}) == 1:
