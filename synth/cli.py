@@ -322,6 +322,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     from synth import emit_cli
     emit_cli.add_parsers(sub, _Parser)
+    from tvm_integration.qnn import cli as qnn_cli
+    qnn_cli.add_parsers(sub, _Parser)
 
     bl = sub.add_parser("bench-layer", help="one ResNet-18 conv layer on our operator next to onnxruntime and TVM",
                         description="example: qsynth bench-layer --layer C6 --config int8 --threads 1 --json")
@@ -367,6 +369,11 @@ def main(argv: list[str] | None = None) -> int:
         return 3
     except CacheError as e:         # an entry that is corrupt or does not re-prove: never used
         print(f"qsynth: kernel cache: {e}", file=sys.stderr)
+        return 1
+    except Exception as e:          # a model the QNN pipeline refuses: one line, nothing written
+        if type(e).__name__ != "ModelError":
+            raise
+        print(f"qsynth: model: {e}", file=sys.stderr)
         return 1
     except BrokenPipeError:         # output piped into `head`: not an error
         import os

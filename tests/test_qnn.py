@@ -237,3 +237,37 @@ def test_qlinearadd_fixed_part_as_onnxruntime(tmp_path):
     a, b = (g.astype(np.uint8).ravel() for g in np.meshgrid(np.arange(256), np.arange(256), indexing="ij"))
     expected = onnxruntime_session(tmp_path / "add.onnx").run(None, {"a": a, "b": b})[0]
     np.testing.assert_array_equal(compiled({"a": a, "b": b})["y"], expected)
+
+
+def test_cli_run_compile_and_errors(tmp_path, capsys):
+    from synth.cli import main
+    path = models.quantize(TINY["mlp"](), tmp_path / "m.onnx", fmt="qoperator")
+    x = np.random.default_rng(4).standard_normal((4, 64)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    assert main(["run", str(path), "--input", str(tmp_path / "x.npy"), "--output", str(tmp_path / "y.npy"),
+                 "--threads", "1"]) == 0
+    np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), onnxruntime_session(path).run(None, {"input": x})[0])
+    assert len(list(tmp_path.glob(".m.onnx.*.so"))) == 1                # kept for the next run
+    assert main(["run", str(path), "--input", f"input={tmp_path / 'x.npy'}", "--output", str(tmp_path / "y2.npy"),
+                 "--profile"]) == 0
+    assert "qsynth_dense" in capsys.readouterr().out
+    np.testing.assert_array_equal(np.load(tmp_path / "y2.npy"), np.load(tmp_path / "y.npy"))
+    assert main(["compile", str(path), "-o", str(tmp_path / "m.so")]) == 0
+    assert (tmp_path / "m.so").is_file() and (tmp_path / "m.so.json").is_file()
+    capsys.readouterr()
+
+    np.save(tmp_path / "bad.npy", x[:, :60])
+    (tmp_path / "junk.onnx").write_bytes(b"junk")
+    failures = [(["run", str(path), "--input", str(tmp_path / "bad.npy"), "--output", str(tmp_path / "z.npy")],
+                 "must be float32[4, 64], got float32[4, 60]"),
+                (["run", str(tmp_path / "junk.onnx"), "--input", str(tmp_path / "x.npy"), "--output",
+                  str(tmp_path / "z.npy")], "is not a valid ONNX model"),
+                (["run", str(path), "--input", str(tmp_path / "x.npy"), "--output", str(tmp_path / "no" / "z.npy")],
+                 "is not a writable directory"),
+                (["compile", str(path), "-o", str(tmp_path / "z.so"), "--target", "neon"], "no NEON int8 operator")]
+    for argv, message in failures:
+        assert main(argv) == 1
+        err = capsys.readouterr().err.strip()
+        assert message in err and len(err.splitlines()) == 1, err
+    assert main(["compile", str(path), "-o", str(tmp_path / "z.so"), "--target", "sparc"]) == 2
+    assert not list(tmp_path.glob("z.*"))

@@ -14,6 +14,7 @@ quantized op (unless ``allow_float``).
 from __future__ import annotations
 
 import functools
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -148,7 +149,10 @@ def load(path: str | Path, allow_float: bool = False) -> onnx.ModelProto:
     unsupported = [f"{n.op_type} ({n.name or 'unnamed'})" for n in model.graph.node if n.op_type not in supported_ops()]
     if unsupported:
         raise ModelError(f"{path}: unsupported operators: {', '.join(unsupported)}")
-    if not allow_float and not any(n.op_type in QUANTIZED_OPS for n in model.graph.node):
+    if not any(n.op_type in QUANTIZED_OPS for n in model.graph.node):
+        if allow_float:
+            warnings.warn(f"{path} has no quantized op: it runs in float, not on the integer kernels")
+            return model
         raise ModelError(f"{path} is a float model (no QuantizeLinear, DequantizeLinear or QLinear* op): the integer "
                          "pipeline compiles pre-quantized models; quantize it first (onnxruntime.quantization), or "
                          "pass allow_float / --allow-float to run it in float")

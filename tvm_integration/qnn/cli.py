@@ -1,0 +1,163 @@
+"""``qsynth compile``, ``qsynth run`` and ``qsynth bench-model``: the QNN pipeline on the command line.
+
+    qsynth compile resnet_int8.onnx -o resnet_int8.so [--target host] [--threads 2]
+    qsynth run resnet_int8.onnx --input x.npy --output y.npy [--input name=path.npy ...] [--profile]
+    qsynth bench-model resnet_int8.onnx --fp32 resnet.onnx --threads 1 --json
+
+``run`` compiles once and keeps the library next to the model (``.MODEL.<key>.so``, the key a hash of
+the model, the target and the compiler's sources), so the next run loads it. Every failure is one line
+and a non-zero exit; no output file is written unless the whole run succeeded.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+TARGETS = ("host", "avx512", "avx2", "amx", "neon")
+PACKAGE = Path(__file__).resolve().parent.parent
+
+
+def artifact_path(model: Path, target: str) -> Path:
+    digest = hashlib.sha256(model.read_bytes())
+    digest.update(target.encode())
+    for source in sorted(PACKAGE.rglob("*.py")):
+        digest.update(source.read_bytes())
+    from synth import trust
+    digest.update(trust.fingerprint().encode())
+    return model.with_name(f".{model.name}.{digest.hexdigest()[:16]}.so")
+
+
+def _inputs(specs: list[str], names: list[str]) -> dict[str, np.ndarray]:
+    from tvm_integration.qnn.importer import ModelError
+    feeds = {}
+    for spec in specs:
+        name, _, path = spec.rpartition("=")
+        if not name:
+            if len(names) != 1:
+                raise ModelError(f"--input {spec}: the model takes {len(names)} inputs ({', '.join(names)}); "
+                                 "give each as NAME=PATH.npy")
+            name = names[0]
+        try:
+            feeds[name] = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise ModelError(f"--input {spec}: cannot read a .npy array from {path} ({e})")
+    return feeds
+
+
+def _save_outputs(outputs: dict[str, np.ndarray], path: Path) -> None:
+    """One output: a .npy file; several: a .npz archive, each under its output name; atomically."""
+    from tvm_integration.qnn.importer import ModelError
+    buffer = io.BytesIO()
+    if len(outputs) == 1 and path.suffix == ".npy":
+        np.save(buffer, next(iter(outputs.values())))
+    elif path.suffix == ".npz":
+        np.savez(buffer, **outputs)
+    else:
+        raise ModelError(f"--output {path}: the model has {len(outputs)} output(s); write one to a .npy file "
+                         "or any number to a .npz file")
+    fd_path = Path(str(path) + ".tmp")
+    try:
+        fd_path.write_bytes(buffer.getvalue())
+        os.replace(fd_path, path)
+    except OSError as e:
+        fd_path.unlink(missing_ok=True)
+        raise ModelError(f"cannot write {path}: {e.strerror}")
+
+
+def _writable(path: Path, what: str) -> None:
+    from tvm_integration.qnn.importer import ModelError
+    if not path.parent.is_dir() or not os.access(path.parent, os.W_OK):
+        raise ModelError(f"{what} {path}: {path.parent} is not a writable directory")
+
+
+def cmd_compile(args) -> int:
+    from tvm_integration.qnn.model import compile_model
+    out = Path(args.output)
+    _writable(out, "-o")
+    model = compile_model(args.model, target=args.target, threads=args.threads, allow_float=args.allow_float)
+    model.save(out)
+    print(f"{out} ({', '.join(f'{n} {d}{list(s)}' for n, (s, d) in model.inputs.items())} -> "
+          f"{', '.join(model.outputs)})")
+    return 0
+
+
+def cmd_run(args) -> int:
+    from tvm_integration.qnn.model import CompiledModel, compile_model
+    from tvm_integration.qnn.importer import ModelError, input_specs, load
+    out = Path(args.output)
+    _writable(out, "--output")
+    model_path = Path(args.model)
+    onnx_model = load(model_path, allow_float=args.allow_float)
+    feeds = _inputs(args.input, list(input_specs(onnx_model)))
+    artifact = artifact_path(model_path, args.target)
+    if artifact.is_file():
+        compiled = CompiledModel.load(artifact, threads=args.threads)
+    else:
+        compiled = compile_model(model_path, target=args.target, threads=args.threads, allow_float=args.allow_float)
+        try:
+            compiled.save(artifact)
+        except ModelError:
+            pass                        # a read-only model directory: run without keeping the library
+    outputs = compiled(feeds)
+    _save_outputs(outputs, out)
+    if args.profile:
+        print(f"{'function':40} {'ms/run':>8} {'calls':>6}")
+        for name, ms, calls in compiled.profile(feeds):
+            print(f"{name:40} {ms:8.3f} {calls:6}")
+    return 0
+
+
+def cmd_bench_model(args) -> int:
+    from tvm_integration.qnn.bench import bench_model
+    from tvm_integration.qnn.model import set_threads
+    set_threads(args.threads)
+    row = bench_model(args.model, args.fp32, args.threads, args.trials)
+    if args.json:
+        print(json.dumps(row, indent=1))
+        return 0
+    print(f"{row['model']} on {row['host']}, {row['threads']} thread(s); compiled in {row['compile_s']:.1f} s; "
+          f"largest difference from onnxruntime: {row['max_abs_diff_vs_onnxruntime']:g}")
+    print(f"  {'ours':18} {row['ours_ms']:9.2f} ms")
+    for name, ms in row["baselines"].items():
+        print(f"  {name:18} {ms:9.2f} ms   speedup {row['speedups'][name]:.2f}x")
+    return 0
+
+
+def add_parsers(subparsers, parser_class=None) -> None:
+    """Register ``compile``, ``run`` and ``bench-model`` on the ``qsynth`` sub-command parser."""
+    def positive(text):
+        from synth.cli import _positive
+        return _positive(text)
+
+    co = subparsers.add_parser("compile", help="compile a pre-quantized ONNX model to a library",
+                               description="example: qsynth compile resnet_int8.onnx -o resnet_int8.so --threads 2")
+    co.add_argument("model")
+    co.add_argument("-o", "--output", required=True, help="the library (.so; its signature goes beside, .so.json)")
+    co.add_argument("--target", choices=TARGETS, default="host")
+    co.add_argument("--threads", type=positive, default=None)
+    co.add_argument("--allow-float", action="store_true", help="compile a model with no quantized op, in float")
+    co.set_defaults(run=cmd_compile)
+    ru = subparsers.add_parser("run", help="run a pre-quantized ONNX model on numpy inputs",
+                               description="example: qsynth run resnet_int8.onnx --input x.npy --output y.npy")
+    ru.add_argument("model")
+    ru.add_argument("--input", action="append", required=True, metavar="[NAME=]PATH.npy")
+    ru.add_argument("--output", required=True, help=".npy (one output) or .npz")
+    ru.add_argument("--target", choices=TARGETS, default="host")
+    ru.add_argument("--threads", type=positive, default=None)
+    ru.add_argument("--allow-float", action="store_true")
+    ru.add_argument("--profile", action="store_true", help="print where a run's time goes, per function")
+    ru.set_defaults(run=cmd_run)
+    bm = subparsers.add_parser("bench-model", help="a model on our build next to onnxruntime and TVM's own import",
+                               description="example: qsynth bench-model resnet_int8.onnx --fp32 resnet.onnx --json")
+    bm.add_argument("model")
+    bm.add_argument("--fp32", default=None, help="the float original, for onnxruntime fp32")
+    bm.add_argument("--threads", type=positive, default=1)
+    bm.add_argument("--trials", type=positive, default=20)
+    bm.add_argument("--json", action="store_true")
+    bm.set_defaults(run=cmd_bench_model)
+
