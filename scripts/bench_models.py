@@ -23,22 +23,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from synth.files import write_atomically  # noqa: E402
+from tvm_integration.qnn.models import BUILT_IN, write_pair  # noqa: E402
 
-MODELS = ("resnet18", "mobilenet_v2")
+MODELS = tuple(BUILT_IN)
 TARGETS = ["- AMX host: ResNet-18 at most 0.4x onnxruntime int8 latency; no AMX: at most 0.9x, "
            "and at least 3.8x onnxruntime fp32 faster.",
            "- MobileNetV2: at most 1.0x onnxruntime int8 latency.",
            "- Compile time of ResNet-18 at most 60 s."]
-
-
-def build(name: str, directory: Path) -> tuple[Path, Path]:
-    import onnx
-    from tvm_integration.qnn import models
-    logging.getLogger("root").setLevel(logging.ERROR)
-    float_model = models.resnet() if name == "resnet18" else models.mobilenet_v2()
-    fp32 = directory / f"{name}.fp32.onnx"
-    onnx.save(float_model, str(fp32))
-    return models.quantize(float_model, directory / f"{name}.int8.onnx"), fp32
 
 
 def worker(a) -> None:
@@ -85,8 +76,9 @@ def main() -> int:
         ap.error(f"unknown models {sorted(unknown)}; accepted: {', '.join(MODELS)}")
     rows = []
     with tempfile.TemporaryDirectory() as directory:
+        logging.getLogger("root").setLevel(logging.ERROR)      # quantize_static's pre-processing advice
         for name in a.models.split(","):
-            build(name, Path(directory))
+            write_pair(name, directory)
         for threads in a.threads.split(","):
             env = {**os.environ, "TVM_NUM_THREADS": threads}
             result = subprocess.run([sys.executable, __file__, "--worker", "--dir", directory, "--models", a.models,

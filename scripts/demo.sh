@@ -34,3 +34,7 @@ sed -n -e '/^Host:/p' -e '/^## x86/,$p' "$speedups/report"
 # The kernels at work: one ResNet-18 layer through the int8 conv2d operator (TVM, tensorized with the
 # host's cached kernel), checked against numpy, next to onnxruntime and TVM's own lowering.
 qsynth bench-layer --layer C6 --config int8 --threads 1 2> /dev/null
+# A whole pre-quantized model: ResNet-18 (224x224, random weights) quantized by onnxruntime, compiled
+# through the QNN pipeline onto the host's kernels, checked against onnxruntime, timed next to it.
+python scripts/make_models.py "$speedups" --models resnet18 > /dev/null
+qsynth bench-model "$speedups/resnet18.int8.onnx" --fp32 "$speedups/resnet18.fp32.onnx" --threads 1 --trials 10 2> /dev/null

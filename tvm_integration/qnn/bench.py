@@ -13,18 +13,13 @@ import tvm
 from tvm import relax
 
 from isa_specs import host
+from tvm_integration.bench import median_seconds
 from tvm_integration.qnn.importer import input_specs, load
 from tvm_integration.qnn.model import compile_model
 
 
 def median_ms(fn, trials: int) -> float:
-    fn()
-    times = []
-    for _ in range(trials):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return float(np.median(times)) * 1e3
+    return median_seconds(fn, trials) * 1e3
 
 
 def onnxruntime_session(path, threads: int):

@@ -144,3 +144,18 @@ def quantize(float_model: onnx.ModelProto, path: str | Path, fmt: str = "qdq", p
     finally:
         source.unlink()
     return path
+
+
+BUILT_IN = {"resnet18": resnet, "mobilenet_v2": mobilenet_v2}
+
+
+def write_pair(name: str, directory: str | Path) -> tuple[Path, Path]:
+    """``NAME.int8.onnx`` (QDQ u8/s8 per-channel) and its float original ``NAME.fp32.onnx`` in
+    ``directory``, for a model of BUILT_IN."""
+    if name not in BUILT_IN:
+        raise ValueError(f"unknown model {name!r}; built in: {', '.join(BUILT_IN)}")
+    directory = Path(directory)
+    float_model = BUILT_IN[name]()
+    fp32 = directory / f"{name}.fp32.onnx"
+    onnx.save(float_model, str(fp32))
+    return quantize(float_model, directory / f"{name}.int8.onnx"), fp32
