@@ -46,6 +46,13 @@ def select(isa: str = "host") -> Kernel:
     return kernels[0]
 
 
+def candidates(isa: str = "host") -> list[Kernel]:
+    """Every tile shape of the kind ``select(isa)`` picks (same ISA and instructions): what tuning
+    chooses among per operator shape."""
+    chosen = select(isa)
+    return [k for k in _u8s8_kernels(chosen.spec.isa) if k.features == chosen.features]
+
+
 def target(kernel: Kernel | None = None) -> dict:
     """The host model's target (its micro-architecture as LLVM names it); for a kernel the host cannot
     run, a generic x86-64 target with the kernel's features, so the module still builds."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from tvm import te, tirx
 
-from tvm_integration import dispatch
+from tvm_integration import dispatch, tuning
 from tvm_integration.operator import Built, Operator
 from tvm_integration.ops import depthwise
 from tvm_integration.ops.gemm import Gemm, Tile, build
@@ -42,18 +42,19 @@ def conv_geometry(input_shape, layout, weight_shape, stride, padding):
 
 def conv2d(weight: np.ndarray, input_shape: tuple[int, ...], layout: str = "NCHW", stride=1, padding=0,
            groups: int = 1, data_dtype: str = "uint8", stage: OutputStage = OutputStage(), isa: str = "host",
-           use_kernel: bool = True, pad_value: int = 0) -> Operator:
+           use_kernel: bool = True, pad_value: int = 0, kernel=None) -> Operator:
     """Compile a conv2d for inputs of ``input_shape`` (in ``layout``); ``use_kernel=False``: the same
     schedule in plain TIR; ``pad_value``: what the padding holds (the input's zero point)."""
     built = build_conv2d(weight, input_shape, layout, stride, padding, groups, data_dtype, stage, isa, use_kernel,
-                         pad_value)
+                         pad_value, kernel)
     return built.compile()
 
 
 def build_conv2d(weight: np.ndarray, input_shape: tuple[int, ...], layout: str = "NCHW", stride=1, padding=0,
                  groups: int = 1, data_dtype: str = "uint8", stage: OutputStage = OutputStage(), isa: str = "host",
-                 use_kernel: bool = True, pad_value: int = 0) -> Built:
-    """The scheduled, not yet compiled conv2d (conv2d's arguments): for a larger module to include."""
+                 use_kernel: bool = True, pad_value: int = 0, kernel=None) -> Built:
+    """The scheduled, not yet compiled conv2d (conv2d's arguments): for a larger module to include.
+    ``kernel``: the tile to use (dispatch.candidates), else the ISA's default (dispatch.select)."""
     if weight.dtype != np.int8 or weight.ndim != 4:
         raise ValueError(f"weight must be int8 OIHW, got {weight.dtype}{list(weight.shape)}")
     if data_dtype not in ("uint8", "int8"):
@@ -69,7 +70,8 @@ def build_conv2d(weight: np.ndarray, input_shape: tuple[int, ...], layout: str =
         mod, constants, out_shape = depthwise.build(x, layout, weight, stride, pads, (oh, ow), stage, pad_value)
         return Built(mod, constants, out_shape, stage.out_dtype, input_shape, data_dtype, result_shape, dispatch.target())
 
-    kernel = dispatch.select(isa)
+    kernel = kernel or tuning.choose(tuning.conv2d_key(input_shape, layout, weight.shape, stride, pads, groups, data_dtype),
+                                     dispatch.candidates(isa), oh * ow, o // groups)
     tile = Tile.of(kernel)
     hp, wp = h + pads[0] + pads[2], w + pads[1] + pads[3]
     if groups == 1:

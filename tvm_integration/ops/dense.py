@@ -4,27 +4,27 @@ from __future__ import annotations
 import numpy as np
 from tvm import te
 
-from tvm_integration import dispatch
+from tvm_integration import dispatch, tuning
 from tvm_integration.operator import Built, Operator
 from tvm_integration.ops.gemm import Gemm, Tile, build
 from tvm_integration.output_stage import OutputStage
 
 
 def dense(weight: np.ndarray, m: int, data_dtype: str = "uint8", stage: OutputStage = OutputStage(),
-          isa: str = "host", use_kernel: bool = True) -> Operator:
+          isa: str = "host", use_kernel: bool = True, kernel=None) -> Operator:
     """Compile a dense layer for ``m`` rows of input; ``use_kernel=False``: same schedule, plain TIR."""
-    return build_dense(weight, m, data_dtype, stage, isa, use_kernel).compile()
+    return build_dense(weight, m, data_dtype, stage, isa, use_kernel, kernel).compile()
 
 
 def build_dense(weight: np.ndarray, m: int, data_dtype: str = "uint8", stage: OutputStage = OutputStage(),
-                isa: str = "host", use_kernel: bool = True) -> Built:
-    """The scheduled, not yet compiled dense layer (dense's arguments)."""
+                isa: str = "host", use_kernel: bool = True, kernel=None) -> Built:
+    """The scheduled, not yet compiled dense layer (dense's arguments; ``kernel`` as in build_conv2d)."""
     if weight.dtype != np.int8 or weight.ndim != 2:
         raise ValueError(f"weight must be int8 [N, K], got {weight.dtype}{list(weight.shape)}")
     if data_dtype not in ("uint8", "int8"):
         raise ValueError(f"data_dtype must be uint8 or int8, got {data_dtype!r}")
     n, k = weight.shape
-    kernel = dispatch.select(isa)
+    kernel = kernel or tuning.choose(tuning.dense_key(m, n, k, data_dtype), dispatch.candidates(isa), m, n)
     x = te.placeholder((m, k), data_dtype, name="data")
     mod, constants = build(Gemm(1, 1, m, n, k), x, lambda b, g, p, t: x[p, t], weight[None], stage, "rows",
                            Tile.of(kernel), kernel if use_kernel else None)

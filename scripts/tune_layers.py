@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""Tune the int8 operators' tile per shape on this host and write the tuning log
+(tvm_integration/tuning_logs/<uarch>.json): the ResNet-18 layers of the layer benchmark (C2-C12) and
+every tensorized convolution and dense of the built-in models as the QNN pipeline compiles them.
+Each candidate tile is compiled, its output compared with the others' on random data, and timed
+(median of ``--trials``, one thread).
+
+    TVM_NUM_THREADS=1 python scripts/tune_layers.py [--models resnet18,mobilenet_v2] [--trials 9]
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import tvm  # noqa: E402
+
+from tvm_integration import dispatch, tuning  # noqa: E402
+from tvm_integration.bench import LAYERS, Layer  # noqa: E402
+from tvm_integration.ops.conv2d import build_conv2d, conv_geometry, pair  # noqa: E402
+from tvm_integration.ops.dense import build_dense  # noqa: E402
+
+
+def model_shapes(name: str) -> list[tuple]:
+    """(kind, arguments) of every tensorized op of a built-in model, as qnn/dispatch.py builds them."""
+    from tvm_integration.qnn import models
+    from tvm_integration.qnn.importer import load
+    from tvm_integration.qnn.integer_op import IntegerOp
+    from tvm_integration.qnn.legalize import IMPLEMENTATION
+    from tvm_integration.qnn.model import lower
+    with tempfile.TemporaryDirectory() as directory:
+        int8, _ = models.write_pair(name, directory)
+        mod = lower(load(int8), stage="legalize")
+    shapes = []
+    for binding in mod["main"].body.blocks[0].bindings:
+        op = IntegerOp.read(binding.value, mod)
+        if op is None or op.kind not in ("conv2d", "dense") or \
+                mod[binding.value.args[0]].attrs.get(IMPLEMENTATION) != "tensorized":
+            continue
+        x = op.inputs[0].ty
+        shape = tuple(int(d) for d in x.shape)
+        weight = op.constants[0]
+        if op.kind == "dense":
+            shapes.append(("dense", (weight, shape[0], str(x.dtype))))
+        elif not (op.params["groups"] == weight.shape[0] and weight.shape[1] == 1):     # depthwise: no tile
+            nhwc = (shape[0], shape[2], shape[3], shape[1])
+            shapes.append(("conv2d", (weight, nhwc, tuple(op.params["strides"]), tuple(op.params["padding"]),
+                                      op.params["groups"], str(x.dtype))))
+    return shapes
+
+
+def layer_shapes() -> list[tuple]:
+    shapes = []
+    for name in LAYERS:
+        layer = Layer(name)
+        shapes.append(("conv2d", (layer.w, layer.x.shape, (layer.s, layer.s), (layer.pad,) * 4, 1, "uint8")))
+    return shapes
+
+
+def key_of(kind: str, args: tuple) -> str:
+    if kind == "dense":
+        weight, m, dtype = args
+        return tuning.dense_key(m, weight.shape[0], weight.shape[1], dtype)
+    weight, shape, stride, padding, groups, dtype = args
+    _, _, pads = conv_geometry(shape, "NHWC", weight.shape, pair(stride), padding)
+    return tuning.conv2d_key(shape, "NHWC", weight.shape, pair(stride), pads, groups, dtype)
+
+
+def measure(kind: str, args: tuple, candidates, trials: int) -> dict[str, float]:
+    """Median ms per candidate tile, after checking that all compute the same output."""
+    if kind == "dense":
+        weight, m, dtype = args
+        ops = [build_dense(weight, m, dtype, kernel=k).compile() for k in candidates]
+    else:
+        weight, shape, stride, padding, groups, dtype = args
+        ops = [build_conv2d(weight, shape, "NHWC", stride, padding, groups, dtype, kernel=k).compile()
+               for k in candidates]
+    info = np.iinfo(ops[0].in_dtype)
+    x = np.random.default_rng(0).integers(info.min, info.max + 1, ops[0].in_shape).astype(ops[0].in_dtype)
+    outputs = [op(x) for op in ops]
+    if any(not np.array_equal(o, outputs[0]) for o in outputs):
+        raise AssertionError(f"{key_of(kind, args)}: the candidate tiles disagree")
+    times = {}
+    for kernel, op in zip(candidates, ops):
+        timer = op.module.time_evaluator("main", tvm.cpu(), number=5, repeat=trials)
+        times[kernel.intrin] = float(np.median(timer(*op.args(x)).results)) * 1e3
+    return times
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default="resnet18,mobilenet_v2")
+    ap.add_argument("--trials", type=int, default=9)
+    a = ap.parse_args()
+    logging.getLogger("root").setLevel(logging.ERROR)
+    candidates = dispatch.candidates("host")
+    path = tuning.log_path()
+    shapes = layer_shapes() + [s for name in a.models.split(",") if name for s in model_shapes(name)]
+    seen = set()
+    for kind, args in shapes:
+        key = key_of(kind, args)
+        if key in seen:
+            continue
+        seen.add(key)
+        times = measure(kind, args, candidates, a.trials)
+        best = tuning.record(key, times, path)
+        print(f"{key}: {best}  " + "  ".join(f"{k.split('_')[-2]} {v:.3f} ms" for k, v in times.items()), flush=True)
+    print(f"{len(seen)} shapes -> {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

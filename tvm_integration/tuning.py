@@ -1,0 +1,78 @@
+"""Which tile an int8 operator uses, per operator shape and micro-architecture: measured by a search
+and kept in a tuning log (``tuning_logs/<uarch>.json``, committed for the benchmark layers and models).
+
+The search knob is the tile shape among the proved tiles of the host's ISA (``dispatch.candidates``:
+on AVX-512 VNNI 8x48 and 6x64); each candidate is compiled, checked to agree with the others, and
+timed. A shape missing from the log takes the tile that wastes the least padding,
+``round_up(rows, mr) * round_up(cols, nr)`` (ties: the wider tile). On Zen 4 the measurements agree
+with that rule on every ResNet-18 layer but the 3-channel stem (8x48 1.82 ms, 6x64 1.85 ms), and
+not on MobileNetV2's narrow 1x1 layers (16-32 output channels: 8x48 is 20-40% faster though it
+pads more), which is why the log exists (``scripts/tune_layers.py``).
+
+The log is a JSON object ``{shape key: {"kernel": intrin, "ms": {intrin: median ms}}}``, written
+atomically under a file lock; a log that does not parse is an error naming the file, never ignored.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from filelock import FileLock
+
+from isa_specs import host
+from synth.files import write_atomically
+from tvm_integration.intrinsics import Kernel
+from tvm_integration.packing import round_up
+
+LOGS = Path(__file__).resolve().parent / "tuning_logs"
+
+
+class TuningLogError(ValueError):
+    """A tuning log that cannot be read."""
+
+
+def log_path(uarch: str | None = None, root: Path = LOGS) -> Path:
+    return root / f"{uarch or host.model().uarch}.json"
+
+
+def read_log(path: Path) -> dict:
+    if not path.is_file():
+        return {}
+    try:
+        log = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise TuningLogError(f"tuning log {path} is not valid JSON ({e}); delete it or rerun scripts/tune_layers.py")
+    if not isinstance(log, dict) or not all(isinstance(v, dict) and "kernel" in v for v in log.values()):
+        raise TuningLogError(f"tuning log {path}: every entry must be an object with a 'kernel'")
+    return log
+
+
+def record(key: str, times_ms: dict[str, float], path: Path) -> str:
+    """Store the measured candidates of ``key`` and return the fastest."""
+    best = min(times_ms, key=times_ms.get)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(path) + ".lock"):
+        log = read_log(path)
+        log[key] = {"kernel": best, "ms": {k: round(v, 4) for k, v in sorted(times_ms.items())}}
+        write_atomically(path, json.dumps(log, indent=1, sort_keys=True) + "\n")
+    return best
+
+
+def least_padding(candidates: list[Kernel], rows: int, cols: int) -> Kernel:
+    return min(candidates, key=lambda k: (round_up(rows, k.spec.mr) * round_up(cols, k.spec.nr), -k.spec.nr))
+
+
+def choose(key: str, candidates: list[Kernel], rows: int, cols: int, path: Path | None = None) -> Kernel:
+    """The logged tile for ``key`` when it is among ``candidates``, else the least-padding one."""
+    logged = read_log(path or log_path()).get(key, {}).get("kernel")
+    by_name = {k.intrin: k for k in candidates}
+    return by_name.get(logged) or least_padding(candidates, rows, cols)
+
+
+def conv2d_key(input_shape, layout: str, weight_shape, stride, padding, groups: int, data_dtype: str) -> str:
+    return (f"conv2d {layout}{list(input_shape)} w{list(weight_shape)} s{list(stride)} p{list(padding)} "
+            f"g{groups} {data_dtype}")
+
+
+def dense_key(m: int, n: int, k: int, data_dtype: str) -> str:
+    return f"dense m{m} n{n} k{k} {data_dtype}"
