@@ -1,5 +1,5 @@
-"""``qsynth emit`` and ``qsynth test-kernels``: the C kernel library, and the check that every emitted
-kernel computes its spec on the machine.
+"""``qsynth emit`` and ``qsynth test-kernels`` (their options: ``synth/commands/kernels.py``): the C kernel
+library, and the check that every emitted kernel computes its spec on the machine.
 
 The check runs the emitted C, compiled with gcc and/or clang, through the documented calling
 convention: inputs are packed into deliberately misaligned buffers with padded strides and garbage
@@ -10,7 +10,6 @@ NEON kernels under ``qemu-aarch64 -cpu max``; one process per batch of inputs.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from dataclasses import dataclass
@@ -416,7 +415,10 @@ def cmd_test_kernels(args) -> int:
     entries, refused = selected_entries(args.isa, args.configs)
     if not entries and not refused:
         return _none_selected(args)
-    rows = [check_entry(e, c, args.samples, args.seed) for e in entries for c in args.compilers]
+    from synth.progress import track
+    work = ((e, c) for e in entries for c in args.compilers)
+    rows = [check_entry(e, c, args.samples, args.seed)
+            for e, c in track(work, len(entries) * len(args.compilers), "testing kernels")]
     if args.json:
         print(json.dumps(rows, indent=1))
     else:
@@ -432,42 +434,3 @@ def cmd_test_kernels(args) -> int:
         print(f"{len(rows)} kernel builds: " + ", ".join(f"{v} {k}" for k, v in counts.items())
               + (f"; {len(refused)} entries refused (not proved here)" if refused else ""))
     return 1 if refused or any(r["status"] in ("failed", "error") for r in rows) else 0
-
-
-def _compilers(text: str) -> list[str]:
-    names = [c for c in text.split(",") if c]
-    unknown = [c for c in names if c not in COMPILERS]
-    if unknown or not names:
-        raise argparse.ArgumentTypeError(f"unknown compiler(s) {', '.join(unknown) or text!r}; "
-                                         f"accepted: {', '.join(COMPILERS)}")
-    return names
-
-
-def _samples(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer (>= 1), got {value}")
-    return value
-
-
-def add_parsers(subparsers, parser_class=None) -> None:
-    """Register ``emit`` and ``test-kernels`` on the ``qsynth`` sub-command parser. ``parser_class``
-    is the class nested sub-command parsers would use; these two commands have none (their parsers
-    come from ``subparsers``), it is accepted so every CLI module registers the same way."""
-    isas = (*ISA_NAMES, "all")
-    em = subparsers.add_parser("emit", help="write the C kernel library (headers + manifest.json)")
-    em.add_argument("--isa", choices=isas, default="all")
-    em.add_argument("--configs", nargs="+", metavar="NAME_SUBSTRING", help="only entries whose name contains one")
-    em.add_argument("-o", "--output", required=True, help="output directory")
-    em.set_defaults(run=cmd_emit)
-    tk = subparsers.add_parser("test-kernels", help="compile every emitted kernel and test it against its spec")
-    tk.add_argument("--isa", choices=isas, default="all")
-    tk.add_argument("--configs", nargs="+", metavar="NAME_SUBSTRING")
-    tk.add_argument("--samples", type=_samples, default=1000, help="inputs per kernel and compiler")
-    tk.add_argument("--compilers", type=_compilers, default=list(COMPILERS), help="comma-separated subset of gcc,clang")
-    tk.add_argument("--seed", type=int, default=0)
-    tk.add_argument("--json", action="store_true")
-    tk.set_defaults(run=cmd_test_kernels)

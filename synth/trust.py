@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import tempfile
 from functools import cache as memoize
 from multiprocessing import Pool
 from pathlib import Path
@@ -29,7 +30,9 @@ _SOURCES = ("synth", "sketches", "isa_specs")
 # Modules that cannot change a verdict (the CLI, emission, host detection, reports): editing them
 # keeps the stamps. Anything else under _SOURCES is the verifier's, and a new module is by default.
 _NOT_VERIFIER = {"isa_specs/check.py", "isa_specs/host.py", "synth/cli.py", "synth/emit.py", "synth/emit_cli.py",
-                 "synth/host_report.py", "synth/mutants.py", "synth/sweep.py"}
+                 "synth/host_report.py", "synth/mutants.py", "synth/sweep.py", "synth/progress.py",
+                 "synth/cluster.py"}
+_NOT_VERIFIER_DIRS = ("synth/commands/",)          # the CLI's command modules
 
 
 def store_path() -> Path:
@@ -44,9 +47,10 @@ def fingerprint() -> str:
     h = hashlib.sha256()
     for package in _SOURCES:
         for path in sorted((root / package).rglob("*.py")):
-            if path.relative_to(root).as_posix() in _NOT_VERIFIER:
+            name = path.relative_to(root).as_posix()
+            if name in _NOT_VERIFIER or name.startswith(_NOT_VERIFIER_DIRS):
                 continue
-            h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
+            h.update(name.encode() + b"\0" + path.read_bytes())
     return h.hexdigest()[:16]
 
 
@@ -118,6 +122,24 @@ def verify_paths(paths: list[Path], jobs: int | None = None):
                     yield v
     finally:
         _record(done)
+
+
+def admit(entry: dict, root: Path | None = None) -> dict:
+    """A kernel entry made elsewhere (a cluster worker's result): stored in the cache under ``root``
+    (default ``cache.ROOT``) and stamped only if it re-proves here, exactly as ``verdict`` proves a
+    cached file; otherwise nothing is written. Returns the verdict (``path`` the stored file when ok)."""
+    with tempfile.TemporaryDirectory(prefix="qsynth-admit-") as staging:
+        try:
+            staged = cache.store(entry, Path(staging))
+        except Exception as e:      # not even an entry (no key, not JSON-serialisable)
+            return {"path": None, "file": None, "name": None, "content_hash": None, "ok": False,
+                    "failures": [f"malformed entry: {type(e).__name__}: {e}"], "obligations": 0, "entry": None}
+        v = verdict(staged)
+    if v["ok"]:
+        path = cache.store(v["entry"], cache.ROOT if root is None else root)
+        v["path"], v["file"] = str(path), path.name
+        _record([v])
+    return v
 
 
 def load_all(paths: list[Path], jobs: int | None = None) -> tuple[list[dict], list[str]]:

@@ -18,7 +18,7 @@ def _qsynth(*argv):
 @pytest.mark.parametrize("argv, message", [
     (["--layer", "C1"], "unknown layer 'C1'; accepted: C2,"),
     (["--layer", "C6", "--config", "fp16"], "--config must be int8 or AxWy"),
-    (["--layer", "C6", "--isa", "neon"], "invalid choice: 'neon'"),
+    (["--layer", "C6", "--isa", "neon"], "'neon' is not one of 'host'"),
     (["--layer", "C6", "--threads", "0"], "must be a positive integer"),
 ])
 def test_bad_input_is_one_line_and_exit_2(argv, message):

@@ -5,7 +5,6 @@ and random inputs, then hypothesis-driven batches. A deliberately wrong program 
 reported with its cache key."""
 from __future__ import annotations
 
-import argparse
 import copy
 import functools
 import shutil
@@ -200,10 +199,8 @@ def _stored(entry: dict, root) -> str:
 
 
 def _run_cli(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="qsynth")
-    emit_cli.add_parsers(parser.add_subparsers(dest="command", required=True), argparse.ArgumentParser)
-    args = parser.parse_args(argv)
-    return args.run(args)
+    from synth.cli import main
+    return main(argv)
 
 
 def test_cli_refuses_entries_that_do_not_reprove(tmp_path, monkeypatch, capsys):

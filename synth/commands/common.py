@@ -1,0 +1,36 @@
+"""What the command modules share: the usage error, option checks, JSON output, the ISA choices."""
+from __future__ import annotations
+
+import json
+
+from typing import Literal
+
+import typer
+
+ISAS = ("neon", "avx2", "avx512", "amx")
+Isa = Literal[ISAS]
+
+
+class UsageError(typer.TyperException):
+    """Bad input from the user: reported on one line, exit status 2, nothing written."""
+    exit_code = 2
+
+
+def positive(value: int | None) -> int | None:
+    """Option callback: a positive integer (or the option left out)."""
+    if value is not None and value < 1:
+        raise typer.BadParameter(f"must be a positive integer (>= 1), got {value}")
+    return value
+
+
+def positive_seconds(value: float | None) -> float | None:
+    if value is not None and not value > 0:
+        raise typer.BadParameter(f"must be a positive number of seconds, got {value:g}")
+    return value
+
+
+def print_json(obj) -> None:
+    print(json.dumps(obj, indent=1))
+
+
+JSON_HELP = "print the result as JSON on stdout"
