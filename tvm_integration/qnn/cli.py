@@ -1,4 +1,5 @@
-"""``qsynth compile``, ``qsynth run`` and ``qsynth bench-model``: the QNN pipeline on the command line.
+"""The work of ``qsynth compile``, ``qsynth run`` and ``qsynth bench-model`` (their options are declared in
+synth/commands/qnn.py): the QNN pipeline on the command line.
 
     qsynth compile resnet_int8.onnx -o resnet_int8.so [--target host] [--threads 2]
     qsynth run resnet_int8.onnx --input x.npy --output y.npy [--input name=path.npy ...] [--profile]
@@ -18,7 +19,6 @@ from pathlib import Path
 
 import numpy as np
 
-TARGETS = ("host", "avx512", "avx2", "amx", "neon")
 PACKAGE = Path(__file__).resolve().parent.parent
 
 
@@ -126,38 +126,3 @@ def cmd_bench_model(args) -> int:
     for name, ms in row["baselines"].items():
         print(f"  {name:18} {ms:9.2f} ms   speedup {row['speedups'][name]:.2f}x")
     return 0
-
-
-def add_parsers(subparsers, parser_class=None) -> None:
-    """Register ``compile``, ``run`` and ``bench-model`` on the ``qsynth`` sub-command parser."""
-    def positive(text):
-        from synth.cli import _positive
-        return _positive(text)
-
-    co = subparsers.add_parser("compile", help="compile a pre-quantized ONNX model to a library",
-                               description="example: qsynth compile resnet_int8.onnx -o resnet_int8.so --threads 2")
-    co.add_argument("model")
-    co.add_argument("-o", "--output", required=True, help="the library (.so; its signature goes beside, .so.json)")
-    co.add_argument("--target", choices=TARGETS, default="host")
-    co.add_argument("--threads", type=positive, default=None)
-    co.add_argument("--allow-float", action="store_true", help="compile a model with no quantized op, in float")
-    co.set_defaults(run=cmd_compile)
-    ru = subparsers.add_parser("run", help="run a pre-quantized ONNX model on numpy inputs",
-                               description="example: qsynth run resnet_int8.onnx --input x.npy --output y.npy")
-    ru.add_argument("model")
-    ru.add_argument("--input", action="append", required=True, metavar="[NAME=]PATH.npy")
-    ru.add_argument("--output", required=True, help=".npy (one output) or .npz")
-    ru.add_argument("--target", choices=TARGETS, default="host")
-    ru.add_argument("--threads", type=positive, default=None)
-    ru.add_argument("--allow-float", action="store_true")
-    ru.add_argument("--profile", action="store_true", help="print where a run's time goes, per function")
-    ru.set_defaults(run=cmd_run)
-    bm = subparsers.add_parser("bench-model", help="a model on our build next to onnxruntime and TVM's own import",
-                               description="example: qsynth bench-model resnet_int8.onnx --fp32 resnet.onnx --json")
-    bm.add_argument("model")
-    bm.add_argument("--fp32", default=None, help="the float original, for onnxruntime fp32")
-    bm.add_argument("--threads", type=positive, default=1)
-    bm.add_argument("--trials", type=positive, default=20)
-    bm.add_argument("--json", action="store_true")
-    bm.set_defaults(run=cmd_bench_model)
-
