@@ -1,5 +1,6 @@
-"""The offline synthesis run: every configuration per ISA, in worker processes, filling the cache
-and writing ``benchmarks/synthesis.json`` and ``benchmarks/synthesis.md``."""
+"""The offline synthesis run: every configuration per ISA, in local worker processes or as jobs on a
+Ray cluster (``synth/cluster.py``), filling the cache and writing ``benchmarks/synthesis.json`` and
+``benchmarks/synthesis.md``."""
 from __future__ import annotations
 
 import functools
@@ -9,9 +10,8 @@ import signal
 import time
 from pathlib import Path
 
-from tqdm import tqdm
-
 from synth.files import write_atomically
+from synth.progress import track
 from synth.spec import BITSERIAL_TILES, ENCODINGS, INT8_TILES, ISA_LAYOUTS, BitserialSpec, Int8Spec
 
 # The paper's Table 2 (CGO 2020, Cortex-A53 NEON, 8x8·8x1 tiles): instructions and synthesis seconds.
@@ -63,25 +63,68 @@ def _interrupted(signum, frame):
     raise SystemExit(128 + signum)
 
 
-def sweep(isas: list[str], jobs: int, timeout: float, out_dir: Path, wanted: list[str] | None = None) -> list[dict]:
+def sweep(isas: list[str], jobs: int, timeout: float, out_dir: Path, wanted: list[str] | None = None,
+          executor: str = "local", address: str | None = None) -> list[dict]:
+    """Every configuration of ``isas`` whose name contains one of ``wanted`` (any case): synthesized
+    in ``jobs`` local processes, or on Ray (``executor="ray"``, ``address``); kernels already in the
+    cache are loaded from it (re-proved here unless stamped), not synthesized again."""
+    wanted = None if wanted is None else [w.lower() for w in wanted]
     specs = [s for s in configs(isas) if wanted is None or any(w in s.name for w in wanted)]
-    rows, started = [], time.perf_counter()
-    # spawn, not fork: a forked child can inherit locks held by the parent's threads (tqdm's monitor)
+    started = time.perf_counter()
+    rows = _local(specs, jobs, timeout) if executor == "local" else _on_ray(specs, jobs, timeout, address)
+    rows.sort(key=lambda r: r["name"])
+    run = {"executor": executor, "jobs": jobs, "kernels": len(rows),
+           "from_cache": sum(bool(r.get("from_cache")) for r in rows),
+           "wall_seconds": round(time.perf_counter() - started, 1)}
+    write_atomically(out_dir / "synthesis.json", json.dumps({"run": run, "kernels": rows}, indent=1) + "\n")
+    write_atomically(out_dir / "synthesis.md", markdown(run, rows))
+    return rows
+
+
+def _local(specs: list, jobs: int, timeout: float) -> list[dict]:
+    # spawn, not fork: a forked child can inherit locks held by the parent's threads
     pool = multiprocessing.get_context("spawn").Pool(jobs)
     previous = signal.signal(signal.SIGTERM, _interrupted)
     try:
         work = pool.imap_unordered(functools.partial(_run, timeout=timeout), specs)
-        rows = list(tqdm(work, total=len(specs), desc="synthesis", unit="kernel"))
+        rows = list(track(work, len(specs), "synthesis"))
         pool.close()
     finally:        # interrupted (Ctrl-C, kill): stop the workers too, not just this process
         pool.terminate()
         pool.join()
         signal.signal(signal.SIGTERM, previous)
-    rows.sort(key=lambda r: r["name"])
-    run = {"jobs": jobs, "kernels": len(rows), "from_cache": sum(bool(r.get("from_cache")) for r in rows),
-           "wall_seconds": round(time.perf_counter() - started, 1)}
-    write_atomically(out_dir / "synthesis.json", json.dumps({"run": run, "kernels": rows}, indent=1) + "\n")
-    write_atomically(out_dir / "synthesis.md", markdown(run, rows))
+    return rows
+
+
+def _on_ray(specs: list, jobs: int, timeout: float, address: str | None) -> list[dict]:
+    """Kernels in the local cache are finished: loaded (re-proved in ``jobs`` processes unless
+    stamped). The others go to the cluster, and each result is re-proved here before it is stored."""
+    from synth import cache, cluster, trust
+    from synth.kernel import cache_key_fields
+    paths = {s.name: cache.path_for(cache.cache_key(cache_key_fields(s, "length"))) for s in specs}
+    cached = [s for s in specs if paths[s.name].exists()]
+    entries, refused = trust.load_all([paths[s.name] for s in cached], jobs)
+    loaded = {e["cache_key"]: e for e in entries}
+    rows = []
+    for s in cached:
+        entry = loaded.get(paths[s.name].stem)
+        if entry is None:
+            reason = next((r for r in refused if paths[s.name].name in r), "refused")
+            rows.append({"name": s.name, "status": "error", "reason": f"cached entry not proved here: {reason}"})
+        else:
+            rows.append({"name": s.name, "status": "proved" if entry["proof"]["proved"] else "unproved",
+                         "length": entry["length"], "cycles": entry["cycles"], "cache_key": entry["cache_key"],
+                         "from_cache": True, **entry["timings"]})
+    missing = [s for s in specs if not paths[s.name].exists()]
+    if not missing:
+        return rows
+    previous = signal.signal(signal.SIGTERM, _interrupted)
+    try:
+        for spec, result in track(cluster.results(missing, "length", timeout, address), len(missing),
+                                  "synthesis on ray"):
+            rows.append(cluster.row(spec, result, "length"))
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     return rows
 
 
@@ -90,7 +133,8 @@ def markdown(run: dict, rows: list[dict]) -> str:
              "Produced by `qsynth sweep`; times are wall seconds of synthesis + proof on this machine "
              "(entries loaded from the cache show the times recorded when they were synthesized).", "",
              f"This run: {run['kernels']} kernels ({run['from_cache']} loaded from the cache) with "
-             f"{run['jobs']} worker processes, {run['wall_seconds']} s wall "
+             + (f"{run['jobs']} worker processes" if run.get("executor", "local") == "local" else "jobs on Ray")
+             + f", {run['wall_seconds']} s wall "
              f"({run['wall_seconds'] / 60:.1f} min) for the whole sweep.", "",
              "| kernel | status | instructions | synth s | verify s | wall s | est. cycles | paper (instr, s) |",
              "|---|---|---|---|---|---|---|---|"]

@@ -1,0 +1,115 @@
+"""Sweeps on a Ray cluster (``qsynth sweep --executor ray``, synth/cluster.py), against local Ray
+instances the tests start themselves: the cache is filled through Ray and every entry re-proves
+here (``qsynth cache verify``); a rerun submits only the kernels missing from the cache; a worker's
+tampered, misdirected or failed result is reported and nothing of it is stored."""
+import copy
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'qsynth[cluster]'; scripts/bootstrap.sh "
+                                        "installs it)")
+
+from sketches.program import Program  # noqa: E402
+from synth import cache, cluster, trust  # noqa: E402
+from synth.mutants import reinlined  # noqa: E402
+from synth.spec import BitserialSpec  # noqa: E402
+
+pytestmark = pytest.mark.solver
+
+
+def _qsynth(*argv, cache_root, trust_store):
+    env = dict(os.environ, QSYNTH_CACHE=str(cache_root), QSYNTH_TRUST=str(trust_store))
+    return subprocess.run([sys.executable, "-m", "synth.cli", *argv], capture_output=True, text=True, env=env,
+                          timeout=900)
+
+
+def test_sweep_on_ray_fills_the_cache_and_a_rerun_does_only_the_missing_jobs(tmp_path):
+    root, store = tmp_path / "cache", tmp_path / "trust.json"
+    argv = ("sweep", "--executor", "ray", "--isa", "neon", "--configs", "A1W1,A2W1", "--out", str(tmp_path), "--json")
+    proc = _qsynth(*argv, cache_root=root, trust_store=store)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = json.loads(proc.stdout)
+    names = {r["name"] for r in rows}
+    assert len(rows) == len(names) == 24 and all(("a1w1" in n or "a2w1" in n) and n.endswith("_neon") for n in names)
+    assert all(r["status"] == "proved" and not r["from_cache"] and r["node"] for r in rows)
+    assert sorted(p.stem for p in cache.entries(root)) == sorted(r["cache_key"] for r in rows)
+    assert json.loads((tmp_path / "synthesis.json").read_text())["run"]["executor"] == "ray"
+
+    # every stored entry re-proves on a machine that trusts nothing yet
+    verify = _qsynth("cache", "verify", "-j", "2", cache_root=root, trust_store=tmp_path / "fresh.json")
+    assert verify.returncode == 0 and verify.stdout.rstrip().endswith("24 entries, 0 failed"), verify.stdout[-2000:]
+
+    # two results lost (a worker killed, a job failed): the rerun submits those two only
+    lost = sorted(rows, key=lambda r: r["name"])[:2]
+    for r in lost:
+        cache.path_for(r["cache_key"], root).unlink()
+    kept = {p.name: p.read_bytes() for p in cache.entries(root)}
+    proc = _qsynth(*argv, cache_root=root, trust_store=store)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    again = {r["name"]: r for r in json.loads(proc.stdout)}
+    assert {n for n, r in again.items() if not r["from_cache"]} == {r["name"] for r in lost}
+    assert all(r["status"] == "proved" for r in again.values())
+    assert all((root / name).read_bytes() == data for name, data in kept.items())     # finished ones untouched
+    assert len(cache.entries(root)) == 24
+
+
+def _tampered_job(spec_key, cost, timeout):
+    """A dishonest worker: synthesizes, then swaps ``and`` for ``orr`` in the compute stage and
+    re-inlines the kernel, still claiming it proved."""
+    result = cluster.run_job(spec_key, cost, timeout)
+    entry = result["entry"]
+    compute = Program.from_json({**entry["stages"]["compute"]["program"],
+                                 "body": [["orr.8b", ins[1]] if ins[0] == "and.8b" else ins
+                                          for ins in entry["stages"]["compute"]["program"]["body"]]})
+    return dict(result, entry=reinlined(entry, "compute", compute))
+
+
+def _misdirected_job(spec_key, cost, timeout):
+    """A worker answering another kernel's job with a proved entry of its own choosing."""
+    other = BitserialSpec.for_isa("neon", 1, 1, "unipolar", layout="acc", reg_bits=128)
+    return cluster.run_job(other.key(), cost, timeout)
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    from ray import cloudpickle
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])     # the dishonest jobs run on the workers
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="warning", log_to_driver=False,
+             runtime_env={"py_modules": [str(cluster.ROOT / p) for p in cluster.PACKAGES]})
+    yield
+    ray.shutdown()
+
+
+def test_a_workers_tampered_or_failed_result_is_refused_and_nothing_is_stored(local_ray, tmp_path, monkeypatch):
+    root = tmp_path / "cache"
+    monkeypatch.setattr(cache, "ROOT", root)
+    monkeypatch.setenv("QSYNTH_TRUST", str(tmp_path / "trust.json"))
+    spec = BitserialSpec.for_isa("neon", 1, 1, "unipolar", layout="acc", reg_bits=64)
+
+    (got, result), = cluster.results([spec], "length", 60.0, None, job=_tampered_job)
+    assert got == spec and result["status"] == "done" and result["entry"]["proof"]["proved"], result
+    tampered = copy.deepcopy(result["entry"])
+    row = cluster.row(spec, result, "length")
+    assert row["status"] == "refused" and "not proved here" in row["reason"] and "compute" in row["reason"], row
+    assert cache.entries(root) == [] and not (tmp_path / "trust.json").exists()
+
+    (_, result), = cluster.results([spec], "length", 60.0, None, job=_misdirected_job)
+    row = cluster.row(spec, result, "length")
+    assert row == dict(row, status="refused", reason="the worker returned an entry for another kernel")
+    assert cache.entries(root) == []
+
+    (_, result), = cluster.results([spec], "length", 0.001, None)          # out of time on the worker
+    row = cluster.row(spec, result, "length")
+    assert row["status"] == "failed" and row["reason"] and row["node"], row
+    assert cache.entries(root) == []
+
+    (_, result), = cluster.results([spec], "length", 60.0, None)           # the honest job, retried
+    row = cluster.row(spec, result, "length")
+    assert row["status"] == "proved" and [p.stem for p in cache.entries(root)] == [row["cache_key"]]
+    assert tampered["stages"]["compute"]["program"]["body"] != result["entry"]["stages"]["compute"]["program"]["body"]
+    assert trust.stamped(cache.read(cache.entries(root)[0]))
