@@ -271,3 +271,27 @@ def test_cli_run_compile_and_errors(tmp_path, capsys):
         assert message in err and len(err.splitlines()) == 1, err
     assert main(["compile", str(path), "-o", str(tmp_path / "z.so"), "--target", "sparc"]) == 2
     assert not list(tmp_path.glob("z.*"))
+
+
+UNARY = [("QLinearLeakyRelu", {"alpha": 0.1}, 0), ("QLinearSigmoid", {}, 0),
+         ("QLinearAveragePool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}, 1)]
+
+
+@pytest.mark.parametrize("op,attrs,steps", UNARY, ids=[u[0] for u in UNARY])
+def test_qoperator_float_ops(tmp_path, op, attrs, steps):
+    """Ops onnxruntime computes in float between dequantize and quantize: LeakyRelu and Sigmoid are
+    exact on every u8 input; AveragePool is allowed one quantization step (2x2 windows measured:
+    3 of 512 outputs one step off)."""
+    inits = [numpy_helper.from_array(np.array(v), n) for v, n in
+             [(np.float32(0.05), "xs"), (np.uint8(128), "xz"), (np.float32(0.02), "ys"), (np.uint8(20), "yz")]]
+    out = [1, 8, 8, 8] if op == "QLinearAveragePool" else [1, 8, 16, 16]
+    node = helper.make_node(op, ["x", "xs", "xz", "ys", "yz"], ["y"], domain="com.microsoft", **attrs)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.UINT8, [1, 8, 16, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.UINT8, out)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    model.ir_version = models.IR_VERSION
+    onnx.save(model, str(tmp_path / "u.onnx"))
+    x = np.random.default_rng(0).integers(0, 256, (1, 8, 16, 16)).astype(np.uint8)       # every u8 value
+    expected = onnxruntime_session(tmp_path / "u.onnx").run(None, {"x": x})[0].astype(int)
+    got = compile_model(tmp_path / "u.onnx", threads=1)({"x": x})["y"].astype(int)
+    assert np.abs(got - expected).max() <= steps

@@ -117,9 +117,26 @@ class QLinearConcat(onnx_frontend.OnnxOpConverter):
         return _q(bb, relax.op.concat(parts, axis=attr["axis"]), ys, yz)
 
 
+def _unary(float_op):
+    """QLinearLeakyRelu / QLinearSigmoid / QLinearAveragePool (x, x_scale, x_zp, y_scale, y_zp): the
+    float op between DQ and Q; ``float_op(bb, x, attr)``."""
+    class Converter(onnx_frontend.OnnxOpConverter):
+        @classmethod
+        def _impl_v1(cls, bb, inputs, attr, params):
+            if attr.get("channels_last", 0):
+                raise ModelError("QOperator ops with channels_last=1 are not supported (NCHW only)")
+            x, xs, xz, ys, yz = inputs
+            return _q(bb, float_op(bb, bb.normalize(_dq(x, xs, xz)), attr), ys, yz)
+    return Converter
+
+
 CONVERTERS = {"QLinearConv": QLinearConv, "QLinearMatMul": QLinearMatMul, "QGemm": QGemm,
               "QLinearAdd": _binary(relax.op.add), "QLinearMul": _binary(relax.op.multiply),
-              "QLinearGlobalAveragePool": QLinearGlobalAveragePool, "QLinearConcat": QLinearConcat}
+              "QLinearGlobalAveragePool": QLinearGlobalAveragePool, "QLinearConcat": QLinearConcat,
+              "QLinearLeakyRelu": _unary(lambda bb, x, attr: relax.op.nn.leakyrelu(x, attr.get("alpha", 0.01))),
+              "QLinearSigmoid": _unary(lambda bb, x, attr: relax.op.sigmoid(x)),
+              "QLinearAveragePool": _unary(lambda bb, x, attr: onnx_frontend.AveragePool._impl_v1(
+                  bb, [x], {k: v for k, v in attr.items() if k != "channels_last"}, None))}
 
 
 @functools.cache
