@@ -38,7 +38,8 @@ def run_job(spec_key: dict, cost: str, timeout: float) -> dict:
     node = platform.node()
     with tempfile.TemporaryDirectory(prefix="qsynth-job-") as tmp:
         out = Path(tmp) / "result.json"
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p),
+                   QSYNTH_JOB_PARENT=str(os.getpid()))
         argv = [sys.executable, "-m", "synth.cluster", "job", json.dumps(spec_key), cost, str(timeout), str(out)]
         try:
             proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout + GRACE)
@@ -50,8 +51,21 @@ def run_job(spec_key: dict, cost: str, timeout: float) -> dict:
         return dict(json.loads(out.read_text()), node=node)
 
 
+def _die_with_parent() -> None:
+    """In the synthesis child: be killed when the worker dies (Linux), not left running alone."""
+    import ctypes
+    import signal
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)       # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if str(os.getppid()) != os.environ.get("QSYNTH_JOB_PARENT"):       # the worker died before that
+        sys.exit("the Ray worker that started this job is gone")
+
+
 def _job_main(spec_key: str, cost: str, timeout: str, out: str) -> None:
     """The child process of ``run_job``: the synthesis itself, its outcome written to ``out``."""
+    _die_with_parent()
     from synth.kernel import spec_from_key, synthesize
     from synth.stages import SynthesisFailed
     try:
@@ -61,7 +75,7 @@ def _job_main(spec_key: str, cost: str, timeout: str, out: str) -> None:
     Path(out).write_text(json.dumps(result))
 
 
-def results(specs: list, cost: str, timeout: float, address: str | None, job=run_job):
+def results(specs: list, cost: str, timeout: float, address: str | None, job=None):
     """Submit one ``job`` per spec to Ray and yield (spec, result) as they finish. Connects to
     ``address`` (``auto``, ``HOST:PORT``, ``ray://HOST:10001``; None: ``$RAY_ADDRESS``, else a Ray
     instance started here and stopped at the end), or uses the connection this process already has."""
@@ -78,7 +92,7 @@ def results(specs: list, cost: str, timeout: float, address: str | None, job=run
         except (ConnectionError, RuntimeError, ValueError) as e:
             raise ClusterUnavailable(f"cannot reach the Ray cluster at {address or 'a new local instance'}: "
                                      f"{' '.join(str(e).split())}") from None
-    task = ray.remote(num_cpus=1, max_retries=0)(job)
+    task = ray.remote(num_cpus=1, max_retries=0)(job or run_job)
     pending = {task.remote(spec.key(), cost, timeout): spec for spec in specs}
     try:
         while pending:

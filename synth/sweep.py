@@ -101,7 +101,7 @@ def _on_ray(specs: list, jobs: int, timeout: float, address: str | None) -> list
     stamped). The others go to the cluster, and each result is re-proved here before it is stored."""
     from synth import cache, cluster, trust
     from synth.kernel import cache_key_fields
-    paths = {s.name: cache.path_for(cache.cache_key(cache_key_fields(s, "length"))) for s in specs}
+    paths = {s.name: cache.path_for(cache.cache_key(cache_key_fields(s, "length")), cache.ROOT) for s in specs}
     cached = [s for s in specs if paths[s.name].exists()]
     entries, refused = trust.load_all([paths[s.name] for s in cached], jobs)
     loaded = {e["cache_key"]: e for e in entries}

@@ -5,8 +5,11 @@ tampered, misdirected or failed result is reported and nothing of it is stored."
 import copy
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +19,7 @@ ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'qsyn
 
 from sketches.program import Program  # noqa: E402
 from synth import cache, cluster, trust  # noqa: E402
+from synth.sweep import sweep  # noqa: E402
 from synth.mutants import reinlined  # noqa: E402
 from synth.spec import BitserialSpec  # noqa: E402
 
@@ -113,3 +117,58 @@ def test_a_workers_tampered_or_failed_result_is_refused_and_nothing_is_stored(lo
     assert row["status"] == "proved" and [p.stem for p in cache.entries(root)] == [row["cache_key"]]
     assert tampered["stages"]["compute"]["program"]["body"] != result["entry"]["stages"]["compute"]["program"]["body"]
     assert trust.stamped(cache.read(cache.entries(root)[0]))
+
+
+def _killed_job(pid_file):
+    """For the hybrid kernel, a job whose worker is killed (SIGKILL) as soon as its synthesis child
+    runs; the worker's PID goes to ``pid_file``."""
+    def kill_when_synthesizing(pid):
+        while not _children_of(pid):
+            time.sleep(0.01)
+        os.kill(int(pid), signal.SIGKILL)
+
+    def job(spec_key, cost, timeout):
+        if spec_key["encoding"] == "hybrid":
+            Path(pid_file).write_text(str(os.getpid()))
+            threading.Thread(target=kill_when_synthesizing, args=(str(os.getpid()),), daemon=True).start()
+        return cluster.run_job(spec_key, cost, timeout)
+    return job
+
+
+def _children_of(pid: str) -> list[int]:
+    """Live processes started as synthesis children of worker ``pid`` (they carry its PID)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and f"QSYNTH_JOB_PARENT={pid}\0".encode() in (proc / "environ").read_bytes():
+                found.append(int(proc.name))
+        except OSError:
+            continue
+    return found
+
+
+def test_a_killed_worker_leaves_the_cache_consistent_and_the_rerun_does_only_its_job(local_ray, tmp_path,
+                                                                                      monkeypatch):
+    root = tmp_path / "cache"
+    monkeypatch.setattr(cache, "ROOT", root)
+    monkeypatch.setenv("QSYNTH_TRUST", str(tmp_path / "trust.json"))
+    wanted = ["A1W1_unipolar_acc_8x64", "a1w1_hybrid_acc_8x64"]
+    real_job = cluster.run_job
+    monkeypatch.setattr(cluster, "run_job", _killed_job(tmp_path / "worker.pid"))
+    rows = {r["name"]: r for r in sweep(["neon"], 1, 60.0, tmp_path, wanted, executor="ray")}
+    assert rows["bitserial_a1w1_unipolar_acc_8x64_neon"]["status"] == "proved"
+    killed = rows["bitserial_a1w1_hybrid_acc_8x64_neon"]
+    assert killed["status"] == "error" and "Worker" in killed["reason"], killed
+    assert "bitserial_a1w1_hybrid_acc_8x64_neon: " in (tmp_path / "synthesis.md").read_text()   # reported
+    assert [trust.verdict(p)["ok"] for p in cache.entries(root)] == [True]                      # consistent
+    deadline = time.monotonic() + 10
+    while _children_of((tmp_path / "worker.pid").read_text()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _children_of((tmp_path / "worker.pid").read_text()) == []        # its synthesis died with it
+
+    monkeypatch.setattr(cluster, "run_job", real_job)
+    rows = {r["name"]: r for r in sweep(["neon"], 1, 60.0, tmp_path, wanted, executor="ray")}
+    assert rows["bitserial_a1w1_unipolar_acc_8x64_neon"]["from_cache"] is True
+    assert rows["bitserial_a1w1_hybrid_acc_8x64_neon"] == dict(rows["bitserial_a1w1_hybrid_acc_8x64_neon"],
+                                                                status="proved", from_cache=False)
+    assert len(cache.entries(root)) == 2
