@@ -295,3 +295,13 @@ def test_qoperator_float_ops(tmp_path, op, attrs, steps):
     expected = onnxruntime_session(tmp_path / "u.onnx").run(None, {"x": x})[0].astype(int)
     got = compile_model(tmp_path / "u.onnx", threads=1)({"x": x})["y"].astype(int)
     assert np.abs(got - expected).max() <= steps
+
+
+def test_dynamic_quantization_runs_exact(tmp_path):
+    """quantize_dynamic's DynamicQuantizeLinear -> MatMulInteger graph: its run-time scales stay TVM's
+    own ops (scheduled, not on the tiles), and the output still equals onnxruntime's."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+    onnx.save(TINY["mlp"](), str(tmp_path / "f.onnx"))
+    quantize_dynamic(str(tmp_path / "f.onnx"), str(tmp_path / "d.onnx"), weight_type=QuantType.QInt8)
+    assert "DynamicQuantizeLinear" in {n.op_type for n in onnx.load(str(tmp_path / "d.onnx")).graph.node}
+    assert_bit_exact(tmp_path / "d.onnx")

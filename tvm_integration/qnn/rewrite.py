@@ -80,22 +80,24 @@ class QDQToInteger(relax.PyExprMutator):
             return expr
         return None
 
-    def qparams(self, call) -> QParams:
+    def qparams(self, call) -> QParams | None:
+        """The constant quantization parameters of a quantize/dequantize call; None when they are
+        computed at run time (DynamicQuantizeLinear): such a call stays TVM's own op."""
         scale, zero_point = constant(self.value(call.args[1])), constant(self.value(call.args[2]))
         if scale is None or zero_point is None:
-            raise ModelError("a quantize/dequantize scale or zero point is not a constant")
+            return None
         dtype = call.attrs.out_dtype if call.op.name == "relax.quantize" else str(call.args[0].ty.dtype.dtype)
         return QParams(scale.astype(np.float32), zero_point.astype(np.int64), dtype)
 
     def dequantized(self, expr):
         """(integer input, its QParams) when ``expr`` is DQ(x), else None."""
         dq = self.call(expr, "relax.dequantize")
-        return None if dq is None else (dq.args[0], self.qparams(dq))
+        params = None if dq is None else self.qparams(dq)
+        return None if params is None else (dq.args[0], params)
 
     # -- the rewrite ---------------------------------------------------------------------------
     def visit_call_(self, call):
-        if isinstance(call.op, Op) and call.op.name == "relax.quantize":
-            out = self.qparams(call)
+        if isinstance(call.op, Op) and call.op.name == "relax.quantize" and (out := self.qparams(call)) is not None:
             for rule in (self.conv_or_dense, self.add, self.global_avg_pool, self.movement, self.requantize_free):
                 new = rule(call.args[0], out)
                 if new is not None:
@@ -104,8 +106,8 @@ class QDQToInteger(relax.PyExprMutator):
             return self.integer("quantize", [call.args[0]], scale=float(scale), zero_point=zero_point,
                                 out_dtype=out.dtype)
         if isinstance(call.op, Op) and call.op.name == "relax.dequantize" \
-                and constant(self.value(call.args[0])) is None:
-            scale, zero_point = self.qparams(call).scalar("an activation")
+                and constant(self.value(call.args[0])) is None and (params := self.qparams(call)) is not None:
+            scale, zero_point = params.scalar("an activation")
             return self.integer("dequantize", [call.args[0]], scale=float(scale), zero_point=zero_point)
         return super().visit_call_(call)
 
