@@ -404,6 +404,9 @@ def cmd_emit(args) -> int:
     except EmitError as e:
         print(f"qsynth: emit failed: {e}", file=sys.stderr)
         return 1
+    if getattr(args, "json", False):
+        print(json.dumps(manifest, indent=1))
+        return 0
     for k in manifest["kernels"]:
         print(f"{k['cache_key']}  {k['file']:<48} {k['function']}")
     print(f"{len(manifest['kernels'])} kernels, {Path(args.output) / manifest['header']}, "

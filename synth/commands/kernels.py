@@ -32,11 +32,12 @@ def _compilers(text: str) -> list[str]:
 
 
 def emit(isa: IsaOrAll = ISA, configs: Optional[List[str]] = CONFIGS,
-         output: Path = typer.Option(..., "-o", "--output", help="output directory")) -> int:
+         output: Path = typer.Option(..., "-o", "--output", help="output directory"),
+         json: bool = typer.Option(False, "--json", help="print manifest.json's content on stdout")) -> int:
     """Write the C kernel library (one header per kernel, qsynth_kernels.h, manifest.json) from the
     entries proved here; nothing is written if any selected entry does not re-prove (exit 1)."""
     from synth import emit_cli
-    return emit_cli.cmd_emit(SimpleNamespace(isa=isa, configs=_configs(configs), output=output))
+    return emit_cli.cmd_emit(SimpleNamespace(isa=isa, configs=_configs(configs), output=output, json=json))
 
 
 def test_kernels(isa: IsaOrAll = ISA, configs: Optional[List[str]] = CONFIGS,

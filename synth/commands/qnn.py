@@ -37,9 +37,11 @@ def run(model: str = MODEL,
         target: Target = TARGET, threads: Optional[int] = THREADS, allow_float: bool = ALLOW_FLOAT,
         profile: bool = typer.Option(False, "--profile", help="print where a run's time goes, per function")) -> int:
     """Run a pre-quantized ONNX model on numpy inputs (compiled once, the library kept next to the model)."""
+    from synth.progress import spinner
     from tvm_integration.qnn import cli
-    return cli.cmd_run(SimpleNamespace(model=model, input=list(input), output=output, target=target, threads=threads,
-                                       allow_float=allow_float, profile=profile))
+    with spinner(f"running {model}"):
+        return cli.cmd_run(SimpleNamespace(model=model, input=list(input), output=output, target=target,
+                                           threads=threads, allow_float=allow_float, profile=profile))
 
 
 def bench_model(model: str = MODEL,

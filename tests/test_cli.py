@@ -1,0 +1,64 @@
+"""The ``qsynth`` command line as a whole (synth/cli.py): every command, found by walking the app,
+has ``--help`` with an example; a bad argument to any of them is one line on stderr and exit 2; an
+unexpected error is one line and exit 1, its traceback only with ``--debug``."""
+import subprocess
+import sys
+
+import pytest
+import typer
+
+from synth import cli
+
+
+def _commands(command, path=()):
+    """(path, click command) of every leaf command under ``command``."""
+    subs = getattr(command, "commands", None)
+    if not subs:
+        return [(path, command)]
+    return [leaf for name, sub in sorted(subs.items()) for leaf in _commands(sub, (*path, name))]
+
+
+COMMANDS = [path for path, _ in _commands(typer.main.get_command(cli.build_app()))]
+
+
+def test_every_command_is_there():
+    assert {" ".join(p) for p in COMMANDS} == {
+        "isa list", "isa check", "synth", "sweep", "host", "bench-layer", "cache ls", "cache verify", "emit",
+        "test-kernels", "compile", "run", "bench-model"}
+
+
+@pytest.mark.parametrize("path", COMMANDS, ids=" ".join)
+def test_help_has_an_example(path, capsys):
+    assert cli.main([*path, "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "Usage: qsynth " + " ".join(path) in out and f"Example: qsynth {' '.join(path)}" in out
+
+
+@pytest.mark.parametrize("path", COMMANDS, ids=" ".join)
+def test_a_bad_argument_is_one_line_and_exit_2(path, capsys):
+    assert cli.main([*path, "--no-such-option"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1
+    assert captured.err.startswith("qsynth: error: No such option: --no-such-option")
+
+
+def test_usage_errors_from_the_shell():
+    for argv, needle in [(["isa", "list"], "Missing option '--isa'"), (["frobnicate"], "No such command 'frobnicate'"),
+                         (["sweep", "--executor", "slurm"], "'slurm' is not one of 'local', 'ray'"),
+                         (["sweep", "--address", "auto"], "--address is for --executor ray")]:
+        proc = subprocess.run([sys.executable, "-m", "synth.cli", *argv], capture_output=True, text=True)
+        assert proc.returncode == 2 and proc.stdout == "" and proc.stderr.count("\n") == 1, proc.stderr
+        assert proc.stderr.startswith("qsynth: error: ") and needle in proc.stderr
+
+
+def test_an_unexpected_error_is_one_line_without_debug(monkeypatch, capsys):
+    from synth import host_report
+
+    def broken(*args):
+        raise RuntimeError("the cpu model table\nis broken")
+    monkeypatch.setattr(host_report, "report", broken)
+    assert cli.main(["host"]) == 1
+    err = capsys.readouterr().err
+    assert err == "qsynth: RuntimeError: the cpu model table is broken (qsynth --debug ... shows the traceback)\n"
+    with pytest.raises(RuntimeError, match="is broken"):
+        cli.main(["--debug", "host"])
