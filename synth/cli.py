@@ -92,7 +92,9 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(f"error: {message}", e.exit_code)
     except typer.Abort:                                 # Ctrl-C
         return _fail("interrupted", 130)
-    except BrokenPipeError:                             # output piped into `head`: not an error
+    except (BrokenPipeError, SystemExit) as e:          # output piped into `head`: not an error
+        if not isinstance(e, BrokenPipeError) and not isinstance(e.__context__, BrokenPipeError):
+            raise                                       # (typer turns a broken pipe into exit 1)
         import os
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0

@@ -62,3 +62,9 @@ def test_an_unexpected_error_is_one_line_without_debug(monkeypatch, capsys):
     assert err == "qsynth: RuntimeError: the cpu model table is broken (qsynth --debug ... shows the traceback)\n"
     with pytest.raises(RuntimeError, match="is broken"):
         cli.main(["--debug", "host"])
+
+
+def test_output_piped_into_head_is_not_an_error():
+    proc = subprocess.run(f"{sys.executable} -m synth.cli isa list --isa avx512 | head -n 1; exit ${{PIPESTATUS[0]}}",
+                          shell=True, executable="/bin/bash", capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stdout.startswith("avx512: ") and proc.stderr == "", proc.stderr
