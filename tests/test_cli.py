@@ -68,3 +68,13 @@ def test_output_piped_into_head_is_not_an_error():
     proc = subprocess.run(f"{sys.executable} -m synth.cli isa list --isa avx512 | head -n 1; exit ${{PIPESTATUS[0]}}",
                           shell=True, executable="/bin/bash", capture_output=True, text=True)
     assert proc.returncode == 0 and proc.stdout.startswith("avx512: ") and proc.stderr == "", proc.stderr
+
+
+def test_sweep_on_ray_without_ray_is_one_line_and_nothing_written(tmp_path, monkeypatch, capsys):
+    from synth import cache
+    monkeypatch.setattr(cache, "ROOT", tmp_path / "cache")
+    monkeypatch.setitem(sys.modules, "ray", None)            # as if Ray were not installed
+    argv = ["sweep", "--executor", "ray", "--isa", "neon", "--configs", "a1w1_unipolar_acc_8x64", "--out", str(tmp_path)]
+    assert cli.main(argv) == 1
+    assert capsys.readouterr().err == "qsynth: cluster: --executor ray needs Ray: pip install 'qsynth[cluster]'\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

@@ -12,7 +12,7 @@ from synth.commands.common import ISAS, JSON_HELP, UsageError, positive, positiv
 
 def sweep(isa: str = typer.Option("all", help="all, or a comma-separated list of neon, avx2, avx512, amx"),
           configs: str = typer.Option("all", help="all, or comma-separated substrings of kernel names (e.g. a1w1,int8)"),
-          jobs: int = typer.Option(2, "-j", "--jobs", callback=positive, help="worker processes"),
+          jobs: int = typer.Option(2, "-j", "--jobs", callback=positive, help="local worker processes (ray: processes re-proving the cached kernels)"),
           timeout: float = typer.Option(900.0, callback=positive_seconds, help="seconds per kernel"),
           out: Path = typer.Option(Path("benchmarks"), help="where synthesis.json and synthesis.md go"),
           executor: Literal["local", "ray"] = typer.Option("local", help="local worker processes, or jobs on a Ray "
