@@ -6,8 +6,9 @@ Conventions every command keeps:
   printed (the JSON on stdout, nothing else there);
 * long steps show progress on stderr when it is a terminal (``synth.progress``);
 * the exit status is 0 when the work succeeded, 1 when it failed (a kernel not proved, a mismatch, a
-  cache entry that does not re-prove, a model refused, a missing toolchain), 2 for bad usage (typer's
-  own argument errors, and ``synth.commands.common.UsageError`` raised by a command);
+  cache entry that does not re-prove, a model refused, a missing toolchain; a command returns 1 or raises
+  ``synth.commands.common.WorkFailed``), 2 for bad usage (typer's own argument errors, and
+  ``synth.commands.common.UsageError`` raised by a command);
 * an error is one line on stderr, ``qsynth: ...``; ``qsynth --debug ...`` shows the traceback instead.
 
 Adding a command is one new module and one line here:

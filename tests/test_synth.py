@@ -219,7 +219,6 @@ def test_concurrent_writers_leave_valid_entries(tmp_path):
     (["--isa", "amx"], "bitserial kernels exist for"),
     (["--layout", "rows"], "--layout must be one of tile, acc, got 'rows'"),
     (["--isa", "avx2", "--layout", "tile"], "avx2 bitserial kernels use --layout acc, not 'tile'"),
-    (["--timeout", "0.001", "--abits", "2", "--wbits", "3"], "synthesis failed within --timeout"),
     (["--kernel", "int8", "--types", "u8u8", "--layout", "k4b"],
      "--layout for neon u8u8 int8 kernels must be one of rows, k4, got 'k4b'"),
     (["--isa", "avx512", "--kernel", "int8", "--nr", "24"], "--nr for avx512 must be a multiple of 16 (whole registers)"),
@@ -227,15 +226,21 @@ def test_concurrent_writers_leave_valid_entries(tmp_path):
     (["--row-bits", "64", "--layout", "acc"], "--row-bits packs several rows into a register of the tile layout only"),
     (["--row-bits", "64", "--rows", "3"], "3 rows do not fill registers of 2 rows of 64 bits"),
 ])
-def test_cli_bad_input_one_line_error_nothing_written(argv, needle, tmp_path):
+def test_cli_bad_input_one_line_error_nothing_written(argv, needle, tmp_path, status=2):
     args = [*(["--isa", "neon"] if "--isa" not in argv else []),
             *(["--kernel", "bitserial"] if "--kernel" not in argv else []), *argv]
     before = sorted(p.name for p in cache.entries())
     proc = subprocess.run([sys.executable, "-m", "synth.cli", "synth", *args], capture_output=True, text=True,
                           env={**__import__("os").environ, "QSYNTH_CACHE": str(tmp_path)})
-    assert proc.returncode == 2
+    assert proc.returncode == status
     assert needle in proc.stderr and proc.stderr.count("\n") == 1
     assert not list(tmp_path.glob("*.json")) and sorted(p.name for p in cache.entries()) == before
+
+
+def test_cli_synthesis_out_of_time_is_one_line_exit_1_nothing_written(tmp_path):
+    """The work failed (not the usage): exit 1."""
+    test_cli_bad_input_one_line_error_nothing_written(["--timeout", "0.001", "--abits", "2", "--wbits", "3"],
+                                                      "synthesis failed within --timeout", tmp_path, status=1)
 
 
 def _processes_with(marker: str) -> list[int]:

@@ -16,6 +16,11 @@ class UsageError(typer.TyperException):
     exit_code = 2
 
 
+class WorkFailed(typer.TyperException):
+    """The work itself failed (e.g. no program within the time limit): one line, exit status 1."""
+    exit_code = 1
+
+
 def positive(value: int | None) -> int | None:
     """Option callback: a positive integer (or the option left out)."""
     if value is not None and value < 1:

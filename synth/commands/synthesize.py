@@ -5,7 +5,7 @@ from typing import Literal, Optional
 
 import typer
 
-from synth.commands.common import JSON_HELP, Isa, UsageError, positive, positive_seconds, print_json
+from synth.commands.common import JSON_HELP, Isa, UsageError, WorkFailed, positive, positive_seconds, print_json
 from synth.progress import spinner
 
 
@@ -61,7 +61,7 @@ def synth(isa: Isa = typer.Option(..., help="instruction set"),
         with spinner(f"synthesizing {spec.name}"):
             entry, cached = make_kernel(spec, cost, timeout, use_cache=not no_cache)
     except SynthesisFailed as e:
-        raise UsageError(f"synthesis failed within --timeout {timeout:g}s: {e}")
+        raise WorkFailed(f"synthesis failed within --timeout {timeout:g}s: {e}")
     except costs.Unavailable as e:
         raise UsageError(f"--cost latency needs a cycle figure for every instruction: {e.args[0]}; use --cost length")
     report = {"name": entry["name"], "program": entry["program_text"][:-1], "returns": entry["program_text"][-1],
