@@ -85,6 +85,7 @@ def results(specs: list, cost: str, timeout: float, address: str | None, job=Non
         raise ClusterUnavailable("--executor ray needs Ray: pip install 'qsynth[cluster]'") from None
     owned = not ray.is_initialized()
     if owned:
+        _reachable(address or os.environ.get("RAY_ADDRESS"))
         try:
             ray.init(address=address, logging_level="warning", log_to_driver=False,
                      runtime_env={"py_modules": [str(ROOT / p) for p in PACKAGES]},
@@ -107,6 +108,20 @@ def results(specs: list, cost: str, timeout: float, address: str | None, job=Non
             ray.cancel(ref, force=True)
         if owned:
             ray.shutdown()
+
+
+def _reachable(address: str | None) -> None:
+    """Fail at once on a HOST:PORT (or ray://HOST:PORT) nobody listens on; Ray itself retries for minutes."""
+    import socket
+    if not address or address in ("auto", "local"):
+        return
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+    except ValueError:
+        raise ClusterUnavailable(f"--address {address}: expected auto, HOST:PORT or ray://HOST:PORT") from None
+    except OSError as e:
+        raise ClusterUnavailable(f"cannot reach the Ray cluster at {address}: {e.strerror or e}") from None
 
 
 def _first_line(e: Exception) -> str:

@@ -78,3 +78,15 @@ def test_sweep_on_ray_without_ray_is_one_line_and_nothing_written(tmp_path, monk
     assert cli.main(argv) == 1
     assert capsys.readouterr().err == "qsynth: cluster: --executor ray needs Ray: pip install 'qsynth[cluster]'\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_sweep_on_ray_at_an_address_nobody_listens_on_is_one_line(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("ray", reason="Ray is not installed (pip install 'qsynth[cluster]')")
+    from synth import cache
+    monkeypatch.setattr(cache, "ROOT", tmp_path / "cache")
+    argv = ["sweep", "--executor", "ray", "--address", "127.0.0.1:1", "--isa", "neon", "--configs",
+            "a1w1_unipolar_acc_8x64", "--out", str(tmp_path)]
+    assert cli.main(argv) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("qsynth: cluster: cannot reach the Ray cluster at 127.0.0.1:1: ") and err.count("\n") == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

@@ -172,3 +172,16 @@ def test_a_killed_worker_leaves_the_cache_consistent_and_the_rerun_does_only_its
     assert rows["bitserial_a1w1_hybrid_acc_8x64_neon"] == dict(rows["bitserial_a1w1_hybrid_acc_8x64_neon"],
                                                                 status="proved", from_cache=False)
     assert len(cache.entries(root)) == 2
+
+
+def test_sweep_with_address_joins_a_running_cluster(local_ray, tmp_path):
+    """``--address`` connects to a cluster that is already up (here the fixture's) instead of starting one."""
+    address = ray.get_runtime_context().gcs_address
+    proc = _qsynth("sweep", "--executor", "ray", "--address", address, "--isa", "neon", "--configs",
+                   "a1w1_unipolar_acc_8x64", "--out", str(tmp_path), "--json", cache_root=tmp_path / "cache",
+                   trust_store=tmp_path / "trust.json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    [row] = json.loads(proc.stdout)
+    assert row["status"] == "proved" and not row["from_cache"] and row["node"]
+    assert [p.stem for p in cache.entries(tmp_path / "cache")] == [row["cache_key"]]
+    assert ray.is_initialized() and ray.cluster_resources().get("CPU") == 2       # the cluster is still up
