@@ -82,16 +82,19 @@ def sweep(isas: list[str], jobs: int, timeout: float, out_dir: Path, wanted: lis
 
 
 def _local(specs: list, jobs: int, timeout: float) -> list[dict]:
-    # spawn, not fork: a forked child can inherit locks held by the parent's threads
-    pool = multiprocessing.get_context("spawn").Pool(jobs)
+    # the handler first: a kill while the pool starts must stop the workers started so far too
     previous = signal.signal(signal.SIGTERM, _interrupted)
+    pool = None
     try:
+        # spawn, not fork: a forked child can inherit locks held by the parent's threads
+        pool = multiprocessing.get_context("spawn").Pool(jobs)
         work = pool.imap_unordered(functools.partial(_run, timeout=timeout), specs)
         rows = list(track(work, len(specs), "synthesis"))
         pool.close()
     finally:        # interrupted (Ctrl-C, kill): stop the workers too, not just this process
-        pool.terminate()
-        pool.join()
+        if pool is not None:
+            pool.terminate()
+            pool.join()
         signal.signal(signal.SIGTERM, previous)
     return rows
 
