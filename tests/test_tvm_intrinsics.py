@@ -19,14 +19,14 @@ def _vnni_entry() -> dict:
 
 
 def test_every_proved_k4_tile_of_an_isa_is_registered():
-    kernels = register_kernels("avx512")
-    assert [k.intrin for k in kernels] == ["qsynth_" + VNNI]
-    [k] = kernels
-    assert (k.spec.mr, k.spec.nr, k.spec.k, k.a_dtype, k.b_dtype) == (8, 48, 16, "uint8", "int8")
-    assert f"@{k.function}(" in k.llvm_ir and k.features == ("avx512vnni",)
-    desc = tvm.s_tir.TensorIntrin.get(k.intrin).desc.script()
-    for buffer in ('T.Buffer((8, 16), "uint8"', 'T.Buffer((4, 48, 4), "int8"', 'T.Buffer((8, 48), "int32"'):
-        assert buffer in desc
+    kernels = {k.intrin: k for k in register_kernels("avx512")}
+    assert sorted(kernels) == ["qsynth_int8_u8s8_k4b_6x64x16_avx512", "qsynth_" + VNNI]
+    for (mr, nr), k in zip(((8, 48), (6, 64)), (kernels["qsynth_" + VNNI], kernels["qsynth_int8_u8s8_k4b_6x64x16_avx512"])):
+        assert (k.spec.mr, k.spec.nr, k.spec.k, k.a_dtype, k.b_dtype) == (mr, nr, 16, "uint8", "int8")
+        assert f"@{k.function}(" in k.llvm_ir and k.features == ("avx512vnni",)
+        desc = tvm.s_tir.TensorIntrin.get(k.intrin).desc.script()
+        for buffer in (f'T.Buffer(({mr}, 16), "uint8"', f'T.Buffer((4, {nr}, 4), "int8"', f'T.Buffer(({mr}, {nr}), "int32"'):
+            assert buffer in desc
 
 
 def test_neon_tiles_and_no_amx_tile():
