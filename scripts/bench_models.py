@@ -88,7 +88,9 @@ def main() -> int:
                 sys.stderr.write(result.stderr)
                 return 1
             rows += [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
-    command = f"`python scripts/bench_models.py --models {a.models} --threads {a.threads} --trials {a.trials}`"
+    load = " / ".join(f"{v:.2f}" for v in os.getloadavg())
+    command = (f"`python scripts/bench_models.py --models {a.models} --threads {a.threads} --trials {a.trials}`; "
+               f"load average at the end (1/5/15 min): {load}")
     a.out.mkdir(parents=True, exist_ok=True)
     write_atomically(a.out / "models.json", json.dumps({"command": command, "rows": rows}, indent=1))
     write_atomically(a.out / "models.md", markdown(rows, command))
