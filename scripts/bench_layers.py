@@ -31,16 +31,17 @@ from tvm_integration.bench import LAYERS, bench_layer  # noqa: E402
 def markdown(rows: list[dict], meta: dict) -> str:
     names = ["onnxruntime_int8", "onnxruntime_fp32", "tvm_default", "ours_plain_tir"]
     lines = ["# ResNet-18 conv layers, int8, batch 1", "",
-             f"Host: {meta['host']}; kernel: `{meta['kernel']}`; {meta['command']}", "",
+             f"Host: {meta['host']}; kernels: {meta['kernel']}; {meta['command']}", "",
              "Ours: NHWC conv2d + bias + requantize to u8, tensorized with the cached kernel. Times: median ms; "
              "x = baseline time / ours. % peak: of one core's vpdpbusd zmm rate (probed before each row) "
              "times the threads. The machine's 2 cores are shared with other jobs: expect noise, most at 2 threads.", "",
-             "| layer | threads | ours ms | G MAC/s | % peak | correct | " + " | ".join(names) + " |",
-             "|---|---|---|---|---|---|" + "---|" * len(names)]
+             "| layer | threads | tile | ours ms | G MAC/s | % peak | correct | " + " | ".join(names) + " |",
+             "|---|---|---|---|---|---|---|" + "---|" * len(names)]
     for r in rows:
         cells = [f"{r['baselines'][n]:.3f} ({r['speedups'][n]:.2f}x)" if n in r["baselines"] else "-" for n in names]
         pct = f"{r['percent_of_peak']:.0f}%" if r["percent_of_peak"] else "-"
-        lines.append(f"| {r['layer']} | {r['threads']} | {r['ours_ms']:.3f} | {r['gmacs']:.1f} | {pct} | "
+        tile = r["kernel"].split("_")[-2].rsplit("x", 1)[0]
+        lines.append(f"| {r['layer']} | {r['threads']} | {tile} | {r['ours_ms']:.3f} | {r['gmacs']:.1f} | {pct} | "
                      f"{r['correct']} | " + " | ".join(cells) + " |")
     for t in sorted({r["threads"] for r in rows}):
         sel = [r for r in rows if r["threads"] == t]
@@ -78,7 +79,7 @@ def main() -> int:
     rows.sort(key=lambda r: (list(LAYERS).index(r["layer"]), r["threads"]))
     m = host.model()
     meta = {"host": f"{m.model_name} ({m.vendor} family {m.family} model {m.model}), LLVM CPU {m.uarch}",
-            "kernel": dispatch.select("host").intrin, "command": "python scripts/bench_layers.py " + " ".join(sys.argv[1:])}
+            "kernel": ", ".join(f"`{k}`" for k in sorted({r["kernel"] for r in rows})) + " (per layer: the tuning log's tile, tvm_integration/tuning_logs/)", "command": "python scripts/bench_layers.py " + " ".join(sys.argv[1:])}
     out = Path(a.out)
     (out / "layers.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
     (out / "layers.md").write_text(markdown(rows, meta))

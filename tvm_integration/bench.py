@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import tvm
 
-from tvm_integration import dispatch
-from tvm_integration.ops.conv2d import conv2d
+from tvm_integration import dispatch, tuning
+from tvm_integration.ops.conv2d import conv2d, conv_geometry, pair
 from tvm_integration.output_stage import OutputStage, ScaleRequantize
 
 PEAK_PROBE = Path(__file__).resolve().parent.parent / "scripts" / "peak_x86.c"
@@ -74,6 +74,12 @@ class Layer:
 
     def ours(self, use_kernel: bool = True, isa: str = "host"):
         return conv2d(self.w, self.x.shape, "NHWC", self.s, self.pad, 1, "uint8", self.stage, isa, use_kernel)
+
+    def kernel(self, isa: str = "host"):
+        """The tile conv2d uses for this layer: the tuning log's choice, else the least-padding one."""
+        _, (oh, ow), pads = conv_geometry(self.x.shape, "NHWC", self.w.shape, pair(self.s), self.pad)
+        key = tuning.conv2d_key(self.x.shape, "NHWC", self.w.shape, pair(self.s), pads, 1, "uint8")
+        return tuning.choose(key, dispatch.candidates(isa), oh * ow, self.oc)
 
 
 def tvm_default_seconds(layer: Layer, trials: int) -> float:
@@ -156,8 +162,8 @@ def bench(layer: Layer, threads: int, trials: int, probe: Path | None, directory
 
 def bench_layer(name: str, threads: int, trials: int, isa: str = "host") -> dict:
     """One row: the layer on ``isa``'s kernel and every baseline, timed in this process."""
-    kernel = dispatch.select(isa)
     layer = Layer(name)
+    kernel = layer.kernel(isa)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         probe = tmp / "peak"
