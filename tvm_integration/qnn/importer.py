@@ -100,15 +100,6 @@ def _binary(op):
     return Converter
 
 
-class QLinearGlobalAveragePool(onnx_frontend.OnnxOpConverter):
-    @classmethod
-    def _impl_v1(cls, bb, inputs, attr, params):
-        if attr.get("channels_last", 0):
-            raise ModelError("QLinearGlobalAveragePool with channels_last=1 is not supported (NCHW only)")
-        x, xs, xz, ys, yz = inputs
-        return _q(bb, relax.op.mean(_dq(x, xs, xz), axis=[2, 3], keepdims=True), ys, yz)
-
-
 class QLinearConcat(onnx_frontend.OnnxOpConverter):
     @classmethod
     def _impl_v1(cls, bb, inputs, attr, params):
@@ -118,8 +109,8 @@ class QLinearConcat(onnx_frontend.OnnxOpConverter):
 
 
 def _unary(float_op):
-    """QLinearLeakyRelu / QLinearSigmoid / QLinearAveragePool (x, x_scale, x_zp, y_scale, y_zp): the
-    float op between DQ and Q; ``float_op(bb, x, attr)``."""
+    """QLinearGlobalAveragePool / LeakyRelu / Sigmoid / AveragePool (x, x_scale, x_zp, y_scale, y_zp):
+    the float op between DQ and Q; ``float_op(bb, x, attr)``."""
     class Converter(onnx_frontend.OnnxOpConverter):
         @classmethod
         def _impl_v1(cls, bb, inputs, attr, params):
@@ -132,7 +123,7 @@ def _unary(float_op):
 
 CONVERTERS = {"QLinearConv": QLinearConv, "QLinearMatMul": QLinearMatMul, "QGemm": QGemm,
               "QLinearAdd": _binary(relax.op.add), "QLinearMul": _binary(relax.op.multiply),
-              "QLinearGlobalAveragePool": QLinearGlobalAveragePool, "QLinearConcat": QLinearConcat,
+              "QLinearGlobalAveragePool": _unary(lambda bb, x, attr: relax.op.mean(x, axis=[2, 3], keepdims=True)), "QLinearConcat": QLinearConcat,
               "QLinearLeakyRelu": _unary(lambda bb, x, attr: relax.op.nn.leakyrelu(x, attr.get("alpha", 0.01))),
               "QLinearSigmoid": _unary(lambda bb, x, attr: relax.op.sigmoid(x)),
               "QLinearAveragePool": _unary(lambda bb, x, attr: onnx_frontend.AveragePool._impl_v1(
