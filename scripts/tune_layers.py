@@ -32,7 +32,6 @@ def model_shapes(name: str) -> list[tuple]:
     from tvm_integration.qnn import models
     from tvm_integration.qnn.importer import load
     from tvm_integration.qnn.integer_op import IntegerOp
-    from tvm_integration.qnn.legalize import IMPLEMENTATION
     from tvm_integration.qnn.model import lower
     with tempfile.TemporaryDirectory() as directory:
         int8, _ = models.write_pair(name, directory)
@@ -40,15 +39,14 @@ def model_shapes(name: str) -> list[tuple]:
     shapes = []
     for binding in mod["main"].body.blocks[0].bindings:
         op = IntegerOp.read(binding.value, mod)
-        if op is None or op.kind not in ("conv2d", "dense") or \
-                mod[binding.value.args[0]].attrs.get(IMPLEMENTATION) != "tensorized":
+        if op is None or not op.tensorized or op.depthwise:       # depthwise: no tile
             continue
         x = op.inputs[0].ty
         shape = tuple(int(d) for d in x.shape)
         weight = op.constants[0]
         if op.kind == "dense":
             shapes.append(("dense", (weight, shape[0], str(x.dtype))))
-        elif not (op.params["groups"] == weight.shape[0] and weight.shape[1] == 1):     # depthwise: no tile
+        else:
             nhwc = (shape[0], shape[2], shape[3], shape[1])
             shapes.append(("conv2d", (weight, nhwc, tuple(op.params["strides"]), tuple(op.params["padding"]),
                                       op.params["groups"], str(x.dtype))))

@@ -6,16 +6,16 @@ import tempfile
 from pathlib import Path
 
 
-def write_atomically(path: Path, text: str) -> Path:
-    """Write ``text`` to a temporary file beside ``path``, flush it to disk, then rename it over
-    ``path`` (mode 0644, as a plain ``open`` would leave it); the temporary file never outlives a
-    failure."""
+def write_atomically(path: Path, text: str | bytes) -> Path:
+    """Write ``text`` (str, or bytes as they are) to a temporary file beside ``path``, flush it to
+    disk, then rename it over ``path`` (mode 0644, as a plain ``open`` would leave it); the temporary
+    file never outlives a failure."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix)
     try:
         os.fchmod(fd, 0o644)
-        with os.fdopen(fd, "w") as f:
+        with os.fdopen(fd, "wb" if isinstance(text, bytes) else "w") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())

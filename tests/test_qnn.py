@@ -13,7 +13,7 @@ ort = pytest.importorskip("onnxruntime")
 
 from tvm import tirx  # noqa: E402
 
-from tvm_integration.qnn import models  # noqa: E402
+from tvm_integration.qnn import bench, models  # noqa: E402
 from tvm_integration.qnn.dispatch import TENSORIZED  # noqa: E402
 from tvm_integration.qnn.importer import ModelError, load  # noqa: E402
 from tvm_integration.qnn.model import CompiledModel, compile_model, lower  # noqa: E402
@@ -32,29 +32,12 @@ CASES = [("resnet", "qdq_per_channel"), ("resnet", "qoperator"), ("resnet", "qdq
          ("mlp", "qdq_per_channel"), ("mlp", "qoperator"), ("mlp", "qdq_u8_weights")]
 
 
-def onnxruntime_session(path):
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-
-
-def random_feeds(model: CompiledModel, rng, scale=1.0):
-    feeds = {}
-    for name, (shape, dtype) in model.inputs.items():
-        if np.dtype(dtype).kind == "f":
-            feeds[name] = (rng.standard_normal(shape) * scale).astype(dtype)
-        else:
-            info = np.iinfo(dtype)
-            feeds[name] = rng.integers(info.min, info.max + 1, shape).astype(dtype)
-    return feeds
-
-
 def assert_bit_exact(path, runs=3, seed=0, **compile_args):
     model = compile_model(path, threads=1, **compile_args)
-    session = onnxruntime_session(path)
+    session = bench.onnxruntime_session(path, 1)
     rng = np.random.default_rng(seed)
     for _ in range(runs):
-        feeds = random_feeds(model, rng)
+        feeds = bench.random_inputs(model.inputs, rng)
         ours = model(feeds)
         for name, expected in zip(model.outputs, session.run(None, feeds)):
             np.testing.assert_array_equal(ours[name], expected)
@@ -74,7 +57,7 @@ def test_every_stage_is_bit_exact(tmp_path):
     from tvm import relax
     path = models.quantize(TINY["resnet"](), tmp_path / "r.onnx", weights="u8", per_channel=False)
     model = load(path)
-    session = onnxruntime_session(path)
+    session = bench.onnxruntime_session(path, 1)
     feeds = {"input": np.random.default_rng(3).standard_normal((1, 3, 32, 32)).astype(np.float32)}
     expected = session.run(None, feeds)[0]
     for stage in ("rewrite", "legalize"):
@@ -159,7 +142,7 @@ def test_signed_activations_qlinearconv(tmp_path):
 def test_save_load_and_profile(tmp_path):
     path = models.quantize(TINY["mlp"](), tmp_path / "m.onnx")
     model = compile_model(path, threads=1)
-    feeds = random_feeds(model, np.random.default_rng(0))
+    feeds = bench.random_inputs(model.inputs, np.random.default_rng(0))
     model.save(tmp_path / "m.so")
     again = CompiledModel.load(tmp_path / "m.so", threads=1)
     np.testing.assert_array_equal(again(feeds)[model.outputs[0]], model(feeds)[model.outputs[0]])
@@ -235,7 +218,7 @@ def test_qlinearadd_fixed_part_as_onnxruntime(tmp_path):
     onnx.save(model, str(tmp_path / "add.onnx"))
     compiled = compile_model(tmp_path / "add.onnx", threads=1)
     a, b = (g.astype(np.uint8).ravel() for g in np.meshgrid(np.arange(256), np.arange(256), indexing="ij"))
-    expected = onnxruntime_session(tmp_path / "add.onnx").run(None, {"a": a, "b": b})[0]
+    expected = bench.onnxruntime_session(tmp_path / "add.onnx", 1).run(None, {"a": a, "b": b})[0]
     np.testing.assert_array_equal(compiled({"a": a, "b": b})["y"], expected)
 
 
@@ -246,7 +229,8 @@ def test_cli_run_compile_and_errors(tmp_path, capsys):
     np.save(tmp_path / "x.npy", x)
     assert main(["run", str(path), "--input", str(tmp_path / "x.npy"), "--output", str(tmp_path / "y.npy"),
                  "--threads", "1"]) == 0
-    np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), onnxruntime_session(path).run(None, {"input": x})[0])
+    expected = bench.onnxruntime_session(path, 1).run(None, {"input": x})[0]
+    np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), expected)
     assert len(list(tmp_path.glob(".m.onnx.*.so"))) == 1                # kept for the next run
     assert main(["run", str(path), "--input", f"input={tmp_path / 'x.npy'}", "--output", str(tmp_path / "y2.npy"),
                  "--profile"]) == 0
@@ -292,7 +276,7 @@ def test_qoperator_float_ops(tmp_path, op, attrs, steps):
     model.ir_version = models.IR_VERSION
     onnx.save(model, str(tmp_path / "u.onnx"))
     x = np.random.default_rng(0).integers(0, 256, (1, 8, 16, 16)).astype(np.uint8)       # every u8 value
-    expected = onnxruntime_session(tmp_path / "u.onnx").run(None, {"x": x})[0].astype(int)
+    expected = bench.onnxruntime_session(tmp_path / "u.onnx", 1).run(None, {"x": x})[0].astype(int)
     got = compile_model(tmp_path / "u.onnx", threads=1)({"x": x})["y"].astype(int)
     assert np.abs(got - expected).max() <= steps
 

@@ -14,7 +14,6 @@ from tvm import relax
 
 from isa_specs import host
 from tvm_integration.bench import median_seconds
-from tvm_integration.qnn.importer import input_specs, load
 from tvm_integration.qnn.model import compile_model
 
 
@@ -29,8 +28,8 @@ def onnxruntime_session(path, threads: int):
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
-def random_inputs(specs: dict, seed: int = 0) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
+def random_inputs(specs: dict, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Inputs for ``specs`` (name -> (shape, dtype)): standard normal floats, integers over their range."""
     feeds = {}
     for name, (shape, dtype) in specs.items():
         if np.dtype(dtype).kind == "f":
@@ -57,7 +56,7 @@ def bench_model(path: str | Path, fp32: str | Path | None = None, threads: int =
     start = time.perf_counter()
     model = compile_model(path, threads=threads)
     compile_s = time.perf_counter() - start
-    feeds = random_inputs(input_specs(load(path)))
+    feeds = random_inputs(model.inputs, np.random.default_rng(0))
     session = onnxruntime_session(path, threads)
     expected = session.run(None, feeds)
     ours = model(feeds)

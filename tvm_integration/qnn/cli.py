@@ -19,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from synth.files import write_atomically
+
 PACKAGE = Path(__file__).resolve().parent.parent
 
 
@@ -60,12 +62,9 @@ def _save_outputs(outputs: dict[str, np.ndarray], path: Path) -> None:
     else:
         raise ModelError(f"--output {path}: the model has {len(outputs)} output(s); write one to a .npy file "
                          "or any number to a .npz file")
-    fd_path = Path(str(path) + ".tmp")
     try:
-        fd_path.write_bytes(buffer.getvalue())
-        os.replace(fd_path, path)
+        write_atomically(path, buffer.getvalue())
     except OSError as e:
-        fd_path.unlink(missing_ok=True)
         raise ModelError(f"cannot write {path}: {e.strerror}")
 
 

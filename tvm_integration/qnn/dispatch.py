@@ -22,7 +22,6 @@ from tvm_integration.output_stage import OutputStage, ScaleRequantize
 from tvm_integration.qnn import schedules
 from tvm_integration.qnn.importer import ModelError
 from tvm_integration.qnn.integer_op import IntegerOp
-from tvm_integration.qnn.legalize import IMPLEMENTATION
 
 TENSORIZED = "qnn.tensorized"
 TO_NHWC, TO_NCHW = [0, 2, 3, 1], [0, 3, 1, 2]
@@ -68,8 +67,7 @@ class Dispatch:
     def bind(self, binding):
         var, value = binding.var, binding.value
         op = IntegerOp.read(value, self.mod)
-        if op is not None and op.kind in ("conv2d", "dense") and \
-                self.mod[value.args[0]].attrs.get(IMPLEMENTATION) == "tensorized":
+        if op is not None and op.tensorized:
             self.tensorized(var, op)
         elif op is not None and op.kind == "quantize" and len(op.out_shape) == 4:
             inputs = tuple(self.substitute(i) for i in op.inputs)
@@ -103,8 +101,7 @@ class Dispatch:
                                  tuple(p["padding"]), p["groups"], str(x.ty.dtype), stage, self.isa,
                                  pad_value=p["x_zero_point"])
         func = built.mod["main"].with_attrs({TENSORIZED: True, "qnn.op": op.kind})
-        depthwise = op.kind == "conv2d" and p["groups"] == weight.shape[0] and weight.shape[1] == 1
-        gvar = self.builder.add_func(func, "qsynth_depthwise" if depthwise else f"qsynth_{op.kind}")
+        gvar = self.builder.add_func(func, "qsynth_depthwise" if op.depthwise else f"qsynth_{op.kind}")
         self.builder.update_func(gvar, func.with_attr("global_symbol", gvar.name_hint))
         args = [data, *[relax.const(c) for c in built.constants]]
         out = self.builder.emit(relax.call_tir(gvar, args, relax.TensorType(built.out_shape, built.out_dtype)))

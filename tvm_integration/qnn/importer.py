@@ -186,7 +186,8 @@ def input_specs(model: onnx.ModelProto) -> dict[str, tuple[tuple[int, ...], str]
 def to_relax(model: onnx.ModelProto):
     """The Relax module of ``model`` (parameters as constants, input names kept)."""
     register_converters()
-    shapes = {name: list(shape) for name, (shape, _) in input_specs(model).items()}
-    dtypes = {name: dtype for name, (_, dtype) in input_specs(model).items()}
+    specs = input_specs(model)
+    shapes = {name: list(shape) for name, (shape, _) in specs.items()}
+    dtypes = {name: dtype for name, (_, dtype) in specs.items()}
     return from_onnx(model, shape_dict=shapes, dtype_dict=dtypes, keep_params_in_input=False,
                      sanitize_input_names=False)

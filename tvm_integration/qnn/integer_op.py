@@ -17,6 +17,7 @@ COMPUTATIONS = {"conv2d": arithmetic.conv2d, "dense": arithmetic.dense, "add": a
                 "global_avg_pool": arithmetic.global_avg_pool, "max_pool2d": arithmetic.max_pool2d,
                 "quantize": arithmetic.quantize, "dequantize": arithmetic.dequantize}
 LINEAR = ("conv2d", "dense")
+IMPLEMENTATION = "qnn.implementation"     # legalize.py's verdict: "tensorized", or why the reference stays
 
 
 def _python(value):
@@ -35,6 +36,7 @@ class IntegerOp:
     constants: tuple       # numpy arrays, after the inputs, in the computation's order
     out_shape: tuple
     out_dtype: str
+    implementation: str = ""   # set by legalize.py for conv2d and dense
 
     @staticmethod
     def read(call, mod) -> "IntegerOp | None":
@@ -44,23 +46,32 @@ class IntegerOp:
         func = mod[call.args[0]]
         if not isinstance(func, tvm.tirx.PrimFunc) or func.attrs is None or "qnn.op" not in func.attrs:
             return None
-        params = {k[4:]: _python(v) for k, v in func.attrs.items() if k.startswith("qnn.") and k != "qnn.op"}
+        params = {k[4:]: _python(v) for k, v in func.attrs.items()
+                  if k.startswith("qnn.") and k not in ("qnn.op", IMPLEMENTATION)}
         args = list(call.args[1].fields)
         constants = tuple(a.value.numpy() for a in args if isinstance(a, Constant))
         inputs = tuple(a for a in args if not isinstance(a, Constant))
         ty = call.ty
         return IntegerOp(str(func.attrs["qnn.op"]), params, inputs, constants,
-                         tuple(int(d) for d in ty.shape), str(ty.dtype))
+                         tuple(int(d) for d in ty.shape), str(ty.dtype), str(func.attrs.get(IMPLEMENTATION, "")))
 
     @property
-    def weight(self) -> np.ndarray:
-        return self.constants[0]
+    def tensorized(self) -> bool:
+        return self.implementation == "tensorized"
+
+    @property
+    def depthwise(self) -> bool:
+        """A conv2d with one input and one output channel per group."""
+        weight = self.constants[0]
+        return self.kind == "conv2d" and self.params["groups"] == weight.shape[0] and weight.shape[1] == 1
 
     def with_constants(self, *constants, **params) -> "IntegerOp":
         return replace(self, constants=tuple(constants), params={**self.params, **params})
 
-    def emit_reference(self, builder, attrs: dict | None = None):
+    def emit_reference(self, builder):
         """The call of the op's reference computation (TE, TVM's default schedule until dispatch)."""
-        attrs = {"qnn.op": self.kind, **{"qnn." + k: v for k, v in self.params.items()}, **(attrs or {})}
+        attrs = {"qnn.op": self.kind, **{"qnn." + k: v for k, v in self.params.items()}}
+        if self.implementation:
+            attrs[IMPLEMENTATION] = self.implementation
         return builder.call_te(COMPUTATIONS[self.kind], *self.inputs, *[relax.const(c) for c in self.constants],
                                **self.params, primfunc_attrs=attrs, primfunc_name_hint="qnn_" + self.kind)

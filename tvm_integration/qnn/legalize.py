@@ -14,6 +14,8 @@ NEON (sdot/udot, umull) operators are not built in TVM yet: a NEON target is ref
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 from tvm import relax
 
@@ -22,7 +24,6 @@ from tvm_integration.qnn.importer import ModelError
 from tvm_integration.qnn.integer_op import LINEAR, IntegerOp
 
 TARGETS = ("host", *kernels.ISAS)
-IMPLEMENTATION = "qnn.implementation"
 
 
 @relax.expr_functor.mutator
@@ -48,7 +49,7 @@ class Legalize(relax.PyExprMutator):
             op = op.with_constants(weight, bias, scale, w_zero_point=op.params["w_zero_point"] - 128)
         why = "tensorized" if op.params["w_zero_point"] == 0 else \
             f"reference: weight zero point {op.params['w_zero_point']} (the u8 x s8 tiles take symmetric weights)"
-        return op.emit_reference(self.builder_, {IMPLEMENTATION: why})
+        return replace(op, implementation=why).emit_reference(self.builder_)
 
 
 def legalize(mod, target: str = "host"):

@@ -123,26 +123,32 @@ class QDQToInteger(relax.PyExprMutator):
             return clip.args[0], (max(lo, bounds[0]), min(hi, bounds[1]))
         return expr, (lo, hi)
 
+    def dequantized_constant(self, expr):
+        """(the constant array, its QParams) when ``expr`` is DQ(constant), else None."""
+        dq = self.dequantized(expr)
+        array = None if dq is None else constant(self.value(dq[0]))
+        return None if array is None else (array, dq[1])
+
     def conv_or_dense(self, expr, out: QParams):
         inner, clamp = self.activation(expr, out)
         bias = None
         if (add := self.call(inner, "relax.add")) is not None:
             core = self.call(add.args[0], "relax.nn.conv2d", "relax.matmul")
             bias_expr = self.call(add.args[1], "relax.reshape")
-            bias = self.dequantized(bias_expr.args[0] if bias_expr is not None else add.args[1])
-            if core is None or bias is None or constant(self.value(bias[0])) is None:
+            bias = self.dequantized_constant(bias_expr.args[0] if bias_expr is not None else add.args[1])
+            if core is None or bias is None:
                 return None
-            bias = constant(self.value(bias[0]))
+            bias = bias[0]
             inner = core
         core = self.call(inner, "relax.nn.conv2d", "relax.matmul")
         if core is None:
             return None
         data, weight = self.dequantized(core.args[0]), core.args[1]
         transposed = self.call(weight, "relax.permute_dims")
-        weight = self.dequantized(transposed.args[0] if transposed is not None else weight)
-        if data is None or weight is None or constant(self.value(weight[0])) is None:
+        weight = self.dequantized_constant(transposed.args[0] if transposed is not None else weight)
+        if data is None or weight is None:
             return None
-        (x, xq), (w, wq) = data, (constant(self.value(weight[0])), weight[1])
+        (x, xq), (w, wq) = data, weight
         if core.op.name == "relax.matmul":
             if len(x.ty.shape) != 2 or w.ndim != 2:
                 return None
