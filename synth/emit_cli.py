@@ -196,7 +196,7 @@ class KernelDriver:
     def build(self) -> Path:
         """The compiled driver (built once; raises EmitError / ToolchainError when it cannot be)."""
         if self._binary is None:
-            self._binary = build(driver_source(self.entry), self.isa.name, self.compiler)
+            self._binary = build(driver_source(self.entry), self.isa.name, self.compiler, self.model["features"])
         return self._binary
 
     def run(self, batch: Batch) -> np.ndarray:
@@ -302,7 +302,7 @@ def check_gemv(driver: KernelDriver, samples: int, rng: np.random.Generator) -> 
     """``_gemv`` on random, all-zero and all-one planes over a few block counts (and, for 16-bit
     accumulators, enough blocks to wrap a lane) = ``gemv_reference``; the first mismatch, else None."""
     spec, m = driver.spec, driver.model
-    binary = build(gemv_driver_source(driver.entry), driver.isa.name, driver.compiler)
+    binary = build(gemv_driver_source(driver.entry), driver.isa.name, driver.compiler, driver.model["features"])
     rb, dtype = m["gemv"]["block_bytes"], np.dtype(m["gemv"]["out_type"].removesuffix("_t"))
     runs = [(kb, max(1, samples // 8)) for kb in (1, 2, 3, 7)]
     if spec.out_bits <= 16:
@@ -330,28 +330,38 @@ def check_gemv(driver: KernelDriver, samples: int, rng: np.random.Generator) -> 
 
 
 def check_kloop(driver: KernelDriver, samples: int, rng: np.random.Generator) -> dict | None:
-    """An AMX kernel's ``_kloop`` on random and extreme operands over a few block counts = C + A·B in
-    numpy (int32, wrapping); the first mismatch, else None."""
+    """An int8 kernel's ``_kloop`` on random and extreme operands over a few block counts and both A
+    layouts a GEMM uses (rows of the whole K, and one block of ``mr`` rows after another, as TVM's
+    packing writes it) = C + A·B in numpy (int32, wrapping); the first mismatch, else None."""
     spec = driver.spec
-    binary = build(kloop_driver_source(driver.entry), driver.isa.name, driver.compiler)
+    binary = build(kloop_driver_source(driver.entry), driver.isa.name, driver.compiler, driver.model["features"])
     sa, sb = spec.signed
     doms = domains(spec)                                  # the spec's element ranges of A and B
-    (lo_a, hi_a), (lo_b, hi_b) = [(doms[n].lo, doms[n].hi + 1) for n in ("a0_0", "b0_0")]
-    for kblocks, n in ((1, 4), (2, 4), (5, 2)):
+    first = [next(n for n in spec.input_names if n.startswith(x)) for x in "ab"]
+    (lo_a, hi_a), (lo_b, hi_b) = [(doms[n].lo, doms[n].hi + 1) for n in first]
+    for kblocks, n, blocked in ((1, 4, False), (2, 4, True), (5, 2, False), (3, 2, True)):
         k = kblocks * spec.k
-        a_stride, b_stride = k + int(rng.integers(0, MAX_PAD)), 4 * spec.nr + int(rng.integers(0, MAX_PAD))
-        c_stride = spec.nr + int(rng.integers(0, 4))
-        a = rng.integers(lo_a, hi_a, (n, spec.mr, a_stride)).astype(np.int8 if sa else np.uint8)
+        if blocked:
+            a_stride = spec.k + int(rng.integers(0, MAX_PAD))
+            a_block = spec.mr * a_stride + int(rng.integers(0, MAX_PAD))
+        else:
+            a_stride, a_block = k + int(rng.integers(0, MAX_PAD)), spec.k
+        a_bytes = (kblocks - 1) * a_block + (spec.mr - 1) * a_stride + spec.k
+        b_stride, c_stride = 4 * spec.nr + int(rng.integers(0, MAX_PAD)), spec.nr + int(rng.integers(0, 4))
+        a = rng.integers(lo_a, hi_a, (n, a_bytes)).astype(np.int8 if sa else np.uint8)
         b = rng.integers(lo_b, hi_b, (n, k // 4, b_stride)).astype(np.int8 if sb else np.uint8)
         a[0], b[0] = lo_a, lo_b                               # -128 x -128 (or 0 x 0) everywhere
         a[-1], b[-1] = hi_a - 1, hi_b - 1                     # the largest products everywhere
         c = rng.integers(-2**31, 2**31, (n, spec.mr, c_stride)).astype(np.int32)
         misalign = int(rng.integers(0, MAX_PAD))
-        payload = np.array([n, kblocks, a_stride, b_stride, c_stride, misalign], "<u4").tobytes() + b"".join(
+        head = [n, kblocks, a_stride, a_block, a_bytes, b_stride, c_stride, misalign]
+        payload = np.array(head, "<u4").tobytes() + b"".join(
             a[r].tobytes() + b[r].tobytes() + c[r].tobytes() for r in range(n))
         got = np.frombuffer(run_binary(driver.isa, binary, payload, "kloop driver"), np.int32).reshape(c.shape)
+        kb, i, t = np.meshgrid(np.arange(kblocks), np.arange(spec.mr), np.arange(spec.k), indexing="ij")
+        a_matrix = a[:, kb * a_block + i * a_stride + t].transpose(0, 2, 1, 3).reshape(n, spec.mr, k)
         bt = b[:, :, :4 * spec.nr].reshape(n, k // 4, spec.nr, 4).transpose(0, 2, 1, 3).reshape(n, spec.nr, k)
-        dot = np.einsum("rik,rjk->rij", a[:, :, :k].astype(np.int64), bt.astype(np.int64))
+        dot = np.einsum("rik,rjk->rij", a_matrix.astype(np.int64), bt.astype(np.int64))
         want = c.copy()
         want[:, :, :spec.nr] = ((c[:, :, :spec.nr].astype(np.int64) + dot) & 0xFFFFFFFF).astype(np.uint32).view(np.int32)
         differs = np.any(got != want, axis=(1, 2))

@@ -177,11 +177,13 @@ def test_wrong_gemv_loop_is_caught(monkeypatch):
     assert row["first_mismatch"]["cache_key"] == entry["cache_key"]
 
 
-def test_wrong_kloop_is_caught(monkeypatch):
-    """An AMX K loop that steps B by one row too few per block (the proved body intact) fails."""
-    entry = next((e for e in KERNELS if e["name"].endswith("_amx")), None)
+@pytest.mark.parametrize("suffix", ["_6x64x16_avx512", "_s8s8_k4_4x4x16_neon", "_amx"])
+def test_wrong_kloop_is_caught(monkeypatch, suffix):
+    """A K loop that steps B by one row too few per block (the proved body intact) fails: the VNNI
+    and NEON loops around the kernel, the AMX loop with its tiles."""
+    entry = next((e for e in KERNELS if e["name"].endswith(suffix)), None)
     if entry is None:
-        pytest.skip("no AMX kernel in the cache")
+        pytest.skip(f"no *{suffix} kernel in the cache")
     _runnable(entry, "gcc")
     right = emit_cli.kloop_driver_source
     rows = spec_from_key(entry["spec"]).k // 4

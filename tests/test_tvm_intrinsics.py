@@ -24,8 +24,9 @@ def test_every_proved_k4_tile_of_an_isa_is_registered():
     for (mr, nr), k in zip(((8, 48), (6, 64)), (kernels["qsynth_" + VNNI], kernels["qsynth_int8_u8s8_k4b_6x64x16_avx512"])):
         assert (k.spec.mr, k.spec.nr, k.spec.k, k.a_dtype, k.b_dtype) == (mr, nr, 16, "uint8", "int8")
         assert f"@{k.function}(" in k.llvm_ir and k.features == ("avx512vnni",)
-        desc = tvm.s_tir.TensorIntrin.get(k.intrin).desc.script()
-        for buffer in (f'T.Buffer(({mr}, 16), "uint8"', f'T.Buffer((4, {nr}, 4), "int8"', f'T.Buffer(({mr}, {nr}), "int32"'):
+        desc = tvm.s_tir.TensorIntrin.get(k.loop_intrin(3)).desc.script()      # 3 k blocks of 16
+        for buffer in (f'T.Buffer((3, {mr}, 16), "uint8"', f'T.Buffer((12, {nr}, 4), "int8"',
+                       f'T.Buffer(({mr}, {nr}), "int32"'):
             assert buffer in desc
 
 

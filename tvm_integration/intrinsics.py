@@ -1,14 +1,19 @@
-"""TensorIntrins made from the kernel cache: one per cached, proved int8 tile of an ISA.
+"""TensorIntrins made from the kernel cache: the proved int8 tiles of an ISA, each tensorizing a
+GEMM's whole K loop.
 
 The description is the tile's mathematics read off its ``Int8Spec`` (``C[i][j] += A[i][t] * B[j][t]``
-over ``mr x nr x k``, in the spec's element types); the implementation is a ``T.call_extern`` of
-the emitted C function, whose LLVM IR (clang -O3 with the ISA's flags) the schedule imports with
-``pragma_import_llvm`` so that LLVM inlines it into the tensorized loop nest.
+over ``mr x nr`` and ``kblocks`` k blocks, in the spec's element types); the implementation is a
+``T.call_extern`` of the emitted ``_kloop`` (synth/emit.py), which keeps the C tile in registers
+over every k block (a loop of single-block calls would store it after every block: a third of the
+speed), and whose LLVM IR (clang -O3 with the ISA's flags) the schedule imports with
+``pragma_import_llvm`` so that LLVM inlines it. One intrinsic per (tile, kblocks), registered when a
+schedule first asks for it (``Kernel.loop_intrin``).
 
-Memory image shared by the ``k4`` and ``k4b`` layouts (synth/emit.py): A is ``mr`` rows of
-``k`` bytes, row i at ``a + i*a_stride``; B is ``k/4`` rows of ``nr*4`` bytes (for each column the
-four bytes of one k group), row g at ``b + g*b_stride``; C is ``mr`` rows of ``nr`` int32. The
-``rows`` layout (B row j = column j) and int16 elements are not registered.
+Memory image shared by the ``k4`` and ``k4b`` layouts (synth/emit.py): A is ``kblocks`` blocks of
+``mr`` rows of ``k`` bytes (row i of block kb at ``a + kb*a_block + i*a_stride``, as a GEMM packs
+it); B is ``kblocks*k/4`` rows of ``nr*4`` bytes (for each column the four bytes of one k group),
+row g at ``b + g*b_stride``; C is ``mr`` rows of ``nr`` int32. The ``rows`` layout (B row j = column
+j) and int16 elements are not registered.
 """
 from __future__ import annotations
 
@@ -29,18 +34,28 @@ log = logging.getLogger(__name__)
 # Element types of A and B per Int8Spec.types. u7s8 is u8 data with the precondition A < 128.
 DTYPES = {"u8s8": ("uint8", "int8"), "u7s8": ("uint8", "int8"), "s8s8": ("int8", "int8"), "u8u8": ("uint8", "uint8")}
 K4_LAYOUTS = ("k4", "k4b")
+_REGISTERED: set[str] = set()     # TensorIntrin names registered in this process
 
 
 @dataclass(frozen=True)
 class Kernel:
-    """A registered tile: the TensorIntrin's name, its spec, the LLVM IR that defines ``function``, and
-    the CPU features (``isa_specs.host`` names) its instructions need."""
+    """A proved tile: its name (``intrin``, the prefix of its TensorIntrins' names), its spec, the LLVM
+    IR that defines ``function`` (its ``_kloop``), and the CPU features (``isa_specs.host`` names) its
+    instructions need."""
     intrin: str
     spec: Int8Spec
     function: str
     llvm_ir: str
     cache_key: str
     features: tuple[str, ...]
+
+    def loop_intrin(self, kblocks: int) -> str:
+        """The TensorIntrin of ``kblocks`` k blocks in one ``_kloop`` call (registered on first use)."""
+        name = f"{self.intrin}_x{kblocks}"
+        if name not in _REGISTERED:
+            s_tir.TensorIntrin.register(name, *loop_functions(self.spec, self.function, kblocks), override=True)
+            _REGISTERED.add(name)
+        return name
 
     @property
     def a_dtype(self) -> str:
@@ -73,40 +88,45 @@ def proved_entries(isa: str, root: Path = cache.ROOT) -> list[dict]:
     return [e for e in entries if e["proof"]["proved"]]
 
 
-def tile_functions(spec: Int8Spec, function: str):
-    """(description, implementation) PrimFuncs of a k4-image tile; the implementation calls ``function``."""
+def loop_functions(spec: Int8Spec, function: str, kblocks: int):
+    """(description, implementation) of ``kblocks`` consecutive k blocks of a k4-image tile, A given as
+    blocks of ``mr x k`` bytes (block kb at ``A.strides[0]`` bytes from block kb - 1, as a GEMM packs
+    it); the implementation calls the kernel's ``_kloop`` ``function``."""
     mr, nr, k = spec.mr, spec.nr, spec.k
+    depth = kblocks * k
     a_dtype, b_dtype = DTYPES[spec.types]
 
     @T.prim_func(s_tir=True)
-    def desc(A: T.Buffer((mr, k), a_dtype, offset_factor=1, strides=[T.int32(), 1]),
-             B: T.Buffer((k // 4, nr, 4), b_dtype, offset_factor=1, strides=[T.int32(), 4, 1]),
+    def desc(A: T.Buffer((kblocks, mr, k), a_dtype, offset_factor=1, strides=[T.int32(), T.int32(), 1]),
+             B: T.Buffer((depth // 4, nr, 4), b_dtype, offset_factor=1, strides=[T.int32(), 4, 1]),
              C: T.Buffer((mr, nr), "int32", offset_factor=1, strides=[T.int32(), 1])) -> None:
         with T.sblock("root"):
-            T.reads(C[0:mr, 0:nr], A[0:mr, 0:k], B[0:k // 4, 0:nr, 0:4])
+            T.reads(C[0:mr, 0:nr], A[0:kblocks, 0:mr, 0:k], B[0:depth // 4, 0:nr, 0:4])
             T.writes(C[0:mr, 0:nr])
-            for i, j, t in T.grid(mr, nr, k):
+            for i, j, t in T.grid(mr, nr, depth):
                 with T.sblock("update"):
                     vi, vj, vt = T.axis.remap("SSR", [i, j, t])
-                    C[vi, vj] = C[vi, vj] + T.Cast("int32", A[vi, vt]) * T.Cast("int32", B[vt // 4, vj, vt % 4])
+                    C[vi, vj] = C[vi, vj] + T.Cast("int32", A[vt // k, vi, vt % k]) * T.Cast(
+                        "int32", B[vt // 4, vj, vt % 4])
 
     @T.prim_func(s_tir=True)
-    def impl(A: T.Buffer((mr, k), a_dtype, offset_factor=1, strides=[T.int32(), 1]),
-             B: T.Buffer((k // 4, nr, 4), b_dtype, offset_factor=1, strides=[T.int32(), 4, 1]),
+    def impl(A: T.Buffer((kblocks, mr, k), a_dtype, offset_factor=1, strides=[T.int32(), T.int32(), 1]),
+             B: T.Buffer((depth // 4, nr, 4), b_dtype, offset_factor=1, strides=[T.int32(), 4, 1]),
              C: T.Buffer((mr, nr), "int32", offset_factor=1, strides=[T.int32(), 1])) -> None:
         with T.sblock("root"):
-            T.reads(C[0:mr, 0:nr], A[0:mr, 0:k], B[0:k // 4, 0:nr, 0:4])
+            T.reads(C[0:mr, 0:nr], A[0:kblocks, 0:mr, 0:k], B[0:depth // 4, 0:nr, 0:4])
             T.writes(C[0:mr, 0:nr])
-            T.evaluate(T.call_extern("int32", function, A.access_ptr("r"), A.strides[0], B.access_ptr("r"),
-                                     B.strides[0], C.access_ptr("rw"), C.strides[0]))
+            T.evaluate(T.call_extern("int32", function, A.access_ptr("r"), A.strides[1], A.strides[0],
+                                     B.access_ptr("r"), B.strides[0], C.access_ptr("rw"), C.strides[0], kblocks))
 
     return desc, impl
 
 
 def register_kernels(isa: str, root: Path = cache.ROOT) -> list[Kernel]:
-    """Register a TensorIntrin ``qsynth_<kernel name>`` per proved int8 k4-image tile of ``isa``;
-    returns them. AMX tiles (layout ``tile``, the same memory image) are left out: they need the
-    tile configuration and the thread's tile permission around the calls, which no schedule here sets up."""
+    """The proved int8 k4-image tiles of ``isa``, named ``qsynth_<kernel name>``, ready to tensorize
+    (``Kernel.loop_intrin``). AMX tiles (layout ``tile``, the same memory image) are left out: they
+    need the tile configuration and the thread's tile permission around the calls, which no schedule
+    here sets up."""
     kernels = []
     for entry in proved_entries(isa, root):
         spec = spec_from_key(entry["spec"])
@@ -116,8 +136,6 @@ def register_kernels(isa: str, root: Path = cache.ROOT) -> list[Kernel]:
         if any(k.intrin == name for k in kernels):
             log.warning("not registered: a second entry for %s (%s)", name, entry["cache_key"])
             continue
-        function = function_name(entry) + "_extern"
-        s_tir.TensorIntrin.register(name, *tile_functions(spec, function), override=True)
-        kernels.append(Kernel(name, spec, function, emit_llvm_ir(entry), entry["cache_key"],
-                              tuple(kernel_model(entry)["features"])))
+        kernels.append(Kernel(name, spec, function_name(entry) + "_kloop_extern", emit_llvm_ir(entry),
+                              entry["cache_key"], tuple(kernel_model(entry)["features"])))
     return kernels

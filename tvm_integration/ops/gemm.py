@@ -109,8 +109,11 @@ def schedule(func, tile: Tile, kernel: Kernel | None, order: str, depth_loops: t
     b, g, p, n, k = sch.get_loops(block)
     p0, p1 = sch.split(p, [None, tile.mr])
     n0, n1 = sch.split(n, [None, tile.nr])
-    k0, k1 = sch.split(k, [None, tile.k])
-    sch.reorder(b, g, p0, n0, k0, p1, n1, k1)
+    if kernel is None:
+        k0, k1 = sch.split(k, [None, tile.k])
+        sch.reorder(b, g, p0, n0, k0, p1, n1, k1)
+    else:                            # the whole K in one kernel call: p1 n1 k
+        sch.reorder(b, g, p0, n0, p1, n1, k)
     outer = sch.fuse(b, g, p0)
     sch.parallel(outer)
     pack = sch.get_sblock("pack")
@@ -123,14 +126,16 @@ def schedule(func, tile: Tile, kernel: Kernel | None, order: str, depth_loops: t
     sch.reverse_compute_at(output, n0)
     if order == "rows":
         sch.vectorize(sch.get_loops(output)[-1])
-    init = sch.decompose_reduction(block, k0)
-    sch.vectorize(sch.get_loops(init)[-1])
     if kernel is None:
+        init = sch.decompose_reduction(block, k0)
         sch.reorder(p1, k1, n1)
         sch.unroll(p1)
     else:
-        sch.tensorize(p1, kernel.intrin)
+        init = sch.decompose_reduction(block, p1)
+        kp = sch.get(k).extent
+        sch.tensorize(p1, kernel.loop_intrin(int(kp) // tile.k))
         sch.annotate(outer, "pragma_import_llvm", kernel.llvm_ir)
+    sch.vectorize(sch.get_loops(init)[-1])
     return sch.mod
 
 
