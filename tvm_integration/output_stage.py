@@ -82,7 +82,7 @@ class OutputStage:
         x = acc + p["bias"][g, n]
         rq = self.requantize
         if isinstance(rq, ScaleRequantize):
-            y = tirx.nearbyint(x.astype("float32") * p["scale"][g, n])
+            y = round_half_even(x.astype("float32") * p["scale"][g, n])
             y = tirx.max(tirx.min(y, float(hi - rq.zero_point)), float(lo - rq.zero_point)).astype("int32")
             return (y + rq.zero_point).astype(self.out_dtype)
         if isinstance(rq, FixedPointRequantize):
@@ -105,6 +105,13 @@ def _tflite_multiply(x, multiplier, shift):
     remainder = tirx.bitwise_and(high, mask)
     threshold = tirx.shift_right(mask, 1) + tirx.if_then_else(high < 0, 1, 0)
     return tirx.shift_right(high, right) + tirx.if_then_else(remainder > threshold, 1, 0)
+
+
+def round_half_even(x):
+    """Round float32 ``x`` to the nearest integer, ties to even (MLAS's rounding), whatever the FP
+    rounding mode: LLVM's roundeven, which TVM vectorizes (its ``nearbyint`` would keep a vectorized
+    loop serial: 0.19 ms for a 56x56x64 QLinearAdd)."""
+    return tirx.call_llvm_pure_intrin("float32", "llvm.roundeven", x)
 
 
 def placeholders(params: dict[str, np.ndarray]) -> dict:

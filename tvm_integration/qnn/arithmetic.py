@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 from tvm import te, tirx
 
-from tvm_integration.output_stage import QUANT_RANGES
+from tvm_integration.output_stage import QUANT_RANGES, round_half_even
 
 
 def requantize(acc, scale, zero_point: int, dtype: str, clamp: tuple[int, int]):
@@ -36,7 +36,7 @@ def requantize(acc, scale, zero_point: int, dtype: str, clamp: tuple[int, int]):
     lo, hi = clamp
     y = acc.astype("float32") * scale
     y = tirx.max(tirx.min(y, float(hi - zero_point)), float(lo - zero_point))
-    return (tirx.nearbyint(y).astype("int32") + zero_point).astype(dtype)
+    return (round_half_even(y).astype("int32") + zero_point).astype(dtype)
 
 
 def conv2d(x, w, bias, scale, *, strides, padding, groups, x_zero_point, w_zero_point, out_zero_point,
@@ -109,7 +109,7 @@ def add(a, b, *, ratio_a: float, ratio_b: float, fixed: float, out_dtype: str, c
     def value(*i):
         va = a(*_broadcast_index(a.shape, i)).astype("float32")
         vb = b(*_broadcast_index(b.shape, i)).astype("float32")
-        y = tirx.nearbyint(_fma(va, tirx.const(ratio_a, "float32"),
+        y = round_half_even(_fma(va, tirx.const(ratio_a, "float32"),
                                 _fma(vb, tirx.const(ratio_b, "float32"), tirx.const(fixed, "float32"))))
         return tirx.max(tirx.min(y, float(hi)), float(lo)).astype(out_dtype)
     return te.compute(shape, value, name="qadd")
@@ -168,7 +168,7 @@ def quantize(x, *, scale: float, zero_point: int, out_dtype: str, layout: str = 
     def value(*i):
         y = x(*i) / tirx.const(scale, "float32")
         y = tirx.max(tirx.min(y, float(hi - zero_point)), float(lo - zero_point))
-        return (tirx.nearbyint(y).astype("int32") + zero_point).astype(out_dtype)
+        return (round_half_even(y).astype("int32") + zero_point).astype(out_dtype)
     if layout == "NHWC":
         b, c, h, w = x.shape
         return te.compute((b, h, w, c), lambda n, i, j, ch: value(n, ch, i, j), name="quantize")
