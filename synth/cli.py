@@ -41,6 +41,7 @@ COMMANDS = (
     "synth.commands.cache",
     "synth.commands.kernels",
     "synth.commands.qnn",
+    "synth.commands.demo",
 )
 
 

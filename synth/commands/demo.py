@@ -1,0 +1,239 @@
+"""``qsynth demo``: the whole path on this host in one run, for a new user. Every step is a call of
+what the other commands run (the host model, the trust model, the QNN pipeline, the layer benchmark);
+this module only chooses the inputs and prints one table."""
+from __future__ import annotations
+
+import logging
+import os
+import re
+import tempfile
+import time
+from pathlib import Path
+
+import typer
+
+from synth.commands.bench_layer import LAYERS
+from synth.commands.common import JSON_HELP, UsageError, positive, print_json
+from synth.progress import spinner, track
+
+X86_ISAS = ("avx2", "avx512", "amx")
+# The ResNet-style model: ResNet-18 at 224x224 (1000 classes), or a narrow 32x32 one for --quick
+MODEL = {"full": (224, (64, 128, 256, 512), 1000), "quick": (32, (8, 16, 16, 32), 10)}
+BITSERIAL = (1, 1, "unipolar")          # the layer's configuration: A1W1, the paper's headline kernel
+EXTERN = re.compile(r"qs_(\w+?)_(?:kloop|gemm)_extern")
+
+
+def demo(quick: bool = typer.Option(False, "--quick", help="a 32x32 ResNet-style model and fewer timed runs "
+                                                          "(about a minute faster; the layer is the same)"),
+         layer: str = typer.Option("C12", help="the ResNet-18 layer for the bitserial speedups (C2 ... C12)"),
+         threads: int = typer.Option(1, callback=positive, help="TVM and onnxruntime threads"),
+         json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> int:
+    """The main job on this host: detect the CPU, load the kernel library for it (re-proved on first
+    use, missing kernels synthesized), build a pre-quantized ResNet-style model, compile it onto the
+    proved kernels, check it bit for bit against onnxruntime, time it next to onnxruntime int8 and
+    fp32, and time one ResNet-18 layer on the A1W1 bitserial kernels. Exit 1 if a kernel does not
+    re-prove or an output differs."""
+    if layer not in LAYERS:
+        raise UsageError(f"unknown layer {layer!r}; accepted: {', '.join(LAYERS)} (ResNet-18, the paper's Table 1)")
+    os.environ["TVM_NUM_THREADS"] = str(threads)        # read when TVM's thread pool starts
+    logging.getLogger("root").setLevel(logging.ERROR)   # quantize_static's pre-processing advice
+    started = time.perf_counter()
+    trials = 5 if quick else 20
+    result = {"host": _host()}
+    result["library"], kernels = _library(result["host"])
+    result["model"] = _model("quick" if quick else "full", threads, trials, kernels)
+    result["layer"] = _layer(layer, threads, 3 if quick else 7, kernels)
+    result["seconds"] = round(time.perf_counter() - started, 1)
+    result["load_average"] = round(os.getloadavg()[0], 2)
+    failed = (result["library"]["refused"] or result["model"].get("bit_exact") is False
+              or result["layer"].get("correct") is False)
+    if json:
+        print_json(result)
+    else:
+        print(render(result))
+    return 1 if failed else 0
+
+
+def _host() -> dict:
+    """The host model and what it lacks among the x86 ISAs' features (``qsynth host``'s report)."""
+    from isa_specs import host
+    from synth import host_report
+    m = host.model()
+    rep = host_report.report(m, host_report.library_kernels())
+    lacks = {f"{i['isa']} {f}": why for i in rep["isas"] if i["isa"] in X86_ISAS
+             for f, why in i["not_runnable"].items()}
+    return {"cpu": m.model_name, "vendor": m.vendor, "family": m.family, "model": m.model, "uarch": m.uarch,
+            "uarch_known": m.uarch_known, "features": rep["host"]["features"], "lacks": lacks,
+            "kernels": [k for k in rep["kernels"] if k["isa"] in X86_ISAS]}
+
+
+def _needed(isas: list[str]) -> list:
+    """The specs the demo's operators choose among, from the sweep's list: the u8 x s8 tiles the int8
+    operator tensorizes with and the GEMM-shaped tiles of the layer's bitserial configuration."""
+    from synth.sweep import configs
+    return [s for s in configs(isas)
+            if (s.kind == "int8" and s.types == "u8s8" and s.layout != "tile")
+            or (s.kind == "bitserial" and (s.abits, s.wbits, s.encoding) == BITSERIAL and s.cols > 1)]
+
+
+def _library(host_info: dict) -> tuple[dict, dict]:
+    """Synthesize the needed kernels missing from the cache, then re-prove (``synth.trust``) every
+    cached x86 kernel this host runs that is not stamped yet. Returns the summary and the entries by name."""
+    from synth import cache, trust
+    from synth.kernel import cache_key_fields, kernel
+    runnable = {k["name"] for k in host_info["kernels"] if k["runnable"]}
+    isas = sorted({k["isa"] for k in host_info["kernels"] if k["runnable"]} - {"amx"})
+    missing = [s for s in _needed(isas)
+               if not cache.path_for(cache.cache_key(cache_key_fields(s, "length"))).exists()]
+    synthesized = []
+    for spec in track(missing, len(missing), "synthesizing missing kernels"):
+        entry, _ = kernel(spec)
+        synthesized.append({"name": spec.name, "proved": entry["proof"]["proved"]})
+    paths = {}
+    for path in cache.entries():
+        try:
+            entry = cache.read(path)
+        except cache.CacheError:
+            continue                # listed as unreadable by _host; never used
+        if entry["name"] in runnable or entry["name"] in {s["name"] for s in synthesized}:
+            paths[path] = entry
+    unstamped = [p for p, e in paths.items() if not trust.stamped(e)]
+    refused = [f"{v['file']} {v['name'] or ''}: {'; '.join(v['failures'])}"
+               for v in track(trust.verify_paths(unstamped), len(unstamped), "re-proving the host's kernels")
+               if not v["ok"]]
+    entries = {e["name"]: e for e in paths.values()}
+    summary = {"runnable": len(paths), "reproved_now": len(unstamped) - len(refused), "refused": refused,
+               "synthesized": synthesized, "by_isa": {i: sum(e["spec"]["isa"] == i for e in entries.values())
+                                                      for i in X86_ISAS}}
+    return summary, entries
+
+
+def _kernel_row(name: str, role: str, entries: dict) -> dict:
+    entry = entries.get(name)
+    if entry is None:
+        return {"name": name, "role": role, "instructions": None, "proof": "not in this host's library"}
+    methods = sorted({o["method"] for o in entry["proof"]["obligations"]})
+    from synth import trust
+    proof = ("proved" if entry["proof"]["proved"] else "NOT proved") + \
+        (", re-proved on this machine" if trust.stamped(entry) else ", not re-proved here")
+    return {"name": name, "role": role, "instructions": entry["length"], "proof": proof,
+            "obligations": len(entry["proof"]["obligations"]), "methods": methods}
+
+
+def _model(size: str, threads: int, trials: int, entries: dict) -> dict:
+    """Build the model, compile it, compare it with onnxruntime on three inputs, time both."""
+    from tvm_integration.dispatch import DispatchError, select
+    try:
+        select("host")
+    except DispatchError as e:
+        return {"skipped": str(e)}
+    import numpy as np
+    import onnx
+    from tvm_integration.qnn import bench, models
+    pixels, widths, classes = MODEL[size]
+    name = f"resnet{'18' if size == 'full' else '_tiny'}_{pixels}"
+    with tempfile.TemporaryDirectory(prefix="qsynth-demo-") as tmp:
+        float_model = models.resnet(pixels, widths, classes)
+        fp32 = Path(tmp) / f"{name}.fp32.onnx"
+        onnx.save(float_model, str(fp32))
+        with spinner(f"quantizing {name} with onnxruntime"):
+            int8 = models.quantize(float_model, Path(tmp) / f"{name}.int8.onnx")
+        with spinner(f"compiling {name} through the QNN pipeline"):
+            t0 = time.perf_counter()
+            compiled, used = _compile(int8, threads)
+            compile_s = time.perf_counter() - t0
+        with spinner("checking against onnxruntime and timing"):
+            session = bench.onnxruntime_session(int8, threads)
+            rng = np.random.default_rng(0)
+            exact = True
+            for _ in range(3):
+                feeds = bench.random_inputs(compiled.inputs, rng)
+                ours = compiled(feeds)
+                exact &= all(np.array_equal(ours[n], e) for n, e in zip(compiled.outputs, session.run(None, feeds)))
+            float_session = bench.onnxruntime_session(fp32, threads)
+            ms = {"qsynth": compiled.time(feeds, repeat=trials) * 1e3,
+                  "onnxruntime_int8": bench.median_ms(lambda: session.run(None, feeds), trials),
+                  "onnxruntime_fp32": bench.median_ms(lambda: float_session.run(None, feeds), trials)}
+    return {"name": name, "input": list(compiled.inputs["input"][0]), "threads": threads, "trials": trials,
+            "bit_exact": bool(exact), "compared_inputs": 3, "compile_s": round(compile_s, 1), "ms": ms,
+            "kernels": [_kernel_row(k, "model int8", entries) for k in used]}
+
+
+def _compile(path: Path, threads: int):
+    """``compile_model``'s steps with the lowered module in hand, to read which proved tiles its
+    operators call (their names vanish once LLVM inlines them)."""
+    import tvm
+    from tvm import tirx
+    from tvm_integration import dispatch
+    from tvm_integration.qnn import importer
+    from tvm_integration.qnn.dispatch import TENSORIZED
+    from tvm_integration.qnn.model import CompiledModel, lower
+    model = importer.load(path)
+    mod = lower(model)
+    used = sorted({m for f in mod.functions.values()
+                   if isinstance(f, tirx.PrimFunc) and f.attrs and TENSORIZED in f.attrs
+                   for m in EXTERN.findall(f.script())})
+    executable = tvm.compile(mod, target=tvm.target.Target(dispatch.target(dispatch.select("host"))))
+    outputs = [o.name for o in model.graph.output]
+    return CompiledModel(executable, importer.input_specs(model), outputs, threads), used
+
+
+def _layer(name: str, threads: int, trials: int, entries: dict) -> dict:
+    """One ResNet-18 layer on the A1W1 bitserial conv2d next to its baselines (``qsynth bench-layer``)."""
+    from tvm_integration.bitserial_bench import bench_bitserial_layer
+    from tvm_integration.bitserial_kernels import select
+    from tvm_integration.dispatch import DispatchError
+    from tvm_integration.ops.bitserial_gemm import Config
+    config = Config(*BITSERIAL)
+    try:
+        select("host", config.abits, config.wbits, config.encoding)
+    except DispatchError as e:
+        return {"skipped": str(e)}
+    with spinner(f"{name} A1W1: building and timing"):
+        row = bench_bitserial_layer(name, config, threads, trials)
+    row["kernels"] = [_kernel_row(row["kernel"], f"layer {name} A1W1", entries)] if row["kernel"] in entries else []
+    return row
+
+
+def render(r: dict) -> str:
+    h, lib = r["host"], r["library"]
+    lines = [f"host      {h['cpu'] or '?'}: {h['uarch']}" + ("" if h["uarch_known"] else " (feature level)"),
+             f"features  {' '.join(h['features']) or 'none of the x86 extensions'}"]
+    lines += [f"skipped   {what}: {why}" for what, why in h["lacks"].items()]
+    lines.append(f"library   {lib['runnable']} kernels this host runs ("
+                 + ", ".join(f"{n} {i}" for i, n in lib["by_isa"].items() if n) + f"); {lib['reproved_now']} "
+                 f"re-proved now, {len(lib['refused'])} refused, {len(lib['synthesized'])} synthesized")
+    lines += [f"REFUSED   {line}" for line in lib["refused"]]
+    kernels = r["model"].get("kernels", []) + r["layer"].get("kernels", [])
+    if kernels:
+        lines += ["", f"{'kernel used':<44} {'for':<16} {'instr':>5}  proof"]
+        lines += [f"{k['name']:<44} {k['role']:<16} {k['instructions'] or '-':>5}  {k['proof']}"
+                  + (f" ({k['obligations']} obligations: {', '.join(k['methods'])})" if k.get("methods") else "")
+                  for k in kernels]
+    m = r["model"]
+    lines += ["", "speedup = its time / qsynth's (above 1: qsynth is faster)"]
+    if "skipped" in m:
+        lines.append(f"model     skipped: {m['skipped']}")
+    else:
+        lines.append(f"model     {m['name']} (pre-quantized QDQ, input {m['input']}), compiled in {m['compile_s']} s; "
+                     f"outputs on {m['compared_inputs']} inputs "
+                     + ("bit-exact with onnxruntime" if m["bit_exact"] else "DIFFER from onnxruntime"))
+        ours = m["ms"]["qsynth"]
+        lines += [f"  {what:<18} {ms:9.2f} ms" + ("" if what == "qsynth" else f"   speedup {ms / ours:5.2f}x")
+                  for what, ms in m["ms"].items()]
+    lay = r["layer"]
+    lines.append("")
+    if "skipped" in lay:
+        lines.append(f"layer     skipped: {lay['skipped']}")
+    else:
+        lines.append(f"layer     ResNet-18 {lay['layer']} {lay['config']} {lay['encoding']} on the bitserial conv2d: "
+                     f"{lay['ours_ms']:.3f} ms, " + ("correct" if lay["correct"] else "WRONG") + " against numpy")
+        lines += [f"  {what:<18} {ms:9.3f} ms   speedup {lay['speedups'][what]:5.2f}x"
+                  for what, ms in lay["baselines"].items()]
+    lines += ["", f"{r['seconds']} s; load average {r['load_average']} on {os.cpu_count()} cores "
+              "(timings taken while other work runs are noisy)"]
+    return "\n".join(lines)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("demo", epilog="Example: qsynth demo --quick --json")(demo)
