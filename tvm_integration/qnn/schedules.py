@@ -32,6 +32,17 @@ def _parallel_vectorized(sch, block) -> None:
     spatial = len(kinds) if all(k == 0 for k in kinds) else kinds.index(next(k for k in kinds if k != 0))
     if len(loops) != len(kinds) or spatial == 0:
         return                              # a block under an opaque structure: left as TE wrote it
+    extents = [sch.get(loop).extent for loop in loops]
+    if spatial == len(kinds) > 2 and all(isinstance(e, tirx.IntImm) for e in extents[-2:]) and \
+            extents[-1].value < VECTOR[-1] and extents[-2].value % VECTOR[0] == 0:
+        # A few channels innermost (the image written NHWC): vectors along the axis before them,
+        # contiguous in the input, instead of a fused axis cut by div/mod per lane (5x slower)
+        *outer, axis, channels = loops
+        axis, lanes = sch.split(axis, [None, VECTOR[0]])
+        sch.reorder(channels, axis, lanes)
+        sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])
+        sch.vectorize(lanes)
+        return
     fused = sch.fuse(*loops[:spatial]) if spatial > 1 else loops[0]
     extent = sch.get(fused).extent
     if spatial == len(kinds) and isinstance(extent, tirx.IntImm):
