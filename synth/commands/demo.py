@@ -200,24 +200,25 @@ def render(r: dict) -> str:
     lines = [f"host      {h['cpu'] or '?'}: {h['uarch']}" + ("" if h["uarch_known"] else " (feature level)"),
              f"features  {' '.join(h['features']) or 'none of the x86 extensions'}"]
     lines += [f"skipped   {what}: {why}" for what, why in h["lacks"].items()]
-    lines.append(f"library   {lib['runnable']} kernels this host runs ("
-                 + ", ".join(f"{n} {i}" for i, n in lib["by_isa"].items() if n) + f"); {lib['reproved_now']} "
-                 f"re-proved now, {len(lib['refused'])} refused, {len(lib['synthesized'])} synthesized")
+    by_isa = ", ".join(f"{n} {i}" for i, n in lib["by_isa"].items() if n)
+    lines.append(f"library   {lib['runnable']} kernels this host runs" + (f" ({by_isa})" if by_isa else "")
+                 + f"; {lib['reproved_now']} re-proved now, {len(lib['refused'])} refused, "
+                 f"{len(lib['synthesized'])} synthesized")
     lines += [f"REFUSED   {line}" for line in lib["refused"]]
     kernels = r["model"].get("kernels", []) + r["layer"].get("kernels", [])
     if kernels:
         lines += ["", f"{'kernel used':<44} {'for':<16} {'instr':>5}  proof"]
         lines += [f"{k['name']:<44} {k['role']:<16} {k['instructions'] or '-':>5}  {k['proof']}"
-                  + (f" ({k['obligations']} obligations: {', '.join(k['methods'])})" if k.get("methods") else "")
+                  + (f" ({k['obligations']} obligations, {', '.join(k['methods'])})" if k.get("methods") else "")
                   for k in kernels]
     m = r["model"]
     lines += ["", "speedup = its time / qsynth's (above 1: qsynth is faster)"]
     if "skipped" in m:
         lines.append(f"model     skipped: {m['skipped']}")
     else:
-        lines.append(f"model     {m['name']} (pre-quantized QDQ, input {m['input']}), compiled in {m['compile_s']} s; "
-                     f"outputs on {m['compared_inputs']} inputs "
-                     + ("bit-exact with onnxruntime" if m["bit_exact"] else "DIFFER from onnxruntime"))
+        lines += [f"model     {m['name']} (pre-quantized QDQ, input {m['input']}), compiled in {m['compile_s']} s",
+                  f"          outputs on {m['compared_inputs']} random inputs "
+                  + ("bit-exact with onnxruntime" if m["bit_exact"] else "DIFFER from onnxruntime")]
         ours = m["ms"]["qsynth"]
         lines += [f"  {what:<18} {ms:9.2f} ms" + ("" if what == "qsynth" else f"   speedup {ms / ours:5.2f}x")
                   for what, ms in m["ms"].items()]
