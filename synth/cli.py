@@ -42,6 +42,7 @@ COMMANDS = (
     "synth.commands.kernels",
     "synth.commands.qnn",
     "synth.commands.demo",
+    "synth.commands.report",
 )
 
 
