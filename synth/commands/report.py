@@ -90,9 +90,8 @@ def _layers(bitserial, int8) -> dict:
     wrong = [f"{r['layer']} {r['config']} {r['encoding']}" for r in bitserial if not r["correct"]]
     layers = sorted({r["layer"] for r in rows}, key=lambda n: int(n[1:]))
     labels = sorted({(r["config"], r["encoding"]) for r in rows}, key=lambda c: (_config_key(c[0]), c[1]))
-    series = {f"{c} {e}": [next((r["speedups"]["onnxruntime_fp32"] for r in rows
-                                 if (r["layer"], r["config"], r["encoding"]) == (layer, c, e)), None) for layer in layers]
-              for c, e in labels}
+    fp32 = {(r["layer"], r["config"], r["encoding"]): r["speedups"]["onnxruntime_fp32"] for r in rows}
+    series = {f"{c} {e}": [fp32.get((layer, c, e)) for layer in layers] for c, e in labels}
     if int8 is not None:
         by_layer = {r["layer"]: r for r in int8["rows"] if r["threads"] == 1 and r["correct"]}
         series["int8"] = [by_layer[layer]["speedups"].get("onnxruntime_fp32") if layer in by_layer else None
@@ -151,10 +150,10 @@ def _synthesis(synthesis) -> dict:
     run = synthesis["run"]
     lines = [f"`synthesis.json`: {run['kernels']} kernels by `qsynth sweep` ({run.get('executor', 'local')}, "
              f"{run['jobs']} jobs, {run['wall_seconds']} s wall; kernels loaded from the cache, {run['from_cache']} "
-             "here, keep the times of their synthesis). Seconds are synthesis + proof, wall, per kernel. The paper (Cortex-A53 "
-             "NEON tiles, Rosette) reports compute, reduction and verify seconds and their total as printed "
-             "(its A3W1 total, 158.3, is not the sum of its parts); ours: the NEON 8x128 unipolar tile (the "
-             "paper's layout) and the median over every kernel of the configuration per ISA.", "",
+             "here, keep the times of their synthesis). Seconds are synthesis + proof, wall, per kernel. "
+             "The paper (Cortex-A53 NEON tiles, Rosette) reports compute, reduction and verify seconds and "
+             "their total as printed (its A3W1 total, 158.3, is not the sum of its parts); ours: the NEON 8x128 "
+             "unipolar tile (the paper's layout) and the median over every kernel of the configuration per ISA.", "",
              "![synthesis time](figures/synthesis_time.png)", ""]
     lines += _table(["config", "paper compute s", "paper reduction s", "paper verify s", "paper total s",
                      "ours NEON tile instr", "ours NEON tile s", *(f"ours {i} median s" for i in isas)], rows)
@@ -205,7 +204,8 @@ def _kernels(kernels) -> dict:
         for r in unmeasured:
             why = r.get("peak_skipped") or "no peak instruction defined for it (scripts/bench_kernels.py peak_of)"
             reasons.setdefault(f"{r['isa']}: {why}", []).append(r["name"])
-        lines += ["", "Without a % of peak:", ""] + [f"- {why}: {len(names)} kernel{'s' * (len(names) != 1)}" for why, names in reasons.items()]
+        lines += ["", "Without a % of peak:", ""]
+        lines += [f"- {why}: {len(names)} kernel{'s' * (len(names) != 1)}" for why, names in reasons.items()]
     skipped = kernels.get("x86_skipped", {})
     if skipped:
         lines += ["", "Not run on this host: " + "; ".join(f"{k} ({v})" for k, v in skipped.items()) + "."]
