@@ -49,9 +49,10 @@ def test_quick_demo_succeeds_on_this_host(quick_run):
     assert r["host"]["cpu"] == cpu["model name"] and r["host"]["vendor"] == cpu["vendor_id"]
     assert r["host"]["model"] == int(cpu["model"]) and r["host"]["family"] == int(cpu["cpu family"])
     # what the host lacks is reported (and skipped), what it has is not
-    lacked = " ".join(r["host"]["lacks"])
-    assert ("amx-int8" in lacked) == ("amx_int8" not in flags)
-    assert ("avxvnni" in lacked) == ("avx_vnni" not in flags)
+    lacks = r["host"]["lacks"]
+    assert ("amx-int8" in lacks.get("amx", {})) == ("amx_int8" not in flags)
+    assert ("avxvnni" in lacks.get("avx2", {})) == ("avx_vnni" not in flags)
+    assert all(why.startswith("host CPU lacks ") for isa in lacks.values() for why in isa.values())
     assert not r["library"]["refused"]
 
 
@@ -108,10 +109,25 @@ def test_a_host_without_avx2_skips_with_the_reason(monkeypatch, capsys):
     monkeypatch.setattr(host, "model", old_cpu)
     assert cli.main(["demo", "--quick"]) == 0
     out = capsys.readouterr().out
-    assert "skipped   avx2 avx2: host CPU lacks avx2" in out
+    assert "skipped   avx2: host CPU lacks avx2, avx_vnni" in out
     assert "model     skipped: no u8 x s8 kernel this host runs" in out
     assert "layer     skipped: no bitserial tile" in out and "host CPU lacks avx2" in out
     assert "library   0 kernels this host runs" in out
+
+
+def test_an_avx2_only_host_says_what_it_lacks(monkeypatch, capsys):
+    """The recorded Skylake i7-6700K: AVX2 without VNNI, so no u8 x s8 tile for the int8 operator."""
+    skylake = host.parse_cpuinfo((DATA / "cpuinfo_skylake.txt").read_text())
+    monkeypatch.setattr(host, "model", lambda: skylake)
+    assert cli.main(["demo", "--quick"]) == 0
+    out = capsys.readouterr().out
+    assert "host      Intel(R) Core(TM) i7-6700K CPU @ 4.00GHz: skylake" in out
+    assert "skipped   avx2: host CPU lacks avx_vnni" in out and "skipped   amx: host CPU lacks amx_int8" in out
+    assert "avx512_vnni" in out.split("skipped   avx512: ")[1].splitlines()[0]
+    assert "model     skipped: no u8 x s8 kernel this host runs" in out
+    n_avx2 = sum(e["spec"]["isa"] == "avx2" and not any("vpdpbusd" in line for line in e["program_text"])
+                 for e in cache_entries().values())          # AVX-VNNI's instruction: not on this host
+    assert f"library   {n_avx2} kernels this host runs ({n_avx2} avx2)" in out
 
 
 def test_a_kernel_that_does_not_re_prove_fails_the_demo(tmp_path, monkeypatch, capsys):

@@ -60,8 +60,7 @@ def _host() -> dict:
     from synth import host_report
     m = host.model()
     rep = host_report.report(m, host_report.library_kernels())
-    lacks = {f"{i['isa']} {f}": why for i in rep["isas"] if i["isa"] in X86_ISAS
-             for f, why in i["not_runnable"].items()}
+    lacks = {i["isa"]: i["not_runnable"] for i in rep["isas"] if i["isa"] in X86_ISAS and i["not_runnable"]}
     return {"cpu": m.model_name, "vendor": m.vendor, "family": m.family, "model": m.model, "uarch": m.uarch,
             "uarch_known": m.uarch_known, "features": rep["host"]["features"], "lacks": lacks,
             "kernels": [k for k in rep["kernels"] if k["isa"] in X86_ISAS]}
@@ -189,8 +188,11 @@ def _layer(name: str, threads: int, trials: int, entries: dict) -> dict:
         select("host", config.abits, config.wbits, config.encoding)
     except DispatchError as e:
         return {"skipped": str(e)}
-    with spinner(f"{name} A1W1: building and timing"):
-        row = bench_bitserial_layer(name, config, threads, trials)
+    try:
+        with spinner(f"{name} A1W1: building and timing"):
+            row = bench_bitserial_layer(name, config, threads, trials)
+    except DispatchError as e:          # its int8 baseline needs an int8 tile (an AVX2-only host has none)
+        return {"skipped": f"the layer's int8 baseline: {e}"}
     row["kernels"] = [_kernel_row(row["kernel"], f"layer {name} A1W1", entries)] if row["kernel"] in entries else []
     return row
 
@@ -199,7 +201,7 @@ def render(r: dict) -> str:
     h, lib = r["host"], r["library"]
     lines = [f"host      {h['cpu'] or '?'}: {h['uarch']}" + ("" if h["uarch_known"] else " (feature level)"),
              f"features  {' '.join(h['features']) or 'none of the x86 extensions'}"]
-    lines += [f"skipped   {what}: {why}" for what, why in h["lacks"].items()]
+    lines += [f"skipped   {isa}: {_reasons(why.values())}" for isa, why in h["lacks"].items()]
     by_isa = ", ".join(f"{n} {i}" for i, n in lib["by_isa"].items() if n)
     lines.append(f"library   {lib['runnable']} kernels this host runs" + (f" ({by_isa})" if by_isa else "")
                  + f"; {lib['reproved_now']} re-proved now, {len(lib['refused'])} refused, "
@@ -234,6 +236,14 @@ def render(r: dict) -> str:
     lines += ["", f"{r['seconds']} s; load average {r['load_average']} on {os.cpu_count()} cores "
               "(timings taken while other work runs are noisy)"]
     return "\n".join(lines)
+
+
+def _reasons(reasons) -> str:
+    """``host CPU lacks a``, ``host CPU lacks b`` -> ``host CPU lacks a, b`` (other reasons as they are)."""
+    prefix = "host CPU lacks "
+    lacked = [r.removeprefix(prefix) for r in reasons if r.startswith(prefix)]
+    others = [r for r in reasons if not r.startswith(prefix)]
+    return "; ".join(([prefix + ", ".join(lacked)] if lacked else []) + others)
 
 
 def register(app: typer.Typer) -> None:
