@@ -9,7 +9,7 @@ group) would fill one column of a 48-column tile, so they take depthwise.py's di
 from __future__ import annotations
 
 import numpy as np
-from tvm import te, tirx
+from tvm import te
 
 from tvm_integration import dispatch, tuning
 from tvm_integration.operator import Built, Operator
@@ -76,17 +76,18 @@ def build_conv2d(weight: np.ndarray, input_shape: tuple[int, ...], layout: str =
     hp, wp = h + pads[0] + pads[2], w + pads[1] + pads[3]
     if groups == 1:
         # k runs along one window row at a time: for a fixed kh the KW pixels x C channels are one
-        # contiguous run of the padded NHWC input, rounded up to whole K steps (zero weights there),
-        # so a 3-channel 7x7 stem packs runs of 21 (as 32) bytes instead of dividing every k by 3.
+        # contiguous run of the padded NHWC input, rounded up to whole K steps, so a 3-channel 7x7
+        # stem packs runs of 21 (as 32) bytes instead of dividing every k by 3. The bytes after a
+        # run are copied too, whatever the input holds there (the row is padded by that much): their
+        # weights are zero, and a copy without a per-byte test stays one vector load (the stem's
+        # packing with the test, byte by byte, took 45% of its time).
         run = kw * c
         step = round_up(run, tile.k)
-        padded = te.compute((b, hp, wp * c), lambda bi, i, jc: depthwise.padded_value(
+        padded = te.compute((b, hp, wp * c + step - run), lambda bi, i, jc: depthwise.padded_value(
             x, layout, bi, jc % c, i - pads[0], jc // c - pads[1], pad_value), name="pad")
 
         def element(bi, g, p, k):
-            r = k % step
-            value = padded[bi, p // ow * stride[0] + k // step, p % ow * stride[1] * c + r]
-            return value if step == run else tirx.if_then_else(r < run, value, tirx.const(0, data_dtype))
+            return padded[bi, p // ow * stride[0] + k // step, p % ow * stride[1] * c + k % step]
         rows = weight.transpose(0, 2, 3, 1).reshape(o, kh, run)
         matrix = np.pad(rows, ((0, 0), (0, 0), (0, step - run))).reshape(1, o, kh * step)
         depth_loops = (kh, step)
