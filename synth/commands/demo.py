@@ -23,8 +23,8 @@ BITSERIAL = (1, 1, "unipolar")          # the layer's configuration: A1W1, the p
 EXTERN = re.compile(r"qs_(\w+?)_(?:kloop|gemm)_extern")
 
 
-def demo(quick: bool = typer.Option(False, "--quick", help="a 32x32 ResNet-style model and fewer timed runs "
-                                                          "(about a minute faster; the layer is the same)"),
+def demo(quick: bool = typer.Option(False, "--quick", help="a narrow 32x32 ResNet-style model and fewer timed "
+                                                          "runs (compiling takes as long; the layer is the same)"),
          layer: str = typer.Option("C12", help="the ResNet-18 layer for the bitserial speedups (C2 ... C12)"),
          threads: int = typer.Option(1, callback=positive, help="TVM and onnxruntime threads"),
          json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> int:
@@ -32,7 +32,7 @@ def demo(quick: bool = typer.Option(False, "--quick", help="a 32x32 ResNet-style
     use, missing kernels synthesized), build a pre-quantized ResNet-style model, compile it onto the
     proved kernels, check it bit for bit against onnxruntime, time it next to onnxruntime int8 and
     fp32, and time one ResNet-18 layer on the A1W1 bitserial kernels. Exit 1 if a kernel does not
-    re-prove or an output differs."""
+    re-prove or cannot be synthesized, or an output differs."""
     if layer not in LAYERS:
         raise UsageError(f"unknown layer {layer!r}; accepted: {', '.join(LAYERS)} (ResNet-18, the paper's Table 1)")
     os.environ["TVM_NUM_THREADS"] = str(threads)        # read when TVM's thread pool starts
@@ -40,12 +40,16 @@ def demo(quick: bool = typer.Option(False, "--quick", help="a 32x32 ResNet-style
     started = time.perf_counter()
     trials = 5 if quick else 20
     result = {"host": _host()}
-    result["library"], kernels = _library(result["host"])
+    synthesized = _synthesize_missing(result["host"]["runs"])
+    if synthesized:
+        result["host"] = _host()        # the new entries, and whether this host runs them
+    result["library"], kernels = _library(result["host"], synthesized)
     result["model"] = _model("quick" if quick else "full", threads, trials, kernels)
     result["layer"] = _layer(layer, threads, 3 if quick else 7, kernels)
     result["seconds"] = round(time.perf_counter() - started, 1)
     result["load_average"] = round(os.getloadavg()[0], 2)
-    failed = (result["library"]["refused"] or result["model"].get("bit_exact") is False
+    failed = (result["library"]["refused"] or not all(k["proved"] for k in synthesized)
+              or result["model"].get("bit_exact") is False
               or result["layer"].get("correct") is False)
     if json:
         print_json(result)
@@ -63,6 +67,7 @@ def _host() -> dict:
     lacks = {i["isa"]: i["not_runnable"] for i in rep["isas"] if i["isa"] in X86_ISAS and i["not_runnable"]}
     return {"cpu": m.model_name, "vendor": m.vendor, "family": m.family, "model": m.model, "uarch": m.uarch,
             "uarch_known": m.uarch_known, "features": rep["host"]["features"], "lacks": lacks,
+            "runs": [i["isa"] for i in rep["isas"] if i["isa"] in X86_ISAS and i["runnable"]],
             "kernels": [k for k in rep["kernels"] if k["isa"] in X86_ISAS]}
 
 
@@ -75,26 +80,35 @@ def _needed(isas: list[str]) -> list:
             or (s.kind == "bitserial" and (s.abits, s.wbits, s.encoding) == BITSERIAL and s.cols > 1)]
 
 
-def _library(host_info: dict) -> tuple[dict, dict]:
-    """Synthesize the needed kernels missing from the cache, then re-prove (``synth.trust``) every
-    cached x86 kernel this host runs that is not stamped yet. Returns the summary and the entries by name."""
-    from synth import cache, trust
+def _synthesize_missing(isas: list[str]) -> list[dict]:
+    """Synthesize (and store, when proved) the needed kernels of ``isas`` missing from the cache."""
+    from synth import cache
     from synth.kernel import cache_key_fields, kernel
-    runnable = {k["name"] for k in host_info["kernels"] if k["runnable"]}
-    isas = sorted({k["isa"] for k in host_info["kernels"] if k["runnable"]} - {"amx"})
-    missing = [s for s in _needed(isas)
+    from synth.stages import SynthesisFailed
+    missing = [s for s in _needed([i for i in isas if i != "amx"])
                if not cache.path_for(cache.cache_key(cache_key_fields(s, "length"))).exists()]
-    synthesized = []
+    done = []
     for spec in track(missing, len(missing), "synthesizing missing kernels"):
-        entry, _ = kernel(spec)
-        synthesized.append({"name": spec.name, "proved": entry["proof"]["proved"]})
+        try:
+            entry, _ = kernel(spec)
+            done.append({"name": spec.name, "proved": entry["proof"]["proved"]})
+        except SynthesisFailed as e:
+            done.append({"name": spec.name, "proved": False, "reason": str(e)})
+    return done
+
+
+def _library(host_info: dict, synthesized: list[dict]) -> tuple[dict, dict]:
+    """Re-prove (``synth.trust``) every cached x86 kernel this host runs that is not stamped yet.
+    Returns the summary and the entries by name."""
+    from synth import cache, trust
+    runnable = {k["name"] for k in host_info["kernels"] if k["runnable"]}
     paths = {}
     for path in cache.entries():
         try:
             entry = cache.read(path)
         except cache.CacheError:
             continue                # listed as unreadable by _host; never used
-        if entry["name"] in runnable or entry["name"] in {s["name"] for s in synthesized}:
+        if entry["name"] in runnable:
             paths[path] = entry
     unstamped = [p for p, e in paths.items() if not trust.stamped(e)]
     refused = [f"{v['file']} {v['name'] or ''}: {'; '.join(v['failures'])}"
@@ -207,6 +221,8 @@ def render(r: dict) -> str:
                  + f"; {lib['reproved_now']} re-proved now, {len(lib['refused'])} refused, "
                  f"{len(lib['synthesized'])} synthesized")
     lines += [f"REFUSED   {line}" for line in lib["refused"]]
+    lines += [f"FAILED    synthesis of {k['name']}: {k.get('reason', 'not proved')}" for k in lib["synthesized"]
+              if not k["proved"]]
     kernels = r["model"].get("kernels", []) + r["layer"].get("kernels", [])
     if kernels:
         lines += ["", f"{'kernel used':<44} {'for':<16} {'instr':>5}  proof"]
