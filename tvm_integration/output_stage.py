@@ -86,11 +86,11 @@ class OutputStage:
             y = tirx.max(tirx.min(y, float(hi - rq.zero_point)), float(lo - rq.zero_point)).astype("int32")
             return (y + rq.zero_point).astype(self.out_dtype)
         if isinstance(rq, FixedPointRequantize):
-            x = _tflite_multiply(x, p["multiplier"][g, n], p["shift"][g, n]) + rq.zero_point
+            x = tflite_multiply(x, p["multiplier"][g, n], p["shift"][g, n]) + rq.zero_point
         return tirx.max(tirx.min(x, hi), lo).astype(self.out_dtype)
 
 
-def _tflite_multiply(x, multiplier, shift):
+def tflite_multiply(x, multiplier, shift):
     """TFLite's MultiplyByQuantizedMultiplier in TIR (int32 wrap-around on the left shift, as in C)."""
     left = tirx.max(shift, 0)
     right = tirx.max(-shift, 0)
@@ -112,6 +112,14 @@ def round_half_even(x):
     rounding mode: LLVM's roundeven, which TVM vectorizes (its ``nearbyint`` would keep a vectorized
     loop serial: 0.19 ms for a 56x56x64 QLinearAdd)."""
     return tirx.call_llvm_pure_intrin("float32", "llvm.roundeven", x)
+
+
+def requantization(scale: np.ndarray, zero_point: int, out_dtype: str):
+    """The requantization a per-channel ``scale`` constant of the QNN pipeline stands for: float32 ``[C]``
+    is onnxruntime's scale, int32 ``[2, C]`` TFLite's multipliers (row 0) and shifts (row 1)."""
+    if scale.dtype == np.int32:
+        return FixedPointRequantize(scale[0], scale[1], zero_point, out_dtype)
+    return ScaleRequantize(scale, zero_point, out_dtype)
 
 
 def placeholders(params: dict[str, np.ndarray]) -> dict:

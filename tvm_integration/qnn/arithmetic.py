@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 from tvm import te, tirx
 
-from tvm_integration.output_stage import QUANT_RANGES, round_half_even
+from tvm_integration.output_stage import QUANT_RANGES, round_half_even, tflite_multiply
 
 
 def requantize(acc, scale, zero_point: int, dtype: str, clamp: tuple[int, int]):
@@ -37,6 +37,16 @@ def requantize(acc, scale, zero_point: int, dtype: str, clamp: tuple[int, int]):
     y = acc.astype("float32") * scale
     y = tirx.max(tirx.min(y, float(hi - zero_point)), float(lo - zero_point))
     return (round_half_even(y).astype("int32") + zero_point).astype(dtype)
+
+
+def requantize_channel(acc, scale, channel, zero_point: int, dtype: str, clamp: tuple[int, int]):
+    """``acc`` of output channel ``channel`` requantized by the op's ``scale`` constant: float32 ``[C]``
+    onnxruntime's (``requantize``), int32 ``[2, C]`` TFLite's MultiplyByQuantizedMultiplier with
+    multipliers in row 0 and shifts in row 1 (tflite_importer.py)."""
+    if scale.dtype == "int32":
+        y = tflite_multiply(acc, scale[0, channel], scale[1, channel]) + zero_point
+        return tirx.max(tirx.min(y, clamp[1]), clamp[0]).astype(dtype)
+    return requantize(acc, scale[channel], zero_point, dtype, clamp)
 
 
 def conv2d(x, w, bias, scale, *, strides, padding, groups, x_zero_point, w_zero_point, out_zero_point,
@@ -69,8 +79,8 @@ def conv2d(x, w, bias, scale, *, strides, padding, groups, x_zero_point, w_zero_
         acc = te.compute(acc.shape, lambda *i: acc(*i) - w_zero_point * sums(*i), name="acc_zp")
     if scale is None:
         return te.compute(acc.shape, lambda n, oc, i, j: acc[n, oc, i, j] + bias[oc], name="conv")
-    return te.compute(acc.shape, lambda n, oc, i, j: requantize(
-        acc[n, oc, i, j] + bias[oc], scale[oc], out_zero_point, out_dtype, clamp), name="qconv")
+    return te.compute(acc.shape, lambda n, oc, i, j: requantize_channel(
+        acc[n, oc, i, j] + bias[oc], scale, oc, out_zero_point, out_dtype, clamp), name="qconv")
 
 
 def dense(x, w, bias, scale, *, x_zero_point, w_zero_point, out_zero_point, out_dtype, clamp):
@@ -86,7 +96,8 @@ def dense(x, w, bias, scale, *, x_zero_point, w_zero_point, out_zero_point, out_
         acc = te.compute((m, n), lambda i, j: acc[i, j] - w_zero_point * sums[i], name="acc_zp")
     if scale is None:
         return te.compute((m, n), lambda i, j: acc[i, j] + bias[j], name="dense")
-    return te.compute((m, n), lambda i, j: requantize(acc[i, j] + bias[j], scale[j], out_zero_point, out_dtype, clamp), name="qdense")
+    return te.compute((m, n), lambda i, j: requantize_channel(acc[i, j] + bias[j], scale, j, out_zero_point, out_dtype,
+                                                              clamp), name="qdense")
 
 
 def fma32(a, b, c) -> np.float32:

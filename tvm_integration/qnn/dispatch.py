@@ -18,7 +18,7 @@ from tvm import relax, tirx
 
 from tvm_integration.ops.conv2d import build_conv2d
 from tvm_integration.ops.dense import build_dense
-from tvm_integration.output_stage import OutputStage, ScaleRequantize
+from tvm_integration.output_stage import OutputStage, requantization
 from tvm_integration.qnn import schedules
 from tvm_integration.qnn.importer import ModelError
 from tvm_integration.qnn.integer_op import IntegerOp
@@ -89,7 +89,7 @@ class Dispatch:
     def tensorized(self, var, op: IntegerOp):
         weight, bias, scale = op.constants
         p = op.params
-        stage = OutputStage(bias=bias, requantize=ScaleRequantize(scale, p["out_zero_point"], p["out_dtype"]),
+        stage = OutputStage(bias=bias, requantize=requantization(scale, p["out_zero_point"], p["out_dtype"]),
                             clamp=tuple(p["clamp"]))
         x = op.inputs[0]
         if op.kind == "dense":

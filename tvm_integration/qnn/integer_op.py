@@ -11,11 +11,12 @@ import tvm
 from tvm import relax
 from tvm.ir import Constant, Op
 
-from tvm_integration.qnn import arithmetic
+from tvm_integration.qnn import arithmetic, tflite_arithmetic
 
 COMPUTATIONS = {"conv2d": arithmetic.conv2d, "dense": arithmetic.dense, "add": arithmetic.add,
                 "global_avg_pool": arithmetic.global_avg_pool, "max_pool2d": arithmetic.max_pool2d,
-                "quantize": arithmetic.quantize, "dequantize": arithmetic.dequantize}
+                "quantize": arithmetic.quantize, "dequantize": arithmetic.dequantize,
+                **tflite_arithmetic.COMPUTATIONS}
 LINEAR = ("conv2d", "dense")
 IMPLEMENTATION = "qnn.implementation"     # legalize.py's verdict: "tensorized", or why the reference stays
 

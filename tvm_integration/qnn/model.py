@@ -21,7 +21,7 @@ import tvm
 from tvm import relax
 
 from tvm_integration import dispatch as kernels
-from tvm_integration.qnn import dispatch, importer, legalize, rewrite
+from tvm_integration.qnn import dispatch, importer, legalize, rewrite, tflite_importer
 from tvm_integration.qnn.importer import ModelError
 
 
@@ -46,11 +46,13 @@ def lower(model: onnx.ModelProto, target: str = "host", stage: str = "dispatch")
 
 def compile_model(path: str | Path, target: str = "host", threads: int | None = None,
                   allow_float: bool = False) -> "CompiledModel":
-    model = importer.load(path, allow_float=allow_float)
-    mod = lower(model, target)
+    if Path(path).suffix == ".tflite":
+        mod, inputs, outputs = tflite_importer.lower(path, target)
+    else:
+        model = importer.load(path, allow_float=allow_float)
+        mod, inputs, outputs = lower(model, target), importer.input_specs(model), [o.name for o in model.graph.output]
     executable = tvm.compile(mod, target=tvm.target.Target(kernels.target(kernels.select(target))))
-    outputs = [o.name for o in model.graph.output]
-    return CompiledModel(executable, importer.input_specs(model), outputs, threads)
+    return CompiledModel(executable, inputs, outputs, threads)
 
 
 def set_threads(threads: int | None) -> None:

@@ -1,0 +1,332 @@
+"""Stages 1 and 2 for TFLite: a full-integer .tflite model (int8 per-channel as TensorFlow's converter
+writes it, or legacy uint8 per-tensor) straight into the integer ops rewrite.py produces for ONNX, so
+legalize.py, dispatch.py and model.py compile it unchanged.
+
+Our own importer over the ``tflite`` flatbuffer package, not TVM 0.27's Relax TFLite frontend: that
+frontend imports a quantized op as dequantize -> float op -> quantize on NHWC/HWIO tensors (fused
+activations as clips on the integers), so reaching TFLite's integer ops from it would mean matching
+back, op by op, what the flatbuffer states directly. Here every TFLite operator becomes one integer op
+of arithmetic.py / tflite_arithmetic.py with TFLite's parameters (multipliers and shifts computed as
+its kernels compute them). 4-D activations are held NCHW, the pipeline's layout (dispatch.py keeps
+them NHWC between tensorized operators); the graph's inputs and outputs stay NHWC as in the model.
+
+Refused, each with one line: a file that is not a TFLite model, float or hybrid (dynamic range)
+models, operators outside ``CONVERTERS`` (softmax and logistic included: their int8 kernels are
+lookup tables computed in float when the interpreter prepares them), dilated convolutions and
+broadcasting adds.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from tvm import relax
+
+from tvm_integration.output_stage import QUANT_RANGES
+from tvm_integration.qnn import dispatch, legalize, tflite_arithmetic as ta
+from tvm_integration.qnn.importer import ModelError
+from tvm_integration.qnn.integer_op import IntegerOp
+
+TO_NCHW, TO_NHWC = [0, 3, 1, 2], [0, 2, 3, 1]
+DTYPES = {2: "int32", 3: "uint8", 9: "int8"}              # tflite.TensorType values
+
+
+def _tflite():
+    import tflite
+    return tflite
+
+
+@dataclass(frozen=True)
+class Tensor:
+    name: str
+    shape: tuple
+    dtype: str
+    scale: np.ndarray        # float32, per tensor (size 1) or per channel
+    zero_point: np.ndarray   # int64
+    data: np.ndarray | None  # constant contents, else None
+
+    def scalar(self) -> tuple[np.float32, int]:
+        if self.scale.size != 1:
+            raise ModelError(f"tensor {self.name!r} is quantized per channel; only weights may be")
+        return np.float32(self.scale[0]), int(self.zero_point[0])
+
+
+def read(path: str | Path):
+    """The checked flatbuffer model at ``path``, or ModelError."""
+    tfl = _tflite()
+    path = Path(path)
+    if not path.is_file():
+        raise ModelError(f"{path}: no such file")
+    buf = path.read_bytes()
+    if len(buf) < 8 or buf[4:8] != b"TFL3":
+        raise ModelError(f"{path} is not a valid TFLite model (no TFL3 identifier)")
+    try:
+        model = tfl.Model.GetRootAsModel(buf, 0)
+        if model.SubgraphsLength() != 1:
+            raise ModelError(f"{path}: {model.SubgraphsLength()} subgraphs; only single-graph models are supported")
+        graph = model.Subgraphs(0)
+        for i in range(graph.TensorsLength()):
+            graph.Tensors(i).ShapeAsNumpy()
+        names = [_op_name(model, graph.Operators(i)) for i in range(graph.OperatorsLength())]
+    except ModelError:
+        raise
+    except Exception as e:      # out-of-range offsets of a damaged flatbuffer raise many types
+        raise ModelError(f"{path} is not a valid TFLite model ({type(e).__name__}: {str(e)[:200]})")
+    unsupported = [f"{n} (#{i})" for i, n in enumerate(names) if n not in CONVERTERS]
+    if unsupported:
+        raise ModelError(f"{path}: unsupported operators: {', '.join(unsupported)}; supported: "
+                         f"{', '.join(sorted(CONVERTERS))}")
+    return model
+
+
+def _op_name(model, op) -> str:
+    tfl = _tflite()
+    code = model.OperatorCodes(op.OpcodeIndex())
+    number = max(code.BuiltinCode(), code.DeprecatedBuiltinCode())
+    names = {v: k for k, v in vars(tfl.BuiltinOperator).items() if not k.startswith("_")}
+    return names.get(number, f"CUSTOM:{code.CustomCode().decode()}" if code.CustomCode() else str(number))
+
+
+def _options(op, kind):
+    options = kind()
+    table = op.BuiltinOptions()
+    options.Init(table.Bytes, table.Pos)
+    return options
+
+
+class Importer:
+    def __init__(self, model, path: Path):
+        self.model, self.path = model, path
+        self.graph = model.Subgraphs(0)
+        self.builder = relax.BlockBuilder()
+        self.values = {}            # tensor index -> Relax value (4-D ones NCHW)
+
+    # -- tensors -------------------------------------------------------------------------------
+    def tensor(self, index: int) -> Tensor:
+        t = self.graph.Tensors(index)
+        if t.Type() not in DTYPES:
+            raise ModelError(f"{self.path}: tensor {t.Name().decode()!r} is {_type_name(t.Type())}: only full-integer "
+                             "(int8 or uint8) models are supported; convert with full integer quantization")
+        q = t.Quantization()
+        scale = np.zeros(0, np.float32) if q is None or q.ScaleLength() == 0 else q.ScaleAsNumpy().astype(np.float32)
+        zero_point = np.zeros(0, np.int64) if q is None or q.ZeroPointLength() == 0 else \
+            q.ZeroPointAsNumpy().astype(np.int64)
+        shape = tuple(int(d) for d in t.ShapeAsNumpy()) if t.ShapeLength() else ()
+        buffer = self.model.Buffers(t.Buffer())
+        data = None
+        if buffer is not None and buffer.DataLength():
+            data = buffer.DataAsNumpy().view(DTYPES[t.Type()]).reshape(shape)
+        return Tensor(t.Name().decode(), shape, DTYPES[t.Type()], scale, zero_point, data)
+
+    def quantized(self, index: int) -> Tensor:
+        t = self.tensor(index)
+        if t.scale.size == 0:
+            raise ModelError(f"{self.path}: tensor {t.name!r} has no quantization parameters")
+        return t
+
+    def specs(self) -> dict[str, tuple[tuple[int, ...], str]]:
+        """Graph inputs as name -> (shape, numpy dtype), as importer.input_specs gives them for ONNX."""
+        inputs = [self.tensor(self.graph.Inputs(i)) for i in range(self.graph.InputsLength())]
+        return {t.name: (t.shape, t.dtype) for t in inputs}
+
+    def output_names(self) -> list[str]:
+        return [self.tensor(self.graph.Outputs(i)).name for i in range(self.graph.OutputsLength())]
+
+    def nhwc(self, index: int):
+        value = self.values[index]
+        if len(self.tensor(index).shape) != 4:
+            return value
+        return self.builder.emit(relax.op.permute_dims(value, TO_NHWC))
+
+    def emit(self, kind: str, inputs, constants=(), **params):
+        op = IntegerOp(kind, params, tuple(inputs), tuple(constants), (), "")
+        return self.builder.emit(op.emit_reference(self.builder))
+
+    # -- the graph -----------------------------------------------------------------------------
+    def run(self):
+        inputs = [self.graph.Inputs(i) for i in range(self.graph.InputsLength())]
+        params = []
+        for i in inputs:
+            t = self.quantized(i)
+            params.append(relax.Var(t.name, relax.TensorType(t.shape, t.dtype)))
+        with self.builder.function("main", params):
+            with self.builder.dataflow():
+                for i, var in zip(inputs, params):
+                    four_d = len(self.tensor(i).shape) == 4
+                    self.values[i] = self.builder.emit(relax.op.permute_dims(var, TO_NCHW)) if four_d else var
+                for k in range(self.graph.OperatorsLength()):
+                    op = self.graph.Operators(k)
+                    ins = [int(i) for i in op.InputsAsNumpy()]
+                    out = int(op.OutputsAsNumpy()[0])
+                    self.values[out] = CONVERTERS[_op_name(self.model, op)](self, op, ins, out)
+                results = [self.nhwc(self.graph.Outputs(i)) for i in range(self.graph.OutputsLength())]
+                result = self.builder.emit_output(results[0] if len(results) == 1 else relax.Tuple(results))
+            self.builder.emit_func_output(result)
+        return relax.transform.DeadCodeElimination(["main"])(self.builder.get())
+
+    # -- operators -----------------------------------------------------------------------------
+    def activation_clamp(self, fused: int, out: Tensor) -> list[int]:
+        """CalculateActivationRangeQuantized: the fused activation as a range of the output's integers."""
+        a = _tflite().ActivationFunctionType
+        scale, zero_point = out.scalar()
+        lo, hi = QUANT_RANGES[out.dtype]
+
+        def quantize(real):
+            return zero_point + ta.round_half_away(np.float32(np.float32(real) / scale))
+        if fused == a.NONE:
+            return [lo, hi]
+        if fused == a.RELU:
+            return [max(lo, quantize(0.0)), hi]
+        if fused == a.RELU6:
+            return [max(lo, quantize(0.0)), min(hi, quantize(6.0))]
+        if fused == a.RELU_N1_TO_1:
+            return [max(lo, quantize(-1.0)), min(hi, quantize(1.0))]
+        raise ModelError(f"{self.path}: fused activation {fused} is not supported (NONE, RELU, RELU6, RELU_N1_TO_1)")
+
+    def linear(self, x: Tensor, w: Tensor, bias, out: Tensor, weight, clamp, **geometry):
+        """conv2d / dense parameters: TFLite's multipliers, zero points folded into the bias as rewrite.py
+        does (``sum (x - zx)(w - zw) = sum x w - zw sum x - zx sum w + K zx zw``)."""
+        x_scale, x_zp = x.scalar()
+        if np.any(w.zero_point != w.zero_point.flat[0]):
+            raise ModelError(f"{self.path}: weights {w.name!r} have per-channel zero points that differ")
+        w_zp = int(w.zero_point.flat[0])
+        channels = weight.shape[0]
+        out_scale, out_zp = out.scalar()
+        if w.scale.size == 1 and x.dtype == "uint8":
+            # legacy uint8 (GetQuantizedConvolutionMultipler): the product of the two scales in float32
+            reals = [float(np.float32(x_scale * w.scale[0])) / float(out_scale)] * channels
+        else:
+            reals = [float(x_scale) * float(s) / float(out_scale) for s in np.broadcast_to(w.scale, (channels,))]
+        w32 = weight.reshape(channels, -1).astype(np.int64)
+        b = np.zeros(channels, np.int64) if bias is None else bias.astype(np.int64).reshape(-1)
+        folded = (b - x_zp * w32.sum(1) + w32.shape[1] * x_zp * w_zp).astype(np.int32)
+        return (weight, folded, ta.multipliers(reals)), dict(x_zero_point=x_zp, w_zero_point=w_zp, out_zero_point=out_zp,
+                                                             out_dtype=out.dtype, clamp=clamp, **geometry)
+
+    def bias(self, ins):
+        return self.tensor(ins[2]).data if len(ins) > 2 and ins[2] >= 0 else None
+
+    def conv(self, op, ins, out_index, depthwise: bool):
+        tfl = _tflite()
+        options = _options(op, tfl.DepthwiseConv2DOptions if depthwise else tfl.Conv2DOptions)
+        if options.DilationHFactor() != 1 or options.DilationWFactor() != 1:
+            raise ModelError(f"{self.path}: dilated convolutions are not supported")
+        x, w, out = self.quantized(ins[0]), self.quantized(ins[1]), self.quantized(out_index)
+        if w.data is None:
+            raise ModelError(f"{self.path}: convolution weights {w.name!r} are not constant")
+        _, h, wd, c = x.shape
+        if depthwise:
+            weight, groups = w.data.transpose(3, 0, 1, 2), c     # [1, KH, KW, C*M] -> OIHW [C*M, 1, KH, KW]
+        else:
+            weight = w.data.transpose(0, 3, 1, 2)                 # OHWI -> OIHW
+            groups = c // weight.shape[1]
+        strides = [options.StrideH(), options.StrideW()]
+        padding = _padding(options.Padding(), (h, wd), weight.shape[2:], strides)
+        clamp = self.activation_clamp(options.FusedActivationFunction(), out)
+        constants, params = self.linear(x, w, self.bias(ins), out, weight, clamp, strides=strides, padding=padding,
+                                        groups=groups)
+        return self.emit("conv2d", [self.values[ins[0]]], constants, **params)
+
+    def fully_connected(self, op, ins, out_index):
+        options = _options(op, _tflite().FullyConnectedOptions)
+        x, w, out = self.quantized(ins[0]), self.quantized(ins[1]), self.quantized(out_index)
+        if w.data is None:
+            raise ModelError(f"{self.path}: fully connected weights {w.name!r} are not constant")
+        if len(out.shape) != 2:
+            raise ModelError(f"{self.path}: fully connected output {out.name!r} has shape {out.shape}; only 2-D")
+        data = self.nhwc(ins[0])
+        if len(x.shape) != 2:
+            data = self.builder.emit(relax.op.reshape(data, (out.shape[0], w.data.shape[1])))
+        clamp = self.activation_clamp(options.FusedActivationFunction(), out)
+        constants, params = self.linear(x, w, self.bias(ins), out, w.data, clamp)
+        return self.emit("dense", [data], constants, **params)
+
+    def add(self, op, ins, out_index):
+        options = _options(op, _tflite().AddOptions)
+        a, b, out = self.quantized(ins[0]), self.quantized(ins[1]), self.quantized(out_index)
+        if a.shape != b.shape:
+            raise ModelError(f"{self.path}: ADD of shapes {a.shape} and {b.shape}: broadcasting is not supported")
+        (sa, za), (sb, zb), (sc, zc) = a.scalar(), b.scalar(), out.scalar()
+        twice_max = float(2 * max(sa, sb))
+        ma, sha = ta.quantize_multiplier(float(sa) / twice_max)
+        mb, shb = ta.quantize_multiplier(float(sb) / twice_max)
+        mo, sho = ta.quantize_multiplier(twice_max / (float(1 << ta.ADD_LEFT_SHIFT) * float(sc)))
+        clamp = self.activation_clamp(options.FusedActivationFunction(), out)
+        return self.emit("tflite_add", [self.values[ins[0]], self.values[ins[1]]], a_offset=-za, a_multiplier=ma,
+                         a_shift=sha, b_offset=-zb, b_multiplier=mb, b_shift=shb, out_multiplier=mo, out_shift=sho,
+                         out_zero_point=zc, out_dtype=out.dtype, clamp=clamp)
+
+    def pool(self, op, ins, out_index, kind: str):
+        options = _options(op, _tflite().Pool2DOptions)
+        x, out = self.quantized(ins[0]), self.quantized(out_index)
+        if x.scalar() != out.scalar():
+            raise ModelError(f"{self.path}: {kind} with different input and output quantization is not supported")
+        pool, strides = [options.FilterHeight(), options.FilterWidth()], [options.StrideH(), options.StrideW()]
+        padding = _padding(options.Padding(), x.shape[1:3], pool, strides)
+        clamp = self.activation_clamp(options.FusedActivationFunction(), out)
+        if kind == "max_pool2d":
+            if clamp != list(QUANT_RANGES[out.dtype]):
+                raise ModelError(f"{self.path}: MAX_POOL_2D with a fused activation is not supported")
+            return self.emit("max_pool2d", [self.values[ins[0]]], pool=pool, strides=strides, padding=padding)
+        return self.emit("tflite_avg_pool2d", [self.values[ins[0]]], pool=pool, strides=strides, padding=padding,
+                         clamp=clamp)
+
+    def mean(self, op, ins, out_index):
+        options = _options(op, _tflite().ReducerOptions)
+        x, out = self.quantized(ins[0]), self.quantized(out_index)
+        axis = self.tensor(ins[1]).data
+        if len(x.shape) != 4 or axis is None or sorted(int(a) % 4 for a in axis.reshape(-1)) != [1, 2]:
+            raise ModelError(f"{self.path}: MEAN over axes {axis} of a {len(x.shape)}-D tensor: only the mean over "
+                             "height and width of a 4-D tensor is supported")
+        (x_scale, x_zp), (y_scale, y_zp) = x.scalar(), out.scalar()
+        multiplier, shift = ta.mean_multiplier(float(x_scale) / float(y_scale), x.shape[1] * x.shape[2])
+        return self.emit("tflite_mean", [self.values[ins[0]]], x_zero_point=x_zp, multiplier=multiplier, shift=shift,
+                         out_zero_point=y_zp, out_dtype=out.dtype, keepdims=bool(options.KeepDims()))
+
+    def reshape(self, op, ins, out_index):
+        x, out = self.quantized(ins[0]), self.quantized(out_index)
+        if x.scalar() != out.scalar():
+            raise ModelError(f"{self.path}: RESHAPE with different input and output quantization is not supported")
+        result = self.builder.emit(relax.op.reshape(self.nhwc(ins[0]), out.shape))
+        return self.builder.emit(relax.op.permute_dims(result, TO_NCHW)) if len(out.shape) == 4 else result
+
+
+def _padding(kind: int, size, kernel, strides) -> list[int]:
+    """TFLite SAME / VALID padding as [top, left, bottom, right] (the odd pixel at the bottom/right)."""
+    if kind == _tflite().Padding.VALID:
+        return [0, 0, 0, 0]
+    ph, pw = [max(((n + s - 1) // s - 1) * s + int(k) - n, 0) for n, k, s in zip(size, kernel, strides)]
+    return [ph // 2, pw // 2, ph - ph // 2, pw - pw // 2]
+
+
+def _type_name(number: int) -> str:
+    names = {v: k for k, v in vars(_tflite().TensorType).items() if not k.startswith("_")}
+    return names.get(number, str(number)).lower()
+
+
+CONVERTERS = {
+    "CONV_2D": lambda imp, op, ins, out: imp.conv(op, ins, out, depthwise=False),
+    "DEPTHWISE_CONV_2D": lambda imp, op, ins, out: imp.conv(op, ins, out, depthwise=True),
+    "FULLY_CONNECTED": Importer.fully_connected,
+    "ADD": Importer.add,
+    "MAX_POOL_2D": lambda imp, op, ins, out: imp.pool(op, ins, out, "max_pool2d"),
+    "AVERAGE_POOL_2D": lambda imp, op, ins, out: imp.pool(op, ins, out, "avg_pool2d"),
+    "MEAN": Importer.mean,
+    "RESHAPE": Importer.reshape,
+}
+
+
+def load(path: str | Path) -> Importer:
+    """The importer of the checked model at ``path`` (ModelError if it cannot be compiled)."""
+    path = Path(path)
+    return Importer(read(path), path)
+
+
+def lower(path: str | Path, target: str = "host"):
+    """(the dispatched module, input specs, output names) of the .tflite model at ``path``: model.py's
+    ``lower`` with this module in place of import and rewrite."""
+    importer = load(path)
+    mod = legalize.legalize(importer.run(), target)
+    mod = dispatch.dispatch(mod, "host" if target == "host" else target)
+    return relax.transform.DeadCodeElimination(["main"])(mod), importer.specs(), importer.output_names()
