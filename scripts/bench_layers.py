@@ -47,6 +47,11 @@ def markdown(rows: list[dict], meta: dict) -> str:
         sel = [r for r in rows if r["threads"] == t]
         geo = np.exp(np.mean([np.log(r["speedups"]["onnxruntime_int8"]) for r in sel]))
         lines.append(f"\nGeometric mean speedup over onnxruntime int8, {t} thread(s): {geo:.2f}x")
+    one = {r["layer"]: r["ours_ms"] for r in rows if r["threads"] == 1}
+    two = {r["layer"]: r["ours_ms"] for r in rows if r["threads"] == 2}
+    if one.keys() & two.keys():
+        lines.append("\nOurs, 2-thread speedup over 1 thread: " + ", ".join(
+            f"{name} {one[name] / two[name]:.2f}x" for name in LAYERS if name in one and name in two))
     return "\n".join(lines) + "\n"
 
 
