@@ -5,6 +5,7 @@ import pytest
 
 pytest.importorskip("tvm")
 
+from helpers_bitserial import conv_reference, random_weights  # noqa: E402
 from isa_specs import host  # noqa: E402
 from synth import emit_cli  # noqa: E402
 from synth.emit_cli import check_entry  # noqa: E402
@@ -20,25 +21,6 @@ needs_avx512 = pytest.mark.skipif(bool(host.missing("avx512vpopcntdq", ())),
                                   reason=str(host.missing("avx512vpopcntdq", ())))
 CONFIGS = [Config(1, 1, "unipolar"), Config(1, 1, "hybrid"), Config(2, 2, "unipolar"), Config(2, 1, "hybrid"),
            Config(1, 3, "hybrid"), Config(3, 2, "unipolar"), Config(3, 3, "hybrid")]
-
-
-def random_weights(rng, config: Config, shape):
-    codes = rng.integers(0, 2 ** config.wbits, shape)
-    return codes if config.encoding == "unipolar" else 2 * codes - (2 ** config.wbits - 1)
-
-
-def conv_reference(x, w, stride, pad):
-    """NHWC x, OIHW w: the integer convolution, zero padding, in int64."""
-    b, h, wd, c = x.shape
-    o, _, kh, kw = w.shape
-    xp = np.pad(x.astype(np.int64), ((0, 0), (pad, pad), (pad, pad), (0, 0)))
-    oh, ow = (h + 2 * pad - kh) // stride + 1, (wd + 2 * pad - kw) // stride + 1
-    out = np.zeros((b, oh, ow, o), np.int64)
-    for i in range(kh):
-        for j in range(kw):
-            patch = xp[:, i:i + stride * oh:stride, j:j + stride * ow:stride, :]
-            out += np.einsum("bhwc,oc->bhwo", patch, w[:, :, i, j].astype(np.int64))
-    return out
 
 
 # ---------------------------------------------------------------- the GEMM-shaped spec

@@ -47,8 +47,8 @@ class BitserialKernel:
 def gemm_kernels(isa: str, abits: int, wbits: int, encoding: str) -> list[BitserialKernel]:
     """The proved GEMM-shaped tiles of a configuration, re-proved on this machine unless stamped
     (``synth.trust``); the tile doing the most plane-pair popcounts per loaded register first
-    (wbits·abits·rows·cols per wbits·rows + abits·cols loads), then the one with more rows. Refused
-    entries are skipped with a warning."""
+    (wbits·abits·rows·cols per wbits·rows + abits·cols loads), then the one with more rows; tiles of
+    one row only when there is no other. Refused entries are skipped with a warning."""
     chosen = []
     for path in cache.entries():
         try:
@@ -62,11 +62,12 @@ def gemm_kernels(isa: str, abits: int, wbits: int, encoding: str) -> list[Bitser
     entries, refused = trust.load_all(chosen)
     for line in refused:
         log.warning("not used: %s", line)
-    # a one-row tile's row loop is a unit loop, which TVM folds in the operator but not in a
-    # tensorize description: such tiles are not used
     kernels = [BitserialKernel(spec_from_key(e["spec"]), function_name(e) + "_gemm_extern", emit_llvm_ir(e),
                                e["cache_key"], tuple(kernel_model(e)["features"]))
-               for e in entries if e["proof"]["proved"] and e["spec"]["rows"] > 1]
+               for e in entries if e["proof"]["proved"]]
+    # one-row tiles only for a configuration without a larger one (NEON A3W3: the synthesizer found
+    # no two-row tile within its budget)
+    kernels = [k for k in kernels if k.spec.rows > 1] or kernels
     return sorted(kernels, key=lambda k: (-reuse(k.spec), -k.spec.rows))
 
 
@@ -89,17 +90,20 @@ def dot_term(w, a, j, k, encoding: str, acc: str):
     return d << (j + k).astype(acc)
 
 
-def register(kernel: BitserialKernel, words: int) -> str:
-    """Register the tile over ``words`` words of K (a whole number of blocks); returns its name."""
+def register(kernel: BitserialKernel, words: int, stride: int | None = None) -> str:
+    """Register the tile over ``words`` words of K (a whole number of blocks) of rows ``stride``
+    words apart (default ``words``: K in one piece; more: a chunk of a longer K); returns its name."""
     spec, acc = kernel.spec, kernel.acc_dtype
     rows, cols, wb, ab = spec.rows, spec.cols, spec.wbits, spec.abits
     if words % kernel.block_words:
         raise ValueError(f"{words} words are not whole {spec.reg_bits}-bit blocks")
-    name = f"qsynth_{spec.name}_k{words}"
+    stride = stride or words
+    name = f"qsynth_{spec.name}_k{words}" + (f"_s{stride}" if stride != words else "")
+    w_strides, a_strides = ([rows * stride, stride, 1], [ab * stride, stride, 1]) if stride != words else (None, None)
 
     @T.prim_func(s_tir=True)
-    def desc(W: T.Buffer((wb, rows, words), WORD, offset_factor=1),
-             A: T.Buffer((cols, ab, words), WORD, offset_factor=1),
+    def desc(W: T.Buffer((wb, rows, words), WORD, offset_factor=1, strides=w_strides),
+             A: T.Buffer((cols, ab, words), WORD, offset_factor=1, strides=a_strides),
              C: T.Buffer((cols, rows), acc, offset_factor=1, strides=[T.int32(), 1])) -> None:
         with T.sblock("root"):
             T.reads(C[0:cols, 0:rows], W[0:wb, 0:rows, 0:words], A[0:cols, 0:ab, 0:words])
@@ -112,20 +116,36 @@ def register(kernel: BitserialKernel, words: int) -> str:
                                                      vr // (ab * words), vr // words % ab, spec.encoding, acc)
 
     @T.prim_func(s_tir=True)
-    def impl(W: T.Buffer((wb, rows, words), WORD, offset_factor=1),
-             A: T.Buffer((cols, ab, words), WORD, offset_factor=1),
+    def one_row(W: T.Buffer((wb, rows, words), WORD, offset_factor=1, strides=w_strides),
+                A: T.Buffer((cols, ab, words), WORD, offset_factor=1, strides=a_strides),
+                C: T.Buffer((cols, rows), acc, offset_factor=1, strides=[T.int32(), 1])) -> None:
+        # desc of a one-row tile: TVM folds the operator's unit row loop, so the description has none
+        with T.sblock("root"):
+            T.reads(C[0:cols, 0:rows], W[0:wb, 0:rows, 0:words], A[0:cols, 0:ab, 0:words])
+            T.writes(C[0:cols, 0:rows])
+            for n, r in T.grid(cols, wb * ab * words):
+                with T.sblock("update"):
+                    vn, vr = T.axis.remap("SR", [n, r])
+                    C[vn, 0] = C[vn, 0] + dot_term(W[vr // (ab * words), 0, vr % words],
+                                                   A[vn, vr // words % ab, vr % words],
+                                                   vr // (ab * words), vr // words % ab, spec.encoding, acc)
+
+    @T.prim_func(s_tir=True)
+    def impl(W: T.Buffer((wb, rows, words), WORD, offset_factor=1, strides=w_strides),
+             A: T.Buffer((cols, ab, words), WORD, offset_factor=1, strides=a_strides),
              C: T.Buffer((cols, rows), acc, offset_factor=1, strides=[T.int32(), 1])) -> None:
         with T.sblock("root"):
             T.reads(C[0:cols, 0:rows], W[0:wb, 0:rows, 0:words], A[0:cols, 0:ab, 0:words])
             T.writes(C[0:cols, 0:rows])
-            T.evaluate(T.call_extern("int32", kernel.function, W.access_ptr("r"), words * 8, A.access_ptr("r"),
-                                     words * 8, C.access_ptr("rw"), C.strides[0], words // kernel.block_words))
+            T.evaluate(T.call_extern("int32", kernel.function, W.access_ptr("r"), stride * 8, A.access_ptr("r"),
+                                     stride * 8, C.access_ptr("rw"), C.strides[0], words // kernel.block_words))
 
-    s_tir.TensorIntrin.register(name, desc, impl, override=True)
+    s_tir.TensorIntrin.register(name, one_row if rows == 1 else desc, impl, override=True)
     return name
 
 
 ISAS = ("avx512", "avx2")       # preference order on x86 hosts
+CROSS = ("neon",)              # built for AArch64 and run under qemu (tvm_integration/cross.py), never "host"
 
 
 def select(isa: str, abits: int, wbits: int, encoding: str) -> BitserialKernel:
@@ -133,8 +153,8 @@ def select(isa: str, abits: int, wbits: int, encoding: str) -> BitserialKernel:
     runs (isa_specs.host's CPU flags), else the given ISA's largest tile."""
     from isa_specs import host
     from tvm_integration.dispatch import DispatchError
-    if isa != "host" and isa not in ISAS:
-        raise DispatchError(f"unknown ISA {isa!r} for bitserial operators; accepted: host, {', '.join(ISAS)}")
+    if isa != "host" and isa not in ISAS + CROSS:
+        raise DispatchError(f"unknown ISA {isa!r} for bitserial operators; accepted: host, {', '.join(ISAS + CROSS)}")
     reasons = []
     for name in ISAS if isa == "host" else (isa,):
         kernels = gemm_kernels(name, abits, wbits, encoding)
@@ -146,3 +166,9 @@ def select(isa: str, abits: int, wbits: int, encoding: str) -> BitserialKernel:
             return kernels[0]
         reasons.append(f"{kernels[0].spec.name}: {why}")
     raise DispatchError("no bitserial tile: " + "; ".join(reasons))
+
+
+def target(isa: str) -> dict:
+    """The LLVM target of a bitserial operator for ``isa``: AArch64 for NEON, else this host's."""
+    from tvm_integration import cross, dispatch
+    return cross.target() if isa in CROSS else dispatch.target()

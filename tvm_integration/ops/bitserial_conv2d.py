@@ -12,13 +12,11 @@ set, so it adds nothing for unipolar and bipolar weights alike).
 from __future__ import annotations
 
 import numpy as np
-import tvm
 from tvm import te, tirx
 
-from tvm_integration import dispatch
 from tvm_integration.bitpack import Packing
-from tvm_integration.bitserial_kernels import WORD, select
-from tvm_integration.operator import Operator
+from tvm_integration.bitserial_kernels import WORD, select, target
+from tvm_integration.operator import Built, Operator
 from tvm_integration.ops.bitserial_gemm import Config, build
 from tvm_integration.ops.conv2d import conv_geometry, pair
 from tvm_integration.output_stage import OutputStage
@@ -27,7 +25,15 @@ from tvm_integration.output_stage import OutputStage
 def bitserial_conv2d(weight: np.ndarray, input_shape: tuple[int, int, int, int], config: Config, stride=1,
                      padding=0, stage: OutputStage = OutputStage(), isa: str = "host",
                      use_kernel: bool = True) -> Operator:
-    """Compile for NHWC inputs of ``input_shape``; ``use_kernel=False``: the same schedule in plain TIR."""
+    """Compile for NHWC inputs of ``input_shape``; ``use_kernel=False``: the same schedule in plain TIR.
+    ``isa="neon"``: built for AArch64, an operator run under qemu (cross.QemuOperator)."""
+    return build_bitserial_conv2d(weight, input_shape, config, stride, padding, stage, isa, use_kernel).compile()
+
+
+def build_bitserial_conv2d(weight: np.ndarray, input_shape: tuple[int, int, int, int], config: Config, stride=1,
+                           padding=0, stage: OutputStage = OutputStage(), isa: str = "host",
+                           use_kernel: bool = True) -> Built:
+    """The scheduled operator of ``bitserial_conv2d``, not compiled."""
     if weight.ndim != 4:
         raise ValueError(f"weight must be OIHW, got {list(weight.shape)}")
     stride = pair(stride)
@@ -53,5 +59,5 @@ def bitserial_conv2d(weight: np.ndarray, input_shape: tuple[int, int, int, int],
     weight_planes = weight_planes.transpose(0, 2, 1, 3).reshape(o, config.wbits, kh * kw * cw)
     kernel = select(isa, config.abits, config.wbits, config.encoding) if use_kernel else None
     mod, constants = build(b * oh * ow, x, planes, window_word, weight_planes, (o, kh * kw * c), config, stage, kernel)
-    module = tvm.compile(mod, target=dispatch.target()).jit()
-    return Operator(module, constants, (b * oh * ow, o), stage.out_dtype, input_shape, "uint8", (b, oh, ow, o))
+    return Built(mod, constants, (b * oh * ow, o), stage.out_dtype, tuple(input_shape), "uint8", (b, oh, ow, o),
+                 target(isa))

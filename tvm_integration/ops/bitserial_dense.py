@@ -4,20 +4,25 @@ bitserial_gemm.Config), the int32 result into the int8 operators' output stage."
 from __future__ import annotations
 
 import numpy as np
-import tvm
 from tvm import te
 
-from tvm_integration import dispatch
 from tvm_integration.bitpack import Packing
-from tvm_integration.bitserial_kernels import WORD, select
-from tvm_integration.operator import Operator
+from tvm_integration.bitserial_kernels import WORD, select, target
+from tvm_integration.operator import Built, Operator
 from tvm_integration.ops.bitserial_gemm import Config, build
 from tvm_integration.output_stage import OutputStage
 
 
 def bitserial_dense(weight: np.ndarray, m: int, config: Config, stage: OutputStage = OutputStage(),
                     isa: str = "host", use_kernel: bool = True) -> Operator:
-    """Compile for ``m`` input rows; ``use_kernel=False``: the same schedule in plain TIR."""
+    """Compile for ``m`` input rows; ``use_kernel=False``: the same schedule in plain TIR.
+    ``isa="neon"``: built for AArch64, an operator run under qemu (cross.QemuOperator)."""
+    return build_bitserial_dense(weight, m, config, stage, isa, use_kernel).compile()
+
+
+def build_bitserial_dense(weight: np.ndarray, m: int, config: Config, stage: OutputStage = OutputStage(),
+                          isa: str = "host", use_kernel: bool = True) -> Built:
+    """The scheduled operator of ``bitserial_dense``, not compiled."""
     if weight.ndim != 2:
         raise ValueError(f"weight must be [N, K], got {list(weight.shape)}")
     n, k = weight.shape
@@ -27,5 +32,4 @@ def bitserial_dense(weight: np.ndarray, m: int, config: Config, stage: OutputSta
     planes = rows_planes.te(x, config.abits)
     mod, constants = build(m, x, planes, lambda p, plane, t: planes[p, plane, t],
                            rows_planes.numpy(config.weight_codes(weight), config.wbits), weight.shape, config, stage, kernel)
-    module = tvm.compile(mod, target=dispatch.target()).jit()
-    return Operator(module, constants, (m, n), stage.out_dtype, (m, k), "uint8", (m, n))
+    return Built(mod, constants, (m, n), stage.out_dtype, (m, k), "uint8", (m, n), target(isa))

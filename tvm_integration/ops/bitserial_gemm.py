@@ -71,13 +71,16 @@ def build(rows: int, data: te.Tensor, input_planes: te.Tensor, activation_word, 
     ``weight_planes``: ``[N, wbits, words]`` uint64, packed the same way at compile time.
     A K of at most half a kernel block would be mostly zero words: the plain-TIR schedule (one-word
     blocks) runs it instead (AVX-512, ResNet-18's 1x1 layers, 1-4 words of 8: the tile ran at
-    0.23-0.84x of the plain schedule, but for C11 A1W1, 1.2x)."""
+    0.23-0.84x of the plain schedule, but for C11 A1W1, 1.2x).
+    A kernel whose lanes are narrower than the largest dot product of K (NEON: 16 bits) runs on
+    chunks of K small enough to be exact, summed in int32 (``chunks``)."""
     n = weights_shape[0]
     if kernel and not pays(kernel, weight_planes.shape[2]):
         kernel = None
     tile_rows, tile_cols = (kernel.spec.rows, kernel.spec.cols) if kernel else PLAIN_TILE
     raw_words = weight_planes.shape[2]
-    words = round_up(raw_words, kernel.block_words if kernel else 1)
+    chunk_count, chunk = chunks(kernel, config, raw_words) if kernel else (1, raw_words)
+    words = chunk_count * chunk
     pp, npad = round_up(rows, tile_cols), round_up(n, tile_rows)
     acc_dtype = kernel.acc_dtype if kernel else ("uint64" if config.encoding == "unipolar" else "int64")
 
@@ -85,17 +88,40 @@ def build(rows: int, data: te.Tensor, input_planes: te.Tensor, activation_word, 
         tirx.all(p < rows, t < raw_words), activation_word(tirx.min(p, rows - 1), k, tirx.min(t, raw_words - 1)),
         tirx.const(0, WORD)), name="columns")
     w = te.placeholder((npad // tile_rows, config.wbits, tile_rows, words), WORD, name="weights")
-    r = te.reduce_axis((0, config.wbits * config.abits * words), "r")
-    j, kk, t = planes_and_word(r, config.abits, words)
-    acc = te.compute((pp, npad), lambda p, c: te.sum(dot_term(
-        w[c // tile_rows, j, c % tile_rows, t], packed[p, kk, t], j, kk, config.encoding, acc_dtype), axis=r),
-        name="gemm")
+    r = te.reduce_axis((0, config.wbits * config.abits * chunk), "r")
+    j, kk, t = planes_and_word(r, config.abits, chunk)
+    term = lambda q, p, c: dot_term(w[c // tile_rows, j, c % tile_rows, q * chunk + t], packed[p, kk, q * chunk + t],
+                                    j, kk, config.encoding, acc_dtype)
+    if chunk_count == 1:
+        acc = te.compute((pp, npad), lambda p, c: te.sum(term(0, p, c), axis=r), name="gemm")
+        total = lambda p, c: acc[p, c].astype("int32")
+    else:
+        part = te.compute((chunk_count, pp, npad), lambda q, p, c: te.sum(term(q, p, c), axis=r), name="gemm")
+        q = te.reduce_axis((0, chunk_count), "q")
+        acc = te.compute((pp, npad), lambda p, c: te.sum(part[q, p, c].astype("int32"), axis=q), name="chunks")
+        total = lambda p, c: acc[p, c]
     values = stage.channel_params(1, n, npad)
     params = placeholders(values)
-    out = te.compute((rows, n), lambda p, c: stage.expression(acc[p, c].astype("int32"), params, 0, c), name="output")
+    out = te.compute((rows, n), lambda p, c: stage.expression(total(p, c), params, 0, c), name="output")
     func = te.create_prim_func([data, w, *params.values(), out])
     constants = [tile_weights(weight_planes, tile_rows, words), *values.values()]
+    if chunk_count > 1:
+        return schedule_chunks(func, input_planes.op.name, tile_rows, tile_cols, kernel, chunk, words), constants
     return schedule(func, input_planes.op.name, tile_rows, tile_cols, kernel, words), constants
+
+
+def chunks(kernel: BitserialKernel, config: Config, words: int) -> tuple[int, int]:
+    """(count, words of each) of the K chunks the kernel runs on: each a whole number of its blocks,
+    as few as keep every dot product of a chunk within the kernel's lanes (unipolar: unsigned,
+    hybrid: signed; at most (2**abits - 1)(2**wbits - 1) per bit of K), as equal as they can be."""
+    top = 2 ** kernel.spec.out_bits - 1 if config.encoding == "unipolar" else 2 ** (kernel.spec.out_bits - 1) - 1
+    per_bit = (2 ** config.abits - 1) * (2 ** config.wbits - 1)
+    most = top // per_bit // 64 // kernel.block_words          # blocks per chunk
+    if most < 1:
+        raise ValueError(f"{kernel.spec.name}: one block of K can exceed its {kernel.spec.out_bits}-bit lanes")
+    blocks = -(-words // kernel.block_words)
+    count = -(-blocks // most)
+    return count, -(-blocks // count) * kernel.block_words
 
 
 def pays(kernel: BitserialKernel, words: int) -> bool:
@@ -117,8 +143,8 @@ def schedule(func, input_planes: str, tile_rows: int, tile_cols: int, kernel: Bi
     block = sch.get_sblock("gemm")
     p, c, r = sch.get_loops(block)
     p0, p1 = sch.split(p, [None, tile_cols])
-    c0, c1 = sch.split(c, [None, tile_rows])
-    sch.reorder(p0, c0, p1, c1, r)
+    c0, c1 = _split_rows(sch, c, tile_rows)
+    sch.reorder(p0, c0, p1, *c1, r)
     sch.parallel(p0)
     columns = sch.get_sblock("columns")
     sch.compute_at(columns, p0)
@@ -130,6 +156,40 @@ def schedule(func, input_planes: str, tile_rows: int, tile_cols: int, kernel: Bi
         sch.tensorize(p1, register(kernel, words))
         sch.annotate(p0, "pragma_import_llvm", kernel.llvm_ir)
     return sch.mod
+
+
+def schedule_chunks(func, input_planes: str, tile_rows: int, tile_cols: int, kernel: BitserialKernel, chunk: int,
+                    words: int):
+    """As ``schedule``, the tile's chunks computed under its (p0, c0) into a local [chunks, cols, rows]
+    buffer, each chunk one call of the kernel over ``chunk`` words, then summed in int32."""
+    sch = s_tir.Schedule(func)
+    _pack_in_parallel(sch, sch.get_sblock(input_planes))
+    total = sch.get_sblock("chunks")
+    p, c, _ = sch.get_loops(total)
+    p0, p1 = sch.split(p, [None, tile_cols])
+    c0, c1 = _split_rows(sch, c, tile_rows)
+    sch.reorder(p0, c0, p1, *c1)
+    sch.parallel(p0)
+    block = sch.get_sblock("gemm")
+    sch.compute_at(block, c0)
+    columns = sch.get_sblock("columns")
+    sch.compute_at(columns, p0)
+    sch.vectorize(sch.get_loops(columns)[-1])
+    sch.reverse_compute_at(sch.get_sblock("output"), c0)
+    pc = sch.get_loops(block)[3]                 # p0 c0 | q p [c] r
+    sch.decompose_reduction(block, pc)
+    sch.tensorize(pc, register(kernel, chunk, stride=words))
+    sch.annotate(p0, "pragma_import_llvm", kernel.llvm_ir)
+    return sch.mod
+
+
+def _split_rows(sch, c, tile_rows: int):
+    """(c0, [c1]): the channel loop by the tile's rows; a one-row tile's loop is not split (a unit
+    loop would stay in the block the tile replaces, and its description has none)."""
+    if tile_rows == 1:
+        return c, []
+    c0, c1 = sch.split(c, [None, tile_rows])
+    return c0, [c1]
 
 
 def _pack_in_parallel(sch, block):

@@ -1,0 +1,109 @@
+"""Bitserial dense and conv2d on the proved NEON tiles (issue 14): compiled for AArch64 and run under
+qemu-aarch64 (tvm_integration/cross.py), against numpy references from the unpacked values. The
+NEON tiles add in 16-bit lanes, so a long K runs in chunks: the largest values of a configuration
+make a dot product past 16 bits, which only the chunks get right."""
+import numpy as np
+import pytest
+
+pytest.importorskip("tvm")
+
+from helpers_bitserial import conv_reference, random_weights  # noqa: E402
+from tvm_integration import cross  # noqa: E402
+from tvm_integration.bitserial_kernels import gemm_kernels, select  # noqa: E402
+from tvm_integration.ops.bitserial_conv2d import bitserial_conv2d  # noqa: E402
+from tvm_integration.ops.bitserial_dense import bitserial_dense  # noqa: E402
+from tvm_integration.ops.bitserial_gemm import Config, chunks  # noqa: E402
+from tvm_integration.output_stage import OutputStage, ScaleRequantize  # noqa: E402
+
+pytestmark = [pytest.mark.qemu, pytest.mark.skipif(cross.missing_tools() is not None,
+                                                   reason=str(cross.missing_tools()))]
+
+
+def set_extremes(config, x, w):
+    """``x`` (a view of the input) and output channel 0 of w at their largest values (the largest dot
+    product), hybrid output channel 1 at its most negative (the most negative one)."""
+    x[...] = 2 ** config.abits - 1
+    w[0] = 2 ** config.wbits - 1
+    if config.encoding == "hybrid":
+        w[1] = -(2 ** config.wbits - 1)
+
+
+DENSE = [  # (config, m, n, k): m not whole column tiles, n not whole row tiles, k not whole words
+    (Config(1, 1, "unipolar"), 5, 20, 577),
+    (Config(1, 1, "hybrid"), 3, 9, 200),
+    (Config(2, 3, "unipolar"), 5, 6, 3300),     # 21 * 3300 > 2**16: two chunks
+    (Config(1, 3, "hybrid"), 3, 5, 5000),       # 7 * 5000 > 2**15: two chunks
+    (Config(3, 3, "hybrid"), 3, 3, 700),        # a one-row tile, 49 * 700 > 2**15
+]
+
+
+@pytest.mark.parametrize("config, m, n, k", DENSE, ids=[f"a{c.abits}w{c.wbits}_{c.encoding}_k{k}" for c, _, _, k in DENSE])
+def test_dense_on_neon_equals_numpy(config, m, n, k):
+    rng = np.random.default_rng(11)
+    w = random_weights(rng, config, (n, k))
+    x = rng.integers(0, 2 ** config.abits, (m, k)).astype(np.uint8)
+    set_extremes(config, x[0], w)
+    op = bitserial_dense(w, m, config, isa="neon")
+    assert isinstance(op, cross.QemuOperator) and "bl\tqs_" not in op.assembly      # the tile inlined
+    np.testing.assert_array_equal(op(x), x.astype(np.int64) @ w.T)
+
+
+def test_long_k_needs_the_chunks():
+    """Without chunks the 16-bit lanes wrap: 21 * 3300 = 69300 comes back as 69300 - 65536."""
+    config, kernel = Config(2, 3, "unipolar"), select("neon", 2, 3, "unipolar")
+    assert kernel.spec.out_bits == 16 and chunks(kernel, config, 3300 // 64 + 1) == (2, 26)
+    assert chunks(kernel, config, 48) == (1, 48)
+    assert chunks(kernel, config, 49)[0] == 2
+
+
+def test_plain_tir_on_aarch64_equals_numpy():
+    """The baseline the NEON tile is measured against: the same schedule in plain TIR, for AArch64."""
+    config = Config(2, 1, "hybrid")
+    rng = np.random.default_rng(12)
+    w = random_weights(rng, config, (7, 11, 3, 3))
+    x = rng.integers(0, 4, (1, 6, 5, 11)).astype(np.uint8)
+    op = bitserial_conv2d(w, x.shape, config, 2, 1, isa="neon", use_kernel=False)
+    assert isinstance(op, cross.QemuOperator)
+    np.testing.assert_array_equal(op(x), conv_reference(x, w, 2, 1))
+
+
+CONVS = [  # (config, input NHWC, weight OIHW, stride, padding)
+    (Config(1, 1, "unipolar"), (1, 7, 6, 70), (10, 70, 3, 3), 1, 1),
+    (Config(1, 1, "hybrid"), (1, 7, 7, 13), (5, 13, 3, 3), 2, 1),
+    (Config(2, 2, "unipolar"), (2, 4, 5, 150), (9, 150, 1, 1), 1, 0),
+    (Config(3, 1, "hybrid"), (1, 7, 6, 130), (3, 130, 1, 1), 2, 0),    # a one-row tile
+    (Config(2, 3, "hybrid"), (1, 5, 5, 200), (4, 200, 3, 3), 1, 1),    # 21 * 9 * 200 > 2**15: chunks
+]
+
+
+@pytest.mark.parametrize("config, shape, wshape, stride, pad", CONVS,
+                         ids=[f"a{c.abits}w{c.wbits}_{c.encoding}_{w[2]}x{w[3]}_s{s}" for c, _, w, s, _ in CONVS])
+def test_conv2d_nhwc_on_neon_equals_numpy(config, shape, wshape, stride, pad):
+    rng = np.random.default_rng(13)
+    w = random_weights(rng, config, wshape)
+    x = rng.integers(0, 2 ** config.abits, shape).astype(np.uint8)
+    set_extremes(config, x[0, :3], w)          # image rows 0-2: whole 3x3 windows at the largest values
+    got = bitserial_conv2d(w, shape, config, stride, pad, isa="neon")(x)
+    np.testing.assert_array_equal(got, conv_reference(x, w, stride, pad))
+
+
+def test_output_stage_on_neon():
+    """bias, float scale (round half to even), zero point, clamp to u8 — computed on AArch64."""
+    config = Config(1, 2, "unipolar")
+    rng = np.random.default_rng(14)
+    w = random_weights(rng, config, (12, 100))
+    x = rng.integers(0, 2, (6, 100)).astype(np.uint8)
+    bias = rng.integers(-50, 50, 12).astype(np.int32)
+    scale = np.float32(0.37)
+    stage = OutputStage(bias=bias, requantize=ScaleRequantize(scale, 100, "uint8"))
+    got = bitserial_dense(w, 6, config, stage, isa="neon")(x)
+    acc = (x.astype(np.int64) @ w.T + bias).astype(np.float32)
+    np.testing.assert_array_equal(got, np.clip(np.rint(acc * scale) + 100, 0, 255).astype(np.uint8))
+
+
+def test_every_config_has_a_neon_tile():
+    for a in (1, 2, 3):
+        for w in (1, 2, 3):
+            for encoding in ("unipolar", "hybrid"):
+                tiles = gemm_kernels("neon", a, w, encoding)
+                assert tiles and all(t.spec.cols > 1 and t.spec.out_bits == 16 for t in tiles), (a, w, encoding)
