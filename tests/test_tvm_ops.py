@@ -7,7 +7,7 @@ pytest.importorskip("tvm")
 from hypothesis import given, settings, strategies as st  # noqa: E402
 
 from tvm_integration import dispatch  # noqa: E402
-from tvm_integration.ops.conv2d import conv2d  # noqa: E402
+from tvm_integration.ops.conv2d import conv2d, space_to_depth  # noqa: E402
 from tvm_integration.ops.dense import dense  # noqa: E402
 from tvm_integration.output_stage import FixedPointRequantize, OutputStage, ScaleRequantize  # noqa: E402
 
@@ -107,6 +107,12 @@ def test_conv2d(layout, c, o, ksize, stride, pad, groups, dtype):
     x, w = random(shape, dtype), random((o, c // groups, ksize, ksize), "int8")
     out = conv2d(w, shape, layout, stride, pad, groups, dtype)(x)
     assert np.array_equal(out, conv_reference(x, w, layout, stride, pad, groups))
+
+
+def test_space_to_depth_only_where_it_packs_more_useful_bytes():
+    assert space_to_depth((64, 3, 7, 7), 3, (2, 2), 16) == (2, 2)      # stem: 147 of 192 bytes, not of 224
+    assert space_to_depth((64, 64, 3, 3), 64, (2, 2), 16) == (1, 1)    # rows are whole K steps already
+    assert space_to_depth((64, 3, 7, 7), 3, (1, 1), 16) == (1, 1)
 
 
 def test_conv2d_batch_and_plain_tir():

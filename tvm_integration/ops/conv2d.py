@@ -50,6 +50,19 @@ def conv2d(weight: np.ndarray, input_shape: tuple[int, ...], layout: str = "NCHW
     return built.compile()
 
 
+def space_to_depth(weight_shape, channels: int, stride: tuple[int, int], k_step: int) -> tuple[int, int]:
+    """The input folding (fh, fw) that makes a strided convolution's window rows longest: folding
+    each fh x fw block of pixels into channels turns a stride-s conv into a stride-1 one on s*s times
+    the channels (a 7x7 stride-2 stem on 3 channels: 4x4 taps on 12), whose window rows of kw/s
+    pixels run whole K steps instead of 21 useful bytes in 32. (1, 1) unless that packs more of the
+    weights' useful bytes per K step."""
+    kh, kw = weight_shape[2:]
+
+    def useful(fh, fw):
+        return kh * kw * channels / (-(-kh // fh) * round_up(-(-kw // fw) * channels * fh * fw, k_step))
+    return max([(1, 1), stride], key=lambda f: (useful(*f), f == (1, 1)))
+
+
 def build_conv2d(weight: np.ndarray, input_shape: tuple[int, ...], layout: str = "NCHW", stride=1, padding=0,
                  groups: int = 1, data_dtype: str = "uint8", stage: OutputStage = OutputStage(), isa: str = "host",
                  use_kernel: bool = True, pad_value: int = 0, kernel=None) -> Built:
@@ -81,16 +94,25 @@ def build_conv2d(weight: np.ndarray, input_shape: tuple[int, ...], layout: str =
         # run are copied too, whatever the input holds there (the row is padded by that much): their
         # weights are zero, and a copy without a per-byte test stays one vector load (the stem's
         # packing with the test, byte by byte, took 45% of its time).
-        run = kw * c
+        fold = space_to_depth(weight.shape, c, stride, tile.k)
+        (fh, fw), c2 = fold, c * fold[0] * fold[1]
+        kh2, kw2, steps = -(-kh // fh), -(-kw // fw), (stride[0] // fh, stride[1] // fw)
+        run = kw2 * c2
         step = round_up(run, tile.k)
-        padded = te.compute((b, hp, wp * c + step - run), lambda bi, i, jc: depthwise.padded_value(
+        rows_in, cols_in = (oh - 1) * steps[0] + kh2, (ow - 1) * steps[1] + kw2 + -(-(step - run) // c2)
+        padded = te.compute((b, rows_in * fh, cols_in * fw * c), lambda bi, i, jc: depthwise.padded_value(
             x, layout, bi, jc % c, i - pads[0], jc // c - pads[1], pad_value), name="pad")
+        if (fh, fw) != (1, 1):            # pixel (i * fh + di, j * fw + dj) to row i, column j, channel (di, dj, c)
+            padded = te.compute((b, rows_in, cols_in * c2), lambda bi, i, jc: padded[
+                bi, i * fh + jc % c2 // (fw * c), jc // c2 * fw * c + jc % (fw * c)], name="fold")
 
         def element(bi, g, p, k):
-            return padded[bi, p // ow * stride[0] + k // step, p % ow * stride[1] * c + k % step]
-        rows = weight.transpose(0, 2, 3, 1).reshape(o, kh, run)
-        matrix = np.pad(rows, ((0, 0), (0, 0), (0, step - run))).reshape(1, o, kh * step)
-        depth_loops = (kh, step)
+            return padded[bi, p // ow * steps[0] + k // step, p % ow * steps[1] * c2 + k % step]
+        taps = np.zeros((o, c, kh2 * fh, kw2 * fw), np.int8)
+        taps[:, :, :kh, :kw] = weight           # [o, ch, kh2, di, kw2, dj] -> k = (kh2 | kw2, di, dj, ch)
+        rows = taps.reshape(o, c, kh2, fh, kw2, fw).transpose(0, 2, 4, 3, 5, 1).reshape(o, kh2, run)
+        matrix = np.pad(rows, ((0, 0), (0, 0), (0, step - run))).reshape(1, o, kh2 * step)
+        depth_loops = (kh2, step)
     else:
         # The input, padded, in NHWC order (a transpose for NCHW): each group's window row is one run
         # of contiguous channels for the packing to copy.

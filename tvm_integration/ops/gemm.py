@@ -102,7 +102,7 @@ def build(gemm: Gemm, data: te.Tensor, element, weights: np.ndarray, stage: Outp
 
 def schedule(func, tile: Tile, kernel: Kernel | None, order: str, depth_loops: tuple[int, ...]):
     sch = s_tir.Schedule(func)
-    for name in ("pad",):         # a tensor the operator computes from its input before packing
+    for name in ("pad", "fold"):  # tensors the operator computes from its input before packing
         if any(sch.get(b).name_hint == name for b in sch.get_child_blocks(sch.get_sblock("root"))):
             _parallel_rows(sch, sch.get_sblock(name))
     block = sch.get_sblock("gemm")
