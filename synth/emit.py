@@ -575,6 +575,13 @@ _LANE_SUMS = {("neon", 128, 16): "vaddvq_u16(vld1q_u16(r))", ("neon", 64, 16): "
               ("x86", 512, 64): "(uint64_t)_mm512_reduce_add_epi64(_mm512_loadu_si512(r))"}
 
 
+# Blocks per iteration of the _gemv/_gemm K loop. x86: two, half the loop's scalar uops, which
+# otherwise take vector port slots (AVX-512 A1W1: +3-4% side by side). NEON: one; two spill the
+# A1W1 8x2 tile's accumulators (16 of the 32 registers) to the stack, and the operator's K loop took
+# 1.31x the llvm-mca cycles on Cortex-A53, 1.58x on Cortex-A72 (ResNet-18 C6; scripts/mca_bitserial_layers.py).
+_GEMV_UNROLL = {"x86": 2, "neon": 1}
+
+
 def _gemv_model(spec, lay: Layout) -> dict | None:
     """What the K loop and the epilogue of an ``acc`` kernel need (None for other kernels)."""
     if lay.kind != "bitserial_acc":
@@ -583,6 +590,7 @@ def _gemv_model(spec, lay: Layout) -> dict | None:
             "loop": "gemm" if spec.cols > 1 else "gemv", "column_registers": len(spec.column_accumulators(0)),
             "lane_sum": _LANE_SUMS.get((_family(spec.isa), spec.reg_bits, spec.out_bits)),
             "registers": len(spec.accumulator_names), "lanes": spec.reg_bits // spec.out_bits,
+            "unroll": _GEMV_UNROLL[_family(spec.isa)],
             "block_bytes": spec.reg_bits // 8, "significances": spec.significances, "abits": spec.abits,
             "hybrid": spec.encoding == "hybrid", "act_weight": 2 ** spec.wbits - 1}
 

@@ -8,7 +8,7 @@ import pytest
 pytest.importorskip("tvm")
 
 from helpers_bitserial import conv_reference, random_weights  # noqa: E402
-from tvm_integration import cross  # noqa: E402
+from tvm_integration import cross, mca  # noqa: E402
 from tvm_integration.bitserial_kernels import gemm_kernels, select  # noqa: E402
 from tvm_integration.ops.bitserial_conv2d import bitserial_conv2d  # noqa: E402
 from tvm_integration.ops.bitserial_dense import bitserial_dense  # noqa: E402
@@ -107,3 +107,31 @@ def test_every_config_has_a_neon_tile():
             for encoding in ("unipolar", "hybrid"):
                 tiles = gemm_kernels("neon", a, w, encoding)
                 assert tiles and all(t.spec.cols > 1 and t.spec.out_bits == 16 for t in tiles), (a, w, encoding)
+
+
+# ---------------------------------------------------------------- llvm-mca estimates (tvm_integration/mca.py)
+needs_llvm = pytest.mark.skipif(mca.missing_tools() is not None, reason=str(mca.missing_tools()))
+
+
+@needs_llvm
+def test_profile_counts_every_popcount_the_tile_runs():
+    """5 rows x 20 channels x 577 bits on the 8x2 A1W1 tile: 3 column tiles x 3 row tiles x 5 blocks
+    of 16 cnt each; the blocks qemu ran, times their cnt, must add up to exactly that."""
+    config = Config(1, 1, "unipolar")
+    kernel = select("neon", 1, 1, "unipolar")
+    assert (kernel.spec.rows, kernel.spec.cols, kernel.block_words) == (8, 2, 2)
+    rng = np.random.default_rng(15)
+    w = random_weights(rng, config, (20, 577))
+    x = rng.integers(0, 2, (5, 577)).astype(np.uint8)
+    blocks = mca.profile(bitserial_dense(w, 5, config, isa="neon"), x)
+    assert sum(b.runs * b.popcounts for b in blocks) == 3 * 3 * 5 * 16
+
+
+@needs_llvm
+def test_block_cycles_of_a_dependency_chain():
+    """Four dependent adds: one per cycle on Cortex-A53, so 4 cycles a run; four independent ones
+    dual-issue in about half that."""
+    chain = mca.Block(0, ("add x0, x0, #0x1",) * 4, 1)
+    spread = mca.Block(0, ("add x0, x0, #0x1", "add x1, x1, #0x1", "add x2, x2, #0x1", "add x3, x3, #0x1"), 1)
+    dependent, independent = mca.block_cycles([chain, spread], "cortex-a53")
+    assert 3.9 <= dependent <= 4.1 and independent <= 2.6

@@ -2,9 +2,14 @@
 same run: the same schedule in plain TIR (``T.popcount``, the old topi shape), our int8 conv2d and
 onnxruntime fp32 and int8 on the layer. Medians of ``trials`` runs; our output checked against
 numpy from the unpacked values in the same run. Used by ``qsynth bench-layer --config AxWy`` and
-scripts/bench_bitserial_layers.py. Threads: TVM_NUM_THREADS (read when TVM's pool starts)."""
+scripts/bench_bitserial_layers.py. Threads: TVM_NUM_THREADS (read when TVM's pool starts).
+
+``mca_bitserial_layer``: the same layer on the NEON tile, built for an Arm core, checked against numpy
+under qemu and costed with llvm-mca (tvm_integration/mca.py) next to the plain-TIR schedule built for
+the same core (scripts/mca_bitserial_layers.py)."""
 from __future__ import annotations
 
+import dataclasses
 import re
 import tempfile
 from pathlib import Path
@@ -13,7 +18,7 @@ import numpy as np
 
 from tvm_integration.bench import LAYERS, Layer, onnxruntime_seconds, tvm_seconds
 from tvm_integration.bitserial_kernels import select
-from tvm_integration.ops.bitserial_conv2d import bitserial_conv2d
+from tvm_integration.ops.bitserial_conv2d import bitserial_conv2d, build_bitserial_conv2d
 from tvm_integration.ops.bitserial_gemm import Config, pays
 
 
@@ -64,3 +69,38 @@ def bench_bitserial_layer(name: str, config: Config, threads: int, trials: int, 
             "correct": correct, "ours_ms": t_ours * 1e3, "gmacs": layer.macs / t_ours / 1e9,
             "baselines": {k: v * 1e3 for k, v in baselines.items()},
             "speedups": {k: v / t_ours for k, v in baselines.items()}}
+
+
+def layer_operands(layer: Layer, config: Config) -> tuple[np.ndarray, np.ndarray]:
+    """(weights, input) of ``config`` on the layer's shapes (seed 14, as bench_bitserial_layer)."""
+    rng = np.random.default_rng(14)
+    codes = rng.integers(0, 2 ** config.wbits, layer.w.shape)
+    w = codes if config.encoding == "unipolar" else 2 * codes - (2 ** config.wbits - 1)
+    return w, rng.integers(0, 2 ** config.abits, layer.x.shape).astype(np.uint8)
+
+
+def mca_bitserial_layer(name: str, config: Config, cores: tuple[str, ...] = ("cortex-a53", "cortex-a72")) -> dict:
+    """One layer on the NEON tile and on the plain-TIR schedule, each built for every core of
+    ``cores`` (LLVM tuned for it, AArch64 v8.0 + NEON), run under qemu on one input (``correct``:
+    both equal numpy) and costed by llvm-mca (mca.estimate): per core the cycles of the popcounting
+    blocks (the GEMM's K loop and its remainder), of the whole operator and of the hottest loop, and
+    ``ratio`` = ours / plain of the first two."""
+    from tvm_integration import cross, mca
+    layer = Layer(name)
+    w, x = layer_operands(layer, config)
+    want = conv_reference(x, w, layer.s, layer.pad)
+    kernel = select("neon", config.abits, config.wbits, config.encoding)
+    row = {"layer": name, "config": f"A{config.abits}W{config.wbits}", "encoding": config.encoding,
+           "shape": LAYERS[name], "macs": layer.macs, "bit_macs": layer.macs * config.abits * config.wbits,
+           "kernel": kernel.spec.name if pays(kernel, layer.k ** 2 * -(-layer.ic // 64)) else "plain TIR (K below half a block)",
+           "correct": True, "cores": {}}
+    for core in cores:
+        estimates = {}
+        for label, use_kernel in (("ours", True), ("plain_tir", False)):
+            built = build_bitserial_conv2d(w, x.shape, config, layer.s, layer.pad, isa="neon", use_kernel=use_kernel)
+            op = dataclasses.replace(built, target=cross.target(core)).compile()
+            row["correct"] &= bool(np.array_equal(op(x), want))
+            estimates[label] = mca.estimate(op, x, (core,))[core]
+        ours, plain = estimates["ours"], estimates["plain_tir"]
+        row["cores"][core] = estimates | {"ratio": {part: ours[part] / plain[part] for part in ("popcount_blocks", "operator")}}
+    return row

@@ -8,6 +8,7 @@ checked, not timed: qemu's speed says nothing about an Arm core (speed: tvm_inte
 """
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import tempfile
@@ -20,15 +21,24 @@ import tvm
 CC = "aarch64-linux-gnu-gcc"
 QEMU = ("qemu-aarch64", "-cpu", "max")
 DRIVER = Path(__file__).with_name("qemu_driver.c")
-# The NEON kernels' LLVM IR is compiled for armv8.2-a+dotprod+i8mm (isa_specs/neon.py's toolchain):
-# the operator's target must have those features, or LLVM does not inline the kernel into it.
-MATTR = ("+neon", "+dotprod", "+i8mm")
+# AArch64 v8.0 with Advanced SIMD: what every AArch64 core runs (Cortex-A53 included), and all the
+# NEON bitserial tiles use (their kernel_model features); see ``kernel_ir``.
+MATTR = ("+neon",)
 _DL_CODES = {"i": 0, "u": 1, "f": 2}
 
 
 def target(mcpu: str | None = None) -> dict:
     """The TVM target of AArch64 operators (``mcpu``: tune for that core, e.g. cortex-a53)."""
     return {"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mattr": list(MATTR)} | ({"mcpu": mcpu} if mcpu else {})
+
+
+def kernel_ir(llvm_ir: str, features: tuple[str, ...]) -> str:
+    """A NEON kernel's LLVM IR declared for exactly the features its instructions need (clang wrote
+    the ISA toolchain's armv8.2-a+dotprod+i8mm on every function, and LLVM inlines a function only
+    into one with at least its features); an instruction outside them fails at instruction
+    selection, it is not dropped."""
+    wanted = ",".join(f"+{f}" for f in features)
+    return re.sub(r'"target-features"="[^"]*"', f'"target-features"="{wanted}"', llvm_ir)
 
 
 def is_aarch64(target: dict | str) -> bool:
@@ -76,13 +86,24 @@ class QemuOperator:
         path.write_bytes(array.tobytes())
         return spec(array.dtype, array.shape, path)
 
-    def __call__(self, x: np.ndarray) -> np.ndarray:
+    @property
+    def binary(self) -> Path:
+        """The linked static executable (driver + operator object)."""
+        return self._binary
+
+    @property
+    def object(self) -> Path:
+        """The operator's object file, as TVM wrote it."""
+        return self._dir / "operator.o"
+
+    def __call__(self, x: np.ndarray, qemu_options: tuple[str, ...] = ()) -> np.ndarray:
+        """Run on ``x`` (``qemu_options``: more options of qemu-aarch64, e.g. its logging)."""
         if x.shape != self.in_shape or str(x.dtype) != self.in_dtype:
             raise ValueError(f"input must be {self.in_dtype}{list(self.in_shape)}, got {x.dtype}{list(x.shape)}")
         out = self._dir / "out.bin"
         args = [self._write("input", np.ascontiguousarray(x)), *self._constants,
                 spec(np.dtype(self.out_dtype), self.out_shape, out)]
-        proc = subprocess.run([*QEMU, str(self._binary), *args], capture_output=True, text=True, timeout=600)
+        proc = subprocess.run([*QEMU, *qemu_options, str(self._binary), *args], capture_output=True, text=True, timeout=600)
         if proc.returncode:
             raise RuntimeError(f"the operator failed under qemu (exit {proc.returncode}): {proc.stderr.strip()[-2000:]}")
         result = np.frombuffer(out.read_bytes(), self.out_dtype).reshape(self.result_shape)
