@@ -56,8 +56,16 @@ def bench_model(model: str = MODEL,
         return cli.cmd_bench_model(SimpleNamespace(model=model, fp32=fp32, threads=threads, trials=trials, json=json))
 
 
+def inspect(model: str = MODEL, target: Target = TARGET, allow_float: bool = ALLOW_FLOAT,
+            json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> int:
+    """Each conv/dense layer's precision (AxWy, encoding), operator and kernel, without compiling."""
+    from tvm_integration.qnn import cli
+    return cli.cmd_inspect(SimpleNamespace(model=model, target=target, allow_float=allow_float, json=json))
+
+
 def register(app: typer.Typer) -> None:
     app.command("compile", epilog="Example: qsynth compile resnet_int8.onnx -o resnet_int8.so --threads 2")(compile)
     app.command("run", epilog="Example: qsynth run resnet_int8.onnx --input x.npy --output y.npy")(run)
+    app.command("inspect", epilog="Example: qsynth inspect w2a2.onnx")(inspect)
     app.command("bench-model", epilog="Example: qsynth bench-model resnet_int8.onnx --fp32 resnet.onnx --json")(
         bench_model)

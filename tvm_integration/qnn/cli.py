@@ -4,6 +4,7 @@ synth/commands/qnn.py): the QNN pipeline on the command line.
     qsynth compile resnet_int8.onnx -o resnet_int8.so [--target host] [--threads 2]
     qsynth run resnet_int8.onnx --input x.npy --output y.npy [--input name=path.npy ...] [--profile]
     qsynth bench-model resnet_int8.onnx --fp32 resnet.onnx --threads 1 --json
+    qsynth inspect w2a2.onnx [--target host] [--json]
 
 ``run`` compiles once and keeps the library next to the model (``.MODEL.<key>.so``, the key a hash of
 the model, the target and the compiler's sources), so the next run loads it. Every failure is one line
@@ -124,4 +125,20 @@ def cmd_bench_model(args) -> int:
     print(f"  {'ours':18} {row['ours_ms']:9.2f} ms")
     for name, ms in row["baselines"].items():
         print(f"  {name:18} {ms:9.2f} ms   speedup {row['speedups'][name]:.2f}x")
+    return 0
+
+
+def cmd_inspect(args) -> int:
+    from tvm_integration.qnn.importer import ModelError, load
+    from tvm_integration.qnn.inspect import layers, table
+    if Path(args.model).suffix == ".tflite":
+        raise ModelError(f"{args.model}: inspect reads ONNX models (TFLite models are int8: every layer on the int8 "
+                         "operators)")
+    rows = layers(load(args.model, allow_float=args.allow_float), args.target)
+    if args.json:
+        print(json.dumps([dict(layer=r.layer, op=r.kind, weights=r.shape, abits=r.precision.abits,
+                               wbits=r.precision.wbits, encoding=r.precision.encoding, note=r.precision.weights,
+                               operator=r.operator, kernel=r.kernel) for r in rows], indent=1))
+    else:
+        print(table(rows))
     return 0

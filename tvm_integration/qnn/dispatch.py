@@ -19,7 +19,7 @@ from tvm import relax, tirx
 from tvm_integration.ops.conv2d import build_conv2d
 from tvm_integration.ops.dense import build_dense
 from tvm_integration.output_stage import OutputStage, requantization
-from tvm_integration.qnn import schedules
+from tvm_integration.qnn import bitserial_layer, schedules
 from tvm_integration.qnn.importer import ModelError
 from tvm_integration.qnn.integer_op import IntegerOp
 
@@ -69,6 +69,8 @@ class Dispatch:
         op = IntegerOp.read(value, self.mod)
         if op is not None and op.tensorized:
             self.tensorized(var, op)
+        elif op is not None and op.bitserial:
+            bitserial_layer.emit(self, var, op)
         elif op is not None and op.kind == "quantize" and len(op.out_shape) == 4:
             inputs = tuple(self.substitute(i) for i in op.inputs)
             self.set_nhwc(var, replace(op, inputs=inputs, params={**op.params, "layout": "NHWC"}).emit_reference(

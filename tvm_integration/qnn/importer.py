@@ -121,7 +121,42 @@ def _unary(float_op):
     return Converter
 
 
-CONVERTERS = {"QLinearConv": QLinearConv, "QLinearMatMul": QLinearMatMul, "QGemm": QGemm,
+class IntegerClip(onnx_frontend.OnnxOpConverter):
+    """Clip of an integer tensor by constant bounds (QCDQ's clip to a b-bit range, lowbit.py) as one
+    ``relax.clip`` the rewrite reads (the frontend writes it as two TE calls); others as before."""
+    @classmethod
+    def _impl_v11(cls, bb, inputs, attr, params):
+        x, bounds = inputs[0], [None if b is None else constant_value(b) for b in inputs[1:3]]
+        if "int" not in str(x.ty.dtype.dtype) or len(inputs) < 3 or any(b is None for b in bounds):
+            return onnx_frontend.Clip._impl_v13(bb, inputs, attr, params)
+        return relax.op.clip(x, relax.prim_value(int(bounds[0])), relax.prim_value(int(bounds[1])))
+
+
+def constant_value(expr):
+    return expr.value.numpy() if isinstance(expr, Constant) else None
+
+
+def _named(converter):
+    """``converter`` whose result is bound to a variable named after the ONNX node, so that the rewrite
+    and ``qsynth inspect`` can name layers (LAYER_NAMES maps the variable's name back to the node's)."""
+    class Named(converter):
+        @classmethod
+        def get_converter(cls, opset):
+            convert = converter.get_converter(opset)
+
+            def named(bb, inputs, attr, params):
+                node = attr["tvm_custom"]["name"]
+                var = bb.emit(convert(bb, inputs, attr, params), name_hint=node or "layer")
+                LAYER_NAMES[var.name] = node
+                return var
+            return named
+    return Named
+
+
+LAYER_NAMES: dict[str, str] = {}      # Relax variable name -> ONNX node name, for the named layers
+LAYERS = ("Conv", "MatMul", "Gemm")
+
+CONVERTERS = {"Clip": IntegerClip, "QLinearConv": QLinearConv, "QLinearMatMul": QLinearMatMul, "QGemm": QGemm,
               "QLinearAdd": _binary(relax.op.add), "QLinearMul": _binary(relax.op.multiply),
               "QLinearGlobalAveragePool": _unary(lambda bb, x, attr: relax.op.mean(x, axis=[2, 3], keepdims=True)), "QLinearConcat": QLinearConcat,
               "QLinearLeakyRelu": _unary(lambda bb, x, attr: relax.op.nn.leakyrelu(x, attr.get("alpha", 0.01))),
@@ -134,7 +169,8 @@ CONVERTERS = {"QLinearConv": QLinearConv, "QLinearMatMul": QLinearMatMul, "QGemm
 def register_converters() -> None:
     """Extend the frontend's converter map with ours (once per process)."""
     original = onnx_frontend._get_convert_map
-    onnx_frontend._get_convert_map = lambda: {**original(), **CONVERTERS}
+    onnx_frontend._get_convert_map = lambda: {**original(), **CONVERTERS,
+                                              **{op: _named(original()[op]) for op in LAYERS}}
 
 
 def supported_ops() -> set[str]:
@@ -154,6 +190,11 @@ def load(path: str | Path, allow_float: bool = False) -> onnx.ModelProto:
         raise ModelError(f"{path} is not a valid ONNX model ({type(e).__name__}: {str(e).splitlines()[0][:200]})")
     if not model.graph.node:
         raise ModelError(f"{path} is not a valid ONNX model (its graph has no nodes)")
+    from tvm_integration.qnn import lowbit
+    model = lowbit.normalize(model)
+    for node in model.graph.node:
+        if not node.name and node.op_type in LAYERS:
+            node.name = node.output[0]        # layers are named in messages and by qsynth inspect
     unsupported = [f"{n.op_type} ({n.name or 'unnamed'})" for n in model.graph.node if n.op_type not in supported_ops()]
     if unsupported:
         raise ModelError(f"{path}: unsupported operators: {', '.join(unsupported)}")

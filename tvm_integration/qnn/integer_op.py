@@ -18,6 +18,8 @@ COMPUTATIONS = {"conv2d": arithmetic.conv2d, "dense": arithmetic.dense, "add": a
                 "quantize": arithmetic.quantize, "dequantize": arithmetic.dequantize,
                 **tflite_arithmetic.COMPUTATIONS}
 LINEAR = ("conv2d", "dense")
+# parameters that describe an op (for legalize.py, dispatch.py, qsynth inspect), not its computation
+DESCRIPTIVE = ("x_range", "w_range", "layer", "abits", "wbits", "encoding", "w_low")
 IMPLEMENTATION = "qnn.implementation"     # legalize.py's verdict: "tensorized", or why the reference stays
 
 
@@ -61,6 +63,11 @@ class IntegerOp:
         return self.implementation == "tensorized"
 
     @property
+    def bitserial(self) -> bool:
+        """legalize.py chose the bitserial operators (precision.py): ``abits``, ``wbits``, ``encoding``."""
+        return self.implementation == "bitserial"
+
+    @property
     def depthwise(self) -> bool:
         """A conv2d with one input and one output channel per group."""
         weight = self.constants[0]
@@ -74,5 +81,6 @@ class IntegerOp:
         attrs = {"qnn.op": self.kind, **{"qnn." + k: v for k, v in self.params.items()}}
         if self.implementation:
             attrs[IMPLEMENTATION] = self.implementation
+        computed = {k: v for k, v in self.params.items() if k not in DESCRIPTIVE}
         return builder.call_te(COMPUTATIONS[self.kind], *self.inputs, *[relax.const(c) for c in self.constants],
-                               **self.params, primfunc_attrs=attrs, primfunc_name_hint="qnn_" + self.kind)
+                               **computed, primfunc_attrs=attrs, primfunc_name_hint="qnn_" + self.kind)

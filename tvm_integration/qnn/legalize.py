@@ -10,6 +10,9 @@ x86 tiles (AVX-512 VNNI, AVX-VNNI, AVX2, AMX) multiply u8 activations by s8 weig
 * a weight zero point that is still not 0 needs the window-sum term, which the tiles do not compute:
   that op stays on its reference computation (scheduled, correct, slower), and says so.
 
+Layers of 1-3-bit activations and weights (precision.py) are marked ``bitserial`` instead, with
+their AxWy and encoding (dispatch.py hands them to bitserial_layer.py); widths of 5-7 bits are refused.
+
 NEON (sdot/udot, umull) operators are not built in TVM yet: a NEON target is refused by name.
 """
 from __future__ import annotations
@@ -21,7 +24,9 @@ from tvm import relax
 
 from tvm_integration import dispatch as kernels
 from tvm_integration.qnn.importer import ModelError
+from tvm_integration.output_stage import QUANT_RANGES
 from tvm_integration.qnn.integer_op import LINEAR, IntegerOp
+from tvm_integration.qnn.precision import Precision, detect
 
 TARGETS = ("host", *kernels.ISAS)
 
@@ -33,9 +38,12 @@ class Legalize(relax.PyExprMutator):
         self.mod = mod
 
     def run(self):
+        self.error = None
         for gvar, func in self.mod.functions.items():
             if isinstance(func, relax.Function):
                 self.builder_.update_func(gvar, self.visit_expr(func))
+        if self.error is not None:
+            raise self.error
         return self.builder_.get()
 
     def visit_call_(self, call):
@@ -44,12 +52,29 @@ class Legalize(relax.PyExprMutator):
         if op is None or op.kind not in LINEAR:
             return call
         weight, bias, scale = op.constants
+        try:
+            chosen = precision(op)
+        except ModelError as e:          # raised through TVM's visitor it would arrive as a RuntimeError
+            self.error = self.error or e
+            return call
+        if chosen.bitserial:
+            op = op.with_constants(*op.constants, abits=chosen.abits, wbits=chosen.wbits, encoding=chosen.encoding,
+                                   w_low=chosen.w_low)
+            return replace(op, implementation="bitserial").emit_reference(self.builder_)
         if weight.dtype == np.uint8:
             weight = (weight.astype(np.int16) - 128).astype(np.int8)
             op = op.with_constants(weight, bias, scale, w_zero_point=op.params["w_zero_point"] - 128)
         why = "tensorized" if op.params["w_zero_point"] == 0 else \
             f"reference: weight zero point {op.params['w_zero_point']} (the u8 x s8 tiles take symmetric weights)"
         return replace(op, implementation=why).emit_reference(self.builder_)
+
+
+def precision(op: IntegerOp) -> Precision:
+    """The layer's precision (precision.py) from the ranges the rewrite recorded (else its types')."""
+    x_range = op.params.get("x_range") or QUANT_RANGES[str(op.inputs[0].ty.dtype)]
+    w_range = op.params.get("w_range") or QUANT_RANGES[str(op.constants[0].dtype)]
+    return detect(op.params.get("layer", ""), x_range, w_range, op.constants[0], op.params["w_zero_point"],
+                  op.params.get("groups", 1))
 
 
 def legalize(mod, target: str = "host"):

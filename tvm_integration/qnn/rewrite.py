@@ -12,13 +12,19 @@ replaced by one integer op when onnxruntime computes it as one (its QDQ fusions)
 * any other ``quantize`` / activation ``dequantize`` -> onnxruntime's QuantizeLinear /
   DequantizeLinear; the float ops between them stay float, as in onnxruntime.
 
+Low-bit tensors (lowbit.py: every form is QCDQ) are ``clip(Q(...), lo, hi)``: the clip is the
+group's root, its bounds narrow the op's output clamp and are the tensor's range (``QParams.range``)
+wherever it is dequantized; conv2d and dense record the range of their input and weights
+(``x_range``, ``w_range``: what precision.py reads) and the ONNX node they came from (``layer``).
+
 Each integer op is a ``call_tir`` of its TE computation whose PrimFunc carries ``qnn.op`` and the op's
 scalar parameters as attributes; its tensor parameters (weights, bias, scales) are constant
 arguments. legalize.py and dispatch.py read both.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import logging
+from dataclasses import dataclass, replace
 
 import numpy as np
 from tvm import relax
@@ -27,8 +33,9 @@ from tvm.ir import Constant, Op
 from tvm_integration.output_stage import QUANT_RANGES
 from tvm_integration.qnn import arithmetic
 from tvm_integration.qnn.integer_op import IntegerOp
-from tvm_integration.qnn.importer import ModelError
+from tvm_integration.qnn.importer import LAYER_NAMES, ModelError
 
+log = logging.getLogger(__name__)
 MOVEMENT = {"relax.nn.max_pool2d", "relax.reshape", "relax.permute_dims", "relax.flatten"}
 
 
@@ -37,6 +44,15 @@ class QParams:
     scale: np.ndarray        # float32, per tensor (shape ()) or per channel
     zero_point: np.ndarray   # int64, same shape
     dtype: str
+    range: tuple[int, int] | None = None     # the values' declared range (a QCDQ clip); None: the type's
+
+    @property
+    def bounds(self) -> tuple[int, int]:
+        return self.range or QUANT_RANGES[self.dtype]
+
+    def narrowed(self, lo: int, hi: int) -> "QParams":
+        low, high = self.bounds
+        return replace(self, range=(max(low, lo), min(high, hi)))
 
     def scalar(self, what: str) -> tuple[float, int]:
         if self.scale.size != 1 or self.zero_point.size != 1:
@@ -44,8 +60,8 @@ class QParams:
         return np.float32(self.scale.reshape(())), int(self.zero_point.reshape(()))
 
     def same(self, other: "QParams") -> bool:
-        return self.dtype == other.dtype and np.array_equal(self.scale, other.scale) and np.array_equal(
-            self.zero_point, other.zero_point)
+        return self.dtype == other.dtype and self.bounds == other.bounds and np.array_equal(
+            self.scale, other.scale) and np.array_equal(self.zero_point, other.zero_point)
 
 
 def constant(expr) -> np.ndarray | None:
@@ -89,14 +105,29 @@ class QDQToInteger(relax.PyExprMutator):
         dtype = call.attrs.out_dtype if call.op.name == "relax.quantize" else str(call.args[0].ty.dtype.dtype)
         return QParams(scale.astype(np.float32), zero_point.astype(np.int64), dtype)
 
+    def clipped(self, expr):
+        """(the clipped expression, (lo, hi)) when ``expr`` is a clip by constant integer bounds."""
+        clip = self.call(expr, "relax.clip")
+        if clip is None or not all(isinstance(getattr(b, "value", None), int) for b in clip.args[1:3]):
+            return None
+        return clip.args[0], tuple(int(b.value) for b in clip.args[1:3])
+
     def dequantized(self, expr):
-        """(integer input, its QParams) when ``expr`` is DQ(x), else None."""
+        """(integer input, its QParams) when ``expr`` is DQ(x), else None; a clip under the DQ is the
+        tensor's range."""
         dq = self.call(expr, "relax.dequantize")
         params = None if dq is None else self.qparams(dq)
-        return None if params is None else (dq.args[0], params)
+        if params is None:
+            return None
+        if (clipped := self.clipped(dq.args[0])) is not None:
+            params = params.narrowed(*clipped[1])
+        return dq.args[0], params
 
     # -- the rewrite ---------------------------------------------------------------------------
     def visit_call_(self, call):
+        if isinstance(call.op, Op) and call.op.name == "relax.clip" and (clipped := self.clipped(call)) is not None \
+                and (q := self.call(clipped[0], "relax.quantize")) is not None and (out := self.qparams(q)) is not None:
+            return self.clipped_root(q, out.narrowed(*clipped[1]))
         if isinstance(call.op, Op) and call.op.name == "relax.quantize" and (out := self.qparams(call)) is not None:
             for rule in (self.conv_or_dense, self.add, self.global_avg_pool, self.movement, self.requantize_free):
                 new = rule(call.args[0], out)
@@ -111,11 +142,28 @@ class QDQToInteger(relax.PyExprMutator):
             return self.integer("dequantize", [call.args[0]], scale=float(scale), zero_point=zero_point)
         return super().visit_call_(call)
 
+    def clipped_root(self, q, out: QParams):
+        """``clip(Q(x), lo, hi)``: a group whose output range is narrowed; conv2d, dense and add clamp
+        to it themselves, a movement keeps its input's range; other ops are clipped after."""
+        for rule in (self.conv_or_dense, self.add, self.movement):
+            new = rule(q.args[0], out)
+            if new is not None:
+                return new
+        new = None
+        for rule in (self.global_avg_pool, self.requantize_free):
+            if (new := rule(q.args[0], out)) is not None:
+                break
+        if new is None:
+            scale, zero_point = out.scalar("an activation")
+            new = self.integer("quantize", [q.args[0]], scale=float(scale), zero_point=zero_point, out_dtype=out.dtype)
+        lo, hi = out.bounds
+        return self.builder_.normalize(relax.op.clip(new, relax.prim_value(lo), relax.prim_value(hi)))
+
     def activation(self, expr, out: QParams):
         """(the expression under a Relu/Clip, the output's integer range that it leaves: a clamp in
         the output domain, exact because quantize is monotone)."""
         scale, zero_point = out.scalar("an activation")
-        lo, hi = QUANT_RANGES[out.dtype]
+        lo, hi = out.bounds
         if (relu := self.call(expr, "relax.nn.relu")) is not None:
             return relu.args[0], (max(lo, zero_point), hi)
         if (clip := self.call(expr, "relax.clip")) is not None:
@@ -126,16 +174,25 @@ class QDQToInteger(relax.PyExprMutator):
     def dequantized_constant(self, expr):
         """(the constant array, its QParams) when ``expr`` is DQ(constant), else None."""
         dq = self.dequantized(expr)
-        array = None if dq is None else constant(self.value(dq[0]))
+        if dq is None:
+            return None
+        clipped = self.clipped(dq[0])
+        array = constant(self.value(dq[0] if clipped is None else clipped[0]))
         return None if array is None else (array, dq[1])
 
     def conv_or_dense(self, expr, out: QParams):
         inner, clamp = self.activation(expr, out)
+        named = [inner]
         bias = None
         if (add := self.call(inner, "relax.add")) is not None:
+            named.append(add.args[0])
             core = self.call(add.args[0], "relax.nn.conv2d", "relax.matmul")
             bias_expr = self.call(add.args[1], "relax.reshape")
-            bias = self.dequantized_constant(bias_expr.args[0] if bias_expr is not None else add.args[1])
+            bias_expr = bias_expr.args[0] if bias_expr is not None else add.args[1]
+            bias = self.dequantized_constant(bias_expr)
+            if bias is None and (floats := constant(self.value(bias_expr))) is not None \
+                    and np.issubdtype(floats.dtype, np.floating):
+                bias = (floats, None)            # a float bias (QONNX, Brevitas without bias quantization)
             if core is None or bias is None:
                 return None
             bias = bias[0]
@@ -153,9 +210,26 @@ class QDQToInteger(relax.PyExprMutator):
             if len(x.ty.shape) != 2 or w.ndim != 2:
                 return None
             w = w.T if transposed is None else w         # matmul(x, W[K, N]) -> dense weight [N, K]
-        return self.integer_linear(core, x, xq, w, wq, bias, out, clamp)
+        return self.integer_linear(core, x, xq, w, wq, bias, out, clamp, self.layer_name(*named))
 
-    def integer_linear(self, core, x, xq: QParams, w: np.ndarray, wq: QParams, bias, out: QParams, clamp):
+    @staticmethod
+    def integer_bias(bias: np.ndarray, scale: np.ndarray, layer: str) -> np.ndarray:
+        """A float bias in the accumulator's scale ``x_scale * w_scale``: exact when it is a whole number
+        of steps (QONNX exports of quantized biases), else rounded to the nearest step (the layer can then
+        differ from a float reference by one output step where the sum falls within half an accumulator
+        step of a rounding tie)."""
+        steps = np.round(bias.astype(np.float64) / scale.astype(np.float64))
+        if not np.array_equal((steps * scale.astype(np.float64)).astype(np.float32), bias.astype(np.float32)):
+            log.warning("layer %s: float bias is not a whole number of accumulator steps: rounded", layer or "?")
+        return steps.astype(np.int32)
+
+    @staticmethod
+    def layer_name(*exprs) -> str:
+        """The ONNX node a conv/matmul came from (importer.py names its variable), else ''."""
+        return next((LAYER_NAMES[e.name] for e in exprs if isinstance(e, relax.Var) and e.name in LAYER_NAMES), "")
+
+    def integer_linear(self, core, x, xq: QParams, w: np.ndarray, wq: QParams, bias, out: QParams, clamp,
+                       layer: str = ""):
         x_scale, x_zp = xq.scalar("a conv/matmul input")
         out_scale, out_zp = out.scalar("a conv/matmul output")
         if wq.zero_point.size != 1 and np.any(wq.zero_point != wq.zero_point.flat[0]):
@@ -163,13 +237,15 @@ class QDQToInteger(relax.PyExprMutator):
         w_zp = int(wq.zero_point.flat[0])
         channels = w.shape[0]
         w_scale = np.broadcast_to(wq.scale.astype(np.float32).reshape(-1), (channels,))
+        if bias is not None and np.issubdtype(bias.dtype, np.floating):
+            bias = self.integer_bias(bias.reshape(-1), np.float32(x_scale) * w_scale, layer)
         scale = (np.float32(x_scale) * w_scale / np.float32(out_scale)).astype(np.float32)   # onnxruntime's order
         depth = int(np.prod(w.shape[1:]))
         w32 = w.reshape(channels, -1).astype(np.int64)
         folded = (0 if bias is None else bias.astype(np.int64).reshape(-1)) - x_zp * w32.sum(1) + depth * x_zp * w_zp
         folded = folded.astype(np.int32)
         common = dict(x_zero_point=x_zp, w_zero_point=w_zp, out_zero_point=out_zp, out_dtype=out.dtype,
-                      clamp=list(clamp))
+                      clamp=list(clamp), x_range=list(xq.bounds), w_range=list(wq.bounds), layer=layer)
         constants = (w, folded, scale)
         if core.op.name == "relax.matmul":
             return self.integer("dense", [x], constants, **common)

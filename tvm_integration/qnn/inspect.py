@@ -1,0 +1,80 @@
+"""``qsynth inspect MODEL``: each conv2d / dense layer of a model as the pipeline sees it after
+legalize: its precision (AxWy and encoding, precision.py), the operator it runs on and the kernel
+that operator takes on this host (the bitserial tile; the int8 tile tuning.py picks for its shape;
+the depthwise TIR; or the reference computation and why)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import onnx
+
+from tvm_integration.qnn.integer_op import LINEAR, IntegerOp
+from tvm_integration.qnn.precision import Precision
+
+
+@dataclass(frozen=True)
+class Layer:
+    layer: str
+    kind: str                  # conv2d | dense
+    shape: str                 # weights
+    precision: Precision
+    operator: str              # bitserial | int8 | depthwise | reference
+    kernel: str
+
+
+def layers(model: onnx.ModelProto, target: str = "host") -> list[Layer]:
+    from tvm_integration.qnn import legalize
+    from tvm_integration.qnn.model import lower
+    mod = lower(model, target, stage="legalize")
+    rows = []
+    for binding in mod["main"].body.blocks[0].bindings:
+        op = IntegerOp.read(binding.value, mod)
+        if op is None or op.kind not in LINEAR:
+            continue
+        precision = legalize.precision(op)
+        operator, kernel = _operator(op, target)
+        rows.append(Layer(op.params.get("layer", "") or "(unnamed)", op.kind, "x".join(map(str, op.constants[0].shape)),
+                          precision, operator, kernel))
+    return rows
+
+
+def _operator(op: IntegerOp, target: str) -> tuple[str, str]:
+    from tvm_integration import bitserial_kernels
+    from tvm_integration.ops.bitserial_gemm import pays
+    if op.bitserial:
+        isa = target if target in bitserial_kernels.ISAS else "host"
+        kernel = bitserial_kernels.select(isa, op.params["abits"], op.params["wbits"], op.params["encoding"])
+        weight = op.constants[0]
+        words = -(-weight.shape[1] // 64) * (weight.shape[2] * weight.shape[3] if weight.ndim == 4 else 1)
+        if not pays(kernel, words):
+            return "bitserial", f"plain TIR (K of {words} words is under half of {kernel.spec.name}'s block)"
+        return "bitserial", kernel.spec.name
+    if not op.tensorized:
+        return "reference", op.implementation.removeprefix("reference: ")
+    if op.depthwise:
+        return "depthwise", "direct vectorized TIR (ops/depthwise.py)"
+    return "int8", _int8_kernel(op, "host" if target == "host" else target)
+
+
+def _int8_kernel(op: IntegerOp, isa: str) -> str:
+    from tvm_integration import dispatch, tuning
+    weight = op.constants[0]
+    x = op.inputs[0]
+    dtype = str(x.ty.dtype)
+    if op.kind == "dense":
+        m, (n, k) = int(x.ty.shape[0]), weight.shape
+        return tuning.choose(tuning.dense_key(m, n, k, dtype), dispatch.candidates(isa), m, n).spec.name
+    b, c, h, w = (int(d) for d in x.ty.shape)
+    pads = tuple(op.params["padding"])
+    oh = (h + pads[0] + pads[2] - weight.shape[2]) // op.params["strides"][0] + 1
+    ow = (w + pads[1] + pads[3] - weight.shape[3]) // op.params["strides"][1] + 1
+    key = tuning.conv2d_key((b, h, w, c), "NHWC", weight.shape, tuple(op.params["strides"]), pads, op.params["groups"],
+                            dtype)
+    return tuning.choose(key, dispatch.candidates(isa), oh * ow, weight.shape[0] // op.params["groups"]).spec.name
+
+
+def table(rows: list[Layer]) -> str:
+    header = f"{'layer':24} {'op':6} {'weights':12} {'precision':32} {'operator':9} kernel"
+    lines = [header] + [f"{r.layer:24} {r.kind:6} {r.shape:12} {str(r.precision):32} {r.operator:9} {r.kernel}"
+                        for r in rows]
+    return "\n".join(lines)
