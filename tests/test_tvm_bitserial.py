@@ -148,17 +148,6 @@ def test_conv2d_nhwc_equals_numpy(config, shape, wshape, stride, pad):
     np.testing.assert_array_equal(bitserial_conv2d(w, shape, config, stride, pad, isa="avx512")(x), want)
 
 
-@pytest.mark.skipif(bool(host.missing("avx2", ())), reason=str(host.missing("avx2", ())))
-@pytest.mark.parametrize("config", [Config(1, 1, "unipolar"), Config(2, 2, "hybrid"), Config(3, 1, "unipolar")],
-                         ids=lambda c: f"a{c.abits}w{c.wbits}_{c.encoding}")
-def test_conv2d_on_avx2_tiles_equals_numpy(config):
-    rng = np.random.default_rng(7)
-    w = random_weights(rng, config, (6, 40, 3, 3))
-    x = rng.integers(0, 2 ** config.abits, (1, 7, 6, 40)).astype(np.uint8)
-    got = bitserial_conv2d(w, x.shape, config, 2, 1, isa="avx2")(x)
-    np.testing.assert_array_equal(got, conv_reference(x, w, 2, 1))
-
-
 def test_conv2d_plain_tir_equals_numpy():
     config = Config(2, 1, "hybrid")
     rng = np.random.default_rng(5)

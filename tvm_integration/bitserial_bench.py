@@ -47,13 +47,10 @@ def bench_bitserial_layer(name: str, config: Config, threads: int, trials: int, 
                           onnx: dict[str, float] | None = None) -> dict:
     """One row; ``onnx``: onnxruntime's seconds for the layer when already measured in this run."""
     layer = Layer(name)
-    rng = np.random.default_rng(14)
-    codes = rng.integers(0, 2 ** config.wbits, layer.w.shape)
-    w = codes if config.encoding == "unipolar" else 2 * codes - (2 ** config.wbits - 1)
-    x = rng.integers(0, 2 ** config.abits, layer.x.shape).astype(np.uint8)
+    w, x = layer_operands(layer, config)
     kernel = select(isa, config.abits, config.wbits, config.encoding)
     ours = bitserial_conv2d(w, x.shape, config, layer.s, layer.pad, isa=isa)
-    plain = bitserial_conv2d(w, x.shape, config, layer.s, layer.pad, use_kernel=False)
+    plain = bitserial_conv2d(w, x.shape, config, layer.s, layer.pad, isa=isa, use_kernel=False)     # same target
     correct = bool(np.array_equal(ours(x), conv_reference(x, w, layer.s, layer.pad)))
     t_ours = tvm_seconds(ours.module, ours.args(x), trials)
     int8 = layer.ours()
@@ -64,7 +61,7 @@ def bench_bitserial_layer(name: str, config: Config, threads: int, trials: int, 
             onnx = onnxruntime_seconds(layer, threads, trials, Path(tmp))
     baselines |= onnx
     return {"layer": name, "config": f"A{config.abits}W{config.wbits}", "encoding": config.encoding,
-            "threads": threads, "shape": LAYERS[name], "macs": layer.macs,
+            "isa": isa, "threads": threads, "shape": LAYERS[name], "macs": layer.macs,
             "kernel": kernel.spec.name if pays(kernel, layer.k ** 2 * -(-layer.ic // 64)) else "plain TIR (K below half a block)",
             "correct": correct, "ours_ms": t_ours * 1e3, "gmacs": layer.macs / t_ours / 1e9,
             "baselines": {k: v * 1e3 for k, v in baselines.items()},

@@ -62,13 +62,20 @@ def gemm_kernels(isa: str, abits: int, wbits: int, encoding: str) -> list[Bitser
     entries, refused = trust.load_all(chosen)
     for line in refused:
         log.warning("not used: %s", line)
-    kernels = [BitserialKernel(spec_from_key(e["spec"]), function_name(e) + "_gemm_extern", emit_llvm_ir(e),
+    kernels = [BitserialKernel(spec_from_key(e["spec"]), function_name(e) + "_gemm_extern", _llvm_ir(e),
                                e["cache_key"], tuple(kernel_model(e)["features"]))
                for e in entries if e["proof"]["proved"]]
     # one-row tiles only for a configuration without a larger one (NEON A3W3: the synthesizer found
     # no two-row tile within its budget)
     kernels = [k for k in kernels if k.spec.rows > 1] or kernels
     return sorted(kernels, key=lambda k: (-reuse(k.spec), -k.spec.rows))
+
+
+def _llvm_ir(entry: dict) -> str:
+    """The emitted kernel's LLVM IR; a NEON kernel's for exactly its features (cross.kernel_ir)."""
+    from tvm_integration import cross
+    ir = emit_llvm_ir(entry)
+    return cross.kernel_ir(ir, tuple(kernel_model(entry)["features"])) if entry["spec"]["isa"] in CROSS else ir
 
 
 def reuse(spec: BitserialSpec) -> float:
@@ -168,7 +175,14 @@ def select(isa: str, abits: int, wbits: int, encoding: str) -> BitserialKernel:
     raise DispatchError("no bitserial tile: " + "; ".join(reasons))
 
 
+# isa="avx2": the whole operator built for x86-64-v3 (AVX2, no AVX-512), as an AVX2 host runs it: its
+# packing, output stage and plain-TIR baseline included (the host's target would give them AVX-512,
+# vpopcntq among it). The AVX2 kernels' LLVM IR needs no more (avx2, popcnt: their target-features).
+AVX2_TARGET = {"kind": "llvm", "mtriple": "x86_64-linux-gnu", "mcpu": "x86-64-v3"}
+
+
 def target(isa: str) -> dict:
-    """The LLVM target of a bitserial operator for ``isa``: AArch64 for NEON, else this host's."""
+    """The LLVM target of a bitserial operator for ``isa``: AArch64 for NEON, x86-64-v3 for AVX2,
+    else this host's."""
     from tvm_integration import cross, dispatch
-    return cross.target() if isa in CROSS else dispatch.target()
+    return cross.target() if isa in CROSS else dict(AVX2_TARGET) if isa == "avx2" else dispatch.target()
