@@ -99,30 +99,20 @@ def profile(op, x) -> list[Block]:
         log = Path(tmp) / "qemu.log"
         op(x, qemu_options=("-d", "in_asm,exec,nochain", "-dfilter", f"{min(code):#x}..{max(code) + 4:#x}",
                             "-D", str(log)))
-        extents, runs = _read_log(log.read_text(errors="replace"))
+        extents, runs = _read_log(log.read_bytes())
     return [Block(start, tuple(code[a] for a in sorted(extents[start]) if a in code), n)
             for start, n in sorted(runs.items()) if start in extents and start in code]
 
 
-def _read_log(text: str) -> tuple[dict[int, set[int]], Counter]:
-    """(block start -> its instruction addresses, block start -> runs) of a qemu log."""
+def _read_log(text: bytes) -> tuple[dict[int, set[int]], Counter]:
+    """(block start -> its instruction addresses, block start -> runs) of a qemu log (millions of
+    lines: matched as bytes, counted before they are converted)."""
     extents: dict[int, set[int]] = {}
-    runs: Counter = Counter()
-    current: set[int] | None = None
-    for line in text.splitlines():
-        if line.startswith("Trace "):
-            runs[int(line.split("[", 1)[1].split("/")[1], 16)] += 1
-            current = None
-        elif line.startswith("IN:"):
-            current = set()
-        elif current is not None and (m := re.match(r"^0x([0-9a-f]+):", line)):
-            if not current:
-                current = extents.setdefault(int(m[1], 16), set())
-                current.clear()
-            current.add(int(m[1], 16))
-        elif not line.strip():
-            current = None
-    return extents, runs
+    for block in re.finditer(rb"^IN:[^\n]*\n((?:0x[0-9a-f]+:[^\n]*\n)+)", text, re.M):
+        addresses = [int(a, 16) for a in re.findall(rb"^0x([0-9a-f]+):", block[1], re.M)]
+        extents[addresses[0]] = set(addresses)          # a block translated again replaces the first
+    runs = Counter(re.findall(rb"\[[0-9a-f]{16}/([0-9a-f]{16})/", text))     # Trace 0: 0x.. [flags/pc/...]
+    return extents, Counter({int(start, 16): n for start, n in runs.items()})
 
 
 def block_cycles(blocks: list[Block], core: str, iterations: int = 100) -> list[float]:
