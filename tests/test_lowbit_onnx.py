@@ -22,16 +22,26 @@ ort = pytest.importorskip("onnxruntime")
 SHAPE = (1, 3, 8, 8)
 
 
-def spec(form: str):
-    """Mixed precision: an int8 first layer, A2W2 signed weights (unipolar + the T channel), A2W1
-    bipolar (hybrid) on signed activations, unsigned weights on a zero point of 1 (the codes pass),
-    A8W4 and a dense A2W2 on the int8 / bitserial operators, a float last layer; 3-bit where the form
-    can say it."""
-    three = 2 if form == "qdq" else 3
-    return [conv(8, wbits=8, bits=2), conv(8, wbits=2, bits=three, signed=True, relu=False),
-            conv(8, bipolar=True, wbits=1, bits=2, zp=0 if form == "qonnx" else 1),
-            conv(8, wbits=2, wsigned=False, bits=8), dict(op="maxpool"), conv(8, k=1, pad=0, wbits=4, bits=2),
-            dict(op="flatten"), dense(16, wbits=three, bits=4), float_dense(4)]
+SPECS = {
+    # int8 stem; A2W2 signed weights (unipolar + the T channel); A2W1 bipolar (hybrid) on int2
+    # activations (the codes pass); an int4 dense on the int8 operators; a float last layer
+    "qdq": ([conv(8, wbits=8, bits=2), conv(8, wbits=2, bits=2, signed=True, relu=False),
+             conv(8, bipolar=True, wbits=1, bits=2, zp=1), dict(op="maxpool"), dict(op="flatten"),
+             dense(16, wbits=4, bits=2), float_dense(4)],
+            [("conv0", "A8W8 int8", "int8"), ("conv1", "A2W2 unipolar", "bitserial"),
+             ("conv2", "A2W1 hybrid (bipolar)", "bitserial"), ("dense5", "A2W4 int8", "int8")]),
+    # 3-bit: unsigned weights on a zero point of 1 (fused output stage, padding code 1), A3W3 dense
+    "qcdq": ([conv(8, wbits=8, bits=3, zp=1), conv(8, wbits=3, wsigned=False, bits=3, signed=True),
+              dict(op="flatten"), dense(16, wbits=3, bits=4), float_dense(4)],
+             [("conv0", "A8W8 int8", "int8"), ("conv1", "A3W3 unipolar", "bitserial"),
+              ("dense3", "A3W3 unipolar", "bitserial")]),
+    # Quant and BipolarQuant: A2W1 bipolar, a 1x1 A2W4 on the int8 operators, a dense A4W2
+    "qonnx": ([conv(8, wbits=8, bits=2), conv(8, bipolar=True, wbits=1, bits=2),
+               conv(8, k=1, pad=0, wbits=4, bits=4), dict(op="flatten"), dense(16, wbits=2, bits=2),
+               float_dense(4)],
+              [("conv0", "A8W8 int8", "int8"), ("conv1", "A2W1 hybrid (bipolar)", "bitserial"),
+               ("conv2", "A2W4 int8", "int8"), ("dense4", "A4W2 int8", "int8")]),
+}
 
 
 def executor(form: str, model: onnx.ModelProto, path):
@@ -52,7 +62,7 @@ def executor(form: str, model: onnx.ModelProto, path):
 def compiled(request, tmp_path_factory):
     from tvm_integration.qnn.model import compile_model
     form = request.param
-    model, layers = make(spec(form), SHAPE, form)
+    model, layers = make(SPECS[form][0], SHAPE, form)
     path = tmp_path_factory.mktemp(form) / f"{form}.onnx"
     onnx.save(model, path)
     return form, path, model, layers, compile_model(path, threads=1), executor(form, model, path)
@@ -73,11 +83,8 @@ def test_layers_take_the_operators_their_precision_says(compiled):
     from tvm_integration.qnn.inspect import layers
     form, path, *_ = compiled
     rows = layers(load(path))
-    three = 2 if form == "qdq" else 3
-    assert [(r.layer, str(r.precision), r.operator) for r in rows] == [
-        ("conv0", "A8W8 int8", "int8"), ("conv1", "A2W2 unipolar", "bitserial"),
-        ("conv2", f"A{three}W1 hybrid (bipolar)", "bitserial"), ("conv3", "A2W2 unipolar", "bitserial"),
-        ("conv5", "A8W4 int8", "int8"), ("dense7", f"A2W{three} unipolar", "bitserial")]
+    assert [(r.layer, str(r.precision), r.operator) for r in rows] == SPECS[form][1]
+    assert all(r.kernel.startswith("bitserial_" if r.operator == "bitserial" else "int8_") for r in rows)
 
 
 # -- the decomposition bitserial_layer.py lowers a layer with, checked in numpy -----------------------
