@@ -55,21 +55,32 @@ class Packing:
         stacked = np.moveaxis(np.stack(planes, axis=0), -1, self.axis + 1)      # (bits, ...input axes)
         return np.ascontiguousarray(np.moveaxis(stacked, 0, self.bit_axis))
 
-    def te(self, x: te.Tensor, bits: int, words: int | None = None, name: str = "bitpack") -> te.Tensor:
+    def te(self, x: te.Tensor, bits: int, words: int | None = None, name: str = "bitpack",
+           unrolled: bool = False) -> te.Tensor:
         """Pack ``x`` at run time: a TE compute, each word an OR (as a sum of distinct bits) over its
-        ``word_bits`` elements; elements past the axis are zero bits."""
+        ``word_bits`` elements; elements past the axis are zero bits. ``unrolled``: the sum written
+        out term by term, no reduction axis, so that the compute is elementwise over every axis of the
+        result (and a schedule can vectorize along any of them)."""
         k = x.shape[self.axis]
         shape = self.shape(tuple(int(s) for s in x.shape), bits, words)
-        b = te.reduce_axis((0, self.word_bits), name="b")
+
+        def bit(index, plane, b):
+            index = list(index)
+            index[self.axis] = index[self.axis] * self.word_bits + b
+            inside = index[self.axis] < k
+            index[self.axis] = tirx.min(index[self.axis], k - 1)
+            value = (x[tuple(index)].astype(self.word) >> plane.astype(self.word)) & tirx.const(1, self.word)
+            return tirx.if_then_else(inside, value << tirx.const(b, self.word) if isinstance(b, int)
+                                     else value << b.astype(self.word), tirx.const(0, self.word))
 
         def word(*index):
             index = list(index)
             plane = index.pop(self.bit_axis)
-            t = index[self.axis]
-            index[self.axis] = t * self.word_bits + b
-            inside = index[self.axis] < k
-            safe = list(index)
-            safe[self.axis] = tirx.min(index[self.axis], k - 1)
-            bit = (x[tuple(safe)].astype(self.word) >> plane.astype(self.word)) & tirx.const(1, self.word)
-            return te.sum(tirx.if_then_else(inside, bit << b.astype(self.word), tirx.const(0, self.word)), axis=b)
+            if unrolled:
+                terms = [bit(index, plane, b) for b in range(self.word_bits)]
+                while len(terms) > 1:           # a balanced tree of ORs
+                    terms = [terms[i] | terms[i + 1] if i + 1 < len(terms) else terms[i] for i in range(0, len(terms), 2)]
+                return terms[0]
+            b = te.reduce_axis((0, self.word_bits), name="b")
+            return te.sum(bit(index, plane, b), axis=b)
         return te.compute(shape, word, name=name)

@@ -1,13 +1,14 @@
-"""Bitserial conv2d, NHWC: x unsigned ``abits``-bit activations (uint8 storage) ``[B, H, W, C]``,
-weights OIHW of ``wbits`` bits (unipolar or hybrid, bitserial_gemm.Config), any kernel size, stride
-and padding; ``out[b, oh, ow, o] = stage(conv)``.
+"""Bitserial conv2d, NHWC or NCHW: x unsigned ``abits``-bit activations (uint8 storage), weights
+OIHW of ``wbits`` bits (unipolar or hybrid, bitserial_gemm.Config), any kernel size, stride and
+padding; ``out = stage(conv)`` in the input's layout.
 
 The bitserial GEMM (bitserial_gemm.py) over an im2col of packed words: the input is bit-packed at
-run time along its channels (``[B, H, W, abits, C/64]``: each element packed once), the weights
-at compile time the same way per tap (``[O, wbits, KH*KW*C/64]``, each tap's channels padded to
-whole words with zero bits); row p = (b, oh, ow), word t = (kh, kw, channel word), and zero words
-where the window leaves the input (padding with the encoding's zero: a zero activation has no bits
-set, so it adds nothing for unipolar and bipolar weights alike).
+run time along its channels into ``[B, H, W, abits, C/64]`` (each element packed once; NCHW read
+in place, a word's 64 bits a channel plane apart), the weights at compile time the same way per tap (``[O, wbits,
+KH*KW*C/64]``, each tap's channels padded to whole words with zero bits); row p = (b, oh, ow), word
+t = (kh, kw, channel word), and zero words where the window leaves the input (padding with the
+encoding's zero: a zero activation has no bits set, so it adds nothing for unipolar and bipolar
+weights alike). NCHW writes the output channels first, from the same GEMM.
 """
 from __future__ import annotations
 
@@ -18,32 +19,41 @@ from tvm_integration.bitpack import Packing
 from tvm_integration.bitserial_kernels import WORD, select, target
 from tvm_integration.operator import Built, Operator
 from tvm_integration.ops.bitserial_gemm import Config, build
-from tvm_integration.ops.conv2d import conv_geometry, pair
+from tvm_integration.ops.conv2d import LAYOUTS, conv_geometry, pair
 from tvm_integration.output_stage import OutputStage
 
 
 def bitserial_conv2d(weight: np.ndarray, input_shape: tuple[int, int, int, int], config: Config, stride=1,
                      padding=0, stage: OutputStage = OutputStage(), isa: str = "host",
-                     use_kernel: bool = True) -> Operator:
-    """Compile for NHWC inputs of ``input_shape``; ``use_kernel=False``: the same schedule in plain TIR.
-    ``isa="neon"``: built for AArch64, an operator run under qemu (cross.QemuOperator)."""
-    return build_bitserial_conv2d(weight, input_shape, config, stride, padding, stage, isa, use_kernel).compile()
+                     use_kernel: bool = True, layout: str = "NHWC") -> Operator:
+    """Compile for inputs of ``input_shape`` in ``layout`` (NHWC or NCHW; the output in the same);
+    ``use_kernel=False``: the same schedule in plain TIR. ``isa="neon"``: built for AArch64, an
+    operator run under qemu (cross.QemuOperator)."""
+    return build_bitserial_conv2d(weight, input_shape, config, stride, padding, stage, isa, use_kernel,
+                                  layout).compile()
 
 
 def build_bitserial_conv2d(weight: np.ndarray, input_shape: tuple[int, int, int, int], config: Config, stride=1,
                            padding=0, stage: OutputStage = OutputStage(), isa: str = "host",
-                           use_kernel: bool = True) -> Built:
+                           use_kernel: bool = True, layout: str = "NHWC") -> Built:
     """The scheduled operator of ``bitserial_conv2d``, not compiled."""
     if weight.ndim != 4:
         raise ValueError(f"weight must be OIHW, got {list(weight.shape)}")
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
     stride = pair(stride)
-    (b, c, h, w), (oh, ow), pads = conv_geometry(input_shape, "NHWC", weight.shape, stride, padding)
+    (b, c, h, w), (oh, ow), pads = conv_geometry(input_shape, layout, weight.shape, stride, padding)
     o, ci, kh, kw = weight.shape
     if ci != c:
         raise ValueError(f"weight {list(weight.shape)} does not fit {c} input channels")
     x = te.placeholder(tuple(input_shape), "uint8", name="data")
     channels = Packing(axis=3, bit_axis=3, word=WORD)         # NHWC -> [B, H, W, bits, C words]
-    planes = channels.te(x, config.abits)
+    if layout == "NHWC":
+        planes = channels.te(x, config.abits)
+    else:                                                     # NCHW read as NHWC (inlined into the packing)
+        nhwc = te.compute((b, h, w, c), lambda bi, i, j, ch: x[bi, ch, i, j], name="nhwc")
+        planes = channels.te(nhwc, config.abits, unrolled=True)
+    at = lambda bi, i, j, plane, word: planes[bi, i, j, plane, word]
     cw = channels.words(c)
 
     def window_word(p, plane, t):
@@ -51,13 +61,14 @@ def build_bitserial_conv2d(weight: np.ndarray, input_shape: tuple[int, int, int,
         ih = pix // ow * stride[0] + t // (kw * cw) - pads[0]
         iw = pix % ow * stride[1] + t // cw % kw - pads[1]
         inside = tirx.all(ih >= 0, ih < h, iw >= 0, iw < w)
-        word = planes[bi, tirx.max(tirx.min(ih, h - 1), 0), tirx.max(tirx.min(iw, w - 1), 0), plane, t % cw]
+        word = at(bi, tirx.max(tirx.min(ih, h - 1), 0), tirx.max(tirx.min(iw, w - 1), 0), plane, t % cw)
         return tirx.if_then_else(inside, word, tirx.const(0, WORD))
 
     taps = config.weight_codes(weight).transpose(0, 2, 3, 1)                   # [O, KH, KW, C]
     weight_planes = channels.numpy(taps, config.wbits).reshape(o, kh * kw, config.wbits, cw)
     weight_planes = weight_planes.transpose(0, 2, 1, 3).reshape(o, config.wbits, kh * kw * cw)
     kernel = select(isa, config.abits, config.wbits, config.encoding) if use_kernel else None
-    mod, constants = build(b * oh * ow, x, planes, window_word, weight_planes, (o, kh * kw * c), config, stage, kernel)
-    return Built(mod, constants, (b * oh * ow, o), stage.out_dtype, tuple(input_shape), "uint8", (b, oh, ow, o),
-                 target(isa))
+    mod, constants = build(b * oh * ow, x, planes, window_word, weight_planes, (o, kh * kw * c), config, stage, kernel,
+                           batch=b if layout == "NCHW" else None)
+    out_shape, result_shape = ((b * oh * ow, o), (b, oh, ow, o)) if layout == "NHWC" else ((b, o, oh * ow), (b, o, oh, ow))
+    return Built(mod, constants, out_shape, stage.out_dtype, tuple(input_shape), "uint8", result_shape, target(isa))

@@ -62,9 +62,11 @@ class Config:
 
 
 def build(rows: int, data: te.Tensor, input_planes: te.Tensor, activation_word, weight_planes: np.ndarray,
-          weights_shape: tuple[int, int], config: Config, stage: OutputStage, kernel: BitserialKernel | None):
+          weights_shape: tuple[int, int], config: Config, stage: OutputStage, kernel: BitserialKernel | None,
+          batch: int | None = None):
     """(scheduled module, constant arguments): ``main(data, *constants, out)`` with ``out[p, n]`` =
-    stage(the bitserial dot product of GEMM row p with weight row n) for p < rows.
+    stage(the bitserial dot product of GEMM row p with weight row n) for p < rows; with ``batch``,
+    channels first: ``out[b, n, q]`` for row p = b * rows / batch + q (NCHW's order).
     ``input_planes``: the input bit-packed at run time (bitpack.py), computed once, in parallel;
     ``activation_word(p, plane, t)``: word t of plane ``plane`` of GEMM row p (p < rows, t below the
     weights' words), read from it (dense: the row; conv2d: the window's words, zero outside).
@@ -102,12 +104,19 @@ def build(rows: int, data: te.Tensor, input_planes: te.Tensor, activation_word, 
         total = lambda p, c: acc[p, c]
     values = stage.channel_params(1, n, npad)
     params = placeholders(values)
-    out = te.compute((rows, n), lambda p, c: stage.expression(total(p, c), params, 0, c), name="output")
+    if batch is None:
+        out = te.compute((rows, n), lambda p, c: stage.expression(total(p, c), params, 0, c), name="output")
+    else:
+        per = rows // batch
+        row = (lambda b, q: q) if batch == 1 else (lambda b, q: b * per + q)
+        out = te.compute((batch, n, per), lambda b, c, q: stage.expression(total(row(b, q), c), params, 0, c),
+                         name="output")
     func = te.create_prim_func([data, w, *params.values(), out])
     constants = [tile_weights(weight_planes, tile_rows, words), *values.values()]
     if chunk_count > 1:
-        return schedule_chunks(func, input_planes.op.name, tile_rows, tile_cols, kernel, chunk, words), constants
-    return schedule(func, input_planes.op.name, tile_rows, tile_cols, kernel, words), constants
+        return schedule_chunks(func, input_planes.op.name, tile_rows, tile_cols, kernel, chunk, words,
+                               batch is not None), constants
+    return schedule(func, input_planes.op.name, tile_rows, tile_cols, kernel, words, batch is not None), constants
 
 
 def chunks(kernel: BitserialKernel, config: Config, words: int) -> tuple[int, int]:
@@ -137,9 +146,10 @@ def tile_weights(planes: np.ndarray, tile_rows: int, words: int) -> np.ndarray:
     return np.ascontiguousarray(padded.reshape(-1, tile_rows, wbits, words).transpose(0, 2, 1, 3))
 
 
-def schedule(func, input_planes: str, tile_rows: int, tile_cols: int, kernel: BitserialKernel | None, words: int):
+def schedule(func, input_planes: str, tile_rows: int, tile_cols: int, kernel: BitserialKernel | None, words: int,
+             nchw: bool = False):
     sch = s_tir.Schedule(func)
-    _pack_in_parallel(sch, sch.get_sblock(input_planes))
+    _pack_in_parallel(sch, sch.get_sblock(input_planes), nchw)
     block = sch.get_sblock("gemm")
     p, c, r = sch.get_loops(block)
     p0, p1 = sch.split(p, [None, tile_cols])
@@ -149,8 +159,7 @@ def schedule(func, input_planes: str, tile_rows: int, tile_cols: int, kernel: Bi
     columns = sch.get_sblock("columns")
     sch.compute_at(columns, p0)
     sch.vectorize(sch.get_loops(columns)[-1])
-    output = sch.get_sblock("output")
-    sch.reverse_compute_at(output, c0)
+    _output_stage(sch, c0)
     sch.decompose_reduction(block, p1)
     if kernel is not None:
         sch.tensorize(p1, register(kernel, words))
@@ -159,11 +168,11 @@ def schedule(func, input_planes: str, tile_rows: int, tile_cols: int, kernel: Bi
 
 
 def schedule_chunks(func, input_planes: str, tile_rows: int, tile_cols: int, kernel: BitserialKernel, chunk: int,
-                    words: int):
+                    words: int, nchw: bool = False):
     """As ``schedule``, the tile's chunks computed under its (p0, c0) into a local [chunks, cols, rows]
     buffer, each chunk one call of the kernel over ``chunk`` words, then summed in int32."""
     sch = s_tir.Schedule(func)
-    _pack_in_parallel(sch, sch.get_sblock(input_planes))
+    _pack_in_parallel(sch, sch.get_sblock(input_planes), nchw)
     total = sch.get_sblock("chunks")
     p, c, _ = sch.get_loops(total)
     p0, p1 = sch.split(p, [None, tile_cols])
@@ -175,12 +184,27 @@ def schedule_chunks(func, input_planes: str, tile_rows: int, tile_cols: int, ker
     columns = sch.get_sblock("columns")
     sch.compute_at(columns, p0)
     sch.vectorize(sch.get_loops(columns)[-1])
-    sch.reverse_compute_at(sch.get_sblock("output"), c0)
+    _output_stage(sch, c0)
     pc = sch.get_loops(block)[3]                 # p0 c0 | q p [c] r
     sch.decompose_reduction(block, pc)
     sch.tensorize(pc, register(kernel, chunk, stride=words))
     sch.annotate(p0, "pragma_import_llvm", kernel.llvm_ir)
     return sch.mod
+
+
+def _output_stage(sch, c0) -> None:
+    """The output stage under the tile's (p0, c0), on its results while they are in cache, also
+    channels first (NCHW, ``build(batch=)``) for one image. For more, after the GEMM as a loop of its
+    own, parallel over (image, channel): a [B, N, pixels] output read at row b * pixels + q and moved
+    under c0 came back mostly unwritten (205 of 210 values of a 1x70x7x6 3x3 convolution, even with
+    B = 1, which is why one image reads row q), and the loop of its own costs a transposed pass over
+    the accumulators (C2 A1W1, one image: 1.37 ms against 0.46 ms under c0)."""
+    output = sch.get_sblock("output")
+    loops = sch.get_loops(output)
+    if len(loops) == 2 or sch.get(loops[0]).extent == 1:
+        sch.reverse_compute_at(output, c0)
+    else:
+        sch.parallel(sch.fuse(*loops[:2]))
 
 
 def _split_rows(sch, c, tile_rows: int):
@@ -192,9 +216,20 @@ def _split_rows(sch, c, tile_rows: int):
     return c0, [c1]
 
 
-def _pack_in_parallel(sch, block):
+def _pack_in_parallel(sch, block, nchw: bool = False):
     """The run-time bit-packing: parallel over its outer axis; each word's OR over its bits is
-    unrolled, so the words of a row are independent straight-line code LLVM can vectorize."""
-    loops = sch.get_loops(block)
-    sch.parallel(loops[0])
-    sch.unroll(loops[-1])
+    unrolled, so the words of a row are independent straight-line code LLVM can vectorize. NCHW
+    (the input read through an NHWC view, inlined, packed with ``unrolled=True``: a word's bits are
+    a channel plane apart): parallel over (B, H), vectorized along W, whose elements are contiguous
+    in every channel plane (one word at a time instead: C8 A1W1 took 5x the NHWC operator's time)."""
+    if not nchw:
+        loops = sch.get_loops(block)
+        sch.parallel(loops[0])
+        sch.unroll(loops[-1])
+        return
+    for view in sch.get_producers(block):
+        sch.compute_inline(view)
+    bi, i, j, plane, word = sch.get_loops(block)
+    sch.reorder(plane, word, j)
+    sch.parallel(sch.fuse(bi, i))
+    sch.vectorize(j)
