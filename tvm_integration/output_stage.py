@@ -86,11 +86,11 @@ class OutputStage:
             y = tirx.max(tirx.min(y, float(hi - rq.zero_point)), float(lo - rq.zero_point)).astype("int32")
             return (y + rq.zero_point).astype(self.out_dtype)
         if isinstance(rq, FixedPointRequantize):
-            x = tflite_multiply(x, p["multiplier"][g, n], p["shift"][g, n]) + rq.zero_point
+            x = _tflite_multiply(x, p["multiplier"][g, n], p["shift"][g, n]) + rq.zero_point
         return tirx.max(tirx.min(x, hi), lo).astype(self.out_dtype)
 
 
-def tflite_multiply(x, multiplier, shift):
+def _tflite_multiply(x, multiplier, shift):
     """TFLite's MultiplyByQuantizedMultiplier in TIR (int32 wrap-around on the left shift, as in C)."""
     left = tirx.max(shift, 0)
     right = tirx.max(-shift, 0)
@@ -115,10 +115,8 @@ def round_half_even(x):
 
 
 def requantization(scale: np.ndarray, zero_point: int, out_dtype: str):
-    """The requantization a per-channel ``scale`` constant of the QNN pipeline stands for: float32 ``[C]``
-    is onnxruntime's scale, int32 ``[2, C]`` TFLite's multipliers (row 0) and shifts (row 1)."""
-    if scale.dtype == np.int32:
-        return FixedPointRequantize(scale[0], scale[1], zero_point, out_dtype)
+    """The requantization a per-channel float32 ``scale`` constant of the QNN pipeline stands for (the
+    scale of onnxruntime and of LiteRT's XNNPACK delegate alike)."""
     return ScaleRequantize(scale, zero_point, out_dtype)
 
 

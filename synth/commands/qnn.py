@@ -11,7 +11,7 @@ import typer
 from synth.commands.common import JSON_HELP, positive
 
 TARGETS = ("host", "avx512", "avx2", "amx", "neon")
-MODEL = typer.Argument(..., help="a pre-quantized ONNX model (QDQ or QOperator)")
+MODEL = typer.Argument(..., help="a pre-quantized ONNX model (QDQ or QOperator) or a full-integer TFLite model")
 TARGET = typer.Option("host", help="which kernels to compile for")
 Target = Literal[TARGETS]
 THREADS = typer.Option(None, callback=positive, help="TVM threads (default: TVM's)")
@@ -22,7 +22,7 @@ def compile(model: str = MODEL,
             output: str = typer.Option(..., "-o", "--output", help="the library (.so; its signature goes beside, "
                                                                     ".so.json)"),
             target: Target = TARGET, threads: Optional[int] = THREADS, allow_float: bool = ALLOW_FLOAT) -> int:
-    """Compile a pre-quantized ONNX model to a library."""
+    """Compile a pre-quantized ONNX or TFLite model to a library."""
     from synth.progress import spinner
     from tvm_integration.qnn import cli
     with spinner(f"compiling {model}"):
@@ -36,7 +36,8 @@ def run(model: str = MODEL,
         output: str = typer.Option(..., "--output", help=".npy (one output) or .npz"),
         target: Target = TARGET, threads: Optional[int] = THREADS, allow_float: bool = ALLOW_FLOAT,
         profile: bool = typer.Option(False, "--profile", help="print where a run's time goes, per function")) -> int:
-    """Run a pre-quantized ONNX model on numpy inputs (compiled once, the library kept next to the model)."""
+    """Run a pre-quantized ONNX or TFLite model on numpy inputs (compiled once, the library kept next to the
+    model)."""
     from synth.progress import spinner
     from tvm_integration.qnn import cli
     with spinner(f"running {model}"):
@@ -45,11 +46,13 @@ def run(model: str = MODEL,
 
 
 def bench_model(model: str = MODEL,
-                fp32: Optional[str] = typer.Option(None, help="the float original, for onnxruntime fp32"),
+                fp32: Optional[str] = typer.Option(None, help="the float original, for onnxruntime fp32 (a "
+                                                           ".tflite model: LiteRT fp32)"),
                 threads: int = typer.Option(1, callback=positive, help="TVM and onnxruntime threads"),
                 trials: int = typer.Option(20, callback=positive, help="timed runs"),
                 json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> int:
-    """A model on our build next to onnxruntime int8/fp32 and TVM's own import."""
+    """A model on our build next to onnxruntime int8/fp32 and TVM's own import (a .tflite model: next to
+    LiteRT's default interpreter)."""
     from synth.progress import spinner
     from tvm_integration.qnn import cli
     with spinner(f"compiling and timing {model}"):

@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 from tvm import te, tirx
 
-from tvm_integration.output_stage import QUANT_RANGES, round_half_even, tflite_multiply
+from tvm_integration.output_stage import QUANT_RANGES, round_half_even
 
 
 def requantize(acc, scale, zero_point: int, dtype: str, clamp: tuple[int, int]):
@@ -40,12 +40,7 @@ def requantize(acc, scale, zero_point: int, dtype: str, clamp: tuple[int, int]):
 
 
 def requantize_channel(acc, scale, channel, zero_point: int, dtype: str, clamp: tuple[int, int]):
-    """``acc`` of output channel ``channel`` requantized by the op's ``scale`` constant: float32 ``[C]``
-    onnxruntime's (``requantize``), int32 ``[2, C]`` TFLite's MultiplyByQuantizedMultiplier with
-    multipliers in row 0 and shifts in row 1 (tflite_importer.py)."""
-    if scale.dtype == "int32":
-        y = tflite_multiply(acc, scale[0, channel], scale[1, channel]) + zero_point
-        return tirx.max(tirx.min(y, clamp[1]), clamp[0]).astype(dtype)
+    """``acc`` of output channel ``channel`` requantized by the op's float32 ``[C]`` ``scale`` constant."""
     return requantize(acc, scale[channel], zero_point, dtype, clamp)
 
 

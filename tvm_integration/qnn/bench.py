@@ -1,10 +1,13 @@
 """One model's row of the model benchmark: our compiled model next to, in the same run and process,
 onnxruntime on the same quantized model (its integer kernels), onnxruntime on the float original when
 given, and TVM 0.27's own import of the quantized model (which runs conv and matmul in float between
-quantize and dequantize, unscheduled). Every time is a median; our output is compared with
-onnxruntime's on the same input first. Used by ``qsynth bench-model`` and scripts/bench_models.py."""
+quantize and dequantize, unscheduled). A TFLite model's baselines are LiteRT's default interpreter
+(XNNPACK) on it and on its float original when given. Every time is a median; our output is compared
+with the baseline runtime's on the same input first. Used by ``qsynth bench-model`` and
+scripts/bench_models.py."""
 from __future__ import annotations
 
+import functools
 import time
 from pathlib import Path
 
@@ -26,6 +29,22 @@ def onnxruntime_session(path, threads: int):
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def litert_runner(path, threads: int):
+    """(run, input specs) of LiteRT's default interpreter on the .tflite model ``path``: ``run(feeds)``
+    returns the outputs in the model's order."""
+    from ai_edge_litert.interpreter import Interpreter
+    interpreter = Interpreter(model_path=str(path), num_threads=threads)
+    interpreter.allocate_tensors()
+    inputs = {d["name"]: d for d in interpreter.get_input_details()}
+
+    def run(feeds):
+        for name, x in feeds.items():
+            interpreter.set_tensor(inputs[name]["index"], x)
+        interpreter.invoke()
+        return [interpreter.get_tensor(d["index"]) for d in interpreter.get_output_details()]
+    return run, {name: (tuple(d["shape"]), d["dtype"]) for name, d in inputs.items()}
 
 
 def random_inputs(specs: dict, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -56,19 +75,29 @@ def bench_model(path: str | Path, fp32: str | Path | None = None, threads: int =
     start = time.perf_counter()
     model = compile_model(path, threads=threads)
     compile_s = time.perf_counter() - start
-    feeds = random_inputs(model.inputs, np.random.default_rng(0))
-    session = onnxruntime_session(path, threads)
-    expected = session.run(None, feeds)
+    rng = np.random.default_rng(0)
+    feeds = random_inputs(model.inputs, rng)
+    tflite = path.suffix == ".tflite"
+    reference = "litert" if tflite else "onnxruntime"
+    if tflite:
+        run, _ = litert_runner(path, threads)
+    else:
+        run = functools.partial(onnxruntime_session(path, threads).run, None)
+    expected = run(feeds)
     ours = model(feeds)
     diff = max(float(np.max(np.abs(ours[n].astype(np.float64) - e.astype(np.float64)))) if e.size else 0.0
                for n, e in zip(model.outputs, expected))
     ours_ms = model.time(feeds, repeat=trials) * 1e3
-    baselines = {"onnxruntime_int8": median_ms(lambda: session.run(None, feeds), trials)}
-    if fp32 is not None:
+    baselines = {f"{reference}_int8": median_ms(lambda: run(feeds), trials)}
+    if fp32 is not None and tflite:
+        run_fp32, specs = litert_runner(fp32, threads)
+        float_feeds = random_inputs(specs, rng)
+        baselines["litert_fp32"] = median_ms(lambda: run_fp32(float_feeds), trials)
+    elif fp32 is not None:
         float_session = onnxruntime_session(fp32, threads)
         baselines["onnxruntime_fp32"] = median_ms(lambda: float_session.run(None, feeds), trials)
-    if with_tvm_own:
+    if with_tvm_own and not tflite:
         baselines["tvm_default"] = tvm_own_ms(path, feeds, tvm_trials)
     return {"model": path.name, "threads": threads, "host": host.model().uarch, "ours_ms": ours_ms,
             "baselines": baselines, "speedups": {k: v / ours_ms for k, v in baselines.items()},
-            "max_abs_diff_vs_onnxruntime": diff, "compile_s": compile_s}
+            "reference": reference, f"max_abs_diff_vs_{reference}": diff, "compile_s": compile_s}

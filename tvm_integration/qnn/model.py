@@ -1,7 +1,7 @@
 """``compile_model``: the QNN pipeline's stages in order, the build, and the compiled model.
 
-    model = compile_model("resnet_int8.onnx", target="host", threads=2)
-    outputs = model({"input": x})            # numpy in, numpy out, names as in the ONNX graph
+    model = compile_model("resnet_int8.onnx", target="host", threads=2)     # or a .tflite model
+    outputs = model({"input": x})            # numpy in, numpy out, names as in the ONNX/TFLite graph
     model.save("resnet_int8.so")             # the library and its signature (.so + .so.json)
     model = CompiledModel.load("resnet_int8.so")
 
@@ -44,8 +44,17 @@ def lower(model: onnx.ModelProto, target: str = "host", stage: str = "dispatch")
     return relax.transform.DeadCodeElimination(["main"])(mod)
 
 
+def input_specs(path: str | Path, allow_float: bool = False) -> dict[str, tuple[tuple[int, ...], str]]:
+    """The inputs of the ONNX or TFLite model at ``path``, name -> (shape, dtype); ModelError if the
+    pipeline cannot compile it."""
+    if Path(path).suffix == ".tflite":
+        return tflite_importer.load(path).specs()
+    return importer.input_specs(importer.load(path, allow_float=allow_float))
+
+
 def compile_model(path: str | Path, target: str = "host", threads: int | None = None,
                   allow_float: bool = False) -> "CompiledModel":
+    """The ONNX (QDQ or QOperator) or full-integer TFLite model at ``path``, compiled."""
     if Path(path).suffix == ".tflite":
         mod, inputs, outputs = tflite_importer.lower(path, target)
     else:

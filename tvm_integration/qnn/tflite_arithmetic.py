@@ -1,18 +1,26 @@
-"""TFLite's integer arithmetic for the ops whose arithmetic is not onnxruntime's, as TE computations, and
-the compile-time parameters (multipliers and shifts) of every op, as TFLite computes them.
+"""The integer arithmetic of LiteRT's default interpreter (``ai_edge_litert.interpreter.Interpreter``,
+op resolver AUTO) for the TFLite ops that are not onnxruntime's, as TE computations, and their
+compile-time parameters, computed as the interpreter computes them.
 
-The reference is TFLite's reference kernels (LiteRT's ``OpResolverType.BUILTIN_REF``): the
-arithmetic of the TFLite quantization spec, gemmlowp's double rounding (SaturatingRoundingDoublingHighMul,
-then RoundingDivideByPOT, both half away from zero). LiteRT's default, the XNNPACK delegate, requantizes
-in float32 instead, and its builtin optimized kernels (ruy on x86) round differently again, so each of
-the three differs from the others by one step in a few outputs (tests/test_tflite.py measures it).
+The default interpreter hands every op it can to its XNNPACK delegate; XNNPACK's quantized arithmetic
+is not TFLite's reference kernels' (``OpResolverType.BUILTIN_REF``, gemmlowp fixed point), and LiteRT's
+builtin optimized kernels (ruy) round differently again: on the test models each of the three differs
+from the others in some outputs by one step (tests/test_tflite.py). What the default interpreter does,
+x86, LiteRT 2.3 (XNNPACK's ``src/microparams-init.c``, ``src/operators/reduce-nd.c``,
+``src/xnnpack/requantization.h``):
 
-* conv2d / depthwise / fully connected: arithmetic.py's computations with an int32 ``[2, C]`` scale
-  constant (multipliers, shifts), so they run on the tensorized operators (output_stage's
-  FixedPointRequantize);
-* add: both inputs shifted left by 20, each scaled by its multiplier (< 1), summed, scaled again;
-* average pool: the sum of the window's valid taps, divided by their count rounding half away from 0;
-* mean over H, W: ``QuantizedMeanOrSum``, fixed point with 1/N folded into the multiplier.
+* conv2d, depthwise, fully connected (XNNPACK qs8/qc8w/qu8 "fp32" requantization): onnxruntime's,
+  ``float32(acc) * scale`` with ``scale = x_scale * w_scale / y_scale`` in float32, rounded half to even
+  (arithmetic.py's conv2d and dense, the tensorized operators' ScaleRequantize); a fused activation
+  bounds the output at ``activation_bound``;
+* add (XNNPACK qs8/qu8 vadd): 21-bit multipliers, ``(bias + a * ma + b * mb) >> shift``;
+* mean over H, W (XNNPACK reduce, then its int32 -> q8 convert): the int32 sum, times
+  ``(x_scale / y_scale) * (1 / N)`` in float32, plus a float zero point, rounded half to even;
+* average pool: XNNPACK takes only float pools, so TFLite's builtin kernel runs it: the sum of the
+  window's valid taps divided by their count, rounded half away from zero.
+
+Measured (tests/test_tflite.py, and every input pair of add and every sum of mean on single-op
+models): these formulas reproduce the default interpreter exactly.
 """
 from __future__ import annotations
 
@@ -21,65 +29,58 @@ import math
 import numpy as np
 from tvm import te, tirx
 
-from tvm_integration.output_stage import QUANT_RANGES, tflite_multiply
+from tvm_integration.output_stage import QUANT_RANGES, round_half_even
 
-ADD_LEFT_SHIFT = 20
-
-
-def quantize_multiplier(real: float) -> tuple[int, int]:
-    """TFLite QuantizeMultiplier: ``real = multiplier * 2**(shift - 31)``, multiplier in [2**30, 2**31)."""
-    if real == 0.0:
-        return 0, 0
-    q, shift = math.frexp(real)
-    fixed = math.floor(q * (1 << 31) + 0.5)              # TfLiteRound: half away from zero (q > 0)
-    if fixed == 1 << 31:
-        fixed, shift = fixed // 2, shift + 1
-    if shift < -31:
-        return 0, 0
-    return int(fixed), int(shift)
+ADD_SCALE_RANGE = (1.0 / 1024.0, 256.0)     # the delegate takes an ADD only if each input/output scale is in it
 
 
-def multipliers(reals) -> np.ndarray:
-    """The int32 ``[2, C]`` scale constant of a conv2d/dense: multipliers, then shifts."""
-    pairs = [quantize_multiplier(float(r)) for r in np.atleast_1d(reals)]
-    return np.array(pairs, dtype=np.int32).T.copy()
+def activation_bound(real: float, scale: np.float32, zero_point: int, dtype: str) -> int:
+    """XNNPACK's ``xnn_qs8_quantize`` / ``xnn_qu8_quantize`` of a fused activation's bound (0, 6, +-1,
+    +-inf): ``lrintf(clamp(real / scale + zero_point))`` in float32."""
+    lo, hi = QUANT_RANGES[dtype]
+    with np.errstate(over="ignore"):
+        value = np.float32(np.float32(real) / scale) + np.float32(zero_point)
+    return int(np.rint(np.clip(value, lo, hi)))
 
 
-def mean_multiplier(real: float, count: int) -> tuple[int, int]:
-    """QuantizedMeanOrSum's multiplier and shift: ``real`` quantized, then 1/count folded in by shifting
-    the multiplier left by floor(log2(count)) (at most 32, and the shift kept >= -31) and dividing."""
-    multiplier, shift = quantize_multiplier(real)
-    extra = min(count.bit_length() - 1, 32, 31 + shift)
-    return (multiplier << extra) // count, shift - extra
+def builtin_activation_bound(real: float, scale: np.float32, zero_point: int, dtype: str) -> int:
+    """TFLite's CalculateActivationRangeQuantized (its builtin kernels): ``zero_point +
+    round_half_away(real / scale)``, clamped to the type."""
+    lo, hi = QUANT_RANGES[dtype]
+    if math.isinf(real):
+        return lo if real < 0 else hi
+    value = float(np.float32(np.float32(real) / scale))
+    return min(max(zero_point + int(math.copysign(math.floor(abs(value) + 0.5), value)), lo), hi)
 
 
-def round_half_away(value: float) -> int:
-    """TfLiteRound (std::round) of a float32 value."""
-    return int(math.copysign(math.floor(abs(float(value)) + 0.5), value))
+def add_params(a_scale, a_zero_point: int, b_scale, b_zero_point: int, out_scale) -> dict:
+    """``xnn_init_qs8_add_minmax_scalar_params``: the ratios ``a_scale / out_scale`` and ``b_scale /
+    out_scale`` in float32 times ``2**shift`` rounded to integers, the larger in [2**20, 2**21); the
+    zero points and the rounding half folded into ``bias``."""
+    ratio_a = np.float32(np.float32(a_scale) / np.float32(out_scale))
+    ratio_b = np.float32(np.float32(b_scale) / np.float32(out_scale))
+    shift = 21 - math.frexp(float(max(ratio_a, ratio_b)))[1]
+    a_multiplier, b_multiplier = (int(np.rint(float(r) * 2.0 ** shift)) for r in (ratio_a, ratio_b))
+    bias = (1 << (shift - 1)) - a_multiplier * a_zero_point - b_multiplier * b_zero_point
+    return dict(a_multiplier=a_multiplier, b_multiplier=b_multiplier, bias=bias, shift=shift)
 
 
-def _clamp(y, clamp, dtype):
-    return tirx.max(tirx.min(y, clamp[1]), clamp[0]).astype(dtype)
-
-
-def add(a, b, *, a_offset: int, a_multiplier: int, a_shift: int, b_offset: int, b_multiplier: int, b_shift: int,
-        out_multiplier: int, out_shift: int, out_zero_point: int, out_dtype: str, clamp):
-    """TFLite ADD of same-shaped u8/s8 tensors (reference_integer_ops::Add)."""
-    def scaled(x, offset, multiplier, shift):
-        shifted = (x.astype("int32") + offset) * (1 << ADD_LEFT_SHIFT)
-        return tflite_multiply(shifted, tirx.const(multiplier, "int32"), tirx.const(shift, "int32"))
-
+def add(a, b, *, a_multiplier: int, b_multiplier: int, bias: int, shift: int, out_zero_point: int, out_dtype: str,
+        clamp):
+    """XNNPACK's qs8/qu8 vadd of same-shaped tensors: ``(bias + a * ma + b * mb) >> shift`` (arithmetic
+    shift), plus the zero point, clamped."""
     def value(*i):
-        total = scaled(a(*i), a_offset, a_multiplier, a_shift) + scaled(b(*i), b_offset, b_multiplier, b_shift)
-        y = tflite_multiply(total, tirx.const(out_multiplier, "int32"), tirx.const(out_shift, "int32"))
-        return _clamp(y + out_zero_point, clamp, out_dtype)
+        acc = (tirx.const(bias, "int32") + a(*i).astype("int32") * a_multiplier
+               + b(*i).astype("int32") * b_multiplier)
+        y = tirx.shift_right(acc, tirx.const(shift, "int32")) + out_zero_point
+        return tirx.max(tirx.min(y, clamp[1]), clamp[0]).astype(out_dtype)
     return te.compute(a.shape, value, name="tflite_add")
 
 
 def avg_pool2d(x, *, pool, strides, padding, clamp):
     """NCHW average pool over the valid taps only (padding excluded from sum and count), input and
-    output quantized alike (reference_integer_ops::AveragePool): the sum divided by the count, rounded
-    half away from zero in C's truncating division."""
+    output quantized alike (TFLite's builtin AveragePool): the sum divided by the count, rounded half
+    away from zero in C's truncating division."""
     b, c, h, w = x.shape
     (kh, kw), (sh, sw), (pt, pl, pb, pr) = pool, strides, padding
     oh, ow = (h + pt + pb - kh) // sh + 1, (w + pl + pr - kw) // sw + 1
@@ -94,23 +95,31 @@ def avg_pool2d(x, *, pool, strides, padding, clamp):
         y0, x0 = i * sh - pt, j * sw - pl
         count = ((tirx.min(y0 + kh, h) - tirx.max(y0, 0)) * (tirx.min(x0 + kw, w) - tirx.max(x0, 0))).astype("int32")
         acc, half = total[n, ch, i, j], tirx.truncdiv(count, 2)
-        return _clamp(tirx.truncdiv(tirx.if_then_else(acc > 0, acc + half, acc - half), count), clamp, x.dtype)
+        y = tirx.truncdiv(tirx.if_then_else(acc > 0, acc + half, acc - half), count)
+        return tirx.max(tirx.min(y, clamp[1]), clamp[0]).astype(x.dtype)
     return te.compute((b, c, oh, ow), value, name="tflite_avg_pool")
 
 
-def mean(x, *, x_zero_point: int, multiplier: int, shift: int, out_zero_point: int, out_dtype: str,
-         keepdims: bool):
-    """MEAN over H, W of NCHW ``x`` (reference_ops::QuantizedMeanOrSum): ``sum - zx * N`` times the
-    multiplier of ``mean_multiplier``, plus the zero point, saturated."""
+def mean_params(x_scale, x_zero_point: int, out_scale, out_zero_point: int, count: int) -> dict:
+    """XNNPACK's mean of ``count`` values: ``scale = (x_scale / y_scale) * (1 / count)`` in float32, and
+    the input zero point folded into a float output zero point ``y_zp - (count * x_zp) * scale``."""
+    scale = np.float32(np.float32(np.float32(x_scale) / np.float32(out_scale)) * np.float32(np.float32(1) / count))
+    offset = np.float32(out_zero_point) - np.float32(np.float32(count * x_zero_point) * scale)
+    return dict(scale=float(scale), offset=float(offset))
+
+
+def mean(x, *, scale: float, offset: float, out_dtype: str, keepdims: bool):
+    """MEAN over H, W of NCHW ``x``: ``float32(sum) * scale + offset`` rounded half to even, saturated.
+    The product is fenced so LLVM does not contract it with the sum into one FMA (XNNPACK rounds twice)."""
     b, c, h, w = x.shape
     ry, rx = te.reduce_axis((0, h), "ry"), te.reduce_axis((0, w), "rx")
     total = te.compute((b, c), lambda n, ch: te.sum(x[n, ch, ry, rx].astype("int32"), axis=[ry, rx]), name="sum")
-    count = int(h) * int(w)
+    lo, hi = QUANT_RANGES[out_dtype]
 
     def value(n, ch, *_):
-        acc = tflite_multiply(total[n, ch] - x_zero_point * count, tirx.const(multiplier, "int32"),
-                              tirx.const(shift, "int32"))
-        return _clamp(acc + out_zero_point, QUANT_RANGES[out_dtype], out_dtype)
+        product = total[n, ch].astype("float32") * tirx.const(scale, "float32")
+        y = tirx.call_llvm_pure_intrin("float32", "llvm.arithmetic.fence", product) + tirx.const(offset, "float32")
+        return round_half_even(tirx.max(tirx.min(y, float(hi)), float(lo))).astype(out_dtype)
     return te.compute((b, c, 1, 1) if keepdims else (b, c), value, name="tflite_mean")
 
 

@@ -1,29 +1,33 @@
 """Stages 1 and 2 for TFLite: a full-integer .tflite model (int8 per-channel as TensorFlow's converter
 writes it, or legacy uint8 per-tensor) straight into the integer ops rewrite.py produces for ONNX, so
-legalize.py, dispatch.py and model.py compile it unchanged.
+legalize.py, dispatch.py and model.py compile it unchanged. The arithmetic is that of LiteRT's default
+interpreter (its XNNPACK delegate, see tflite_arithmetic.py), so a compiled model's outputs are equal to
+``ai_edge_litert.interpreter.Interpreter(model_path=...)``'s.
 
 Our own importer over the ``tflite`` flatbuffer package, not TVM 0.27's Relax TFLite frontend: that
 frontend imports a quantized op as dequantize -> float op -> quantize on NHWC/HWIO tensors (fused
 activations as clips on the integers), so reaching TFLite's integer ops from it would mean matching
 back, op by op, what the flatbuffer states directly. Here every TFLite operator becomes one integer op
-of arithmetic.py / tflite_arithmetic.py with TFLite's parameters (multipliers and shifts computed as
-its kernels compute them). 4-D activations are held NCHW, the pipeline's layout (dispatch.py keeps
-them NHWC between tensorized operators); the graph's inputs and outputs stay NHWC as in the model.
+of arithmetic.py / tflite_arithmetic.py with the interpreter's parameters (scales, multipliers and
+activation bounds computed as it computes them). 4-D activations are held NCHW, the pipeline's layout
+(dispatch.py keeps them NHWC between tensorized operators); the graph's inputs and outputs stay NHWC as
+in the model.
 
 Refused, each with one line: a file that is not a TFLite model, float or hybrid (dynamic range)
 models, operators outside ``CONVERTERS`` (softmax and logistic included: their int8 kernels are
-lookup tables computed in float when the interpreter prepares them), dilated convolutions and
-broadcasting adds.
+lookup tables computed in float when the interpreter prepares them), dilated convolutions,
+broadcasting adds and adds whose scales the XNNPACK delegate refuses (the interpreter then runs its
+builtin kernel, whose fixed-point arithmetic qsynth does not reproduce).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from tvm import relax
 
-from tvm_integration.output_stage import QUANT_RANGES
 from tvm_integration.qnn import dispatch, legalize, tflite_arithmetic as ta
 from tvm_integration.qnn.importer import ModelError
 from tvm_integration.qnn.integer_op import IntegerOp
@@ -65,10 +69,7 @@ def read(path: str | Path):
         model = tfl.Model.GetRootAsModel(buf, 0)
         if model.SubgraphsLength() != 1:
             raise ModelError(f"{path}: {model.SubgraphsLength()} subgraphs; only single-graph models are supported")
-        graph = model.Subgraphs(0)
-        for i in range(graph.TensorsLength()):
-            graph.Tensors(i).ShapeAsNumpy()
-        names = [_op_name(model, graph.Operators(i)) for i in range(graph.OperatorsLength())]
+        names = _check(model)
     except ModelError:
         raise
     except Exception as e:      # out-of-range offsets of a damaged flatbuffer raise many types
@@ -78,6 +79,33 @@ def read(path: str | Path):
         raise ModelError(f"{path}: unsupported operators: {', '.join(unsupported)}; supported: "
                          f"{', '.join(sorted(CONVERTERS))}")
     return model
+
+
+def _check(model) -> list[str]:
+    """Read every field the importer reads, so that a damaged flatbuffer fails here; the operators' names."""
+    graph = model.Subgraphs(0)
+    tensors, buffers = graph.TensorsLength(), model.BuffersLength()
+
+    def check_indices(indices, what):
+        for i in indices:
+            if not -1 <= i < tensors:        # -1: an optional input left out
+                raise ValueError(f"{what} refers to tensor {i} of {tensors}")
+    for i in range(tensors):
+        t = graph.Tensors(i)
+        t.Name().decode(), t.Type(), t.ShapeAsNumpy()
+        if not 0 <= t.Buffer() < buffers:
+            raise ValueError(f"tensor {i} refers to buffer {t.Buffer()} of {buffers}")
+        model.Buffers(t.Buffer()).DataAsNumpy()
+        q = t.Quantization()
+        if q is not None:
+            q.ScaleAsNumpy(), q.ZeroPointAsNumpy()
+    check_indices([*graph.InputsAsNumpy(), *graph.OutputsAsNumpy()], "the graph")
+    names = []
+    for k in range(graph.OperatorsLength()):
+        op = graph.Operators(k)
+        check_indices([*op.InputsAsNumpy(), *op.OutputsAsNumpy()], f"operator #{k}")
+        names.append(_op_name(model, op))
+    return names
 
 
 def _op_name(model, op) -> str:
@@ -159,50 +187,48 @@ class Importer:
                     op = self.graph.Operators(k)
                     ins = [int(i) for i in op.InputsAsNumpy()]
                     out = int(op.OutputsAsNumpy()[0])
-                    self.values[out] = CONVERTERS[_op_name(self.model, op)](self, op, ins, out)
+                    name = _op_name(self.model, op)
+                    try:
+                        self.values[out] = CONVERTERS[name](self, op, ins, out)
+                    except ModelError:
+                        raise
+                    except Exception as e:     # a damaged model's inconsistent fields reach numpy or TVM
+                        raise ModelError(f"{self.path}: operator #{k} ({name}) cannot be imported, is the file "
+                                         f"damaged? ({type(e).__name__}: {' '.join(str(e).split())[:200]})") from e
                 results = [self.nhwc(self.graph.Outputs(i)) for i in range(self.graph.OutputsLength())]
                 result = self.builder.emit_output(results[0] if len(results) == 1 else relax.Tuple(results))
             self.builder.emit_func_output(result)
         return relax.transform.DeadCodeElimination(["main"])(self.builder.get())
 
     # -- operators -----------------------------------------------------------------------------
-    def activation_clamp(self, fused: int, out: Tensor) -> list[int]:
-        """CalculateActivationRangeQuantized: the fused activation as a range of the output's integers."""
+    def activation_clamp(self, fused: int, out: Tensor, bound=ta.activation_bound) -> list[int]:
+        """The fused activation as a range of the output's integers, each bound quantized by ``bound``
+        (XNNPACK's, or ``ta.builtin_activation_bound`` for an op the delegate leaves to TFLite)."""
         a = _tflite().ActivationFunctionType
+        ranges = {a.NONE: (-math.inf, math.inf), a.RELU: (0.0, math.inf), a.RELU6: (0.0, 6.0),
+                  a.RELU_N1_TO_1: (-1.0, 1.0)}
+        if fused not in ranges:
+            raise ModelError(f"{self.path}: fused activation {fused} is not supported (NONE, RELU, RELU6, "
+                             "RELU_N1_TO_1)")
         scale, zero_point = out.scalar()
-        lo, hi = QUANT_RANGES[out.dtype]
-
-        def quantize(real):
-            return zero_point + ta.round_half_away(np.float32(np.float32(real) / scale))
-        if fused == a.NONE:
-            return [lo, hi]
-        if fused == a.RELU:
-            return [max(lo, quantize(0.0)), hi]
-        if fused == a.RELU6:
-            return [max(lo, quantize(0.0)), min(hi, quantize(6.0))]
-        if fused == a.RELU_N1_TO_1:
-            return [max(lo, quantize(-1.0)), min(hi, quantize(1.0))]
-        raise ModelError(f"{self.path}: fused activation {fused} is not supported (NONE, RELU, RELU6, RELU_N1_TO_1)")
+        return [bound(real, scale, zero_point, out.dtype) for real in ranges[fused]]
 
     def linear(self, x: Tensor, w: Tensor, bias, out: Tensor, weight, clamp, **geometry):
-        """conv2d / dense parameters: TFLite's multipliers, zero points folded into the bias as rewrite.py
-        does (``sum (x - zx)(w - zw) = sum x w - zw sum x - zx sum w + K zx zw``)."""
+        """conv2d / dense parameters: XNNPACK's requantization scale ``x_scale * w_scale / y_scale`` in
+        float32 (rewrite.py's for onnxruntime, the same order), zero points folded into the bias as
+        rewrite.py does (``sum (x - zx)(w - zw) = sum x w - zw sum x - zx sum w + K zx zw``)."""
         x_scale, x_zp = x.scalar()
         if np.any(w.zero_point != w.zero_point.flat[0]):
             raise ModelError(f"{self.path}: weights {w.name!r} have per-channel zero points that differ")
         w_zp = int(w.zero_point.flat[0])
         channels = weight.shape[0]
         out_scale, out_zp = out.scalar()
-        if w.scale.size == 1 and x.dtype == "uint8":
-            # legacy uint8 (GetQuantizedConvolutionMultipler): the product of the two scales in float32
-            reals = [float(np.float32(x_scale * w.scale[0])) / float(out_scale)] * channels
-        else:
-            reals = [float(x_scale) * float(s) / float(out_scale) for s in np.broadcast_to(w.scale, (channels,))]
+        scale = (x_scale * np.broadcast_to(w.scale, (channels,)) / out_scale).astype(np.float32)
         w32 = weight.reshape(channels, -1).astype(np.int64)
         b = np.zeros(channels, np.int64) if bias is None else bias.astype(np.int64).reshape(-1)
         folded = (b - x_zp * w32.sum(1) + w32.shape[1] * x_zp * w_zp).astype(np.int32)
-        return (weight, folded, ta.multipliers(reals)), dict(x_zero_point=x_zp, w_zero_point=w_zp, out_zero_point=out_zp,
-                                                             out_dtype=out.dtype, clamp=clamp, **geometry)
+        return (weight, folded, scale), dict(x_zero_point=x_zp, w_zero_point=w_zp, out_zero_point=out_zp,
+                                             out_dtype=out.dtype, clamp=clamp, **geometry)
 
     def bias(self, ins):
         return self.tensor(ins[2]).data if len(ins) > 2 and ins[2] >= 0 else None
@@ -248,13 +274,14 @@ class Importer:
         if a.shape != b.shape:
             raise ModelError(f"{self.path}: ADD of shapes {a.shape} and {b.shape}: broadcasting is not supported")
         (sa, za), (sb, zb), (sc, zc) = a.scalar(), b.scalar(), out.scalar()
-        twice_max = float(2 * max(sa, sb))
-        ma, sha = ta.quantize_multiplier(float(sa) / twice_max)
-        mb, shb = ta.quantize_multiplier(float(sb) / twice_max)
-        mo, sho = ta.quantize_multiplier(twice_max / (float(1 << ta.ADD_LEFT_SHIFT) * float(sc)))
+        lo, hi = ta.ADD_SCALE_RANGE
+        for name, s in ((a.name, sa), (b.name, sb)):
+            if not lo <= np.float32(s / sc) < hi:
+                raise ModelError(f"{self.path}: ADD input {name!r}: scale / output scale = {s / sc:g} is outside "
+                                 f"[1/1024, 256), so LiteRT runs this ADD on its builtin kernel, which qsynth "
+                                 "does not reproduce")
         clamp = self.activation_clamp(options.FusedActivationFunction(), out)
-        return self.emit("tflite_add", [self.values[ins[0]], self.values[ins[1]]], a_offset=-za, a_multiplier=ma,
-                         a_shift=sha, b_offset=-zb, b_multiplier=mb, b_shift=shb, out_multiplier=mo, out_shift=sho,
+        return self.emit("tflite_add", [self.values[ins[0]], self.values[ins[1]]], **ta.add_params(sa, za, sb, zb, sc),
                          out_zero_point=zc, out_dtype=out.dtype, clamp=clamp)
 
     def pool(self, op, ins, out_index, kind: str):
@@ -264,11 +291,12 @@ class Importer:
             raise ModelError(f"{self.path}: {kind} with different input and output quantization is not supported")
         pool, strides = [options.FilterHeight(), options.FilterWidth()], [options.StrideH(), options.StrideW()]
         padding = _padding(options.Padding(), x.shape[1:3], pool, strides)
-        clamp = self.activation_clamp(options.FusedActivationFunction(), out)
         if kind == "max_pool2d":
-            if clamp != list(QUANT_RANGES[out.dtype]):
+            if options.FusedActivationFunction() != _tflite().ActivationFunctionType.NONE:
                 raise ModelError(f"{self.path}: MAX_POOL_2D with a fused activation is not supported")
             return self.emit("max_pool2d", [self.values[ins[0]]], pool=pool, strides=strides, padding=padding)
+        # XNNPACK takes only float average pools: TFLite's builtin kernel runs this one
+        clamp = self.activation_clamp(options.FusedActivationFunction(), out, ta.builtin_activation_bound)
         return self.emit("tflite_avg_pool2d", [self.values[ins[0]]], pool=pool, strides=strides, padding=padding,
                          clamp=clamp)
 
@@ -280,9 +308,9 @@ class Importer:
             raise ModelError(f"{self.path}: MEAN over axes {axis} of a {len(x.shape)}-D tensor: only the mean over "
                              "height and width of a 4-D tensor is supported")
         (x_scale, x_zp), (y_scale, y_zp) = x.scalar(), out.scalar()
-        multiplier, shift = ta.mean_multiplier(float(x_scale) / float(y_scale), x.shape[1] * x.shape[2])
-        return self.emit("tflite_mean", [self.values[ins[0]]], x_zero_point=x_zp, multiplier=multiplier, shift=shift,
-                         out_zero_point=y_zp, out_dtype=out.dtype, keepdims=bool(options.KeepDims()))
+        params = ta.mean_params(x_scale, x_zp, y_scale, y_zp, x.shape[1] * x.shape[2])
+        return self.emit("tflite_mean", [self.values[ins[0]]], **params, out_dtype=out.dtype,
+                         keepdims=bool(options.KeepDims()))
 
     def reshape(self, op, ins, out_index):
         x, out = self.quantized(ins[0]), self.quantized(out_index)
