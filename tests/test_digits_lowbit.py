@@ -1,0 +1,109 @@
+"""The committed digits models of issue 16 (scripts/train_digits_lowbit.py trains and exports them;
+the training itself is not a test): their ONNX form is what Brevitas writes at the configuration's
+widths, and their reference executor reproduces the top-1 committed in benchmarks/lowbit_accuracy.json."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import numpy_helper
+
+pytest.importorskip("sklearn.datasets")
+ort = pytest.importorskip("onnxruntime")
+
+ROOT = Path(__file__).resolve().parent.parent
+MODELS = ROOT / "tests" / "data" / "lowbit"
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from train_digits_lowbit import load_digits, reference_predictions  # noqa: E402
+
+ACCURACY = json.loads((ROOT / "benchmarks" / "lowbit_accuracy.json").read_text())
+
+
+def row(config: str) -> dict:
+    return next(r for r in ACCURACY["rows"] if r["config"] == config)
+
+
+def constants(model: onnx.ModelProto) -> dict[str, np.ndarray]:
+    return {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+
+
+def producers(model: onnx.ModelProto) -> dict[str, onnx.NodeProto]:
+    return {o: n for n in model.graph.node for o in n.output}
+
+
+def clip_range(clip: onnx.NodeProto, values: dict) -> tuple[int, int]:
+    return int(values[clip.input[1]]), int(values[clip.input[2]])
+
+
+def qcdq_ranges(path: Path) -> list[tuple[tuple[int, int], tuple[int, int] | None]]:
+    """Per Conv/Gemm: (the weight's Clip bounds, the input activation's Clip bounds or None when the
+    input is 8-bit: Q -> DQ without a Clip), read through DequantizeLinear as the QCDQ form has it."""
+    model = onnx.load(str(path))
+    values, made_by = constants(model), producers(model)
+    layers = []
+    for node in (n for n in model.graph.node if n.op_type in ("Conv", "Gemm")):
+        x = node.input[0]
+        if made_by[x].op_type == "Flatten":
+            x = made_by[x].input[0]
+        x_dq, w_dq = made_by[x], made_by[node.input[1]]
+        assert x_dq.op_type == w_dq.op_type == "DequantizeLinear", node.name
+        w_clip = made_by[w_dq.input[0]]
+        assert w_clip.op_type == "Clip" and w_clip.input[0] in values, node.name      # int8 constants under a Clip
+        assert values[w_clip.input[0]].dtype == np.int8
+        x_q = made_by[x_dq.input[0]]
+        x_range = clip_range(x_q, values) if x_q.op_type == "Clip" else None
+        if x_range is not None:
+            assert made_by[x_q.input[0]].op_type == "QuantizeLinear", node.name
+        else:
+            assert x_q.op_type == "QuantizeLinear", node.name
+        layers.append((clip_range(w_clip, values), x_range))
+    return layers
+
+
+def test_w2a2_qcdq_has_2_bit_clips_inside_and_8_bit_ends():
+    model = onnx.load(str(MODELS / "digits_w2a2_qcdq.onnx"))
+    assert {n.domain for n in model.graph.node} == {""}
+    assert not {"Quant", "BipolarQuant"} & {n.op_type for n in model.graph.node}
+    # conv1: 8-bit image, 8-bit weights; conv2, conv3: 2-bit activations [0, 3], narrow 2-bit weights
+    # [-1, 1]; fc: 2-bit activations, 8-bit weights
+    assert qcdq_ranges(MODELS / "digits_w2a2_qcdq.onnx") == [((-127, 127), None), ((-1, 1), (0, 3)),
+                                                              ((-1, 1), (0, 3)), ((-127, 127), (0, 3))]
+
+
+def test_w3a3_and_w8a8_widths():
+    assert [w for w, _ in qcdq_ranges(MODELS / "digits_w3a3_qcdq.onnx")] == [(-127, 127), (-3, 3), (-3, 3),
+                                                                              (-127, 127)]
+    assert [x for _, x in qcdq_ranges(MODELS / "digits_w3a3_qcdq.onnx")] == [None, (0, 7), (0, 7), (0, 7)]
+    # 8-bit activations are Q -> DQ, no Clip
+    assert qcdq_ranges(MODELS / "digits_w8a8_qcdq.onnx") == [((-127, 127), None)] * 4
+
+
+def test_w1a1_qonnx_has_bipolar_weights_and_unsigned_1_bit_activations():
+    model = onnx.load(str(MODELS / "digits_w1a1_qonnx.onnx"))
+    values = constants(model)
+    bipolar = [n for n in model.graph.node if n.op_type == "BipolarQuant"]
+    assert len(bipolar) == 2 and all(n.input[0] in values for n in bipolar)       # conv2, conv3 weights only
+    one_bit = [n for n in model.graph.node if n.op_type == "Quant" and float(values[n.input[3]]) == 1]
+    assert len(one_bit) == 3                                                     # the three inner activations
+    for node in one_bit:
+        attributes = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        assert attributes["signed"] == 0 and attributes["narrow"] == 0, node.name
+
+
+@pytest.mark.parametrize("config, form", [("W2A2", "qcdq"), ("fp32", "fp32"), ("W1A1", "qonnx")])
+def test_reference_executor_reproduces_the_committed_top1(config, form):
+    if form == "qonnx":
+        pytest.importorskip("qonnx")
+    _, _, x, y = load_digits()
+    name = "digits_fp32.onnx" if form == "fp32" else f"digits_{config.lower()}_{form}.onnx"
+    top1 = float(np.mean(reference_predictions(MODELS / name, form, x) == y))
+    assert top1 == row(config)["top1"]
+
+
+def test_w2a2_within_2_points_of_fp32():
+    assert row("W2A2")["top1"] >= row("fp32")["top1"] - 0.02, ACCURACY["rows"]
