@@ -238,8 +238,9 @@ def unsigned_binary_activations(path: Path) -> int:
     return count
 
 
-def reference_predictions(path: Path, form: str, x: np.ndarray) -> np.ndarray:
-    """Top-1 of the model at ``path`` on ``x`` by its reference executor (onnxruntime; qonnx for QONNX)."""
+def reference_outputs(path: Path, form: str, x: np.ndarray) -> np.ndarray:
+    """The logits of the model at ``path`` on ``x`` by its reference executor (onnxruntime; qonnx's
+    ``execute_onnx`` for QONNX), run on whole batches."""
     outputs = []
     if form == "qonnx":
         from qonnx.core.modelwrapper import ModelWrapper
@@ -256,7 +257,12 @@ def reference_predictions(path: Path, form: str, x: np.ndarray) -> np.ndarray:
         session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         for xb in batches(x):
             outputs.append(session.run(None, {session.get_inputs()[0].name: xb})[0])
-    return np.concatenate(outputs)[:len(x)].argmax(1)
+    return np.concatenate(outputs)[:len(x)]
+
+
+def reference_predictions(path: Path, form: str, x: np.ndarray) -> np.ndarray:
+    """Top-1 of the model at ``path`` on ``x`` by its reference executor."""
+    return reference_outputs(path, form, x).argmax(1)
 
 
 def shown(path: Path) -> str:

@@ -105,6 +105,16 @@ def test_pareto_front_when_the_accuracy_data_exists(folder, capsys):
     assert (folder / "figures" / "pareto.png").read_bytes().startswith(PNG) and not summary["notes"]
 
 
+def test_pareto_lists_a_configuration_without_a_time_and_draws_the_others(folder, capsys):
+    rows = ACCURACY["rows"] + [{"config": "W1A1", "top1": 0.95, "qsynth_error": "Quant q: 32-bit"}]
+    (folder / "lowbit_accuracy.json").write_text(json.dumps({"rows": rows}))
+    text, summary = run_report(folder, capsys)
+    assert "| W1A1 | 95.0% | not measured |  |" in text and "Not measured: W1A1: Quant q: 32-bit." in text
+    assert "| W2A2 | 97.0% | 2000.0 | yes |" in text
+    assert (folder / "figures" / "pareto.png").read_bytes().startswith(PNG)
+    assert summary["notes"] == ["lowbit_accuracy.json: W1A1 not measured: Quant q: 32-bit"]
+
+
 def test_bad_input(folder, capsys):
     assert cli.main(["report", "--benchmarks", str(folder / "nowhere")]) == 2
     assert capsys.readouterr().err.count("\n") == 1

@@ -235,27 +235,46 @@ def _models(models) -> dict:
 
 def _pareto(accuracy) -> dict:
     """Accuracy vs throughput of the low-bit models (issue 16's data): rows with a ``config``, a
-    ``top1`` (fraction or %) and ``images_per_s`` or ``ms`` per image."""
+    ``top1`` (fraction or %) and ``images_per_s`` or ``ms`` per image; a row without a time (its model
+    did not run, ``qsynth_error`` says why) is listed as not measured and left out of the figure.
+    ``runtime``, where a row has it, names what was timed."""
     from synth.commands import figures
     title = "Low-bit models: accuracy / throughput Pareto front"
     if accuracy is None:
         return _absent(title, "lowbit_accuracy.json", "the low-bit models' accuracy run has not produced it yet")
     rows = accuracy["rows"] if isinstance(accuracy, dict) else accuracy
-    points = {}
+    points, unmeasured, runtimes = {}, {}, {}
     for r in rows:
-        speed = r.get("images_per_s") or (1000.0 / r["ms"] if r.get("ms") else None)
-        if "config" not in r or r.get("top1") is None or speed is None:
-            note = f"lowbit_accuracy.json: a row without config, top1 and images_per_s or ms: {sorted(r)}"
+        if "config" not in r or r.get("top1") is None:
+            note = f"lowbit_accuracy.json: a row without config and top1: {sorted(r)}"
             return _section(title, [f"_Not shown: {note}._"], notes=[note])
-        points[r["config"]] = (speed, 100 * r["top1"] if r["top1"] <= 1 else r["top1"])
+        top1 = 100 * r["top1"] if r["top1"] <= 1 else r["top1"]
+        speed = r.get("images_per_s") or (1000.0 / r["ms"] if r.get("ms") else None)
+        if speed is None:
+            unmeasured[r["config"]] = (top1, r.get("qsynth_error", "no time in the row"))
+            continue
+        points[r["config"]] = (speed, top1)
+        if r.get("runtime"):
+            runtimes[r["config"]] = r["runtime"]
+    if not points:
+        note = "lowbit_accuracy.json: no row has images_per_s or ms"
+        return _section(title, [f"_Not shown: {note}._"], notes=[note])
     front = [n for n, (x, y) in points.items()
              if not any(x2 >= x and y2 >= y and (x2, y2) != (x, y) for x2, y2 in points.values())]
     lines = ["`lowbit_accuracy.json`: top-1 accuracy against throughput; the dashed line joins the configurations "
              "no other beats on both.", "", "![Pareto front](figures/pareto.png)", ""]
+    if isinstance(accuracy, dict) and accuracy.get("data"):
+        lines += [f"Data: {accuracy['data']}.", ""]
     lines += _table(["config", "top-1", "images/s", "on the front"],
-                    [[n, f"{y:.1f}%", f"{x:.1f}", "yes" if n in front else ""] for n, (x, y) in points.items()])
+                    [[n, f"{y:.1f}%", f"{x:.1f}", "yes" if n in front else ""] for n, (x, y) in points.items()]
+                    + [[n, f"{top1:.1f}%", "not measured", ""] for n, (top1, _) in unmeasured.items()])
+    if runtimes:
+        lines += ["", "Timed: " + "; ".join(f"{n} on {runtime}" for n, runtime in runtimes.items()) + "."]
+    notes = [f"lowbit_accuracy.json: {n} not measured: {why}" for n, (_, why) in unmeasured.items()]
+    if notes:
+        lines += ["", *(f"Not measured: {n}: {why}." for n, (_, why) in unmeasured.items())]
     fig = figures.pareto(points, front, "Accuracy vs throughput", "images per second", "top-1 accuracy (%)")
-    return _section(title, lines, {"pareto.png": fig})
+    return _section(title, lines, {"pareto.png": fig}, notes)
 
 
 def markdown(sections: list[dict], others: list[str]) -> str:
