@@ -10,6 +10,8 @@ hybrid (odd values in [-(2**wbits - 1), 2**wbits - 1], i.e. ±1 bit-planes), the
   words, zero words outside the input: the padding's zero).
 * K is padded with zero bits (conv2d: each tap's channels to whole words, then K to whole kernel
   blocks); zero activation bits add nothing in either encoding, whatever the padded weights hold.
+* A tile whose lanes are narrower than a dot product over the whole K can reach (NEON: 16 bits) runs
+  K in chunks of whole blocks, each exact in its lanes, summed in int32 (``chunks``).
 
 Schedule: p (columns of the tile) by ``cols``, n by ``rows``, loops ``p0 | n0 | p1 n1 j k t``, p0
 parallel, the activation packing computed under p0, the output stage under n0. With a kernel the
