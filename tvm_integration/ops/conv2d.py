@@ -112,7 +112,7 @@ def build_conv2d(weight: np.ndarray, input_shape: tuple[int, ...], layout: str =
         taps[:, :, :kh, :kw] = weight           # [o, ch, kh2, di, kw2, dj] -> k = (kh2 | kw2, di, dj, ch)
         rows = taps.reshape(o, c, kh2, fh, kw2, fw).transpose(0, 2, 4, 3, 5, 1).reshape(o, kh2, run)
         matrix = np.pad(rows, ((0, 0), (0, 0), (0, step - run))).reshape(1, o, kh2 * step)
-        depth_loops = (kh2, step)
+        depth_loops, fold_run = (kh2, step), fw * c
     else:
         # The input, padded, in NHWC order (a transpose for NCHW): each group's window row is one run
         # of contiguous channels for the packing to copy.
@@ -124,11 +124,12 @@ def build_conv2d(weight: np.ndarray, input_shape: tuple[int, ...], layout: str =
             iw = p % ow * stride[1] + k // cg % kw
             return padded[bi, ih, iw, g * cg + k % cg]
         matrix = conv_weight_matrix(weight, groups)
-        depth_loops = (kh, kw, cg)
+        depth_loops, fold_run = (kh, kw, cg), None
 
     gemm = Gemm(b, groups, oh * ow, o // groups, matrix.shape[2])
     order = "channels" if layout == "NCHW" else "rows"
-    mod, constants = build(gemm, x, element, matrix, stage, order, tile, kernel if use_kernel else None, depth_loops)
+    mod, constants = build(gemm, x, element, matrix, stage, order, tile, kernel if use_kernel else None, depth_loops,
+                           fold_run)
     out_shape = (b, groups, o // groups, oh * ow) if layout == "NCHW" else (b, oh * ow, groups, o // groups)
     return Built(mod, constants, out_shape, stage.out_dtype, input_shape, data_dtype, result_shape,
                  dispatch.target(kernel))

@@ -56,12 +56,13 @@ class Gemm:
 
 
 def build(gemm: Gemm, data: te.Tensor, element, weights: np.ndarray, stage: OutputStage, order: str,
-          tile: Tile, kernel: Kernel | None, depth_loops: tuple[int, ...] = ()):
+          tile: Tile, kernel: Kernel | None, depth_loops: tuple[int, ...] = (), fold_run: int | None = None):
     """The scheduled module and its constant arguments: ``(mod, params)``; the compiled function is
     called as ``main(data, *params, out)``. ``element(b, g, p, k)`` is A's element (input dtype; called
     only for p < rows, k < depth), read from ``data`` or a tensor computed from it. ``weights``: int8
     ``[groups, cols, depth]``. ``depth_loops``: the extents k is made of, outermost first (conv2d:
-    kh, kw, c), so that the packing's address arithmetic folds into loops when c is whole k steps."""
+    kh, kw, c), so that the packing's address arithmetic folds into loops when c is whole k steps.
+    ``fold_run``: the bytes of the input each run of the ``fold`` stage (conv2d.py) copies."""
     if order not in ORDERS:
         raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
     pp, npad, kp = gemm.padded(tile)
@@ -97,14 +98,15 @@ def build(gemm: Gemm, data: te.Tensor, element, weights: np.ndarray, stage: Outp
     func = te.create_prim_func([data, w, *params.values(), out])
     constants = [pack_weights(weights, tile.nr, tile.k), *values.values()]
     exact = kp == gemm.depth and depth_loops and depth_loops[-1] % tile.k == 0
-    return schedule(func, tile, kernel, order, depth_loops if exact else ()), constants
+    return schedule(func, tile, kernel, order, depth_loops if exact else (), fold_run), constants
 
 
-def schedule(func, tile: Tile, kernel: Kernel | None, order: str, depth_loops: tuple[int, ...]):
+def schedule(func, tile: Tile, kernel: Kernel | None, order: str, depth_loops: tuple[int, ...],
+             fold_run: int | None = None):
     sch = s_tir.Schedule(func)
     for name in ("pad", "fold"):  # tensors the operator computes from its input before packing
         if any(sch.get(b).name_hint == name for b in sch.get_child_blocks(sch.get_sblock("root"))):
-            _parallel_rows(sch, sch.get_sblock(name))
+            _parallel_rows(sch, sch.get_sblock(name), fold_run if name == "fold" else None)
     block = sch.get_sblock("gemm")
     b, g, p, n, k = sch.get_loops(block)
     p0, p1 = sch.split(p, [None, tile.mr])
@@ -139,8 +141,12 @@ def schedule(func, tile: Tile, kernel: Kernel | None, order: str, depth_loops: t
     return sch.mod
 
 
-def _parallel_rows(sch, block):
-    """A 4-d elementwise stage: parallel over its two outer axes, its last axis vectorized."""
+def _parallel_rows(sch, block, vector: int | None = None):
+    """An elementwise stage: parallel over its two outer axes, its last axis vectorized, in pieces of
+    ``vector`` lanes when given: the fold's contiguous runs (a gather over a whole row takes LLVM
+    minutes to compile)."""
     loops = sch.get_loops(block)
     sch.parallel(sch.fuse(*loops[:2]))
+    if vector:
+        loops = sch.split(loops[-1], [None, vector])
     sch.vectorize(loops[-1])
