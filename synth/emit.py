@@ -736,10 +736,13 @@ def _run_compiler(cmd: list[str], source: str, output: Path) -> None:
 def emit_llvm_ir(entry: dict) -> str:
     """``clang -S -emit-llvm`` of the kernel with its extern wrapper ``qs_<name>_extern`` (a
     ``static inline`` function alone is dropped from the module), for TVM's ``pragma_import_llvm``.
-    x86 kernels target the host, NEON kernels ``aarch64-linux-gnu``."""
+    x86 kernels target the host, NEON kernels ``aarch64-linux-gnu``. Cached by content under the
+    qsynth build directory, as ``build`` is: every operator of a model asks for its tiles' IR."""
     m = kernel_model(entry)
     source = "#define QSYNTH_EXTERN_WRAPPERS 1\n" + _TEMPLATES.get_template("kernel.h.j2").render(m=m)
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "kernel.ll"
-        _run_compiler([*compiler_command(m["isa"].name, "clang", m["features"]), "-S", "-emit-llvm"], source, out)
-        return out.read_text()
+    cmd = [*compiler_command(m["isa"].name, "clang", m["features"]), "-S", "-emit-llvm"]
+    key = hashlib.sha256((source + " ".join(cmd)).encode()).hexdigest()[:20]
+    out = CACHE_DIR / f"kernel-{m['isa'].name}-{key}.ll"
+    if not out.exists():
+        _run_compiler(cmd, source, out)
+    return out.read_text()
