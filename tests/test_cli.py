@@ -24,7 +24,7 @@ COMMANDS = [path for path, _ in _commands(typer.main.get_command(cli.build_app()
 def test_every_command_is_there():
     assert {" ".join(p) for p in COMMANDS} == {
         "isa list", "isa check", "synth", "sweep", "host", "bench-layer", "cache ls", "cache verify", "emit",
-        "test-kernels", "compile", "run", "bench-model", "demo", "report"}
+        "test-kernels", "compile", "run", "bench-model", "inspect", "demo", "report"}
 
 
 @pytest.mark.parametrize("path", COMMANDS, ids=" ".join)
