@@ -281,11 +281,35 @@ def test_qoperator_float_ops(tmp_path, op, attrs, steps):
     assert np.abs(got - expected).max() <= steps
 
 
-def test_dynamic_quantization_runs_exact(tmp_path):
-    """quantize_dynamic's DynamicQuantizeLinear -> MatMulInteger graph: its run-time scales stay TVM's
-    own ops (scheduled, not on the tiles), and the output still equals onnxruntime's."""
+@pytest.mark.parametrize("name", ["mlp", "resnet"])
+def test_dynamic_quantization_runs_exact_on_the_tiles(tmp_path, name):
+    """quantize_dynamic's DynamicQuantizeLinear -> MatMulInteger / ConvInteger graph: every integer
+    matmul and conv runs on the tiles (the input's run-time zero point subtracted after them), the
+    run-time scales stay TVM's own ops, and the output equals onnxruntime's."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
-    onnx.save(TINY["mlp"](), str(tmp_path / "f.onnx"))
+    onnx.save(TINY[name](), str(tmp_path / "f.onnx"))
     quantize_dynamic(str(tmp_path / "f.onnx"), str(tmp_path / "d.onnx"), weight_type=QuantType.QInt8)
-    assert "DynamicQuantizeLinear" in {n.op_type for n in onnx.load(str(tmp_path / "d.onnx")).graph.node}
+    ops = [n.op_type for n in onnx.load(str(tmp_path / "d.onnx")).graph.node]
+    assert "DynamicQuantizeLinear" in ops
     assert_bit_exact(tmp_path / "d.onnx")
+    funcs = [f for f in lower(load(tmp_path / "d.onnx")).functions.values() if isinstance(f, tirx.PrimFunc)]
+    assert sum(TENSORIZED in f.attrs for f in funcs) == ops.count("MatMulInteger") + ops.count("ConvInteger") > 0
+
+
+@pytest.mark.parametrize("geometry", GEOMETRIES, ids=[f"c{g[0][0]}o{g[1]}k{g[2]}s{g[3]}g{g[5]}" for g in GEOMETRIES])
+def test_conv_integer_node(tmp_path, geometry):
+    """One ConvInteger node, constant zero points (padding with the input's), int32 out: onnxruntime's."""
+    (c, h, w), o, k, stride, pads, groups = geometry
+    rng = np.random.default_rng(7)
+    weight = rng.integers(-128, 128, (o, c // groups, k, k), dtype=np.int8)
+    inits = [numpy_helper.from_array(weight, "w"), numpy_helper.from_array(np.array(131, np.uint8), "xz"),
+             numpy_helper.from_array(np.array(0, np.int8), "wz")]
+    node = helper.make_node("ConvInteger", ["x", "w", "xz", "wz"], ["y"], strides=[stride] * 2, pads=pads, group=groups)
+    out_hw = [(size + pads[i] + pads[i + 2] - k) // stride + 1 for i, size in enumerate((h, w))]
+    graph = helper.make_graph([node], "conv_integer", [helper.make_tensor_value_info("x", TensorProto.UINT8, [1, c, h, w])],
+                              [helper.make_tensor_value_info("y", TensorProto.INT32, [1, o, *out_hw])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = models.IR_VERSION
+    onnx.save(model, str(tmp_path / "c.onnx"))
+    compiled = assert_bit_exact(tmp_path / "c.onnx")
+    assert compiled.outputs == ["y"]

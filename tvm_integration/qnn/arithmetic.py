@@ -44,7 +44,7 @@ def requantize_channel(acc, scale, channel, zero_point: int, dtype: str, clamp: 
     return requantize(acc, scale[channel], zero_point, dtype, clamp)
 
 
-def conv2d(x, w, bias, scale, *, strides, padding, groups, x_zero_point, w_zero_point, out_zero_point,
+def conv2d(x, w, bias, scale=None, *, strides, padding, groups, x_zero_point, w_zero_point, out_zero_point,
            out_dtype, clamp):
     """NCHW conv2d of u8/s8 ``x`` by s8/u8 OIHW ``w``, four-term zero-point decomposition:
     ``sum (x - zx)(w - zw) = sum x w - zw sum x - zx sum w + K zx zw`` over the window padded with zx;
@@ -78,7 +78,7 @@ def conv2d(x, w, bias, scale, *, strides, padding, groups, x_zero_point, w_zero_
         acc[n, oc, i, j] + bias[oc], scale, oc, out_zero_point, out_dtype, clamp), name="qconv")
 
 
-def dense(x, w, bias, scale, *, x_zero_point, w_zero_point, out_zero_point, out_dtype, clamp):
+def dense(x, w, bias, scale=None, *, x_zero_point, w_zero_point, out_zero_point, out_dtype, clamp):
     """``x [M, K]`` by ``w [N, K]``: the same decomposition as conv2d (bias holds terms 3 and 4)."""
     m, k = x.shape
     n = w.shape[0]

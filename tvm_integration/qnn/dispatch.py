@@ -89,9 +89,10 @@ class Dispatch:
         self.value[var] = self.builder.emit(relax.op.permute_dims(self.nhwc[var], TO_NCHW))
 
     def tensorized(self, var, op: IntegerOp):
-        weight, bias, scale = op.constants
+        weight, bias, *scale = op.constants            # no scale: the int32 accumulator (ConvInteger)
         p = op.params
-        stage = OutputStage(bias=bias, requantize=requantization(scale, p["out_zero_point"], p["out_dtype"]),
+        stage = OutputStage(bias=bias, requantize=requantization(scale[0], p["out_zero_point"], p["out_dtype"])
+                            if scale else None,
                             clamp=tuple(p["clamp"]))
         x = op.inputs[0]
         if op.kind == "dense":

@@ -91,6 +91,22 @@ class QGemm(onnx_frontend.OnnxOpConverter):
         return y if ys is None else _q(bb, y, ys, yz)
 
 
+class ConvInteger(onnx_frontend.OnnxOpConverter):
+    """ConvInteger as TVM's frontend writes MatMulInteger: ``conv2d(x - zx, w - zw)`` in int32 (the
+    subtracted input padded with 0 is the input padded with its zero point, as onnxruntime pads);
+    the rewrite puts it on the tiles."""
+    @classmethod
+    def _impl_v10(cls, bb, inputs, attr, params):
+        x, w = (relax.op.astype(v, "int32") for v in inputs[:2])
+        zx, zw = (inputs[i] if len(inputs) > i else None for i in (2, 3))
+        if zx is not None:
+            x = relax.op.subtract(x, relax.op.astype(zx, "int32"))
+        if zw is not None:
+            zw = bb.normalize(relax.op.astype(zw, "int32"))
+            w = relax.op.subtract(w, relax.op.reshape(zw, [-1, 1, 1, 1]) if zw.ty.ndim == 1 else zw)
+        return onnx_frontend.Conv._impl_v11(bb, [bb.normalize(x), bb.normalize(w), None], attr, params)
+
+
 def _binary(op):
     class Converter(onnx_frontend.OnnxOpConverter):
         @classmethod
@@ -156,7 +172,7 @@ def _named(converter):
 LAYER_NAMES: dict[str, str] = {}      # Relax variable name -> ONNX node name, for the named layers
 LAYERS = ("Conv", "MatMul", "Gemm")
 
-CONVERTERS = {"Clip": IntegerClip, "QLinearConv": QLinearConv, "QLinearMatMul": QLinearMatMul, "QGemm": QGemm,
+CONVERTERS = {"Clip": IntegerClip, "ConvInteger": ConvInteger, "QLinearConv": QLinearConv, "QLinearMatMul": QLinearMatMul, "QGemm": QGemm,
               "QLinearAdd": _binary(relax.op.add), "QLinearMul": _binary(relax.op.multiply),
               "QLinearGlobalAveragePool": _unary(lambda bb, x, attr: relax.op.mean(x, axis=[2, 3], keepdims=True)), "QLinearConcat": QLinearConcat,
               "QLinearLeakyRelu": _unary(lambda bb, x, attr: relax.op.nn.leakyrelu(x, attr.get("alpha", 0.01))),

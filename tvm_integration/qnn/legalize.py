@@ -51,7 +51,7 @@ class Legalize(relax.PyExprMutator):
         op = IntegerOp.read(call, self.mod)
         if op is None or op.kind not in LINEAR:
             return call
-        weight, bias, scale = op.constants
+        weight, bias, *scale = op.constants            # no scale: the int32 accumulator (ConvInteger)
         try:
             chosen = precision(op)
         except ModelError as e:          # raised through TVM's visitor it would arrive as a RuntimeError
@@ -63,7 +63,7 @@ class Legalize(relax.PyExprMutator):
             return replace(op, implementation="bitserial").emit_reference(self.builder_)
         if weight.dtype == np.uint8:
             weight = (weight.astype(np.int16) - 128).astype(np.int8)
-            op = op.with_constants(weight, bias, scale, w_zero_point=op.params["w_zero_point"] - 128)
+            op = op.with_constants(weight, bias, *scale, w_zero_point=op.params["w_zero_point"] - 128)
         why = "tensorized" if op.params["w_zero_point"] == 0 else \
             f"reference: weight zero point {op.params['w_zero_point']} (the u8 x s8 tiles take symmetric weights)"
         return replace(op, implementation=why).emit_reference(self.builder_)

@@ -6,6 +6,9 @@ replaced by one integer op when onnxruntime computes it as one (its QDQ fusions)
 * ``Q(act(conv2d(DQ(x), DQ(W)) + DQ(bias)))`` -> ``conv2d``; ``Q(act(matmul(DQ(x), DQ(W)) + DQ(bias)))``
   -> ``dense``; ``act``: none, Relu or Clip, a clamp in the output domain (exact: quantize is monotone);
   constant zero-point terms folded into the int32 bias here, at compile time;
+* ConvInteger / MatMulInteger (``conv2d`` / ``matmul`` in int32 of zero-point-subtracted 8-bit
+  tensors, constant weights) -> ``conv2d`` / ``dense`` with an int32 output; an input zero point
+  computed at run time (dynamic quantization) is subtracted after the op (``integer_accumulate``);
 * ``Q(DQ(a) + DQ(b))`` -> ``add``; ``Q(mean_hw(DQ(x)))`` -> ``global_avg_pool``;
 * ``Q(f(DQ(x)))`` for data movement ``f`` (max pool, reshape, flatten, transpose) with the same scale
   and zero point on both sides -> ``f`` on the integers; ``Q(DQ(x))`` with equal parameters -> ``x``;
@@ -136,6 +139,9 @@ class QDQToInteger(relax.PyExprMutator):
             scale, zero_point = out.scalar("an activation")
             return self.integer("quantize", [call.args[0]], scale=float(scale), zero_point=zero_point,
                                 out_dtype=out.dtype)
+        if isinstance(call.op, Op) and call.op.name in ("relax.nn.conv2d", "relax.matmul") \
+                and str(call.ty.dtype) == "int32" and (new := self.integer_accumulate(call)) is not None:
+            return new
         if isinstance(call.op, Op) and call.op.name == "relax.dequantize" \
                 and constant(self.value(call.args[0])) is None and (params := self.qparams(call)) is not None:
             scale, zero_point = params.scalar("an activation")
@@ -246,7 +252,10 @@ class QDQToInteger(relax.PyExprMutator):
         folded = folded.astype(np.int32)
         common = dict(x_zero_point=x_zp, w_zero_point=w_zp, out_zero_point=out_zp, out_dtype=out.dtype,
                       clamp=list(clamp), x_range=list(xq.bounds), w_range=list(wq.bounds), layer=layer)
-        constants = (w, folded, scale)
+        return self.emit_linear(core, x, (w, folded, scale), common)
+
+    def emit_linear(self, core, x, constants, common: dict):
+        """The integer conv2d or dense op ``core`` becomes (its geometry read from ``core``)."""
         if core.op.name == "relax.matmul":
             return self.integer("dense", [x], constants, **common)
         a = core.attrs
@@ -255,6 +264,52 @@ class QDQToInteger(relax.PyExprMutator):
                              "without dilation is supported")
         geometry = dict(strides=[int(s) for s in a.strides], padding=[int(p) for p in a.padding], groups=int(a.groups))
         return self.integer("conv2d", [x], constants, **geometry, **common)
+
+    def zero_point_subtracted(self, expr):
+        """(integer tensor, its zero point expression or None) when ``expr`` is ``astype(t, int32)``
+        or ``astype(t, int32) - astype(zp, int32)``: how ConvInteger and MatMulInteger import."""
+        zero_point = None
+        if (sub := self.call(expr, "relax.subtract")) is not None:
+            expr, zero_point = sub.args
+            if (zp := self.call(zero_point, "relax.astype", "relax.reshape", "relax.expand_dims")) is not None:
+                zero_point = zp.args[0]
+                if (zp := self.call(zero_point, "relax.astype")) is not None:
+                    zero_point = zp.args[0]
+        cast = self.call(expr, "relax.astype")
+        if cast is None or str(cast.args[0].ty.dtype) not in ("uint8", "int8"):
+            return None
+        return cast.args[0], zero_point
+
+    def integer_accumulate(self, core):
+        """ConvInteger / MatMulInteger (int32 ``conv2d`` / ``matmul`` of zero-point-subtracted 8-bit
+        tensors, constant weights): the integer op with an int32 output. A zero point of the input
+        computed at run time (DynamicQuantizeLinear) is not folded: the op pads with 0 and its term
+        ``zx * (sum of the weights over each output's valid taps)`` is subtracted after it."""
+        data, weight = self.zero_point_subtracted(core.args[0]), self.zero_point_subtracted(core.args[1])
+        if data is None or weight is None or (w := constant(self.value(weight[0]))) is None:
+            return None
+        (x, zx), w_zp = data, weight[1]
+        w_zps = np.zeros(1, np.int64) if w_zp is None else constant(self.value(w_zp))
+        if w_zps is None or np.any(w_zps != w_zps.flat[0]):
+            return None                      # per-channel weight zero points that differ: TVM's op
+        zx_value = 0 if zx is None else constant(self.value(zx))
+        runtime_zx = zx_value is None
+        x_zp, w_zp = 0 if runtime_zx else int(np.asarray(zx_value).reshape(())), int(w_zps.flat[0])
+        if core.op.name == "relax.matmul":
+            if len(x.ty.shape) != 2 or w.ndim != 2:
+                return None
+            w = w.T
+        effective = w.reshape(w.shape[0], -1).astype(np.int64) - w_zp
+        folded = (-x_zp * effective.sum(1)).astype(np.int32)
+        common = dict(x_zero_point=x_zp, w_zero_point=w_zp, out_zero_point=0, out_dtype="int32",
+                      clamp=list(QUANT_RANGES["int32"]), layer=self.layer_name(core))
+        result = self.emit_linear(core, x, (w, folded), common)
+        if not runtime_zx:
+            return result
+        taps = effective.sum(1) if core.op.name == "relax.matmul" else valid_tap_sums(
+            w.astype(np.int64) - w_zp, tuple(int(d) for d in list(x.ty.shape)[2:]), core.attrs)
+        term = relax.op.multiply(relax.op.astype(self.visit_expr(zx), "int32"), relax.const(taps.astype(np.int32)))
+        return self.builder_.normalize(relax.op.subtract(result, term))
 
     def add(self, expr, out: QParams):
         inner, clamp = self.activation(expr, out)
@@ -308,6 +363,22 @@ class QDQToInteger(relax.PyExprMutator):
         if data is None or not data[1].same(out) or constant(self.value(data[0])) is not None:
             return None
         return self.visit_expr(data[0])
+
+
+def valid_tap_sums(w: np.ndarray, size: tuple[int, int], attrs) -> np.ndarray:
+    """``[1, O, OH, OW]``: per output channel and position, the sum of ``w`` (OIHW) over the taps whose
+    input pixel is inside the unpadded input (what a zero point of the input multiplies)."""
+    (h, wd), (kh, kw) = size, w.shape[2:]
+    (sh, sw), (pt, pl, pb, pr) = [int(s) for s in attrs.strides], [int(p) for p in attrs.padding]
+    oh, ow = (h + pt + pb - kh) // sh + 1, (wd + pl + pr - kw) // sw + 1
+    per_tap = w.sum(1)                                  # [O, KH, KW]: over each group's input channels
+    sums = np.zeros((w.shape[0], oh, ow), np.int64)
+    for i in range(kh):
+        rows = (np.arange(oh) * sh + i - pt >= 0) & (np.arange(oh) * sh + i - pt < h)
+        for j in range(kw):
+            cols = (np.arange(ow) * sw + j - pl >= 0) & (np.arange(ow) * sw + j - pl < wd)
+            sums += per_tap[:, i, j, None, None] * np.outer(rows, cols)
+    return sums[None]
 
 
 def rewrite(mod):
