@@ -10,7 +10,8 @@ every runtime must agree bit for bit.
 * ``qdq``: ONNX's INT4/UINT4/INT2/UINT2 tensors (opset 25);
 * ``qcdq``: QuantizeLinear to int8/uint8 -> Clip -> DequantizeLinear, weights as integer constants
   under a Clip (as Brevitas exports them), one layer's weights as QuantizeLinear of floats;
-* ``qonnx``: Quant nodes (weights: Quant of the float weights; bipolar weights: BipolarQuant).
+* ``qonnx``: Quant nodes (weights: Quant of the float weights; bipolar weights: BipolarQuant; biases:
+  32-bit Quant of the float bias, as Brevitas exports them).
 """
 from __future__ import annotations
 
@@ -161,8 +162,10 @@ class _Graph:
         return self.node("DequantizeLinear", [ints, s, z])
 
     def bias(self, bias, scale, name) -> str:
-        if self.form == "qonnx":
-            return self.init((bias * scale).astype(np.float32))
+        if self.form == "qonnx":           # as Brevitas exports it: a 32-bit Quant of the float bias
+            return self.node("Quant", [self.init((bias * scale).astype(np.float32)), self.init(np.float32(scale)),
+                                       self.init(np.float32(0)), self.init(np.float32(32))], domain=QONNX,
+                             signed=1, narrow=0, rounding_mode="ROUND")
         return self.node("DequantizeLinear", [self.init(bias.astype(np.int32)), self.init(np.float32(scale)),
                                               self.init(np.int32(0))])
 

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "tests" / "data" / "lowbit"
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from train_digits_lowbit import load_digits, reference_predictions  # noqa: E402
+from train_digits_lowbit import batches, load_digits, reference_outputs, reference_predictions  # noqa: E402
 
 ACCURACY = json.loads((ROOT / "benchmarks" / "lowbit_accuracy.json").read_text())
 
@@ -107,3 +107,59 @@ def test_reference_executor_reproduces_the_committed_top1(config, form):
 
 def test_w2a2_within_2_points_of_fp32():
     assert row("W2A2")["top1"] >= row("fp32")["top1"] - 0.02, ACCURACY["rows"]
+
+
+# -- Brevitas' 32-bit bias Quant nodes, folded at import (qnn/lowbit.py) ------------------------------------
+def fold_wide_quants(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, tuple[np.ndarray, np.ndarray]]]:
+    """``model`` with each Quant wider than 8 bits of a constant replaced by lowbit.wide_quant_constant's
+    value, everything else QONNX as exported; name -> (the float constant, its folded value)."""
+    from tvm_integration.qnn import lowbit
+    values = constants(model)
+    folded, kept, changed = onnx.ModelProto(), [], {}
+    folded.CopyFrom(model)
+    for node in folded.graph.node:
+        if node.op_type == "Quant" and node.input[0] in values and float(values[node.input[3]]) > 8:
+            attributes = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+            value = lowbit.wide_quant_constant(*(values[i] for i in node.input), attributes["signed"],
+                                               attributes["narrow"])
+            folded.graph.initializer.append(numpy_helper.from_array(value, node.output[0]))
+            changed[node.name] = (values[node.input[0]], value)
+        else:
+            kept.append(node)
+    del folded.graph.node[:]
+    folded.graph.node.extend(kept)
+    return folded, changed
+
+
+@pytest.mark.parametrize("config", ["W1A1", "W2A2"])
+def test_folded_bias_quants_leave_the_qonnx_executor_outputs_unchanged(config):
+    pytest.importorskip("qonnx")
+    from qonnx.core.modelwrapper import ModelWrapper
+    from qonnx.core.onnx_exec import execute_onnx
+    from qonnx.transformation.infer_shapes import InferShapes
+    model = onnx.load(str(MODELS / f"digits_{config.lower()}_qonnx.onnx"))
+    folded, changed = fold_wide_quants(model)
+    # the four biases (conv1-3, fc), each moved onto its quantization grid by the fold
+    assert len(changed) == 4 and all(name.endswith("bias_quant/export_handler/Quant") for name in changed)
+    assert all(not np.array_equal(raw, value) for raw, value in changed.values())
+    exported, ours = (ModelWrapper(m).transform(InferShapes()) for m in (model, folded))
+    name_in, name_out = model.graph.input[0].name, model.graph.output[0].name
+    _, _, x, _ = load_digits()
+    for xb in batches(x):
+        np.testing.assert_array_equal(execute_onnx(ours, {name_in: xb})[name_out],
+                                      execute_onnx(exported, {name_in: xb})[name_out])
+
+
+def test_w1a1_qonnx_through_qsynth_equals_the_qonnx_executor():
+    """The Brevitas W1A1 export (bipolar weights, binary activations, 32-bit bias Quants) compiled by
+    qsynth: logits equal to qonnx's executor on every test image, so the committed top-1."""
+    pytest.importorskip("qonnx")
+    from tvm_integration.qnn.model import compile_model
+    path = MODELS / "digits_w1a1_qonnx.onnx"
+    model = compile_model(path, threads=1)
+    name_in, name_out = next(iter(model.inputs)), model.outputs[0]
+    _, _, x, y = load_digits()
+    ours = np.concatenate([model({name_in: xb})[name_out] for xb in batches(x)])[:len(x)]
+    np.testing.assert_array_equal(ours, reference_outputs(path, "qonnx", x))
+    assert float(np.mean(ours.argmax(1) == y)) == row("W1A1")["top1"]
+

@@ -139,3 +139,12 @@ def test_quant_with_a_zero_point_is_refused():
     model, _ = make([conv(4, wbits=2, bits=2, zp=1)], SHAPE, "qonnx")
     with pytest.raises(ModelError, match="non-zero zero point"):
         lowbit.normalize(model)
+
+
+def test_wide_quant_of_an_activation_is_refused():
+    model, _ = make([conv(4, wbits=2, bits=2)], SHAPE, "qonnx")
+    quant = next(n for n in model.graph.node if n.op_type == "Quant" and n.input[0] == "x")
+    width = next(t for t in model.graph.initializer if t.name == quant.input[3])
+    width.CopyFrom(onnx.numpy_helper.from_array(np.float32(16), width.name))
+    with pytest.raises(ModelError, match="16-bit: Quant nodes of 1 to 8 bits are supported"):
+        lowbit.normalize(model)

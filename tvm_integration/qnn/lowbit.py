@@ -13,6 +13,9 @@ precision.py turns them into AxWy per layer).
   and integer bounds that is ``clip(round(x / s))``, what the three ops compute (a non-zero z is
   refused: rounding half to even is not translation invariant, ``round(0.5 + 1) != round(0.5) + 1``).
   A signed 1-bit Quant is bipolar, as in QONNX's executor.
+* QONNX ``Quant`` of a constant wider than 8 bits (Brevitas exports each bias as a 32-bit Quant of
+  its float value): folded into the float constant QONNX's executor computes (``wide_quant_constant``);
+  rewrite.py reads a float bias in the accumulator's scale.
 * QONNX ``BipolarQuant(W, scale)`` of a constant: W -> ±1 (``W >= 0`` -> 1), Clip [-1, 1],
   DequantizeLinear; bipolar weights run on the hybrid encoding (precision.py). Of an activation it
   is refused: a ±1 activation is not a QuantizeLinear.
@@ -44,6 +47,24 @@ def quantize(x: np.ndarray, scale: np.ndarray, zero_point: np.ndarray, lo: int, 
     """QuantizeLinear of a constant: ``round_half_even(x / scale) + zero_point`` in float32, clipped."""
     q = np.round(x.astype(np.float32) / scale.astype(np.float32)) + zero_point.astype(np.float32)
     return np.clip(q, lo, hi).astype(np.int64)
+
+
+def wide_quant_constant(x: np.ndarray, scale: np.ndarray, zero_point: np.ndarray, bitwidth: np.ndarray,
+                        signed: bool, narrow: bool) -> np.ndarray:
+    """QONNX ``Quant`` (rounding ROUND) of a constant, as qonnx's executor computes it (``int_quant``:
+    ``x / s + z`` clipped to [min_int, max_int] computed from the bit width's own dtype, rounded half
+    to even, ``(y - z) * s``, float32), operation for operation in the operands' dtypes, so the folded
+    constant equals what the executor feeds the next node."""
+    bitwidth = np.asarray(bitwidth)
+    y = x / scale + zero_point
+    if signed:
+        lo = -(2 ** (bitwidth - 1)) + 1 if narrow else -(2 ** (bitwidth - 1))
+        hi = (2 ** (bitwidth - 1)) - 1
+    else:
+        lo, hi = 0 * bitwidth, (2 ** bitwidth) - 2 if narrow else (2 ** bitwidth) - 1
+    y = np.where(y > hi, np.asarray(hi).astype(y.dtype), y)
+    y = np.where(y < lo, np.asarray(lo).astype(y.dtype), y)
+    return ((np.round(y) - zero_point) * scale).astype(np.float32)
 
 
 class _Rewriter:
@@ -157,8 +178,14 @@ class _Rewriter:
             if np.any(np.asarray(zero_point) != 0):
                 raise ModelError(f"{what}: a non-zero zero point is not supported (QONNX rounds x / s + z, "
                                  "QuantizeLinear x / s, then adds z: they differ at ties)")
+            if bits > 8 and self.const(node.input[0]) is not None:
+                # a constant wider than the operators (Brevitas' 32-bit bias): its float value
+                self.add_init(node.output[0], wide_quant_constant(
+                    self.const(node.input[0]), scale, zero_point, bitwidth, signed, narrow))
+                return
             if not 1 <= bits <= 8:
-                raise ModelError(f"{what}: {bits}-bit: Quant nodes of 1 to 8 bits are supported")
+                raise ModelError(f"{what}: {bits}-bit: Quant nodes of 1 to 8 bits are supported, and wider ones "
+                                 "of constants")
         bipolar = bits == 1 and signed
         scale = np.asarray(scale, np.float32)
         axis, scale_1d = self.scale_axis(scale, what)
