@@ -33,6 +33,9 @@ def select(isa: str = "host") -> Kernel:
     if isa == "host":
         reasons = []
         for name, feature in PREFERENCE:
+            if (why := host.missing(feature, ())) is not None:
+                reasons.append(f"{name}: {why}")     # not re-proved here (AMX: 62 s CPU)
+                continue
             for kernel in _u8s8_kernels(name):
                 if feature in kernel.features and (why := usable(kernel)) is None:
                     return kernel
