@@ -37,14 +37,14 @@ def float_dense(n):
 
 
 def conv(cout, k=3, stride=1, pad=1, wbits=2, wsigned=True, bipolar=False, bits=2, signed=False, zp=0, relu=True,
-         narrow=False):
+         narrow=False, per_channel=False):
     return dict(op="conv", cout=cout, k=k, stride=stride, pad=pad, wbits=wbits, wsigned=wsigned, bipolar=bipolar,
-                bits=bits, signed=signed, zp=zp, relu=relu, narrow=narrow)
+                bits=bits, signed=signed, zp=zp, relu=relu, narrow=narrow, per_channel=per_channel)
 
 
-def dense(n, wbits=2, wsigned=True, bipolar=False, bits=2, signed=False, zp=0, relu=True):
+def dense(n, wbits=2, wsigned=True, bipolar=False, bits=2, signed=False, zp=0, relu=True, per_channel=False):
     return dict(op="dense", cout=n, wbits=wbits, wsigned=wsigned, bipolar=bipolar, bits=bits, signed=signed, zp=zp,
-                relu=relu, narrow=False)
+                relu=relu, narrow=False, per_channel=per_channel)
 
 
 def make(spec, input_shape, form: str, seed: int = 0, input_bits: int = 8, input_signed: bool = False):
@@ -78,7 +78,10 @@ def make(spec, input_shape, form: str, seed: int = 0, input_bits: int = 8, input
         wshape = (layer["cout"], cin, layer["k"], layer["k"]) if layer["op"] == "conv" else (cin, layer["cout"])
         lo, hi = qrange(layer["wbits"], layer["wsigned"], layer.get("narrow"))
         w = rng.choice([-1, 1], wshape) if layer["bipolar"] else rng.integers(lo, hi + 1, wshape)
-        w_scale = 2.0 ** -int(rng.integers(1, 4))
+        if layer.get("per_channel"):                       # weights (and so the bias) scaled per output channel
+            w_scale = (2.0 ** -rng.integers(1, 4, layer["cout"])).astype(np.float32)
+        else:
+            w_scale = 2.0 ** -int(rng.integers(1, 4))
         bias = rng.integers(-8, 9, layer["cout"])
         out_scale = 2.0 ** -int(rng.integers(0, 3))
         wq = g.weight(w, w_scale, layer["wbits"], layer["wsigned"], layer["bipolar"], layer.get("narrow"), name)
@@ -140,8 +143,18 @@ class _Graph:
         return self.node("DequantizeLinear", [c, s, z])
 
     def weight(self, w, scale, bits, signed, bipolar, narrow, name) -> str:
+        """DQ(w) (Quant in QONNX); a per-channel ``scale`` [O] along the weight's output axis (0 for a
+        conv's OIHW, 1 for a dense's [K, N]): a DequantizeLinear ``axis``, a broadcastable Quant scale."""
+        axis = 0 if w.ndim == 4 else 1
+        shape = [1] * w.ndim
+        shape[axis] = -1
+        per_channel = np.ndim(scale) == 1
+        attrs = dict(axis=axis) if per_channel else {}
+        zeros = np.zeros(np.shape(scale), np.int64)
         s = self.init(np.float32(scale))
         if self.form == "qonnx":
+            scale = np.reshape(scale, shape) if per_channel else scale
+            s = self.init(np.float32(scale))
             wf = self.init((w * scale).astype(np.float32))
             if bipolar:
                 return self.node("BipolarQuant", [wf, s], domain=QONNX)
@@ -149,25 +162,27 @@ class _Graph:
                              signed=int(signed), narrow=int(bool(narrow)), rounding_mode="ROUND")
         if self.form == "qdq" and (bits in (2, 4) or bipolar):
             ty = TensorProto.INT2 if bipolar else LOWBIT_TYPES[(bits, signed)]
-            return self.node("DequantizeLinear", [self.init(w, ty), s, self.init(np.array(0), ty)])
+            return self.node("DequantizeLinear", [self.init(w, ty), s, self.init(zeros, ty)], **attrs)
         container = (TensorProto.INT8, np.int8) if signed or bipolar else (TensorProto.UINT8, np.uint8)
         lo, hi = qrange(bits, signed, narrow) if not bipolar else (-1, 1)
-        z = self.init(np.array(0, container[1]))
+        z = self.init(zeros.astype(container[1]))
         if self.form == "qcdq" and name.endswith("0"):       # the first layer: QuantizeLinear of floats
-            ints = self.node("QuantizeLinear", [self.init((w * scale).astype(np.float32)), s, z])
+            wf = w * (np.reshape(scale, shape) if per_channel else scale)
+            ints = self.node("QuantizeLinear", [self.init(wf.astype(np.float32)), s, z], **attrs)
         else:
             ints = self.init(w.astype(container[1]))
         if bits < 8 or bipolar:
             ints = self.node("Clip", [ints, self.init(np.array(lo, container[1])), self.init(np.array(hi, container[1]))])
-        return self.node("DequantizeLinear", [ints, s, z])
+        return self.node("DequantizeLinear", [ints, s, z], **attrs)
 
     def bias(self, bias, scale, name) -> str:
         if self.form == "qonnx":           # as Brevitas exports it: a 32-bit Quant of the float bias
             return self.node("Quant", [self.init((bias * scale).astype(np.float32)), self.init(np.float32(scale)),
                                        self.init(np.float32(0)), self.init(np.float32(32))], domain=QONNX,
                              signed=1, narrow=0, rounding_mode="ROUND")
+        attrs = dict(axis=0) if np.ndim(scale) == 1 else {}
         return self.node("DequantizeLinear", [self.init(bias.astype(np.int32)), self.init(np.float32(scale)),
-                                              self.init(np.int32(0))])
+                                              self.init(np.zeros(np.shape(scale), np.int32))], **attrs)
 
     def model(self, input_shape) -> onnx.ModelProto:
         graph = helper.make_graph(self.nodes, "lowbit", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
@@ -207,7 +222,8 @@ def reference(layers, x: np.ndarray, input_bits: int = 8, input_signed: bool = F
         lo, hi = qrange(bits, signed, layer.get("narrow"))
         if layer["relu"]:
             lo = max(lo, zp)
-        q = np.clip(np.round(acc * (layer["x_scale"] * layer["w_scale"] / out_scale)) + zp, lo, hi).astype(np.int64)
+        w_scale = np.reshape(layer["w_scale"], (1, -1) + (1, 1) * (acc.ndim == 4))
+        q = np.clip(np.round(acc * (layer["x_scale"] * w_scale / out_scale)) + zp, lo, hi).astype(np.int64)
         scale = out_scale
     return ((q - zp) * scale).astype(np.float32)
 

@@ -143,7 +143,8 @@ class QDQToInteger(relax.PyExprMutator):
                 and str(call.ty.dtype) == "int32" and (new := self.integer_accumulate(call)) is not None:
             return new
         if isinstance(call.op, Op) and call.op.name == "relax.dequantize" \
-                and constant(self.value(call.args[0])) is None and (params := self.qparams(call)) is not None:
+                and self.dequantized_constant(call) is None and (params := self.qparams(call)) is not None:
+            # an activation's; a weight's (a constant, or a QCDQ clip of one) stays for its conv/dense
             scale, zero_point = params.scalar("an activation")
             return self.integer("dequantize", [call.args[0]], scale=float(scale), zero_point=zero_point)
         return super().visit_call_(call)
