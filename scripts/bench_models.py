@@ -6,7 +6,15 @@ onnxruntime.quantization writes it) and MobileNetV2 (the same, with depthwise co
 1 and 2 threads (one worker process per thread count: TVM sizes its pool once per process). Our
 output is compared with onnxruntime's on the same input in every row.
 
-    python scripts/bench_models.py [--models resnet18,mobilenet_v2] [--threads 1,2] [--trials 20] [--out benchmarks]
+Low-bit ResNet-18 (issue 16): ``resnet18_w1a1`` (bipolar weights, binary activations) and
+``resnet18_w2a2`` (int2 weights, 2-bit activations), stem and classifier int8, built in code in QCDQ
+form (tvm_integration/qnn/lowbit_models.py, power-of-two scales). onnxruntime runs them in float
+between DQ and Q, exactly, so it is their reference (bit for bit, and the numpy integer network on its
+calibration input); their speedups are against the int8 ``resnet18`` row of the same worker
+(``--models`` must include resnet18): our int8 build, onnxruntime int8 and fp32.
+
+    python scripts/bench_models.py [--models resnet18,mobilenet_v2,resnet18_w1a1,resnet18_w2a2] [--threads 1,2]
+                                   [--trials 20] [--out benchmarks]
 """
 from __future__ import annotations
 
@@ -19,25 +27,67 @@ import sys
 import tempfile
 from pathlib import Path
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from synth.files import write_atomically  # noqa: E402
 from tvm_integration.qnn.models import BUILT_IN, write_pair  # noqa: E402
 
-MODELS = tuple(BUILT_IN)
+LOWBIT = {"resnet18_w1a1": (1, 1), "resnet18_w2a2": (2, 2)}      # name: (abits, wbits)
+MODELS = (*BUILT_IN, *LOWBIT)
 TARGETS = ["- AMX host: ResNet-18 at most 0.4x onnxruntime int8 latency; no AMX: at most 0.9x, "
            "and at least 3.8x onnxruntime fp32 faster.",
            "- MobileNetV2: at most 1.0x onnxruntime int8 latency.",
            "- Compile time of ResNet-18 at most 60 s."]
+LOWBIT_TARGETS = ["- W1A1 ResNet-18: at least 10x onnxruntime fp32 and at least 2.5x our int8 build, 1 thread."]
 
 
 def worker(a) -> None:
     from tvm_integration.qnn.bench import bench_model
     for name in a.models.split(","):
+        if name in LOWBIT:
+            print(json.dumps({"name": name, **lowbit_row(name, Path(a.dir), int(a.threads), a.trials)}), flush=True)
+            continue
         row = bench_model(Path(a.dir) / f"{name}.int8.onnx", Path(a.dir) / f"{name}.fp32.onnx", int(a.threads),
                           a.trials)
         print(json.dumps({"name": name, **row}), flush=True)
+
+
+def write_lowbit(name: str, directory: Path) -> None:
+    """``NAME.qcdq.onnx`` and ``NAME.calibration.npz`` (its calibration input and the logits of the
+    numpy integer network on it)."""
+    import onnx
+    from tvm_integration.qnn.lowbit_models import resnet_lowbit
+    model, x, logits = resnet_lowbit(*LOWBIT[name])
+    onnx.save(model, str(directory / f"{name}.qcdq.onnx"))
+    np.savez(directory / f"{name}.calibration.npz", x=x, logits=logits)
+
+
+def lowbit_row(name: str, directory: Path, threads: int, trials: int) -> dict:
+    """bench_model's row of a low-bit model (onnxruntime on the QCDQ model: the reference, its time in
+    ``onnxruntime_qcdq_ms``, not a baseline) plus whether ours equals the numpy integer network."""
+    from tvm_integration.qnn.bench import bench_model
+    from tvm_integration.qnn.model import compile_model
+    path = directory / f"{name}.qcdq.onnx"
+    row = bench_model(path, None, threads, trials, with_tvm_own=False)
+    row["onnxruntime_qcdq_ms"] = row.pop("baselines")["onnxruntime_int8"]
+    row["baselines"], row["speedups"] = {}, {}
+    calibration = np.load(directory / f"{name}.calibration.npz")
+    model = compile_model(path, threads=threads)
+    ours = model({"input": calibration["x"]})[model.outputs[0]]
+    row["equal_to_numpy"] = bool(np.array_equal(ours, calibration["logits"]))
+    return row
+
+
+def lowbit_speedups(rows: list[dict]) -> None:
+    """Each low-bit row's speedups against the int8 resnet18 row of its thread count."""
+    for r in rows:
+        base = next((b for b in rows if b["name"] == "resnet18" and b["threads"] == r["threads"]), None)
+        if r["name"] in LOWBIT and base is not None:
+            r["vs_resnet18"] = {"qsynth_int8": base["ours_ms"] / r["ours_ms"],
+                                **{k: v / r["ours_ms"] for k, v in base["baselines"].items() if k != "tvm_default"}}
 
 
 def markdown(rows: list[dict], command: str) -> str:
@@ -51,11 +101,30 @@ def markdown(rows: list[dict], command: str) -> str:
              "The machine's 2 cores are shared with other jobs: expect noise.", "",
              "| model | threads | ours ms | " + " | ".join(names) + " | diff | compile s |",
              "|---|---|---|" + "---|" * len(names) + "---|---|"]
-    for r in rows:
+    for r in (r for r in rows if r["name"] not in LOWBIT):
         cells = [f"{r['baselines'][n]:.2f} ({r['speedups'][n]:.2f}x)" if n in r["baselines"] else "-" for n in names]
         lines.append(f"| {r['name']} | {r['threads']} | {r['ours_ms']:.2f} | " + " | ".join(cells)
                      + f" | {r['max_abs_diff_vs_onnxruntime']:g} | {r['compile_s']:.1f} |")
     lines += ["", "Targets (issue 15):", *TARGETS]
+    lowbit = [r for r in rows if r["name"] in LOWBIT]
+    if lowbit:
+        versus = ["qsynth_int8", "onnxruntime_int8", "onnxruntime_fp32"]
+        lines += ["", "## Low-bit ResNet-18 (issue 16)", "",
+                  "The same layout at W1A1 (bipolar weights on the hybrid encoding, binary activations) and W2A2 "
+                  "(int2 weights, 2-bit activations), stem and classifier int8, QCDQ (tvm_integration/qnn/"
+                  "lowbit_models.py); x = the int8 resnet18 row's time (same worker, same thread count) / ours. "
+                  "diff: largest |ours - onnxruntime| (onnxruntime computes these QCDQ models in float, exactly: "
+                  "power-of-two scales); numpy: ours equals the integer network on its calibration input. "
+                  "onnxruntime QCDQ ms: onnxruntime on the low-bit model itself (float convolutions), for reference.",
+                  "", "| model | threads | ours ms | " + " | ".join(f"vs resnet18 {v}" for v in versus)
+                  + " | diff | numpy | onnxruntime QCDQ ms | compile s |",
+                  "|---|---|---|" + "---|" * len(versus) + "---|---|---|---|"]
+        for r in lowbit:
+            cells = [f"{r['vs_resnet18'][v]:.2f}x" if v in r.get("vs_resnet18", {}) else "-" for v in versus]
+            lines.append(f"| {r['name']} | {r['threads']} | {r['ours_ms']:.2f} | " + " | ".join(cells)
+                         + f" | {r['max_abs_diff_vs_onnxruntime']:g} | {r['equal_to_numpy']} | "
+                         f"{r['onnxruntime_qcdq_ms']:.2f} | {r['compile_s']:.1f} |")
+        lines += ["", "Targets (issue 16):", *LOWBIT_TARGETS]
     return "\n".join(lines) + "\n"
 
 
@@ -75,10 +144,14 @@ def main() -> int:
     if unknown:
         ap.error(f"unknown models {sorted(unknown)}; accepted: {', '.join(MODELS)}")
     rows = []
+    load_start = " / ".join(f"{v:.2f}" for v in os.getloadavg())
     with tempfile.TemporaryDirectory() as directory:
         logging.getLogger("root").setLevel(logging.ERROR)      # quantize_static's pre-processing advice
         for name in a.models.split(","):
-            write_pair(name, directory)
+            if name in LOWBIT:
+                write_lowbit(name, Path(directory))
+            else:
+                write_pair(name, directory)
         for threads in a.threads.split(","):
             env = {**os.environ, "TVM_NUM_THREADS": threads}
             result = subprocess.run([sys.executable, __file__, "--worker", "--dir", directory, "--models", a.models,
@@ -88,9 +161,10 @@ def main() -> int:
                 sys.stderr.write(result.stderr)
                 return 1
             rows += [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    lowbit_speedups(rows)
     load = " / ".join(f"{v:.2f}" for v in os.getloadavg())
     command = (f"`python scripts/bench_models.py --models {a.models} --threads {a.threads} --trials {a.trials}`; "
-               f"load average at the end (1/5/15 min): {load}")
+               f"load average (1/5/15 min) at the start: {load_start}, at the end: {load}")
     a.out.mkdir(parents=True, exist_ok=True)
     write_atomically(a.out / "models.json", json.dumps({"command": command, "rows": rows}, indent=1))
     write_atomically(a.out / "models.md", markdown(rows, command))
