@@ -11,7 +11,8 @@ the numpy integer network they compute.
   ``abits``-bit (Relu), the second int8; the residual add + Relu writes the ``abits``-bit stream the
   next block reads;
 * every scale is a power of two, so the float computation onnxruntime does between DQ and Q is exact
-  and the integer network below, onnxruntime and qsynth must agree bit for bit. Output scales are
+  (and its int8 kernels, onto which its default optimizations fuse the groups, agree with it): the
+  integer network below, onnxruntime and qsynth must agree bit for bit. Output scales are
   chosen on a calibration input so that no layer saturates or vanishes (1-bit: half of the positive
   values quantize to 1).
 """
