@@ -3,6 +3,7 @@ every compiled model must reproduce onnxruntime's output exactly."""
 from __future__ import annotations
 
 import logging
+import re
 
 import numpy as np
 import onnx
@@ -220,6 +221,23 @@ def test_qlinearadd_fixed_part_as_onnxruntime(tmp_path):
     a, b = (g.astype(np.uint8).ravel() for g in np.meshgrid(np.arange(256), np.arange(256), indexing="ij"))
     expected = bench.onnxruntime_session(tmp_path / "add.onnx", 1).run(None, {"a": a, "b": b})[0]
     np.testing.assert_array_equal(compiled({"a": a, "b": b})["y"], expected)
+
+
+@pytest.mark.parametrize("channels", [24, 40])
+def test_elementwise_channels_16_does_not_divide_are_one_vector(channels):
+    """An NHWC add on 24 channels (MobileNetV2): the channel axis is one contiguous vector; 16 lanes of
+    the fused axis, each cut by div/mod, were gathered (0.139 ms instead of 0.014 for 56x56x24)."""
+    import tvm
+    from tvm import te
+    from tvm_integration.qnn.schedules import schedule
+    a, b = (te.placeholder((1, 5, 7, channels), "uint8", name=n) for n in "ab")
+    out = te.compute(a.shape, lambda *i: te.max(a(*i), b(*i)), name="maximum")
+    func = schedule(te.create_prim_func([a, b, out]))
+    assert re.findall(r"T\.vectorized\((?:T\.int64\()?(\d+)", func.script()) == [str(channels)]
+    x, y = (np.random.default_rng(i).integers(0, 256, (1, 5, 7, channels), dtype=np.uint8) for i in (1, 2))
+    result = tvm.runtime.empty((1, 5, 7, channels), "uint8")
+    tvm.compile(func, target="llvm")(tvm.runtime.tensor(x), tvm.runtime.tensor(y), result)
+    np.testing.assert_array_equal(result.numpy(), np.maximum(x, y))
 
 
 def test_cli_run_compile_and_errors(tmp_path, capsys):

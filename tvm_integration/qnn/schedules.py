@@ -2,7 +2,8 @@
 add, pools, reshapes, reference convolutions): nothing runs TVM's default serial loops.
 
 Producers that can be inlined into their consumer are; each remaining block runs its spatial loops
-fused and parallel, and, without a reduction, its innermost 16 (or 8, 4) iterations vectorized;
+fused and parallel, and, without a reduction, its innermost 16 (or 8, 4) iterations vectorized (a
+last axis of 17-64 that 16 does not divide: that whole axis);
 with a reduction, the reduction stays innermost, serial.
 """
 from __future__ import annotations
@@ -42,6 +43,13 @@ def _parallel_vectorized(sch, block) -> None:
         sch.reorder(channels, axis, lanes)
         sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])
         sch.vectorize(lanes)
+        return
+    if spatial == len(kinds) > 1 and isinstance(extents[-1], tirx.IntImm) and \
+            VECTOR[0] < extents[-1].value <= 4 * VECTOR[0] and extents[-1].value % VECTOR[0]:
+        # Channels that 16 does not divide (MobileNetV2's 24): the whole axis is one vector, contiguous;
+        # 16 lanes of the fused axis would each be cut by div/mod and gathered (40x slower)
+        sch.parallel(sch.fuse(*loops[:-1]) if spatial > 2 else loops[0])
+        sch.vectorize(loops[-1])
         return
     fused = sch.fuse(*loops[:spatial]) if spatial > 1 else loops[0]
     extent = sch.get(fused).extent
