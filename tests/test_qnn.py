@@ -314,6 +314,23 @@ def test_dynamic_quantization_runs_exact_on_the_tiles(tmp_path, name):
     assert sum(TENSORIZED in f.attrs for f in funcs) == ops.count("MatMulInteger") + ops.count("ConvInteger") > 0
 
 
+def test_matmul_integer_per_row_zero_point(tmp_path):
+    """MatMulInteger allows one input zero point per row (onnxruntime does not run it): numpy's result,
+    not a per-row vector broadcast along the columns (M == N would hide that)."""
+    rng = np.random.default_rng(5)
+    w = rng.integers(-128, 128, (6, 4), dtype=np.int8)
+    node = helper.make_node("MatMulInteger", ["a", "w", "az"], ["y"])
+    graph = helper.make_graph([node], "mmi", [helper.make_tensor_value_info("a", TensorProto.UINT8, [4, 6]),
+                                               helper.make_tensor_value_info("az", TensorProto.UINT8, [4])],
+                              [helper.make_tensor_value_info("y", TensorProto.INT32, [4, 4])], [numpy_helper.from_array(w, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = models.IR_VERSION
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    a, az = rng.integers(0, 256, (4, 6), dtype=np.uint8), np.array([3, 100, 7, 250], np.uint8)
+    got = compile_model(tmp_path / "m.onnx", threads=1)({"a": a, "az": az})["y"]
+    np.testing.assert_array_equal(got, (a.astype(np.int64) - az[:, None]) @ w.astype(np.int64))
+
+
 @pytest.mark.parametrize("geometry", GEOMETRIES, ids=[f"c{g[0][0]}o{g[1]}k{g[2]}s{g[3]}g{g[5]}" for g in GEOMETRIES])
 def test_conv_integer_node(tmp_path, geometry):
     """One ConvInteger node, constant zero points (padding with the input's), int32 out: onnxruntime's."""

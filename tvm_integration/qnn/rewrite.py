@@ -290,6 +290,8 @@ class QDQToInteger(relax.PyExprMutator):
         if data is None or weight is None or (w := constant(self.value(weight[0]))) is None:
             return None
         (x, zx), w_zp = data, weight[1]
+        if zx is not None and any(int(d) != 1 for d in zx.ty.shape):
+            return None                      # a per-row input zero point (MatMulInteger allows it): TVM's op
         w_zps = np.zeros(1, np.int64) if w_zp is None else constant(self.value(w_zp))
         if w_zps is None or np.any(w_zps != w_zps.flat[0]):
             return None                      # per-channel weight zero points that differ: TVM's op
