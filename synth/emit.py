@@ -712,11 +712,16 @@ def build(source: str, isa_name: str, compiler: str, features=None) -> Path:
     """Compile ``source`` into an executable (warnings are errors; ``features`` as for
     ``compile_flags``), cached by content under the qsynth build directory."""
     cmd = compiler_command(isa_name, compiler, features) + ["-Wall", "-Werror"]
-    key = hashlib.sha256((source + " ".join(cmd)).encode()).hexdigest()[:20]
-    binary = CACHE_DIR / f"kernel-{isa_name}-{compiler}-{key}"
-    if not binary.exists():
-        _run_compiler(cmd, source, binary)
-    return binary
+    return _cached_compile(cmd, source, f"kernel-{isa_name}-{compiler}-{{}}")
+
+
+def _cached_compile(cmd: list[str], source: str, name: str) -> Path:
+    """``cmd`` run on ``source`` once per content: the output is ``name`` (``{}`` the content key)
+    under the qsynth build directory, written atomically."""
+    output = CACHE_DIR / name.format(hashlib.sha256((source + " ".join(cmd)).encode()).hexdigest()[:20])
+    if not output.exists():
+        _run_compiler(cmd, source, output)
+    return output
 
 
 def _run_compiler(cmd: list[str], source: str, output: Path) -> None:
@@ -741,8 +746,4 @@ def emit_llvm_ir(entry: dict) -> str:
     m = kernel_model(entry)
     source = "#define QSYNTH_EXTERN_WRAPPERS 1\n" + _TEMPLATES.get_template("kernel.h.j2").render(m=m)
     cmd = [*compiler_command(m["isa"].name, "clang", m["features"]), "-S", "-emit-llvm"]
-    key = hashlib.sha256((source + " ".join(cmd)).encode()).hexdigest()[:20]
-    out = CACHE_DIR / f"kernel-{m['isa'].name}-{key}.ll"
-    if not out.exists():
-        _run_compiler(cmd, source, out)
-    return out.read_text()
+    return _cached_compile(cmd, source, f"kernel-{m['isa'].name}-{{}}.ll").read_text()
