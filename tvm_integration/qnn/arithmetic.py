@@ -44,6 +44,17 @@ def requantize_channel(acc, scale, channel, zero_point: int, dtype: str, clamp: 
     return requantize(acc, scale[channel], zero_point, dtype, clamp)
 
 
+def weight_sums(w: np.ndarray, w_zp: int) -> np.ndarray:
+    """int64 per output channel: ``sum (w - zw)`` over its weights (what the input's zero point multiplies)."""
+    return (w.reshape(w.shape[0], -1).astype(np.int64) - w_zp).sum(1)
+
+
+def folded_bias(w: np.ndarray, x_zp: int, w_zp: int, bias: np.ndarray | None = None) -> np.ndarray:
+    """int32 per output channel: ``bias`` plus the zero-point terms known at compile time,
+    ``-zx sum w + K zx zw = -zx sum (w - zw)``."""
+    return ((0 if bias is None else bias.astype(np.int64).reshape(-1)) - x_zp * weight_sums(w, w_zp)).astype(np.int32)
+
+
 def conv2d(x, w, bias, scale=None, *, strides, padding, groups, x_zero_point, w_zero_point, out_zero_point,
            out_dtype, clamp):
     """NCHW conv2d of u8/s8 ``x`` by s8/u8 OIHW ``w``, four-term zero-point decomposition:

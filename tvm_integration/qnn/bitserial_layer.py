@@ -37,7 +37,7 @@ def lowered(op: IntegerOp):
     n = weight.shape[0]
     w = weight.reshape(n, -1).astype(np.int64)
     depth = w.shape[1]
-    bias = folded.astype(np.int64) + zx * w.sum(1) - depth * zx * zw          # the model's own bias
+    bias = folded.astype(np.int64) + zx * arithmetic.weight_sums(weight, zw)      # the model's own bias
     a = lo - zx
     if p["encoding"] == "hybrid":
         v = w - zw

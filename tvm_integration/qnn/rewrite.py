@@ -247,10 +247,7 @@ class QDQToInteger(relax.PyExprMutator):
         if bias is not None and np.issubdtype(bias.dtype, np.floating):
             bias = self.integer_bias(bias.reshape(-1), np.float32(x_scale) * w_scale, layer)
         scale = (np.float32(x_scale) * w_scale / np.float32(out_scale)).astype(np.float32)   # onnxruntime's order
-        depth = int(np.prod(w.shape[1:]))
-        w32 = w.reshape(channels, -1).astype(np.int64)
-        folded = (0 if bias is None else bias.astype(np.int64).reshape(-1)) - x_zp * w32.sum(1) + depth * x_zp * w_zp
-        folded = folded.astype(np.int32)
+        folded = arithmetic.folded_bias(w, x_zp, w_zp, bias)
         common = dict(x_zero_point=x_zp, w_zero_point=w_zp, out_zero_point=out_zp, out_dtype=out.dtype,
                       clamp=list(clamp), x_range=list(xq.bounds), w_range=list(wq.bounds), layer=layer)
         return self.emit_linear(core, x, (w, folded, scale), common)
@@ -302,14 +299,12 @@ class QDQToInteger(relax.PyExprMutator):
             if len(x.ty.shape) != 2 or w.ndim != 2:
                 return None
             w = w.T
-        effective = w.reshape(w.shape[0], -1).astype(np.int64) - w_zp
-        folded = (-x_zp * effective.sum(1)).astype(np.int32)
         common = dict(x_zero_point=x_zp, w_zero_point=w_zp, out_zero_point=0, out_dtype="int32",
                       clamp=list(QUANT_RANGES["int32"]), layer=self.layer_name(core))
-        result = self.emit_linear(core, x, (w, folded), common)
+        result = self.emit_linear(core, x, (w, arithmetic.folded_bias(w, x_zp, w_zp)), common)
         if not runtime_zx:
             return result
-        taps = effective.sum(1) if core.op.name == "relax.matmul" else valid_tap_sums(
+        taps = arithmetic.weight_sums(w, w_zp) if core.op.name == "relax.matmul" else valid_tap_sums(
             w.astype(np.int64) - w_zp, tuple(int(d) for d in list(x.ty.shape)[2:]), core.attrs)
         term = relax.op.multiply(relax.op.astype(self.visit_expr(zx), "int32"), relax.const(taps.astype(np.int32)))
         return self.builder_.normalize(relax.op.subtract(result, term))

@@ -29,6 +29,7 @@ import numpy as np
 from tvm import relax
 
 from tvm_integration.qnn import dispatch, legalize, tflite_arithmetic as ta
+from tvm_integration.qnn.arithmetic import folded_bias
 from tvm_integration.qnn.importer import ModelError
 from tvm_integration.qnn.integer_op import IntegerOp
 
@@ -224,9 +225,7 @@ class Importer:
         channels = weight.shape[0]
         out_scale, out_zp = out.scalar()
         scale = (x_scale * np.broadcast_to(w.scale, (channels,)) / out_scale).astype(np.float32)
-        w32 = weight.reshape(channels, -1).astype(np.int64)
-        b = np.zeros(channels, np.int64) if bias is None else bias.astype(np.int64).reshape(-1)
-        folded = (b - x_zp * w32.sum(1) + w32.shape[1] * x_zp * w_zp).astype(np.int32)
+        folded = folded_bias(weight, x_zp, w_zp, bias)
         return (weight, folded, scale), dict(x_zero_point=x_zp, w_zero_point=w_zp, out_zero_point=out_zp,
                                              out_dtype=out.dtype, clamp=clamp, **geometry)
 
