@@ -77,8 +77,8 @@ def test_gemm_loop_writing_the_wrong_column_is_caught(monkeypatch):
 # ---------------------------------------------------------------- bit-packing
 @pytest.mark.parametrize("shape, axis, bit_axis, word, bits", [((5, 70), 1, 1, "uint64", 2), ((3, 40, 2), 1, 0, "uint32", 3),
                                                                ((9, 4), 0, 2, "uint8", 1)])
-@pytest.mark.parametrize("unrolled", [False, True], ids=["reduction", "unrolled"])
-def test_packing_puts_bit_p_of_element_k_at_plane_p_word_k_over_width(shape, axis, bit_axis, word, bits, unrolled):
+@pytest.mark.parametrize("mode", ["reduction", "unrolled", "vector"])
+def test_packing_puts_bit_p_of_element_k_at_plane_p_word_k_over_width(shape, axis, bit_axis, word, bits, mode):
     import tvm
     from tvm import te
     rng = np.random.default_rng(2)
@@ -94,7 +94,8 @@ def test_packing_puts_bit_p_of_element_k_at_plane_p_word_k_over_width(shape, axi
             assert (int(got[tuple(at)]) >> (index[axis] % width)) & 1 == (x[index] >> p) & 1
     assert not np.take(got, [got.shape[axis + (bit_axis <= axis)] - 1], axis=axis + (bit_axis <= axis)).any()
     placeholder = te.placeholder(shape, "uint8", name="x")
-    packed = packing.te(placeholder, bits, words=got.shape[axis + (bit_axis <= axis)], unrolled=unrolled)
+    packed = packing.te(placeholder, bits, words=got.shape[axis + (bit_axis <= axis)], unrolled=mode == "unrolled",
+                        vector=mode == "vector")
     func = tvm.compile(te.create_prim_func([placeholder, packed]), target="llvm").jit()
     out = tvm.runtime.empty(got.shape, word, tvm.cpu())
     func["main"](tvm.runtime.tensor(x), out)

@@ -56,11 +56,15 @@ class Packing:
         return np.ascontiguousarray(np.moveaxis(stacked, 0, self.bit_axis))
 
     def te(self, x: te.Tensor, bits: int, words: int | None = None, name: str = "bitpack",
-           unrolled: bool = False) -> te.Tensor:
+           unrolled: bool = False, vector: bool = False) -> te.Tensor:
         """Pack ``x`` at run time: a TE compute, each word an OR (as a sum of distinct bits) over its
         ``word_bits`` elements; elements past the axis are zero bits. ``unrolled``: the sum written
         out term by term, no reduction axis, so that the compute is elementwise over every axis of the
-        result (and a schedule can vectorize along any of them)."""
+        result (and a schedule can vectorize along any of them). ``vector``: each word the
+        reinterpretation of a vector of ``word_bits`` booleans (``vector_bits``), which LLVM emits as a
+        mask move (AVX-512: one vpmovb2m and kmovq per 64 elements)."""
+        if vector:
+            return self._vector_te(x, bits, words, name)
         k = x.shape[self.axis]
         shape = self.shape(tuple(int(s) for s in x.shape), bits, words)
 
@@ -84,3 +88,22 @@ class Packing:
             b = te.reduce_axis((0, self.word_bits), name="b")
             return te.sum(bit(index, plane, b), axis=b)
         return te.compute(shape, word, name=name)
+
+    def _vector_te(self, x: te.Tensor, bits: int, words: int | None, name: str) -> te.Tensor:
+        """``[*packed shape, word_bits]`` booleans (``<name>_bits``: bit p of element t * word_bits + b,
+        False past the axis) and the packed words, each one boolean vector of them reinterpreted: bit b
+        of a word is lane b. A schedule computes the booleans under the word's loop, vectorized."""
+        k = int(x.shape[self.axis])
+        shape = self.shape(tuple(int(s) for s in x.shape), bits, words)
+        wb = self.word_bits
+
+        def bit(*index):
+            *index, b = index
+            plane = index.pop(self.bit_axis)
+            element = index[self.axis] * wb + b
+            index[self.axis] = tirx.min(element, k - 1)
+            value = (x[tuple(index)] >> plane.astype(x.dtype)) & tirx.const(1, x.dtype)
+            return tirx.all(element < k, value != tirx.const(0, x.dtype))
+        flags = te.compute((*shape, wb), bit, name=f"{name}_bits")
+        return te.compute(shape, lambda *index: tirx.call_intrin(
+            self.word, "tirx.reinterpret", flags[(*index, tirx.Ramp(0, 1, wb))]), name=name)

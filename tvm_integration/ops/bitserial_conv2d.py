@@ -49,7 +49,7 @@ def build_bitserial_conv2d(weight: np.ndarray, input_shape: tuple[int, int, int,
     x = te.placeholder(tuple(input_shape), "uint8", name="data")
     channels = Packing(axis=3, bit_axis=3, word=WORD)         # NHWC -> [B, H, W, bits, C words]
     if layout == "NHWC":
-        planes = channels.te(x, config.abits)
+        planes = channels.te(x, config.abits, vector=True)
     else:                                                     # NCHW read as NHWC (inlined into the packing)
         nhwc = te.compute((b, h, w, c), lambda bi, i, j, ch: x[bi, ch, i, j], name="nhwc")
         planes = channels.te(nhwc, config.abits, unrolled=True)

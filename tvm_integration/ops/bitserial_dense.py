@@ -29,7 +29,7 @@ def build_bitserial_dense(weight: np.ndarray, m: int, config: Config, stage: Out
     kernel = select(isa, config.abits, config.wbits, config.encoding) if use_kernel else None
     x = te.placeholder((m, k), "uint8", name="data")
     rows_planes = Packing(axis=1, bit_axis=1, word=WORD)          # [rows, K] -> [rows, bits, words]
-    planes = rows_planes.te(x, config.abits)
+    planes = rows_planes.te(x, config.abits, vector=True)
     mod, constants = build(m, x, planes, lambda p, plane, t: planes[p, plane, t],
                            rows_planes.numpy(config.weight_codes(weight), config.wbits), weight.shape, config, stage, kernel)
     return Built(mod, constants, (m, n), stage.out_dtype, (m, k), "uint8", (m, n), target(isa))
