@@ -20,8 +20,10 @@ def _vnni_entry() -> dict:
 
 def test_every_proved_k4_tile_of_an_isa_is_registered():
     kernels = {k.intrin: k for k in register_kernels("avx512")}
-    assert sorted(kernels) == ["qsynth_int8_u8s8_k4b_6x64x16_avx512", "qsynth_" + VNNI]
-    for (mr, nr), k in zip(((8, 48), (6, 64)), (kernels["qsynth_" + VNNI], kernels["qsynth_int8_u8s8_k4b_6x64x16_avx512"])):
+    shapes = {(8, 48), (6, 64), (7, 64), (7, 48)}
+    assert sorted(kernels) == sorted(f"qsynth_int8_u8s8_k4b_{mr}x{nr}x16_avx512" for mr, nr in shapes)
+    for (mr, nr) in shapes:
+        k = kernels[f"qsynth_int8_u8s8_k4b_{mr}x{nr}x16_avx512"]
         assert (k.spec.mr, k.spec.nr, k.spec.k, k.a_dtype, k.b_dtype) == (mr, nr, 16, "uint8", "int8")
         assert f"@{k.function}(" in k.llvm_ir and k.features == ("avx512vnni",)
         desc = tvm.s_tir.TensorIntrin.get(k.loop_intrin(3)).desc.script()      # 3 k blocks of 16
