@@ -6,19 +6,22 @@ is what is trusted. ``verdict`` re-derives and re-proves an entry from its spec 
 trust store kept outside the cache (``~/.cache/qsynth/verified.json``, or ``$QSYNTH_TRUST``) with
 the fingerprint of the verifier's own source. Every use of an entry (``synth`` on a cache hit,
 ``emit``, ``test-kernels``, TVM registration) goes through ``load``/``load_all``: stamped entries
-load at once, others are re-proved first, in parallel, and refused with their name when they do
-not re-prove. A clone, a shared cache or a cluster worker's result is therefore re-proved on its
-first use here; a change to the verifier (any source under ``synth/``, ``sketches/``,
-``isa_specs/`` but the CLI, emission and host detection) invalidates every stamp.
+load at once, others are re-proved first, in parallel (by fresh interpreters, not forks of the
+caller: ``_provers``), and refused with their name when they do not re-prove. A clone, a shared
+cache or a cluster worker's result is therefore re-proved on its first use here; a change to the
+verifier (any source under ``synth/``, ``sketches/``, ``isa_specs/`` but the CLI, emission and
+host detection) invalidates every stamp.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import selectors
+import subprocess
+import sys
 import tempfile
 from functools import cache as memoize
-from multiprocessing import Pool
 from pathlib import Path
 
 from filelock import FileLock
@@ -29,6 +32,7 @@ from synth.files import write_atomically
 _SOURCES = ("synth", "sketches", "isa_specs")
 # Modules that cannot change a verdict (the CLI, emission, host detection, reports): editing them
 # keeps the stamps. Anything else under _SOURCES is the verifier's, and a new module is by default.
+# This module is too: ``verdict`` decides which results count as proved, and a stamp records its answer.
 _NOT_VERIFIER = {"isa_specs/check.py", "isa_specs/host.py", "synth/cli.py", "synth/emit.py", "synth/emit_cli.py",
                  "synth/host_report.py", "synth/mutants.py", "synth/sweep.py", "synth/progress.py",
                  "synth/cluster.py"}
@@ -111,17 +115,92 @@ def verify_paths(paths: list[Path], jobs: int | None = None):
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(paths)))
     done = []
     try:
-        if jobs == 1:
-            for p in paths:
-                done.append(verdict(p))
-                yield done[-1]
-        else:
-            with Pool(jobs) as pool:
-                for v in pool.imap(verdict, paths):
-                    done.append(v)
-                    yield v
+        for v in (map(verdict, paths) if jobs == 1 else _provers(paths, jobs)):
+            done.append(v)
+            yield v
     finally:
         _record(done)
+
+
+# A prover process runs the verifier of the caller's own source tree (the one ``fingerprint`` hashed).
+_PROVER = "import sys; sys.path.insert(0, {root!r}); from synth.trust import _serve; _serve()"
+
+
+def _provers(paths: list[Path], jobs: int):
+    """``verdict`` of each path, in order, computed by ``jobs`` new interpreters, each given one path
+    at a time. Not forks of this process (``multiprocessing``'s default here): a fork inherits the
+    caller's state, and a forked prover that garbage-collected an onnxruntime session the caller (a
+    test) had dropped hung in onnxruntime's thread pool (pthread_cond_destroy, 15 min). Not
+    ``multiprocessing``'s spawn or forkserver either: their workers import the caller's ``__main__``,
+    so a script that calls ``compile_model`` at top level without an ``if __name__ == "__main__"``
+    guard re-ran itself in every worker, and the Pool replaced the failing workers for ever (a hang).
+    A prover that dies (a crash, a kill) gives its path a failed verdict and is replaced."""
+    command = [sys.executable, "-c", _PROVER.format(root=str(Path(__file__).resolve().parent.parent))]
+    todo, ready, busy, started = list(enumerate(paths))[::-1], {}, {}, []
+    events = selectors.DefaultSelector()
+
+    def start() -> subprocess.Popen:
+        proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        started.append(proc)
+        events.register(proc.stdout, selectors.EVENT_READ, proc)
+        return proc
+
+    def give(proc: subprocess.Popen) -> None:
+        if todo:
+            busy[proc] = todo.pop()
+            try:
+                proc.stdin.write(json.dumps(str(busy[proc][1])) + "\n")
+                proc.stdin.flush()
+            except OSError:         # already dead: its end of file is read next
+                pass
+
+    try:
+        for _ in range(jobs):
+            give(start())
+        following = 0
+        while following < len(paths):
+            for key, _ in events.select():
+                proc = key.data
+                line = proc.stdout.readline()
+                i, path = busy.pop(proc)
+                if line:
+                    ready[i] = json.loads(line)
+                else:
+                    events.unregister(proc.stdout)
+                    proc.stdout.close()
+                    ready[i] = _died(path, proc.wait())
+                    proc = start() if todo else None
+                if proc is not None:
+                    give(proc)
+            while following in ready:
+                yield ready.pop(following)
+                following += 1
+    finally:
+        for proc in started:
+            if proc in busy:
+                proc.kill()         # abandoned mid-proof (the caller stopped early, Ctrl-C)
+            try:
+                proc.stdin.close()  # an idle prover exits at the end of its input
+            except OSError:
+                pass
+            proc.wait()
+            proc.stdout.close()
+        events.close()
+
+
+def _died(path: Path, status: int) -> dict:
+    return {"path": str(path), "file": Path(path).name, "name": None, "content_hash": None, "ok": False,
+            "failures": [f"the prover process died (exit status {status})"], "obligations": 0, "entry": None}
+
+
+def _serve() -> None:
+    """A prover process (``_provers``): reads one JSON path a line, writes its verdict as one JSON
+    line. Whatever else would go to standard output (a library's print) goes to standard error."""
+    out = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    for line in sys.stdin:
+        out.write(json.dumps(verdict(Path(json.loads(line)))) + "\n")
+        out.flush()
 
 
 def admit(entry: dict, root: Path | None = None) -> dict:

@@ -3,7 +3,6 @@ the training itself is not a test): their ONNX form is what Brevitas writes at t
 widths, and their reference executor reproduces the top-1 committed in benchmarks/lowbit_accuracy.json."""
 from __future__ import annotations
 
-import gc
 import json
 import sys
 from pathlib import Path
@@ -157,7 +156,6 @@ def test_w1a1_qonnx_through_qsynth_equals_the_qonnx_executor():
     pytest.importorskip("qonnx")
     from tvm_integration.qnn.model import compile_model
     path = MODELS / "digits_w1a1_qonnx.onnx"
-    gc.collect()                  # no dead onnxruntime session for compile_model's forked provers to collect
     model = compile_model(path, threads=1)
     name_in, name_out = next(iter(model.inputs)), model.outputs[0]
     _, _, x, y = load_digits()

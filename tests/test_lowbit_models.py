@@ -6,8 +6,6 @@ inputs and with the numpy integer network on its calibration input; every inner 
 bitserial operators at the configuration's precision."""
 from __future__ import annotations
 
-import gc
-
 import numpy as np
 import onnx
 import pytest
@@ -26,10 +24,6 @@ def built(request, tmp_path_factory):
     model, x, logits = resnet_lowbit(abits, wbits, **SMALL)
     path = tmp_path_factory.mktemp("resnet") / f"resnet_a{abits}w{wbits}.onnx"
     onnx.save(model, path)
-    # compile_model may re-prove kernels in forked workers (synth/trust.py): a child that garbage-collects
-    # a dead onnxruntime session inherited from here hangs in its thread pool; so no garbage, and the
-    # session made after
-    gc.collect()
     ours = compile_model(path, threads=1)
     return request.param, path, x, logits, ours, ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
 

@@ -9,8 +9,6 @@ DequantizeLinear past MaxPool/Flatten and then has no uint2/uint4 kernel for the
 """
 from __future__ import annotations
 
-import gc
-
 import numpy as np
 import onnx
 import pytest
@@ -70,9 +68,6 @@ def compiled(request, tmp_path_factory):
     model, layers = make(SPECS[form][0], SHAPE, form)
     path = tmp_path_factory.mktemp(form) / f"{form}.onnx"
     onnx.save(model, path)
-    # compile_model may re-prove kernels in forked workers (synth/trust.py): a child that garbage-collects
-    # a dead onnxruntime session of the previous form inherited from here hangs in its thread pool
-    gc.collect()
     return form, path, model, layers, compile_model(path, threads=1), executor(form, model, path)
 
 

@@ -2,6 +2,7 @@
 hash fails `qsynth cache verify` by name and is never used; malformed entries get a verdict, not
 a traceback; re-proved entries are stamped and load without re-proving."""
 import copy
+import gc
 import json
 import os
 import subprocess
@@ -126,3 +127,73 @@ def test_stamped_entry_loads_without_reproving(tmp_path, monkeypatch):
     assert trust.load(path) == cache.read(path)
     monkeypatch.setattr(trust, "fingerprint", lambda: "another verifier")
     assert not trust.stamped(cache.read(path))                       # a changed verifier re-proves
+
+
+class _Finalized:
+    """Cyclic garbage whose finalizer, run in any process but the one that made it, leaves a file named
+    by that process's id: a stand-in for the onnxruntime session a test had dropped, whose destructor
+    hung in a prover forked from the test (pthread_cond_destroy in onnxruntime's thread pool)."""
+
+    def __init__(self, folder):
+        self.cycle, self.maker, self.folder = self, os.getpid(), folder
+
+    def __del__(self):
+        if os.getpid() != self.maker:
+            (self.folder / str(os.getpid())).touch()
+
+
+def test_provers_do_not_inherit_the_callers_garbage(tmp_path, monkeypatch):
+    """verify_paths with 2 jobs from this (pytest) process: the provers prove, and none of them runs a
+    finalizer of this process's garbage. With the former fork Pool each forked prover collected the
+    object below within its first proof (several thousand allocations each) and left its file."""
+    monkeypatch.setenv("QSYNTH_TRUST", str(tmp_path / "trust.json"))
+    seen = tmp_path / "finalized"
+    seen.mkdir()
+    # the hazard is live here: a forked child that collects garbage finalizes the parent's
+    gc.collect()
+    _Finalized(seen)
+    child = os.fork()
+    if child == 0:
+        gc.collect()
+        os._exit(0)
+    os.waitpid(child, 0)
+    assert [p.name for p in seen.iterdir()] == [str(child)]
+    gc.collect()                                    # collected here: its own process, no file
+    (seen / str(child)).unlink()
+    paths = cache.entries()[:4]
+    thresholds = gc.get_threshold()
+    gc.set_threshold(2000, 10, 10)                  # not collected here before the provers start
+    try:
+        _Finalized(seen)
+        verdicts = list(trust.verify_paths(paths, jobs=2))
+    finally:
+        gc.set_threshold(*thresholds)
+        gc.collect()
+    assert [v["path"] for v in verdicts] == [str(p) for p in paths] and all(v["ok"] for v in verdicts)
+    assert list(seen.iterdir()) == []
+    assert all(trust.stamped(cache.read(p)) for p in paths)
+
+
+def test_provers_from_a_script_without_main_guard_and_from_python_c(tmp_path):
+    """multiprocessing's spawn and forkserver workers import the caller's __main__: a script calling
+    the loader at top level, unguarded, re-ran in every worker and the Pool replaced them for ever."""
+    script = tmp_path / "script.py"
+    script.write_text("from synth import cache, trust\nprint('top level', flush=True)\n"
+                      "print([v['ok'] for v in trust.verify_paths(cache.entries()[:3], 2)])\n")
+    for i, argv in enumerate(([str(script)], ["-c", script.read_text()])):
+        env = dict(os.environ, QSYNTH_TRUST=str(tmp_path / f"trust{i}.json"))
+        proc = subprocess.run([sys.executable, *argv], capture_output=True, text=True, env=env, timeout=300)
+        assert (proc.returncode, proc.stdout) == (0, "top level\n[True, True, True]\n"), proc.stderr
+        assert len(json.loads((tmp_path / f"trust{i}.json").read_text())) == 3
+
+
+def test_a_prover_that_dies_refuses_its_entry(tmp_path, monkeypatch):
+    """A crashed prover: its entry gets a failed verdict with the exit status, a new prover takes the
+    next one, nothing is stamped, and the run ends."""
+    monkeypatch.setenv("QSYNTH_TRUST", str(tmp_path / "trust.json"))
+    monkeypatch.setattr(trust, "_PROVER", "import os, sys; sys.stdin.readline(); os._exit(3)")
+    paths = cache.entries()[:3]
+    verdicts = list(trust.verify_paths(paths, jobs=2))
+    assert [v["path"] for v in verdicts] == [str(p) for p in paths]
+    assert all(v["failures"] == ["the prover process died (exit status 3)"] for v in verdicts)
+    assert not any(trust.stamped(cache.read(p)) for p in paths)
