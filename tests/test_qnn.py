@@ -348,3 +348,45 @@ def test_conv_integer_node(tmp_path, geometry):
     onnx.save(model, str(tmp_path / "c.onnx"))
     compiled = assert_bit_exact(tmp_path / "c.onnx")
     assert compiled.outputs == ["y"]
+
+
+def conv_then_add(tmp_path, operand: int, conv_is_output: bool):
+    """QLinearConv (3x3, 16 -> 24 channels, 9x9) then QLinearAdd of its result and a second input
+    ``r``, the convolution's result as the add's operand ``operand``; also a model output if asked."""
+    rng = np.random.default_rng(5 + operand)
+    u8 = lambda v, n: numpy_helper.from_array(np.array(v, np.uint8), n)       # noqa: E731
+    f32 = lambda v, n: numpy_helper.from_array(np.array(v, np.float32), n)    # noqa: E731
+    inits = [f32(0.02, "xs"), u8(120, "xz"), numpy_helper.from_array(rng.integers(-128, 128, (24, 16, 3, 3), dtype=np.int8), "w"),
+             f32(rng.random(24) * 0.01 + 0.002, "ws"), numpy_helper.from_array(np.zeros(24, np.int8), "wz"),
+             f32(0.37, "ys"), u8(131, "yz"), f32(0.029, "rs"), u8(97, "rz"), f32(0.043, "as"), u8(126, "az"),
+             numpy_helper.from_array(rng.integers(-5000, 5000, 24).astype(np.int32), "b")]
+    conv = helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"], ["y"], pads=[1] * 4)
+    pair = [["y", "ys", "yz"], ["r", "rs", "rz"]]
+    add = helper.make_node("QLinearAdd", [*pair[operand], *pair[1 - operand], "as", "az"], ["z"], domain="com.microsoft")
+    info = lambda n: helper.make_tensor_value_info(n, TensorProto.UINT8, [1, 16 if n == "x" else 24, 9, 9])  # noqa: E731
+    graph = helper.make_graph([conv, add], "conv_add", [info("x"), info("r")],
+                              [info("z"), *([info("y")] if conv_is_output else [])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    model.ir_version = models.IR_VERSION
+    onnx.save(model, str(tmp_path / "conv_add.onnx"))
+    return tmp_path / "conv_add.onnx"
+
+
+@pytest.mark.parametrize("operand", [0, 1])
+@pytest.mark.parametrize("conv_is_output", [False, True])
+def test_residual_add_fused_into_the_convolution(tmp_path, operand, conv_is_output):
+    """An add whose operand is a convolution nothing else reads runs in that convolution's output
+    stage (no add function left), either operand order, bit-exact; a convolution that is also a model
+    output keeps its own add."""
+    path = conv_then_add(tmp_path, operand, conv_is_output)
+    assert_bit_exact(path, runs=4)
+    funcs = [f for f in lower(load(path)).functions.values() if isinstance(f, tirx.PrimFunc)]
+    adds = [f for f in funcs if f.attrs and f.attrs.get("qnn.op") == "add"]
+    assert len(adds) == (1 if conv_is_output else 0)
+    assert sum(TENSORIZED in f.attrs for f in funcs) == 1
+
+
+def test_tiny_resnet_adds_all_fused(tmp_path):
+    path = models.quantize(TINY["resnet"](), tmp_path / "r.onnx")
+    funcs = [f for f in lower(load(path)).functions.values() if isinstance(f, tirx.PrimFunc)]
+    assert not [f for f in funcs if f.attrs and f.attrs.get("qnn.op") == "add"]

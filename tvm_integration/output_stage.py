@@ -1,4 +1,5 @@
-"""The output stage fused after the int32 accumulation: bias add, requantize, clamp.
+"""The output stage fused after the int32 accumulation: bias add, requantize, clamp, and optionally
+the quantized add of a residual tensor that consumes the result (``ResidualAdd``).
 
 Two requantizations, each bit-exact to the runtime it comes from:
 
@@ -37,24 +38,63 @@ class FixedPointRequantize:
 
 
 @dataclass(frozen=True)
+class ResidualAdd:
+    """onnxruntime's QLinearAdd of the stage's quantized result and a residual tensor of the output's
+    shape (``qlinear_add``), applied to the result as the add's operand ``operand`` (0: first, 1:
+    second: the two are not symmetric in float32). The stage then outputs the add's result, and the
+    result it replaces is never written. ``residual_dtype``: the residual tensor's."""
+    ratio_a: float
+    ratio_b: float
+    fixed: float
+    out_dtype: str
+    clamp: tuple[int, int]
+    operand: int
+    residual_dtype: str
+
+    def expression(self, result, residual):
+        a, b = (result, residual) if self.operand == 0 else (residual, result)
+        return qlinear_add(a, b, self.ratio_a, self.ratio_b, self.fixed, self.out_dtype, self.clamp)
+
+
+def qlinear_add(a, b, ratio_a: float, ratio_b: float, fixed: float, out_dtype: str, clamp):
+    """QLinearAdd as MLAS's AVX2 kernel computes it: ``fma(a, sa/sc, fma(b, sb/sc, fixed))`` with
+    ``fixed = zc - (sa/sc * za + sb/sc * zb)`` (computed by the caller in float32), rounded half to
+    even, saturated to ``clamp``."""
+    def fma(x, y, z):
+        return tirx.call_intrin("float32", "tirx.fma", x, y, z)      # one rounding, as vfmadd
+    y = round_half_even(fma(a.astype("float32"), tirx.const(ratio_a, "float32"),
+                            fma(b.astype("float32"), tirx.const(ratio_b, "float32"), tirx.const(fixed, "float32"))))
+    return tirx.max(tirx.min(y, float(clamp[1])), float(clamp[0])).astype(out_dtype)
+
+
+@dataclass(frozen=True)
 class OutputStage:
     """``bias``: int32 per output channel; ``relu``: clamp below at the output's zero (the zero point
-    when requantized); ``clamp``: (lo, hi) in the output's integer domain."""
+    when requantized); ``clamp``: (lo, hi) in the output's integer domain; ``residual``: a quantized
+    add applied to the requantized result (the operator then reads a second tensor)."""
     bias: np.ndarray | None = None
     requantize: ScaleRequantize | FixedPointRequantize | None = None
     relu: bool = False
     clamp: tuple[int, int] | None = None
+    residual: ResidualAdd | None = None
 
     def __post_init__(self):
         if self.requantize is not None and self.requantize.out_dtype not in ("uint8", "int8"):
             raise ValueError(f"requantize to uint8 or int8, not {self.requantize.out_dtype!r}")
+        if self.residual is not None and self.requantize is None:
+            raise ValueError("a residual add needs a requantized result")
+
+    @property
+    def result_dtype(self) -> str:
+        """The dtype of the requantized result (before a residual add)."""
+        return self.requantize.out_dtype if self.requantize else "int32"
 
     @property
     def out_dtype(self) -> str:
-        return self.requantize.out_dtype if self.requantize else "int32"
+        return self.residual.out_dtype if self.residual else self.result_dtype
 
     def bounds(self) -> tuple[int, int]:
-        lo, hi = QUANT_RANGES[self.out_dtype]
+        lo, hi = QUANT_RANGES[self.result_dtype]
         if self.relu:
             lo = max(lo, self.requantize.zero_point if self.requantize else 0)
         if self.clamp:
@@ -75,19 +115,24 @@ class OutputStage:
             params["shift"] = per_channel(self.requantize.shift, np.int32)
         return params
 
-    def expression(self, acc, p: dict, g, n):
+    def expression(self, acc, p: dict, g, n, residual=None):
         """TIR value of the output for accumulator ``acc`` (int32, bias not yet added) of channel (g, n);
-        ``p`` maps the names of ``channel_params`` to TE tensors."""
+        ``p`` maps the names of ``channel_params`` to TE tensors; ``residual``: the residual tensor's
+        value at this output (with ``self.residual``)."""
+        result = self._result(acc, p, g, n)
+        return self.residual.expression(result, residual) if self.residual else result
+
+    def _result(self, acc, p: dict, g, n):
         lo, hi = self.bounds()
         x = acc + p["bias"][g, n]
         rq = self.requantize
         if isinstance(rq, ScaleRequantize):
             y = round_half_even(x.astype("float32") * p["scale"][g, n])
             y = tirx.max(tirx.min(y, float(hi - rq.zero_point)), float(lo - rq.zero_point)).astype("int32")
-            return (y + rq.zero_point).astype(self.out_dtype)
+            return (y + rq.zero_point).astype(self.result_dtype)
         if isinstance(rq, FixedPointRequantize):
             x = _tflite_multiply(x, p["multiplier"][g, n], p["shift"][g, n]) + rq.zero_point
-        return tirx.max(tirx.min(x, hi), lo).astype(self.out_dtype)
+        return tirx.max(tirx.min(x, hi), lo).astype(self.result_dtype)
 
 
 def _tflite_multiply(x, multiplier, shift):

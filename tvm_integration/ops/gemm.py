@@ -58,7 +58,8 @@ class Gemm:
 def build(gemm: Gemm, data: te.Tensor, element, weights: np.ndarray, stage: OutputStage, order: str,
           tile: Tile, kernel: Kernel | None, depth_loops: tuple[int, ...] = (), fold_run: int | None = None):
     """The scheduled module and its constant arguments: ``(mod, params)``; the compiled function is
-    called as ``main(data, *params, out)``. ``element(b, g, p, k)`` is A's element (input dtype; called
+    called as ``main(data, *params, out)``, or ``main(data, *params, residual, out)`` when the stage
+    adds a residual (``residual`` in the output's shape). ``element(b, g, p, k)`` is A's element (input dtype; called
     only for p < rows, k < depth), read from ``data`` or a tensor computed from it. ``weights``: int8
     ``[groups, cols, depth]``. ``depth_loops``: the extents k is made of, outermost first (conv2d:
     kh, kw, c), so that the packing's address arithmetic folds into loops when c is whole k steps.
@@ -89,13 +90,19 @@ def build(gemm: Gemm, data: te.Tensor, element, weights: np.ndarray, stage: Outp
     if signed:
         values["bias"] = values["bias"] + np.pad(shift_compensation(weights), ((0, 0), (0, npad - gemm.cols)))
     params = placeholders(values)
+    inputs = [data, w, *params.values()]
     if order == "rows":
-        out = te.compute((gemm.batch, gemm.rows, gemm.groups, gemm.cols), lambda b, p, g, n: stage.expression(
-            acc[b, g, p, n], params, g, n), name="output")
+        shape = (gemm.batch, gemm.rows, gemm.groups, gemm.cols)
+        residual = te.placeholder(shape, stage.residual.residual_dtype, name="residual") if stage.residual else None
+        out = te.compute(shape, lambda b, p, g, n: stage.expression(
+            acc[b, g, p, n], params, g, n, residual[b, p, g, n] if residual is not None else None), name="output")
+        inputs += [residual] if residual is not None else []
+    elif stage.residual:
+        raise ValueError("a residual add is fused in the rows (NHWC, dense) order only")
     else:
         out = te.compute((gemm.batch, gemm.groups, gemm.cols, gemm.rows), lambda b, g, n, p: stage.expression(
             acc[b, g, p, n], params, g, n), name="output")
-    func = te.create_prim_func([data, w, *params.values(), out])
+    func = te.create_prim_func([*inputs, out])
     constants = [pack_weights(weights, tile.nr, tile.k), *values.values()]
     exact = kp == gemm.depth and depth_loops and depth_loops[-1] % tile.k == 0
     return schedule(func, tile, kernel, order, depth_loops if exact else (), fold_run), constants

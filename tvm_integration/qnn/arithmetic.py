@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 from tvm import te, tirx
 
-from tvm_integration.output_stage import QUANT_RANGES, round_half_even
+from tvm_integration.output_stage import QUANT_RANGES, qlinear_add, round_half_even
 
 
 def requantize(acc, scale, zero_point: int, dtype: str, clamp: tuple[int, int]):
@@ -112,23 +112,13 @@ def fma32(a, b, c) -> np.float32:
     return np.float32(np.longdouble(np.float32(a)) * np.longdouble(np.float32(b)) + np.longdouble(np.float32(c)))
 
 
-def _fma(a, b, c):
-    return tirx.call_intrin("float32", "tirx.fma", a, b, c)      # one rounding, as vfmadd
-
-
 def add(a, b, *, ratio_a: float, ratio_b: float, fixed: float, out_dtype: str, clamp):
-    """QLinearAdd as MLAS's AVX2 kernel computes it: ``fma(a, sa/sc, fma(b, sb/sc, fixed))`` with
-    ``fixed = zc - (sa/sc * za + sb/sc * zb)`` (computed by the caller in float32), rounded half to
-    even, saturated; ``a`` and ``b`` broadcast as numpy does."""
+    """QLinearAdd (output_stage.qlinear_add: MLAS's arithmetic), ``a`` and ``b`` broadcast as numpy does."""
     shape = _broadcast_shape(a.shape, b.shape)
-    lo, hi = clamp
 
     def value(*i):
-        va = a(*_broadcast_index(a.shape, i)).astype("float32")
-        vb = b(*_broadcast_index(b.shape, i)).astype("float32")
-        y = round_half_even(_fma(va, tirx.const(ratio_a, "float32"),
-                                _fma(vb, tirx.const(ratio_b, "float32"), tirx.const(fixed, "float32"))))
-        return tirx.max(tirx.min(y, float(hi)), float(lo)).astype(out_dtype)
+        return qlinear_add(a(*_broadcast_index(a.shape, i)), b(*_broadcast_index(b.shape, i)), ratio_a, ratio_b,
+                           fixed, out_dtype, clamp)
     return te.compute(shape, value, name="qadd")
 
 

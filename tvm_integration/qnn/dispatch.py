@@ -4,6 +4,10 @@ at compile time; bias, requantize and clamp fused into its output stage); every 
 a parallel, vectorized schedule (schedules.py). The operators compute the same arithmetic as the
 reference they replace (output_stage.ScaleRequantize is MLAS's requantize).
 
+A quantized add whose operand is a tensorized convolution that nothing else reads is fused into that
+convolution's output stage (output_stage.ResidualAdd: ResNet's and MobileNetV2's residual adds): the
+convolution is emitted at the add, reading the other operand, and its own result is never written.
+
 Layout is decided here: activations between tensorized convolutions stay NHWC (channels innermost:
 what the operators pack from and write, and what adds and pools vectorize along). An NHWC tensor is
 given an NCHW view (a transpose) only where an op needs the model's layout; the views nothing reads
@@ -11,6 +15,7 @@ are removed with the rest of the dead code.
 """
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import replace
 
 import tvm
@@ -18,7 +23,7 @@ from tvm import relax, tirx
 
 from tvm_integration.ops.conv2d import build_conv2d
 from tvm_integration.ops.dense import build_dense
-from tvm_integration.output_stage import OutputStage, requantization
+from tvm_integration.output_stage import OutputStage, ResidualAdd, requantization
 from tvm_integration.qnn import bitserial_layer, schedules
 from tvm_integration.qnn.importer import ModelError
 from tvm_integration.qnn.integer_op import IntegerOp
@@ -36,12 +41,14 @@ class Dispatch:
         self.mod, self.isa = mod, isa
         self.builder = relax.BlockBuilder(tvm.IRModule({g: f for g, f in mod.functions.items() if g.name_hint != "main"}))
         self.value, self.nhwc = {}, {}
+        self.deferred = {}          # convolution var -> its op, to be emitted with the add that reads it
 
     def run(self):
         main = self.mod["main"]
         blocks = main.body.blocks
         if len(blocks) != 1 or not isinstance(blocks[0], relax.DataflowBlock):
             raise ModelError("the imported model's main function is not one dataflow block (control flow?)")
+        self.fusable = self.residual_convolutions(blocks[0].bindings, main.body.body)
         with self.builder.function("main", list(main.params), dict(main.attrs) if main.attrs else None):
             with self.builder.dataflow():
                 for binding in blocks[0].bindings:
@@ -64,10 +71,32 @@ class Dispatch:
             self.nhwc[var] = self.builder.emit(relax.op.permute_dims(self.substitute(var), TO_NHWC))
         return self.nhwc[var]
 
+    def residual_convolutions(self, bindings, output) -> set:
+        """The tensorized NHWC convolutions whose only reader is a quantized add."""
+        uses = Counter()
+
+        def count(expr):
+            if isinstance(expr, relax.Var):
+                uses[expr] += 1
+            elif isinstance(expr, (relax.Tuple, relax.Call)):
+                for e in (expr.fields if isinstance(expr, relax.Tuple) else expr.args):
+                    count(e)
+        for binding in bindings:
+            count(binding.value)
+        count(output)
+        ops = {b.var: IntegerOp.read(b.value, self.mod) for b in bindings}
+        return {i for op in ops.values() if op is not None and op.kind == "add" for i in op.inputs
+                if uses[i] == 1 and ops.get(i) is not None and ops[i].kind == "conv2d" and ops[i].tensorized
+                and not ops[i].depthwise and "out_zero_point" in ops[i].params and len(ops[i].constants) == 3}
+
     def bind(self, binding):
         var, value = binding.var, binding.value
         op = IntegerOp.read(value, self.mod)
-        if op is not None and op.tensorized:
+        if op is not None and op.kind == "add" and self.fused_add(var, op):
+            return
+        if op is not None and op.tensorized and var in self.fusable:
+            self.deferred[var] = op
+        elif op is not None and op.tensorized:
             self.tensorized(var, op)
         elif op is not None and op.bitserial:
             bitserial_layer.emit(self, var, op)
@@ -88,12 +117,34 @@ class Dispatch:
         self.nhwc[var] = self.builder.emit(nhwc_value)
         self.value[var] = self.builder.emit(relax.op.permute_dims(self.nhwc[var], TO_NCHW))
 
-    def tensorized(self, var, op: IntegerOp):
+    def fused_add(self, var, add: IntegerOp) -> bool:
+        """``add`` of a deferred convolution (the later one when both operands are) and a tensor of
+        its shape, emitted as the convolution with the add in its output stage; False (the deferred
+        convolutions emitted on their own) when the other operand is not an NHWC tensor of that shape."""
+        deferred = [i for i, x in enumerate(add.inputs) if x in self.deferred]
+        if not deferred:
+            return False
+        operand = deferred[-1]
+        conv_var, other = add.inputs[operand], add.inputs[1 - operand]
+        for x in add.inputs[:operand]:
+            if x in self.deferred:
+                self.tensorized(x, self.deferred.pop(x))
+        conv = self.deferred.pop(conv_var)
+        if tuple(int(d) for d in other.ty.shape) != conv.out_shape:
+            self.tensorized(conv_var, conv)
+            return False
+        p = add.params
+        residual = ResidualAdd(p["ratio_a"], p["ratio_b"], p["fixed"], p["out_dtype"], tuple(p["clamp"]), operand,
+                               str(other.ty.dtype))
+        self.tensorized(var, conv, residual, self.nhwc_of(other))
+        return True
+
+    def tensorized(self, var, op: IntegerOp, residual: ResidualAdd | None = None, residual_value=None):
         weight, bias, *scale = op.constants            # no scale: the int32 accumulator (ConvInteger)
         p = op.params
         stage = OutputStage(bias=bias, requantize=requantization(scale[0], p["out_zero_point"], p["out_dtype"])
                             if scale else None,
-                            clamp=tuple(p["clamp"]))
+                            clamp=tuple(p["clamp"]), residual=residual)
         x = op.inputs[0]
         if op.kind == "dense":
             built = build_dense(weight, int(x.ty.shape[0]), str(x.ty.dtype), stage, self.isa)
@@ -107,6 +158,8 @@ class Dispatch:
         gvar = self.builder.add_func(func, "qsynth_depthwise" if op.depthwise else f"qsynth_{op.kind}")
         self.builder.update_func(gvar, func.with_attr("global_symbol", gvar.name_hint))
         args = [data, *[relax.const(c) for c in built.constants]]
+        if residual is not None:
+            args.append(self.builder.emit(relax.op.reshape(residual_value, built.out_shape)))
         out = self.builder.emit(relax.call_tir(gvar, args, relax.TensorType(built.out_shape, built.out_dtype)))
         result = relax.op.reshape(out, built.result_shape)
         if op.kind == "dense":
