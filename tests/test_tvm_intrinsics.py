@@ -27,7 +27,7 @@ def test_every_proved_k4_tile_of_an_isa_is_registered():
         assert (k.spec.mr, k.spec.nr, k.spec.k, k.a_dtype, k.b_dtype) == (mr, nr, 16, "uint8", "int8")
         assert f"@{k.function}(" in k.llvm_ir and k.features == ("avx512vnni",)
         desc = tvm.s_tir.TensorIntrin.get(k.loop_intrin(3)).desc.script()      # 3 k blocks of 16
-        for buffer in (f'T.Buffer((3, {mr}, 16), "uint8"', f'T.Buffer((12, {nr}, 4), "int8"',
+        for buffer in (f'T.Buffer(({mr}, 48), "uint8"', f'T.Buffer((12, {nr}, 4), "int8"',
                        f'T.Buffer(({mr}, {nr}), "int32"'):
             assert buffer in desc
 

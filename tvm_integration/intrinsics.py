@@ -10,8 +10,8 @@ speed), and whose LLVM IR (clang -O3 with the ISA's flags) the schedule imports 
 schedule first asks for it (``Kernel.loop_intrin``).
 
 Memory image shared by the ``k4`` and ``k4b`` layouts (synth/emit.py): A is ``kblocks`` blocks of
-``mr`` rows of ``k`` bytes (row i of block kb at ``a + kb*a_block + i*a_stride``, as a GEMM packs
-it); B is ``kblocks*k/4`` rows of ``nr*4`` bytes (for each column the four bytes of one k group),
+``mr`` rows of ``k`` bytes (row i of block kb at ``a + kb*a_block + i*a_stride``; a GEMM packs A
+row-major, so ``a_block = k`` and ``a_stride`` is the row's length); B is ``kblocks*k/4`` rows of ``nr*4`` bytes (for each column the four bytes of one k group),
 row g at ``b + g*b_stride``; C is ``mr`` rows of ``nr`` int32. The ``rows`` layout (B row j = column
 j) and int16 elements are not registered.
 """
@@ -90,33 +90,33 @@ def proved_entries(isa: str, root: Path = cache.ROOT) -> list[dict]:
 
 def loop_functions(spec: Int8Spec, function: str, kblocks: int):
     """(description, implementation) of ``kblocks`` consecutive k blocks of a k4-image tile, A given as
-    blocks of ``mr x k`` bytes (block kb at ``A.strides[0]`` bytes from block kb - 1, as a GEMM packs
-    it); the implementation calls the kernel's ``_kloop`` ``function``."""
+    ``mr`` rows of the whole depth (row i at ``A.strides[0]`` bytes from row i - 1, as a GEMM packs
+    it: one contiguous copy per input run); the implementation calls the kernel's ``_kloop``
+    ``function`` with k blocks ``k`` bytes apart."""
     mr, nr, k = spec.mr, spec.nr, spec.k
     depth = kblocks * k
     a_dtype, b_dtype = DTYPES[spec.types]
 
     @T.prim_func(s_tir=True)
-    def desc(A: T.Buffer((kblocks, mr, k), a_dtype, offset_factor=1, strides=[T.int32(), T.int32(), 1]),
+    def desc(A: T.Buffer((mr, depth), a_dtype, offset_factor=1, strides=[T.int32(), 1]),
              B: T.Buffer((depth // 4, nr, 4), b_dtype, offset_factor=1, strides=[T.int32(), 4, 1]),
              C: T.Buffer((mr, nr), "int32", offset_factor=1, strides=[T.int32(), 1])) -> None:
         with T.sblock("root"):
-            T.reads(C[0:mr, 0:nr], A[0:kblocks, 0:mr, 0:k], B[0:depth // 4, 0:nr, 0:4])
+            T.reads(C[0:mr, 0:nr], A[0:mr, 0:depth], B[0:depth // 4, 0:nr, 0:4])
             T.writes(C[0:mr, 0:nr])
             for i, j, t in T.grid(mr, nr, depth):
                 with T.sblock("update"):
                     vi, vj, vt = T.axis.remap("SSR", [i, j, t])
-                    C[vi, vj] = C[vi, vj] + T.Cast("int32", A[vt // k, vi, vt % k]) * T.Cast(
-                        "int32", B[vt // 4, vj, vt % 4])
+                    C[vi, vj] = C[vi, vj] + T.Cast("int32", A[vi, vt]) * T.Cast("int32", B[vt // 4, vj, vt % 4])
 
     @T.prim_func(s_tir=True)
-    def impl(A: T.Buffer((kblocks, mr, k), a_dtype, offset_factor=1, strides=[T.int32(), T.int32(), 1]),
+    def impl(A: T.Buffer((mr, depth), a_dtype, offset_factor=1, strides=[T.int32(), 1]),
              B: T.Buffer((depth // 4, nr, 4), b_dtype, offset_factor=1, strides=[T.int32(), 4, 1]),
              C: T.Buffer((mr, nr), "int32", offset_factor=1, strides=[T.int32(), 1])) -> None:
         with T.sblock("root"):
-            T.reads(C[0:mr, 0:nr], A[0:kblocks, 0:mr, 0:k], B[0:depth // 4, 0:nr, 0:4])
+            T.reads(C[0:mr, 0:nr], A[0:mr, 0:depth], B[0:depth // 4, 0:nr, 0:4])
             T.writes(C[0:mr, 0:nr])
-            T.evaluate(T.call_extern("int32", function, A.access_ptr("r"), A.strides[1], A.strides[0],
+            T.evaluate(T.call_extern("int32", function, A.access_ptr("r"), A.strides[0], k,
                                      B.access_ptr("r"), B.strides[0], C.access_ptr("rw"), C.strides[0], kblocks))
 
     return desc, impl

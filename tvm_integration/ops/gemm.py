@@ -16,7 +16,6 @@ plain TIR (``p1`` unrolled, LLVM vectorizing), to show what the kernel buys.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -76,14 +75,14 @@ def build(gemm: Gemm, data: te.Tensor, element, weights: np.ndarray, stage: Outp
         inside = tirx.all(p < gemm.rows, k < gemm.depth)
         return tirx.if_then_else(inside, x.astype(a_dtype), tirx.const(0, a_dtype))
 
-    # One tile call's A (mr rows x k bytes) is contiguous: the kernel reads 128 sequential bytes
-    # instead of mr rows a whole K apart (which, for K a multiple of 2 KiB, share L1 sets).
-    packed = te.compute((gemm.batch, gemm.groups, pp // tile.mr, kp // tile.k, tile.mr, tile.k),
-                        lambda b, g, p0, k0, p1, k1: a_value(b, g, p0 * tile.mr + p1, k0 * tile.k + k1), name="pack")
+    # A row-major, each row tile's mr rows of the whole depth: the packing copies whole input runs
+    # (a conv's window row of channels) at once.
+    packed = te.compute((gemm.batch, gemm.groups, pp // tile.mr, tile.mr, kp),
+                        lambda b, g, p0, p1, kk: a_value(b, g, p0 * tile.mr + p1, kk), name="pack")
     w = te.placeholder((gemm.groups, npad // tile.nr, kp // 4, tile.nr, 4), "int8", name="weights")
     k = te.reduce_axis((0, kp), name="k")
     acc = te.compute((gemm.batch, gemm.groups, pp, npad), lambda b, g, p, n: te.sum(
-        packed[b, g, p // tile.mr, k // tile.k, p % tile.mr, k % tile.k].astype("int32") * w[g, n // tile.nr, k // 4, n % tile.nr, k % 4].astype("int32"), axis=k),
+        packed[b, g, p // tile.mr, p % tile.mr, k].astype("int32") * w[g, n // tile.nr, k // 4, n % tile.nr, k % 4].astype("int32"), axis=k),
         name="gemm")
 
     values = stage.channel_params(gemm.groups, gemm.cols, npad)
@@ -127,10 +126,12 @@ def schedule(func, tile: Tile, kernel: Kernel | None, order: str, depth_loops: t
     sch.parallel(outer)
     pack = sch.get_sblock("pack")
     sch.compute_at(pack, outer)
-    loops = sch.get_loops(pack)   # ..., k steps (absent when there is one), mr rows, k bytes
-    if depth_loops and math.prod(depth_loops) > tile.k:    # k steps as (kh, kw, c // k): indices fold
-        sch.split(loops[-3], [*depth_loops[:-1], depth_loops[-1] // tile.k])
-    sch.vectorize(loops[-1])
+    depth = sch.get_loops(pack)[-1]   # ..., mr rows, the depth
+    if int(sch.get(depth).extent) % 2048 == 0:      # rows a multiple of 2 KiB apart would share L1 sets
+        sch.storage_align(pack, 0, axis=3, factor=2048, offset=64)
+    # k as (kh, kw, c): the input's runs of c channels, one vector copy each; else k steps of the tile
+    runs = depth_loops if depth_loops and len(depth_loops) > 1 else (None, tile.k)
+    sch.vectorize(sch.split(depth, list(runs[:-1]) + [runs[-1]])[-1])
     output = sch.get_sblock("output")
     sch.reverse_compute_at(output, n0)
     if order == "rows":
