@@ -9,7 +9,8 @@ per call):
    work shared by all rows: ``act_count`` popcount(a_k) in every output lane, ``act_weights``
    P = Σ_k 2**k popcount(a_k) (abits > 1), ``correction`` 2R - (2**wbits - 1) P.
 
-The ``acc`` layout (K-accumulating: the body of a loop over K blocks) needs only ``compute``, a
+The ``acc`` layout (K-accumulating: the body of a loop over K blocks), and the ``lanes`` layout (the
+same lane-wise body, its lanes output channels), need only ``compute``, a
 ``count`` of the activations (hybrid) and ``accumulate`` (add per-lane popcounts into wider
 accumulator lanes); plane weighting, the cross-lane reduction and the hybrid correction happen once
 after the loop. AVX2 (no vector popcount; acc layout only) counts bytes by nibble-table lookups: its
@@ -73,7 +74,7 @@ def stages(spec: BitserialSpec, isa) -> list[Stage]:
 
     # 1. compute: per-lane popcount(w & a), L-bit lanes
     out = [_popcount_stage("compute", isa, menu, R, ["w", "a"], lambda B, x: B.and_(x[0], x[1]))]
-    if spec.layout == "acc":
+    if spec.layout in ("acc", "lanes"):
         return out + _acc_stages(spec, isa, menu)
 
     # 2. reduce: M/q registers of L-bit lanes in [0, L], q rows each → lane i = sum of row i's lanes
@@ -189,7 +190,7 @@ def assemble(spec: BitserialSpec):
     menu = menus.bitserial(spec.isa, spec.reg_bits)
     consts = list(menu.get("constants", {}))
     constants = {n: (v % (1 << spec.reg_bits), spec.reg_bits) for n, v in menu.get("constants", {}).items()}
-    if spec.layout == "acc":
+    if spec.layout in ("acc", "lanes"):
         return (*_assemble_acc(spec, consts), constants)
     uses: list[StageUse] = []
     partial = {}
@@ -227,7 +228,7 @@ def _assemble_acc(spec: BitserialSpec, consts: list[str]):
     current = {n: n for n in spec.accumulator_names}
     for j in range(spec.wbits):
         for k in range(spec.abits):
-            for i in range(spec.rows):
+            for i in range(spec.weight_registers):
                 for n in range(spec.cols):
                     col = spec.col(n)
                     c, acc = f"c{j}_{k}_{i}{col}", f"acc{j + k}_{i}{col}"

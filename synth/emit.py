@@ -45,6 +45,19 @@ Calling convention (also written into every generated header, and into ``manifes
   ``a + (n*abits + k)*a_stride``; ``acc`` holds column 0's registers (the one-column order), then
   column 1's, ...; ``_gemm`` adds row i's dot product with column n to ``out[n*out_stride + i]``.
 
+* bitserial, output channels across the lanes (``layout="lanes"``)::
+
+      static inline void qs_<name>(const uint8_t *w, int w_stride, const uint8_t *a, int a_stride, uint64_t *acc)
+      static inline void qs_<name>_gemm(const uint8_t *w, int w_stride, const uint8_t *a, int a_stride,
+                                        int32_t *out, int out_stride, int kwords)
+
+  One 64-bit word of K: register r of weight plane j (``w{j}_{r}``, channels ``8r..8r+7``, 8 bytes
+  each) at ``w + j*w_stride + 64r``; column n's activation plane k (``a{k}_{n}``) is the 8 bytes at
+  ``a + (n*abits + k)*a_stride``, broadcast to every lane; ``acc`` as for the acc kernels. ``_gemm``
+  runs the body over ``kwords`` words (word t's weights ``t*rows*8`` bytes further, its activations
+  8 bytes) with the accumulators in registers, then adds channel i's dot product with column n to
+  ``out[n*out_stride + i]`` (int32, mod 2**32): no lane sums.
+
 * int8 (``Int8Spec``, tile ``mr`` x ``nr`` int32 over ``k``)::
 
       static inline void qs_<name>(const void *a, int a_stride, const void *b, int b_stride,
@@ -124,6 +137,13 @@ CALLING_CONVENTION = {
                      "bytes each, updated in place (A: uint<out_bits>_t). qs_<name>_gemv(w, w_stride, a, a_stride, "
                      "T *out, int kblocks) runs it over kblocks consecutive blocks with the accumulators in registers "
                      "and adds the rows' dot products to out[0..rows) (T as for bitserial). Unaligned access.",
+    "bitserial_lanes": "void qs_<name>(const uint8_t *w, int w_stride, const uint8_t *a, int a_stride, uint64_t *acc): "
+                       "one 64-bit word of K per lane; register r of weight plane j (channels 8r..8r+7) at w + j*w_stride "
+                       "+ 64r, column n's activation plane k the 8 bytes at a + (n*abits + k)*a_stride broadcast to every "
+                       "lane; acc = the accumulator registers (acc{s}_{r}, then pop{k}, column by column), updated in "
+                       "place. qs_<name>_gemm(w, w_stride, a, a_stride, int32_t *out, int out_stride, int kwords) runs "
+                       "it over kwords words and adds channel i's dot product with column n to out[n*out_stride + i] "
+                       "(mod 2^32). Unaligned access.",
     "int8": "void qs_<name>(const void *a, int a_stride, const void *b, int b_stride, int32_t *c, int c_stride): "
             "c[i*c_stride + j] += sum_t A[i][t] * B[j][t] (int32, wrap-around) in place; a/b strides in bytes, "
             "c stride in int32; where A and B rows live per spec.layout (rows | k4 | k4b | tile, see "
@@ -195,6 +215,14 @@ def layout(spec) -> Layout:
     if spec.kind == "bitserial":
         rb, q = spec.reg_bits // 8, spec.rows_per_reg
         lane = f"{'u' if spec.encoding == 'unipolar' else ''}int{spec.out_bits}_t"
+        if spec.layout == "lanes":
+            inputs = {f"w{j}_{r}": Slot((Piece(0, j, r * rb, rb),))
+                      for j in range(spec.wbits) for r in range(spec.weight_registers)}
+            inputs |= {name: Slot((Piece(1, row, 0, 8),), repeat=rb // 8) for row, name in enumerate(spec.activation_names)}
+            accs = {n: Slot((Piece(2, 0, i * rb, rb),)) for i, n in enumerate(spec.accumulator_names)}
+            return Layout("bitserial_lanes", (Buffer("w", "const uint8_t", 1), Buffer("a", "const uint8_t", 1),
+                                              Buffer("acc", f"uint{spec.out_bits}_t", 0)),
+                          inputs | accs, tuple(accs.values()), lane_type="int32_t")
         inputs = {f"w{j}_{p}": Slot((Piece(0, j * spec.rows // q + p, 0, rb),))
                   for j in range(spec.wbits) for p in range(spec.rows // q)}
         inputs |= {name: Slot((Piece(1, row, 0, rb // q),), repeat=q) for row, name in enumerate(spec.activation_names)}
@@ -253,7 +281,7 @@ _MEMORY = {
     ("x86", 256): VectorMemory("__m256i", "_mm256_loadu_si256", "_mm256_storeu_si256", "__m256i",
                                {4: ("_mm256_set1_epi32", "__m256i")}),
     ("x86", 512): VectorMemory("__m512i", "_mm512_loadu_si512", "_mm512_storeu_si512", "void",
-                               {4: ("_mm512_set1_epi32", "__m512i")}),
+                               {4: ("_mm512_set1_epi32", "__m512i"), 8: ("_mm512_set1_epi64", "__m512i")}),
 }
 _NEON_VECTOR = re.compile(r"(u?)int(8|16|32|64)x(\d+)_t")
 
@@ -584,10 +612,14 @@ _GEMV_UNROLL = {"x86": 2, "neon": 1}
 
 def _gemv_model(spec, lay: Layout) -> dict | None:
     """What the K loop and the epilogue of an ``acc`` kernel need (None for other kernels)."""
-    if lay.kind != "bitserial_acc":
+    if lay.kind not in ("bitserial_acc", "bitserial_lanes"):
         return None
+    lanes_layout = lay.kind == "bitserial_lanes"
     return {"acc_type": lay.buffers[2].pointee, "out_type": lay.lane_type, "rows": spec.rows, "cols": spec.cols,
-            "loop": "gemm" if spec.cols > 1 else "gemv", "column_registers": len(spec.column_accumulators(0)),
+            "loop": "gemm" if spec.cols > 1 or lanes_layout else "gemv", "strided": spec.cols > 1 or lanes_layout,
+            "lanes_layout": lanes_layout, "registers_per_plane": spec.weight_registers,
+            "weight_rows": spec.wbits if lanes_layout else spec.wbits * spec.rows,
+            "column_registers": len(spec.column_accumulators(0)),
             "lane_sum": _LANE_SUMS.get((_family(spec.isa), spec.reg_bits, spec.out_bits)),
             "registers": len(spec.accumulator_names), "lanes": spec.reg_bits // spec.out_bits,
             "unroll": _GEMV_UNROLL[_family(spec.isa)],
@@ -607,9 +639,12 @@ def domain(spec) -> list[str]:
     ranges = spec.lane_ranges()
     groups: dict[tuple, list[str]] = {}
     for name, r in zip(spec.input_names, ranges):
-        if r is not None and r.hi - r.lo < (1 << r.lane_bits) - 1:       # not every value of the lane
-            groups.setdefault((r.lane_bits, r.lo, r.hi), []).append(name)
-    return [f"{', '.join(names)}: every {bits}-bit lane in [{lo}, {hi}]" for (bits, lo, hi), names in groups.items()]
+        if r is not None and (r.hi - r.lo < (1 << r.lane_bits) - 1 or r.repeat):   # not every value of the lane
+            groups.setdefault((r.lane_bits, r.lo, r.hi, r.repeat), []).append(name)
+    return [f"{', '.join(names)}: " + (f"one {repeat}-bit group repeated in every position" if repeat else "")
+            + (", " if repeat and hi - lo < (1 << bits) - 1 else "")
+            + (f"every {bits}-bit lane in [{lo}, {hi}]" if hi - lo < (1 << bits) - 1 else "")
+            for (bits, lo, hi, repeat), names in groups.items()]
 
 
 # ---------------------------------------------------------------- public API

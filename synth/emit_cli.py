@@ -278,10 +278,18 @@ def check_entry(entry: dict, compiler: str = "gcc", samples: int = 256, seed: in
 
 
 # ---------------------------------------------------------------- the K loop of acc kernels
-def gemv_reference(spec, w: np.ndarray, a: np.ndarray, out: np.ndarray, kbytes: int) -> np.ndarray:
+def lanes_planes(spec, w: np.ndarray, kwords: int) -> np.ndarray:
+    """A lanes kernel's weights (n, wbits, stride: plane j = kwords words of ``rows`` channels, 8 bytes
+    each) as the rows of gemv_reference (n, wbits·rows, 8·kwords: channel i's K bytes in order)."""
+    n = len(w)
+    planes = w[:, :, :kwords * spec.rows * 8].reshape(n, spec.wbits, kwords, spec.rows, 8)
+    return planes.transpose(0, 1, 3, 2, 4).reshape(n, spec.wbits * spec.rows, kwords * 8)
+
+
+def gemv_reference(spec, w: np.ndarray, a: np.ndarray, out: np.ndarray, kbytes: int, bits: int | None = None) -> np.ndarray:
     """numpy: ``out`` (n, cols·rows: column by column) plus every row's whole dot product with every
     activation column over the first ``kbytes`` bytes of the planes ``w`` (n, wbits·rows, stride) and
-    ``a`` (n, cols·abits, stride: column by column), mod 2**out_bits."""
+    ``a`` (n, cols·abits, stride: column by column), mod 2**bits (default: the spec's out_bits)."""
     pc = lambda x: np.unpackbits(x, axis=-1).sum(-1, dtype=np.int64)
     w, a = w[..., :kbytes], a[..., :kbytes]
     dot = np.zeros(out.shape, np.int64)
@@ -294,7 +302,7 @@ def gemv_reference(spec, w: np.ndarray, a: np.ndarray, out: np.ndarray, kbytes: 
                 if spec.encoding == "hybrid":
                     d = 2 * d - pc(plane)
                 dot[:, lanes] += d << (j + k)
-    wrap = np.uint64(mask(spec.out_bits))
+    wrap = np.uint64(mask(bits or spec.out_bits))
     return ((out.astype(np.int64) + dot).view(np.uint64) & wrap).astype(out.dtype)
 
 
@@ -304,13 +312,15 @@ def check_gemv(driver: KernelDriver, samples: int, rng: np.random.Generator) -> 
     spec, m = driver.spec, driver.model
     binary = build(gemv_driver_source(driver.entry), driver.isa.name, driver.compiler, driver.model["features"])
     rb, dtype = m["gemv"]["block_bytes"], np.dtype(m["gemv"]["out_type"].removesuffix("_t"))
+    lanes = m["gemv"]["lanes_layout"]            # a block is one word: rows words of weights, one of each plane
+    wb, ab = (spec.rows * 8, 8) if lanes else (rb, rb)
     runs = [(kb, max(1, samples // 8)) for kb in (1, 2, 3, 7)]
     if spec.out_bits <= 16:
         runs.append(((1 << spec.out_bits) // rb + 3, 2))
     for kblocks, n in runs:
-        kbytes = kblocks * rb
-        ws, as_ = kbytes + int(rng.integers(0, MAX_PAD)), kbytes + int(rng.integers(0, MAX_PAD))
-        w = rng.integers(0, 256, (n, spec.wbits * spec.rows, ws), dtype=np.uint8)
+        kbytes = kblocks * ab
+        ws, as_ = kblocks * wb + int(rng.integers(0, MAX_PAD)), kbytes + int(rng.integers(0, MAX_PAD))
+        w = rng.integers(0, 256, (n, m["gemv"]["weight_rows"], ws), dtype=np.uint8)
         a = rng.integers(0, 256, (n, spec.abits * spec.cols, as_), dtype=np.uint8)
         for record, fill in ((0, 255), (min(1, n - 1), 0)):
             w[record], a[record] = fill, 255
@@ -319,7 +329,8 @@ def check_gemv(driver: KernelDriver, samples: int, rng: np.random.Generator) -> 
         payload = np.array([n, kblocks, ws, as_, misalign], "<u4").tobytes() + b"".join(
             w[r].tobytes() + a[r].tobytes() + out[r].tobytes() for r in range(n))
         got = np.frombuffer(run_binary(driver.isa, binary, payload, "gemv driver"), dtype).reshape(n, spec.rows * spec.cols)
-        want = gemv_reference(spec, w, a, out, kbytes)
+        want = (gemv_reference(spec, lanes_planes(spec, w, kblocks), a, out, kbytes, 32) if lanes
+                else gemv_reference(spec, w, a, out, kbytes))
         differs = np.any(got != want, axis=1)
         if differs.any():
             r = int(np.argmax(differs))

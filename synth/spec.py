@@ -36,10 +36,14 @@ def _check(cond: bool, message: str):
         raise SpecError(message)
 
 
-BITSERIAL_LAYOUTS = ("tile", "acc")
+BITSERIAL_LAYOUTS = ("tile", "acc", "lanes")
 # AVX2 has no vector popcount: its byte-lane nibble-table counts are only worth widening once per K
-# block and summing across lanes once per K loop, i.e. in the acc layout.
-ISA_LAYOUTS = {"neon": ("tile", "acc"), "avx2": ("acc",), "avx512": ("tile", "acc")}
+# block and summing across lanes once per K loop, i.e. in the acc layout. The lanes layout needs a
+# popcount of whole output lanes (AVX-512 vpopcntq).
+ISA_LAYOUTS = {"neon": ("tile", "acc"), "avx2": ("acc",), "avx512": ("tile", "acc", "lanes")}
+# lanes tiles per ISA by default: output channels (rows, a multiple of the lanes of a register) and
+# activation columns; 4 registers x 6 columns = 24 accumulators of the 32 zmm (A1W1), see for_isa
+LANES_TILE = {"avx512": {"rows": 32, "cols": 6}}
 DEFAULT_LAYOUT = {"neon": "tile", "avx2": "acc", "avx512": "tile"}
 
 
@@ -82,6 +86,15 @@ class BitserialSpec:
     registers are the one-column kernel's, in its order), so a loaded weight plane serves every
     column; with one column the names are those of the GEMV tile.
 
+    ``lanes`` (K along the loop, output channels across the lanes; ``out_bits`` = 64, the word of K
+    each lane holds): ``rows`` output channels in ``rows / lanes`` registers per weight plane
+    (``w{j}_{r}``: lane l is channel ``r * lanes + l``'s word of K), ``cols`` activation columns whose
+    plane registers ``a{k}_{n}`` hold one 64-bit word of K broadcast to every lane, and accumulators
+    ``acc{s}_{r}_{n}`` (and, hybrid, ``pop{k}_{n}``) updated lane-wise exactly as in the acc layout:
+    lane l of ``acc{s}_{r}_{n}`` sums the popcounts of channel ``r * lanes + l``'s words against column
+    n's. No lane reduction after the loop: lane l is one output. A K of any number of 64-bit words
+    runs without padding to register blocks (ResNet-18's 1x1 layers: one to four words).
+
     ``row_bits`` (tile layout; default: one row per register) packs q = reg_bits/row_bits rows into
     each weight register: ``w{j}_{p}`` holds rows pq..pq+q-1, row pq+h in its h-th ``row_bits``
     block, and every activation register holds its ``row_bits`` block in each of the q positions
@@ -119,8 +132,14 @@ class BitserialSpec:
             _check(self.rows % self.rows_per_reg == 0,
                    f"{self.rows} rows do not fill registers of {self.rows_per_reg} rows of {self.row_bits} bits")
         _check(self.cols >= 1, f"--cols must be positive, got {self.cols}")
-        _check(self.cols == 1 or self.layout == "acc",
-               "--cols (activation columns) is for the acc layout (a K loop per output tile)")
+        _check(self.cols == 1 or self.layout in ("acc", "lanes"),
+               "--cols (activation columns) is for the acc and lanes layouts (a K loop per output tile)")
+        if self.layout == "lanes":
+            lanes = self.reg_bits // self.out_bits
+            _check(self.out_bits == 64, f"lanes kernels hold one 64-bit word of K per lane: --out-bits 64, got {self.out_bits}")
+            _check(self.rows >= lanes and self.rows % lanes == 0,
+                   f"--rows of a lanes tile must be a multiple of the {lanes} lanes of a register, got {self.rows}")
+            return
         if self.layout == "acc":
             _check(self.rows >= 1, f"--rows must be positive, got {self.rows}")
             return
@@ -136,6 +155,17 @@ class BitserialSpec:
         _check(isa in BITSERIAL_TILES, f"bitserial kernels exist for {', '.join(BITSERIAL_TILES)}, not {isa!r}")
         layout = layout or DEFAULT_LAYOUT[isa]
         tile = dict(BITSERIAL_TILES[isa], **over)
+        if layout == "lanes":
+            _check(isa in LANES_TILE, f"lanes kernels exist for {', '.join(LANES_TILE)}, not {isa!r}")
+            tile = {**BITSERIAL_TILES[isa], "out_bits": 64, **LANES_TILE[isa], **over}
+            lanes = tile["reg_bits"] // 64
+            if rows is not None:
+                tile["rows"] = rows
+            else:       # the most registers (of 4, 2, 1) whose accumulators fit in 3/4 of the register file
+                budget = VECTOR_REGISTERS[isa] * 3 // 4 - (tile["cols"] * abits if encoding == "hybrid" else 0)
+                regs = next((r for r in (4, 2, 1) if r * tile["cols"] * (abits + wbits - 1) <= budget), 1)
+                tile["rows"] = regs * lanes
+            return BitserialSpec(isa, abits, wbits, encoding, layout=layout, **tile)
         if rows is not None:
             _check(rows >= 1, f"--rows must be positive, got {rows}")
             tile["rows"] = rows
@@ -155,8 +185,21 @@ class BitserialSpec:
 
     @property
     def k_bits(self) -> int:
-        """Packed bits of one row (the reduction length of one call)."""
-        return self.row_bits or self.reg_bits
+        """Packed bits of one row (the reduction length of one call; lanes: one word per lane)."""
+        return self.out_bits if self.layout == "lanes" else self.row_bits or self.reg_bits
+
+    @property
+    def lanes(self) -> int:
+        """Output lanes of a register."""
+        return self.reg_bits // self.out_bits
+
+    @property
+    def weight_registers(self) -> int:
+        """Registers of one weight plane: a row each (acc), ``rows_per_reg`` rows each (tile), or
+        ``lanes`` channels each (lanes)."""
+        if self.layout == "lanes":
+            return self.rows // self.lanes
+        return self.rows // self.rows_per_reg
 
     @property
     def rows_per_reg(self) -> int:
@@ -164,7 +207,7 @@ class BitserialSpec:
 
     @property
     def name(self) -> str:
-        acc = "_acc" if self.layout == "acc" else ""
+        acc = {"acc": "_acc", "lanes": "_lanes"}.get(self.layout, "")
         packed = f"in{self.reg_bits}" if self.row_bits else ""
         cols = f"_n{self.cols}" if self.cols > 1 else ""
         return (f"bitserial_a{self.abits}w{self.wbits}_{self.encoding}{acc}_{self.rows}x{self.k_bits}{packed}{cols}"
@@ -192,12 +235,13 @@ class BitserialSpec:
     def column_accumulators(self, n: int) -> list[str]:
         """Column ``n``'s accumulator registers, in the one-column kernel's order."""
         pops = [f"pop{k}{self.col(n)}" for k in range(self.abits)] if self.encoding == "hybrid" else []
-        return [f"acc{s}_{i}{self.col(n)}" for s in range(self.significances) for i in range(self.rows)] + pops
+        return ([f"acc{s}_{i}{self.col(n)}" for s in range(self.significances) for i in range(self.weight_registers)]
+                + pops)
 
     @property
     def accumulator_names(self) -> list[str]:
         """The ``acc`` layout's in-place registers (inputs and, in this order, outputs): column by column."""
-        if self.layout != "acc":
+        if self.layout not in ("acc", "lanes"):
             return []
         return [name for n in range(self.cols) for name in self.column_accumulators(n)]
 
@@ -207,7 +251,7 @@ class BitserialSpec:
 
     @property
     def input_names(self) -> list[str]:
-        return ([f"w{j}_{p}" for j in range(self.wbits) for p in range(self.rows // self.rows_per_reg)]
+        return ([f"w{j}_{p}" for j in range(self.wbits) for p in range(self.weight_registers)]
                 + self.activation_names + self.accumulator_names)
 
     @property
@@ -216,15 +260,16 @@ class BitserialSpec:
 
     @property
     def output_bits(self) -> list[int]:
-        if self.layout == "acc":
+        if self.layout in ("acc", "lanes"):
             return [self.reg_bits] * len(self.accumulator_names)
         return [self.rows * self.out_bits]
 
     def lane_ranges(self):
         """Bitserial planes and accumulators are arbitrary bits; with rows packed, an activation plane
-        is its ``row_bits`` block repeated in every row position of the register."""
+        is its ``row_bits`` block repeated in every row position of the register; in the lanes layout
+        it is one 64-bit word broadcast to every lane."""
         from synth.ranges import LaneRange
-        act = LaneRange(8, 0, 255, repeat=self.k_bits) if self.row_bits else None
+        act = LaneRange(8, 0, 255, repeat=self.k_bits) if self.row_bits or self.layout == "lanes" else None
         return [act if n.startswith("a") and not n.startswith("acc") else None for n in self.input_names]
 
     def byte_dot(self, B, w, a):
@@ -237,11 +282,11 @@ class BitserialSpec:
     def reference(self, B, inputs):
         """The specification, on any backend: inputs in ``input_names`` order → output registers.
         Row i is row position i % rows_per_reg of register i // rows_per_reg."""
-        regs = self.rows // self.rows_per_reg
+        regs = self.weight_registers
         w = [inputs[j * regs:(j + 1) * regs] for j in range(self.wbits)]
         acts = self.wbits * regs + self.abits * self.cols
         a = inputs[self.wbits * regs:acts]
-        if self.layout == "acc":
+        if self.layout in ("acc", "lanes"):
             acc = dict(zip(self.accumulator_names, inputs[acts:]))
             return [r for n in range(self.cols)
                     for r in self._accumulated(B, w, a[n * self.abits:(n + 1) * self.abits], acc, self.col(n))]
@@ -260,7 +305,7 @@ class BitserialSpec:
         """One activation column's updated accumulators (``col``: its name suffix)."""
         ob, out = self.out_bits, []
         for s in range(self.significances):
-            for i in range(self.rows):
+            for i in range(self.weight_registers):
                 pairs = [lane_popcounts(B, B.and_(w[j][i], a[s - j]), ob)
                          for j in range(self.wbits) if 0 <= s - j < self.abits]
                 out.append(B.join([total(B, [old, *add]) for old, *add in zip(B.lanes(acc[f"acc{s}_{i}{col}"], ob), *pairs)]))

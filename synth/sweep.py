@@ -21,6 +21,8 @@ TILE_REGISTERS = {"neon": ({"reg_bits": 128}, {"reg_bits": 64}, {"reg_bits": 128
 # GEMM-shaped acc tiles (activation columns sharing each weight load), next to the one-column ones;
 # the operators and the layer benchmark pick among them
 GEMM_COLUMNS = {"neon": (2,), "avx2": (2,), "avx512": (2, 4)}
+# lanes tiles (output channels across the lanes, K along the loop): AVX-512 only (vpopcntq)
+LANES_COLUMNS = {"avx512": (2, 4)}
 
 
 def _swept(isa: str, layout: str) -> bool:
@@ -41,6 +43,8 @@ def configs(isas: list[str]) -> list:
                     if _swept(isa, lay) and not (lay == "acc" and "row_bits" in over)]
             out += [BitserialSpec.for_isa(isa, a, w, e, layout="acc", cols=n)
                     for n in GEMM_COLUMNS[isa] for e in ENCODINGS for a in (1, 2, 3) for w in (1, 2, 3)]
+            out += [BitserialSpec.for_isa(isa, a, w, e, layout="lanes", cols=n)
+                    for n in LANES_COLUMNS.get(isa, ()) for e in ENCODINGS for a in (1, 2, 3) for w in (1, 2, 3)]
         out += [Int8Spec.for_isa(i, t, layout=lay) for i, t, lay in INT8_TILES if i == isa]
     return out
 

@@ -217,7 +217,7 @@ def test_concurrent_writers_leave_valid_entries(tmp_path):
     (["--abits", "0"], "--abits must be 1, 2 or 3, got 0"),
     (["--abits", "9"], "--abits must be 1, 2 or 3, got 9"),
     (["--isa", "amx"], "bitserial kernels exist for"),
-    (["--layout", "rows"], "--layout must be one of tile, acc, got 'rows'"),
+    (["--layout", "rows"], "--layout must be one of tile, acc, lanes, got 'rows'"),
     (["--isa", "avx2", "--layout", "tile"], "avx2 bitserial kernels use --layout acc, not 'tile'"),
     (["--kernel", "int8", "--types", "u8u8", "--layout", "k4b"],
      "--layout for neon u8u8 int8 kernels must be one of rows, k4, got 'k4b'"),

@@ -35,12 +35,15 @@ def synth(isa: Isa = typer.Option(..., help="instruction set"),
           abits: int = typer.Option(1, help="bitserial: activation bits"),
           wbits: int = typer.Option(1, help="bitserial: weight bits"),
           encoding: str = typer.Option("unipolar", help="bitserial: unipolar or hybrid (bipolar weights)"),
-          rows: Optional[int] = typer.Option(None, help="bitserial: weight rows of the tile"),
-          cols: Optional[int] = typer.Option(None, callback=positive, help="bitserial acc tile: activation columns "
-                                             "sharing each weight load (GEMM-shaped; default 1, the GEMV tile)"),
-          layout: Optional[str] = typer.Option(None, help="bitserial: tile (one dot product per call) or acc "
-                                               "(K-accumulating loop body); default: tile, acc on avx2. int8: rows "
-                                               "or k4 for neon u8u8 (umull pseudo-dot or udot)"),
+          rows: Optional[int] = typer.Option(None, help="bitserial: weight rows of the tile (lanes: output channels, "
+                                             "a multiple of the register's 64-bit lanes)"),
+          cols: Optional[int] = typer.Option(None, callback=positive, help="bitserial acc or lanes tile: activation "
+                                             "columns sharing each weight load (GEMM-shaped; default 1, the GEMV tile; "
+                                             "lanes: 6)"),
+          layout: Optional[str] = typer.Option(None, help="bitserial: tile (one dot product per call), acc "
+                                               "(K-accumulating loop body) or lanes (avx512: output channels across "
+                                               "the lanes, one word of K per step, no lane sums); default: tile, acc "
+                                               "on avx2. int8: rows or k4 for neon u8u8 (umull pseudo-dot or udot)"),
           reg_bits: Optional[int] = typer.Option(None, help="bitserial register width (NEON: 64 for D, 128 for Q)"),
           row_bits: Optional[int] = typer.Option(None, help="bitserial tile: packed bits per row when several rows "
                                                  "share a register (NEON: 64 puts two 8-byte rows in each Q register)"),
