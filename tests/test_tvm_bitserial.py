@@ -53,6 +53,32 @@ def test_gemm_spec_is_the_dot_product_of_every_row_and_column():
             assert dot == int(x @ w)
 
 
+def test_lanes_spec_lane_l_is_channel_l_dot_product_with_the_broadcast_word():
+    """Lanes layout: lane l of w{j}_{r} is channel 8r + l's word of K, a{k}_{n} one word broadcast; the
+    reference's accumulators, weighted by significance (and the hybrid pop), are per lane the numpy
+    dot product of that channel with that column; no lane sums."""
+    from isa_specs.lanes import NumpyBackend
+    spec = BitserialSpec.for_isa("avx512", 2, 2, "hybrid", layout="lanes", cols=2, rows=16)
+    assert spec.name == "bitserial_a2w2_hybrid_lanes_16x64_n2_avx512" and spec.weight_registers == 2
+    rng = np.random.default_rng(7)
+    B = NumpyBackend()
+    words = {n: rng.integers(0, 2 ** 63, 8 if n.startswith("w") else 1, dtype=np.uint64)
+             for n in spec.input_names if not n.startswith(("acc", "pop"))}
+    lanes = {n: np.resize(v, 8) for n, v in words.items()}                  # activations: one word, broadcast
+    inputs = [B.from_bytes(lanes.get(n, np.zeros(8, np.uint64)).view(np.uint8)[None], 512) for n in spec.input_names]
+    outs = {n: B.to_bytes(r, 1)[0].view(np.uint64).astype(np.int64)
+            for n, r in zip(spec.accumulator_names, spec.reference(B, inputs))}
+    bits = lambda word: np.unpackbits(np.array([word], np.uint64).view(np.uint8), bitorder="little").astype(np.int64)
+    for n in range(2):
+        x = sum(bits(words[f"a{k}_{n}"][0]) << k for k in range(2))
+        for r in range(2):
+            for lane in range(8):
+                w = sum((2 * bits(words[f"w{j}_{r}"][lane]) - 1) << j for j in range(2))
+                acc = sum(outs[f"acc{s}_{r}_{n}"][lane] << s for s in range(3))
+                pop = sum(outs[f"pop{k}_{n}"][lane] << k for k in range(2))
+                assert 2 * acc - 3 * pop == int(x @ w), (n, r, lane)
+
+
 @pytest.mark.parametrize("isa", ["avx512", "avx2"])
 def test_every_config_has_a_gemm_tile(isa):
     for a in (1, 2, 3):
@@ -63,9 +89,10 @@ def test_every_config_has_a_gemm_tile(isa):
 
 
 @needs_avx512
-def test_gemm_loop_writing_the_wrong_column_is_caught(monkeypatch):
+@pytest.mark.parametrize("layout", ["acc", "lanes"])
+def test_gemm_loop_writing_the_wrong_column_is_caught(monkeypatch, layout):
     """A _gemm whose epilogue drops the column stride (the proved body intact) fails test-kernels."""
-    kernel = gemm_kernels("avx512", 1, 1, "unipolar")[0]
+    kernel = next(k for k in gemm_kernels("avx512", 1, 1, "unipolar") if k.spec.layout == layout)
     from synth import cache
     entry = next(cache.read(p) for p in cache.entries() if cache.read(p)["cache_key"] == kernel.cache_key)
     right = emit_cli.gemv_driver_source
@@ -112,15 +139,16 @@ def dense_ops():
     for config in CONFIGS:
         w = random_weights(rng, config, (20, 577))
         x = rng.integers(0, 2 ** config.abits, (13, 577)).astype(np.uint8)
-        for use_kernel in (True, False):
+        for use_kernel in ("lanes", "acc", False):
             if use_kernel and host.missing("avx512vpopcntdq", ()):
                 continue
-            op = bitserial_dense(w, 13, config, isa="avx512" if use_kernel else "host", use_kernel=use_kernel)
+            op = bitserial_dense(w, 13, config, isa="avx512" if use_kernel else "host", use_kernel=bool(use_kernel),
+                                 kernel_layout=use_kernel or None)
             ops[config, use_kernel] = (op, x, x.astype(np.int64) @ w.T)
     return ops
 
 
-@pytest.mark.parametrize("use_kernel", [True, False], ids=["kernel", "plain_tir"])
+@pytest.mark.parametrize("use_kernel", ["lanes", "acc", False], ids=["lanes_tile", "acc_tile", "plain_tir"])
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda c: f"a{c.abits}w{c.wbits}_{c.encoding}")
 def test_dense_equals_numpy(dense_ops, config, use_kernel):
     if (config, use_kernel) not in dense_ops:
@@ -136,18 +164,23 @@ CONVS = [  # (config, input NHWC, weight OIHW, stride, padding)
     (Config(3, 1, "unipolar"), (1, 8, 8, 270), (6, 270, 1, 1), 2, 0),
     (Config(1, 1, "unipolar"), (1, 6, 6, 20), (6, 20, 1, 1), 1, 0),         # K of one word: the plain schedule
     (Config(1, 2, "unipolar"), (1, 7, 5, 9), (5, 9, 3, 3), 2, 1),
+    (Config(1, 1, "hybrid"), (2, 6, 5, 64), (70, 64, 1, 1), 1, 0),       # one word, one plane pair; 70 channels
+    (Config(1, 1, "unipolar"), (1, 9, 9, 128), (40, 128, 3, 3), 2, 1),   # whole words, 40 channels
 ]
 
 
 @needs_avx512
+@pytest.mark.parametrize("kernel_layout", ["lanes", "acc"])
 @pytest.mark.parametrize("config, shape, wshape, stride, pad", CONVS,
-                         ids=[f"a{c.abits}w{c.wbits}_{c.encoding}_{w[2]}x{w[3]}_s{s}p{p}" for c, _, w, s, p in CONVS])
-def test_conv2d_nhwc_equals_numpy(config, shape, wshape, stride, pad):
+                         ids=[f"a{c.abits}w{c.wbits}_{c.encoding}_{w[0]}x{w[1]}x{w[2]}x{w[3]}_s{s}p{p}"
+                              for c, _, w, s, p in CONVS])
+def test_conv2d_nhwc_equals_numpy(config, shape, wshape, stride, pad, kernel_layout):
     rng = np.random.default_rng(4)
     w = random_weights(rng, config, wshape)
     x = rng.integers(0, 2 ** config.abits, shape).astype(np.uint8)
     want = conv_reference(x, w, stride, pad)
-    np.testing.assert_array_equal(bitserial_conv2d(w, shape, config, stride, pad, isa="avx512")(x), want)
+    got = bitserial_conv2d(w, shape, config, stride, pad, isa="avx512", kernel_layout=kernel_layout)(x)
+    np.testing.assert_array_equal(got, want)
 
 
 def test_conv2d_plain_tir_equals_numpy():

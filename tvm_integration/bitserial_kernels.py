@@ -23,6 +23,7 @@ from synth.spec import BitserialSpec
 
 log = logging.getLogger(__name__)
 WORD = "uint64"
+LANES_COLUMNS = 2
 
 
 @dataclass(frozen=True)
@@ -34,21 +35,31 @@ class BitserialKernel:
     features: tuple[str, ...]
 
     @property
+    def lanes(self) -> bool:
+        """Output channels across the lanes, K one word per step (``BitserialSpec`` layout ``lanes``)."""
+        return self.spec.layout == "lanes"
+
+    @property
     def acc_dtype(self) -> str:
-        """The dot products' lane type (unipolar unsigned, hybrid signed), wrapping."""
+        """The dot products' lane type (unipolar unsigned, hybrid signed), wrapping; a lanes tile adds
+        its dot products to int32 (mod 2**32)."""
+        if self.lanes:
+            return "int32"
         return f"{'u' if self.spec.encoding == 'unipolar' else ''}int{self.spec.out_bits}"
 
     @property
     def block_words(self) -> int:
-        """K is whole register blocks: this many words."""
-        return self.spec.reg_bits // 64
+        """K is whole register blocks: this many words (a lanes tile: any number of words)."""
+        return 1 if self.lanes else self.spec.reg_bits // 64
 
 
-def gemm_kernels(isa: str, abits: int, wbits: int, encoding: str) -> list[BitserialKernel]:
+def gemm_kernels(isa: str, abits: int, wbits: int, encoding: str, lanes_first: bool = True) -> list[BitserialKernel]:
     """The proved GEMM-shaped tiles of a configuration, re-proved on this machine unless stamped
-    (``synth.trust``); the tile doing the most plane-pair popcounts per loaded register first
-    (wbits·abits·rows·cols per wbits·rows + abits·cols loads), then the one with more rows; tiles of
-    one row only when there is no other. Refused entries are skipped with a warning."""
+    (``synth.trust``): the lanes tiles (``lanes_first``; K along the loop, no lane sums, no padding of
+    K to register blocks) before the acc tiles, each group the tile doing the most plane-pair popcounts
+    per loaded register first (wbits·abits·rows·cols per wbits·rows + abits·cols loads), then the one
+    with more rows; acc tiles of one row only when there is no other. Refused entries are skipped
+    with a warning."""
     chosen = []
     for path in cache.entries():
         try:
@@ -59,6 +70,9 @@ def gemm_kernels(isa: str, abits: int, wbits: int, encoding: str) -> list[Bitser
         if (key.get("kind"), key.get("isa"), key.get("layout"), key.get("abits"), key.get("wbits"),
                 key.get("encoding")) == ("bitserial", isa, "acc", abits, wbits, encoding) and key.get("cols", 1) > 1:
             chosen.append(path)
+        elif (key.get("kind"), key.get("isa"), key.get("layout"), key.get("abits"), key.get("wbits"),
+                key.get("encoding")) == ("bitserial", isa, "lanes", abits, wbits, encoding) and lanes_first:
+            chosen.append(path)
     entries, refused = trust.load_all(chosen)
     for line in refused:
         log.warning("not used: %s", line)
@@ -67,8 +81,14 @@ def gemm_kernels(isa: str, abits: int, wbits: int, encoding: str) -> list[Bitser
                for e in entries if e["proof"]["proved"]]
     # one-row tiles only for a configuration without a larger one (NEON A3W3: the synthesizer found
     # no two-row tile within its budget)
-    kernels = [k for k in kernels if k.spec.rows > 1] or kernels
-    return sorted(kernels, key=lambda k: (-reuse(k.spec), -k.spec.rows))
+    kernels = [k for k in kernels if k.spec.rows > 1 or k.lanes] or kernels
+    return sorted(kernels, key=lambda k: (not k.lanes, k.lanes and k.spec.cols != LANES_COLUMNS, -reuse(k.spec),
+                                          -k.spec.rows))
+
+
+# The lanes tile's activation columns the operators prefer: 2 (32 channels x 2 columns, A1W1) ran ResNet-18
+# C2/C9/C12 A1W1 in 0.108-0.129 ms against 0.111-0.166 for 4 columns, 0.12-0.26 for 3, 6 or 8
+# (requantized uint8 output, 1 thread, min of 25x10 interleaved calls; C3/C8: all within 5%).
 
 
 def _llvm_ir(entry: dict) -> str:
@@ -80,7 +100,8 @@ def _llvm_ir(entry: dict) -> str:
 
 def reuse(spec: BitserialSpec) -> float:
     """Popcounts of plane pairs per register loaded, in one K block of the tile."""
-    return spec.wbits * spec.abits * spec.rows * spec.cols / (spec.wbits * spec.rows + spec.abits * spec.cols)
+    rows = spec.weight_registers
+    return spec.wbits * spec.abits * rows * spec.cols / (spec.wbits * rows + spec.abits * spec.cols)
 
 
 def planes_and_word(r, abits: int, words: int):
@@ -90,11 +111,12 @@ def planes_and_word(r, abits: int, words: int):
     return r // (abits * words), r // words % abits, r % words
 
 
-def dot_term(w, a, j, k, encoding: str, acc: str):
-    """One plane pair's contribution, 2**(j+k) d(w, a), of a word of weights and of activations."""
+def dot_term(w, a, j, k, encoding: str, acc: str, shift: bool = True):
+    """One plane pair's contribution, 2**(j+k) d(w, a), of a word of weights and of activations
+    (``shift=False``: one plane of each, j = k = 0, written without the shift)."""
     pc = lambda v: tirx.popcount(v).astype(acc)
     d = pc(w & a) if encoding == "unipolar" else pc(w & a) * tirx.const(2, acc) - pc(a)
-    return d << (j + k).astype(acc)
+    return d << (j + k).astype(acc) if shift else d
 
 
 def register(kernel: BitserialKernel, words: int, stride: int | None = None) -> str:
@@ -102,6 +124,8 @@ def register(kernel: BitserialKernel, words: int, stride: int | None = None) -> 
     words apart (default ``words``: K in one piece; more: a chunk of a longer K); returns its name."""
     spec, acc = kernel.spec, kernel.acc_dtype
     rows, cols, wb, ab = spec.rows, spec.cols, spec.wbits, spec.abits
+    if kernel.lanes:
+        return _register_lanes(kernel, words)
     if words % kernel.block_words:
         raise ValueError(f"{words} words are not whole {spec.reg_bits}-bit blocks")
     stride = stride or words
@@ -151,22 +175,76 @@ def register(kernel: BitserialKernel, words: int, stride: int | None = None) -> 
     return name
 
 
+def _register_lanes(kernel: BitserialKernel, words: int) -> str:
+    """A lanes tile over ``words`` words of K: W = ``wbits × words × rows`` (word t of every channel
+    together, the ``_gemm``'s weight image), A and C as for the acc tiles, C in int32."""
+    spec, acc = kernel.spec, kernel.acc_dtype
+    rows, cols, wb, ab = spec.rows, spec.cols, spec.wbits, spec.abits
+    name = f"qsynth_{spec.name}_k{words}"
+    shift = wb * ab > 1
+
+    @T.prim_func(s_tir=True)
+    def single(W: T.Buffer((wb, words, rows), WORD, offset_factor=1),
+               A: T.Buffer((cols, ab, words), WORD, offset_factor=1),
+               C: T.Buffer((cols, rows), acc, offset_factor=1, strides=[T.int32(), 1])) -> None:
+        # desc of a one-term reduction (A1W1, K one word): TVM binds the operator's unit reduction loop
+        # outside the block, so the description has no reduction variable
+        with T.sblock("root"):
+            T.reads(C[0:cols, 0:rows], W[0:wb, 0:words, 0:rows], A[0:cols, 0:ab, 0:words])
+            T.writes(C[0:cols, 0:rows])
+            for n, i, r in T.grid(cols, rows, 1):
+                with T.sblock("update"):
+                    vn, vi = T.axis.remap("SS", [n, i])
+                    C[vn, vi] = C[vn, vi] + dot_term(W[0, 0, vi], A[vn, 0, 0], 0, 0, spec.encoding, acc, False)
+
+    @T.prim_func(s_tir=True)
+    def desc(W: T.Buffer((wb, words, rows), WORD, offset_factor=1),
+             A: T.Buffer((cols, ab, words), WORD, offset_factor=1),
+             C: T.Buffer((cols, rows), acc, offset_factor=1, strides=[T.int32(), 1])) -> None:
+        with T.sblock("root"):
+            T.reads(C[0:cols, 0:rows], W[0:wb, 0:words, 0:rows], A[0:cols, 0:ab, 0:words])
+            T.writes(C[0:cols, 0:rows])
+            for n, i, r in T.grid(cols, rows, wb * ab * words):
+                with T.sblock("update"):
+                    vn, vi, vr = T.axis.remap("SSR", [n, i, r])
+                    C[vn, vi] = C[vn, vi] + dot_term(W[vr // (ab * words), vr % words, vi],
+                                                     A[vn, vr // words % ab, vr % words],
+                                                     vr // (ab * words), vr // words % ab, spec.encoding, acc, shift)
+
+    @T.prim_func(s_tir=True)
+    def impl(W: T.Buffer((wb, words, rows), WORD, offset_factor=1),
+             A: T.Buffer((cols, ab, words), WORD, offset_factor=1),
+             C: T.Buffer((cols, rows), acc, offset_factor=1, strides=[T.int32(), 1])) -> None:
+        with T.sblock("root"):
+            T.reads(C[0:cols, 0:rows], W[0:wb, 0:words, 0:rows], A[0:cols, 0:ab, 0:words])
+            T.writes(C[0:cols, 0:rows])
+            T.evaluate(T.call_extern("int32", kernel.function, W.access_ptr("r"), words * rows * 8, A.access_ptr("r"),
+                                     words * 8, C.access_ptr("rw"), C.strides[0], words))
+
+    s_tir.TensorIntrin.register(name, single if wb * ab * words == 1 else desc, impl, override=True)
+    return name
+
+
 ISAS = ("avx512", "avx2")       # preference order on x86 hosts
 CROSS = ("neon",)              # built for AArch64 and run under qemu (tvm_integration/cross.py), never "host"
 
 
-def select(isa: str, abits: int, wbits: int, encoding: str) -> BitserialKernel:
+def select(isa: str, abits: int, wbits: int, encoding: str, layout: str | None = None) -> BitserialKernel:
     """The tile an operator uses: for ``isa="host"`` the first ISA of ``ISAS`` whose tile the host
-    runs (isa_specs.host's CPU flags), else the given ISA's largest tile."""
+    runs (isa_specs.host's CPU flags), else the given ISA's first tile (``gemm_kernels``' order);
+    ``layout``: only tiles of that layout (``acc`` or ``lanes``)."""
     from isa_specs import host
     from tvm_integration.dispatch import DispatchError
     if isa != "host" and isa not in ISAS + CROSS:
         raise DispatchError(f"unknown ISA {isa!r} for bitserial operators; accepted: host, {', '.join(ISAS + CROSS)}")
     reasons = []
+    if layout not in (None, "acc", "lanes"):
+        raise DispatchError(f"bitserial tile layout must be acc or lanes, got {layout!r}")
     for name in ISAS if isa == "host" else (isa,):
-        kernels = gemm_kernels(name, abits, wbits, encoding)
+        kernels = [k for k in gemm_kernels(name, abits, wbits, encoding) if layout in (None, k.spec.layout)]
         if not kernels:
-            reasons.append(f"{name}: no proved GEMM-shaped A{abits}W{wbits} {encoding} tile in the cache")
+            reasons.append(f"{name}: no proved GEMM-shaped A{abits}W{wbits} {encoding} {layout or ''} tile in the cache"
+                           .replace("  ", " "))
             continue
         why = next((w for f in kernels[0].features if (w := host.missing(f, ()))), None)
         if why is None or isa != "host":

@@ -25,17 +25,18 @@ from tvm_integration.output_stage import OutputStage
 
 def bitserial_conv2d(weight: np.ndarray, input_shape: tuple[int, int, int, int], config: Config, stride=1,
                      padding=0, stage: OutputStage = OutputStage(), isa: str = "host",
-                     use_kernel: bool = True, layout: str = "NHWC") -> Operator:
+                     use_kernel: bool = True, layout: str = "NHWC", kernel_layout: str | None = None) -> Operator:
     """Compile for inputs of ``input_shape`` in ``layout`` (NHWC or NCHW; the output in the same);
-    ``use_kernel=False``: the same schedule in plain TIR. ``isa="neon"``: built for AArch64, an
+    ``use_kernel=False``: the same schedule in plain TIR; ``kernel_layout``: only tiles of this layout
+    (acc or lanes; default: bitserial_kernels.select's choice). ``isa="neon"``: built for AArch64, an
     operator run under qemu (cross.QemuOperator)."""
     return build_bitserial_conv2d(weight, input_shape, config, stride, padding, stage, isa, use_kernel,
-                                  layout).compile()
+                                  layout, kernel_layout).compile()
 
 
 def build_bitserial_conv2d(weight: np.ndarray, input_shape: tuple[int, int, int, int], config: Config, stride=1,
                            padding=0, stage: OutputStage = OutputStage(), isa: str = "host",
-                           use_kernel: bool = True, layout: str = "NHWC") -> Built:
+                           use_kernel: bool = True, layout: str = "NHWC", kernel_layout: str | None = None) -> Built:
     """The scheduled operator of ``bitserial_conv2d``, not compiled."""
     if weight.ndim != 4:
         raise ValueError(f"weight must be OIHW, got {list(weight.shape)}")
@@ -67,7 +68,7 @@ def build_bitserial_conv2d(weight: np.ndarray, input_shape: tuple[int, int, int,
     taps = config.weight_codes(weight).transpose(0, 2, 3, 1)                   # [O, KH, KW, C]
     weight_planes = channels.numpy(taps, config.wbits).reshape(o, kh * kw, config.wbits, cw)
     weight_planes = weight_planes.transpose(0, 2, 1, 3).reshape(o, config.wbits, kh * kw * cw)
-    kernel = select(isa, config.abits, config.wbits, config.encoding) if use_kernel else None
+    kernel = select(isa, config.abits, config.wbits, config.encoding, kernel_layout) if use_kernel else None
     mod, constants = build(b * oh * ow, x, planes, window_word, weight_planes, (o, kh * kw * c), config, stage, kernel,
                            batch=b if layout == "NCHW" else None)
     out_shape, result_shape = ((b * oh * ow, o), (b, oh, ow, o)) if layout == "NHWC" else ((b, o, oh * ow), (b, o, oh, ow))

@@ -14,19 +14,20 @@ from tvm_integration.output_stage import OutputStage
 
 
 def bitserial_dense(weight: np.ndarray, m: int, config: Config, stage: OutputStage = OutputStage(),
-                    isa: str = "host", use_kernel: bool = True) -> Operator:
-    """Compile for ``m`` input rows; ``use_kernel=False``: the same schedule in plain TIR.
-    ``isa="neon"``: built for AArch64, an operator run under qemu (cross.QemuOperator)."""
-    return build_bitserial_dense(weight, m, config, stage, isa, use_kernel).compile()
+                    isa: str = "host", use_kernel: bool = True, kernel_layout: str | None = None) -> Operator:
+    """Compile for ``m`` input rows; ``use_kernel=False``: the same schedule in plain TIR;
+    ``kernel_layout``: only tiles of this layout (acc or lanes). ``isa="neon"``: built for AArch64, an
+    operator run under qemu (cross.QemuOperator)."""
+    return build_bitserial_dense(weight, m, config, stage, isa, use_kernel, kernel_layout).compile()
 
 
 def build_bitserial_dense(weight: np.ndarray, m: int, config: Config, stage: OutputStage = OutputStage(),
-                          isa: str = "host", use_kernel: bool = True) -> Built:
+                          isa: str = "host", use_kernel: bool = True, kernel_layout: str | None = None) -> Built:
     """The scheduled operator of ``bitserial_dense``, not compiled."""
     if weight.ndim != 2:
         raise ValueError(f"weight must be [N, K], got {list(weight.shape)}")
     n, k = weight.shape
-    kernel = select(isa, config.abits, config.wbits, config.encoding) if use_kernel else None
+    kernel = select(isa, config.abits, config.wbits, config.encoding, kernel_layout) if use_kernel else None
     x = te.placeholder((m, k), "uint8", name="data")
     rows_planes = Packing(axis=1, bit_axis=1, word=WORD)          # [rows, K] -> [rows, bits, words]
     planes = rows_planes.te(x, config.abits, vector=True)

@@ -13,8 +13,14 @@ hybrid (odd values in [-(2**wbits - 1), 2**wbits - 1], i.e. ±1 bit-planes), the
 * A tile whose lanes are narrower than a dot product over the whole K can reach (NEON: 16 bits) runs
   K in chunks of whole blocks, each exact in its lanes, summed in int32 (``chunks``).
 
+Tiles (bitserial_kernels.select): on AVX-512 the ``lanes`` tiles first (output channels across the
+64-bit lanes, one word of K per step, the dot products added to int32: no lane sums and no padding of
+K to register blocks, so the 1x1 layers run on them too; weights ``Wp[n0, j, t, i]``), else the
+``acc`` tiles (K across the lanes, one horizontal sum per output after the K loop).
+
 Schedule: p (columns of the tile) by ``cols``, n by ``rows``, loops ``p0 | n0 | p1 n1 j k t``, p0
-parallel, the activation packing computed under p0, the output stage under n0. With a kernel the
+parallel, the activation packing computed under p0, the output stage under n0 (vectorized along
+its last axis: the channels, NCHW the tile's columns). With a kernel the
 inner loops are tensorized with its ``_gemm``; without (``kernel=None``) the same tiling and packing
 run plain TIR (``T.popcount`` over the words, LLVM vectorizing): what TVM's old topi bitserial
 operators were, and the baseline that shows what the synthesized kernel buys.
@@ -91,11 +97,15 @@ def build(rows: int, data: te.Tensor, input_planes: te.Tensor, activation_word, 
     packed = te.compute((pp, config.abits, words), lambda p, k, t: tirx.if_then_else(
         tirx.all(p < rows, t < raw_words), activation_word(tirx.min(p, rows - 1), k, tirx.min(t, raw_words - 1)),
         tirx.const(0, WORD)), name="columns")
-    w = te.placeholder((npad // tile_rows, config.wbits, tile_rows, words), WORD, name="weights")
+    lanes = kernel is not None and kernel.lanes
+    w = te.placeholder((npad // tile_rows, config.wbits, words, tile_rows) if lanes
+                       else (npad // tile_rows, config.wbits, tile_rows, words), WORD, name="weights")
     r = te.reduce_axis((0, config.wbits * config.abits * chunk), "r")
     j, kk, t = planes_and_word(r, config.abits, chunk)
-    term = lambda q, p, c: dot_term(w[c // tile_rows, j, c % tile_rows, q * chunk + t], packed[p, kk, q * chunk + t],
-                                    j, kk, config.encoding, acc_dtype)
+    weight = ((lambda c, word: w[c // tile_rows, j, word, c % tile_rows]) if lanes
+              else (lambda c, word: w[c // tile_rows, j, c % tile_rows, word]))
+    term = lambda q, p, c: dot_term(weight(c, q * chunk + t), packed[p, kk, q * chunk + t],
+                                    j, kk, config.encoding, acc_dtype, shift=not lanes or config.wbits * config.abits > 1)
     if chunk_count == 1:
         acc = te.compute((pp, npad), lambda p, c: te.sum(term(0, p, c), axis=r), name="gemm")
         total = lambda p, c: acc[p, c].astype("int32")
@@ -114,7 +124,7 @@ def build(rows: int, data: te.Tensor, input_planes: te.Tensor, activation_word, 
         out = te.compute((batch, n, per), lambda b, c, q: stage.expression(total(row(b, q), c), params, 0, c),
                          name="output")
     func = te.create_prim_func([data, w, *params.values(), out])
-    constants = [tile_weights(weight_planes, tile_rows, words), *values.values()]
+    constants = [tile_weights(weight_planes, tile_rows, words, lanes), *values.values()]
     if chunk_count > 1:
         return schedule_chunks(func, input_planes.op.name, tile_rows, tile_cols, kernel, chunk, words,
                                batch is not None), constants
@@ -125,6 +135,8 @@ def chunks(kernel: BitserialKernel, config: Config, words: int) -> tuple[int, in
     """(count, words of each) of the K chunks the kernel runs on: each a whole number of its blocks,
     as few as keep every dot product of a chunk within the kernel's lanes (unipolar: unsigned,
     hybrid: signed; at most (2**abits - 1)(2**wbits - 1) per bit of K), as equal as they can be."""
+    if kernel.lanes:                  # 64-bit lanes, the dot product added to int32: exact for any K of a layer
+        return 1, words
     top = 2 ** kernel.spec.out_bits - 1 if config.encoding == "unipolar" else 2 ** (kernel.spec.out_bits - 1) - 1
     per_bit = (2 ** config.abits - 1) * (2 ** config.wbits - 1)
     most = top // per_bit // 64 // kernel.block_words          # blocks per chunk
@@ -136,16 +148,19 @@ def chunks(kernel: BitserialKernel, config: Config, words: int) -> tuple[int, in
 
 
 def pays(kernel: BitserialKernel, words: int) -> bool:
-    """Whether a K of ``words`` words runs on the tile (more than half a block) or plain TIR."""
-    return 2 * words > kernel.block_words
+    """Whether a K of ``words`` words runs on the tile (more than half a block; a lanes tile: always)
+    or plain TIR."""
+    return kernel.lanes or 2 * words > kernel.block_words
 
 
-def tile_weights(planes: np.ndarray, tile_rows: int, words: int) -> np.ndarray:
-    """``[N, wbits, w]`` packed weights -> ``Wp[N/rows, wbits, rows, words]`` (zero-padded)."""
+def tile_weights(planes: np.ndarray, tile_rows: int, words: int, lanes: bool = False) -> np.ndarray:
+    """``[N, wbits, w]`` packed weights -> ``Wp[N/rows, wbits, rows, words]`` (zero-padded); for a
+    lanes tile ``Wp[N/rows, wbits, words, rows]`` (word t of the tile's channels together)."""
     n, wbits, raw = planes.shape
     padded = np.zeros((round_up(n, tile_rows), wbits, words), planes.dtype)
     padded[:n, :, :raw] = planes
-    return np.ascontiguousarray(padded.reshape(-1, tile_rows, wbits, words).transpose(0, 2, 1, 3))
+    return np.ascontiguousarray(padded.reshape(-1, tile_rows, wbits, words).transpose(0, 2, 3, 1) if lanes
+                                else padded.reshape(-1, tile_rows, wbits, words).transpose(0, 2, 1, 3))
 
 
 def schedule(func, input_planes: str, tile_rows: int, tile_cols: int, kernel: BitserialKernel | None, words: int,
@@ -205,6 +220,7 @@ def _output_stage(sch, c0) -> None:
     loops = sch.get_loops(output)
     if len(loops) == 2 or sch.get(loops[0]).extent == 1:
         sch.reverse_compute_at(output, c0)
+        sch.vectorize(sch.get_loops(output)[-1])
     else:
         sch.parallel(sch.fuse(*loops[:2]))
 
