@@ -152,10 +152,15 @@ def test_folded_bias_quants_leave_the_qonnx_executor_outputs_unchanged(config):
 
 def test_w1a1_qonnx_through_qsynth_equals_the_qonnx_executor():
     """The Brevitas W1A1 export (bipolar weights, binary activations, 32-bit bias Quants) compiled by
-    qsynth: logits equal to qonnx's executor on every test image, so the committed top-1."""
+    qsynth: logits equal to qonnx's executor on every test image, so the committed top-1; the
+    classifier (DQ -> Flatten -> Gemm) on the int8 dense, the inner convolutions bitserial."""
     pytest.importorskip("qonnx")
+    from tvm_integration.qnn.importer import load
+    from tvm_integration.qnn.inspect import layers
     from tvm_integration.qnn.model import compile_model
     path = MODELS / "digits_w1a1_qonnx.onnx"
+    assert [(r.kind, r.operator) for r in layers(load(path))] == [
+        ("conv2d", "int8"), ("conv2d", "bitserial"), ("conv2d", "bitserial"), ("dense", "int8")]
     model = compile_model(path, threads=1)
     name_in, name_out = next(iter(model.inputs)), model.outputs[0]
     _, _, x, y = load_digits()

@@ -187,7 +187,7 @@ def resnet_lowbit(abits: int, wbits: int, size: int = 224, widths=(64, 128, 256,
     # (n steps / 49 * 2**k is never m + 1/2), in float32 (onnxruntime) as in float64 (here)
     pooled = g.quantize(gap, mean, x.scale * 2.0 ** -(8 - abits), 0, 0, 255, relu=False)
     # Flatten between DQ and Q of the same parameters (as onnxruntime's quantizer writes it), so the
-    # fully connected layer reads a quantized tensor (DQ -> Flatten -> Gemm stays float in qsynth)
+    # fully connected layer reads a quantized tensor (DQ -> Flatten -> Gemm onnxruntime runs in float)
     flat_t = g.quantize(g.node("Flatten", [pooled.name]), (pooled.q.reshape(1, -1) - pooled.zero_point) * pooled.scale,
                         pooled.scale, pooled.zero_point, pooled.lo, pooled.hi, relu=False)
     flat = flat_t.name

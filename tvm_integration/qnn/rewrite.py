@@ -5,7 +5,11 @@ replaced by one integer op when onnxruntime computes it as one (its QDQ fusions)
 
 * ``Q(act(conv2d(DQ(x), DQ(W)) + DQ(bias)))`` -> ``conv2d``; ``Q(act(matmul(DQ(x), DQ(W)) + DQ(bias)))``
   -> ``dense``; ``act``: none, Relu or Clip, a clamp in the output domain (exact: quantize is monotone);
-  constant zero-point terms folded into the int32 bias here, at compile time;
+  constant zero-point terms folded into the int32 bias here, at compile time; a Flatten/Reshape
+  between the input's DQ and the matmul (a classifier: ``matmul(reshape(DQ(x)), ...)``) becomes the
+  reshape of the integers before the dense. onnxruntime has no QGemm for that form and runs it in
+  float32: the two agree but where its float sum lands within rounding of a half step
+  (docs/operators.md);
 * ConvInteger / MatMulInteger (``conv2d`` / ``matmul`` in int32 of zero-point-subtracted 8-bit
   tensors, constant weights) -> ``conv2d`` / ``dense`` with an int32 output; an input zero point
   computed at run time (dynamic quantization) is subtracted after the op (``integer_accumulate``);
@@ -208,15 +212,21 @@ class QDQToInteger(relax.PyExprMutator):
         if core is None:
             return None
         data, weight = self.dequantized(core.args[0]), core.args[1]
+        shaped = None            # matmul(reshape(DQ(x))): a classifier's Flatten/Reshape before its Gemm/MatMul
+        if data is None and core.op.name == "relax.matmul" and \
+                (shaped := self.call(core.args[0], "relax.reshape", "relax.flatten")) is not None:
+            data = self.dequantized(shaped.args[0])
         transposed = self.call(weight, "relax.permute_dims")
         weight = self.dequantized_constant(transposed.args[0] if transposed is not None else weight)
         if data is None or weight is None:
             return None
         (x, xq), (w, wq) = data, weight
         if core.op.name == "relax.matmul":
-            if len(x.ty.shape) != 2 or w.ndim != 2:
+            if len((x if shaped is None else shaped).ty.shape) != 2 or w.ndim != 2:
                 return None
             w = w.T if transposed is None else w         # matmul(x, W[K, N]) -> dense weight [N, K]
+        if shaped is not None:   # the reshape moves to the integers (exact), before the integer dense
+            x = self.builder_.emit(relax.Call(shaped.op, [self.visit_expr(x), *shaped.args[1:]], shaped.attrs))
         return self.integer_linear(core, x, xq, w, wq, bias, out, clamp, self.layer_name(*named))
 
     @staticmethod
