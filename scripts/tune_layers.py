@@ -3,7 +3,7 @@
 (tvm_integration/tuning_logs/<uarch>.json): the ResNet-18 layers of the layer benchmark (C2-C12) and
 every tensorized convolution and dense of the built-in models as the QNN pipeline compiles them.
 Each candidate tile is compiled, its output compared with the others' on random data, and timed
-(median of ``--trials``, one thread).
+(median of ``--trials`` rounds that run every candidate in turn, one thread).
 
     TVM_NUM_THREADS=1 python scripts/tune_layers.py [--models resnet18,mobilenet_v2] [--trials 9]
 """
@@ -84,11 +84,10 @@ def measure(kind: str, args: tuple, candidates, trials: int) -> dict[str, float]
     outputs = [op(x) for op in ops]
     if any(not np.array_equal(o, outputs[0]) for o in outputs):
         raise AssertionError(f"{key_of(kind, args)}: the candidate tiles disagree")
-    times = {}
-    for kernel, op in zip(candidates, ops):
-        timer = op.module.time_evaluator("main", tvm.cpu(), number=5, repeat=trials)
-        times[kernel.intrin] = float(np.median(timer(*op.args(x)).results)) * 1e3
-    return times
+    # interleaved rounds: a burst of load on the shared machine hits every candidate alike
+    runs = [(op.module.time_evaluator("main", tvm.cpu(), number=5, repeat=1), op.args(x)) for op in ops]
+    samples = [[timer(*args).results[0] for timer, args in runs] for _ in range(trials)]
+    return {k.intrin: float(np.median([round_[i] for round_ in samples])) * 1e3 for i, k in enumerate(candidates)}
 
 
 def main() -> int:

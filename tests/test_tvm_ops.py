@@ -51,7 +51,8 @@ def dense_reference(x, w):
 
 # ---------------------------------------------------------------- dense
 @pytest.mark.parametrize("m,n,k,dtype", [(16, 96, 64, "uint8"), (13, 50, 37, "uint8"), (9, 49, 17, "int8"),
-                                         (1, 1, 1, "int8")])
+                                         (1, 1, 1, "int8"),
+                                         (10, 64, 2048, "uint8")])   # packed rows 2 KiB apart: realigned
 def test_dense(m, n, k, dtype):
     w, x = random((n, k), "int8"), random((m, k), dtype)
     assert np.array_equal(dense(w, m, dtype)(x), dense_reference(x, w))
