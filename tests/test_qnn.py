@@ -350,9 +350,10 @@ def test_conv_integer_node(tmp_path, geometry):
     assert compiled.outputs == ["y"]
 
 
-def conv_then_add(tmp_path, operand: int, conv_is_output: bool):
+def conv_then_add(tmp_path, operand: int, conv_is_output: bool, constant_residual: bool = False):
     """QLinearConv (3x3, 16 -> 24 channels, 9x9) then QLinearAdd of its result and a second input
-    ``r``, the convolution's result as the add's operand ``operand``; also a model output if asked."""
+    ``r`` (or a constant), the convolution's result as the add's operand ``operand``; also a model
+    output if asked."""
     rng = np.random.default_rng(5 + operand)
     u8 = lambda v, n: numpy_helper.from_array(np.array(v, np.uint8), n)       # noqa: E731
     f32 = lambda v, n: numpy_helper.from_array(np.array(v, np.float32), n)    # noqa: E731
@@ -364,7 +365,9 @@ def conv_then_add(tmp_path, operand: int, conv_is_output: bool):
     pair = [["y", "ys", "yz"], ["r", "rs", "rz"]]
     add = helper.make_node("QLinearAdd", [*pair[operand], *pair[1 - operand], "as", "az"], ["z"], domain="com.microsoft")
     info = lambda n: helper.make_tensor_value_info(n, TensorProto.UINT8, [1, 16 if n == "x" else 24, 9, 9])  # noqa: E731
-    graph = helper.make_graph([conv, add], "conv_add", [info("x"), info("r")],
+    if constant_residual:
+        inits.append(numpy_helper.from_array(rng.integers(0, 256, (1, 24, 9, 9), dtype=np.uint8), "r"))
+    graph = helper.make_graph([conv, add], "conv_add", [info("x"), *([] if constant_residual else [info("r")])],
                               [info("z"), *([info("y")] if conv_is_output else [])], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
     model.ir_version = models.IR_VERSION
@@ -384,6 +387,13 @@ def test_residual_add_fused_into_the_convolution(tmp_path, operand, conv_is_outp
     adds = [f for f in funcs if f.attrs and f.attrs.get("qnn.op") == "add"]
     assert len(adds) == (1 if conv_is_output else 0)
     assert sum(TENSORIZED in f.attrs for f in funcs) == 1
+
+
+def test_add_of_a_constant_is_not_fused(tmp_path):
+    path = conv_then_add(tmp_path, 0, False, constant_residual=True)
+    assert_bit_exact(path, runs=2)
+    funcs = [f for f in lower(load(path)).functions.values() if isinstance(f, tirx.PrimFunc)]
+    assert [f for f in funcs if f.attrs and f.attrs.get("qnn.op") == "add"]
 
 
 def test_tiny_resnet_adds_all_fused(tmp_path):

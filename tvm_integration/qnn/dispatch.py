@@ -72,7 +72,7 @@ class Dispatch:
         return self.nhwc[var]
 
     def residual_convolutions(self, bindings, output) -> set:
-        """The tensorized NHWC convolutions whose only reader is a quantized add."""
+        """The tensorized convolutions whose only reader is a quantized add of two tensors."""
         uses = Counter()
 
         def count(expr):
@@ -85,8 +85,8 @@ class Dispatch:
             count(binding.value)
         count(output)
         ops = {b.var: IntegerOp.read(b.value, self.mod) for b in bindings}
-        return {i for op in ops.values() if op is not None and op.kind == "add" for i in op.inputs
-                if uses[i] == 1 and ops.get(i) is not None and ops[i].kind == "conv2d" and ops[i].tensorized
+        return {i for op in ops.values() if op is not None and op.kind == "add" and len(op.inputs) == 2
+                for i in op.inputs if uses[i] == 1 and ops.get(i) is not None and ops[i].kind == "conv2d" and ops[i].tensorized
                 and not ops[i].depthwise and "out_zero_point" in ops[i].params and len(ops[i].constants) == 3}
 
     def bind(self, binding):
@@ -105,6 +105,7 @@ class Dispatch:
             self.set_nhwc(var, replace(op, inputs=inputs, params={**op.params, "layout": "NHWC"}).emit_reference(
                 self.builder))
         elif op is not None and op.kind in NHWC_OPS and all(i in self.nhwc for i in op.inputs) and \
+                all(c.size == 1 for c in op.constants) and \
                 all(len(i.ty.shape) == 4 for i in op.inputs) and \
                 len({tuple(int(d) for d in i.ty.shape) for i in op.inputs}) == 1:
             inputs = tuple(self.nhwc[i] for i in op.inputs)
