@@ -183,6 +183,22 @@ def test_conv2d_nhwc_equals_numpy(config, shape, wshape, stride, pad, kernel_lay
     np.testing.assert_array_equal(got, want)
 
 
+@needs_avx512
+def test_hybrid_layers_run_on_the_unipolar_lanes_tile_channels_last():
+    """tile_for: a hybrid lanes tile's layer runs the unipolar lanes tile on the weight codes (2S - (2^w-1)T)
+    channels last, the hybrid tile itself channels first; the acc tiles are kept as they are. (The
+    operators' results are checked against numpy above and in test_tvm_bitserial_nchw.py.)"""
+    from tvm_integration.bitserial_kernels import select
+    from tvm_integration.ops.bitserial_gemm import tile_for
+    config = Config(2, 1, "hybrid")
+    lanes = select("avx512", 2, 1, "hybrid", "lanes")
+    assert lanes.spec.encoding == "hybrid"
+    assert tile_for(lanes, config, 9).spec.encoding == "unipolar" and tile_for(lanes, config, 9).lanes
+    assert tile_for(lanes, config, 9, nchw=True) is lanes
+    acc = select("avx512", 2, 1, "hybrid", "acc")
+    assert tile_for(acc, config, 9) is acc and tile_for(acc, config, 1) is None
+
+
 def test_conv2d_plain_tir_equals_numpy():
     config = Config(2, 1, "hybrid")
     rng = np.random.default_rng(5)

@@ -19,7 +19,7 @@ import numpy as np
 from tvm_integration.bench import LAYERS, Layer, onnxruntime_seconds, tvm_seconds
 from tvm_integration.bitserial_kernels import select
 from tvm_integration.ops.bitserial_conv2d import bitserial_conv2d, build_bitserial_conv2d
-from tvm_integration.ops.bitserial_gemm import Config, pays
+from tvm_integration.ops.bitserial_gemm import Config, tile_for
 
 
 def parse_config(text: str, encoding: str) -> Config:
@@ -62,10 +62,18 @@ def bench_bitserial_layer(name: str, config: Config, threads: int, trials: int, 
     baselines |= onnx
     return {"layer": name, "config": f"A{config.abits}W{config.wbits}", "encoding": config.encoding,
             "isa": isa, "threads": threads, "shape": LAYERS[name], "macs": layer.macs,
-            "kernel": kernel.spec.name if pays(kernel, layer.k ** 2 * -(-layer.ic // 64)) else "plain TIR (K below half a block)",
+            "kernel": tile_name(kernel, config, layer),
             "correct": correct, "ours_ms": t_ours * 1e3, "gmacs": layer.macs / t_ours / 1e9,
             "baselines": {k: v * 1e3 for k, v in baselines.items()},
             "speedups": {k: v / t_ours for k, v in baselines.items()}}
+
+
+def tile_name(kernel, config: Config, layer: Layer) -> str:
+    """The tile the layer's operator runs on (bitserial_gemm.tile_for), or why plain TIR."""
+    tile = tile_for(kernel, config, layer.k ** 2 * -(-layer.ic // 64))
+    if tile is None:
+        return "plain TIR (K below half a block)"
+    return tile.spec.name + (" (hybrid as 2S - (2^w-1) T)" if tile.spec.encoding != config.encoding else "")
 
 
 def layer_operands(layer: Layer, config: Config) -> tuple[np.ndarray, np.ndarray]:
@@ -89,7 +97,7 @@ def mca_bitserial_layer(name: str, config: Config, cores: tuple[str, ...] = ("co
     kernel = select("neon", config.abits, config.wbits, config.encoding)
     row = {"layer": name, "config": f"A{config.abits}W{config.wbits}", "encoding": config.encoding,
            "shape": LAYERS[name], "macs": layer.macs, "bit_macs": layer.macs * config.abits * config.wbits,
-           "kernel": kernel.spec.name if pays(kernel, layer.k ** 2 * -(-layer.ic // 64)) else "plain TIR (K below half a block)",
+           "kernel": tile_name(kernel, config, layer),
            "correct": True, "cores": {}}
     for core in cores:
         estimates = {}

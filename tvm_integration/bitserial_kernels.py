@@ -91,6 +91,13 @@ def gemm_kernels(isa: str, abits: int, wbits: int, encoding: str, lanes_first: b
 # (requantized uint8 output, 1 thread, min of 25x10 interleaved calls; C3/C8: all within 5%).
 
 
+def unipolar_twin(kernel: BitserialKernel) -> BitserialKernel | None:
+    """The unipolar lanes tile a hybrid lanes tile's layer runs on (bitserial_gemm.build's fold): the
+    first of its ISA's and planes' unipolar lanes tiles, or None."""
+    spec = kernel.spec
+    return next((k for k in gemm_kernels(spec.isa, spec.abits, spec.wbits, "unipolar") if k.lanes), None)
+
+
 def _llvm_ir(entry: dict) -> str:
     """The emitted kernel's LLVM IR; a NEON kernel's for exactly its features (cross.kernel_ir)."""
     from tvm_integration import cross
@@ -119,13 +126,13 @@ def dot_term(w, a, j, k, encoding: str, acc: str, shift: bool = True):
     return d << (j + k).astype(acc) if shift else d
 
 
-def register(kernel: BitserialKernel, words: int, stride: int | None = None) -> str:
+def register(kernel: BitserialKernel, words: int, stride: int | None = None, unit_loop: bool = True) -> str:
     """Register the tile over ``words`` words of K (a whole number of blocks) of rows ``stride``
     words apart (default ``words``: K in one piece; more: a chunk of a longer K); returns its name."""
     spec, acc = kernel.spec, kernel.acc_dtype
     rows, cols, wb, ab = spec.rows, spec.cols, spec.wbits, spec.abits
     if kernel.lanes:
-        return _register_lanes(kernel, words)
+        return _register_lanes(kernel, words, unit_loop)
     if words % kernel.block_words:
         raise ValueError(f"{words} words are not whole {spec.reg_bits}-bit blocks")
     stride = stride or words
@@ -175,12 +182,14 @@ def register(kernel: BitserialKernel, words: int, stride: int | None = None) -> 
     return name
 
 
-def _register_lanes(kernel: BitserialKernel, words: int) -> str:
+def _register_lanes(kernel: BitserialKernel, words: int, unit_loop: bool = True) -> str:
     """A lanes tile over ``words`` words of K: W = ``wbits × words × rows`` (word t of every channel
-    together, the ``_gemm``'s weight image), A and C as for the acc tiles, C in int32."""
+    together, the ``_gemm``'s weight image), A and C as for the acc tiles, C in int32. ``unit_loop``:
+    whether the operator keeps a one-term reduction's unit loop (the GEMM's own loops split) or not
+    (the GEMM computed at the output's loops)."""
     spec, acc = kernel.spec, kernel.acc_dtype
     rows, cols, wb, ab = spec.rows, spec.cols, spec.wbits, spec.abits
-    name = f"qsynth_{spec.name}_k{words}"
+    name = f"qsynth_{spec.name}_k{words}" + ("" if unit_loop else "_nounit")
     shift = wb * ab > 1
 
     @T.prim_func(s_tir=True)
@@ -193,6 +202,18 @@ def _register_lanes(kernel: BitserialKernel, words: int) -> str:
             T.reads(C[0:cols, 0:rows], W[0:wb, 0:words, 0:rows], A[0:cols, 0:ab, 0:words])
             T.writes(C[0:cols, 0:rows])
             for n, i, r in T.grid(cols, rows, 1):
+                with T.sblock("update"):
+                    vn, vi = T.axis.remap("SS", [n, i])
+                    C[vn, vi] = C[vn, vi] + dot_term(W[0, 0, vi], A[vn, 0, 0], 0, 0, spec.encoding, acc, False)
+
+    @T.prim_func(s_tir=True)
+    def single_flat(W: T.Buffer((wb, words, rows), WORD, offset_factor=1),
+                    A: T.Buffer((cols, ab, words), WORD, offset_factor=1),
+                    C: T.Buffer((cols, rows), acc, offset_factor=1, strides=[T.int32(), 1])) -> None:
+        with T.sblock("root"):
+            T.reads(C[0:cols, 0:rows], W[0:wb, 0:words, 0:rows], A[0:cols, 0:ab, 0:words])
+            T.writes(C[0:cols, 0:rows])
+            for n, i in T.grid(cols, rows):
                 with T.sblock("update"):
                     vn, vi = T.axis.remap("SS", [n, i])
                     C[vn, vi] = C[vn, vi] + dot_term(W[0, 0, vi], A[vn, 0, 0], 0, 0, spec.encoding, acc, False)
@@ -221,7 +242,8 @@ def _register_lanes(kernel: BitserialKernel, words: int) -> str:
             T.evaluate(T.call_extern("int32", kernel.function, W.access_ptr("r"), words * rows * 8, A.access_ptr("r"),
                                      words * 8, C.access_ptr("rw"), C.strides[0], words))
 
-    s_tir.TensorIntrin.register(name, single if wb * ab * words == 1 else desc, impl, override=True)
+    one = single if unit_loop else single_flat
+    s_tir.TensorIntrin.register(name, one if wb * ab * words == 1 else desc, impl, override=True)
     return name
 
 

@@ -40,15 +40,18 @@ def layers(model: onnx.ModelProto, target: str = "host") -> list[Layer]:
 
 def _operator(op: IntegerOp, target: str) -> tuple[str, str]:
     from tvm_integration import bitserial_kernels
-    from tvm_integration.ops.bitserial_gemm import pays
+    from tvm_integration.ops.bitserial_gemm import Config, tile_for
     if op.bitserial:
         isa = target if target in bitserial_kernels.ISAS else "host"
         kernel = bitserial_kernels.select(isa, op.params["abits"], op.params["wbits"], op.params["encoding"])
         weight = op.constants[0]
         words = -(-weight.shape[1] // 64) * (weight.shape[2] * weight.shape[3] if weight.ndim == 4 else 1)
-        if not pays(kernel, words):
+        tile = tile_for(kernel, Config(op.params["abits"], op.params["wbits"], op.params["encoding"]), words)
+        if tile is None:
             return "bitserial", f"plain TIR (K of {words} words is under half of {kernel.spec.name}'s block)"
-        return "bitserial", kernel.spec.name
+        if tile.spec.encoding != op.params["encoding"]:
+            return "bitserial", f"{tile.spec.name} (hybrid: 2S - (2^w-1) T on the weight codes)"
+        return "bitserial", tile.spec.name
     if not op.tensorized:
         return "reference", op.implementation.removeprefix("reference: ")
     if op.depthwise:
