@@ -225,6 +225,29 @@ def test_output_stage_requantizes_the_bitserial_result():
     np.testing.assert_array_equal(got, want)
 
 
+@needs_avx512
+@pytest.mark.parametrize("levels, layout", [(1, "NHWC"), (3, "NHWC"), (3, "NCHW")])
+def test_low_bit_requantization_of_a_hybrid_layer_equals_the_float_formula(levels, layout):
+    """A hybrid layer (channels last: on the unipolar lanes tile, 2S - T) requantized to a few levels,
+    as a low-bit model's layers are: numpy's float32 formula (MLAS: acc + bias in int32, times the
+    scale in float32, rounded half to even, plus the zero point, clamped), for scales of both signs,
+    zero, and ties (power-of-two scales on odd sums)."""
+    config = Config(1, 1, "hybrid")
+    rng = np.random.default_rng(9)
+    w = random_weights(rng, config, (40, 70, 3, 3))
+    x = rng.integers(0, 2, (1, 9, 8, 70)).astype(np.uint8)
+    scale = (rng.choice([-1, 1], 40) * rng.uniform(0.01, 0.3, 40)).astype(np.float32)
+    scale[:3] = [0, 0.5, -0.25]                                 # constant; ties of round half to even
+    bias = rng.integers(-60, 60, 40).astype(np.int32)
+    stage = OutputStage(bias=bias, clamp=(-1, levels - 1), requantize=ScaleRequantize(scale, 1, "int8"))
+    xin = x if layout == "NHWC" else np.ascontiguousarray(x.transpose(0, 3, 1, 2))
+    got = bitserial_conv2d(w, xin.shape, config, 1, 1, stage, isa="avx512", layout=layout)(xin)
+    acc = (conv_reference(x, w, 1, 1) + bias).astype(np.int32)
+    want = np.clip(np.rint(acc.astype(np.float32) * scale) + 1, -1, levels - 1).astype(np.int8)
+    np.testing.assert_array_equal(got if layout == "NHWC" else got.transpose(0, 2, 3, 1), want)
+    assert len(np.unique(want)) == levels + 1
+
+
 def test_bad_configurations_are_refused_with_the_reason():
     with pytest.raises(ValueError, match="1-3 bit"):
         Config(4, 1, "unipolar")
