@@ -85,9 +85,13 @@ class Dispatch:
             count(binding.value)
         count(output)
         ops = {b.var: IntegerOp.read(b.value, self.mod) for b in bindings}
+
+        def requantized_convolution(var):
+            op = ops.get(var)
+            return (op is not None and op.kind == "conv2d" and op.tensorized and not op.depthwise
+                    and len(op.constants) == 3)           # weight, bias, scale: a requantized result
         return {i for op in ops.values() if op is not None and op.kind == "add" and len(op.inputs) == 2
-                for i in op.inputs if uses[i] == 1 and ops.get(i) is not None and ops[i].kind == "conv2d" and ops[i].tensorized
-                and not ops[i].depthwise and "out_zero_point" in ops[i].params and len(ops[i].constants) == 3}
+                for i in op.inputs if uses[i] == 1 and requantized_convolution(i)}
 
     def bind(self, binding):
         var, value = binding.var, binding.value
@@ -121,7 +125,7 @@ class Dispatch:
     def fused_add(self, var, add: IntegerOp) -> bool:
         """``add`` of a deferred convolution (the later one when both operands are) and a tensor of
         its shape, emitted as the convolution with the add in its output stage; False (the deferred
-        convolutions emitted on their own) when the other operand is not an NHWC tensor of that shape."""
+        convolutions emitted on their own) when the other operand has another shape (a broadcast)."""
         deferred = [i for i, x in enumerate(add.inputs) if x in self.deferred]
         if not deferred:
             return False
