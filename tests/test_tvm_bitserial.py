@@ -166,6 +166,8 @@ CONVS = [  # (config, input NHWC, weight OIHW, stride, padding)
     (Config(1, 2, "unipolar"), (1, 7, 5, 9), (5, 9, 3, 3), 2, 1),
     (Config(1, 1, "hybrid"), (2, 6, 5, 64), (70, 64, 1, 1), 1, 0),       # one word, one plane pair; 70 channels
     (Config(1, 1, "unipolar"), (1, 9, 9, 128), (40, 128, 3, 3), 2, 1),   # whole words, 40 channels
+    (Config(2, 1, "unipolar"), (1, 5, 6, 64), (33, 64, 1, 1), 1, 0),     # one word, two activation planes
+    (Config(1, 2, "hybrid"), (1, 6, 5, 50), (16, 50, 1, 1), 2, 0),       # one word, two weight planes
 ]
 
 

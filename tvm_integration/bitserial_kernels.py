@@ -118,6 +118,17 @@ def planes_and_word(r, abits: int, words: int):
     return r // (abits * words), r // words % abits, r % words
 
 
+def plane_shift(r, wbits: int, abits: int, words: int):
+    """j + k, the significance of reduction index r (planes_and_word), written so that a lanes tile's
+    description and the operator simplify it alike: over one word with one plane of weights or of
+    activations it is r itself (r // 2 + r % 2 became (r + 1) // 2 in the operator, r in the
+    description, and A2W1 over one word did not tensorize)."""
+    if words == 1 and 1 in (wbits, abits):
+        return r
+    j, k, _ = planes_and_word(r, abits, words)
+    return j + k
+
+
 def dot_term(w, a, j, k, encoding: str, acc: str, shift: bool = True):
     """One plane pair's contribution, 2**(j+k) d(w, a), of a word of weights and of activations
     (``shift=False``: one plane of each, j = k = 0, written without the shift)."""
@@ -230,7 +241,7 @@ def _register_lanes(kernel: BitserialKernel, words: int, unit_loop: bool = True)
                     vn, vi, vr = T.axis.remap("SSR", [n, i, r])
                     C[vn, vi] = C[vn, vi] + dot_term(W[vr // (ab * words), vr % words, vi],
                                                      A[vn, vr // words % ab, vr % words],
-                                                     vr // (ab * words), vr // words % ab, spec.encoding, acc, shift)
+                                                     plane_shift(vr, wb, ab, words), 0, spec.encoding, acc, shift)
 
     @T.prim_func(s_tir=True)
     def impl(W: T.Buffer((wb, words, rows), WORD, offset_factor=1),

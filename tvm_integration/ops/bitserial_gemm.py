@@ -33,7 +33,8 @@ from dataclasses import dataclass
 import numpy as np
 from tvm import s_tir, te, tirx
 
-from tvm_integration.bitserial_kernels import WORD, BitserialKernel, dot_term, planes_and_word, register, unipolar_twin
+from tvm_integration.bitserial_kernels import (WORD, BitserialKernel, dot_term, plane_shift, planes_and_word, register,
+                                               unipolar_twin)
 from tvm_integration.output_stage import OutputStage, placeholders
 from tvm_integration.packing import round_up
 
@@ -114,8 +115,9 @@ def build(rows: int, data: te.Tensor, input_planes: te.Tensor, activation_word, 
     j, kk, t = planes_and_word(r, config.abits, chunk)
     weight = ((lambda c, word: w[c // tile_rows, j, word, c % tile_rows]) if lanes
               else (lambda c, word: w[c // tile_rows, j, c % tile_rows, word]))
+    sig = (plane_shift(r, config.wbits, config.abits, chunk), 0) if lanes else (j, kk)
     term = lambda q, p, c: dot_term(weight(c, q * chunk + t), packed[p, kk, q * chunk + t],
-                                    j, kk, encoding, acc_dtype, shift=not lanes or config.wbits * config.abits > 1)
+                                    *sig, encoding, acc_dtype, shift=not lanes or config.wbits * config.abits > 1)
     if fold:               # T of a column, inline in the output stage: hoisted out of its channel loop
         def actsum(p):
             terms = [tirx.popcount(packed[p, k, t]).astype("int32") << k for k in range(config.abits)
