@@ -20,7 +20,7 @@ def _vnni_entry() -> dict:
 
 def test_every_proved_k4_tile_of_an_isa_is_registered():
     kernels = {k.intrin: k for k in register_kernels("avx512")}
-    shapes = {(8, 48), (6, 64), (7, 64), (7, 48)}
+    shapes = {(8, 48), (6, 64), (7, 64), (7, 48), (14, 16), (8, 32)}
     assert sorted(kernels) == sorted(f"qsynth_int8_u8s8_k4b_{mr}x{nr}x16_avx512" for mr, nr in shapes)
     for (mr, nr) in shapes:
         k = kernels[f"qsynth_int8_u8s8_k4b_{mr}x{nr}x16_avx512"]
