@@ -48,6 +48,7 @@ class Dispatch:
         blocks = main.body.blocks
         if len(blocks) != 1 or not isinstance(blocks[0], relax.DataflowBlock):
             raise ModelError("the imported model's main function is not one dataflow block (control flow?)")
+        self.ops = {b.var: IntegerOp.read(b.value, self.mod) for b in blocks[0].bindings}
         self.fusable = self.residual_convolutions(blocks[0].bindings, main.body.body)
         with self.builder.function("main", list(main.params), dict(main.attrs) if main.attrs else None):
             with self.builder.dataflow():
@@ -84,18 +85,17 @@ class Dispatch:
         for binding in bindings:
             count(binding.value)
         count(output)
-        ops = {b.var: IntegerOp.read(b.value, self.mod) for b in bindings}
 
         def requantized_convolution(var):
-            op = ops.get(var)
+            op = self.ops.get(var)
             return (op is not None and op.kind == "conv2d" and op.tensorized and not op.depthwise
                     and len(op.constants) == 3)           # weight, bias, scale: a requantized result
-        return {i for op in ops.values() if op is not None and op.kind == "add" and len(op.inputs) == 2
+        return {i for op in self.ops.values() if op is not None and op.kind == "add" and len(op.inputs) == 2
                 for i in op.inputs if uses[i] == 1 and requantized_convolution(i)}
 
     def bind(self, binding):
         var, value = binding.var, binding.value
-        op = IntegerOp.read(value, self.mod)
+        op = self.ops[var]
         if op is not None and op.kind == "add" and self.fused_add(var, op):
             return
         if op is not None and op.tensorized and var in self.fusable:
