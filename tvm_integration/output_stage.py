@@ -119,17 +119,29 @@ class OutputStage:
         """TIR value of the output for accumulator ``acc`` (int32, bias not yet added) of channel (g, n);
         ``p`` maps the names of ``channel_params`` to TE tensors; ``residual``: the residual tensor's
         value at this output (with ``self.residual``)."""
-        result = self._result(acc, p, g, n)
-        return self.residual.expression(result, residual) if self.residual else result
+        if self.residual is None:
+            return self._result(acc, p, g, n)
+        rq = self.requantize
+        if isinstance(rq, ScaleRequantize):
+            # the add reads the result as float32: the clamped integral value plus the zero point is
+            # that value exactly, without a round trip through u8 (five instructions per vector)
+            return self.residual.expression(self._scaled(acc, p, g, n) + float(rq.zero_point), residual)
+        return self.residual.expression(self._result(acc, p, g, n), residual)
+
+    def _scaled(self, acc, p: dict, g, n):
+        """ScaleRequantize before the zero point: ``round(float32(acc + bias) * scale)`` clamped to the
+        output's range less the zero point (float32, integral)."""
+        lo, hi = self.bounds()
+        zero = self.requantize.zero_point
+        y = round_half_even((acc + p["bias"][g, n]).astype("float32") * p["scale"][g, n])
+        return tirx.max(tirx.min(y, float(hi - zero)), float(lo - zero))
 
     def _result(self, acc, p: dict, g, n):
         lo, hi = self.bounds()
         x = acc + p["bias"][g, n]
         rq = self.requantize
         if isinstance(rq, ScaleRequantize):
-            y = round_half_even(x.astype("float32") * p["scale"][g, n])
-            y = tirx.max(tirx.min(y, float(hi - rq.zero_point)), float(lo - rq.zero_point)).astype("int32")
-            return (y + rq.zero_point).astype(self.result_dtype)
+            return (self._scaled(acc, p, g, n).astype("int32") + rq.zero_point).astype(self.result_dtype)
         if isinstance(rq, FixedPointRequantize):
             x = _tflite_multiply(x, p["multiplier"][g, n], p["shift"][g, n]) + rq.zero_point
         return tirx.max(tirx.min(x, hi), lo).astype(self.result_dtype)
