@@ -386,7 +386,7 @@ class Int8Spec:
 
     @staticmethod
     def for_isa(isa: str, types: str, mr: int | None = None, nr: int | None = None,
-                layout: str | None = None) -> "Int8Spec":
+                layout: str | None = None, k: int | None = None) -> "Int8Spec":
         isas = sorted({i for i, _, _ in INT8_TILES})
         _check(isa in isas, f"no int8 kernels for {isa!r}; accepted: {', '.join(isas)}")
         tiles = sorted({t for i, t, _ in INT8_TILES if i == isa})
@@ -395,14 +395,15 @@ class Int8Spec:
         layout = layout or layouts[0]
         _check(layout in layouts, f"--layout for {isa} {types} int8 kernels must be one of {', '.join(layouts)}, "
                f"got {layout!r}")
-        dmr, dnr, k = INT8_TILES[isa, types, layout]
+        dmr, dnr, dk = INT8_TILES[isa, types, layout]
+        _check(k is None or layout not in ("tile", "rows"), f"--k is fixed for the {layout} layout ({dk})")
         if layout == "tile":
             _check((mr or dmr, nr or dnr) == (dmr, dnr), f"the {isa} {types} tile is {dmr}x{dnr} (one full tile "
                    f"register); --mr/--nr must be {dmr}/{dnr}, got {mr}/{nr}")
         elif layout == "k4":
             _check((nr or dnr) == dnr, f"--nr for {isa} {types} must be {dnr} (the int32 lanes of one register), "
                    f"got {nr}")
-        return Int8Spec(isa, types, layout, mr or dmr, nr or dnr, k)
+        return Int8Spec(isa, types, layout, mr or dmr, nr or dnr, k or dk)
 
     @property
     def kind(self) -> str:

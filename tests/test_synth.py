@@ -18,7 +18,7 @@ from sketches.program import Instr, Op, Program
 from synth import bitserial, cache, trust
 from synth.kernel import synthesize, verify
 from synth.proof import prove_equal
-from synth.spec import BitserialSpec, Int8Spec
+from synth.spec import BitserialSpec, Int8Spec, SpecError
 from synth.stages import SynthesisFailed, synthesize_stage
 
 pytestmark = pytest.mark.solver
@@ -115,6 +115,15 @@ def test_int8_reference_matches_matmul(isa, types, layout):
     else:
         got = np.concatenate(lanes).reshape(spec.mr, spec.nr, 16)
     assert np.array_equal(got, want)
+
+
+def test_int8_k_block_is_a_choice_of_the_k4_layouts_only():
+    assert Int8Spec.for_isa("avx512", "u8s8").k == 16
+    assert Int8Spec.for_isa("avx512", "u8s8", 14, 16, k=4).name == "int8_u8s8_k4b_14x16x4_avx512"
+    with pytest.raises(SpecError, match="k must be a multiple of 4, got 6"):
+        Int8Spec.for_isa("avx512", "u8s8", k=6)
+    with pytest.raises(SpecError, match="--k is fixed for the tile layout"):
+        Int8Spec.for_isa("amx", "u8s8", k=4)
 
 
 @pytest.mark.parametrize("reg_bits", [128, 64], ids=["Q", "D"])

@@ -22,7 +22,7 @@ def test_log_records_fastest_and_choose_reads_it(tmp_path):
     assert tuning.choose("dense m5 n7 k9 uint8", candidates, 5, 7, path).intrin == names[-1]
     # a shape not in the log: the tile with the least padding
     expected = min(candidates, key=lambda k: (-(-96 // k.spec.mr) * k.spec.mr * -(-128 // k.spec.nr) * k.spec.nr,
-                                              -k.spec.nr))
+                                              -k.spec.nr, -k.spec.k))
     assert tuning.choose("other", candidates, 96, 128, path) is expected
 
 
@@ -36,7 +36,7 @@ def test_corrupt_log_is_an_error(tmp_path):
         tuning.read_log(path)
 
 
-@pytest.mark.parametrize("kernel", dispatch.candidates("host"), ids=lambda k: f"{k.spec.mr}x{k.spec.nr}")
+@pytest.mark.parametrize("kernel", dispatch.candidates("host"), ids=lambda k: f"{k.spec.mr}x{k.spec.nr}x{k.spec.k}")
 def test_every_candidate_tile_is_correct_on_odd_shapes(kernel):
     rng = np.random.default_rng(kernel.spec.nr)
     w = rng.integers(-128, 128, (70, 13, 3, 3)).astype(np.int8)

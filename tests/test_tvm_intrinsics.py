@@ -20,14 +20,14 @@ def _vnni_entry() -> dict:
 
 def test_every_proved_k4_tile_of_an_isa_is_registered():
     kernels = {k.intrin: k for k in register_kernels("avx512")}
-    shapes = {(8, 48), (6, 64), (7, 64), (7, 48), (14, 16), (8, 32)}
-    assert sorted(kernels) == sorted(f"qsynth_int8_u8s8_k4b_{mr}x{nr}x16_avx512" for mr, nr in shapes)
-    for (mr, nr) in shapes:
-        k = kernels[f"qsynth_int8_u8s8_k4b_{mr}x{nr}x16_avx512"]
-        assert (k.spec.mr, k.spec.nr, k.spec.k, k.a_dtype, k.b_dtype) == (mr, nr, 16, "uint8", "int8")
+    shapes = {(8, 48, 16), (6, 64, 16), (7, 64, 16), (7, 48, 16), (14, 16, 16), (8, 32, 16), (14, 16, 4)}
+    assert sorted(kernels) == sorted(f"qsynth_int8_u8s8_k4b_{mr}x{nr}x{kb}_avx512" for mr, nr, kb in shapes)
+    for (mr, nr, kb) in shapes:
+        k = kernels[f"qsynth_int8_u8s8_k4b_{mr}x{nr}x{kb}_avx512"]
+        assert (k.spec.mr, k.spec.nr, k.spec.k, k.a_dtype, k.b_dtype) == (mr, nr, kb, "uint8", "int8")
         assert f"@{k.function}(" in k.llvm_ir and k.features == ("avx512vnni",)
-        desc = tvm.s_tir.TensorIntrin.get(k.loop_intrin(3)).desc.script()      # 3 k blocks of 16
-        for buffer in (f'T.Buffer(({mr}, 48), "uint8"', f'T.Buffer((12, {nr}, 4), "int8"',
+        desc = tvm.s_tir.TensorIntrin.get(k.loop_intrin(3)).desc.script()      # 3 k blocks
+        for buffer in (f'T.Buffer(({mr}, {3 * kb}), "uint8"', f'T.Buffer(({3 * kb // 4}, {nr}, 4), "int8"',
                        f'T.Buffer(({mr}, {nr}), "int32"'):
             assert buffer in desc
 

@@ -2,10 +2,11 @@
 and kept in a tuning log (``tuning_logs/<uarch>.json``, committed for the benchmark layers and models).
 
 The search knob is the tile shape among the proved tiles of the host's ISA (``dispatch.candidates``:
-on AVX-512 VNNI 6x64, 7x64, 7x48, 8x48, 8x32 and 14x16); each candidate is compiled, checked to agree
-with the others, and timed with the models' output stage. A shape missing from the log takes the
-tile that wastes the least padding, ``round_up(rows, mr) * round_up(cols, nr)`` (ties: the wider
-tile). The rule is only a default, which is why the log exists (``scripts/tune_layers.py``): on
+on AVX-512 VNNI 6x64, 7x64, 7x48, 8x48, 8x32 and 14x16 with 16-byte K blocks, and 14x16 with 4-byte
+ones, whose K padding is smallest: a 3-channel 7x7 stem packs 7 window rows of 24 bytes, 168, instead
+of 192); each candidate is compiled, checked to agree with the others, and timed with the models'
+output stage. A shape missing from the log takes the tile that wastes the least padding,
+``round_up(rows, mr) * round_up(cols, nr)`` (ties: the wider tile, then the longer K block). The rule is only a default, which is why the log exists (``scripts/tune_layers.py``): on
 Zen 4 the 14x16 tile wins most layers though 64-column tiles pad no more (its 896-byte accumulator
 tile lives on the stack, no workspace call per tile), by 1.3-2.8x on MobileNetV2's 16-32-channel ones.
 
@@ -59,7 +60,7 @@ def record(key: str, times_ms: dict[str, float], path: Path) -> str:
 
 
 def least_padding(candidates: list[Kernel], rows: int, cols: int) -> Kernel:
-    return min(candidates, key=lambda k: (round_up(rows, k.spec.mr) * round_up(cols, k.spec.nr), -k.spec.nr))
+    return min(candidates, key=lambda k: (round_up(rows, k.spec.mr) * round_up(cols, k.spec.nr), -k.spec.nr, -k.spec.k))
 
 
 def choose(key: str, candidates: list[Kernel], rows: int, cols: int, path: Path | None = None) -> Kernel:

@@ -9,13 +9,13 @@ from synth.commands.common import JSON_HELP, Isa, UsageError, WorkFailed, positi
 from synth.progress import spinner
 
 
-def _spec(isa, kernel, abits, wbits, encoding, rows, cols, layout, reg_bits, row_bits, types, mr, nr):
+def _spec(isa, kernel, abits, wbits, encoding, rows, cols, layout, reg_bits, row_bits, types, mr, nr, k):
     from synth.spec import BitserialSpec, Int8Spec, SpecError
     try:
         if kernel == "bitserial":
             over = {k: v for k, v in (("reg_bits", reg_bits), ("row_bits", row_bits), ("cols", cols)) if v}
             return BitserialSpec.for_isa(isa, abits, wbits, encoding, rows, layout, **over)
-        return Int8Spec.for_isa(isa, types, mr, nr, layout)
+        return Int8Spec.for_isa(isa, types, mr, nr, layout, k)
     except SpecError as e:
         raise UsageError(str(e))
 
@@ -50,6 +50,9 @@ def synth(isa: Isa = typer.Option(..., help="instruction set"),
           types: str = typer.Option("u8s8", help="int8: operand types, u8u8, s16, s8s8, u8s8 or u7s8"),
           mr: Optional[int] = typer.Option(None, help="int8 tile rows (default: the ISA's tile)"),
           nr: Optional[int] = typer.Option(None, help="int8 tile columns (default: the ISA's tile)"),
+          k: Optional[int] = typer.Option(None, callback=positive, help="int8 k4/k4b tiles: bytes of K per kernel "
+                                          "block, a multiple of 4 (default: the ISA's; a GEMM's depth is padded to "
+                                          "whole blocks)"),
           cost: Literal["length", "latency"] = typer.Option("length", help="what to minimise"),
           timeout: float = typer.Option(600.0, callback=positive_seconds, help="seconds"),
           no_cache: bool = typer.Option(False, "--no-cache", help="neither read nor write the kernel cache"),
@@ -58,7 +61,7 @@ def synth(isa: Isa = typer.Option(..., help="instruction set"),
     from isa_specs import costs
     from synth.kernel import kernel as make_kernel
     from synth.stages import SynthesisFailed
-    spec = _spec(isa, kernel, abits, wbits, encoding, rows, cols, layout, reg_bits, row_bits, types, mr, nr)
+    spec = _spec(isa, kernel, abits, wbits, encoding, rows, cols, layout, reg_bits, row_bits, types, mr, nr, k)
     _check_isa_has(spec)
     try:
         with spinner(f"synthesizing {spec.name}"):
