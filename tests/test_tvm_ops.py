@@ -7,7 +7,9 @@ pytest.importorskip("tvm")
 from hypothesis import given, settings, strategies as st  # noqa: E402
 
 from tvm_integration import dispatch  # noqa: E402
+from tvm_integration.ops import direct  # noqa: E402
 from tvm_integration.ops.conv2d import conv2d, space_to_depth  # noqa: E402
+from tvm_integration.ops.gemm import Tile  # noqa: E402
 from tvm_integration.ops.dense import dense  # noqa: E402
 from tvm_integration.output_stage import FixedPointRequantize, OutputStage, ScaleRequantize  # noqa: E402
 
@@ -122,6 +124,22 @@ def test_conv2d_batch_and_plain_tir():
     for use_kernel in (True, False):
         out = conv2d(w, shape, "NHWC", 1, 1, 1, "uint8", use_kernel=use_kernel)(x)
         assert np.array_equal(out, conv_reference(x, w, "NHWC", 1, 1, 1))
+
+
+@pytest.mark.parametrize("kernel", dispatch.candidates("host"), ids=lambda k: f"{k.spec.mr}x{k.spec.nr}x{k.spec.k}")
+def test_direct_conv2d_reads_the_padded_input_in_place(kernel):
+    """Output rows of whole row tiles: the kernel reads the window rows where they lie (direct.py),
+    at stride 1 and 2, signed input padded with its zero point, batch 2, and as plain TIR."""
+    mr = kernel.spec.mr
+    for hw, stride, dtype, c, pad_value in ((mr, 1, "uint8", 16, 0), (2 * mr, 2, "int8", 32, -3)):
+        shape = (2, hw, hw, c)
+        x, w = random(shape, dtype), random((20, c, 3, 3), "int8")
+        assert direct.applies(Tile.of(kernel), w.shape, c, mr, "NHWC", 1)
+        padded = np.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0)), constant_values=pad_value)
+        want = conv_reference(padded, w, "NHWC", stride, 0, 1)
+        for use_kernel in (True, False):
+            op = conv2d(w, shape, "NHWC", stride, 1, 1, dtype, kernel=kernel, use_kernel=use_kernel, pad_value=pad_value)
+            assert np.array_equal(op(x), want)
 
 
 def test_conv2d_refuses_weights_that_do_not_fit():

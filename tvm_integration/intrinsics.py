@@ -57,6 +57,16 @@ class Kernel:
             _REGISTERED.add(name)
         return name
 
+    def direct_intrin(self, kblocks: int, row_step: int) -> str:
+        """The TensorIntrin of ``kblocks`` k blocks whose A rows start ``row_step`` bytes apart in one
+        run of memory (``direct_functions``; registered on first use)."""
+        name = f"{self.intrin}_x{kblocks}_step{row_step}"
+        if name not in _REGISTERED:
+            s_tir.TensorIntrin.register(name, *direct_functions(self.spec, self.function, kblocks, row_step),
+                                        override=True)
+            _REGISTERED.add(name)
+        return name
+
     @property
     def a_dtype(self) -> str:
         return DTYPES[self.spec.types][0]
@@ -117,6 +127,41 @@ def loop_functions(spec: Int8Spec, function: str, kblocks: int):
             T.reads(C[0:mr, 0:nr], A[0:mr, 0:depth], B[0:depth // 4, 0:nr, 0:4])
             T.writes(C[0:mr, 0:nr])
             T.evaluate(T.call_extern("int32", function, A.access_ptr("r"), A.strides[0], k,
+                                     B.access_ptr("r"), B.strides[0], C.access_ptr("rw"), C.strides[0], kblocks))
+
+    return desc, impl
+
+
+def direct_functions(spec: Int8Spec, function: str, kblocks: int, row_step: int):
+    """(description, implementation) like ``loop_functions``, with A one run of bytes whose row i
+    starts at ``i * row_step`` (rows may overlap): a convolution's window row for ``mr`` consecutive
+    output pixels read straight from the padded NHWC input (ops/direct.py); the kernel is the same
+    ``_kloop``, given ``row_step`` as its A row stride."""
+    mr, nr, k = spec.mr, spec.nr, spec.k
+    depth = kblocks * k
+    span = (mr - 1) * row_step + depth
+    a_dtype, b_dtype = DTYPES[spec.types]
+
+    @T.prim_func(s_tir=True)
+    def desc(A: T.Buffer((span,), a_dtype, offset_factor=1),
+             B: T.Buffer((depth // 4, nr, 4), b_dtype, offset_factor=1, strides=[T.int32(), 4, 1]),
+             C: T.Buffer((mr, nr), "int32", offset_factor=1, strides=[T.int32(), 1])) -> None:
+        with T.sblock("root"):
+            T.reads(C[0:mr, 0:nr], A[0:span], B[0:depth // 4, 0:nr, 0:4])
+            T.writes(C[0:mr, 0:nr])
+            for i, j, t in T.grid(mr, nr, depth):
+                with T.sblock("update"):
+                    vi, vj, vt = T.axis.remap("SSR", [i, j, t])
+                    C[vi, vj] = C[vi, vj] + T.Cast("int32", A[vi * row_step + vt]) * T.Cast("int32", B[vt // 4, vj, vt % 4])
+
+    @T.prim_func(s_tir=True)
+    def impl(A: T.Buffer((span,), a_dtype, offset_factor=1),
+             B: T.Buffer((depth // 4, nr, 4), b_dtype, offset_factor=1, strides=[T.int32(), 4, 1]),
+             C: T.Buffer((mr, nr), "int32", offset_factor=1, strides=[T.int32(), 1])) -> None:
+        with T.sblock("root"):
+            T.reads(C[0:mr, 0:nr], A[0:span], B[0:depth // 4, 0:nr, 0:4])
+            T.writes(C[0:mr, 0:nr])
+            T.evaluate(T.call_extern("int32", function, A.access_ptr("r"), row_step, k,
                                      B.access_ptr("r"), B.strides[0], C.access_ptr("rw"), C.strides[0], kblocks))
 
     return desc, impl

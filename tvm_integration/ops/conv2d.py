@@ -1,9 +1,10 @@
 """int8 conv2d, NCHW or NHWC, any kernel size, stride, padding and groups: x u8 or s8, weights s8
 OIHW, ``out = stage(conv)``.
 
-Grouped and ordinary convolutions are the tensorized GEMM (gemm.py) over an im2col packing done at
-run time: row p = output pixel (oh, ow), k = (kh, kw, c) with the channels innermost, and zero where
-the window leaves the padded input. Depthwise convolutions (one input and one output channel per
+Ordinary NHWC convolutions with a window wider than 1x1 read their input in place (direct.py) when
+their output rows split into whole row tiles. The others, grouped ones included, are the tensorized
+GEMM (gemm.py) over an im2col packing done at run time: row p = output pixel (oh, ow), k = (kh, kw,
+c) with the channels innermost, and zero where the window leaves the padded input. Depthwise convolutions (one input and one output channel per
 group) would fill one column of a 48-column tile, so they take depthwise.py's direct vectorized TIR.
 """
 from __future__ import annotations
@@ -13,7 +14,7 @@ from tvm import te
 
 from tvm_integration import dispatch, tuning
 from tvm_integration.operator import Built, Operator
-from tvm_integration.ops import depthwise
+from tvm_integration.ops import depthwise, direct
 from tvm_integration.ops.gemm import Gemm, Tile, build
 from tvm_integration.output_stage import OutputStage
 from tvm_integration.packing import conv_weight_matrix, round_up
@@ -88,6 +89,11 @@ def build_conv2d(weight: np.ndarray, input_shape: tuple[int, ...], layout: str =
     kernel = kernel or tuning.choose(tuning.conv2d_key(input_shape, layout, weight.shape, stride, pads, groups, data_dtype),
                                      dispatch.candidates(isa), oh * ow, o // groups)
     tile = Tile.of(kernel)
+    if direct.applies(tile, weight.shape, c, ow, layout, groups):
+        mod, constants, out_shape = direct.build(x, weight, stride, pads, (oh, ow), stage, tile,
+                                                 kernel if use_kernel else None, pad_value)
+        return Built(mod, constants, out_shape, stage.out_dtype, input_shape, data_dtype, result_shape,
+                     dispatch.target(kernel))
     hp, wp = h + pads[0] + pads[2], w + pads[1] + pads[3]
     if groups == 1:
         # k runs along one window row at a time: for a fixed kh the KW pixels x C channels are one

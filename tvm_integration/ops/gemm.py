@@ -85,26 +85,46 @@ def build(gemm: Gemm, data: te.Tensor, element, weights: np.ndarray, stage: Outp
         packed[b, g, p // tile.mr, p % tile.mr, k].astype("int32") * w[g, n // tile.nr, k // 4, n % tile.nr, k % 4].astype("int32"), axis=k),
         name="gemm")
 
-    values = stage.channel_params(gemm.groups, gemm.cols, npad)
-    if signed:
-        values["bias"] = values["bias"] + np.pad(shift_compensation(weights), ((0, 0), (0, npad - gemm.cols)))
-    params = placeholders(values)
-    inputs = [data, w, *params.values()]
+    values, params = stage_params(stage, weights, npad, signed)
     if order == "rows":
-        shape = (gemm.batch, gemm.rows, gemm.groups, gemm.cols)
-        residual = te.placeholder(shape, stage.residual.residual_dtype, name="residual") if stage.residual else None
-        out = te.compute(shape, lambda b, p, g, n: stage.expression(
-            acc[b, g, p, n], params, g, n, residual[b, p, g, n] if residual is not None else None), name="output")
-        inputs += [residual] if residual is not None else []
+        out, residual = output_tensor((gemm.batch, gemm.rows, gemm.groups, gemm.cols), stage, params,
+                                      lambda b, p, g, n: (acc[b, g, p, n], g, n))
     elif stage.residual:
         raise ValueError("a residual add is fused in the rows (NHWC, dense) order only")
     else:
-        out = te.compute((gemm.batch, gemm.groups, gemm.cols, gemm.rows), lambda b, g, n, p: stage.expression(
-            acc[b, g, p, n], params, g, n), name="output")
-    func = te.create_prim_func([*inputs, out])
+        out, residual = output_tensor((gemm.batch, gemm.groups, gemm.cols, gemm.rows), stage, params,
+                                      lambda b, g, n, p: (acc[b, g, p, n], g, n))
+    func = te.create_prim_func([data, w, *params.values(), *([residual] if residual is not None else []), out])
     constants = [pack_weights(weights, tile.nr, tile.k), *values.values()]
     exact = kp == gemm.depth and depth_loops and depth_loops[-1] % tile.k == 0
     return schedule(func, tile, kernel, order, depth_loops if exact else (), fold_run), constants
+
+
+def stage_params(stage: OutputStage, weights: np.ndarray, npad: int, signed: bool):
+    """The output stage's per-channel constants ``[groups, npad]`` and their placeholders; with
+    signed (shifted) activations the bias carries the shift's compensation."""
+    groups, cols, _ = weights.shape
+    values = stage.channel_params(groups, cols, npad)
+    if signed:
+        values["bias"] = values["bias"] + np.pad(shift_compensation(weights), ((0, 0), (0, npad - cols)))
+    return values, placeholders(values)
+
+
+def output_tensor(shape, stage: OutputStage, params: dict, accumulator):
+    """The ``output`` stage over ``shape``, and the residual tensor it reads (``None`` without a
+    residual add); ``accumulator(*index)`` gives (int32 value, group, column) at an output index."""
+    residual = te.placeholder(shape, stage.residual.residual_dtype, name="residual") if stage.residual else None
+
+    def value(*index):
+        acc, g, n = accumulator(*index)
+        return stage.expression(acc, params, g, n, residual[index] if residual is not None else None)
+    return te.compute(shape, value, name="output"), residual
+
+
+def tensorize_tile(sch, outer, loop, intrin: str, kernel: Kernel):
+    """Tensorize ``loop`` (the tile's rows) with ``intrin`` and have LLVM inline the kernel's IR."""
+    sch.tensorize(loop, intrin)
+    sch.annotate(outer, "pragma_import_llvm", kernel.llvm_ir)
 
 
 def schedule(func, tile: Tile, kernel: Kernel | None, order: str, depth_loops: tuple[int, ...],
@@ -112,7 +132,7 @@ def schedule(func, tile: Tile, kernel: Kernel | None, order: str, depth_loops: t
     sch = s_tir.Schedule(func)
     for name in ("pad", "fold"):  # tensors the operator computes from its input before packing
         if any(sch.get(b).name_hint == name for b in sch.get_child_blocks(sch.get_sblock("root"))):
-            _parallel_rows(sch, sch.get_sblock(name), fold_run if name == "fold" else None)
+            parallel_rows(sch, sch.get_sblock(name), fold_run if name == "fold" else None)
     block = sch.get_sblock("gemm")
     b, g, p, n, k = sch.get_loops(block)
     p0, p1 = sch.split(p, [None, tile.mr])
@@ -142,14 +162,12 @@ def schedule(func, tile: Tile, kernel: Kernel | None, order: str, depth_loops: t
         sch.unroll(p1)
     else:
         init = sch.decompose_reduction(block, p1)
-        kp = sch.get(k).extent
-        sch.tensorize(p1, kernel.loop_intrin(int(kp) // tile.k))
-        sch.annotate(outer, "pragma_import_llvm", kernel.llvm_ir)
+        tensorize_tile(sch, outer, p1, kernel.loop_intrin(int(sch.get(k).extent) // tile.k), kernel)
     sch.vectorize(sch.get_loops(init)[-1])
     return sch.mod
 
 
-def _parallel_rows(sch, block, vector: int | None = None):
+def parallel_rows(sch, block, vector: int | None = None):
     """An elementwise stage: parallel over its two outer axes, its last axis vectorized, in pieces of
     ``vector`` lanes when given: the fold's contiguous runs (a gather over a whole row takes LLVM
     minutes to compile)."""

@@ -1,0 +1,88 @@
+"""Direct int8 conv2d: the tile kernel reads A straight from the padded NHWC input, with no im2col
+packing (what MLAS's indirect convolution kernels do by pointer tables).
+
+In NHWC, one window row (kw pixels x C channels) of output pixel ``ow`` is the run of ``kw*C``
+bytes at ``ow * sw * C`` of the padded input row ``oh * sh + kh``; the runs of ``mr`` consecutive
+output pixels start ``sw * C`` bytes apart, so a k4-image tile kernel given that as its A row stride
+reads them in place (the rows overlap: ``intrinsics.direct_functions``). The GEMM then runs, per
+tile of ``mr`` pixels of one output row and ``nr`` channels, one kernel call per window row ``kh``,
+accumulating in the tile. The im2col packing copied every input byte ``kh*kw`` times; here the
+input is copied once, by the padding stage.
+
+It applies to ordinary (one-group) NHWC convolutions with a window wider than 1x1 whose output
+rows split into whole row tiles and whose window rows are whole K blocks (``applies``); the others
+take gemm.py's im2col path.
+"""
+from __future__ import annotations
+
+import numpy as np
+from tvm import s_tir, te
+
+from tvm_integration.intrinsics import Kernel
+from tvm_integration.ops import depthwise
+from tvm_integration.ops.gemm import Tile, output_tensor, parallel_rows, stage_params, tensorize_tile
+from tvm_integration.output_stage import OutputStage
+from tvm_integration.packing import ACTIVATION_SHIFT, conv_weight_matrix, pack_weights, round_up
+
+
+def applies(tile: Tile, weight_shape, channels: int, out_width: int, layout: str, groups: int) -> bool:
+    _, _, kh, kw = weight_shape
+    return (layout == "NHWC" and groups == 1 and kh * kw > 1 and out_width % tile.mr == 0
+            and kw * channels % tile.k == 0)
+
+
+def build(x: te.Tensor, weight: np.ndarray, stride: tuple[int, int], pads: tuple[int, ...],
+          out_hw: tuple[int, int], stage: OutputStage, tile: Tile, kernel: Kernel | None, pad_value: int):
+    """``(mod, constants, out_shape)``: ``main(x, weights, *params[, residual], out)`` with ``out`` in
+    NHWC ``[b, oh, ow, o]``; ``pad_value``: what the padding holds (the input's zero point);
+    ``kernel=None``: the same schedule in plain TIR (the row tile unrolled, LLVM vectorizing)."""
+    b, h, w, c = (int(d) for d in x.shape)
+    o, _, kh, kw = weight.shape
+    (sh, sw), (oh, ow) = stride, out_hw
+    hp, wp = h + pads[0] + pads[2], w + pads[1] + pads[3]
+    signed = x.dtype == "int8"
+
+    def shifted(value):            # vpdpbusd's unsigned operand (packing.ACTIVATION_SHIFT)
+        return ((value.astype("int32") + ACTIVATION_SHIFT) if signed else value).astype("uint8")
+    padded = te.compute((b, hp, wp * c), lambda bi, i, jc: shifted(depthwise.padded_value(
+        x, "NHWC", bi, jc % c, i - pads[0], jc // c - pads[1], pad_value)), name="pad")
+
+    run, npad = kw * c, round_up(o, tile.nr)
+    weights = conv_weight_matrix(weight, 1)              # k = (kh, kw, c): window row kh is one run
+    w = te.placeholder((1, npad // tile.nr, kh * run // 4, tile.nr, 4), "int8", name="weights")
+    r = te.reduce_axis((0, kh), name="r")
+    t = te.reduce_axis((0, run), name="t")
+    acc = te.compute((b, oh, ow, npad), lambda bi, i, j, n: te.sum(
+        padded[bi, i * sh + r, j * sw * c + t].astype("int32")
+        * w[0, n // tile.nr, r * (run // 4) + t // 4, n % tile.nr, t % 4].astype("int32"), axis=[r, t]), name="gemm")
+    values, params = stage_params(stage, weights, npad, signed)
+    out, residual = output_tensor((b, oh, ow, o), stage, params, lambda bi, i, j, n: (acc[bi, i, j, n], 0, n))
+    func = te.create_prim_func([x, w, *params.values(), *([residual] if residual is not None else []), out])
+    constants = [pack_weights(weights, tile.nr, tile.k), *values.values()]
+    return _schedule(func, tile, kernel, run, sw * c, c), constants, (b, oh, ow, o)
+
+
+def _schedule(func, tile: Tile, kernel: Kernel | None, run: int, row_step: int, channels: int):
+    """Loops ``(b, oh, ow0) | n0 | kh | ow1 n1 t``, the fused outer loop parallel, the inner three one
+    kernel call; the padding stage parallel over input rows, a vector copy per pixel."""
+    sch = s_tir.Schedule(func)
+    parallel_rows(sch, sch.get_sblock("pad"), channels)
+    block = sch.get_sblock("gemm")
+    b, i, j, n, r, t = sch.get_loops(block)
+    j0, j1 = sch.split(j, [None, tile.mr])
+    n0, n1 = sch.split(n, [None, tile.nr])
+    sch.reorder(b, i, j0, n0, r, j1, n1, t)
+    outer = sch.fuse(b, i, j0)
+    sch.parallel(outer)
+    output = sch.get_sblock("output")
+    sch.reverse_compute_at(output, n0)
+    sch.vectorize(sch.get_loops(output)[-1])
+    init = sch.decompose_reduction(block, r)
+    sch.vectorize(sch.get_loops(init)[-1])
+    if kernel is None:
+        t0, t1 = sch.split(t, [None, tile.k])
+        sch.reorder(t0, j1, t1, n1)
+        sch.unroll(j1)
+    else:
+        tensorize_tile(sch, outer, j1, kernel.direct_intrin(run // tile.k, row_step), kernel)
+    return sch.mod
