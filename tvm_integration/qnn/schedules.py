@@ -45,9 +45,11 @@ def _parallel_vectorized(sch, block) -> None:
         sch.vectorize(lanes)
         return
     if spatial == len(kinds) > 1 and isinstance(extents[-1], tirx.IntImm) and \
-            VECTOR[0] < extents[-1].value <= 4 * VECTOR[0] and extents[-1].value % VECTOR[0]:
-        # Channels that 16 does not divide (MobileNetV2's 24): the whole axis is one vector, contiguous;
-        # 16 lanes of the fused axis would each be cut by div/mod and gathered (40x slower)
+            VECTOR[0] < extents[-1].value <= 4 * VECTOR[0]:
+        # 17-64 channels innermost: the whole axis is one vector, contiguous, under scalar outer
+        # loops. 16 lanes of the fused axis are each cut by div/mod: gathered where 16 does not
+        # divide the channels (MobileNetV2's 24: 40x slower), and per-lane window tests in a max pool
+        # (ResNet-18's 3x3 over 112x112x64: 0.073 -> 0.022 ms)
         sch.parallel(sch.fuse(*loops[:-1]) if spatial > 2 else loops[0])
         sch.vectorize(loops[-1])
         return
