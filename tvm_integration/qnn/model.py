@@ -82,6 +82,9 @@ class CompiledModel:
         self.threads = threads
         set_threads(threads)
         self.vm = relax.VirtualMachine(executable, tvm.cpu())
+        # one device tensor per input, refilled each run: a new 600 KB tensor per run is a fresh
+        # mapping of pages to fault in (0.2 ms of a 9 ms ResNet-18 on Zen 4)
+        self._input_tensors = {name: tvm.runtime.empty(shape, dtype) for name, (shape, dtype) in self.inputs.items()}
 
     def arguments(self, feeds: dict[str, np.ndarray]) -> list:
         missing = [n for n in self.inputs if n not in feeds]
@@ -94,7 +97,7 @@ class CompiledModel:
             x = np.asarray(feeds[name])
             if x.shape != shape or x.dtype != np.dtype(dtype):
                 raise ModelError(f"input {name!r} must be {dtype}{list(shape)}, got {x.dtype}{list(x.shape)}")
-            args.append(tvm.runtime.tensor(np.ascontiguousarray(x)))
+            args.append(self._input_tensors[name].copyfrom(np.ascontiguousarray(x)))
         return args
 
     def __call__(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
