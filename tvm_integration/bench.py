@@ -3,7 +3,8 @@ tensorized with a cached kernel, bias + float requantize to u8 fused) next to, i
 onnxruntime int8 (a one-conv QDQ model quantized by onnxruntime: u8 activations, s8 per-channel
 weights) and fp32, TVM 0.27's own lowering of the integer conv (R.nn.conv2d(u8, s8, out_dtype=int32),
 legalized, default pipeline), and our schedule with the kernel replaced by plain TIR. Every time is
-the median of ``trials`` runs; the vpdpbusd zmm peak (scripts/peak_x86.c) is probed before the
+the median of ``trials`` runs (on one thread ours and onnxruntime's in interleaved rounds; on more,
+one runtime after the other, one onnxruntime session alive at a time); the vpdpbusd zmm peak (scripts/peak_x86.c) is probed before the
 layer; our output is checked against numpy in the same run. Used by ``qsynth bench-layer`` and
 scripts/bench_layers.py. The thread count is TVM's (TVM_NUM_THREADS, read when its pool starts).
 """
@@ -43,6 +44,41 @@ def median_seconds(fn, trials: int) -> float:
 
 def tvm_seconds(module, args, trials: int) -> float:
     return float(np.median(module.time_evaluator("main", tvm.cpu(), number=1, repeat=trials, min_repeat_ms=50)(*args).results))
+
+
+def batch_timer(fn, batch_s: float = 0.005):
+    """A function timing one batch of ``fn`` calls (about ``batch_s`` long) and returning seconds per
+    call."""
+    fn()
+    t0 = time.perf_counter()
+    fn()
+    calls = max(1, round(batch_s / max(time.perf_counter() - t0, 1e-7)))
+
+    def run() -> float:
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        return (time.perf_counter() - t0) / calls
+    return run
+
+
+def tvm_batch_timer(module, args, batch_s: float = 0.005):
+    """``batch_timer`` of a compiled function, timed by TVM's evaluator (no Python call per run)."""
+    once = tvm_seconds(module, args, 1)
+    evaluator = module.time_evaluator("main", tvm.cpu(), number=max(1, round(batch_s / once)), repeat=1)
+    return lambda: evaluator(*args).results[0]
+
+
+def interleaved_seconds(timers: dict, trials: int) -> dict[str, float]:
+    """Median seconds per call of each timer over ``trials`` rounds that run every timer in turn: a
+    burst of load on the shared machine lands on all of them alike, not on one row's baseline. For
+    single-threaded runs: interleaved, multi-threaded runtimes' worker pools took each other's cores
+    (2-thread rows 2-4x slower than 1-thread ones)."""
+    samples = {name: [] for name in timers}
+    for _ in range(trials):
+        for name, run in timers.items():
+            samples[name].append(run())
+    return {name: float(np.median(v)) for name, v in samples.items()}
 
 
 class Layer:
@@ -98,10 +134,10 @@ def tvm_default_seconds(layer: Layer, trials: int) -> float:
     return median_seconds(lambda: vm["main"](*args), max(3, trials // 3))
 
 
-def onnxruntime_seconds(layer: Layer, threads: int, trials: int, directory: Path) -> dict[str, float]:
-    """onnxruntime fp32 and int8 (quantize_static, QDQ, u8 activations, s8 per-channel weights)."""
+def onnxruntime_models(layer: Layer, directory: Path) -> dict[str, Path]:
+    """The layer as a one-conv ONNX model, fp32 and int8 (quantize_static, QDQ, u8 activations, s8
+    per-channel weights), written to ``directory``."""
     import onnx
-    import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
@@ -126,15 +162,25 @@ def onnxruntime_seconds(layer: Layer, threads: int, trials: int, directory: Path
 
     quantize_static(str(fp32), str(int8), Reader(), quant_format=QuantFormat.QDQ, activation_type=QuantType.QUInt8,
                     weight_type=QuantType.QInt8, per_channel=True)
-    x = rng.uniform(0, 1, shape).astype(np.float32)
-    out = {}
-    for name, path in (("onnxruntime_fp32", fp32), ("onnxruntime_int8", int8)):
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-        out[name] = median_seconds(lambda: session.run(None, {"x": x}), trials)
-    return out
+    return {"onnxruntime_fp32": fp32, "onnxruntime_int8": int8}
+
+
+def onnxruntime_runner(path: Path, threads: int, layer: Layer):
+    """A function running the layer's model once in a new onnxruntime session."""
+    import onnxruntime as ort
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    x = {"x": np.random.default_rng(0).uniform(0, 1, [1, layer.ic, layer.hw, layer.hw]).astype(np.float32)}
+    return lambda: session.run(None, x)
+
+
+def onnxruntime_seconds(layer: Layer, threads: int, trials: int, directory: Path) -> dict[str, float]:
+    """Median seconds of onnxruntime fp32 and int8 on the layer, one session alive at a time (two
+    2-thread sessions slowed each other: C2 int8 0.42 ms alone, 0.67 beside an idle fp32 one)."""
+    return {name: median_seconds(onnxruntime_runner(path, threads, layer), trials)
+            for name, path in onnxruntime_models(layer, directory).items()}
 
 
 def peak_gmacs(probe: Path) -> float:
@@ -147,8 +193,15 @@ def bench(layer: Layer, threads: int, trials: int, probe: Path | None, directory
     peak = peak_gmacs(probe) if probe else None
     args = ours.args(layer.x)
     correct = bool(np.array_equal(ours(layer.x), layer.reference()))
-    t_ours = tvm_seconds(ours.module, args, trials)
-    baselines = onnxruntime_seconds(layer, threads, trials, directory)
+    if threads == 1:           # interleaved (single-threaded sessions have no worker threads)
+        baselines = interleaved_seconds({
+            "ours": tvm_batch_timer(ours.module, args),
+            **{name: batch_timer(onnxruntime_runner(path, 1, layer))
+               for name, path in onnxruntime_models(layer, directory).items()}}, trials)
+        t_ours = baselines.pop("ours")
+    else:
+        t_ours = tvm_seconds(ours.module, args, trials)
+        baselines = onnxruntime_seconds(layer, threads, trials, directory)
     if threads == 1:
         baselines["tvm_default"] = tvm_default_seconds(layer, trials)
         baselines["ours_plain_tir"] = tvm_seconds(plain.module, plain.args(layer.x), max(3, trials // 3))

@@ -3,6 +3,7 @@ what the other commands run (the host model, the trust model, the QNN pipeline, 
 this module only chooses the inputs and prints one table."""
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
@@ -163,10 +164,13 @@ def _model(size: str, threads: int, trials: int, entries: dict) -> dict:
                 feeds = bench.random_inputs(compiled.inputs, rng)
                 ours = compiled(feeds)
                 exact &= all(np.array_equal(ours[n], e) for n, e in zip(compiled.outputs, session.run(None, feeds)))
-            float_session = bench.onnxruntime_session(fp32, threads)
-            ms = {"qsynth": compiled.time(feeds, repeat=trials) * 1e3,
-                  "onnxruntime_int8": bench.median_ms(lambda: session.run(None, feeds), trials),
-                  "onnxruntime_fp32": bench.median_ms(lambda: float_session.run(None, feeds), trials)}
+            del session
+
+            def runner(path):
+                return functools.partial(bench.onnxruntime_session(path, threads).run, None, feeds)
+            times = bench.interleaved_ms(compiled, feeds, {"onnxruntime_int8": lambda: runner(int8),
+                                                           "onnxruntime_fp32": lambda: runner(fp32)}, trials)
+            ms = {"qsynth": times.pop("ours"), **times}
     return {"name": name, "input": list(compiled.inputs["input"][0]), "threads": threads, "trials": trials,
             "bit_exact": bool(exact), "compared_inputs": 3, "compile_s": round(compile_s, 1), "ms": ms,
             "kernels": [_kernel_row(k, "model int8", entries) for k in used]}

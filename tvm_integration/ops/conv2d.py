@@ -4,8 +4,9 @@ OIHW, ``out = stage(conv)``.
 Ordinary NHWC convolutions with a window wider than 1x1 read their input in place (direct.py) when
 their output rows split into whole row tiles. The others, grouped ones included, are the tensorized
 GEMM (gemm.py) over an im2col packing done at run time: row p = output pixel (oh, ow), k = (kh, kw,
-c) with the channels innermost, and zero where the window leaves the padded input. Depthwise convolutions (one input and one output channel per
-group) would fill one column of a 48-column tile, so they take depthwise.py's direct vectorized TIR.
+c) with the channels innermost, and zero where the window leaves the padded input. Depthwise
+convolutions (one input and one output channel per group) would fill one column of a 48-column
+tile, so they take depthwise.py's direct vectorized TIR.
 """
 from __future__ import annotations
 

@@ -2,12 +2,14 @@
 onnxruntime on the same quantized model (its integer kernels), onnxruntime on the float original when
 given, and TVM 0.27's own import of the quantized model (which runs conv and matmul in float between
 quantize and dequantize, unscheduled). A TFLite model's baselines are LiteRT's default interpreter
-(XNNPACK) on it and on its float original when given. Every time is a median; our output is compared
+(XNNPACK) on it and on its float original when given. Every time is a median, ours and the
+runtimes' over interleaved rounds on one thread (``bench.interleaved_seconds``); our output is compared
 with the baseline runtime's on the same input first. Used by ``qsynth bench-model`` and
 scripts/bench_models.py."""
 from __future__ import annotations
 
 import functools
+import os
 import time
 from pathlib import Path
 
@@ -16,12 +18,31 @@ import tvm
 from tvm import relax
 
 from isa_specs import host
-from tvm_integration.bench import median_seconds
+from tvm_integration.bench import batch_timer, interleaved_seconds, median_seconds
 from tvm_integration.qnn.model import compile_model
 
 
 def median_ms(fn, trials: int) -> float:
     return median_seconds(fn, trials) * 1e3
+
+
+def interleaved_ms(model, feeds, baselines: dict, trials: int) -> dict[str, float]:
+    """Median ms of our model (``"ours"``, TVM's evaluator on inputs already on the device) and of each
+    baseline; ``baselines``: name -> a function making its run function (a new session). On one
+    thread over rounds that run them all in turn (``bench.interleaved_seconds``); on more, one after
+    the other, one baseline session alive at a time (two multi-threaded runtime pools slow each
+    other)."""
+    model.vm.set_input("main", *model.arguments(feeds))
+    evaluator = model.vm.time_evaluator("invoke_stateful", tvm.cpu(), number=1, repeat=1)
+    evaluator("main")
+    ours = lambda: evaluator("main").results[0]  # noqa: E731
+    if (model.threads or os.cpu_count() or 1) == 1:          # None: TVM's pool, one thread per core
+        seconds = interleaved_seconds({"ours": ours, **{k: batch_timer(make()) for k, make in baselines.items()}},
+                                      trials)
+    else:
+        seconds = {"ours": float(np.median([ours() for _ in range(trials)])),
+                   **{k: median_seconds(make(), trials) for k, make in baselines.items()}}
+    return {k: v * 1e3 for k, v in seconds.items()}
 
 
 def onnxruntime_session(path, threads: int):
@@ -79,23 +100,24 @@ def bench_model(path: str | Path, fp32: str | Path | None = None, threads: int =
     feeds = random_inputs(model.inputs, rng)
     tflite = path.suffix == ".tflite"
     reference = "litert" if tflite else "onnxruntime"
-    if tflite:
-        run, _ = litert_runner(path, threads)
-    else:
-        run = functools.partial(onnxruntime_session(path, threads).run, None)
-    expected = run(feeds)
+
+    def runner(model_path, inputs):
+        """A run function on the model at ``model_path`` in a new session of the reference runtime."""
+        if tflite:
+            run, _ = litert_runner(model_path, threads)
+        else:
+            run = functools.partial(onnxruntime_session(model_path, threads).run, None)
+        return lambda: run(inputs)
+    expected = runner(path, feeds)()
     ours = model(feeds)
     diff = max(float(np.max(np.abs(ours[n].astype(np.float64) - e.astype(np.float64)))) if e.size else 0.0
                for n, e in zip(model.outputs, expected))
-    ours_ms = model.time(feeds, repeat=trials) * 1e3
-    baselines = {f"{reference}_int8": median_ms(lambda: run(feeds), trials)}
-    if fp32 is not None and tflite:
-        run_fp32, specs = litert_runner(fp32, threads)
-        float_feeds = random_inputs(specs, rng)
-        baselines["litert_fp32"] = median_ms(lambda: run_fp32(float_feeds), trials)
-    elif fp32 is not None:
-        float_session = onnxruntime_session(fp32, threads)
-        baselines["onnxruntime_fp32"] = median_ms(lambda: float_session.run(None, feeds), trials)
+    runs = {f"{reference}_int8": lambda: runner(path, feeds)}
+    if fp32 is not None:
+        float_feeds = random_inputs(litert_runner(fp32, threads)[1], rng) if tflite else feeds
+        runs[f"{reference}_fp32"] = lambda: runner(fp32, float_feeds)
+    baselines = interleaved_ms(model, feeds, runs, trials)
+    ours_ms = baselines.pop("ours")
     if with_tvm_own and not tflite:
         baselines["tvm_default"] = tvm_own_ms(path, feeds, tvm_trials)
     return {"model": path.name, "threads": threads, "host": host.model().uarch, "ours_ms": ours_ms,
