@@ -61,6 +61,8 @@ def _operator(op: IntegerOp, target: str) -> tuple[str, str]:
 
 def _int8_kernel(op: IntegerOp, isa: str) -> str:
     from tvm_integration import dispatch, tuning
+    from tvm_integration.ops import direct
+    from tvm_integration.ops.gemm import Tile
     weight = op.constants[0]
     x = op.inputs[0]
     dtype = str(x.ty.dtype)
@@ -73,7 +75,9 @@ def _int8_kernel(op: IntegerOp, isa: str) -> str:
     ow = (w + pads[1] + pads[3] - weight.shape[3]) // op.params["strides"][1] + 1
     key = tuning.conv2d_key((b, h, w, c), "NHWC", weight.shape, tuple(op.params["strides"]), pads, op.params["groups"],
                             dtype)
-    return tuning.choose(key, dispatch.candidates(isa), oh * ow, weight.shape[0] // op.params["groups"]).spec.name
+    kernel = tuning.choose(key, dispatch.candidates(isa), oh * ow, weight.shape[0] // op.params["groups"])
+    reads = "in place" if direct.applies(Tile.of(kernel), weight.shape, c, ow, "NHWC", op.params["groups"]) else "im2col"
+    return f"{kernel.spec.name} ({reads})"
 
 
 def table(rows: list[Layer]) -> str:
