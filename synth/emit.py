@@ -603,11 +603,18 @@ _LANE_SUMS = {("neon", 128, 16): "vaddvq_u16(vld1q_u16(r))", ("neon", 64, 16): "
               ("x86", 512, 64): "(uint64_t)_mm512_reduce_add_epi64(_mm512_loadu_si512(r))"}
 
 
+# A NEON lanes tile's accumulator register at ``p`` as uint32x4_t, its lanes added pairwise (uaddlp)
+_NEON_WIDEN = {8: "vpaddlq_u16(vpaddlq_u8(vld1q_u8({p})))", 16: "vpaddlq_u16(vld1q_u16({p}))"}
+
+
 # Blocks per iteration of the _gemv/_gemm K loop. x86: two, half the loop's scalar uops, which
 # otherwise take vector port slots (AVX-512 A1W1: +3-4% side by side). NEON: one; two spill the
 # A1W1 8x2 tile's accumulators (16 of the 32 registers) to the stack, and the operator's K loop took
 # 1.31x the llvm-mca cycles on Cortex-A53, 1.58x on Cortex-A72 (ResNet-18 C6; scripts/mca_bitserial_layers.py).
+# The NEON lanes tile (8 accumulators): two, its loads of the second word issue among the first's
+# arithmetic on the in-order Cortex-A53 (C6 A1W1 K loop 4.62 -> 4.18 M llvm-mca cycles).
 _GEMV_UNROLL = {"x86": 2, "neon": 1}
+_LANES_UNROLL = {"x86": 2, "neon": 2}
 
 
 def _gemv_model(spec, lay: Layout) -> dict | None:
@@ -615,14 +622,26 @@ def _gemv_model(spec, lay: Layout) -> dict | None:
     if lay.kind not in ("bitserial_acc", "bitserial_lanes"):
         return None
     lanes_layout = lay.kind == "bitserial_lanes"
-    return {"acc_type": lay.buffers[2].pointee, "out_type": lay.lane_type, "rows": spec.rows, "cols": spec.cols,
+    sub_lanes = 64 // spec.out_bits if lanes_layout else 1
+    # lanes tiles with accumulator lanes narrower than a channel's word (NEON: 16 bits) run K in chunks
+    # in which no lane can wrap: per word a lane gains at most out_bits per plane pair of its significance
+    chunk_words = ((1 << spec.out_bits) - 1) // (spec.out_bits * min(spec.abits, spec.wbits)) if sub_lanes > 1 else None
+    widen = _NEON_WIDEN.get(spec.out_bits) if (_family(spec.isa), spec.reg_bits) == ("neon", 128) else None
+    if sub_lanes > 1 and widen is None:
+        raise EmitError(f"no epilogue for {spec.out_bits}-bit accumulator lanes of a lanes tile on {spec.isa}")
+    return {"sub_lanes": sub_lanes, "chunk_words": chunk_words,
+            # NEON: a channel's accumulator lanes summed by vector pairwise adds (the compiler's own code
+            # for a scalar loop moved every lane out one by one: 2x the plain TIR's cycles on a 1x1 layer)
+            "neon_widen": widen,
+            "acc_type": lay.buffers[2].pointee, "out_type": lay.lane_type, "rows": spec.rows, "cols": spec.cols,
             "loop": "gemm" if spec.cols > 1 or lanes_layout else "gemv", "strided": spec.cols > 1 or lanes_layout,
             "lanes_layout": lanes_layout, "registers_per_plane": spec.weight_registers,
             "weight_rows": spec.wbits if lanes_layout else spec.wbits * spec.rows,
             "column_registers": len(spec.column_accumulators(0)),
             "lane_sum": _LANE_SUMS.get((_family(spec.isa), spec.reg_bits, spec.out_bits)),
-            "registers": len(spec.accumulator_names), "lanes": spec.reg_bits // spec.out_bits,
-            "unroll": _GEMV_UNROLL[_family(spec.isa)],
+            "registers": len(spec.accumulator_names),
+            "lanes": spec.lanes if lanes_layout else spec.reg_bits // spec.out_bits,
+            "unroll": (_LANES_UNROLL if lanes_layout else _GEMV_UNROLL)[_family(spec.isa)],
             "block_bytes": spec.reg_bits // 8, "significances": spec.significances, "abits": spec.abits,
             "hybrid": spec.encoding == "hybrid", "act_weight": 2 ** spec.wbits - 1}
 

@@ -308,14 +308,17 @@ def gemv_reference(spec, w: np.ndarray, a: np.ndarray, out: np.ndarray, kbytes: 
 
 def check_gemv(driver: KernelDriver, samples: int, rng: np.random.Generator) -> dict | None:
     """``_gemv`` on random, all-zero and all-one planes over a few block counts (and, for 16-bit
-    accumulators, enough blocks to wrap a lane) = ``gemv_reference``; the first mismatch, else None."""
+    accumulators, enough blocks to wrap a lane; for a lanes tile's narrow lanes, more words than one
+    chunk) = ``gemv_reference``; the first mismatch, else None."""
     spec, m = driver.spec, driver.model
     binary = build(gemv_driver_source(driver.entry), driver.isa.name, driver.compiler, driver.model["features"])
     rb, dtype = m["gemv"]["block_bytes"], np.dtype(m["gemv"]["out_type"].removesuffix("_t"))
     lanes = m["gemv"]["lanes_layout"]            # a block is one word: rows words of weights, one of each plane
     wb, ab = (spec.rows * 8, 8) if lanes else (rb, rb)
     runs = [(kb, max(1, samples // 8)) for kb in (1, 2, 3, 7)]
-    if spec.out_bits <= 16:
+    if m["gemv"]["chunk_words"]:        # a lanes tile's narrow lanes: past its first chunk of K
+        runs.append((m["gemv"]["chunk_words"] + 3, 2))
+    elif spec.out_bits <= 16:
         runs.append(((1 << spec.out_bits) // rb + 3, 2))
     for kblocks, n in runs:
         kbytes = kblocks * ab

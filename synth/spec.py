@@ -39,11 +39,15 @@ def _check(cond: bool, message: str):
 BITSERIAL_LAYOUTS = ("tile", "acc", "lanes")
 # AVX2 has no vector popcount: its byte-lane nibble-table counts are only worth widening once per K
 # block and summing across lanes once per K loop, i.e. in the acc layout. The lanes layout needs a
-# popcount of whole output lanes (AVX-512 vpopcntq).
-ISA_LAYOUTS = {"neon": ("tile", "acc"), "avx2": ("acc",), "avx512": ("tile", "acc", "lanes")}
-# lanes tiles per ISA by default: output channels (rows, a multiple of the lanes of a register) and
-# activation columns; 4 registers x 6 columns = 24 accumulators of the 32 zmm (A1W1), see for_isa
-LANES_TILE = {"avx512": {"rows": 32, "cols": 6}}
+# popcount of whole output lanes (AVX-512 vpopcntq) or of bytes widened pairwise into accumulator
+# lanes within each channel's 64-bit lane (NEON cnt + uadalp).
+ISA_LAYOUTS = {"neon": ("tile", "acc", "lanes"), "avx2": ("acc",), "avx512": ("tile", "acc", "lanes")}
+# lanes tiles per ISA by default: output channels (rows, a multiple of the 64-bit lanes of a register),
+# activation columns and accumulator lane bits; AVX-512: 4 registers x 6 columns = 24 accumulators of
+# the 32 zmm (A1W1), see for_isa; NEON: byte accumulator lanes (cnt, then add: on Cortex-A53 an add
+# issues in 1 cycle, uadalp into 16-bit lanes in 2), eight per channel, summed once per output tile
+# and every chunk of K short enough that no byte wraps
+LANES_TILE = {"avx512": {"rows": 32, "cols": 6, "out_bits": 64}, "neon": {"rows": 8, "cols": 2, "out_bits": 8}}
 DEFAULT_LAYOUT = {"neon": "tile", "avx2": "acc", "avx512": "tile"}
 
 
@@ -86,14 +90,16 @@ class BitserialSpec:
     registers are the one-column kernel's, in its order), so a loaded weight plane serves every
     column; with one column the names are those of the GEMV tile.
 
-    ``lanes`` (K along the loop, output channels across the lanes; ``out_bits`` = 64, the word of K
-    each lane holds): ``rows`` output channels in ``rows / lanes`` registers per weight plane
-    (``w{j}_{r}``: lane l is channel ``r * lanes + l``'s word of K), ``cols`` activation columns whose
-    plane registers ``a{k}_{n}`` hold one 64-bit word of K broadcast to every lane, and accumulators
-    ``acc{s}_{r}_{n}`` (and, hybrid, ``pop{k}_{n}``) updated lane-wise exactly as in the acc layout:
-    lane l of ``acc{s}_{r}_{n}`` sums the popcounts of channel ``r * lanes + l``'s words against column
-    n's. No lane reduction after the loop: lane l is one output. A K of any number of 64-bit words
-    runs without padding to register blocks (ResNet-18's 1x1 layers: one to four words).
+    ``lanes`` (K along the loop, output channels across the 64-bit lanes, each holding one word of
+    K): ``rows`` output channels in ``rows / lanes`` registers per weight plane (``w{j}_{r}``: 64-bit
+    lane l is channel ``r * lanes + l``'s word of K), ``cols`` activation columns whose plane registers
+    ``a{k}_{n}`` hold one 64-bit word of K broadcast to every lane, and accumulators ``acc{s}_{r}_{n}``
+    (and, hybrid, ``pop{k}_{n}``) of ``out_bits`` lanes updated lane-wise exactly as in the acc layout:
+    the ``64 / out_bits`` accumulator lanes within 64-bit lane l of ``acc{s}_{r}_{n}`` sum the popcounts
+    of channel ``r * lanes + l``'s words against column n's (AVX-512: one 64-bit lane; NEON: eight
+    byte lanes, summed once after the loop). No sums across channels: 64-bit lane l is one output.
+    A K of any number of 64-bit words runs without padding to register blocks (ResNet-18's 1x1
+    layers: one to four words).
 
     ``row_bits`` (tile layout; default: one row per register) packs q = reg_bits/row_bits rows into
     each weight register: ``w{j}_{p}`` holds rows pq..pq+q-1, row pq+h in its h-th ``row_bits``
@@ -123,7 +129,8 @@ class BitserialSpec:
         _check(self.layout in ISA_LAYOUTS.get(self.isa, BITSERIAL_LAYOUTS),
                f"{self.isa} bitserial kernels use --layout {' or '.join(ISA_LAYOUTS.get(self.isa, ()))}, not {self.layout!r}")
         _check(self.reg_bits in (64, 128, 256, 512), f"register bits must be 64, 128, 256 or 512, got {self.reg_bits}")
-        _check(self.out_bits in (16, 32, 64), f"output lane bits must be 16, 32 or 64, got {self.out_bits}")
+        _check(self.out_bits in (16, 32, 64) or (self.layout, self.out_bits) == ("lanes", 8),
+               f"output lane bits must be 16, 32 or 64 (lanes tiles: also 8), got {self.out_bits}")
         if self.row_bits is not None:
             _check(self.layout == "tile", "--row-bits packs several rows into a register of the tile layout only "
                    "(acc kernels keep one accumulator register per row)")
@@ -135,8 +142,9 @@ class BitserialSpec:
         _check(self.cols == 1 or self.layout in ("acc", "lanes"),
                "--cols (activation columns) is for the acc and lanes layouts (a K loop per output tile)")
         if self.layout == "lanes":
-            lanes = self.reg_bits // self.out_bits
-            _check(self.out_bits == 64, f"lanes kernels hold one 64-bit word of K per lane: --out-bits 64, got {self.out_bits}")
+            lanes = self.lanes
+            _check(self.out_bits <= 64, f"lanes kernels hold one 64-bit word of K per lane: accumulator lanes "
+                   f"of at most 64 bits, got {self.out_bits}")
             _check(self.rows >= lanes and self.rows % lanes == 0,
                    f"--rows of a lanes tile must be a multiple of the {lanes} lanes of a register, got {self.rows}")
             return
@@ -157,7 +165,7 @@ class BitserialSpec:
         tile = dict(BITSERIAL_TILES[isa], **over)
         if layout == "lanes":
             _check(isa in LANES_TILE, f"lanes kernels exist for {', '.join(LANES_TILE)}, not {isa!r}")
-            tile = {**BITSERIAL_TILES[isa], "out_bits": 64, **LANES_TILE[isa], **over}
+            tile = {**BITSERIAL_TILES[isa], **LANES_TILE[isa], **over}
             lanes = tile["reg_bits"] // 64
             if rows is not None:
                 tile["rows"] = rows
@@ -186,12 +194,12 @@ class BitserialSpec:
     @property
     def k_bits(self) -> int:
         """Packed bits of one row (the reduction length of one call; lanes: one word per lane)."""
-        return self.out_bits if self.layout == "lanes" else self.row_bits or self.reg_bits
+        return 64 if self.layout == "lanes" else self.row_bits or self.reg_bits
 
     @property
     def lanes(self) -> int:
-        """Output lanes of a register."""
-        return self.reg_bits // self.out_bits
+        """Output channels of a lanes tile's register: its 64-bit lanes."""
+        return self.reg_bits // 64
 
     @property
     def weight_registers(self) -> int:

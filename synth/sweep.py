@@ -21,8 +21,9 @@ TILE_REGISTERS = {"neon": ({"reg_bits": 128}, {"reg_bits": 64}, {"reg_bits": 128
 # GEMM-shaped acc tiles (activation columns sharing each weight load), next to the one-column ones;
 # the operators and the layer benchmark pick among them
 GEMM_COLUMNS = {"neon": (2,), "avx2": (2,), "avx512": (2, 4)}
-# lanes tiles (output channels across the lanes, K along the loop): AVX-512 only (vpopcntq)
-LANES_COLUMNS = {"avx512": (2, 4)}
+# lanes tiles (output channels across the lanes, K along the loop): AVX-512 (vpopcntq) and NEON (cnt
+# into byte lanes, K in chunks; 8 channels x 2 columns, see spec.LANES_TILE)
+LANES_COLUMNS = {"avx512": (2, 4), "neon": (2,)}
 
 
 def _swept(isa: str, layout: str) -> bool:
@@ -30,7 +31,7 @@ def _swept(isa: str, layout: str) -> bool:
     seconds). AVX-512 tiles are left to ``qsynth synth --layout tile``: their 8-register reduction
     tree was found in 32 s once and not within 60 s on another run, the hybrid activation count
     (a 7-instruction lane sum) not within 250 s, and the acc kernels measure faster."""
-    return layout == "acc" or isa == "neon"
+    return layout == "acc" or (isa, layout) == ("neon", "tile")
 
 
 def configs(isas: list[str]) -> list:
