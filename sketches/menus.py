@@ -28,7 +28,7 @@ def bitserial(isa: str, reg_bits: int, out_reg_bits: int | None = None, row_bits
             "compute": ops(f"and.{b}", f"orr.{b}", f"eor.{b}", f"bic.{b}", f"mvn.{b}", f"cnt.{b}", f"add.{b}", f"sub.{b}"),
             "pair": ops(f"add.{b}", f"add.{h}", f"addp.{b}", f"addp.{h}", f"addp.{s}", f"uadalp.{h}", f"uadalp.{s}"),
             "each": ops(f"uaddlp.{h}", f"uaddlp.{s}", *(["uxtl.8h"] if reg_bits == 64 else [])),
-            "accumulate": ops(f"uadalp.{h}", f"add.{h}", f"uaddlp.{h}", f"add.{b}"),   # add.{b}: byte lanes (lanes tiles)
+            "accumulate": ops(f"uadalp.{h}", f"add.{h}", f"uaddlp.{h}"),
             "scale": ops(f"add.{oh}", f"sub.{oh}", f"shl.{oh}#1", f"shl.{oh}#2"),
             "act_count": ops(*low_half or [f"cnt.{b}", f"uaddlv.{b}"], f"dup.{oh}"),
         }

@@ -604,7 +604,7 @@ _LANE_SUMS = {("neon", 128, 16): "vaddvq_u16(vld1q_u16(r))", ("neon", 64, 16): "
 
 
 # A NEON lanes tile's accumulator register at ``p`` as uint32x4_t, its lanes added pairwise (uaddlp)
-_NEON_WIDEN = {8: "vpaddlq_u16(vpaddlq_u8(vld1q_u8({p})))", 16: "vpaddlq_u16(vld1q_u16({p}))"}
+_NEON_WIDEN = {16: "vpaddlq_u16(vld1q_u16({p}))"}
 
 
 # Blocks per iteration of the _gemv/_gemm K loop. x86: two, half the loop's scalar uops, which

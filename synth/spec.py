@@ -44,10 +44,9 @@ BITSERIAL_LAYOUTS = ("tile", "acc", "lanes")
 ISA_LAYOUTS = {"neon": ("tile", "acc", "lanes"), "avx2": ("acc",), "avx512": ("tile", "acc", "lanes")}
 # lanes tiles per ISA by default: output channels (rows, a multiple of the 64-bit lanes of a register),
 # activation columns and accumulator lane bits; AVX-512: 4 registers x 6 columns = 24 accumulators of
-# the 32 zmm (A1W1), see for_isa; NEON: byte accumulator lanes (cnt, then add: on Cortex-A53 an add
-# issues in 1 cycle, uadalp into 16-bit lanes in 2), eight per channel, summed once per output tile
-# and every chunk of K short enough that no byte wraps
-LANES_TILE = {"avx512": {"rows": 32, "cols": 6, "out_bits": 64}, "neon": {"rows": 8, "cols": 2, "out_bits": 8}}
+# the 32 zmm (A1W1), see for_isa; NEON: 16-bit accumulator lanes (cnt, then uadalp), four per channel,
+# summed once per output tile and per chunk of K short enough that none wraps
+LANES_TILE = {"avx512": {"rows": 32, "cols": 6, "out_bits": 64}, "neon": {"rows": 8, "cols": 2, "out_bits": 16}}
 DEFAULT_LAYOUT = {"neon": "tile", "avx2": "acc", "avx512": "tile"}
 
 
@@ -96,8 +95,8 @@ class BitserialSpec:
     ``a{k}_{n}`` hold one 64-bit word of K broadcast to every lane, and accumulators ``acc{s}_{r}_{n}``
     (and, hybrid, ``pop{k}_{n}``) of ``out_bits`` lanes updated lane-wise exactly as in the acc layout:
     the ``64 / out_bits`` accumulator lanes within 64-bit lane l of ``acc{s}_{r}_{n}`` sum the popcounts
-    of channel ``r * lanes + l``'s words against column n's (AVX-512: one 64-bit lane; NEON: eight
-    byte lanes, summed once after the loop). No sums across channels: 64-bit lane l is one output.
+    of channel ``r * lanes + l``'s words against column n's (AVX-512: one 64-bit lane; NEON: four
+    16-bit lanes, summed once after the loop). No sums across channels: 64-bit lane l is one output.
     A K of any number of 64-bit words runs without padding to register blocks (ResNet-18's 1x1
     layers: one to four words).
 
@@ -129,8 +128,7 @@ class BitserialSpec:
         _check(self.layout in ISA_LAYOUTS.get(self.isa, BITSERIAL_LAYOUTS),
                f"{self.isa} bitserial kernels use --layout {' or '.join(ISA_LAYOUTS.get(self.isa, ()))}, not {self.layout!r}")
         _check(self.reg_bits in (64, 128, 256, 512), f"register bits must be 64, 128, 256 or 512, got {self.reg_bits}")
-        _check(self.out_bits in (16, 32, 64) or (self.layout, self.out_bits) == ("lanes", 8),
-               f"output lane bits must be 16, 32 or 64 (lanes tiles: also 8), got {self.out_bits}")
+        _check(self.out_bits in (16, 32, 64), f"output lane bits must be 16, 32 or 64, got {self.out_bits}")
         if self.row_bits is not None:
             _check(self.layout == "tile", "--row-bits packs several rows into a register of the tile layout only "
                    "(acc kernels keep one accumulator register per row)")
