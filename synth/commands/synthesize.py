@@ -41,7 +41,7 @@ def synth(isa: Isa = typer.Option(..., help="instruction set"),
                                              "columns sharing each weight load (GEMM-shaped; default 1, the GEMV tile; "
                                              "lanes: 6)"),
           layout: Optional[str] = typer.Option(None, help="bitserial: tile (one dot product per call), acc "
-                                               "(K-accumulating loop body) or lanes (avx512: output channels across "
+                                               "(K-accumulating loop body) or lanes (avx512, neon: output channels across "
                                                "the lanes, one word of K per step, no lane sums); default: tile, acc "
                                                "on avx2. int8: rows or k4 for neon u8u8 (umull pseudo-dot or udot)"),
           reg_bits: Optional[int] = typer.Option(None, help="bitserial register width (NEON: 64 for D, 128 for Q)"),
