@@ -47,16 +47,18 @@ Calling convention (also written into every generated header, and into ``manifes
 
 * bitserial, output channels across the lanes (``layout="lanes"``)::
 
-      static inline void qs_<name>(const uint8_t *w, int w_stride, const uint8_t *a, int a_stride, uint64_t *acc)
+      static inline void qs_<name>(const uint8_t *w, int w_stride, const uint8_t *a, int a_stride, uint<out_bits>_t *acc)
       static inline void qs_<name>_gemm(const uint8_t *w, int w_stride, const uint8_t *a, int a_stride,
                                         int32_t *out, int out_stride, int kwords)
 
-  One 64-bit word of K: register r of weight plane j (``w{j}_{r}``, channels ``8r..8r+7``, 8 bytes
-  each) at ``w + j*w_stride + 64r``; column n's activation plane k (``a{k}_{n}``) is the 8 bytes at
-  ``a + (n*abits + k)*a_stride``, broadcast to every lane; ``acc`` as for the acc kernels. ``_gemm``
-  runs the body over ``kwords`` words (word t's weights ``t*rows*8`` bytes further, its activations
-  8 bytes) with the accumulators in registers, then adds channel i's dot product with column n to
-  ``out[n*out_stride + i]`` (int32, mod 2**32): no lane sums.
+  One 64-bit word of K: register r of weight plane j (``w{j}_{r}``, channels ``Lr..Lr+L-1`` for the
+  register's L 64-bit lanes, 8 bytes each: AVX-512 8, NEON 2) at ``w + j*w_stride + 8Lr``; column n's
+  activation plane k (``a{k}_{n}``) is the 8 bytes at ``a + (n*abits + k)*a_stride``, broadcast to
+  every lane; ``acc`` as for the acc kernels. ``_gemm`` runs the body over ``kwords`` words (word t's
+  weights ``t*rows*8`` bytes further, its activations 8 bytes) with the accumulators in registers, then
+  adds channel i's dot product with column n to ``out[n*out_stride + i]`` (int32, mod 2**32): no sums
+  across channels; accumulator lanes narrower than 64 bits (NEON: 16) are added per channel, and K
+  runs in chunks in which none of them can wrap.
 
 * int8 (``Int8Spec``, tile ``mr`` x ``nr`` int32 over ``k``)::
 
@@ -137,10 +139,10 @@ CALLING_CONVENTION = {
                      "bytes each, updated in place (A: uint<out_bits>_t). qs_<name>_gemv(w, w_stride, a, a_stride, "
                      "T *out, int kblocks) runs it over kblocks consecutive blocks with the accumulators in registers "
                      "and adds the rows' dot products to out[0..rows) (T as for bitserial). Unaligned access.",
-    "bitserial_lanes": "void qs_<name>(const uint8_t *w, int w_stride, const uint8_t *a, int a_stride, uint64_t *acc): "
-                       "one 64-bit word of K per lane; register r of weight plane j (channels 8r..8r+7) at w + j*w_stride "
-                       "+ 64r, column n's activation plane k the 8 bytes at a + (n*abits + k)*a_stride broadcast to every "
-                       "lane; acc = the accumulator registers (acc{s}_{r}, then pop{k}, column by column), updated in "
+    "bitserial_lanes": "void qs_<name>(const uint8_t *w, int w_stride, const uint8_t *a, int a_stride, A *acc): "
+                       "one 64-bit word of K per 64-bit lane; register r of weight plane j (channels Lr..Lr+L-1, L its "
+                       "64-bit lanes) at w + j*w_stride + 8Lr, column n's activation plane k the 8 bytes at "
+                       "a + (n*abits + k)*a_stride broadcast to every lane; acc = the accumulator registers (acc{s}_{r}, then pop{k}, column by column), updated in "
                        "place. qs_<name>_gemm(w, w_stride, a, a_stride, int32_t *out, int out_stride, int kwords) runs "
                        "it over kwords words and adds channel i's dot product with column n to out[n*out_stride + i] "
                        "(mod 2^32). Unaligned access.",
