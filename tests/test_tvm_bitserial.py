@@ -53,26 +53,30 @@ def test_gemm_spec_is_the_dot_product_of_every_row_and_column():
             assert dot == int(x @ w)
 
 
-def test_lanes_spec_lane_l_is_channel_l_dot_product_with_the_broadcast_word():
-    """Lanes layout: lane l of w{j}_{r} is channel 8r + l's word of K, a{k}_{n} one word broadcast; the
-    reference's accumulators, weighted by significance (and the hybrid pop), are per lane the numpy
-    dot product of that channel with that column; no lane sums."""
+@pytest.mark.parametrize("isa, rows", [("avx512", 16), ("neon", 4)])
+def test_lanes_spec_lane_l_is_channel_l_dot_product_with_the_broadcast_word(isa, rows):
+    """Lanes layout: 64-bit lane l of w{j}_{r} is channel lanes·r + l's word of K, a{k}_{n} one word
+    broadcast; the reference's accumulators (the out_bits lanes within 64-bit lane l added: NEON four
+    16-bit lanes), weighted by significance (and the hybrid pop), are per lane the numpy dot product
+    of that channel with that column; no sums across channels."""
     from isa_specs.lanes import NumpyBackend
-    spec = BitserialSpec.for_isa("avx512", 2, 2, "hybrid", layout="lanes", cols=2, rows=16)
-    assert spec.name == "bitserial_a2w2_hybrid_lanes_16x64_n2_avx512" and spec.weight_registers == 2
+    spec = BitserialSpec.for_isa(isa, 2, 2, "hybrid", layout="lanes", cols=2, rows=rows)
+    assert spec.name == f"bitserial_a2w2_hybrid_lanes_{rows}x64_n2_{isa}" and spec.weight_registers == 2
+    lanes, dtype = spec.lanes, np.dtype(f"uint{spec.out_bits}")
     rng = np.random.default_rng(7)
     B = NumpyBackend()
-    words = {n: rng.integers(0, 2 ** 63, 8 if n.startswith("w") else 1, dtype=np.uint64)
+    words = {n: rng.integers(0, 2 ** 63, lanes if n.startswith("w") else 1, dtype=np.uint64)
              for n in spec.input_names if not n.startswith(("acc", "pop"))}
-    lanes = {n: np.resize(v, 8) for n, v in words.items()}                  # activations: one word, broadcast
-    inputs = [B.from_bytes(lanes.get(n, np.zeros(8, np.uint64)).view(np.uint8)[None], 512) for n in spec.input_names]
-    outs = {n: B.to_bytes(r, 1)[0].view(np.uint64).astype(np.int64)
+    planes = {n: np.resize(v, lanes) for n, v in words.items()}            # activations: one word, broadcast
+    inputs = [B.from_bytes(planes.get(n, np.zeros(lanes, np.uint64)).view(np.uint8)[None], spec.reg_bits)
+              for n in spec.input_names]
+    outs = {n: B.to_bytes(r, 1)[0].view(dtype).astype(np.int64).reshape(lanes, -1).sum(1)
             for n, r in zip(spec.accumulator_names, spec.reference(B, inputs))}
     bits = lambda word: np.unpackbits(np.array([word], np.uint64).view(np.uint8), bitorder="little").astype(np.int64)
     for n in range(2):
         x = sum(bits(words[f"a{k}_{n}"][0]) << k for k in range(2))
         for r in range(2):
-            for lane in range(8):
+            for lane in range(lanes):
                 w = sum((2 * bits(words[f"w{j}_{r}"][lane]) - 1) << j for j in range(2))
                 acc = sum(outs[f"acc{s}_{r}_{n}"][lane] << s for s in range(3))
                 pop = sum(outs[f"pop{k}_{n}"][lane] << k for k in range(2))

@@ -1,7 +1,8 @@
 """Bitserial dense and conv2d on the proved NEON tiles (issue 14): compiled for AArch64 and run under
 qemu-aarch64 (tvm_integration/cross.py), against numpy references from the unpacked values. The
-NEON tiles add in 16-bit lanes, so a long K runs in chunks: the largest values of a configuration
-make a dot product past 16 bits, which only the chunks get right."""
+NEON tiles add in 16-bit lanes, so a long K runs in chunks (the acc tiles' in the operator, the lanes
+tiles' inside their _gemm): the largest values of a configuration make a dot product past 16 bits,
+which only the chunks get right."""
 import numpy as np
 import pytest
 
@@ -37,20 +38,34 @@ DENSE = [  # (config, m, n, k): m not whole column tiles, n not whole row tiles,
 ]
 
 
+@pytest.mark.parametrize("kernel_layout", ["lanes", "acc"])
 @pytest.mark.parametrize("config, m, n, k", DENSE, ids=[f"a{c.abits}w{c.wbits}_{c.encoding}_k{k}" for c, _, _, k in DENSE])
-def test_dense_on_neon_equals_numpy(config, m, n, k):
+def test_dense_on_neon_equals_numpy(config, m, n, k, kernel_layout):
     rng = np.random.default_rng(11)
     w = random_weights(rng, config, (n, k))
     x = rng.integers(0, 2 ** config.abits, (m, k)).astype(np.uint8)
     set_extremes(config, x[0], w)
-    op = bitserial_dense(w, m, config, isa="neon")
+    op = bitserial_dense(w, m, config, isa="neon", kernel_layout=kernel_layout)
     assert isinstance(op, cross.QemuOperator) and "bl\tqs_" not in op.assembly      # the tile inlined
+    np.testing.assert_array_equal(op(x), x.astype(np.int64) @ w.T)
+
+
+def test_lanes_tile_past_one_chunk_of_k():
+    """The A1W1 lanes tile's 16-bit lanes gain up to 16 a word: 4100 words of ones (65600 in every
+    lane of channel 0) wrap unless its _gemm runs K in chunks (4095 words)."""
+    config = Config(1, 1, "unipolar")
+    assert select("neon", 1, 1, "unipolar").spec.layout == "lanes"
+    rng = np.random.default_rng(16)
+    w = random_weights(rng, config, (9, 4100 * 64))
+    x = rng.integers(0, 2, (2, 4100 * 64)).astype(np.uint8)
+    set_extremes(config, x[0], w)
+    op = bitserial_dense(w, 2, config, isa="neon")
     np.testing.assert_array_equal(op(x), x.astype(np.int64) @ w.T)
 
 
 def test_long_k_needs_the_chunks():
     """Without chunks the 16-bit lanes wrap: 21 * 3300 = 69300 comes back as 69300 - 65536."""
-    config, kernel = Config(2, 3, "unipolar"), select("neon", 2, 3, "unipolar")
+    config, kernel = Config(2, 3, "unipolar"), select("neon", 2, 3, "unipolar", "acc")
     assert kernel.spec.out_bits == 16 and chunks(kernel, config, 3300 // 64 + 1) == (2, 26)
     assert chunks(kernel, config, 48) == (1, 48)
     assert chunks(kernel, config, 49)[0] == 2
@@ -73,6 +88,7 @@ CONVS = [  # (config, input NHWC, weight OIHW, stride, padding)
     (Config(2, 2, "unipolar"), (2, 4, 5, 150), (9, 150, 1, 1), 1, 0),
     (Config(3, 1, "hybrid"), (1, 7, 6, 130), (3, 130, 1, 1), 2, 0),    # a one-row tile
     (Config(2, 3, "hybrid"), (1, 5, 5, 200), (4, 200, 3, 3), 1, 1),    # 21 * 9 * 200 > 2**15: chunks
+    (Config(1, 1, "hybrid"), (1, 4, 5, 64), (20, 64, 1, 1), 1, 0),     # one word (ResNet-18 C3's K)
 ]
 
 
@@ -114,17 +130,19 @@ needs_llvm = pytest.mark.skipif(mca.missing_tools() is not None, reason=str(mca.
 
 
 @needs_llvm
-def test_profile_counts_every_popcount_the_tile_runs():
-    """5 rows x 20 channels x 577 bits on the 8x2 A1W1 tile: 3 column tiles x 3 row tiles x 5 blocks
-    of 16 cnt each; the blocks qemu ran, times their cnt, must add up to exactly that."""
+@pytest.mark.parametrize("kernel_layout, cnts", [("acc", 3 * 3 * 5 * 16), ("lanes", 3 * 3 * 10 * 8)])
+def test_profile_counts_every_popcount_the_tile_runs(kernel_layout, cnts):
+    """5 rows x 20 channels x 577 bits on the A1W1 8x2 tiles: 3 column tiles x 3 row tiles x 5 blocks
+    of 16 cnt each (acc), x 10 words of 8 cnt each (lanes); the blocks qemu ran, times their cnt, must
+    add up to exactly that."""
     config = Config(1, 1, "unipolar")
-    kernel = select("neon", 1, 1, "unipolar")
-    assert (kernel.spec.rows, kernel.spec.cols, kernel.block_words) == (8, 2, 2)
+    kernel = select("neon", 1, 1, "unipolar", kernel_layout)
+    assert (kernel.spec.rows, kernel.spec.cols) == (8, 2)
     rng = np.random.default_rng(15)
     w = random_weights(rng, config, (20, 577))
     x = rng.integers(0, 2, (5, 577)).astype(np.uint8)
-    blocks = mca.profile(bitserial_dense(w, 5, config, isa="neon"), x)
-    assert sum(b.runs * b.popcounts for b in blocks) == 3 * 3 * 5 * 16
+    blocks = mca.profile(bitserial_dense(w, 5, config, isa="neon", kernel_layout=kernel_layout), x)
+    assert sum(b.runs * b.popcounts for b in blocks) == cnts
 
 
 @needs_llvm

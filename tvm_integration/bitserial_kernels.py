@@ -79,9 +79,10 @@ def gemm_kernels(isa: str, abits: int, wbits: int, encoding: str, lanes_first: b
     kernels = [BitserialKernel(spec_from_key(e["spec"]), function_name(e) + "_gemm_extern", _llvm_ir(e),
                                e["cache_key"], tuple(kernel_model(e)["features"]))
                for e in entries if e["proof"]["proved"]]
-    # one-row tiles only for a configuration without a larger one (NEON A3W3: the synthesizer found
-    # no two-row tile within its budget)
-    kernels = [k for k in kernels if k.spec.rows > 1 or k.lanes] or kernels
+    # one-row acc tiles only for a configuration without a larger acc tile (NEON A3W3: the synthesizer
+    # found no two-row tile within its budget), whatever lanes tiles there are (kernel_layout="acc")
+    larger = any(k.spec.rows > 1 for k in kernels if not k.lanes)
+    kernels = [k for k in kernels if k.lanes or k.spec.rows > 1 or not larger]
     return sorted(kernels, key=lambda k: (not k.lanes, k.lanes and k.spec.cols != LANES_COLUMNS, -reuse(k.spec),
                                           -k.spec.rows))
 
