@@ -15,6 +15,12 @@ import numpy as np
 ACTIVATION_SHIFT = 128
 
 
+def unsigned_activation(x, signed: bool, dtype: str = "uint8"):
+    """TIR: activation ``x`` as vpdpbusd's unsigned operand, in ``dtype``: shifted by
+    ``ACTIVATION_SHIFT`` when ``signed`` (int8)."""
+    return ((x.astype("int32") + ACTIVATION_SHIFT) if signed else x).astype(dtype)
+
+
 def round_up(x: int, multiple: int) -> int:
     return -(-x // multiple) * multiple
 

@@ -22,7 +22,7 @@ from tvm_integration.intrinsics import Kernel
 from tvm_integration.ops import depthwise
 from tvm_integration.ops.gemm import Tile, output_tensor, parallel_rows, stage_params, tensorize_tile
 from tvm_integration.output_stage import OutputStage
-from tvm_integration.packing import ACTIVATION_SHIFT, conv_weight_matrix, pack_weights, round_up
+from tvm_integration.packing import conv_weight_matrix, pack_weights, round_up, unsigned_activation
 
 
 def applies(tile: Tile, weight_shape, channels: int, out_width: int, layout: str, groups: int) -> bool:
@@ -41,11 +41,8 @@ def build(x: te.Tensor, weight: np.ndarray, stride: tuple[int, int], pads: tuple
     (sh, sw), (oh, ow) = stride, out_hw
     hp, wp = h + pads[0] + pads[2], w + pads[1] + pads[3]
     signed = x.dtype == "int8"
-
-    def shifted(value):            # vpdpbusd's unsigned operand (packing.ACTIVATION_SHIFT)
-        return ((value.astype("int32") + ACTIVATION_SHIFT) if signed else value).astype("uint8")
-    padded = te.compute((b, hp, wp * c), lambda bi, i, jc: shifted(depthwise.padded_value(
-        x, "NHWC", bi, jc % c, i - pads[0], jc // c - pads[1], pad_value)), name="pad")
+    padded = te.compute((b, hp, wp * c), lambda bi, i, jc: unsigned_activation(depthwise.padded_value(
+        x, "NHWC", bi, jc % c, i - pads[0], jc // c - pads[1], pad_value), signed), name="pad")
 
     run, npad = kw * c, round_up(o, tile.nr)
     weights = conv_weight_matrix(weight, 1)              # k = (kh, kw, c): window row kh is one run

@@ -23,7 +23,7 @@ from tvm import s_tir, te, tirx
 
 from tvm_integration.intrinsics import Kernel
 from tvm_integration.output_stage import OutputStage, placeholders
-from tvm_integration.packing import ACTIVATION_SHIFT, pack_weights, round_up, shift_compensation
+from tvm_integration.packing import pack_weights, round_up, shift_compensation, unsigned_activation
 
 ORDERS = ("rows", "channels")
 
@@ -70,10 +70,8 @@ def build(gemm: Gemm, data: te.Tensor, element, weights: np.ndarray, stage: Outp
     a_dtype = kernel.a_dtype if kernel else "uint8"
 
     def a_value(b, g, p, k):
-        x = element(b, g, p, k)
-        x = (x.astype("int32") + ACTIVATION_SHIFT) if signed else x
         inside = tirx.all(p < gemm.rows, k < gemm.depth)
-        return tirx.if_then_else(inside, x.astype(a_dtype), tirx.const(0, a_dtype))
+        return tirx.if_then_else(inside, unsigned_activation(element(b, g, p, k), signed, a_dtype), tirx.const(0, a_dtype))
 
     # A row-major, each row tile's mr rows of the whole depth: the packing copies whole input runs
     # (a conv's window row of channels) at once.
