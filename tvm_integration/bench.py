@@ -3,13 +3,14 @@ tensorized with a cached kernel, bias + float requantize to u8 fused) next to, i
 onnxruntime int8 (a one-conv QDQ model quantized by onnxruntime: u8 activations, s8 per-channel
 weights) and fp32, TVM 0.27's own lowering of the integer conv (R.nn.conv2d(u8, s8, out_dtype=int32),
 legalized, default pipeline), and our schedule with the kernel replaced by plain TIR. Every time is
-the median of ``trials`` runs (on one thread ours and onnxruntime's in interleaved rounds; on more,
-one runtime after the other, one onnxruntime session alive at a time); the vpdpbusd zmm peak (scripts/peak_x86.c) is probed before the
-layer; our output is checked against numpy in the same run. Used by ``qsynth bench-layer`` and
+the median of ``trials`` runs, ours and onnxruntime's side by side (``side_by_side``); the vpdpbusd
+zmm peak (scripts/peak_x86.c) is probed before the layer; our output is checked against numpy in the
+same run. Used by ``qsynth bench-layer`` and
 scripts/bench_layers.py. The thread count is TVM's (TVM_NUM_THREADS, read when its pool starts).
 """
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import tempfile
@@ -69,16 +70,23 @@ def tvm_batch_timer(module, args, batch_s: float = 0.005):
     return lambda: evaluator(*args).results[0]
 
 
-def interleaved_seconds(timers: dict, trials: int) -> dict[str, float]:
-    """Median seconds per call of each timer over ``trials`` rounds that run every timer in turn: a
-    burst of load on the shared machine lands on all of them alike, not on one row's baseline. For
-    single-threaded runs: interleaved, multi-threaded runtimes' worker pools took each other's cores
-    (2-thread rows 2-4x slower than 1-thread ones)."""
-    samples = {name: [] for name in timers}
-    for _ in range(trials):
-        for name, run in timers.items():
-            samples[name].append(run())
-    return {name: float(np.median(v)) for name, v in samples.items()}
+def side_by_side(ours, baselines: dict, trials: int, threads: int) -> dict[str, float]:
+    """Median seconds per call of ``ours`` (a batch timer: ``batch_timer``, ``tvm_batch_timer``) and
+    of each baseline (name -> a function making its run function, in a new session of its runtime),
+    ``"ours"`` first. On one thread over ``trials`` rounds that run them all in turn, so that a burst
+    of load on the shared machine lands on both sides of a ratio. On more, one after the other, one
+    baseline session alive at a time: interleaved, the runtimes' worker pools took each other's
+    cores (2-thread rows 2-4x slower than 1-thread ones), and two 2-thread onnxruntime sessions
+    slowed each other even with one idle (C2 int8 0.42 ms alone, 0.67 ms beside an fp32 session)."""
+    if threads == 1:
+        timers = {"ours": ours, **{name: batch_timer(make()) for name, make in baselines.items()}}
+        samples = {name: [] for name in timers}
+        for _ in range(trials):
+            for name, run in timers.items():
+                samples[name].append(run())
+        return {name: float(np.median(v)) for name, v in samples.items()}
+    return {"ours": float(np.median([ours() for _ in range(trials)])),
+            **{name: median_seconds(make(), trials) for name, make in baselines.items()}}
 
 
 class Layer:
@@ -176,11 +184,17 @@ def onnxruntime_runner(path: Path, threads: int, layer: Layer):
     return lambda: session.run(None, x)
 
 
-def onnxruntime_seconds(layer: Layer, threads: int, trials: int, directory: Path) -> dict[str, float]:
-    """Median seconds of onnxruntime fp32 and int8 on the layer, one session alive at a time (two
-    2-thread sessions slowed each other: C2 int8 0.42 ms alone, 0.67 beside an idle fp32 one)."""
-    return {name: median_seconds(onnxruntime_runner(path, threads, layer), trials)
+def onnxruntime_runners(layer: Layer, threads: int, directory: Path) -> dict:
+    """Name -> a function making a run function of onnxruntime fp32 or int8 on the layer (a baseline
+    of ``side_by_side``)."""
+    return {name: functools.partial(onnxruntime_runner, path, threads, layer)
             for name, path in onnxruntime_models(layer, directory).items()}
+
+
+def onnxruntime_seconds(layer: Layer, threads: int, trials: int, directory: Path) -> dict[str, float]:
+    """Median seconds of onnxruntime fp32 and int8 on the layer, one session alive at a time (as
+    ``side_by_side`` on more than one thread)."""
+    return {name: median_seconds(make(), trials) for name, make in onnxruntime_runners(layer, threads, directory).items()}
 
 
 def peak_gmacs(probe: Path) -> float:
@@ -193,15 +207,9 @@ def bench(layer: Layer, threads: int, trials: int, probe: Path | None, directory
     peak = peak_gmacs(probe) if probe else None
     args = ours.args(layer.x)
     correct = bool(np.array_equal(ours(layer.x), layer.reference()))
-    if threads == 1:           # interleaved (single-threaded sessions have no worker threads)
-        baselines = interleaved_seconds({
-            "ours": tvm_batch_timer(ours.module, args),
-            **{name: batch_timer(onnxruntime_runner(path, 1, layer))
-               for name, path in onnxruntime_models(layer, directory).items()}}, trials)
-        t_ours = baselines.pop("ours")
-    else:
-        t_ours = tvm_seconds(ours.module, args, trials)
-        baselines = onnxruntime_seconds(layer, threads, trials, directory)
+    baselines = side_by_side(tvm_batch_timer(ours.module, args), onnxruntime_runners(layer, threads, directory),
+                             trials, threads)
+    t_ours = baselines.pop("ours")
     if threads == 1:
         baselines["tvm_default"] = tvm_default_seconds(layer, trials)
         baselines["ours_plain_tir"] = tvm_seconds(plain.module, plain.args(layer.x), max(3, trials // 3))

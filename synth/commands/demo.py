@@ -168,7 +168,7 @@ def _model(size: str, threads: int, trials: int, entries: dict) -> dict:
 
             def runner(path):
                 return functools.partial(bench.onnxruntime_session(path, threads).run, None, feeds)
-            times = bench.interleaved_ms(compiled, feeds, {"onnxruntime_int8": lambda: runner(int8),
+            times = bench.side_by_side_ms(compiled, feeds, {"onnxruntime_int8": lambda: runner(int8),
                                                            "onnxruntime_fp32": lambda: runner(fp32)}, trials)
             ms = {"qsynth": times.pop("ours"), **times}
     return {"name": name, "input": list(compiled.inputs["input"][0]), "threads": threads, "trials": trials,

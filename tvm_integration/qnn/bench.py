@@ -3,7 +3,7 @@ onnxruntime on the same quantized model (its integer kernels), onnxruntime on th
 given, and TVM 0.27's own import of the quantized model (which runs conv and matmul in float between
 quantize and dequantize, unscheduled). A TFLite model's baselines are LiteRT's default interpreter
 (XNNPACK) on it and on its float original when given. Every time is a median, ours and the
-runtimes' over interleaved rounds on one thread (``bench.interleaved_seconds``); our output is compared
+runtimes' side by side (``bench.side_by_side``); our output is compared
 with the baseline runtime's on the same input first. Used by ``qsynth bench-model`` and
 scripts/bench_models.py."""
 from __future__ import annotations
@@ -18,7 +18,7 @@ import tvm
 from tvm import relax
 
 from isa_specs import host
-from tvm_integration.bench import batch_timer, interleaved_seconds, median_seconds
+from tvm_integration.bench import median_seconds, side_by_side
 from tvm_integration.qnn.model import compile_model
 
 
@@ -26,22 +26,14 @@ def median_ms(fn, trials: int) -> float:
     return median_seconds(fn, trials) * 1e3
 
 
-def interleaved_ms(model, feeds, baselines: dict, trials: int) -> dict[str, float]:
+def side_by_side_ms(model, feeds, baselines: dict, trials: int) -> dict[str, float]:
     """Median ms of our model (``"ours"``, TVM's evaluator on inputs already on the device) and of each
-    baseline; ``baselines``: name -> a function making its run function (a new session). On one
-    thread over rounds that run them all in turn (``bench.interleaved_seconds``); on more, one after
-    the other, one baseline session alive at a time (two multi-threaded runtime pools slow each
-    other)."""
+    baseline (name -> a function making its run function, a new session), ``bench.side_by_side``."""
     model.vm.set_input("main", *model.arguments(feeds))
     evaluator = model.vm.time_evaluator("invoke_stateful", tvm.cpu(), number=1, repeat=1)
     evaluator("main")
-    ours = lambda: evaluator("main").results[0]  # noqa: E731
-    if (model.threads or os.cpu_count() or 1) == 1:          # None: TVM's pool, one thread per core
-        seconds = interleaved_seconds({"ours": ours, **{k: batch_timer(make()) for k, make in baselines.items()}},
-                                      trials)
-    else:
-        seconds = {"ours": float(np.median([ours() for _ in range(trials)])),
-                   **{k: median_seconds(make(), trials) for k, make in baselines.items()}}
+    threads = model.threads or os.cpu_count() or 1           # None: TVM's pool, one thread per core
+    seconds = side_by_side(lambda: evaluator("main").results[0], baselines, trials, threads)
     return {k: v * 1e3 for k, v in seconds.items()}
 
 
@@ -116,7 +108,7 @@ def bench_model(path: str | Path, fp32: str | Path | None = None, threads: int =
     if fp32 is not None:
         float_feeds = random_inputs(litert_runner(fp32, threads)[1], rng) if tflite else feeds
         runs[f"{reference}_fp32"] = lambda: runner(fp32, float_feeds)
-    baselines = interleaved_ms(model, feeds, runs, trials)
+    baselines = side_by_side_ms(model, feeds, runs, trials)
     ours_ms = baselines.pop("ours")
     if with_tvm_own and not tflite:
         baselines["tvm_default"] = tvm_own_ms(path, feeds, tvm_trials)
