@@ -1,6 +1,6 @@
 """The offline synthesis run: every configuration per ISA, in local worker processes or as jobs on a
-Ray cluster (``synth/cluster.py``), filling the cache and writing ``benchmarks/synthesis.json`` and
-``benchmarks/synthesis.md``."""
+Ray cluster (``synth/cluster.py``), filling the cache and merging its rows into
+``benchmarks/synthesis.json`` and ``benchmarks/synthesis.md``."""
 from __future__ import annotations
 
 import functools
@@ -70,20 +70,62 @@ def _interrupted(signum, frame):
 
 def sweep(isas: list[str], jobs: int, timeout: float, out_dir: Path, wanted: list[str] | None = None,
           executor: str = "local", address: str | None = None) -> list[dict]:
-    """Every configuration of ``isas`` whose name contains one of ``wanted`` (any case): synthesized
-    in ``jobs`` local processes, or on Ray (``executor="ray"``, ``address``); kernels already in the
-    cache are loaded from it (re-proved here unless stamped), not synthesized again."""
+    """Every configuration of ``isas``, and every other current cache entry of them
+    (``cached_outside``), whose name contains one of ``wanted`` (any case): synthesized in ``jobs``
+    local processes, or on Ray (``executor="ray"``, ``address``); kernels already in the cache are
+    loaded from it (re-proved here unless stamped), not synthesized again. Their rows replace those
+    of the same kernels in ``out_dir``/synthesis.{json,md} and the other rows stay (``merged``);
+    returns this run's rows."""
     wanted = None if wanted is None else [w.lower() for w in wanted]
-    specs = [s for s in configs(isas) if wanted is None or any(w in s.name for w in wanted)]
+    listed = configs(isas)
+    specs = [s for s in listed + cached_outside(listed, isas) if wanted is None or any(w in s.name for w in wanted)]
     started = time.perf_counter()
     rows = _local(specs, jobs, timeout) if executor == "local" else _on_ray(specs, jobs, timeout, address)
     rows.sort(key=lambda r: r["name"])
     run = {"executor": executor, "jobs": jobs, "kernels": len(rows),
            "from_cache": sum(bool(r.get("from_cache")) for r in rows),
            "wall_seconds": round(time.perf_counter() - started, 1)}
-    write_atomically(out_dir / "synthesis.json", json.dumps({"run": run, "kernels": rows}, indent=1) + "\n")
-    write_atomically(out_dir / "synthesis.md", markdown(run, rows))
+    kernels = merged(_earlier_rows(out_dir / "synthesis.json"), rows)
+    write_atomically(out_dir / "synthesis.json", json.dumps({"run": run, "kernels": kernels}, indent=1) + "\n")
+    write_atomically(out_dir / "synthesis.md", markdown(run, kernels))
     return rows
+
+
+def cached_outside(listed: list, isas: list[str]) -> list:
+    """The specs of the cache's current entries (this ISA spec and engine, cost model "length", the
+    sweep's) of ``isas`` that ``listed`` does not hold: kernels made by ``qsynth synth`` with other
+    shapes or layouts. The sweep loads them like the others, so its files list every usable kernel
+    of the cache. Entries under an older key are left out: no machine loads them, and sweeping their
+    spec would synthesize it anew."""
+    from synth import cache
+    from synth.kernel import cache_key_fields, spec_from_key
+    names = {s.name for s in listed}
+    out = {}
+    for path in cache.entries(cache.ROOT):
+        try:
+            entry = json.loads(path.read_text())
+            spec = spec_from_key(entry["spec"])
+        except (ValueError, KeyError, TypeError):
+            continue        # not an entry this engine reads; cache verify reports it
+        if spec.isa in isas and spec.name not in names and path.stem == cache.cache_key(cache_key_fields(spec, "length")):
+            out[spec.name] = spec
+    return [out[n] for n in sorted(out)]
+
+
+def _earlier_rows(path: Path) -> list[dict]:
+    """The rows of the file an earlier sweep wrote, or none (no file yet)."""
+    try:
+        return json.loads(path.read_text())["kernels"]
+    except FileNotFoundError:
+        return []
+
+
+def merged(earlier: list[dict], swept: list[dict]) -> list[dict]:
+    """``earlier`` rows with those of the kernels swept now replaced by this run's, keyed by kernel
+    name (it names the ISA, the configuration and the tile, and stays when the ISA spec changes),
+    sorted by name: a sweep of some configurations updates their rows and keeps the others."""
+    rows = {r["name"]: r for r in earlier} | {r["name"]: r for r in swept}
+    return [rows[n] for n in sorted(rows)]
 
 
 def _local(specs: list, jobs: int, timeout: float) -> list[dict]:
@@ -140,10 +182,11 @@ def markdown(run: dict, rows: list[dict]) -> str:
     lines = ["# Synthesis sweep", "",
              "Produced by `qsynth sweep`; times are wall seconds of synthesis + proof on this machine "
              "(entries loaded from the cache show the times recorded when they were synthesized).", "",
-             f"This run: {run['kernels']} kernels ({run['from_cache']} loaded from the cache) with "
+             f"{len(rows)} kernels. The last run swept {run['kernels']} of them ({run['from_cache']} loaded "
+             "from the cache) with "
              + (f"{run['jobs']} worker processes" if run.get("executor", "local") == "local" else "jobs on Ray")
-             + f", {run['wall_seconds']} s wall "
-             f"({run['wall_seconds'] / 60:.1f} min) for the whole sweep.", "",
+             + f", {run['wall_seconds']} s wall ({run['wall_seconds'] / 60:.1f} min); the rows of kernels it did "
+             "not sweep are those of earlier runs.", "",
              "| kernel | status | instructions | synth s | verify s | wall s | est. cycles | paper (instr, s) |",
              "|---|---|---|---|---|---|---|---|"]
     for r in rows:

@@ -148,9 +148,10 @@ def _synthesis(synthesis) -> dict:
              tile[c]["length"] if c in tile else None, _seconds(tile[c]["wall_seconds"] if c in tile else None),
              *(_seconds(median.get((c, i))) for i in isas)] for c in configs]
     run = synthesis["run"]
-    lines = [f"`synthesis.json`: {run['kernels']} kernels by `qsynth sweep` ({run.get('executor', 'local')}, "
-             f"{run['jobs']} jobs, {run['wall_seconds']} s wall; kernels loaded from the cache, {run['from_cache']} "
-             "here, keep the times of their synthesis). Seconds are synthesis + proof, wall, per kernel. "
+    lines = [f"`synthesis.json`: {len(synthesis['kernels'])} kernels by `qsynth sweep` (its last run: "
+             f"{run['kernels']} kernels, {run.get('executor', 'local')}, {run['jobs']} jobs, {run['wall_seconds']} s "
+             f"wall, {run['from_cache']} loaded from the cache; loaded kernels keep the times of their synthesis, "
+             "and the rows of kernels a run did not sweep stay). Seconds are synthesis + proof, wall, per kernel. "
              "The paper (Cortex-A53 NEON tiles, Rosette) reports compute, reduction and verify seconds and "
              "their total as printed (its A3W1 total, 158.3, is not the sum of its parts); ours: the NEON 8x128 "
              "unipolar tile (the paper's layout) and the median over every kernel of the configuration per ISA.", "",

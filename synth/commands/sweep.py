@@ -20,9 +20,10 @@ def sweep(isa: str = typer.Option("all", help="all, or a comma-separated list of
           address: Optional[str] = typer.Option(None, help="ray: the cluster (auto, HOST:PORT or ray://HOST:10001; "
                                                 "default $RAY_ADDRESS, else a Ray instance started here)"),
           json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> int:
-    """Synthesize every configuration of the chosen ISAs into the kernel cache and write
-    OUT/synthesis.{json,md}; exit 1 if any kernel is not proved. Kernels already in the cache are
-    loaded, not redone; on Ray, a worker's result is re-proved here before it is stored."""
+    """Synthesize every configuration of the chosen ISAs into the kernel cache and merge the rows of
+    the kernels swept into OUT/synthesis.{json,md} (the other rows stay); exit 1 if any kernel is not
+    proved. Kernels already in the cache, and the cache's other kernels of these ISAs, are loaded,
+    not redone; on Ray, a worker's result is re-proved here before it is stored."""
     from synth.sweep import sweep as run_sweep
     isas = list(ISAS) if isa == "all" else isa.split(",")
     unknown = sorted(set(isas) - set(ISAS))
