@@ -62,9 +62,9 @@ def qlinear_add(a, b, ratio_a: float, ratio_b: float, fixed: float, out_dtype: s
     even, saturated to ``clamp``."""
     def fma(x, y, z):
         return tirx.call_intrin("float32", "tirx.fma", x, y, z)      # one rounding, as vfmadd
-    y = round_half_even(fma(a.astype("float32"), tirx.const(ratio_a, "float32"),
-                            fma(b.astype("float32"), tirx.const(ratio_b, "float32"), tirx.const(fixed, "float32"))))
-    return tirx.max(tirx.min(y, float(clamp[1])), float(clamp[0])).astype(out_dtype)
+    y = fma(a.astype("float32"), tirx.const(ratio_a, "float32"),
+            fma(b.astype("float32"), tirx.const(ratio_b, "float32"), tirx.const(fixed, "float32")))
+    return round_to_int(tirx.max(tirx.min(y, float(clamp[1])), float(clamp[0]))).astype(out_dtype)
 
 
 @dataclass(frozen=True)
@@ -125,15 +125,17 @@ class OutputStage:
         if isinstance(rq, ScaleRequantize):
             # the add reads the result as float32: the clamped integral value plus the zero point is
             # that value exactly, without a round trip through u8 (five instructions per vector)
-            return self.residual.expression(self._scaled(acc, p, g, n) + float(rq.zero_point), residual)
+            return self.residual.expression(round_half_even(self._clamped_product(acc, p, g, n)) + float(rq.zero_point),
+                                            residual)
         return self.residual.expression(self._result(acc, p, g, n), residual)
 
-    def _scaled(self, acc, p: dict, g, n):
-        """ScaleRequantize before the zero point: ``round(float32(acc + bias) * scale)`` clamped to the
-        output's range less the zero point (float32, integral)."""
+    def _clamped_product(self, acc, p: dict, g, n):
+        """ScaleRequantize before rounding and the zero point: ``float32(acc + bias) * scale`` clamped
+        to the output's range less the zero point. The bounds are integers, so clamping before
+        rounding gives what rounding first would."""
         lo, hi = self.bounds()
         zero = self.requantize.zero_point
-        y = round_half_even((acc + p["bias"][g, n]).astype("float32") * p["scale"][g, n])
+        y = (acc + p["bias"][g, n]).astype("float32") * p["scale"][g, n]
         return tirx.max(tirx.min(y, float(hi - zero)), float(lo - zero))
 
     def _result(self, acc, p: dict, g, n):
@@ -141,7 +143,7 @@ class OutputStage:
         x = acc + p["bias"][g, n]
         rq = self.requantize
         if isinstance(rq, ScaleRequantize):
-            return (self._scaled(acc, p, g, n).astype("int32") + rq.zero_point).astype(self.result_dtype)
+            return (round_to_int(self._clamped_product(acc, p, g, n)) + rq.zero_point).astype(self.result_dtype)
         if isinstance(rq, FixedPointRequantize):
             x = _tflite_multiply(x, p["multiplier"][g, n], p["shift"][g, n]) + rq.zero_point
         return tirx.max(tirx.min(x, hi), lo).astype(self.result_dtype)
@@ -169,6 +171,14 @@ def round_half_even(x):
     rounding mode: LLVM's roundeven, which TVM vectorizes (its ``nearbyint`` would keep a vectorized
     loop serial: 0.19 ms for a 56x56x64 QLinearAdd)."""
     return tirx.call_llvm_pure_intrin("float32", "llvm.roundeven", x)
+
+
+def round_to_int(x):
+    """float32 ``x`` rounded to the nearest int32, ties to even: ``llvm.lrint``, one ``vcvtps2dq``
+    (``roundeven`` then a conversion is two). It rounds in the thread's floating-point rounding mode,
+    which is to nearest even unless a program changes it; MLAS's requantization (the same
+    instruction) relies on it too."""
+    return tirx.call_llvm_pure_intrin("int32", "llvm.lrint", x)
 
 
 def requantization(scale: np.ndarray, zero_point: int, out_dtype: str):

@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 from tvm import te, tirx
 
-from tvm_integration.output_stage import QUANT_RANGES, qlinear_add, round_half_even
+from tvm_integration.output_stage import QUANT_RANGES, qlinear_add, round_to_int
 
 
 def requantize(acc, scale, zero_point: int, dtype: str, clamp: tuple[int, int]):
@@ -36,7 +36,7 @@ def requantize(acc, scale, zero_point: int, dtype: str, clamp: tuple[int, int]):
     lo, hi = clamp
     y = acc.astype("float32") * scale
     y = tirx.max(tirx.min(y, float(hi - zero_point)), float(lo - zero_point))
-    return (round_half_even(y).astype("int32") + zero_point).astype(dtype)
+    return (round_to_int(y) + zero_point).astype(dtype)
 
 
 def requantize_channel(acc, scale, channel, zero_point: int, dtype: str, clamp: tuple[int, int]):
@@ -175,7 +175,7 @@ def quantize(x, *, scale: float, zero_point: int, out_dtype: str, layout: str = 
     def value(*i):
         y = x(*i) / tirx.const(scale, "float32")
         y = tirx.max(tirx.min(y, float(hi - zero_point)), float(lo - zero_point))
-        return (round_half_even(y).astype("int32") + zero_point).astype(out_dtype)
+        return (round_to_int(y) + zero_point).astype(out_dtype)
     if layout == "NHWC":
         b, c, h, w = x.shape
         return te.compute((b, h, w, c), lambda n, i, j, ch: value(n, ch, i, j), name="quantize")

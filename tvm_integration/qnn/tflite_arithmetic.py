@@ -29,7 +29,7 @@ import math
 import numpy as np
 from tvm import te, tirx
 
-from tvm_integration.output_stage import QUANT_RANGES, round_half_even
+from tvm_integration.output_stage import QUANT_RANGES, round_to_int
 
 ADD_SCALE_RANGE = (1.0 / 1024.0, 256.0)     # the delegate takes an ADD only if each input/output scale is in it
 
@@ -119,7 +119,7 @@ def mean(x, *, scale: float, offset: float, out_dtype: str, keepdims: bool):
     def value(n, ch, *_):
         product = total[n, ch].astype("float32") * tirx.const(scale, "float32")
         y = tirx.call_llvm_pure_intrin("float32", "llvm.arithmetic.fence", product) + tirx.const(offset, "float32")
-        return round_half_even(tirx.max(tirx.min(y, float(hi)), float(lo))).astype(out_dtype)
+        return round_to_int(tirx.max(tirx.min(y, float(hi)), float(lo))).astype(out_dtype)
     return te.compute((b, c, 1, 1) if keepdims else (b, c), value, name="tflite_mean")
 
 
