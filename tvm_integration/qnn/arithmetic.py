@@ -14,6 +14,7 @@ bit-exact with onnxruntime:
   ``zc - fma(sa/sc, za, sb/sc * zb)`` (the compiler contracted that line of MLAS into an FMA:
   without it, 4 of 10 outputs of a 224x224 MobileNetV2 with 3 residual blocks differed in the last
   bit; with it, none), rounded half to even;
+* mul (QLinearMul): the integer product times ``sa * sb / sc``, plus the zero point, in float32;
 * quantize (QuantizeLinear): ``x / scale`` (a division, not a reciprocal), clamped, rounded half to
   even; dequantize: ``float32(x - zp) * scale``;
 * max pool and reshapes are exact on the integers.
@@ -120,6 +121,24 @@ def add(a, b, *, ratio_a: float, ratio_b: float, fixed: float, out_dtype: str, c
         return qlinear_add(a(*_broadcast_index(a.shape, i)), b(*_broadcast_index(b.shape, i)), ratio_a, ratio_b,
                            fixed, out_dtype, clamp)
     return te.compute(shape, value, name="qadd")
+
+
+def mul(a, b, *, a_zero_point: int, b_zero_point: int, ratio: float, out_zero_point: int, out_dtype: str,
+        clamp):
+    """QLinearMul as MLAS's SSE2 and NEON kernels compute it (qlmul.cpp, ``MlasQLinearMulVectorS16``):
+    the product of the zero-point-subtracted integers (exact in int32), times ``ratio = sa * sb / sc``
+    (float32, in that order), plus the output zero point in float32 (a multiply and an add, not an
+    FMA: the product is fenced), rounded half to even, saturated to ``clamp``. ``a`` and ``b``
+    broadcast as numpy does."""
+    shape = _broadcast_shape(a.shape, b.shape)
+
+    def value(*i):
+        x = a(*_broadcast_index(a.shape, i)).astype("int32") - a_zero_point
+        y = b(*_broadcast_index(b.shape, i)).astype("int32") - b_zero_point
+        product = (x * y).astype("float32") * tirx.const(ratio, "float32")
+        z = tirx.call_llvm_pure_intrin("float32", "llvm.arithmetic.fence", product) + float(out_zero_point)
+        return round_to_int(tirx.max(tirx.min(z, float(clamp[1])), float(clamp[0]))).astype(out_dtype)
+    return te.compute(shape, value, name="qmul")
 
 
 def global_avg_pool(x, *, x_zero_point: int, scale: float, out_zero_point: int, out_dtype: str,

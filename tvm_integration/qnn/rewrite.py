@@ -13,7 +13,7 @@ replaced by one integer op when onnxruntime computes it as one (its QDQ fusions)
 * ConvInteger / MatMulInteger (``conv2d`` / ``matmul`` in int32 of zero-point-subtracted 8-bit
   tensors, constant weights) -> ``conv2d`` / ``dense`` with an int32 output; an input zero point
   computed at run time (dynamic quantization) is subtracted after the op (``integer_accumulate``);
-* ``Q(DQ(a) + DQ(b))`` -> ``add``; ``Q(mean_hw(DQ(x)))`` -> ``global_avg_pool``;
+* ``Q(DQ(a) + DQ(b))`` -> ``add``; ``Q(DQ(a) * DQ(b))`` -> ``mul``; ``Q(mean_hw(DQ(x)))`` -> ``global_avg_pool``;
 * ``Q(f(DQ(x)))`` for data movement ``f`` (max pool, reshape, flatten, transpose) with the same scale
   and zero point on both sides -> ``f`` on the integers; ``Q(DQ(x))`` with equal parameters -> ``x``;
 * any other ``quantize`` / activation ``dequantize`` -> onnxruntime's QuantizeLinear /
@@ -136,7 +136,8 @@ class QDQToInteger(relax.PyExprMutator):
                 and (q := self.call(clipped[0], "relax.quantize")) is not None and (out := self.qparams(q)) is not None:
             return self.clipped_root(q, out.narrowed(*clipped[1]))
         if isinstance(call.op, Op) and call.op.name == "relax.quantize" and (out := self.qparams(call)) is not None:
-            for rule in (self.conv_or_dense, self.add, self.global_avg_pool, self.movement, self.requantize_free):
+            for rule in (self.conv_or_dense, self.add, self.mul, self.global_avg_pool, self.movement,
+                         self.requantize_free):
                 new = rule(call.args[0], out)
                 if new is not None:
                     return new
@@ -161,7 +162,7 @@ class QDQToInteger(relax.PyExprMutator):
             if new is not None:
                 return new
         new = None
-        for rule in (self.global_avg_pool, self.requantize_free):
+        for rule in (self.mul, self.global_avg_pool, self.requantize_free):
             if (new := rule(q.args[0], out)) is not None:
                 break
         if new is None:
@@ -333,6 +334,19 @@ class QDQToInteger(relax.PyExprMutator):
         fixed = np.float32(np.float32(zc) - arithmetic.fma32(ra, np.float32(za), np.float32(rb * np.float32(zb))))
         return self.integer("add", [a[0], b[0]], ratio_a=float(ra), ratio_b=float(rb), fixed=float(fixed),
                             out_dtype=out.dtype, clamp=list(clamp))
+
+    def mul(self, expr, out: QParams):
+        mul = self.call(expr, "relax.multiply")
+        if mul is None:
+            return None
+        a, b = self.dequantized(mul.args[0]), self.dequantized(mul.args[1])
+        if a is None or b is None or any(constant(self.value(x[0])) is not None for x in (a, b)):
+            return None                 # a constant operand: the float product, as imported
+        (sa, za), (sb, zb) = a[1].scalar("a mul input"), b[1].scalar("a mul input")
+        sc, zc = out.scalar("a mul output")
+        ratio = np.float32(np.float32(sa * sb) / sc)
+        return self.integer("mul", [a[0], b[0]], a_zero_point=za, b_zero_point=zb, ratio=float(ratio),
+                            out_zero_point=zc, out_dtype=out.dtype, clamp=list(out.bounds))
 
     def global_avg_pool(self, expr, out: QParams):
         mean = self.call(expr, "relax.mean")
