@@ -25,13 +25,17 @@ logging.getLogger("root").setLevel(logging.ERROR)      # quantize_static's pre-p
 
 TINY = {"resnet": lambda: models.resnet(32, (8, 16, 16, 32), 10),
         "mobilenet_v2": lambda: models.mobilenet_v2(32, ((1, 8, 1, 1), (6, 12, 2, 2), (6, 16, 2, 2)), 8, 64, 10),
+        "mobilenet_v3": lambda: models.mobilenet_v3(32, ((3, 16, 16, True, "relu", 2), (3, 24, 16, False, "relu", 1),
+                                                         (5, 48, 24, True, "hardswish", 2)), 8, 64, 10),
+        "silu_fpn": lambda: models.silu_fpn(32, 16, 10),
         "mlp": lambda: models.mlp()}
 QUANTIZATIONS = {"qdq_per_channel": {}, "qdq_per_tensor": {"per_channel": False},
                  "qdq_s8_activations": {"activations": "s8"}, "qoperator": {"fmt": "qoperator"},
                  "qdq_u8_weights": {"weights": "u8", "per_channel": False}}
 CASES = [("resnet", "qdq_per_channel"), ("resnet", "qoperator"), ("resnet", "qdq_s8_activations"),
          ("mobilenet_v2", "qdq_per_channel"), ("mobilenet_v2", "qdq_per_tensor"), ("mobilenet_v2", "qoperator"),
-         ("mlp", "qdq_per_channel"), ("mlp", "qoperator"), ("mlp", "qdq_u8_weights")]
+         ("mobilenet_v3", "qdq_per_channel"), ("silu_fpn", "qdq_per_channel"), ("silu_fpn", "qoperator"),
+         ("silu_fpn", "qdq_s8_activations"), ("mlp", "qdq_per_channel"), ("mlp", "qoperator"), ("mlp", "qdq_u8_weights")]
 
 
 def assert_bit_exact(path, runs=3, seed=0, **compile_args):
@@ -318,15 +322,60 @@ def test_cli_run_compile_and_errors(tmp_path, capsys):
     assert not list(tmp_path.glob("z.*"))
 
 
+def test_integer_graph_of_silu_resize_concat(tmp_path):
+    """SiLU, nearest Resize and a Concat of differently scaled tensors (silu_fpn) lower to integer ops
+    alone: lookups, muls, the integer resize and concat, in NHWC: no float op and no transpose
+    between the input's quantize and the output's dequantize."""
+    path = models.quantize(TINY["silu_fpn"](), tmp_path / "s.onnx")
+    mod = lower(load(path))
+    funcs = {g.name_hint: f for g, f in mod.functions.items() if isinstance(f, tirx.PrimFunc)}
+    kinds = sorted({str(f.attrs["qnn.op"]) for f in funcs.values() if f.attrs and "qnn.op" in f.attrs})
+    assert {"lookup", "mul"} <= set(kinds)
+    assert not [n for n in funcs if re.match(r"(sigmoid|multiply|tir_)", n)], sorted(funcs)
+    assert [k for k in kinds if "quantize" in k] == ["dequantize", "quantize"]
+    transposed = [b.value.ty.shape for b in mod["main"].body.blocks[0].bindings
+                  if hasattr(b.value, "args") and "transpose" in str(b.value.args[0]) and len(b.value.ty.shape) == 4]
+    assert all(int(s[2]) * int(s[3]) == 1 for s in transposed), transposed      # only the pooled vector
+
+
+LOOKUP_OPS = [("Sigmoid", {}), ("HardSigmoid", {"alpha": 1 / 6, "beta": 0.5}), ("HardSwish", {}),
+              ("LeakyRelu", {"alpha": 0.1}), ("Tanh", {})]
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+@pytest.mark.parametrize("op,attrs", LOOKUP_OPS, ids=[o[0] for o in LOOKUP_OPS])
+def test_elementwise_ops_are_exact_lookup_tables(tmp_path, op, attrs, dtype):
+    """``Q(f(DQ(x)))`` for a float f becomes a 256-entry table computed at compile time: every 8-bit
+    value must come out as onnxruntime's (its QLinearSigmoid-style tables, or f in float between DQ
+    and Q) and the compiled graph must be the lookup alone."""
+    elem = {np.uint8: TensorProto.UINT8, np.int8: TensorProto.INT8}[dtype]
+    lo = np.iinfo(dtype).min
+    values = [(np.float32(0.0731), "xs"), (dtype(lo + 77), "xz"), (np.float32(0.0113), "ys"), (dtype(lo + 90), "yz")]
+    nodes = [helper.make_node("DequantizeLinear", ["x", "xs", "xz"], ["d"]), helper.make_node(op, ["d"], ["f"], **attrs),
+             helper.make_node("QuantizeLinear", ["f", "ys", "yz"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", elem, [1, 1, 16, 16])],
+                              [helper.make_tensor_value_info("y", elem, [1, 1, 16, 16])],
+                              [numpy_helper.from_array(np.array(v), n) for v, n in values])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = models.IR_VERSION
+    onnx.save(model, str(tmp_path / "f.onnx"))
+    kinds = [str(f.attrs["qnn.op"]) for f in lower(load(tmp_path / "f.onnx")).functions.values()
+             if isinstance(f, tirx.PrimFunc) and f.attrs and "qnn.op" in f.attrs]
+    assert kinds == ["lookup"]
+    x = (np.arange(256) + lo).astype(dtype).reshape(1, 1, 16, 16)
+    expected = bench.onnxruntime_session(tmp_path / "f.onnx", 1).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(compile_model(tmp_path / "f.onnx", threads=1)({"x": x})["y"], expected)
+
+
 UNARY = [("QLinearLeakyRelu", {"alpha": 0.1}, 0), ("QLinearSigmoid", {}, 0),
          ("QLinearAveragePool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}, 1)]
 
 
 @pytest.mark.parametrize("op,attrs,steps", UNARY, ids=[u[0] for u in UNARY])
 def test_qoperator_float_ops(tmp_path, op, attrs, steps):
-    """Ops onnxruntime computes in float between dequantize and quantize: LeakyRelu and Sigmoid are
-    exact on every u8 input; AveragePool is allowed one quantization step (2x2 windows measured:
-    3 of 512 outputs one step off)."""
+    """QOperator forms: LeakyRelu and Sigmoid (lookup tables) are exact on every u8 input; AveragePool,
+    computed in float between dequantize and quantize, is allowed one quantization step (2x2 windows
+    measured: 3 of 512 outputs one step off)."""
     inits = [numpy_helper.from_array(np.array(v), n) for v, n in
              [(np.float32(0.05), "xs"), (np.uint8(128), "xz"), (np.float32(0.02), "ys"), (np.uint8(20), "yz")]]
     out = [1, 8, 8, 8] if op == "QLinearAveragePool" else [1, 8, 16, 16]

@@ -17,7 +17,8 @@ bit-exact with onnxruntime:
 * mul (QLinearMul): the integer product times ``sa * sb / sc``, plus the zero point, in float32;
 * quantize (QuantizeLinear): ``x / scale`` (a division, not a reciprocal), clamped, rounded half to
   even; dequantize: ``float32(x - zp) * scale``;
-* max pool and reshapes are exact on the integers.
+* max pool and reshapes are exact on the integers; a lookup (rewrite.py's tables) is exact by
+  construction.
 
 The tensorized operators (dispatch.py) replace conv2d and dense with the same arithmetic (the
 output stage's ``ScaleRequantize``); the rest are scheduled as they are (schedules.py).
@@ -139,6 +140,11 @@ def mul(a, b, *, a_zero_point: int, b_zero_point: int, ratio: float, out_zero_po
         z = tirx.call_llvm_pure_intrin("float32", "llvm.arithmetic.fence", product) + float(out_zero_point)
         return round_to_int(tirx.max(tirx.min(z, float(clamp[1])), float(clamp[0]))).astype(out_dtype)
     return te.compute(shape, value, name="qmul")
+
+
+def lookup(x, table, *, offset: int):
+    """``table[x + offset]``: an 8-bit tensor through a 256-entry table (``offset`` 128 for int8)."""
+    return te.compute(x.shape, lambda *i: table[x(*i).astype("int32") + offset], name="lookup")
 
 
 def global_avg_pool(x, *, x_zero_point: int, scale: float, out_zero_point: int, out_dtype: str,

@@ -9,7 +9,8 @@ convolution's output stage (output_stage.ResidualAdd: ResNet's and MobileNetV2's
 convolution is emitted at the add, reading the other operand, and its own result is never written.
 
 Layout is decided here: activations between tensorized convolutions stay NHWC (channels innermost:
-what the operators pack from and write, and what adds and pools vectorize along). An NHWC tensor is
+what the operators pack from and write, and what adds, muls, lookups, pools, concatenations and
+resizes vectorize along). An NHWC tensor is
 given an NCHW view (a transpose) only where an op needs the model's layout; the views nothing reads
 are removed with the rest of the dead code.
 """
@@ -30,7 +31,8 @@ from tvm_integration.qnn.integer_op import IntegerOp
 
 TENSORIZED = "qnn.tensorized"
 TO_NHWC, TO_NCHW = [0, 2, 3, 1], [0, 3, 1, 2]
-NHWC_OPS = ("add", "max_pool2d", "global_avg_pool")       # computed in NHWC when their inputs are
+ELEMENTWISE = ("add", "mul", "lookup")                   # the same in any layout
+NHWC_OPS = (*ELEMENTWISE, "max_pool2d", "global_avg_pool")   # computed in NHWC when their inputs are
 
 
 class Dispatch:
@@ -109,14 +111,32 @@ class Dispatch:
             self.set_nhwc(var, replace(op, inputs=inputs, params={**op.params, "layout": "NHWC"}).emit_reference(
                 self.builder))
         elif op is not None and op.kind in NHWC_OPS and all(i in self.nhwc for i in op.inputs) and \
-                all(c.size == 1 for c in op.constants) and \
+                (op.kind == "lookup" or all(c.size == 1 for c in op.constants)) and \
                 all(len(i.ty.shape) == 4 for i in op.inputs) and \
                 len({tuple(int(d) for d in i.ty.shape) for i in op.inputs}) == 1:
             inputs = tuple(self.nhwc[i] for i in op.inputs)
-            params = op.params if op.kind == "add" else {**op.params, "layout": "NHWC"}
+            params = op.params if op.kind in ELEMENTWISE else {**op.params, "layout": "NHWC"}
             self.set_nhwc(var, replace(op, inputs=inputs, params=params).emit_reference(self.builder))
+        elif (moved := self.nhwc_movement(value)) is not None:
+            self.set_nhwc(var, moved)
         else:
             self.value[var] = self.builder.emit(self.substitute(value))
+
+    def nhwc_movement(self, value):
+        """A concat along the channels or a resize of tensors that are NHWC already, in NHWC; else None."""
+        if not (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op)):
+            return None
+        if value.op.name == "relax.concat" and isinstance(value.args[0], relax.Tuple):
+            fields = value.args[0].fields
+            if all(f in self.nhwc and len(f.ty.shape) == 4 for f in fields) and int(value.attrs.axis) % 4 == 1:
+                return relax.op.concat([self.nhwc[f] for f in fields], axis=3)
+        if value.op.name == "relax.image.resize2d" and value.args[0] in self.nhwc and str(value.attrs.layout) == "NCHW":
+            a = value.attrs
+            return relax.op.image.resize2d(
+                self.nhwc[value.args[0]], value.args[1], [float(r) for r in a.roi], "NHWC", str(a.method),
+                str(a.coordinate_transformation_mode), str(a.rounding_method), float(a.cubic_alpha), int(a.cubic_exclude),
+                float(a.extrapolation_value), a.out_dtype)
+        return None
 
     def set_nhwc(self, var, nhwc_value):
         self.nhwc[var] = self.builder.emit(nhwc_value)

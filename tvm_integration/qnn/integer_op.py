@@ -14,7 +14,7 @@ from tvm.ir import Constant, Op
 from tvm_integration.qnn import arithmetic, tflite_arithmetic
 
 COMPUTATIONS = {"conv2d": arithmetic.conv2d, "dense": arithmetic.dense, "add": arithmetic.add, "mul": arithmetic.mul,
-                "global_avg_pool": arithmetic.global_avg_pool, "max_pool2d": arithmetic.max_pool2d,
+                "lookup": arithmetic.lookup, "global_avg_pool": arithmetic.global_avg_pool, "max_pool2d": arithmetic.max_pool2d,
                 "quantize": arithmetic.quantize, "dequantize": arithmetic.dequantize,
                 **tflite_arithmetic.COMPUTATIONS}
 LINEAR = ("conv2d", "dense")

@@ -7,6 +7,10 @@ user would: ``quantize_static`` on random calibration inputs, QDQ or QOperator f
   shrink it for tests;
 * ``mobilenet_v2``: inverted residual blocks (1x1 expand + ReLU6, 3x3 depthwise + ReLU6, 1x1
   linear project, residual add where the shape allows);
+* ``mobilenet_v3``: MobileNetV3-Small's blocks (HardSwish, squeeze-and-excitation: a global pool,
+  two 1x1 convolutions, HardSigmoid, a broadcast Mul);
+* ``silu_fpn``: a YOLO-style neck: SiLU (``x * sigmoid(x)``), a strided branch upsampled by nearest
+  Resize and concatenated with the full-resolution one;
 * ``mlp``: MatMul + Add + Relu layers and a Gemm head.
 """
 from __future__ import annotations
@@ -50,6 +54,10 @@ class _Graph:
     def activation(self, x: str, act: str | None) -> str:
         if act == "relu":
             return self.node("Relu", [x])
+        if act == "hardswish":
+            return self.node("HardSwish", [x])
+        if act == "silu":
+            return self.node("Mul", [x, self.node("Sigmoid", [x])])
         if act == "relu6":
             return self.node("Clip", [x, self.const(np.array(0.0), "lo"), self.const(np.array(6.0), "hi")])
         return x
@@ -100,6 +108,40 @@ def mobilenet_v2(size: int = 224, blocks=((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 
     x = g.conv(x, cin, head, 1, act="relu6")
     x = g.node("Flatten", [g.node("GlobalAveragePool", [x])])
     return g.model([1, 3, size, size], g.gemm(x, head, classes), [1, classes], "mobilenet_v2")
+
+
+def mobilenet_v3(size: int = 224, blocks=((3, 16, 16, True, "relu", 2), (3, 72, 24, False, "relu", 2),
+                                          (3, 88, 24, False, "relu", 1), (5, 96, 40, True, "hardswish", 2),
+                                          (5, 240, 40, True, "hardswish", 1), (5, 120, 48, True, "hardswish", 1),
+                                          (5, 288, 96, True, "hardswish", 2), (5, 576, 96, True, "hardswish", 1)),
+                 stem: int = 16, head: int = 576, classes: int = 1000, seed: int = 3) -> onnx.ModelProto:
+    """``blocks``: (kernel, expanded channels, channels, squeeze-and-excite, activation, stride), as in
+    the MobileNetV3 paper's Small table (its first eight rows)."""
+    g = _Graph(seed)
+    x, cin = g.conv("input", 3, stem, 3, stride=2, act="hardswish"), stem
+    for k, hidden, c, se, act, stride in blocks:
+        y = g.conv(x, cin, hidden, 1, act=act) if hidden != cin else x
+        y = g.conv(y, hidden, hidden, k, stride, groups=hidden, act=act)
+        if se:
+            squeeze = max(8, hidden // 4)
+            p = g.conv(g.node("GlobalAveragePool", [y]), hidden, squeeze, 1, act="relu")
+            p = g.node("HardSigmoid", [g.conv(p, squeeze, hidden, 1, act=None)], alpha=1 / 6, beta=0.5)
+            y = g.node("Mul", [y, p])
+        y = g.conv(y, hidden, c, 1, act=None)
+        x, cin = (g.node("Add", [x, y]) if stride == 1 and cin == c else y), c
+    x = g.conv(x, cin, head, 1, act="hardswish")
+    x = g.node("Flatten", [g.node("GlobalAveragePool", [x])])
+    return g.model([1, 3, size, size], g.gemm(x, head, classes), [1, classes], "mobilenet_v3")
+
+
+def silu_fpn(size: int = 64, width: int = 32, classes: int = 10, seed: int = 4) -> onnx.ModelProto:
+    g = _Graph(seed)
+    x = g.conv(g.conv("input", 3, width, 3, stride=2, act="silu"), width, width, 3, act="silu")
+    coarse = g.conv(g.conv(x, width, 2 * width, 3, stride=2, act="silu"), 2 * width, width // 2, 1, act="silu")
+    up = g.node("Resize", [coarse, "", g.const(np.array([1, 1, 2, 2]), "up")], mode="nearest")
+    x = g.conv(g.node("Concat", [x, up], axis=1), width + width // 2, width, 3, act="silu")
+    x = g.node("Flatten", [g.node("GlobalAveragePool", [x])])
+    return g.model([1, 3, size, size], g.gemm(x, width, classes), [1, classes], "silu_fpn")
 
 
 def mlp(features: int = 64, hidden=(128, 64), classes: int = 10, batch: int = 4, seed: int = 7) -> onnx.ModelProto:

@@ -14,8 +14,14 @@ replaced by one integer op when onnxruntime computes it as one (its QDQ fusions)
   tensors, constant weights) -> ``conv2d`` / ``dense`` with an int32 output; an input zero point
   computed at run time (dynamic quantization) is subtracted after the op (``integer_accumulate``);
 * ``Q(DQ(a) + DQ(b))`` -> ``add``; ``Q(DQ(a) * DQ(b))`` -> ``mul``; ``Q(mean_hw(DQ(x)))`` -> ``global_avg_pool``;
-* ``Q(f(DQ(x)))`` for data movement ``f`` (max pool, reshape, flatten, transpose) with the same scale
-  and zero point on both sides -> ``f`` on the integers; ``Q(DQ(x))`` with equal parameters -> ``x``;
+* ``Q(f(DQ(x)))`` for an elementwise float function ``f`` of one 8-bit tensor (Sigmoid, HardSwish,
+  LeakyRelu, a requantization ``Q(DQ(x))``, ...: float ops whose other operands are scalar constants)
+  -> ``lookup`` in a 256-entry table, computed at compile time by running the same float ops between
+  the same QuantizeLinear and DequantizeLinear on every 8-bit value (onnxruntime's QLinearSigmoid and
+  QLinearLeakyRelu are such tables too), so the table is exactly what the float path computes;
+* ``Q(f(DQ(x)))`` for data movement ``f`` (max pool, reshape, flatten, transpose, nearest resize) and
+  ``Q(concat(DQ(x1), DQ(x2), ...))`` -> ``f`` or concat on the integers, each input first brought to
+  the output's parameters by a lookup where its own differ; ``Q(DQ(x))`` with equal parameters -> ``x``;
 * any other ``quantize`` / activation ``dequantize`` -> onnxruntime's QuantizeLinear /
   DequantizeLinear; the float ops between them stay float, as in onnxruntime.
 
@@ -34,16 +40,24 @@ import logging
 from dataclasses import dataclass, replace
 
 import numpy as np
-from tvm import relax
+import tvm
+from tvm import relax, tirx
 from tvm.ir import Constant, Op
 
+from isa_specs import host
+
 from tvm_integration.output_stage import QUANT_RANGES
-from tvm_integration.qnn import arithmetic
+from tvm_integration.qnn import arithmetic, schedules
 from tvm_integration.qnn.integer_op import IntegerOp
 from tvm_integration.qnn.importer import LAYER_NAMES, ModelError
 
 log = logging.getLogger(__name__)
-MOVEMENT = {"relax.nn.max_pool2d", "relax.reshape", "relax.permute_dims", "relax.flatten"}
+MOVEMENT = {"relax.nn.max_pool2d", "relax.reshape", "relax.permute_dims", "relax.flatten", "relax.image.resize2d"}
+# float ops a lookup table may stand for: elementwise, the same on every element
+ELEMENTWISE = {f"relax.{name}" for name in (
+    "sigmoid", "tanh", "exp", "log", "erf", "sqrt", "rsqrt", "abs", "negative", "sign", "floor", "ceil", "round",
+    "square", "sin", "cos", "clip", "add", "subtract", "multiply", "divide", "power", "minimum", "maximum",
+    "nn.relu", "nn.leakyrelu", "nn.gelu", "nn.gelu_tanh", "nn.silu", "nn.softplus")}
 
 
 @dataclass(frozen=True)
@@ -136,8 +150,8 @@ class QDQToInteger(relax.PyExprMutator):
                 and (q := self.call(clipped[0], "relax.quantize")) is not None and (out := self.qparams(q)) is not None:
             return self.clipped_root(q, out.narrowed(*clipped[1]))
         if isinstance(call.op, Op) and call.op.name == "relax.quantize" and (out := self.qparams(call)) is not None:
-            for rule in (self.conv_or_dense, self.add, self.mul, self.global_avg_pool, self.movement,
-                         self.requantize_free):
+            for rule in (self.conv_or_dense, self.add, self.mul, self.global_avg_pool, self.movement, self.concat,
+                         self.requantize_free, self.lookup):
                 new = rule(call.args[0], out)
                 if new is not None:
                     return new
@@ -162,7 +176,7 @@ class QDQToInteger(relax.PyExprMutator):
             if new is not None:
                 return new
         new = None
-        for rule in (self.mul, self.global_avg_pool, self.requantize_free):
+        for rule in (self.mul, self.global_avg_pool, self.requantize_free, self.lookup):
             if (new := rule(q.args[0], out)) is not None:
                 break
         if new is None:
@@ -364,16 +378,87 @@ class QDQToInteger(relax.PyExprMutator):
 
     def movement(self, expr, out: QParams):
         op = self.call(expr, *MOVEMENT)
-        data = None if op is None else self.dequantized(op.args[0])
-        if data is None or not data[1].same(out):
+        if op is None or op.op.name == "relax.image.resize2d" and str(op.attrs.method) != "nearest_neighbor":
+            return None
+        x = self.in_output_params(op.args[0], out)
+        if x is None:
             return None
         if op.op.name == "relax.nn.max_pool2d":
             a = op.attrs
             if str(a.layout) != "NCHW" or a.ceil_mode or any(int(d) != 1 for d in a.dilation):
                 return None
-            return self.integer("max_pool2d", [data[0]], pool=[int(p) for p in a.pool_size],
+            return self.integer("max_pool2d", [x], pool=[int(p) for p in a.pool_size],
                                 strides=[int(s) for s in a.strides], padding=[int(p) for p in a.padding])
-        return relax.Call(op.op, [self.visit_expr(data[0]), *[self.visit_expr(a) for a in op.args[1:]]], op.attrs)
+        return relax.Call(op.op, [x, *[self.visit_expr(a) for a in op.args[1:]]], op.attrs)
+
+    def concat(self, expr, out: QParams):
+        cat = self.call(expr, "relax.concat")
+        fields = None if cat is None else self.value(cat.args[0])
+        if not isinstance(fields, relax.Tuple):
+            return None
+        parts = [self.in_output_params(f, out) for f in fields.fields]
+        if any(p is None for p in parts):
+            return None
+        return relax.op.concat(parts, axis=int(cat.attrs.axis))
+
+    def in_output_params(self, expr, out: QParams):
+        """For ``expr`` = DQ(x): the integers of Q(expr) in ``out``'s parameters, x itself where they
+        are x's, else x through a lookup table; None otherwise. Data movement, concatenation and max
+        commute with that (monotone) map, so they run on the integers, exactly."""
+        data = self.dequantized(expr)
+        if data is None:
+            return None
+        if data[1].same(out):
+            return self.visit_expr(data[0])
+        table = self.lookup(expr, out)
+        return None if table is None else self.builder_.emit(table)
+
+    def lookup(self, expr, out: QParams):
+        leaf = self.elementwise_input(expr)
+        if leaf is None or out.range is not None or out.scale.size != 1:
+            return None
+        dq, x, xq = leaf
+        offset = -QUANT_RANGES[xq.dtype][0]
+        rank = len(x.ty.shape)           # every value, in x's rank (the DQ's axis attribute stays valid)
+        values = relax.const((np.arange(256) - offset).reshape((1,) * (rank - 1) + (256,)), xq.dtype)
+        q = relax.op.quantize(self.rebuilt(expr, dq, values), relax.const(out.scale.reshape(())),
+                              relax.const(out.zero_point.reshape(()).astype(out.dtype)), out_dtype=out.dtype)
+        return self.integer("lookup", [x], [evaluate(q).reshape(256)], offset=offset)
+
+    def elementwise_input(self, expr):
+        """(its DQ call, x, x's QParams) when ``expr`` is an elementwise float function of DQ(x) alone,
+        x an 8-bit tensor of the whole type's range; else None."""
+        leaves = []
+
+        def walk(e):
+            if (dq := self.call(e, "relax.dequantize")) is not None:
+                leaves.append(dq)
+                return True
+            value = self.value(e)
+            if isinstance(value, Constant):      # a tensor, or a scalar (a clip's bounds)
+                return np.size(value.value.numpy() if hasattr(value.value, "numpy") else value.value) == 1
+            call = self.call(e, *ELEMENTWISE)
+            return call is not None and all(walk(a) for a in call.args)
+        if not walk(expr) or not leaves:
+            return None
+        dq, params = leaves[0], self.qparams(leaves[0])
+        x = dq.args[0]
+        if params is None or params.dtype not in ("uint8", "int8") or params.scale.size != 1 or \
+                constant(self.value(x)) is not None or self.clipped(x) is not None or \
+                any(not d.args[0].same_as(x) or self.qparams(d) is None or not params.same(self.qparams(d))
+                    for d in leaves) or \
+                [int(d) for d in expr.ty.shape] != [int(d) for d in x.ty.shape]:
+            return None
+        return dq, x, params
+
+    def rebuilt(self, expr, dq, values):
+        """``expr`` with its DQ(x) applied to the constant ``values`` instead (a standalone expression)."""
+        if self.call(expr, "relax.dequantize") is not None:
+            return relax.Call(dq.op, [values, *[self.value(a) for a in dq.args[1:]]], dq.attrs)
+        value = self.value(expr)
+        if isinstance(value, Constant):
+            return value
+        return relax.Call(value.op, [self.rebuilt(a, dq, values) for a in value.args], value.attrs)
 
     def integer(self, kind: str, inputs, constants=(), **params):
         """The call of integer op ``kind`` (arithmetic.py) on the rewritten ``inputs``."""
@@ -401,6 +486,22 @@ def valid_tap_sums(w: np.ndarray, size: tuple[int, int], attrs) -> np.ndarray:
             cols = (np.arange(ow) * sw + j - pl >= 0) & (np.arange(ow) * sw + j - pl < wd)
             sums += per_tap[:, i, j, None, None] * np.outer(rows, cols)
     return sums[None]
+
+
+def evaluate(expr) -> np.ndarray:
+    """The value of a standalone Relax expression of constants, computed as a compiled model would:
+    rewritten, legalized, scheduled (schedules.py) and built for this host."""
+    bb = relax.BlockBuilder()
+    with bb.function("main", []):
+        with bb.dataflow():
+            out = bb.emit_output(expr)
+        bb.emit_func_output(out)
+    mod = relax.transform.LegalizeOps()(rewrite(bb.get()))
+    for gvar, func in list(mod.functions.items()):
+        if isinstance(func, tirx.PrimFunc):
+            mod[gvar] = schedules.schedule(func)
+    vm = relax.VirtualMachine(tvm.compile(mod, target=tvm.target.Target(host.tvm_target())), tvm.cpu())
+    return vm["main"]().numpy()
 
 
 def rewrite(mod):
