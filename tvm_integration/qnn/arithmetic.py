@@ -14,6 +14,7 @@ bit-exact with onnxruntime:
   ``zc - fma(sa/sc, za, sb/sc * zb)`` (the compiler contracted that line of MLAS into an FMA:
   without it, 4 of 10 outputs of a 224x224 MobileNetV2 with 3 residual blocks differed in the last
   bit; with it, none), rounded half to even;
+* average pool (QLinearAveragePool): the dequantized window summed, divided, requantized in float32;
 * mul (QLinearMul): the integer product times ``sa * sb / sc``, plus the zero point, in float32;
 * quantize (QuantizeLinear): ``x / scale`` (a division, not a reciprocal), clamped, rounded half to
   even; dequantize: ``float32(x - zp) * scale``;
@@ -189,6 +190,39 @@ def max_pool2d(x, *, pool, strides, padding, layout: str = "NCHW"):
     if nhwc:
         return te.compute((b, oh, ow, c), lambda n, i, j, ch: value(n, ch, i, j), name="max_pool")
     return te.compute((b, c, oh, ow), value, name="max_pool")
+
+
+def avg_pool2d(x, *, pool, strides, padding, out_size, count_include_pad: bool, x_scale: float, x_zero_point: int,
+               y_scale: float, y_zero_point: int, out_dtype: str, layout: str = "NCHW"):
+    """QLinearAveragePool as onnxruntime's CPU kernel computes it (qlinear_pool.cc): the window's
+    dequantized values ``x_scale * (x - zx)`` (float32, fenced: no FMA into the sum) summed in float32
+    in row order, divided by the window's size (the taps inside the input, or all of them with
+    ``count_include_pad``), then ``sum / y_scale + zy`` rounded half to even, saturated."""
+    nhwc = layout == "NHWC"
+    b, c, h, w = (x.shape[0], x.shape[3], x.shape[1], x.shape[2]) if nhwc else x.shape
+    (kh, kw), (sh, sw), (pt, pl, _, _), (oh, ow) = pool, strides, padding, out_size
+    lo, hi = QUANT_RANGES[out_dtype]
+
+    def value(n, ch, i, j):
+        total = tirx.const(0.0, "float32")
+        for dy in range(kh):
+            for dx in range(kw):
+                y, xx = i * sh + dy - pt, j * sw + dx - pl
+                tap = (x[n, y, xx, ch] if nhwc else x[n, ch, y, xx]).astype("int32") - x_zero_point
+                tap = tirx.call_llvm_pure_intrin("float32", "llvm.arithmetic.fence",
+                                                 tap.astype("float32") * tirx.const(x_scale, "float32"))
+                total = total + tirx.if_then_else(tirx.all(y >= 0, y < h, xx >= 0, xx < w), tap, tirx.const(0.0, "float32"))
+        if count_include_pad:
+            count = tirx.const(kh * kw, "int32")
+        else:
+            rows = tirx.min(i * sh - pt + kh, h) - tirx.max(i * sh - pt, 0)
+            cols = tirx.min(j * sw - pl + kw, w) - tirx.max(j * sw - pl, 0)
+            count = rows * cols
+        z = total / count.astype("float32") / tirx.const(y_scale, "float32") + float(y_zero_point)
+        return round_to_int(tirx.max(tirx.min(z, float(hi)), float(lo))).astype(out_dtype)
+    if nhwc:
+        return te.compute((b, oh, ow, c), lambda n, i, j, ch: value(n, ch, i, j), name="avg_pool")
+    return te.compute((b, c, oh, ow), value, name="avg_pool")
 
 
 def quantize(x, *, scale: float, zero_point: int, out_dtype: str, layout: str = "same"):

@@ -32,7 +32,7 @@ from tvm_integration.qnn.integer_op import IntegerOp
 TENSORIZED = "qnn.tensorized"
 TO_NHWC, TO_NCHW = [0, 2, 3, 1], [0, 3, 1, 2]
 ELEMENTWISE = ("add", "mul", "lookup")                   # the same in any layout
-NHWC_OPS = (*ELEMENTWISE, "max_pool2d", "global_avg_pool")   # computed in NHWC when their inputs are
+NHWC_OPS = (*ELEMENTWISE, "max_pool2d", "avg_pool2d", "global_avg_pool")   # computed in NHWC when their inputs are
 
 
 class Dispatch:

@@ -14,6 +14,8 @@ replaced by one integer op when onnxruntime computes it as one (its QDQ fusions)
   tensors, constant weights) -> ``conv2d`` / ``dense`` with an int32 output; an input zero point
   computed at run time (dynamic quantization) is subtracted after the op (``integer_accumulate``);
 * ``Q(DQ(a) + DQ(b))`` -> ``add``; ``Q(DQ(a) * DQ(b))`` -> ``mul``; ``Q(mean_hw(DQ(x)))`` -> ``global_avg_pool``;
+  ``Q(avg_pool2d(DQ(x)))`` -> ``avg_pool2d`` (a window the size of the input, unpadded: ``global_avg_pool``,
+  as onnxruntime falls back to);
 * ``Q(f(DQ(x)))`` for an elementwise float function ``f`` of one 8-bit tensor (Sigmoid, HardSwish,
   LeakyRelu, a requantization ``Q(DQ(x))``, ...: float ops whose other operands are scalar constants)
   -> ``lookup`` in a 256-entry table, computed at compile time by running the same float ops between
@@ -150,8 +152,8 @@ class QDQToInteger(relax.PyExprMutator):
                 and (q := self.call(clipped[0], "relax.quantize")) is not None and (out := self.qparams(q)) is not None:
             return self.clipped_root(q, out.narrowed(*clipped[1]))
         if isinstance(call.op, Op) and call.op.name == "relax.quantize" and (out := self.qparams(call)) is not None:
-            for rule in (self.conv_or_dense, self.add, self.mul, self.global_avg_pool, self.movement, self.concat,
-                         self.requantize_free, self.lookup):
+            for rule in (self.conv_or_dense, self.add, self.mul, self.global_avg_pool, self.avg_pool, self.movement,
+                         self.concat, self.requantize_free, self.lookup):
                 new = rule(call.args[0], out)
                 if new is not None:
                     return new
@@ -374,6 +376,24 @@ class QDQToInteger(relax.PyExprMutator):
         count = int(data[0].ty.shape[2]) * int(data[0].ty.shape[3])
         scale = np.float32(np.float32(x_scale) / np.float32(np.float32(y_scale) * np.float32(count)))
         return self.integer("global_avg_pool", [data[0]], x_zero_point=x_zp, scale=float(scale), out_zero_point=y_zp,
+                            out_dtype=out.dtype)
+
+    def avg_pool(self, expr, out: QParams):
+        pool = self.call(expr, "relax.nn.avg_pool2d")
+        data = None if pool is None else self.dequantized(pool.args[0])
+        if data is None or data[1].range is not None or out.range is not None:
+            return None
+        a = pool.attrs
+        if str(a.layout) != "NCHW" or any(int(d) != 1 for d in a.dilation):
+            return None
+        (x_scale, x_zp), (y_scale, y_zp) = data[1].scalar("a pool input"), out.scalar("a pool output")
+        size, padding = [int(d) for d in list(pool.args[0].ty.shape)[2:]], [int(p) for p in a.padding]
+        if [int(k) for k in a.pool_size] == size and not any(padding):     # onnxruntime: the global pool
+            return self.global_avg_pool(relax.op.mean(pool.args[0], axis=[2, 3], keepdims=True), out)
+        return self.integer("avg_pool2d", [data[0]], pool=[int(k) for k in a.pool_size],
+                            strides=[int(s) for s in a.strides], padding=padding,
+                            out_size=[int(d) for d in list(expr.ty.shape)[2:]], count_include_pad=bool(a.count_include_pad),
+                            x_scale=float(x_scale), x_zero_point=x_zp, y_scale=float(y_scale), y_zero_point=y_zp,
                             out_dtype=out.dtype)
 
     def movement(self, expr, out: QParams):
