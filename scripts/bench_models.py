@@ -2,7 +2,9 @@
 """Whole models, batch 1, through the QNN pipeline (tvm_integration.qnn) next to onnxruntime int8 on
 the same quantized model, onnxruntime fp32 on its float original and TVM 0.27's own import of the
 quantized model, in the same run: ResNet-18 (224x224, random weights, QDQ u8/s8 per-channel, as
-onnxruntime.quantization writes it) and MobileNetV2 (the same, with depthwise convolutions), each at
+onnxruntime.quantization writes it), MobileNetV2 (the same, with depthwise convolutions), a
+MobileNetV3-Small-style model (HardSwish, squeeze-and-excitation) and a YOLO-style neck (SiLU, nearest
+Resize, Concat: tvm_integration/qnn/models.py), each at
 1 and 2 threads (one worker process per thread count: TVM sizes its pool once per process). Our
 output is compared with onnxruntime's on the same input in every row.
 
@@ -14,8 +16,8 @@ int8 kernels), so onnxruntime is their reference (bit for bit, and the numpy int
 calibration input); their speedups are against the int8 ``resnet18`` row of the same worker
 (``--models`` must include resnet18): our int8 build, onnxruntime int8 and fp32.
 
-    python scripts/bench_models.py [--models resnet18,mobilenet_v2,resnet18_w1a1,resnet18_w2a2] [--threads 1,2]
-                                   [--trials 20] [--out benchmarks]
+    python scripts/bench_models.py [--models resnet18,mobilenet_v2,mobilenet_v3,silu_fpn,resnet18_w1a1,resnet18_w2a2]
+                                   [--threads 1,2] [--trials 20] [--out benchmarks]
 """
 from __future__ import annotations
 

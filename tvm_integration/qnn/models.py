@@ -134,7 +134,7 @@ def mobilenet_v3(size: int = 224, blocks=((3, 16, 16, True, "relu", 2), (3, 72, 
     return g.model([1, 3, size, size], g.gemm(x, head, classes), [1, classes], "mobilenet_v3")
 
 
-def silu_fpn(size: int = 64, width: int = 32, classes: int = 10, seed: int = 4) -> onnx.ModelProto:
+def silu_fpn(size: int = 224, width: int = 32, classes: int = 1000, seed: int = 4) -> onnx.ModelProto:
     g = _Graph(seed)
     x = g.conv(g.conv("input", 3, width, 3, stride=2, act="silu"), width, width, 3, act="silu")
     coarse = g.conv(g.conv(x, width, 2 * width, 3, stride=2, act="silu"), 2 * width, width // 2, 1, act="silu")
@@ -188,7 +188,7 @@ def quantize(float_model: onnx.ModelProto, path: str | Path, fmt: str = "qdq", p
     return path
 
 
-BUILT_IN = {"resnet18": resnet, "mobilenet_v2": mobilenet_v2}
+BUILT_IN = {"resnet18": resnet, "mobilenet_v2": mobilenet_v2, "mobilenet_v3": mobilenet_v3, "silu_fpn": silu_fpn}
 
 
 def write_pair(name: str, directory: str | Path) -> tuple[Path, Path]:
