@@ -64,7 +64,7 @@ def qlinear_add(a, b, ratio_a: float, ratio_b: float, fixed: float, out_dtype: s
         return tirx.call_intrin("float32", "tirx.fma", x, y, z)      # one rounding, as vfmadd
     y = fma(a.astype("float32"), tirx.const(ratio_a, "float32"),
             fma(b.astype("float32"), tirx.const(ratio_b, "float32"), tirx.const(fixed, "float32")))
-    return round_to_int(tirx.max(tirx.min(y, float(clamp[1])), float(clamp[0]))).astype(out_dtype)
+    return round_saturated(y, clamp, out_dtype)
 
 
 @dataclass(frozen=True)
@@ -179,6 +179,18 @@ def round_to_int(x):
     which is to nearest even unless a program changes it; MLAS's requantization (the same
     instruction) relies on it too."""
     return tirx.call_llvm_pure_intrin("int32", "llvm.lrint", x)
+
+
+def round_saturated(x, bounds: tuple[int, int], dtype: str):
+    """float32 ``x`` rounded half to even and saturated to the integer ``bounds``, as ``dtype``
+    (the bounds are integers, so clamping before rounding is the same)."""
+    return round_to_int(tirx.max(tirx.min(x, float(bounds[1])), float(bounds[0]))).astype(dtype)
+
+
+def fenced(x):
+    """float32 ``x`` as computed, never contracted by LLVM with what consumes it (a product into an
+    FMA): for arithmetic that must round twice, as the runtime it copies does."""
+    return tirx.call_llvm_pure_intrin("float32", "llvm.arithmetic.fence", x)
 
 
 def requantization(scale: np.ndarray, zero_point: int, out_dtype: str):

@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 from tvm import te, tirx
 
-from tvm_integration.output_stage import QUANT_RANGES, qlinear_add, round_to_int
+from tvm_integration.output_stage import QUANT_RANGES, fenced, qlinear_add, round_saturated, round_to_int
 
 
 def requantize(acc, scale, zero_point: int, dtype: str, clamp: tuple[int, int]):
@@ -137,9 +137,8 @@ def mul(a, b, *, a_zero_point: int, b_zero_point: int, ratio: float, out_zero_po
     def value(*i):
         x = a(*_broadcast_index(a.shape, i)).astype("int32") - a_zero_point
         y = b(*_broadcast_index(b.shape, i)).astype("int32") - b_zero_point
-        product = (x * y).astype("float32") * tirx.const(ratio, "float32")
-        z = tirx.call_llvm_pure_intrin("float32", "llvm.arithmetic.fence", product) + float(out_zero_point)
-        return round_to_int(tirx.max(tirx.min(z, float(clamp[1])), float(clamp[0]))).astype(out_dtype)
+        product = fenced((x * y).astype("float32") * tirx.const(ratio, "float32"))
+        return round_saturated(product + float(out_zero_point), clamp, out_dtype)
     return te.compute(shape, value, name="qmul")
 
 
@@ -201,7 +200,6 @@ def avg_pool2d(x, *, pool, strides, padding, out_size, count_include_pad: bool, 
     nhwc = layout == "NHWC"
     b, c, h, w = (x.shape[0], x.shape[3], x.shape[1], x.shape[2]) if nhwc else x.shape
     (kh, kw), (sh, sw), (pt, pl, _, _), (oh, ow) = pool, strides, padding, out_size
-    lo, hi = QUANT_RANGES[out_dtype]
 
     def value(n, ch, i, j):
         total = tirx.const(0.0, "float32")
@@ -209,8 +207,7 @@ def avg_pool2d(x, *, pool, strides, padding, out_size, count_include_pad: bool, 
             for dx in range(kw):
                 y, xx = i * sh + dy - pt, j * sw + dx - pl
                 tap = (x[n, y, xx, ch] if nhwc else x[n, ch, y, xx]).astype("int32") - x_zero_point
-                tap = tirx.call_llvm_pure_intrin("float32", "llvm.arithmetic.fence",
-                                                 tap.astype("float32") * tirx.const(x_scale, "float32"))
+                tap = fenced(tap.astype("float32") * tirx.const(x_scale, "float32"))
                 total = total + tirx.if_then_else(tirx.all(y >= 0, y < h, xx >= 0, xx < w), tap, tirx.const(0.0, "float32"))
         if count_include_pad:
             count = tirx.const(kh * kw, "int32")
@@ -219,7 +216,7 @@ def avg_pool2d(x, *, pool, strides, padding, out_size, count_include_pad: bool, 
             cols = tirx.min(j * sw - pl + kw, w) - tirx.max(j * sw - pl, 0)
             count = rows * cols
         z = total / count.astype("float32") / tirx.const(y_scale, "float32") + float(y_zero_point)
-        return round_to_int(tirx.max(tirx.min(z, float(hi)), float(lo))).astype(out_dtype)
+        return round_saturated(z, QUANT_RANGES[out_dtype], out_dtype)
     if nhwc:
         return te.compute((b, oh, ow, c), lambda n, i, j, ch: value(n, ch, i, j), name="avg_pool")
     return te.compute((b, c, oh, ow), value, name="avg_pool")

@@ -31,8 +31,8 @@ from tvm_integration.qnn.integer_op import IntegerOp
 
 TENSORIZED = "qnn.tensorized"
 TO_NHWC, TO_NCHW = [0, 2, 3, 1], [0, 3, 1, 2]
-ELEMENTWISE = ("add", "mul", "lookup")                   # the same in any layout
-NHWC_OPS = (*ELEMENTWISE, "max_pool2d", "avg_pool2d", "global_avg_pool")   # computed in NHWC when their inputs are
+LAYOUT_FREE = ("add", "mul", "lookup")                   # elementwise: the same in any layout, no layout parameter
+NHWC_OPS = (*LAYOUT_FREE, "max_pool2d", "avg_pool2d", "global_avg_pool")   # computed in NHWC when their inputs are
 
 
 class Dispatch:
@@ -110,12 +110,14 @@ class Dispatch:
             inputs = tuple(self.substitute(i) for i in op.inputs)
             self.set_nhwc(var, replace(op, inputs=inputs, params={**op.params, "layout": "NHWC"}).emit_reference(
                 self.builder))
+        # a constant indexed by position (an add's constant operand) is in the model's layout; a
+        # lookup's table is indexed by value
         elif op is not None and op.kind in NHWC_OPS and all(i in self.nhwc for i in op.inputs) and \
                 (op.kind == "lookup" or all(c.size == 1 for c in op.constants)) and \
                 all(len(i.ty.shape) == 4 for i in op.inputs) and \
                 len({tuple(int(d) for d in i.ty.shape) for i in op.inputs}) == 1:
             inputs = tuple(self.nhwc[i] for i in op.inputs)
-            params = op.params if op.kind in ELEMENTWISE else {**op.params, "layout": "NHWC"}
+            params = op.params if op.kind in LAYOUT_FREE else {**op.params, "layout": "NHWC"}
             self.set_nhwc(var, replace(op, inputs=inputs, params=params).emit_reference(self.builder))
         elif (moved := self.nhwc_movement(value)) is not None:
             self.set_nhwc(var, moved)

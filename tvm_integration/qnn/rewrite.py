@@ -369,8 +369,10 @@ class QDQToInteger(relax.PyExprMutator):
         if mean is None or [int(a) for a in mean.attrs.axis] != [2, 3] or not mean.attrs.keepdims:
             return None
         data = self.dequantized(mean.args[0])
-        if data is None or len(data[0].ty.shape) != 4:
-            return None
+        return None if data is None or len(data[0].ty.shape) != 4 else self.global_pool(data, out)
+
+    def global_pool(self, data, out: QParams):
+        """QLinearGlobalAveragePool of ``data`` = (x, its QParams)."""
         x_scale, x_zp = data[1].scalar("a pool input")
         y_scale, y_zp = out.scalar("a pool output")
         count = int(data[0].ty.shape[2]) * int(data[0].ty.shape[3])
@@ -389,7 +391,7 @@ class QDQToInteger(relax.PyExprMutator):
         (x_scale, x_zp), (y_scale, y_zp) = data[1].scalar("a pool input"), out.scalar("a pool output")
         size, padding = [int(d) for d in list(pool.args[0].ty.shape)[2:]], [int(p) for p in a.padding]
         if [int(k) for k in a.pool_size] == size and not any(padding):     # onnxruntime: the global pool
-            return self.global_avg_pool(relax.op.mean(pool.args[0], axis=[2, 3], keepdims=True), out)
+            return self.global_pool(data, out)
         return self.integer("avg_pool2d", [data[0]], pool=[int(k) for k in a.pool_size],
                             strides=[int(s) for s in a.strides], padding=padding,
                             out_size=[int(d) for d in list(expr.ty.shape)[2:]], count_include_pad=bool(a.count_include_pad),

@@ -29,7 +29,7 @@ import math
 import numpy as np
 from tvm import te, tirx
 
-from tvm_integration.output_stage import QUANT_RANGES, round_to_int
+from tvm_integration.output_stage import QUANT_RANGES, fenced, round_saturated
 
 ADD_SCALE_RANGE = (1.0 / 1024.0, 256.0)     # the delegate takes an ADD only if each input/output scale is in it
 
@@ -114,12 +114,10 @@ def mean(x, *, scale: float, offset: float, out_dtype: str, keepdims: bool):
     b, c, h, w = x.shape
     ry, rx = te.reduce_axis((0, h), "ry"), te.reduce_axis((0, w), "rx")
     total = te.compute((b, c), lambda n, ch: te.sum(x[n, ch, ry, rx].astype("int32"), axis=[ry, rx]), name="sum")
-    lo, hi = QUANT_RANGES[out_dtype]
 
     def value(n, ch, *_):
         product = total[n, ch].astype("float32") * tirx.const(scale, "float32")
-        y = tirx.call_llvm_pure_intrin("float32", "llvm.arithmetic.fence", product) + tirx.const(offset, "float32")
-        return round_to_int(tirx.max(tirx.min(y, float(hi)), float(lo))).astype(out_dtype)
+        return round_saturated(fenced(product) + tirx.const(offset, "float32"), QUANT_RANGES[out_dtype], out_dtype)
     return te.compute((b, c, 1, 1) if keepdims else (b, c), value, name="tflite_mean")
 
 
