@@ -8,7 +8,7 @@ from hypothesis import given, settings, strategies as st  # noqa: E402
 
 from tvm_integration import dispatch  # noqa: E402
 from tvm_integration.ops import direct  # noqa: E402
-from tvm_integration.ops.conv2d import conv2d, space_to_depth  # noqa: E402
+from tvm_integration.ops.conv2d import build_conv2d, conv2d, space_to_depth  # noqa: E402
 from tvm_integration.ops.gemm import Tile  # noqa: E402
 from tvm_integration.ops.dense import dense  # noqa: E402
 from tvm_integration.output_stage import FixedPointRequantize, OutputStage, ScaleRequantize  # noqa: E402
@@ -100,6 +100,8 @@ CONVS = [  # layout, C, O, kernel, stride, padding, groups, dtype
     ("NCHW", 16, 16, 3, 2, 1, 16, "int8"),    # depthwise, stride 2
     ("NHWC", 16, 16, 3, 2, 1, 16, "int8"),
     ("NCHW", 8, 8, 3, 1, 1, 8, "uint8"),
+    ("NHWC", 24, 20, 1, 2, 0, 1, "int8"),      # unpadded: packed from the input itself
+    ("NHWC", 5, 7, 3, 1, 0, 1, "uint8"),       # unpadded, but the packed runs pass the input's end
 ]
 
 
@@ -110,6 +112,12 @@ def test_conv2d(layout, c, o, ksize, stride, pad, groups, dtype):
     x, w = random(shape, dtype), random((o, c // groups, ksize, ksize), "int8")
     out = conv2d(w, shape, layout, stride, pad, groups, dtype)(x)
     assert np.array_equal(out, conv_reference(x, w, layout, stride, pad, groups))
+
+
+@pytest.mark.parametrize("stride,padding,copied", [(1, 0, False), (2, 0, False), (1, 1, True)])
+def test_unpadded_1x1_packs_from_the_input_without_a_copy(stride, padding, copied):
+    built = build_conv2d(random((32, 64, 1, 1), "int8"), (1, 14, 14, 64), "NHWC", stride, padding)
+    assert ('T.sblock("pad")' in built.mod.script()) == copied
 
 
 def test_space_to_depth_only_where_it_packs_more_useful_bytes():

@@ -128,8 +128,11 @@ def tensorize_tile(sch, outer, loop, intrin: str, kernel: Kernel):
 def schedule(func, tile: Tile, kernel: Kernel | None, order: str, depth_loops: tuple[int, ...],
              fold_run: int | None = None):
     sch = s_tir.Schedule(func)
+    stages = {sch.get(b).name_hint for b in sch.get_child_blocks(sch.get_sblock("root"))}
+    if "view" in stages:
+        sch.compute_inline(sch.get_sblock("view"))
     for name in ("pad", "fold"):  # tensors the operator computes from its input before packing
-        if any(sch.get(b).name_hint == name for b in sch.get_child_blocks(sch.get_sblock("root"))):
+        if name in stages:
             parallel_rows(sch, sch.get_sblock(name), fold_run if name == "fold" else None)
     block = sch.get_sblock("gemm")
     b, g, p, n, k = sch.get_loops(block)
