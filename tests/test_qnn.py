@@ -145,11 +145,13 @@ def test_signed_activations_qlinearconv(tmp_path):
     assert_bit_exact(path)
 
 
-def test_save_load_and_profile(tmp_path):
+def test_save_load_and_profile(tmp_path, capfd):
     path = models.quantize(TINY["mlp"](), tmp_path / "m.onnx")
     model = compile_model(path, threads=1)
     feeds = bench.random_inputs(model.inputs, np.random.default_rng(0))
+    capfd.readouterr()
     model.save(tmp_path / "m.so")
+    assert "Scope Saving" not in capfd.readouterr().err      # TVM's debug line per memory scope
     again = CompiledModel.load(tmp_path / "m.so", threads=1)
     np.testing.assert_array_equal(again(feeds)[model.outputs[0]], model(feeds)[model.outputs[0]])
     assert "qsynth_dense" in [name for name, _, _ in model.profile(feeds)]

@@ -9,8 +9,10 @@ A compiled model checks its inputs (names, shapes, dtypes) before running, each 
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -141,7 +143,8 @@ class CompiledModel:
                                 "outputs": self.outputs})
         with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
             library, meta = Path(tmp) / path.name, Path(tmp) / (path.name + ".json")
-            self.executable.export_library(str(library))
+            with _without_scope_warnings():
+                self.executable.export_library(str(library))
             meta.write_text(signature)
             os.replace(meta, str(path) + ".json")
             os.replace(library, path)
@@ -155,3 +158,23 @@ class CompiledModel:
         signature = json.loads(meta.read_text())
         inputs = {n: (tuple(s), d) for n, (s, d) in signature["inputs"].items()}
         return CompiledModel(tvm.runtime.load_module(str(path)), inputs, signature["outputs"], threads)
+
+
+@contextlib.contextmanager
+def _without_scope_warnings():
+    """TVM 0.27 logs ``Scope Saving:`` at WARNING for every memory scope of an executable it saves
+    (src/runtime/vm/executable.cc, a leftover debug line: 132 lines for MobileNetV3, on every ``qsynth
+    run``); the library is not affected. Whatever else the save writes to stderr (the C compiler's
+    messages) is passed on."""
+    sys.stderr.flush()
+    stderr = os.dup(2)
+    with tempfile.TemporaryFile() as log:
+        os.dup2(log.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(stderr, 2)
+            os.close(stderr)
+            log.seek(0)
+            sys.stderr.writelines(line for line in log.read().decode(errors="replace").splitlines(keepends=True)
+                                  if "Scope Saving:" not in line)
