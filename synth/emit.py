@@ -60,6 +60,17 @@ Calling convention (also written into every generated header, and into ``manifes
   across channels; accumulator lanes narrower than 64 bits (NEON: 16) are added per channel, and K
   runs in chunks in which none of them can wrap.
 
+* bitserial, a K loop around a tile of one word of K per row (``layout="tile"``, ``row_bits=64``)::
+
+      static inline void qs_<name>_gemm(const uint8_t *w, int w_stride, const uint8_t *a, int a_stride,
+                                        T *out, int out_stride, int kwords)
+
+  Word t's weights, the kernel's image of its planes (plane j of row i the 8 bytes at
+  ``w + t*w_stride + (j*rows + i)*8``), and word t of column n's activation plane k at
+  ``a + (n*abits + k)*a_stride + 8t``, for ``TILE_GEMM_COLUMNS`` columns; adds row i's dot product
+  with column n over ``kwords`` words to ``out[n*out_stride + i]``, a lane of the kernel's (T as for
+  bitserial), with wrap-around: a caller runs K in chunks that cannot wrap.
+
 * int8 (``Int8Spec``, tile ``mr`` x ``nr`` int32 over ``k``)::
 
       static inline void qs_<name>(const void *a, int a_stride, const void *b, int b_stride,
@@ -596,6 +607,7 @@ def kernel_model(entry: dict) -> dict:
             "guard": sorted(m for f in features for m in _FEATURE_MACROS[f]),
             "include_guard": f"QSYNTH_{fn.upper()}_H", "amx": "amx-int8" in features, "domain": domain(spec),
             "tile_config": tile_config, "kloop": kloop, "gemv": _gemv_model(spec, lay),
+            "tile_gemm": _tile_gemm_model(spec, lay),
             "convention": CALLING_CONVENTION[lay.kind]}
 
 
@@ -646,6 +658,22 @@ def _gemv_model(spec, lay: Layout) -> dict | None:
             "unroll": (_LANES_UNROLL if lanes_layout else _GEMV_UNROLL)[_family(spec.isa)],
             "block_bytes": spec.reg_bits // 8, "significances": spec.significances, "abits": spec.abits,
             "hybrid": spec.encoding == "hybrid", "act_weight": 2 ** spec.wbits - 1}
+
+
+# Activation columns of a tile kernel's ``_gemm``: its weights loaded once for all of them, and as many
+# independent addp trees for the in-order Cortex-A53 to issue while each waits on the one before
+# (ResNet-18 C3 A1W1, llvm-mca cycles of the K loop: 2 columns 0.65 M, 4 0.46 M, 8 0.43 M).
+TILE_GEMM_COLUMNS = 8
+
+
+def _tile_gemm_model(spec, lay: Layout) -> dict | None:
+    """What the ``_gemm`` of a ``tile`` kernel of one 64-bit word of K per row needs (None for other
+    kernels): a K loop for the layers whose K is a word or two, where a lanes tile's lane sums after
+    the loop cost as much as the loop. Each word's dot products come out whole (an addp tree)."""
+    if lay.kind != "bitserial" or spec.k_bits != 64:
+        return None
+    return {"cols": TILE_GEMM_COLUMNS, "rows": spec.rows, "abits": spec.abits, "lane_type": lay.lane_type,
+            "unsigned": f"uint{spec.out_bits}_t", "register_bytes": spec.reg_bits // 8}
 
 
 def constant_bytes(constant: dict, bits: int) -> bytes:

@@ -10,10 +10,10 @@ pytest.importorskip("tvm")
 
 from helpers_bitserial import conv_reference, random_weights  # noqa: E402
 from tvm_integration import cross, mca  # noqa: E402
-from tvm_integration.bitserial_kernels import gemm_kernels, select  # noqa: E402
+from tvm_integration.bitserial_kernels import gemm_kernels, select, word_kernels  # noqa: E402
 from tvm_integration.ops.bitserial_conv2d import bitserial_conv2d  # noqa: E402
 from tvm_integration.ops.bitserial_dense import bitserial_dense  # noqa: E402
-from tvm_integration.ops.bitserial_gemm import Config, chunks  # noqa: E402
+from tvm_integration.ops.bitserial_gemm import Config, chunks, tile_for  # noqa: E402
 from tvm_integration.output_stage import OutputStage, ScaleRequantize  # noqa: E402
 
 pytestmark = [pytest.mark.qemu, pytest.mark.skipif(cross.missing_tools() is not None,
@@ -103,6 +103,50 @@ def test_conv2d_nhwc_on_neon_equals_numpy(config, shape, wshape, stride, pad):
     np.testing.assert_array_equal(got, conv_reference(x, w, stride, pad))
 
 
+SHORT_K = [  # (config, input, weight OIHW, stride, layout): a K of one or two words runs on a word tile
+    (Config(1, 1, "unipolar"), (1, 5, 6, 64), (19, 64, 1, 1), 1, "NHWC"),      # one word (ResNet-18 C3's K)
+    (Config(1, 1, "hybrid"), (1, 7, 6, 100), (10, 100, 1, 1), 2, "NHWC"),      # two words, 100 channels
+    (Config(2, 2, "unipolar"), (1, 6, 5, 40), (9, 40, 1, 1), 2, "NHWC"),       # 40 channels
+    (Config(2, 2, "hybrid"), (1, 4, 5, 128), (17, 128, 1, 1), 1, "NHWC"),      # two whole words (C8's K)
+    (Config(3, 3, "hybrid"), (2, 3, 5, 70), (8, 70, 1, 1), 1, "NHWC"),         # two images
+    (Config(1, 2, "unipolar"), (1, 90, 7, 5), (11, 90, 1, 1), 2, "NCHW"),
+]
+
+
+@pytest.mark.parametrize("config, shape, wshape, stride, layout", SHORT_K,
+                         ids=[f"a{c.abits}w{c.wbits}_{c.encoding}_c{w[1]}_s{s}_{lay}" for c, _, w, s, lay in SHORT_K])
+def test_short_k_on_a_word_tile_equals_numpy(config, shape, wshape, stride, layout):
+    """A K of a word or two runs on the configuration's word tile (its own encoding: no fold), not on
+    the lanes tile ``select`` gives, and equals numpy at the largest values too."""
+    nchw = layout == "NCHW"
+    words = -(-wshape[1] // 64)
+    tile = tile_for(select("neon", config.abits, config.wbits, config.encoding), config, words, nchw)
+    assert tile.word_tile and tile.spec.encoding == config.encoding and tile.spec.k_bits == 64
+    rng = np.random.default_rng(17)
+    w = random_weights(rng, config, wshape)
+    x = rng.integers(0, 2 ** config.abits, shape).astype(np.uint8)
+    nhwc = x.transpose(0, 2, 3, 1) if nchw else x
+    set_extremes(config, nhwc[0, :1], w)
+    got = bitserial_conv2d(w, shape, config, stride, 0, isa="neon", layout=layout)(x)
+    want = conv_reference(nhwc, w, stride, 0)
+    np.testing.assert_array_equal(got, want.transpose(0, 3, 1, 2) if nchw else want)
+
+
+def test_word_tile_runs_a_long_k_in_chunks():
+    """A word tile adds in its 16-bit lanes: A3W3 hybrid gains up to 49 * 64 a word, so 11 words of
+    the largest values (34496 > 2**15 - 1) run in two chunks, summed in int32, unipolar 22 words
+    (68992 > 2**16 - 1) likewise; A1W1 over 130 bits (a partial third word) in one."""
+    for config, k in ((Config(3, 3, "hybrid"), 700), (Config(3, 3, "unipolar"), 1400), (Config(1, 1, "unipolar"), 130)):
+        kernel = select("neon", config.abits, config.wbits, config.encoding, "tile")
+        assert kernel.word_tile and chunks(kernel, config, -(-k // 64))[0] == (1 if k == 130 else 2)
+        rng = np.random.default_rng(18)
+        w = random_weights(rng, config, (11, k))
+        x = rng.integers(0, 2 ** config.abits, (10, k)).astype(np.uint8)
+        set_extremes(config, x[0], w)
+        op = bitserial_dense(w, 10, config, isa="neon", kernel_layout="tile")
+        np.testing.assert_array_equal(op(x), x.astype(np.int64) @ w.T)
+
+
 def test_output_stage_on_neon():
     """bias, float scale (round half to even), zero point, clamp to u8 — computed on AArch64."""
     config = Config(1, 2, "unipolar")
@@ -123,6 +167,7 @@ def test_every_config_has_a_neon_tile():
             for encoding in ("unipolar", "hybrid"):
                 tiles = gemm_kernels("neon", a, w, encoding)
                 assert tiles and all(t.spec.cols > 1 and t.spec.out_bits == 16 for t in tiles), (a, w, encoding)
+                assert word_kernels("neon", a, w, encoding), (a, w, encoding)
 
 
 # ---------------------------------------------------------------- llvm-mca estimates (tvm_integration/mca.py)

@@ -2,7 +2,9 @@
 
 A tile (``BitserialSpec`` of the acc layout with ``cols`` > 1) is ``rows`` weight rows × ``cols``
 activation columns; its ``_gemm`` runs the proved body over a whole K of packed words and adds the
-dot products to ``C[column, row]``. The description is the bitserial dot product written over the
+dot products to ``C[column, row]``. A ``tile`` kernel of one word of K per row (a GEMV whose
+dot products come out whole in one register) runs K words short enough that a lanes tile's lane sums
+would cost as much as its loop (``word_kernels``). The description is the bitserial dot product written over the
 same packed words (``T.popcount``), read off the spec; the implementation calls the emitted
 ``_gemm`` (its LLVM IR imported and inlined, as for the int8 tiles). Memory image (bitpack.py, and
 the calling convention of synth/emit.py): W = ``wbits × rows × words`` and A = ``cols × abits ×
@@ -17,7 +19,7 @@ from tvm import s_tir, tirx
 from tvm.script import tirx as T
 
 from synth import cache, trust
-from synth.emit import emit_llvm_ir, function_name, kernel_model
+from synth.emit import TILE_GEMM_COLUMNS, emit_llvm_ir, function_name, kernel_model
 from synth.kernel import spec_from_key
 from synth.spec import BitserialSpec
 
@@ -40,6 +42,17 @@ class BitserialKernel:
         return self.spec.layout == "lanes"
 
     @property
+    def word_tile(self) -> bool:
+        """A ``tile`` kernel of one word of K per row, run by its ``_gemm`` over ``TILE_GEMM_COLUMNS``
+        columns and the words of K (synth/emit.py), W one word after the other."""
+        return self.spec.layout == "tile"
+
+    @property
+    def cols(self) -> int:
+        """Activation columns of one call of the ``_gemm``."""
+        return TILE_GEMM_COLUMNS if self.word_tile else self.spec.cols
+
+    @property
     def acc_dtype(self) -> str:
         """The dot products' lane type (unipolar unsigned, hybrid signed), wrapping; a lanes tile adds
         its dot products to int32 (mod 2**32)."""
@@ -49,8 +62,8 @@ class BitserialKernel:
 
     @property
     def block_words(self) -> int:
-        """K is whole register blocks: this many words (a lanes tile: any number of words)."""
-        return 1 if self.lanes else self.spec.reg_bits // 64
+        """K is whole register blocks: this many words (a lanes or word tile: any number of words)."""
+        return 1 if self.lanes or self.word_tile else self.spec.reg_bits // 64
 
 
 def gemm_kernels(isa: str, abits: int, wbits: int, encoding: str, lanes_first: bool = True) -> list[BitserialKernel]:
@@ -73,12 +86,7 @@ def gemm_kernels(isa: str, abits: int, wbits: int, encoding: str, lanes_first: b
         elif (key.get("kind"), key.get("isa"), key.get("layout"), key.get("abits"), key.get("wbits"),
                 key.get("encoding")) == ("bitserial", isa, "lanes", abits, wbits, encoding) and lanes_first:
             chosen.append(path)
-    entries, refused = trust.load_all(chosen)
-    for line in refused:
-        log.warning("not used: %s", line)
-    kernels = [BitserialKernel(spec_from_key(e["spec"]), function_name(e) + "_gemm_extern", _llvm_ir(e),
-                               e["cache_key"], tuple(kernel_model(e)["features"]))
-               for e in entries if e["proof"]["proved"]]
+    kernels = _proved(chosen)
     # one-row acc tiles only for a configuration without a larger acc tile (NEON A3W3: the synthesizer
     # found no two-row tile within its budget), whatever lanes tiles there are (kernel_layout="acc")
     larger = any(k.spec.rows > 1 for k in kernels if not k.lanes)
@@ -90,6 +98,41 @@ def gemm_kernels(isa: str, abits: int, wbits: int, encoding: str, lanes_first: b
 # The lanes tile's activation columns the operators prefer: 2 (32 channels x 2 columns, A1W1) ran ResNet-18
 # C2/C9/C12 A1W1 in 0.108-0.129 ms against 0.111-0.166 for 4 columns, 0.12-0.26 for 3, 6 or 8
 # (requantized uint8 output, 1 thread, min of 25x10 interleaved calls; C3/C8: all within 5%).
+
+
+def _proved(paths) -> list[BitserialKernel]:
+    """The proved entries of ``paths`` as kernels, re-proved on this machine unless stamped
+    (``synth.trust``); refused entries are skipped with a warning."""
+    entries, refused = trust.load_all(paths)
+    for line in refused:
+        log.warning("not used: %s", line)
+    return [BitserialKernel(spec_from_key(e["spec"]), function_name(e) + "_gemm_extern", _llvm_ir(e),
+                            e["cache_key"], tuple(kernel_model(e)["features"]))
+            for e in entries if e["proof"]["proved"]]
+
+
+# Words of K up to which a layer runs on a word tile instead of the ISA's lanes tile (NEON: the lanes
+# tile's four 16-bit lanes per channel summed after the loop cost as much as a one-word loop).
+WORD_TILE_WORDS = {"neon": 2}
+
+
+def word_kernels(isa: str, abits: int, wbits: int, encoding: str) -> tuple[BitserialKernel, ...]:
+    """The proved ``tile`` kernels of a configuration with one 64-bit word of K per row (the ones
+    ``emit`` gives a ``_gemm``), the shortest program first, then the one with more rows."""
+    chosen, cost = [], {}
+    for path in cache.entries():
+        try:
+            entry = cache.read(path)
+        except cache.CacheError as e:
+            log.warning("not used: %s", e)
+            continue
+        key = entry["spec"]
+        if ((key.get("kind"), key.get("isa"), key.get("layout", "tile"), key.get("abits"), key.get("wbits"),
+             key.get("encoding")) == ("bitserial", isa, "tile", abits, wbits, encoding)
+                and spec_from_key(key).k_bits == 64):
+            chosen.append(path)
+            cost[entry["cache_key"]] = len(entry["program"]["body"])
+    return tuple(sorted(_proved(chosen), key=lambda k: (cost[k.cache_key], -k.spec.rows)))
 
 
 def unipolar_twin(kernel: BitserialKernel) -> BitserialKernel | None:
@@ -143,8 +186,8 @@ def register(kernel: BitserialKernel, words: int, stride: int | None = None, uni
     words apart (default ``words``: K in one piece; more: a chunk of a longer K); returns its name."""
     spec, acc = kernel.spec, kernel.acc_dtype
     rows, cols, wb, ab = spec.rows, spec.cols, spec.wbits, spec.abits
-    if kernel.lanes:
-        return _register_lanes(kernel, words, unit_loop)
+    if kernel.lanes or kernel.word_tile:
+        return _register_lanes(kernel, words, unit_loop, stride)
     if words % kernel.block_words:
         raise ValueError(f"{words} words are not whole {spec.reg_bits}-bit blocks")
     stride = stride or words
@@ -194,65 +237,73 @@ def register(kernel: BitserialKernel, words: int, stride: int | None = None, uni
     return name
 
 
-def _register_lanes(kernel: BitserialKernel, words: int, unit_loop: bool = True) -> str:
+def _register_lanes(kernel: BitserialKernel, words: int, unit_loop: bool = True, stride: int | None = None) -> str:
     """A lanes tile over ``words`` words of K: W = ``wbits × words × rows`` (word t of every channel
-    together, the ``_gemm``'s weight image), A and C as for the acc tiles, C in int32. ``unit_loop``:
+    together, the ``_gemm``'s weight image), A and C as for the acc tiles, C in int32; a word tile
+    likewise with W = ``words × wbits × rows`` (word t's planes together) and C in its lanes, over a
+    chunk of a K of ``stride`` words (default ``words``). ``unit_loop``:
     whether the operator keeps a one-term reduction's unit loop (the GEMM's own loops split) or not
     (the GEMM computed at the output's loops)."""
     spec, acc = kernel.spec, kernel.acc_dtype
-    rows, cols, wb, ab = spec.rows, spec.cols, spec.wbits, spec.abits
-    name = f"qsynth_{spec.name}_k{words}" + ("" if unit_loop else "_nounit")
+    rows, cols, wb, ab = spec.rows, kernel.cols, spec.wbits, spec.abits
+    stride = stride or words
+    name = f"qsynth_{spec.name}_k{words}" + (f"_s{stride}" if stride != words else "") + ("" if unit_loop else "_nounit")
     shift = wb * ab > 1
+    a_strides = [ab * stride, stride, 1] if stride != words else None
+    if kernel.word_tile:
+        shape, at, w_stride = (words, wb, rows), lambda W, j, t, i: W[t, j, i], wb * rows * 8
+    else:
+        shape, at, w_stride = (wb, words, rows), lambda W, j, t, i: W[j, t, i], words * rows * 8
 
     @T.prim_func(s_tir=True)
-    def single(W: T.Buffer((wb, words, rows), WORD, offset_factor=1),
-               A: T.Buffer((cols, ab, words), WORD, offset_factor=1),
+    def single(W: T.Buffer(shape, WORD, offset_factor=1),
+               A: T.Buffer((cols, ab, words), WORD, offset_factor=1, strides=a_strides),
                C: T.Buffer((cols, rows), acc, offset_factor=1, strides=[T.int32(), 1])) -> None:
         # desc of a one-term reduction (A1W1, K one word): TVM binds the operator's unit reduction loop
         # outside the block, so the description has no reduction variable
         with T.sblock("root"):
-            T.reads(C[0:cols, 0:rows], W[0:wb, 0:words, 0:rows], A[0:cols, 0:ab, 0:words])
+            T.reads(C[0:cols, 0:rows], W[0:shape[0], 0:shape[1], 0:rows], A[0:cols, 0:ab, 0:words])
             T.writes(C[0:cols, 0:rows])
             for n, i, r in T.grid(cols, rows, 1):
                 with T.sblock("update"):
                     vn, vi = T.axis.remap("SS", [n, i])
-                    C[vn, vi] = C[vn, vi] + dot_term(W[0, 0, vi], A[vn, 0, 0], 0, 0, spec.encoding, acc, False)
+                    C[vn, vi] = C[vn, vi] + dot_term(at(W, 0, 0, vi), A[vn, 0, 0], 0, 0, spec.encoding, acc, False)
 
     @T.prim_func(s_tir=True)
-    def single_flat(W: T.Buffer((wb, words, rows), WORD, offset_factor=1),
-                    A: T.Buffer((cols, ab, words), WORD, offset_factor=1),
+    def single_flat(W: T.Buffer(shape, WORD, offset_factor=1),
+                    A: T.Buffer((cols, ab, words), WORD, offset_factor=1, strides=a_strides),
                     C: T.Buffer((cols, rows), acc, offset_factor=1, strides=[T.int32(), 1])) -> None:
         with T.sblock("root"):
-            T.reads(C[0:cols, 0:rows], W[0:wb, 0:words, 0:rows], A[0:cols, 0:ab, 0:words])
+            T.reads(C[0:cols, 0:rows], W[0:shape[0], 0:shape[1], 0:rows], A[0:cols, 0:ab, 0:words])
             T.writes(C[0:cols, 0:rows])
             for n, i in T.grid(cols, rows):
                 with T.sblock("update"):
                     vn, vi = T.axis.remap("SS", [n, i])
-                    C[vn, vi] = C[vn, vi] + dot_term(W[0, 0, vi], A[vn, 0, 0], 0, 0, spec.encoding, acc, False)
+                    C[vn, vi] = C[vn, vi] + dot_term(at(W, 0, 0, vi), A[vn, 0, 0], 0, 0, spec.encoding, acc, False)
 
     @T.prim_func(s_tir=True)
-    def desc(W: T.Buffer((wb, words, rows), WORD, offset_factor=1),
-             A: T.Buffer((cols, ab, words), WORD, offset_factor=1),
+    def desc(W: T.Buffer(shape, WORD, offset_factor=1),
+             A: T.Buffer((cols, ab, words), WORD, offset_factor=1, strides=a_strides),
              C: T.Buffer((cols, rows), acc, offset_factor=1, strides=[T.int32(), 1])) -> None:
         with T.sblock("root"):
-            T.reads(C[0:cols, 0:rows], W[0:wb, 0:words, 0:rows], A[0:cols, 0:ab, 0:words])
+            T.reads(C[0:cols, 0:rows], W[0:shape[0], 0:shape[1], 0:rows], A[0:cols, 0:ab, 0:words])
             T.writes(C[0:cols, 0:rows])
             for n, i, r in T.grid(cols, rows, wb * ab * words):
                 with T.sblock("update"):
                     vn, vi, vr = T.axis.remap("SSR", [n, i, r])
-                    C[vn, vi] = C[vn, vi] + dot_term(W[vr // (ab * words), vr % words, vi],
+                    C[vn, vi] = C[vn, vi] + dot_term(at(W, vr // (ab * words), vr % words, vi),
                                                      A[vn, vr // words % ab, vr % words],
                                                      plane_shift(vr, wb, ab, words), 0, spec.encoding, acc, shift)
 
     @T.prim_func(s_tir=True)
-    def impl(W: T.Buffer((wb, words, rows), WORD, offset_factor=1),
-             A: T.Buffer((cols, ab, words), WORD, offset_factor=1),
+    def impl(W: T.Buffer(shape, WORD, offset_factor=1),
+             A: T.Buffer((cols, ab, words), WORD, offset_factor=1, strides=a_strides),
              C: T.Buffer((cols, rows), acc, offset_factor=1, strides=[T.int32(), 1])) -> None:
         with T.sblock("root"):
-            T.reads(C[0:cols, 0:rows], W[0:wb, 0:words, 0:rows], A[0:cols, 0:ab, 0:words])
+            T.reads(C[0:cols, 0:rows], W[0:shape[0], 0:shape[1], 0:rows], A[0:cols, 0:ab, 0:words])
             T.writes(C[0:cols, 0:rows])
-            T.evaluate(T.call_extern("int32", kernel.function, W.access_ptr("r"), words * rows * 8, A.access_ptr("r"),
-                                     words * 8, C.access_ptr("rw"), C.strides[0], words))
+            T.evaluate(T.call_extern("int32", kernel.function, W.access_ptr("r"), w_stride, A.access_ptr("r"),
+                                     stride * 8, C.access_ptr("rw"), C.strides[0], words))
 
     one = single if unit_loop else single_flat
     s_tir.TensorIntrin.register(name, one if wb * ab * words == 1 else desc, impl, override=True)
@@ -266,16 +317,18 @@ CROSS = ("neon",)              # built for AArch64 and run under qemu (tvm_integ
 def select(isa: str, abits: int, wbits: int, encoding: str, layout: str | None = None) -> BitserialKernel:
     """The tile an operator uses: for ``isa="host"`` the first ISA of ``ISAS`` whose tile the host
     runs (isa_specs.host's CPU flags), else the given ISA's first tile (``gemm_kernels``' order);
-    ``layout``: only tiles of that layout (``acc`` or ``lanes``)."""
+    ``layout``: only tiles of that layout (``acc`` or ``lanes``; ``tile``: the first word tile,
+    ``word_kernels``, for any K)."""
     from isa_specs import host
     from tvm_integration.dispatch import DispatchError
     if isa != "host" and isa not in ISAS + CROSS:
         raise DispatchError(f"unknown ISA {isa!r} for bitserial operators; accepted: host, {', '.join(ISAS + CROSS)}")
     reasons = []
-    if layout not in (None, "acc", "lanes"):
-        raise DispatchError(f"bitserial tile layout must be acc or lanes, got {layout!r}")
+    if layout not in (None, "acc", "lanes", "tile"):
+        raise DispatchError(f"bitserial tile layout must be acc, lanes or tile, got {layout!r}")
     for name in ISAS if isa == "host" else (isa,):
-        kernels = [k for k in gemm_kernels(name, abits, wbits, encoding) if layout in (None, k.spec.layout)]
+        kernels = (list(word_kernels(name, abits, wbits, encoding)) if layout == "tile" else
+                   [k for k in gemm_kernels(name, abits, wbits, encoding) if layout in (None, k.spec.layout)])
         if not kernels:
             reasons.append(f"{name}: no proved GEMM-shaped A{abits}W{wbits} {encoding} {layout or ''} tile in the cache"
                            .replace("  ", " "))

@@ -28,7 +28,7 @@ def bitserial_conv2d(weight: np.ndarray, input_shape: tuple[int, int, int, int],
                      use_kernel: bool = True, layout: str = "NHWC", kernel_layout: str | None = None) -> Operator:
     """Compile for inputs of ``input_shape`` in ``layout`` (NHWC or NCHW; the output in the same);
     ``use_kernel=False``: the same schedule in plain TIR; ``kernel_layout``: only tiles of this layout
-    (acc or lanes; default: bitserial_kernels.select's choice). ``isa="neon"``: built for AArch64, an
+    (acc, lanes or tile; default: bitserial_kernels.select's choice). ``isa="neon"``: built for AArch64, an
     operator run under qemu (cross.QemuOperator)."""
     return build_bitserial_conv2d(weight, input_shape, config, stride, padding, stage, isa, use_kernel,
                                   layout, kernel_layout).compile()

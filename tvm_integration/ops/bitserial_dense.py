@@ -16,7 +16,7 @@ from tvm_integration.output_stage import OutputStage
 def bitserial_dense(weight: np.ndarray, m: int, config: Config, stage: OutputStage = OutputStage(),
                     isa: str = "host", use_kernel: bool = True, kernel_layout: str | None = None) -> Operator:
     """Compile for ``m`` input rows; ``use_kernel=False``: the same schedule in plain TIR;
-    ``kernel_layout``: only tiles of this layout (acc or lanes). ``isa="neon"``: built for AArch64, an
+    ``kernel_layout``: only tiles of this layout (acc, lanes or tile). ``isa="neon"``: built for AArch64, an
     operator run under qemu (cross.QemuOperator)."""
     return build_bitserial_dense(weight, m, config, stage, isa, use_kernel, kernel_layout).compile()
 

@@ -16,7 +16,11 @@ hybrid (odd values in [-(2**wbits - 1), 2**wbits - 1], i.e. ±1 bit-planes), the
 Tiles (bitserial_kernels.select): on AVX-512 the ``lanes`` tiles first (output channels across the
 64-bit lanes, one word of K per step, the dot products added to int32: no lane sums and no padding of
 K to register blocks, so the 1x1 layers run on them too; weights ``Wp[n0, j, t, i]``), else the
-``acc`` tiles (K across the lanes, one horizontal sum per output after the K loop).
+``acc`` tiles (K across the lanes, one horizontal sum per output after the K loop). On NEON a K of
+one or two words runs on a word tile instead (``tile_for``: a proved GEMV whose dot products come out
+whole from an addp tree, run over several columns and the words by its ``_gemm``; weights
+``Wp[n0, t, j, i]``): the lanes tile's four 16-bit lanes per channel, summed after the loop, cost as
+much as a one-word loop.
 
 Schedule: p (columns of the tile) by ``cols``, n by ``rows``, loops ``p0 | n0 | p1 n1 j k t``, p0
 parallel, the activation packing computed under p0, the output stage under n0 (vectorized along
@@ -33,8 +37,8 @@ from dataclasses import dataclass
 import numpy as np
 from tvm import s_tir, te, tirx
 
-from tvm_integration.bitserial_kernels import (WORD, BitserialKernel, dot_term, plane_shift, planes_and_word, register,
-                                               unipolar_twin)
+from tvm_integration.bitserial_kernels import (WORD, WORD_TILE_WORDS, BitserialKernel, dot_term, plane_shift,
+                                               planes_and_word, register, unipolar_twin, word_kernels)
 from tvm_integration.output_stage import OutputStage, placeholders
 from tvm_integration.packing import round_up
 
@@ -93,7 +97,7 @@ def build(rows: int, data: te.Tensor, input_planes: te.Tensor, activation_word, 
     tile's count registers do)."""
     n = weights_shape[0]
     kernel = tile_for(kernel, config, weight_planes.shape[2], batch is not None)
-    tile_rows, tile_cols = (kernel.spec.rows, kernel.spec.cols) if kernel else PLAIN_TILE
+    tile_rows, tile_cols = (kernel.spec.rows, kernel.cols) if kernel else PLAIN_TILE
     raw_words = weight_planes.shape[2]
     chunk_count, chunk = chunks(kernel, config, raw_words) if kernel else (1, raw_words)
     words = chunk_count * chunk
@@ -108,12 +112,14 @@ def build(rows: int, data: te.Tensor, input_planes: te.Tensor, activation_word, 
     packed = te.compute((pp, config.abits, words), lambda p, k, t: tirx.if_then_else(
         tirx.all(p < rows, t < raw_words), activation_word(tirx.min(p, rows - 1), k, tirx.min(t, raw_words - 1)),
         tirx.const(0, WORD)), name="columns")
-    lanes = kernel is not None and kernel.lanes
-    w = te.placeholder((npad // tile_rows, config.wbits, words, tile_rows) if lanes
-                       else (npad // tile_rows, config.wbits, tile_rows, words), WORD, name="weights")
+    word_tile = kernel is not None and kernel.word_tile
+    lanes = kernel is not None and kernel.lanes or word_tile        # K along the loop, a word per step
+    w = te.placeholder((npad // tile_rows,) + weight_image(config.wbits, words, tile_rows, kernel), WORD,
+                       name="weights")
     r = te.reduce_axis((0, config.wbits * config.abits * chunk), "r")
     j, kk, t = planes_and_word(r, config.abits, chunk)
-    weight = ((lambda c, word: w[c // tile_rows, j, word, c % tile_rows]) if lanes
+    weight = ((lambda c, word: w[c // tile_rows, word, j, c % tile_rows]) if word_tile
+              else (lambda c, word: w[c // tile_rows, j, word, c % tile_rows]) if lanes
               else (lambda c, word: w[c // tile_rows, j, c % tile_rows, word]))
     sig = (plane_shift(r, config.wbits, config.abits, chunk), 0) if lanes else (j, kk)
     term = lambda q, p, c: dot_term(weight(c, q * chunk + t), packed[p, kk, q * chunk + t],
@@ -144,7 +150,7 @@ def build(rows: int, data: te.Tensor, input_planes: te.Tensor, activation_word, 
         out = te.compute((batch, n, per), lambda b, c, q: stage.expression(total(row(b, q), c), params, 0, c),
                          name="output")
     func = te.create_prim_func([data, w, *params.values(), out])
-    constants = [tile_weights(weight_planes, tile_rows, words, lanes), *values.values()]
+    constants = [tile_weights(weight_planes, tile_rows, words, kernel), *values.values()]
     if chunk_count > 1:
         return schedule_chunks(func, input_planes.op.name, tile_rows, tile_cols, kernel, chunk, words,
                                batch is not None), constants
@@ -171,30 +177,50 @@ def chunks(kernel: BitserialKernel, config: Config, words: int) -> tuple[int, in
 
 def tile_for(kernel: BitserialKernel | None, config: Config, words: int, nchw: bool = False) -> BitserialKernel | None:
     """The tile ``build`` runs a layer of ``words`` words of K on, given ``select``'s: None (plain TIR)
-    where the tile does not pay; for a hybrid layer on a hybrid lanes tile, channels last, the
+    where the tile does not pay; a word tile of the configuration for a K of at most
+    ``WORD_TILE_WORDS`` words on a lanes tile's ISA (NEON);
+    for a hybrid layer on a hybrid lanes tile, channels last, the
     unipolar lanes tile on the weight codes (the fold: per layer 0.9-0.75x the time of the hybrid tile's
     count registers, ResNet-18 C2/C3/C9/C12 A1W1 requantized to u8, 1 thread, interleaved)."""
     if kernel is None or not pays(kernel, words):
         return None
+    spec = kernel.spec
+    if kernel.lanes and words <= WORD_TILE_WORDS.get(spec.isa, 0):
+        short = word_kernels(spec.isa, config.abits, config.wbits, config.encoding)
+        if short:
+            return short[0]
     if kernel.lanes and not nchw and config.encoding == kernel.spec.encoding == "hybrid":
         return unipolar_twin(kernel) or kernel
     return kernel
 
 
 def pays(kernel: BitserialKernel, words: int) -> bool:
-    """Whether a K of ``words`` words runs on the tile (more than half a block; a lanes tile: always)
-    or plain TIR."""
-    return kernel.lanes or 2 * words > kernel.block_words
+    """Whether a K of ``words`` words runs on the tile (more than half a block; a lanes or word tile:
+    always) or plain TIR."""
+    return kernel.lanes or kernel.word_tile or 2 * words > kernel.block_words
 
 
-def tile_weights(planes: np.ndarray, tile_rows: int, words: int, lanes: bool = False) -> np.ndarray:
-    """``[N, wbits, w]`` packed weights -> ``Wp[N/rows, wbits, rows, words]`` (zero-padded); for a
-    lanes tile ``Wp[N/rows, wbits, words, rows]`` (word t of the tile's channels together)."""
+def weight_image(wbits: int, words: int, rows: int, kernel: BitserialKernel | None) -> tuple[int, int, int]:
+    """The shape of one tile's packed weights (``_axes``)."""
+    tiles = np.empty((0, rows, wbits, words)).transpose(_axes(kernel))
+    return tiles.shape[1:]
+
+
+def _axes(kernel: BitserialKernel | None) -> tuple[int, int, int, int]:
+    """``[tile, row, plane, word]`` -> one tile's weight image: ``[wbits, rows, words]``; for a lanes
+    tile ``[wbits, words, rows]`` (word t of the tile's channels together); for a word tile
+    ``[words, wbits, rows]`` (word t's planes together: the kernel's image of one call)."""
+    if kernel is not None and kernel.word_tile:
+        return 0, 3, 2, 1
+    return (0, 2, 3, 1) if kernel is not None and kernel.lanes else (0, 2, 1, 3)
+
+
+def tile_weights(planes: np.ndarray, tile_rows: int, words: int, kernel: BitserialKernel | None = None) -> np.ndarray:
+    """``[N, wbits, w]`` packed weights -> ``Wp[N/rows, *weight_image]`` (zero-padded)."""
     n, wbits, raw = planes.shape
     padded = np.zeros((round_up(n, tile_rows), wbits, words), planes.dtype)
     padded[:n, :, :raw] = planes
-    return np.ascontiguousarray(padded.reshape(-1, tile_rows, wbits, words).transpose(0, 2, 3, 1) if lanes
-                                else padded.reshape(-1, tile_rows, wbits, words).transpose(0, 2, 1, 3))
+    return np.ascontiguousarray(padded.reshape(-1, tile_rows, wbits, words).transpose(_axes(kernel)))
 
 
 def schedule(func, input_planes: str, tile_rows: int, tile_cols: int, kernel: BitserialKernel | None, words: int,
