@@ -197,12 +197,14 @@ class Dispatch:
 
 def dispatch(mod, isa: str = "host"):
     """Tensorize what legalize marked, then legalize the remaining Relax ops and schedule everything
-    that is not a tensorized operator."""
+    that is not a tensorized operator for the target the model is built with (as compile_model)."""
+    from tvm_integration import dispatch as kernels
+    target = tvm.target.Target(kernels.target(kernels.select(isa)))
     mod = Dispatch(mod, isa).run()
     mod = relax.transform.DeadCodeElimination(["main"])(mod)
     mod = relax.transform.LegalizeOps()(mod)
     for gvar, func in list(mod.functions.items()):
         if isinstance(func, tirx.PrimFunc) and not (func.attrs and TENSORIZED in func.attrs):
-            mod[gvar] = schedules.schedule(func)
+            mod[gvar] = schedules.schedule(func, target)
     return mod
 
