@@ -361,9 +361,21 @@ def test_integer_graph_of_silu_resize_concat(tmp_path):
     assert {"lookup", "mul"} <= set(kinds)
     assert not [n for n in funcs if re.match(r"(sigmoid|multiply|tir_)", n)], sorted(funcs)
     assert [k for k in kinds if "quantize" in k] == ["dequantize", "quantize"]
-    transposed = [b.value.ty.shape for b in mod["main"].body.blocks[0].bindings
-                  if hasattr(b.value, "args") and "transpose" in str(b.value.args[0]) and len(b.value.ty.shape) == 4]
-    assert all(int(s[2]) * int(s[3]) == 1 for s in transposed), transposed      # only the pooled vector
+    assert not transposed_images(mod)
+
+
+def transposed_images(mod) -> list:
+    """The shapes of the transposes of a lowered model other than those of pooled [1, C, 1, 1] vectors."""
+    shapes = [b.value.ty.shape for b in mod["main"].body.blocks[0].bindings
+              if hasattr(b.value, "args") and "transpose" in str(b.value.args[0]) and len(b.value.ty.shape) == 4]
+    return [s for s in shapes if int(s[2]) * int(s[3]) != 1]
+
+
+def test_squeeze_and_excitation_stays_nhwc(tmp_path):
+    """MobileNetV3's squeeze-and-excitation multiplies the image by a [1, C, 1, 1] scale: broadcast in
+    NHWC as in NCHW, so no transposes to NCHW and back around it (three per block before)."""
+    path = models.quantize(TINY["mobilenet_v3"](), tmp_path / "m.onnx")
+    assert not transposed_images(lower(load(path)))
 
 
 LOOKUP_OPS = [("Sigmoid", {}), ("HardSigmoid", {"alpha": 1 / 6, "beta": 0.5}), ("HardSwish", {}),

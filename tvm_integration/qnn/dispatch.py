@@ -111,11 +111,11 @@ class Dispatch:
             self.set_nhwc(var, replace(op, inputs=inputs, params={**op.params, "layout": "NHWC"}).emit_reference(
                 self.builder))
         # a constant indexed by position (an add's constant operand) is in the model's layout; a
-        # lookup's table is indexed by value
+        # lookup's table is indexed by value. Inputs of four axes each broadcast in NHWC as in NCHW (a
+        # squeeze-and-excitation's [1, C, 1, 1] scale times its image: no transposes around it)
         elif op is not None and op.kind in NHWC_OPS and all(i in self.nhwc for i in op.inputs) and \
                 (op.kind == "lookup" or all(c.size == 1 for c in op.constants)) and \
-                all(len(i.ty.shape) == 4 for i in op.inputs) and \
-                len({tuple(int(d) for d in i.ty.shape) for i in op.inputs}) == 1:
+                all(len(i.ty.shape) == 4 for i in op.inputs):
             inputs = tuple(self.nhwc[i] for i in op.inputs)
             params = op.params if op.kind in LAYOUT_FREE else {**op.params, "layout": "NHWC"}
             self.set_nhwc(var, replace(op, inputs=inputs, params=params).emit_reference(self.builder))
