@@ -16,6 +16,7 @@ X86_FLAGS = {
     "avx512bw": "avx512bw",
     "avx512vl": "avx512vl",
     "avx512vnni": "avx512_vnni",
+    "avx512vbmi": "avx512vbmi",
     "avx512vpopcntdq": "avx512_vpopcntdq",
     "avx512bitalg": "avx512_bitalg",
     "avxvnni": "avx_vnni",

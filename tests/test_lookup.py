@@ -17,7 +17,7 @@ from tvm_integration.qnn.model import lower
 
 HOST = host.tvm_target()
 WITHOUT_VBMI = {**HOST, "mattr": [*HOST.get("mattr", []), "-avx512vbmi"]}     # a target this host also runs
-needs_vbmi = pytest.mark.skipif("avx512vbmi" not in host.cpu_flags(), reason="host CPU lacks avx512vbmi")
+needs_vbmi = pytest.mark.skipif(host.missing("avx512vbmi", ()) is not None, reason=str(host.missing("avx512vbmi", ())))
 TARGETS = [pytest.param(HOST, marks=needs_vbmi, id="vbmi"), pytest.param(WITHOUT_VBMI, id="fallback")]
 OFFSET = {"uint8": 0, "int8": 128}
 SHAPES = [(256,), (40,), (1, 7, 9, 5), (3 * 64 + 17,), (1, 112, 112, 16)]
@@ -71,7 +71,7 @@ def test_the_vbmi_build_is_vpermi2b(target, vector, x_dtype):
     ({"kind": "llvm", "mtriple": "x86_64-linux-gnu", "mattr": ["+avx512vbmi"]}, True),
     ({"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mattr": ["+neon"]}, False),
     (WITHOUT_VBMI, False),
-    (HOST, "avx512vbmi" in host.cpu_flags())])
+    (HOST, host.missing("avx512vbmi", ()) is None)])
 def test_the_target_features_decide(target, vbmi):
     """LLVM's knowledge of the target's ``mcpu`` and ``mattr``, never a CPU name, picks the form."""
     assert table_lookup.applies(lookup_func((64,), "uint8", "uint8"), tvm.target.Target(target)) == vbmi

@@ -22,6 +22,7 @@ from dataclasses import replace
 import tvm
 from tvm import relax, tirx
 
+from tvm_integration import dispatch as kernels
 from tvm_integration.ops.conv2d import build_conv2d
 from tvm_integration.ops.dense import build_dense
 from tvm_integration.output_stage import OutputStage, ResidualAdd, requantization
@@ -198,7 +199,6 @@ class Dispatch:
 def dispatch(mod, isa: str = "host"):
     """Tensorize what legalize marked, then legalize the remaining Relax ops and schedule everything
     that is not a tensorized operator for the target the model is built with (as compile_model)."""
-    from tvm_integration import dispatch as kernels
     target = tvm.target.Target(kernels.target(kernels.select(isa)))
     mod = Dispatch(mod, isa).run()
     mod = relax.transform.DeadCodeElimination(["main"])(mod)
