@@ -65,7 +65,7 @@ def table(run: dict) -> str:
         gm = lambda c, part: float(np.exp(np.mean([np.log(r["cores"][c]["ratio"][part]) for r in group])))
         plain = ", ".join(r["layer"] for r in group if r["kernel"].startswith("plain")) or "none"
         out.append(f"| {key[0]} {key[1]} | {len(group)} | "
-                   + " | ".join(f"{gm(c, 'popcount_blocks'):.2f}x | {gm(c, 'operator'):.2f}x" for c in cores) + f" | {plain} |")
+                   + " | ".join(f"{gm(c, 'popcount_blocks'):.3f}x | {gm(c, 'operator'):.3f}x" for c in cores) + f" | {plain} |")
     return "\n".join(out) + "\n"
 
 
