@@ -74,17 +74,9 @@ def gemm_kernels(isa: str, abits: int, wbits: int, encoding: str, lanes_first: b
     with more rows; acc tiles of one row only when there is no other. Refused entries are skipped
     with a warning."""
     chosen = []
-    for path in cache.entries():
-        try:
-            key = cache.read(path)["spec"]
-        except cache.CacheError as e:
-            log.warning("not used: %s", e)
-            continue
-        if (key.get("kind"), key.get("isa"), key.get("layout"), key.get("abits"), key.get("wbits"),
-                key.get("encoding")) == ("bitserial", isa, "acc", abits, wbits, encoding) and key.get("cols", 1) > 1:
-            chosen.append(path)
-        elif (key.get("kind"), key.get("isa"), key.get("layout"), key.get("abits"), key.get("wbits"),
-                key.get("encoding")) == ("bitserial", isa, "lanes", abits, wbits, encoding) and lanes_first:
+    for path, entry in _configuration_entries(isa, abits, wbits, encoding):
+        key = entry["spec"]
+        if (key.get("layout") == "acc" and key.get("cols", 1) > 1) or (key.get("layout") == "lanes" and lanes_first):
             chosen.append(path)
     kernels = _proved(chosen)
     # one-row acc tiles only for a configuration without a larger acc tile (NEON A3W3: the synthesizer
@@ -98,6 +90,21 @@ def gemm_kernels(isa: str, abits: int, wbits: int, encoding: str, lanes_first: b
 # The lanes tile's activation columns the operators prefer: 2 (32 channels x 2 columns, A1W1) ran ResNet-18
 # C2/C9/C12 A1W1 in 0.108-0.129 ms against 0.111-0.166 for 4 columns, 0.12-0.26 for 3, 6 or 8
 # (requantized uint8 output, 1 thread, min of 25x10 interleaved calls; C3/C8: all within 5%).
+
+
+def _configuration_entries(isa: str, abits: int, wbits: int, encoding: str):
+    """(path, entry) of the cache's bitserial entries of a configuration; an unreadable entry is
+    skipped with a warning."""
+    for path in cache.entries():
+        try:
+            entry = cache.read(path)
+        except cache.CacheError as e:
+            log.warning("not used: %s", e)
+            continue
+        key = entry["spec"]
+        if (key.get("kind"), key.get("isa"), key.get("abits"), key.get("wbits"), key.get("encoding")) == \
+                ("bitserial", isa, abits, wbits, encoding):
+            yield path, entry
 
 
 def _proved(paths) -> list[BitserialKernel]:
@@ -120,16 +127,8 @@ def word_kernels(isa: str, abits: int, wbits: int, encoding: str) -> tuple[Bitse
     """The proved ``tile`` kernels of a configuration with one 64-bit word of K per row (the ones
     ``emit`` gives a ``_gemm``), the shortest program first, then the one with more rows."""
     chosen, cost = [], {}
-    for path in cache.entries():
-        try:
-            entry = cache.read(path)
-        except cache.CacheError as e:
-            log.warning("not used: %s", e)
-            continue
-        key = entry["spec"]
-        if ((key.get("kind"), key.get("isa"), key.get("layout", "tile"), key.get("abits"), key.get("wbits"),
-             key.get("encoding")) == ("bitserial", isa, "tile", abits, wbits, encoding)
-                and spec_from_key(key).k_bits == 64):
+    for path, entry in _configuration_entries(isa, abits, wbits, encoding):
+        if entry["spec"].get("layout", "tile") == "tile" and spec_from_key(entry["spec"]).k_bits == 64:
             chosen.append(path)
             cost[entry["cache_key"]] = len(entry["program"]["body"])
     return tuple(sorted(_proved(chosen), key=lambda k: (cost[k.cache_key], -k.spec.rows)))

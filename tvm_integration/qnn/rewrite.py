@@ -366,12 +366,12 @@ class QDQToInteger(relax.PyExprMutator):
         # it the same (QLinearMul); the float product differed from it by one step on 76 of 8192
         # values times a [1, 8, 1, 1] tensor
         b_constant = constant(self.value(b[0]))
+        inputs, constants = ([a[0]], [b_constant]) if b_constant is not None else ([a[0], b[0]], [])
         (sa, za), (sb, zb) = a[1].scalar("a mul input"), b[1].scalar("a mul input")
         sc, zc = out.scalar("a mul output")
         ratio = np.float32(np.float32(sa * sb) / sc)
-        return self.integer("mul", [a[0]] if b_constant is not None else [a[0], b[0]],
-                            [b_constant] if b_constant is not None else [], a_zero_point=za, b_zero_point=zb,
-                            ratio=float(ratio), out_zero_point=zc, out_dtype=out.dtype, clamp=list(out.bounds))
+        return self.integer("mul", inputs, constants, a_zero_point=za, b_zero_point=zb, ratio=float(ratio),
+                            out_zero_point=zc, out_dtype=out.dtype, clamp=list(out.bounds))
 
     def global_avg_pool(self, expr, out: QParams):
         mean = self.call(expr, "relax.mean")
