@@ -175,14 +175,14 @@ needs_llvm = pytest.mark.skipif(mca.missing_tools() is not None, reason=str(mca.
 
 
 @needs_llvm
-@pytest.mark.parametrize("kernel_layout, cnts", [("acc", 3 * 3 * 5 * 16), ("lanes", 3 * 3 * 10 * 8)])
-def test_profile_counts_every_popcount_the_tile_runs(kernel_layout, cnts):
-    """5 rows x 20 channels x 577 bits on the A1W1 8x2 tiles: 3 column tiles x 3 row tiles x 5 blocks
-    of 16 cnt each (acc), x 10 words of 8 cnt each (lanes); the blocks qemu ran, times their cnt, must
-    add up to exactly that."""
+@pytest.mark.parametrize("kernel_layout, tile, cnts", [("acc", (8, 2), 3 * 3 * 5 * 16), ("lanes", (8, 3), 2 * 3 * 10 * 12)])
+def test_profile_counts_every_popcount_the_tile_runs(kernel_layout, tile, cnts):
+    """5 rows x 20 channels x 577 bits on the A1W1 tiles: 3 column tiles of the 8x2 acc tile x 3 row
+    tiles x 5 blocks of 16 cnt each; 2 column tiles of the 8x3 lanes tile x 3 row tiles x 10 words of
+    12 cnt each. The blocks qemu ran, times their cnt, must add up to exactly that."""
     config = Config(1, 1, "unipolar")
     kernel = select("neon", 1, 1, "unipolar", kernel_layout)
-    assert (kernel.spec.rows, kernel.spec.cols) == (8, 2)
+    assert (kernel.spec.rows, kernel.spec.cols) == tile
     rng = np.random.default_rng(15)
     w = random_weights(rng, config, (20, 577))
     x = rng.integers(0, 2, (5, 577)).astype(np.uint8)

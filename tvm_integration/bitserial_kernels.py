@@ -25,7 +25,6 @@ from synth.spec import BitserialSpec
 
 log = logging.getLogger(__name__)
 WORD = "uint64"
-LANES_COLUMNS = 2
 
 
 @dataclass(frozen=True)
@@ -69,9 +68,9 @@ class BitserialKernel:
 def gemm_kernels(isa: str, abits: int, wbits: int, encoding: str, lanes_first: bool = True) -> list[BitserialKernel]:
     """The proved GEMM-shaped tiles of a configuration, re-proved on this machine unless stamped
     (``synth.trust``): the lanes tiles (``lanes_first``; K along the loop, no lane sums, no padding of
-    K to register blocks) before the acc tiles, each group the tile doing the most plane-pair popcounts
-    per loaded register first (wbits·abits·rows·cols per wbits·rows + abits·cols loads), then the one
-    with more rows; acc tiles of one row only when there is no other. Refused entries are skipped
+    K to register blocks; in ``_lanes_order``) before the acc tiles, these the tile doing the most
+    plane-pair popcounts per loaded register first (``reuse``), then the one with more rows; acc tiles
+    of one row only when there is no other. Refused entries are skipped
     with a warning."""
     chosen = []
     for path, entry in _configuration_entries(isa, abits, wbits, encoding):
@@ -83,13 +82,28 @@ def gemm_kernels(isa: str, abits: int, wbits: int, encoding: str, lanes_first: b
     # found no two-row tile within its budget), whatever lanes tiles there are (kernel_layout="acc")
     larger = any(k.spec.rows > 1 for k in kernels if not k.lanes)
     kernels = [k for k in kernels if k.lanes or k.spec.rows > 1 or not larger]
-    return sorted(kernels, key=lambda k: (not k.lanes, k.lanes and k.spec.cols != LANES_COLUMNS, -reuse(k.spec),
-                                          -k.spec.rows))
+    return sorted(kernels, key=lambda k: (False, *_lanes_order(k.spec)) if k.lanes else (True, -reuse(k.spec), -k.spec.rows))
 
 
-# The lanes tile's activation columns the operators prefer: 2 (32 channels x 2 columns, A1W1) ran ResNet-18
-# C2/C9/C12 A1W1 in 0.108-0.129 ms against 0.111-0.166 for 4 columns, 0.12-0.26 for 3, 6 or 8
-# (requantized uint8 output, 1 thread, min of 25x10 interleaved calls; C3/C8: all within 5%).
+# The lanes tile's activation columns the operators prefer, where measured: AVX-512 2 (32 channels x 2
+# columns, A1W1) ran ResNet-18 C2/C9/C12 A1W1 in 0.108-0.129 ms against 0.111-0.166 for 4 columns,
+# 0.12-0.26 for 3, 6 or 8 (requantized uint8 output, 1 thread, min of 25x10 interleaved calls; C3/C8:
+# all within 5%).
+LANES_COLUMNS = {"avx512": 2}
+# Registers a lanes tile's inputs (weights, broadcast activations, accumulators) may take, leaving the
+# rest for the and/cnt results the in-order Cortex-A53 schedule keeps live: NEON 24 of the 32 Q. Above
+# it LLVM spilled in the K loop (A3W3 3 columns, 27 registers: ResNet-18 C6 K loop 54 M llvm-mca cycles
+# against 34 M for 2 columns; A2W3 and A3W2 2 columns, 26: 28 M against 23 M for 3 columns).
+LANES_REGISTERS = {"neon": 24}
+
+
+def _lanes_order(spec: BitserialSpec) -> tuple:
+    """Sort key of a configuration's lanes tiles: the preferred columns, then the tiles within the
+    register budget (else the least over it), the most output channels (NEON A1W1 8x3 before 8x2:
+    ResNet-18 C6 Cortex-A53 K loop 3.8 M llvm-mca cycles against 4.2 M; A1W3 4x2 before 2x3), then
+    the most reuse."""
+    over = max(0, len(spec.input_names) - LANES_REGISTERS.get(spec.isa, len(spec.input_names)))
+    return spec.cols != LANES_COLUMNS.get(spec.isa, spec.cols), over, -spec.rows, -reuse(spec)
 
 
 def _configuration_entries(isa: str, abits: int, wbits: int, encoding: str):
