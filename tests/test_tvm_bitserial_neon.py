@@ -31,7 +31,7 @@ def set_extremes(config, x, w):
 
 DENSE = [  # (config, m, n, k): m not whole column tiles, n not whole row tiles, k not whole words
     (Config(1, 1, "unipolar"), 5, 20, 577),
-    (Config(1, 1, "hybrid"), 3, 9, 200),
+    (Config(1, 1, "hybrid"), 5, 9, 200),
     (Config(2, 3, "unipolar"), 5, 6, 3300),     # 21 * 3300 > 2**16: two chunks
     (Config(1, 3, "hybrid"), 3, 5, 5000),       # 7 * 5000 > 2**15: two chunks
     (Config(3, 3, "hybrid"), 3, 3, 700),        # a one-row tile, 49 * 700 > 2**15
@@ -168,6 +168,20 @@ def test_every_config_has_a_neon_tile():
                 tiles = gemm_kernels("neon", a, w, encoding)
                 assert tiles and all(t.spec.cols > 1 and t.spec.out_bits == 16 for t in tiles), (a, w, encoding)
                 assert word_kernels("neon", a, w, encoding), (a, w, encoding)
+
+
+@pytest.mark.parametrize("config, rows, cols", [
+    ((1, 1, "unipolar"), 8, 3),       # 19 registers: 3 columns on the same 8 channels as the 8x2 tile
+    ((1, 2, "unipolar"), 4, 3),       # the 8x2 tile takes 26 registers
+    ((2, 2, "unipolar"), 4, 2),       # more channels than the 2x3 tile
+    ((3, 3, "unipolar"), 2, 2),       # the 2x3 tile takes 27 registers
+    ((3, 3, "hybrid"), 2, 2),         # both above 24: the one least over (25, not 36)
+])
+def test_neon_lanes_tile_fits_the_registers_then_has_the_most_channels(config, rows, cols):
+    """The lanes tile the NEON operators take (bitserial_kernels._lanes_order; the llvm-mca cycles
+    that chose the rule are in its comments)."""
+    spec = select("neon", *config, "lanes").spec
+    assert (spec.rows, spec.cols) == (rows, cols)
 
 
 # ---------------------------------------------------------------- llvm-mca estimates (tvm_integration/mca.py)
