@@ -3,6 +3,8 @@ qemu-aarch64 (tvm_integration/cross.py), against numpy references from the unpac
 NEON tiles add in 16-bit lanes, so a long K runs in chunks (the acc tiles' in the operator, the lanes
 tiles' inside their _gemm): the largest values of a configuration make a dot product past 16 bits,
 which only the chunks get right."""
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -202,6 +204,17 @@ def test_profile_counts_every_popcount_the_tile_runs(kernel_layout, tile, cnts):
     x = rng.integers(0, 2, (5, 577)).astype(np.uint8)
     blocks = mca.profile(bitserial_dense(w, 5, config, isa="neon", kernel_layout=kernel_layout), x)
     assert sum(b.runs * b.popcounts for b in blocks) == cnts
+
+
+def test_a_loop_split_at_a_page_is_costed_as_one_loop():
+    """qemu ends a block where code crosses a page: a loop whose first part ran 10 times, its second
+    12 (2 entries from elsewhere) is one 10-run loop of both parts and the second part run twice."""
+    head = mca.Block(0x1ff8, ("ld1r { v0.2d }, [x0]", "and v1.16b, v0.16b, v2.16b"), 10)
+    tail = mca.Block(0x2000, ("cnt v1.16b, v1.16b", "b.ne 0x1ff8 <f+0x8>"), 12)
+    joined = mca._joined([head, tail])
+    assert [(b.start, len(b.instructions), b.runs, b.is_loop) for b in joined] == [(0x1ff8, 4, 10, True),
+                                                                                  (0x2000, 2, 2, False)]
+    assert mca._joined([head, dataclasses.replace(tail, start=0x2004)]) == [head, dataclasses.replace(tail, start=0x2004)]
 
 
 @needs_llvm

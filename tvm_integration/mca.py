@@ -4,7 +4,9 @@ nothing about an Arm core).
 
 1. ``profile``: run the operator under qemu on one input with ``-d in_asm,exec,nochain`` limited to
    the operator's own code: every translated block's instruction addresses and how often each block
-   ran. Block boundaries are qemu's (a block ends at a branch), so the counts are exact.
+   ran. Block boundaries are qemu's (a block ends at a branch), so the counts are exact; where qemu
+   also split straight-line code (at a page boundary, or its instruction limit) the two parts are
+   costed as one block (``_joined``).
 2. ``block_cycles``: llvm-mca's steady-state cycles of each block's instructions (as llvm-objdump
    prints them from the linked binary) on a core model (``-mtriple=aarch64 -mcpu=<core>``), all
    blocks in one run as code regions.
@@ -18,6 +20,7 @@ blocks. A comparison of two schedules on the same core model is what it is for.
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 import shutil
 import subprocess
@@ -100,8 +103,27 @@ def profile(op, x) -> list[Block]:
         op(x, qemu_options=("-d", "in_asm,exec,nochain", "-dfilter", f"{min(code):#x}..{max(code) + 4:#x}",
                             "-D", str(log)))
         extents, runs = _read_log(log.read_bytes())
-    return [Block(start, tuple(code[a] for a in sorted(extents[start]) if a in code), n)
-            for start, n in sorted(runs.items()) if start in extents and start in code]
+    return _joined([Block(start, tuple(code[a] for a in sorted(extents[start]) if a in code), n)
+                    for start, n in sorted(runs.items()) if start in extents and start in code])
+
+
+def _falls_through(block: Block) -> bool:
+    """Ends without a branch: qemu ended it where the code crosses a page, or at its instruction limit."""
+    op = block.instructions[-1].split()[0]
+    return not (op in ("b", "bl", "br", "blr", "ret", "cbz", "cbnz", "tbz", "tbnz") or op.startswith("b."))
+
+
+def _joined(blocks: list[Block]) -> list[Block]:
+    """``blocks`` with each one that falls through (``_falls_through``) costed together with the block
+    it runs into, for its own runs (a loop split at a page stays one loop, not two halves that
+    llvm-mca cannot overlap); the block run into keeps the runs it was entered from elsewhere."""
+    by_start = {b.start: b for b in blocks}
+    for b in sorted(blocks, key=lambda b: -b.start):      # the last first: a chain joins from its end
+        after = by_start.get(b.start + 4 * len(b.instructions))
+        if _falls_through(b) and after is not None and after.runs >= b.runs:
+            by_start[b.start] = Block(b.start, b.instructions + after.instructions, b.runs)
+            by_start[after.start] = dataclasses.replace(after, runs=after.runs - b.runs)
+    return [b for _, b in sorted(by_start.items()) if b.runs]
 
 
 def _read_log(text: bytes) -> tuple[dict[int, set[int]], Counter]:
