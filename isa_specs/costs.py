@@ -12,7 +12,13 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+import z3
+
 COSTS_DIR = Path(__file__).parent / "cost_tables"
+# Costs in integer hundredths of a cycle (every figure in the tables is a multiple of 0.01), so the
+# symbolic cost of a sketch is bit-vector arithmetic like the rest of a synthesis query.
+SCALE = 100        # cost units per cycle
+BITS = 32          # width of a symbolic cost (no overflow below 4e7 cycles)
 
 # Micro-architectures per ISA, the first being the default. Each must select a distinct LLVM 14
 # scheduling model (the script checks this): LLVM 14 models cortex-a72 with its Cortex-A57 model,
@@ -69,3 +75,12 @@ def cost(isa_name: str, form_id: str, uarch: str | None = None) -> Cost:
         raise KeyError(f"{isa_name}: no cost for form {form_id!r} on {uarch!r}: "
                        f"rerun scripts/measure_costs.py {isa_name}") from None
     return Cost(figures["latency"], figures["rthroughput"], uarch, t["source"][uarch])
+
+
+def bv(units: int):
+    """A cost in units as a symbolic cost."""
+    return z3.BitVecVal(units, BITS)
+
+
+def bv_max(a, b):
+    return z3.If(z3.UGT(a, b), a, b)

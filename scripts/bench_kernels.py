@@ -29,8 +29,8 @@ import tvm_baselines  # noqa: E402
 
 from isa_specs import host  # noqa: E402
 from synth.files import write_atomically  # noqa: E402
-from synth.emit import emit_entry, function_name, kernel_model, layout  # noqa: E402
-from synth.emit_cli import KernelDriver, gemv_reference, selected_entries  # noqa: E402
+from emit import emit_entry, function_name, kernel_model, layout  # noqa: E402
+from emit.harness import KernelDriver, gemv_reference, selected_entries  # noqa: E402
 from synth.kernel import spec_from_key  # noqa: E402
 from sketches.program import Program  # noqa: E402
 

@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import bench_kernels as bk  # noqa: E402
 
 from isa_specs import host  # noqa: E402
-from synth.emit_cli import KernelDriver, selected_entries  # noqa: E402
+from emit.harness import KernelDriver, selected_entries  # noqa: E402
 from synth.files import write_atomically  # noqa: E402
 from synth.kernel import spec_from_key  # noqa: E402
 

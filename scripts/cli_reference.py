@@ -15,7 +15,7 @@ import typer._click as click
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from synth import cli  # noqa: E402
+from qsynth import cli  # noqa: E402
 from synth.files import write_atomically  # noqa: E402
 
 OUT = ROOT / "docs" / "cli.md"

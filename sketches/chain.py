@@ -15,7 +15,7 @@ import time
 
 from sketches.linear import menu
 from sketches.program import Instr, Program
-from synth.linear_forms import LINEAR, Lin, Unknown
+from isa_specs.linear_forms import LINEAR, Lin, Unknown
 
 
 def _lanes(value, bits):
@@ -73,7 +73,7 @@ class ChainSketch:
         The search is exhaustive, so with a ``cycles`` model it takes the cheapest of *all* shortest
         chains (longer chains are not searched). ``rng`` is part of the sketch interface (composites
         sample)."""
-        from synth.ranges import linear_inputs
+        from isa_specs.ranges import linear_inputs
         xs = linear_inputs(problem.input_names, problem.input_bits, problem.ranges, problem.constants)
         target = _lanes(problem.spec(LINEAR, xs)[0], self.lane_bits)
         start = _lanes(xs[self.acc], self.lane_bits)

@@ -19,7 +19,7 @@ from isa_specs.instruction import evaluate
 from isa_specs.isa import ISA
 from isa_specs.lanes import Z3
 from sketches.program import Instr, Op, Program
-from synth.cost_model import bv, bv_max
+from isa_specs.costs import bv, bv_max
 
 
 def _bv(name: str, count: int):

@@ -22,11 +22,12 @@ against ``BitserialSpec.reference`` with every stage replaced by its (proved) sp
 from __future__ import annotations
 
 from isa_specs.lanes import total
+from isa_specs.ranges import LaneRange, precondition, sample
 from sketches import menus
 from sketches.linear import LinearSketch
 from sketches.tree import TreeSketch, shapes
 from synth.cegis import Problem
-from synth.ranges import LaneRange, linear_prover, precondition, sample
+from synth.proof import linear_prover
 from synth.spec import BitserialSpec, lane_popcounts, register_rows
 from synth.stages import Composite, Stage, StageUse
 

@@ -11,13 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import z3
 
 from isa_specs import costs
+from isa_specs.costs import SCALE, bv_max
 from sketches.program import Program
 
-SCALE = 100        # cost units per cycle
-BITS = 32          # width of the symbolic cost (no overflow below 4e7 cycles)
 
 
 @dataclass(frozen=True)
@@ -55,11 +53,3 @@ class Cycles:
         """The estimate of whatever program the sketch's holes decode to, as a bit-vector."""
         critical, issue = sketch.cycle_terms(self.figures)
         return bv_max(critical, issue)
-
-
-def bv_max(a, b):
-    return z3.If(z3.UGT(a, b), a, b)
-
-
-def bv(value: int):
-    return z3.BitVecVal(value, BITS)

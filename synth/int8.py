@@ -13,11 +13,12 @@
 from __future__ import annotations
 
 from isa_specs.lanes import total
+from isa_specs.ranges import precondition, sample
 from sketches import menus
 from sketches.chain import ChainSketch
 from sketches.linear import LinearSketch
 from synth.cegis import Problem
-from synth.ranges import linear_prover, precondition, sample
+from synth.proof import linear_prover
 from synth.spec import Int8Spec
 from synth.stages import Stage, StageUse
 

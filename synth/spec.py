@@ -278,7 +278,7 @@ class BitserialSpec:
         """Bitserial planes and accumulators are arbitrary bits; with rows packed, an activation plane
         is its ``row_bits`` block repeated in every row position of the register; in the lanes layout
         it is one 64-bit word broadcast to every lane."""
-        from synth.ranges import LaneRange
+        from isa_specs.ranges import LaneRange
         act = LaneRange(8, 0, 255, repeat=self.k_bits) if self.row_bits or self.layout == "lanes" else None
         return [act if n.startswith("a") and not n.startswith("acc") else None for n in self.input_names]
 
@@ -513,7 +513,7 @@ class Int8Spec:
     def lane_ranges(self):
         """Per input, the domain the kernel is specified on: A and B elements as (un)signed lanes
         (A broadcast per 32-bit group in the k4b layout), accumulators any bits."""
-        from synth.ranges import LaneRange
+        from isa_specs.ranges import LaneRange
         e = self.elem_bits
         bounds = lambda signed: (-(1 << (e - 1)), (1 << (e - 1)) - 1) if signed else (0, (1 << e) - 1)
         a_lo, a_hi = (0, 127) if self.types == "u7s8" else bounds(self.signed[0])

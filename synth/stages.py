@@ -17,9 +17,9 @@ import numpy as np
 from isa_specs.lanes import NUMPY
 from sketches.program import Builder, IllTyped, Program
 from synth.cegis import Problem, minimise, mismatch_row
-from synth.linear_forms import LINEAR, Unknown, _signed, _single, _unsigned, lanes_equal
+from isa_specs.linear_forms import LINEAR, Unknown, _signed, _single, _unsigned, lanes_equal
 from synth.proof import Obligation, prove_equal
-from synth.ranges import LaneRange, linear_inputs, sample
+from isa_specs.ranges import LaneRange, linear_inputs, sample
 
 
 @dataclass

@@ -11,7 +11,7 @@ from tvm_integration import dispatch  # noqa: E402
 
 
 def _qsynth(*argv):
-    return subprocess.run([sys.executable, "-m", "synth.cli", "bench-layer", *argv], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "qsynth.cli", "bench-layer", *argv], capture_output=True, text=True,
                           timeout=900)
 
 

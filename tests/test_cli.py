@@ -1,4 +1,4 @@
-"""The ``qsynth`` command line as a whole (synth/cli.py): every command, found by walking the app,
+"""The ``qsynth`` command line as a whole (qsynth/cli.py): every command, found by walking the app,
 has ``--help`` with an example; a bad argument to any of them is one line on stderr and exit 2; an
 unexpected error is one line and exit 1, its traceback only with ``--debug``."""
 import subprocess
@@ -7,7 +7,7 @@ import sys
 import pytest
 import typer
 
-from synth import cli
+from qsynth import cli
 
 
 def _commands(command, path=()):
@@ -46,13 +46,13 @@ def test_usage_errors_from_the_shell():
     for argv, needle in [(["isa", "list"], "Missing option '--isa'"), (["frobnicate"], "No such command 'frobnicate'"),
                          (["sweep", "--executor", "slurm"], "'slurm' is not one of 'local', 'ray'"),
                          (["sweep", "--address", "auto"], "--address is for --executor ray")]:
-        proc = subprocess.run([sys.executable, "-m", "synth.cli", *argv], capture_output=True, text=True)
+        proc = subprocess.run([sys.executable, "-m", "qsynth.cli", *argv], capture_output=True, text=True)
         assert proc.returncode == 2 and proc.stdout == "" and proc.stderr.count("\n") == 1, proc.stderr
         assert proc.stderr.startswith("qsynth: error: ") and needle in proc.stderr
 
 
 def test_an_unexpected_error_is_one_line_without_debug(monkeypatch, capsys):
-    from synth import host_report
+    from qsynth import host_report
 
     def broken(*args):
         raise RuntimeError("the cpu model table\nis broken")
@@ -65,7 +65,7 @@ def test_an_unexpected_error_is_one_line_without_debug(monkeypatch, capsys):
 
 
 def test_output_piped_into_head_is_not_an_error():
-    proc = subprocess.run(f"{sys.executable} -m synth.cli isa list --isa avx512 | head -n 1; exit ${{PIPESTATUS[0]}}",
+    proc = subprocess.run(f"{sys.executable} -m qsynth.cli isa list --isa avx512 | head -n 1; exit ${{PIPESTATUS[0]}}",
                           shell=True, executable="/bin/bash", capture_output=True, text=True)
     assert proc.returncode == 0 and proc.stdout.startswith("avx512: ") and proc.stderr == "", proc.stderr
 

@@ -12,14 +12,14 @@ import pytest
     (["isa", "list", "--isa", "x87"], "'x87' is not one of"),
 ])
 def test_bad_input(argv, needle):
-    proc = subprocess.run([sys.executable, "-m", "synth.cli", *argv], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "qsynth.cli", *argv], capture_output=True, text=True)
     assert proc.returncode == 2
     assert needle in proc.stderr and proc.stderr.count("\n") == 1
 
 
 def test_check_reports_json_rows_for_every_form():
     import json
-    proc = subprocess.run([sys.executable, "-m", "synth.cli", "isa", "check", "--isa", "neon", "--instruction",
+    proc = subprocess.run([sys.executable, "-m", "qsynth.cli", "isa", "check", "--isa", "neon", "--instruction",
                            "uadalp,cnt", "--samples", "64", "--json"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(proc.stdout)

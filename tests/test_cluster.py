@@ -1,4 +1,4 @@
-"""Sweeps on a Ray cluster (``qsynth sweep --executor ray``, synth/cluster.py), against local Ray
+"""Sweeps on a Ray cluster (``qsynth sweep --executor ray``, qsynth/cluster.py), against local Ray
 instances the tests start themselves: the cache is filled through Ray and every entry re-proves
 here (``qsynth cache verify``); a rerun submits only the kernels missing from the cache; a worker's
 tampered, misdirected or failed result is reported and nothing of it is stored."""
@@ -18,8 +18,9 @@ ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'qsyn
                                         "installs it)")
 
 from sketches.program import Program  # noqa: E402
-from synth import cache, cluster, trust  # noqa: E402
-from synth.sweep import sweep  # noqa: E402
+from qsynth import cluster  # noqa: E402
+from synth import cache, trust  # noqa: E402
+from qsynth.sweep import sweep  # noqa: E402
 from synth.mutants import reinlined  # noqa: E402
 from synth.spec import BitserialSpec  # noqa: E402
 
@@ -28,7 +29,7 @@ pytestmark = pytest.mark.solver
 
 def _qsynth(*argv, cache_root, trust_store):
     env = dict(os.environ, QSYNTH_CACHE=str(cache_root), QSYNTH_TRUST=str(trust_store))
-    return subprocess.run([sys.executable, "-m", "synth.cli", *argv], capture_output=True, text=True, env=env,
+    return subprocess.run([sys.executable, "-m", "qsynth.cli", *argv], capture_output=True, text=True, env=env,
                           timeout=900)
 
 

@@ -1,4 +1,4 @@
-"""``qsynth demo`` (synth/commands/demo.py), the README's first command: its --quick form run as a user
+"""``qsynth demo`` (qsynth/commands/demo.py), the README's first command: its --quick form run as a user
 runs it, its table checked against facts read independently (/proc/cpuinfo, the cache's JSON files,
 the speedups recomputed from the times), and its exit codes. Recorded CPUs (tests/data) stand in for
 hosts this machine is not: one without AVX2 has nothing to run the model on and says why."""
@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from isa_specs import host
-from synth import cli
-from synth.commands import demo
+from qsynth import cli
+from qsynth.commands import demo
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
@@ -38,7 +38,7 @@ def cache_entries() -> dict:
 
 @pytest.fixture(scope="module")
 def quick_run():
-    proc = subprocess.run([sys.executable, "-m", "synth.cli", "demo", "--quick", "--json"], capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "qsynth.cli", "demo", "--quick", "--json"], capture_output=True,
                           text=True, cwd=ROOT, timeout=900)
     return proc
 
@@ -140,7 +140,7 @@ def test_a_missing_kernel_is_synthesized(tmp_path):
     name = "bitserial_a1w1_unipolar_acc_8x512_n2_avx512"
     victim = next(p for p in (tmp_path / "cache").glob("*.json") if json.loads(p.read_text())["name"] == name)
     victim.unlink()
-    code = ("import sys; from synth import cli; from synth.commands import demo; "
+    code = ("import sys; from qsynth import cli; from qsynth.commands import demo; "
             "demo._model = demo._layer = lambda *args: {'skipped': 'not in this test'}; "
             "sys.exit(cli.main(['demo', '--json']))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=900,

@@ -18,10 +18,11 @@ from isa_specs import get_isa
 from isa_specs.check import ToolchainError
 from isa_specs.lanes import NUMPY
 from sketches.program import Op, Program
-from synth import cache, emit_cli
-from synth.emit import (EmitError, compiler_command, constant_bytes, emit_entry, emit_library, emit_llvm_ir,
+from emit import harness as emit_cli
+from synth import cache
+from emit import (EmitError, compiler_command, constant_bytes, emit_entry, emit_library, emit_llvm_ir,
                         function_name, layout)
-from synth.emit_cli import (MAX_PAD, N_PATTERNS, KernelDriver, aligned_misalignment, check_entry, first_mismatch,
+from emit.harness import (MAX_PAD, N_PATTERNS, KernelDriver, aligned_misalignment, check_entry, first_mismatch,
                             make_batch, random_layout_params, sample_patterns)
 from synth.kernel import spec_from_key
 from synth.spec import BitserialSpec, Int8Spec
@@ -201,7 +202,7 @@ def _stored(entry: dict, root) -> str:
 
 
 def _run_cli(argv: list[str]) -> int:
-    from synth.cli import main
+    from qsynth.cli import main
     return main(argv)
 
 

@@ -107,12 +107,12 @@ def test_live_host_agrees_with_llvm():
 # ---------------------------------------------------------------- qsynth host
 @pytest.fixture(scope="module")
 def library():
-    from synth import host_report
+    from qsynth import host_report
     return host_report.library_kernels()
 
 
 def runnable_on(name: str, library) -> tuple[set, dict]:
-    from synth import host_report
+    from qsynth import host_report
     rep = host_report.report(host.parse_cpuinfo(cpuinfo(name)), library)
     x86 = [k for k in rep["kernels"] if k["isa"] != "neon"]
     return {k["name"] for k in x86 if k["runnable"]}, {k["name"]: k["reason"] for k in x86 if not k["runnable"]}
@@ -137,7 +137,7 @@ def test_library_on_recorded_hosts(library):
 
 
 def test_isas_on_recorded_hosts(library):
-    from synth import host_report
+    from qsynth import host_report
     isas = lambda name: {i["isa"]: i for i in host_report.report(host.parse_cpuinfo(cpuinfo(name)), library)["isas"]}
     zen4, spr = isas("zen4"), isas("sapphirerapids")
     assert zen4["amx"]["runnable"] == [] and zen4["amx"]["not_runnable"] == {"amx-int8": "host CPU lacks amx_int8"}
@@ -151,7 +151,7 @@ def test_isas_on_recorded_hosts(library):
 
 
 def test_cli_host_json(capsys, library):
-    from synth.cli import main
+    from qsynth.cli import main
     assert main(["host", "--json"]) == 0
     rep = json.loads(capsys.readouterr().out)
     m = host.model()

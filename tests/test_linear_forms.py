@@ -9,7 +9,7 @@ import pytest
 from isa_specs import get_isa
 from sketches.program import Instr, Op, Program
 from synth.kernel import family, spec_from_key
-from synth.linear_forms import LINEAR, Field, Lin, Unknown, lanes_equal
+from isa_specs.linear_forms import LINEAR, Field, Lin, Unknown, lanes_equal
 from synth.proof import prove_equal
 from synth.stages import prove_stage
 

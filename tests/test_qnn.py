@@ -316,7 +316,7 @@ def test_elementwise_channels_16_does_not_divide_are_one_vector(channels):
 
 
 def test_cli_run_compile_and_errors(tmp_path, capsys):
-    from synth.cli import main
+    from qsynth.cli import main
     path = models.quantize(TINY["mlp"](), tmp_path / "m.onnx", fmt="qoperator")
     x = np.random.default_rng(4).standard_normal((4, 64)).astype(np.float32)
     np.save(tmp_path / "x.npy", x)

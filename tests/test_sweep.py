@@ -1,4 +1,4 @@
-"""``qsynth sweep`` (synth/sweep.py) merges its rows into OUT/synthesis.{json,md}: a sweep of some
+"""``qsynth sweep`` (qsynth/sweep.py) merges its rows into OUT/synthesis.{json,md}: a sweep of some
 kernels replaces their rows and keeps the others, and it lists the cache's kernels outside the
 configuration list too, loaded, not synthesized again. Real runs on a tiny configuration (NEON A1W1
 acc tiles, well under a second of synthesis each) in a cache of their own."""
@@ -20,7 +20,7 @@ KEPT = {"name": "bitserial_a3w3_hybrid_acc_2x256_avx2", "status": "proved", "len
 
 def _qsynth(tmp_path, *argv):
     env = dict(os.environ, QSYNTH_CACHE=str(tmp_path / "cache"), QSYNTH_TRUST=str(tmp_path / "trust.json"))
-    proc = subprocess.run([sys.executable, "-m", "synth.cli", *argv], capture_output=True, text=True, env=env,
+    proc = subprocess.run([sys.executable, "-m", "qsynth.cli", *argv], capture_output=True, text=True, env=env,
                           timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return proc.stdout

@@ -97,7 +97,7 @@ def test_acc_default_rows_keep_the_accumulators_in_registers():
 def test_int8_reference_matches_matmul(isa, types, layout):
     spec = Int8Spec.for_isa(isa, types, layout=layout)
     from synth.stages import kernel_inputs
-    from synth.ranges import sample
+    from isa_specs.ranges import sample
     names, bits, ranges, cidx = kernel_inputs(spec, {})
     arrays = sample(bits, ranges, cidx, np.random.default_rng(0), 16)
     A, B, C = spec.matrices(NUMPY, _bits(arrays, bits))
@@ -239,7 +239,7 @@ def test_cli_bad_input_one_line_error_nothing_written(argv, needle, tmp_path, st
     args = [*(["--isa", "neon"] if "--isa" not in argv else []),
             *(["--kernel", "bitserial"] if "--kernel" not in argv else []), *argv]
     before = sorted(p.name for p in cache.entries())
-    proc = subprocess.run([sys.executable, "-m", "synth.cli", "synth", *args], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", "qsynth.cli", "synth", *args], capture_output=True, text=True,
                           env={**__import__("os").environ, "QSYNTH_CACHE": str(tmp_path)})
     assert proc.returncode == status
     assert needle in proc.stderr and proc.stderr.count("\n") == 1
@@ -267,7 +267,7 @@ def _processes_with(marker: str) -> list[int]:
 def test_a_killed_sweep_stops_its_workers(tmp_path):
     """SIGTERM to `qsynth sweep` (a job scheduler's kill) ends the synthesis workers with it."""
     marker = str(tmp_path / "sweep-cache")
-    proc = subprocess.Popen([sys.executable, "-m", "synth.cli", "sweep", "--isa", "amx", "-j", "2", "--out",
+    proc = subprocess.Popen([sys.executable, "-m", "qsynth.cli", "sweep", "--isa", "amx", "-j", "2", "--out",
                              str(tmp_path)], env={**os.environ, "QSYNTH_CACHE": marker},
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

@@ -81,7 +81,7 @@ def tampered_cache(tmp_path_factory):
 
 def _qsynth(*argv, cache_root, trust_store):
     env = dict(os.environ, QSYNTH_CACHE=str(cache_root), QSYNTH_TRUST=str(trust_store))
-    return subprocess.run([sys.executable, "-m", "synth.cli", *argv], capture_output=True, text=True, env=env,
+    return subprocess.run([sys.executable, "-m", "qsynth.cli", *argv], capture_output=True, text=True, env=env,
                           timeout=600)
 
 

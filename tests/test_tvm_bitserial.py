@@ -7,8 +7,8 @@ pytest.importorskip("tvm")
 
 from helpers_bitserial import conv_reference, random_weights  # noqa: E402
 from isa_specs import host  # noqa: E402
-from synth import emit_cli  # noqa: E402
-from synth.emit_cli import check_entry  # noqa: E402
+from emit import harness as emit_cli  # noqa: E402
+from emit.harness import check_entry  # noqa: E402
 from synth.spec import BitserialSpec, SpecError  # noqa: E402
 from tvm_integration.bitpack import Packing  # noqa: E402
 from tvm_integration.bitserial_kernels import gemm_kernels  # noqa: E402

@@ -7,7 +7,7 @@ dot products come out whole in one register) runs K words short enough that a la
 would cost as much as its loop (``word_kernels``). The description is the bitserial dot product written over the
 same packed words (``T.popcount``), read off the spec; the implementation calls the emitted
 ``_gemm`` (its LLVM IR imported and inlined, as for the int8 tiles). Memory image (bitpack.py, and
-the calling convention of synth/emit.py): W = ``wbits × rows × words`` and A = ``cols × abits ×
+the calling convention of emit/): W = ``wbits × rows × words`` and A = ``cols × abits ×
 words`` uint64, both contiguous; C = ``cols × rows`` lanes with a row stride.
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ from tvm import s_tir, tirx
 from tvm.script import tirx as T
 
 from synth import cache, trust
-from synth.emit import TILE_GEMM_COLUMNS, emit_llvm_ir, function_name, kernel_model
+from emit import TILE_GEMM_COLUMNS, emit_llvm_ir, function_name, kernel_model
 from synth.kernel import spec_from_key
 from synth.spec import BitserialSpec
 
@@ -43,7 +43,7 @@ class BitserialKernel:
     @property
     def word_tile(self) -> bool:
         """A ``tile`` kernel of one word of K per row, run by its ``_gemm`` over ``TILE_GEMM_COLUMNS``
-        columns and the words of K (synth/emit.py), W one word after the other."""
+        columns and the words of K (emit/), W one word after the other."""
         return self.spec.layout == "tile"
 
     @property

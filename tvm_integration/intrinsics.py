@@ -3,13 +3,13 @@ GEMM's whole K loop.
 
 The description is the tile's mathematics read off its ``Int8Spec`` (``C[i][j] += A[i][t] * B[j][t]``
 over ``mr x nr`` and ``kblocks`` k blocks, in the spec's element types); the implementation is a
-``T.call_extern`` of the emitted ``_kloop`` (synth/emit.py), which keeps the C tile in registers
+``T.call_extern`` of the emitted ``_kloop`` (emit/), which keeps the C tile in registers
 over every k block (a loop of single-block calls would store it after every block: a third of the
 speed), and whose LLVM IR (clang -O3 with the ISA's flags) the schedule imports with
 ``pragma_import_llvm`` so that LLVM inlines it. One intrinsic per (tile, kblocks), registered when a
 schedule first asks for it (``Kernel.loop_intrin``).
 
-Memory image shared by the ``k4`` and ``k4b`` layouts (synth/emit.py): A is ``kblocks`` blocks of
+Memory image shared by the ``k4`` and ``k4b`` layouts (emit/): A is ``kblocks`` blocks of
 ``mr`` rows of ``k`` bytes (row i of block kb at ``a + kb*a_block + i*a_stride``; a GEMM packs A
 row-major, so ``a_block = k`` and ``a_stride`` is the row's length); B is ``kblocks*k/4`` rows of ``nr*4`` bytes (for each column the four bytes of one k group),
 row g at ``b + g*b_stride``; C is ``mr`` rows of ``nr`` int32. The ``rows`` layout (B row j = column
@@ -25,7 +25,7 @@ from tvm import s_tir
 from tvm.script import tirx as T
 
 from synth import cache, trust
-from synth.emit import emit_llvm_ir, function_name, kernel_model
+from emit import emit_llvm_ir, function_name, kernel_model
 from synth.kernel import spec_from_key
 from synth.spec import Int8Spec
 

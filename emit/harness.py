@@ -1,4 +1,4 @@
-"""``qsynth emit`` and ``qsynth test-kernels`` (their options: ``synth/commands/kernels.py``): the C kernel
+"""``qsynth emit`` and ``qsynth test-kernels`` (their options: ``qsynth/commands/kernels.py``): the C kernel
 library, and the check that every emitted kernel computes its spec on the machine.
 
 The check runs the emitted C, compiled with gcc and/or clang, through the documented calling
@@ -10,19 +10,16 @@ NEON kernels under ``qemu-aarch64 -cpu max``; one process per batch of inputs.
 """
 from __future__ import annotations
 
-import json
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from isa_specs import ISA_NAMES, host
+from isa_specs import host
 from isa_specs.check import ToolchainError, run_binary
 from isa_specs.lanes import NUMPY, mask
+from emit import EmitError, Layout, Slot, build, driver_source, gemv_driver_source, kernel_model, kloop_driver_source
 from synth import cache, trust
-from synth.emit import (COMPILERS, EmitError, Layout, Slot, build, driver_source, emit_library, gemv_driver_source,
-                        kernel_model, kloop_driver_source)
 
 GUARD_BYTES = 16          # checked-unchanged bytes after the writable buffer's tile
 MAX_PAD = 64              # stride padding and misalignment are drawn below this
@@ -387,10 +384,11 @@ def check_kloop(driver: KernelDriver, samples: int, rng: np.random.Generator) ->
     return None
 
 
-# ---------------------------------------------------------------- commands
+# ---------------------------------------------------------------- selection
 def selected_entries(isa: str, configs: list[str] | None) -> tuple[list[dict], list[str]]:
     """Cache entries of ``isa`` (or all) whose name contains one of ``configs``, each re-proved
-    here unless already stamped (``synth.trust``); and one line per entry refused."""
+    here unless already stamped (``synth.trust``); and one line per entry refused (unreadable, or
+    not proved here)."""
     chosen, refused = [], []
     for path in cache.entries(cache.ROOT):
         try:
@@ -404,60 +402,4 @@ def selected_entries(isa: str, configs: list[str] | None) -> tuple[list[dict], l
             continue
         chosen.append(path)
     entries, unproved = trust.load_all(chosen)
-    for line in refused + unproved:
-        print(f"qsynth: refusing {line}", file=sys.stderr)
     return entries, refused + unproved
-
-
-def _none_selected(args) -> int:
-    print(f"qsynth: no cache entries match --isa {args.isa}"
-          + (f" --configs {' '.join(args.configs)}" if args.configs else ""), file=sys.stderr)
-    return 1
-
-
-def cmd_emit(args) -> int:
-    entries, refused = selected_entries(args.isa, args.configs)
-    if refused:
-        print(f"qsynth: emit failed: {len(refused)} selected entries are not proved here (see above); "
-              "nothing written", file=sys.stderr)
-        return 1
-    if not entries:
-        return _none_selected(args)
-    try:
-        manifest = emit_library(entries, args.output)
-    except EmitError as e:
-        print(f"qsynth: emit failed: {e}", file=sys.stderr)
-        return 1
-    if getattr(args, "json", False):
-        print(json.dumps(manifest, indent=1))
-        return 0
-    for k in manifest["kernels"]:
-        print(f"{k['cache_key']}  {k['file']:<48} {k['function']}")
-    print(f"{len(manifest['kernels'])} kernels, {Path(args.output) / manifest['header']}, "
-          f"{Path(args.output) / 'manifest.json'}")
-    return 0
-
-
-def cmd_test_kernels(args) -> int:
-    entries, refused = selected_entries(args.isa, args.configs)
-    if not entries and not refused:
-        return _none_selected(args)
-    from synth.progress import track
-    work = ((e, c) for e in entries for c in args.compilers)
-    rows = [check_entry(e, c, args.samples, args.seed)
-            for e, c in track(work, len(entries) * len(args.compilers), "testing kernels")]
-    if args.json:
-        print(json.dumps(rows, indent=1))
-    else:
-        for r in rows:
-            print(f"{r['cache_key']}  {r['name']:<44} {r['compiler']:<6} {r['samples']:>7} samples  {r['status']}"
-                  + (f" {r['reason']}" if r["status"] in ("failed", "skipped") else ""))
-            if r["status"] == "error":
-                print(f"  cache key {r['cache_key']}: {r['reason']}")
-            if "first_mismatch" in r:
-                print(f"  cache key {r['cache_key']}: first differing input "
-                      + json.dumps(r["first_mismatch"], indent=None))
-        counts = {s: sum(r["status"] == s for r in rows) for s in ("passed", "failed", "error", "skipped")}
-        print(f"{len(rows)} kernel builds: " + ", ".join(f"{v} {k}" for k, v in counts.items())
-              + (f"; {len(refused)} entries refused (not proved here)" if refused else ""))
-    return 1 if refused or any(r["status"] in ("failed", "error") for r in rows) else 0

@@ -5,8 +5,8 @@ from typing import Optional
 
 import typer
 
-from synth.commands.common import JSON_HELP, positive, print_json
-from synth.progress import track
+from qsynth.commands.common import JSON_HELP, positive, print_json
+from qsynth.progress import track
 
 cache_app = typer.Typer(help="The kernel library (kernel_cache/, or $QSYNTH_CACHE).", no_args_is_help=True, rich_markup_mode="markdown")
 

@@ -2,14 +2,12 @@
 proof all derive from one description, so they cannot disagree."""
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import numpy as np
 import z3
 
-from synth.linear_forms import LINEAR, Field, Lin, Unknown, lanes_equal
-from synth.proof import Obligation
+from isa_specs.linear_forms import LINEAR, Field, Lin
 
 
 @dataclass(frozen=True)
@@ -79,23 +77,3 @@ def linear_inputs(names, bits, ranges, constants):
             out.append(tuple(Field(r.lane_bits, Lin.variable((name, r.lane_index(i)), r.lo, r.hi))
                              for i in range(b // r.lane_bits)))
     return out
-
-
-def linear_prover(problem, ranges, constants, out_lane_bits: list[int]):
-    """``fast_prove`` for reduction-like stages: program and spec have the same linear forms lane
-    for lane (mod 2**w), so they are equal on every input within the ranges."""
-    def prove(program):
-        t0 = time.monotonic()
-        try:
-            xs = linear_inputs(problem.input_names, problem.input_bits, ranges, constants)
-            got = problem.run(LINEAR, program, xs)
-            want = problem.spec(LINEAR, xs)
-            ok = len(got) == len(want) == len(out_lane_bits) and all(lanes_equal(g, w, lb) for g, w, lb in zip(got, want, out_lane_bits))
-        except Unknown:
-            return None
-        if not ok:
-            return None
-        return Obligation(f"{problem.name}: program = spec (no lane overflow)", "linear-forms", "proved",
-                          round(time.monotonic() - t0, 4))
-    return prove
-

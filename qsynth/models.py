@@ -1,5 +1,5 @@
 """The work of ``qsynth compile``, ``qsynth run`` and ``qsynth bench-model`` (their options are declared in
-synth/commands/qnn.py): the QNN pipeline on the command line.
+qsynth/commands/qnn.py): the QNN pipeline on the command line.
 
     qsynth compile resnet_int8.onnx -o resnet_int8.so [--target host] [--threads 2]
     qsynth run resnet_int8.onnx --input x.npy --output y.npy [--input name=path.npy ...] [--profile]

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import typer
 
-from synth.commands.bench_layer import LAYERS
-from synth.commands.common import JSON_HELP, UsageError, positive, print_json
-from synth.progress import spinner, track
+from qsynth.commands.bench_layer import LAYERS
+from qsynth.commands.common import JSON_HELP, UsageError, positive, print_json
+from qsynth.progress import spinner, track
 
 X86_ISAS = ("avx2", "avx512", "amx")
 # The ResNet-style model: ResNet-18 at 224x224 (1000 classes), or a narrow 32x32 one for --quick
@@ -62,7 +62,7 @@ def demo(quick: bool = typer.Option(False, "--quick", help="a narrow 32x32 ResNe
 def _host() -> dict:
     """The host model and what it lacks among the x86 ISAs' features (``qsynth host``'s report)."""
     from isa_specs import host
-    from synth import host_report
+    from qsynth import host_report
     m = host.model()
     rep = host_report.report(m, host_report.library_kernels())
     lacks = {i["isa"]: i["not_runnable"] for i in rep["isas"] if i["isa"] in X86_ISAS and i["not_runnable"]}
@@ -75,7 +75,7 @@ def _host() -> dict:
 def _needed(isas: list[str]) -> list:
     """The specs the demo's operators choose among, from the sweep's list: the u8 x s8 tiles the int8
     operator tensorizes with and the GEMM-shaped tiles of the layer's bitserial configuration."""
-    from synth.sweep import configs
+    from qsynth.sweep import configs
     return [s for s in configs(isas)
             if (s.kind == "int8" and s.types == "u8s8" and s.layout != "tile")
             or (s.kind == "bitserial" and (s.abits, s.wbits, s.encoding) == BITSERIAL and s.cols > 1)]

@@ -1,19 +1,19 @@
-"""The ``qsynth`` command line, built with typer: one module per command under ``synth/commands/``.
+"""The ``qsynth`` command line, built with typer: one module per command under ``qsynth/commands/``.
 
 Conventions every command keeps:
 
 * ``--help`` describes it and ends with an example (the ``epilog``); ``--json`` wherever a result is
   printed (the JSON on stdout, nothing else there);
-* long steps show progress on stderr when it is a terminal (``synth.progress``);
+* long steps show progress on stderr when it is a terminal (``qsynth.progress``);
 * the exit status is 0 when the work succeeded, 1 when it failed (a kernel not proved, a mismatch, a
   cache entry that does not re-prove, a model refused, a missing toolchain; a command returns 1 or raises
-  ``synth.commands.common.WorkFailed``), 2 for bad usage (typer's own argument errors, and
-  ``synth.commands.common.UsageError`` raised by a command);
+  ``qsynth.commands.common.WorkFailed``), 2 for bad usage (typer's own argument errors, and
+  ``qsynth.commands.common.UsageError`` raised by a command);
 * an error is one line on stderr, ``qsynth: ...``; ``qsynth --debug ...`` shows the traceback instead.
 
 Adding a command is one new module and one line here:
 
-1. write ``synth/commands/<name>.py`` (or a module anywhere, e.g. ``tvm_integration/qnn/commands.py``)
+1. write ``qsynth/commands/<name>.py`` (or a module anywhere, e.g. ``tvm_integration/qnn/commands.py``)
    with the command as a function whose parameters are ``typer.Option``/``typer.Argument``, returning
    its exit status, importing heavy modules inside the function (``qsynth --help`` imports every
    command module), and a ``register(app)`` that adds it::
@@ -22,7 +22,7 @@ Adding a command is one new module and one line here:
            app.command("bench-model", epilog="Example: qsynth bench-model m.onnx --json")(bench_model)
 
    (a group of sub-commands: a ``typer.Typer()`` of its own and ``app.add_typer(group, name=...)``,
-   as ``synth/commands/cache.py`` does);
+   as ``qsynth/commands/cache.py`` does);
 2. add the module's name to ``COMMANDS`` below.
 """
 from __future__ import annotations
@@ -33,16 +33,16 @@ import sys
 import typer
 
 COMMANDS = (
-    "synth.commands.isa",
-    "synth.commands.synthesize",
-    "synth.commands.sweep",
-    "synth.commands.host",
-    "synth.commands.bench_layer",
-    "synth.commands.cache",
-    "synth.commands.kernels",
-    "synth.commands.qnn",
-    "synth.commands.demo",
-    "synth.commands.report",
+    "qsynth.commands.isa",
+    "qsynth.commands.synthesize",
+    "qsynth.commands.sweep",
+    "qsynth.commands.host",
+    "qsynth.commands.bench_layer",
+    "qsynth.commands.cache",
+    "qsynth.commands.kernels",
+    "qsynth.commands.qnn",
+    "qsynth.commands.demo",
+    "qsynth.commands.report",
 )
 
 

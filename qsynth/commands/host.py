@@ -3,14 +3,14 @@ from __future__ import annotations
 
 import typer
 
-from synth.commands.common import JSON_HELP, print_json
+from qsynth.commands.common import JSON_HELP, print_json
 
 
 def host(json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> int:
     """This host's CPU model (vendor, family/model, LLVM micro-architecture, features), which ISAs and
     cached kernels it can run, and why not."""
     from isa_specs import host as host_model
-    from synth import host_report
+    from qsynth import host_report
     rep = host_report.report(host_model.model(), host_report.library_kernels())
     if json:
         print_json(rep)

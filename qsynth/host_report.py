@@ -9,7 +9,7 @@ from dataclasses import asdict
 
 from isa_specs import ISA_NAMES, get_isa, host
 from synth import cache
-from synth.emit import EmitError, kernel_model
+from emit import EmitError, kernel_model
 
 
 def feature_reason(feature: str, m: host.HostModel) -> str | None:

@@ -708,7 +708,7 @@ def _driver(template: str, m: dict) -> str:
 
 
 def driver_source(entry: dict) -> str:
-    """A test driver around the kernel: see ``templates/driver.c.j2`` and ``synth/emit_cli.py``."""
+    """A test driver around the kernel: see ``templates/driver.c.j2`` and ``emit/harness.py``."""
     return _driver("driver.c.j2", kernel_model(entry))
 
 

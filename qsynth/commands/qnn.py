@@ -1,5 +1,5 @@
 """``qsynth compile``, ``qsynth run`` and ``qsynth bench-model``: the QNN pipeline (the work is
-``tvm_integration/qnn/cli.py``'s ``cmd_*`` functions; this module declares their options)."""
+``qsynth/models.py``'s ``cmd_*`` functions; this module declares their options)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,7 +8,7 @@ from typing import List, Literal, Optional
 
 import typer
 
-from synth.commands.common import JSON_HELP, positive
+from qsynth.commands.common import JSON_HELP, positive
 
 TARGETS = ("host", "avx512", "avx2", "amx", "neon")
 MODEL = typer.Argument(..., help="a pre-quantized ONNX model (QDQ or QOperator) or a full-integer TFLite model")
@@ -23,10 +23,10 @@ def compile(model: str = MODEL,
                                                                     ".so.json)"),
             target: Target = TARGET, threads: Optional[int] = THREADS, allow_float: bool = ALLOW_FLOAT) -> int:
     """Compile a pre-quantized ONNX or TFLite model to a library."""
-    from synth.progress import spinner
-    from tvm_integration.qnn import cli
+    from qsynth.progress import spinner
+    from qsynth import models
     with spinner(f"compiling {model}"):
-        return cli.cmd_compile(SimpleNamespace(model=model, output=output, target=target, threads=threads,
+        return models.cmd_compile(SimpleNamespace(model=model, output=output, target=target, threads=threads,
                                                allow_float=allow_float))
 
 
@@ -38,10 +38,10 @@ def run(model: str = MODEL,
         profile: bool = typer.Option(False, "--profile", help="print where a run's time goes, per function")) -> int:
     """Run a pre-quantized ONNX or TFLite model on numpy inputs (compiled once, the library kept next to the
     model)."""
-    from synth.progress import spinner
-    from tvm_integration.qnn import cli
+    from qsynth.progress import spinner
+    from qsynth import models
     with spinner(f"running {model}"):
-        return cli.cmd_run(SimpleNamespace(model=model, input=list(input), output=output, target=target,
+        return models.cmd_run(SimpleNamespace(model=model, input=list(input), output=output, target=target,
                                            threads=threads, allow_float=allow_float, profile=profile))
 
 
@@ -53,17 +53,17 @@ def bench_model(model: str = MODEL,
                 json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> int:
     """A model on our build next to onnxruntime int8/fp32 and TVM's own import (a .tflite model: next to
     LiteRT's default interpreter)."""
-    from synth.progress import spinner
-    from tvm_integration.qnn import cli
+    from qsynth.progress import spinner
+    from qsynth import models
     with spinner(f"compiling and timing {model}"):
-        return cli.cmd_bench_model(SimpleNamespace(model=model, fp32=fp32, threads=threads, trials=trials, json=json))
+        return models.cmd_bench_model(SimpleNamespace(model=model, fp32=fp32, threads=threads, trials=trials, json=json))
 
 
 def inspect(model: str = MODEL, target: Target = TARGET, allow_float: bool = ALLOW_FLOAT,
             json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> int:
     """Each conv/dense layer's precision (AxWy, encoding), operator and kernel, without compiling."""
-    from tvm_integration.qnn import cli
-    return cli.cmd_inspect(SimpleNamespace(model=model, target=target, allow_float=allow_float, json=json))
+    from qsynth import models
+    return models.cmd_inspect(SimpleNamespace(model=model, target=target, allow_float=allow_float, json=json))
 
 
 def register(app: typer.Typer) -> None:

@@ -1,13 +1,13 @@
 """Synthesis jobs on a Ray cluster (``qsynth sweep --executor ray [--address ADDR]``).
 
 One Ray task per kernel spec (per bitwidth, ISA and shape). A task runs the synthesis in a fresh
-Python process on its worker (``python -m synth.cluster job ...``), killed ``GRACE`` seconds past the
+Python process on its worker (``python -m qsynth.cluster job ...``), killed ``GRACE`` seconds past the
 per-kernel ``--timeout``, and returns the entry it made; it never touches a cache. A cluster node is
 not trusted: ``row`` takes a worker's result into the local kernel cache only through
 ``trust.admit``, which re-proves it here exactly as ``qsynth cache verify`` proves a cached file and
 writes it under the cache lock, atomically, or writes nothing. A task that fails, times out or loses
 its worker is reported; its kernel is not in the cache, so the next sweep submits it again, while the
-kernels already in the cache are not resubmitted (``synth/sweep.py``).
+kernels already in the cache are not resubmitted (``qsynth/sweep.py``).
 
 The code the workers run is this checkout's ``synth``, ``sketches`` and ``isa_specs``, shipped with
 the job (Ray ``py_modules``); a node needs Python 3.11 with ``ray`` and qsynth's dependencies
@@ -40,7 +40,7 @@ def run_job(spec_key: dict, cost: str, timeout: float) -> dict:
         out = Path(tmp) / "result.json"
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p),
                    QSYNTH_JOB_PARENT=str(os.getpid()))
-        argv = [sys.executable, "-m", "synth.cluster", "job", json.dumps(spec_key), cost, str(timeout), str(out)]
+        argv = [sys.executable, "-m", "qsynth.cluster", "job", json.dumps(spec_key), cost, str(timeout), str(out)]
         try:
             proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout + GRACE)
         except subprocess.TimeoutExpired:
@@ -150,5 +150,5 @@ def row(spec, result: dict, cost: str) -> dict:
 
 if __name__ == "__main__":
     if sys.argv[1:2] != ["job"] or len(sys.argv) != 6:
-        sys.exit("usage: python -m synth.cluster job SPEC_KEY_JSON COST TIMEOUT OUT (run by a Ray task)")
+        sys.exit("usage: python -m qsynth.cluster job SPEC_KEY_JSON COST TIMEOUT OUT (run by a Ray task)")
     _job_main(*sys.argv[2:])

@@ -6,8 +6,8 @@ from typing import Literal
 
 import typer
 
-from synth.commands.common import JSON_HELP, UsageError, positive, print_json
-from synth.progress import spinner
+from qsynth.commands.common import JSON_HELP, UsageError, positive, print_json
+from qsynth.progress import spinner
 
 LAYERS = ("C2", "C3", "C4", "C5", "C6", "C7", "C8", "C9", "C10", "C11", "C12")
 

@@ -5,8 +5,8 @@ from typing import Literal, Optional
 
 import typer
 
-from synth.commands.common import JSON_HELP, Isa, UsageError, WorkFailed, positive, positive_seconds, print_json
-from synth.progress import spinner
+from qsynth.commands.common import JSON_HELP, Isa, UsageError, WorkFailed, positive, positive_seconds, print_json
+from qsynth.progress import spinner
 
 
 def _spec(isa, kernel, abits, wbits, encoding, rows, cols, layout, reg_bits, row_bits, types, mr, nr, k):

@@ -7,7 +7,7 @@ from typing import Literal, Optional
 
 import typer
 
-from synth.commands.common import ISAS, JSON_HELP, UsageError, positive, positive_seconds, print_json
+from qsynth.commands.common import ISAS, JSON_HELP, UsageError, positive, positive_seconds, print_json
 
 
 def sweep(isa: str = typer.Option("all", help="all, or a comma-separated list of neon, avx2, avx512, amx"),
@@ -24,7 +24,7 @@ def sweep(isa: str = typer.Option("all", help="all, or a comma-separated list of
     the kernels swept into OUT/synthesis.{json,md} (the other rows stay); exit 1 if any kernel is not
     proved. Kernels already in the cache, and the cache's other kernels of these ISAs, are loaded,
     not redone; on Ray, a worker's result is re-proved here before it is stored."""
-    from synth.sweep import sweep as run_sweep
+    from qsynth.sweep import sweep as run_sweep
     isas = list(ISAS) if isa == "all" else isa.split(",")
     unknown = sorted(set(isas) - set(ISAS))
     if unknown:
@@ -32,7 +32,7 @@ def sweep(isa: str = typer.Option("all", help="all, or a comma-separated list of
     wanted = None if configs == "all" else configs.split(",")
     if address is not None and executor != "ray":
         raise UsageError("--address is for --executor ray")
-    from synth.cluster import ClusterUnavailable
+    from qsynth.cluster import ClusterUnavailable
     try:
         rows = run_sweep(isas, jobs, timeout, out, wanted, executor, address)
     except ClusterUnavailable as e:

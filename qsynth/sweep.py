@@ -1,5 +1,5 @@
 """The offline synthesis run: every configuration per ISA, in local worker processes or as jobs on a
-Ray cluster (``synth/cluster.py``), filling the cache and merging its rows into
+Ray cluster (``qsynth/cluster.py``), filling the cache and merging its rows into
 ``benchmarks/synthesis.json`` and ``benchmarks/synthesis.md``."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from synth.files import write_atomically
-from synth.progress import track
+from qsynth.progress import track
 from synth.spec import BITSERIAL_TILES, ENCODINGS, INT8_TILES, ISA_LAYOUTS, BitserialSpec, Int8Spec
 
 # The paper's Table 2 (CGO 2020, Cortex-A53 NEON, 8x8·8x1 tiles): instructions and synthesis seconds.
@@ -149,7 +149,8 @@ def _local(specs: list, jobs: int, timeout: float) -> list[dict]:
 def _on_ray(specs: list, jobs: int, timeout: float, address: str | None) -> list[dict]:
     """Kernels in the local cache are finished: loaded (re-proved in ``jobs`` processes unless
     stamped). The others go to the cluster, and each result is re-proved here before it is stored."""
-    from synth import cache, cluster, trust
+    from qsynth import cluster
+    from synth import cache, trust
     from synth.kernel import cache_key_fields
     paths = {s.name: cache.path_for(cache.cache_key(cache_key_fields(s, "length")), cache.ROOT) for s in specs}
     cached = [s for s in specs if paths[s.name].exists()]

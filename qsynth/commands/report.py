@@ -10,7 +10,7 @@ from pathlib import Path
 
 import typer
 
-from synth.commands.common import JSON_HELP, UsageError, WorkFailed, print_json
+from qsynth.commands.common import JSON_HELP, UsageError, WorkFailed, print_json
 
 # The synthesis paper's Table 2 (CGO 2020, Cortex-A53 NEON): compute, reduction, verify, total seconds,
 # as printed (A3W1's total is printed as 158.3 though its parts add up to 96.3)
@@ -82,7 +82,7 @@ def _table(header: list[str], rows: list[list]) -> list[str]:
 def _layers(bitserial, int8) -> dict:
     """The paper's Figure 10 for this host: each layer's speedup over onnxruntime fp32 per
     configuration (1 thread), with the int8 operator beside; and Figure 11's C2 across configurations."""
-    from synth.commands import figures
+    from qsynth.commands import figures
     title = "Bitserial layers: speedup per quantization configuration (the paper's Figures 10 and 11)"
     if bitserial is None:
         return _absent(title, "layers_bitserial.json", "run python scripts/bench_bitserial_layers.py")
@@ -132,7 +132,7 @@ def _config_of(name: str) -> str:
 
 def _synthesis(synthesis) -> dict:
     """Synthesis time per configuration next to the paper's Table 2."""
-    from synth.commands import figures
+    from qsynth.commands import figures
     title = "Synthesis time per configuration (the paper's Table 2)"
     if synthesis is None:
         return _absent(title, "synthesis.json", "run qsynth sweep")
@@ -171,7 +171,7 @@ def _seconds(value: float | None) -> str | None:
 
 def _kernels(kernels) -> dict:
     """Each x86 kernel's rate as a fraction of its instruction's measured peak, by ISA."""
-    from synth.commands import figures
+    from qsynth.commands import figures
     title = "Kernels: % of peak per ISA"
     if kernels is None:
         return _absent(title, "kernels.json", "run python scripts/bench_kernels.py")
@@ -214,7 +214,7 @@ def _kernels(kernels) -> dict:
 
 
 def _models(models) -> dict:
-    from synth.commands import figures
+    from qsynth.commands import figures
     title = "Models: latency"
     if models is None:
         return _absent(title, "models.json", "run python scripts/bench_models.py")
@@ -239,7 +239,7 @@ def _pareto(accuracy) -> dict:
     ``top1`` (fraction or %) and ``images_per_s`` or ``ms`` per image; a row without a time (its model
     did not run, ``qsynth_error`` says why) is listed as not measured and left out of the figure.
     ``runtime``, where a row has it, names what was timed."""
-    from synth.commands import figures
+    from qsynth.commands import figures
     title = "Low-bit models: accuracy / throughput Pareto front"
     if accuracy is None:
         return _absent(title, "lowbit_accuracy.json", "the low-bit models' accuracy run has not produced it yet")

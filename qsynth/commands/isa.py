@@ -5,8 +5,8 @@ from typing import Optional
 
 import typer
 
-from synth.commands.common import JSON_HELP, Isa, UsageError, positive, print_json
-from synth.progress import spinner
+from qsynth.commands.common import JSON_HELP, Isa, UsageError, positive, print_json
+from qsynth.progress import spinner
 
 isa_app = typer.Typer(help="Instruction-set specifications: list them, check them against the machine.",
                       no_args_is_help=True, rich_markup_mode="markdown")
