@@ -127,7 +127,7 @@ from isa_specs.instruction import CType
 from sketches.program import Program
 from synth.files import write_atomically
 from synth.kernel import spec_from_key
-from synth.spec import VECTOR_REGISTERS
+from isa_specs.features import REGISTER_FILES
 
 COMPILERS = ("gcc", "clang")
 # int8 kernels that get a ``_kloop`` (the K loop of a GEMM around the step): byte elements, B in k groups
@@ -588,7 +588,7 @@ def kernel_model(entry: dict) -> dict:
         steps = kloop["enter"] + kloop["body"] + kloop["leave"]
     else:
         loads = _input_steps(program, isa, lay, constants, live, forms, types)
-        steps = (_body_steps(program, live, forms, types, loads, VECTOR_REGISTERS[isa.name])
+        steps = (_body_steps(program, live, forms, types, loads, REGISTER_FILES[isa.name].count)
                  + _output_steps(program, isa, lay, types))
         if spec.kind == "int8" and spec.layout in KLOOP_LAYOUTS and spec.types in BYTE_TYPES:
             kloop = {}

@@ -10,9 +10,10 @@ import signal
 import time
 from pathlib import Path
 
-from synth.files import write_atomically
 from qsynth.progress import track
-from synth.spec import BITSERIAL_TILES, ENCODINGS, INT8_TILES, ISA_LAYOUTS, BitserialSpec, Int8Spec
+from synth.files import write_atomically
+from synth.spec import ENCODINGS, ISA_LAYOUTS, BitserialSpec, Int8Spec
+from synth.tiles import BITSERIAL_TILES, INT8_TILES
 
 # The paper's Table 2 (CGO 2020, Cortex-A53 NEON, 8x8·8x1 tiles): instructions and synthesis seconds.
 PAPER = {"a1w1": (24, 17.2), "a2w2": (None, 158.3)}

@@ -7,24 +7,14 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from isa_specs.features import REGISTER_FILES
 from isa_specs.lanes import total
+from synth.tiles import BITSERIAL_TILES, DEFAULT_LAYOUT, INT8_TILES, LANES_ACCUMULATORS, LANES_TILE
 
 ENCODINGS = ("unipolar", "hybrid")
 INT8_TYPES = ("u8s8", "u7s8", "s8s8", "u8u8", "s16")
 
-# Default tile per ISA: weight rows, register bits (K packed bits per plane), output lane bits.
-BITSERIAL_TILES = {
-    "neon": {"rows": 8, "reg_bits": 128, "out_bits": 16},    # the paper's 8x16-byte Q tile
-    "avx2": {"rows": 4, "reg_bits": 256, "out_bits": 64},
-    "avx512": {"rows": 8, "reg_bits": 512, "out_bits": 64},
-}
 
-
-# Vector registers per ISA: an acc kernel's default rows keep its accumulators within half of them
-# (the rest hold planes and temporaries; at 3/4 the 24-accumulator A3W1 and A1W3 loops measured
-# 0.8x of the 4-row ones on AVX-512), so the K loop does not spill.
-VECTOR_REGISTERS = {"neon": 32, "avx2": 16, "avx512": 32}
-VECTOR_BITS = {"neon": 128, "avx2": 256, "avx512": 512}
 
 
 class SpecError(ValueError):
@@ -42,16 +32,7 @@ BITSERIAL_LAYOUTS = ("tile", "acc", "lanes")
 # popcount of whole output lanes (AVX-512 vpopcntq) or of bytes widened pairwise into accumulator
 # lanes within each channel's 64-bit lane (NEON cnt + uadalp).
 ISA_LAYOUTS = {"neon": ("tile", "acc", "lanes"), "avx2": ("acc",), "avx512": ("tile", "acc", "lanes")}
-# lanes tiles per ISA by default: output channels (rows, a multiple of the 64-bit lanes of a register),
-# activation columns and accumulator lane bits; AVX-512: 4 registers x 6 columns = 24 accumulators of
-# the 32 zmm (A1W1), see for_isa; NEON: 16-bit accumulator lanes (cnt, then uadalp), four per channel,
-# summed once per output tile and per chunk of K short enough that none wraps
-LANES_TILE = {"avx512": {"rows": 32, "cols": 6, "out_bits": 64}, "neon": {"rows": 8, "cols": 2, "out_bits": 16}}
-# registers a lanes tile's accumulators may take: AVX-512 3/4 of the 32 zmm; NEON half of the 32 Q (the
-# A2W2 tile of 8 channels, 24 accumulators beside 8 weight and 4 activation registers, spilled in its K
-# loop: 41 stack accesses, ResNet-18 C9 Cortex-A53 K loop 0.14x the plain TIR against the acc tile's 0.09x)
-LANES_ACCUMULATORS = {"avx512": 24, "neon": 16}
-DEFAULT_LAYOUT = {"neon": "tile", "avx2": "acc", "avx512": "tile"}
+
 
 
 def register_rows(lanes: list, q: int) -> list[list]:
@@ -179,9 +160,10 @@ class BitserialSpec:
         if rows is not None:
             _check(rows >= 1, f"--rows must be positive, got {rows}")
             tile["rows"] = rows
-        elif layout == "acc":
+        elif layout == "acc":     # accumulators within half the registers (the rest hold planes and temporaries;
+            # at 3/4 the 24-accumulator A3W1 and A1W3 loops measured 0.8x of the 4-row ones on AVX-512): no spills
             cols = tile.get("cols", 1)
-            budget = VECTOR_REGISTERS[isa] // 2 - (cols * abits if encoding == "hybrid" else 0)
+            budget = REGISTER_FILES[isa].count // 2 - (cols * abits if encoding == "hybrid" else 0)
             tile["rows"] = next((r for r in (tile["rows"], 4, 2) if r * cols * (abits + wbits - 1) <= budget), 1)
         return BitserialSpec(isa, abits, wbits, encoding, layout=layout, **tile)
 
@@ -325,26 +307,6 @@ class BitserialSpec:
         return out
 
 
-# The int8 tiles per (ISA, types, layout): mr, nr, k (see Int8Spec). The first layout listed for an
-# (ISA, types) pair is its default.
-INT8_TILES = {
-    ("neon", "u8u8", "rows"): (4, 4, 8),     # the RFC's 4x4 pseudo-dot: umull/uadalp/addp on D registers
-    ("neon", "u8u8", "k4"): (4, 4, 16),      # udot by element (ARMv8.2 dot product)
-    ("neon", "s16", "rows"): (4, 4, 4),      # QNN's int16 legalization: smlal on D registers
-    ("neon", "s8s8", "k4"): (4, 4, 16),      # sdot by element
-    ("neon", "u8s8", "k4"): (4, 4, 16),      # sudot by element (i8mm)
-    # x86: at least 12 accumulator chains cover vpdpbusd's latency 5 at 2 per cycle; k4b = A broadcast
-    # per 4-byte group. AVX-512 8x48 (24 accumulators, three B registers: 11 loads per 24 vpdpbusd):
-    # its load mix reaches 92% of the register-only peak from L1, 6x32's (8 per 12) 86%, 12x16's
-    # (13 per 12) 78% (scripts/peak_x86.c)
-    ("avx512", "u8s8", "k4b"): (8, 48, 16),   # vpdpbusd zmm
-    ("avx2", "u7s8", "k4b"): (6, 8, 4),       # vpmaddubsw + vpmaddwd, activations < 128 (no saturation)
-    ("avx2", "u8s8", "k4b"): (12, 8, 4),      # AVX-VNNI vpdpbusd ymm (16 ymm registers)
-    # AMX: 2x2 accumulator tiles (a tdpbusd's latency covers ~4 issues), A and B tiles loaded once per
-    # k step and used twice; k = 4 steps per call keeps A and B (16 KiB) in L1
-    ("amx", "u8s8", "tile"): (32, 32, 256),   # tdpbusd
-    ("amx", "s8s8", "tile"): (32, 32, 256),   # tdpbssd
-}
 LAYOUTS = ("rows", "k4", "k4b", "tile")
 
 
@@ -380,7 +342,7 @@ class Int8Spec:
         _check(self.layout != "tile" or (self.mr % 16, self.nr % 16, self.k % 64) == (0, 0, 0),
                f"AMX tiles need mr, nr multiples of 16 and k of 64, got {self.mr}x{self.nr}x{self.k}")
         _check(self.layout != "rows" or self.nr * 32 <= 512, "too many columns for one register")
-        lanes = VECTOR_BITS.get(self.isa, 32) // 32
+        lanes = (REGISTER_FILES[self.isa].bits if self.isa in REGISTER_FILES else 32) // 32
         _check(self.layout != "k4b" or self.nr % lanes == 0,
                f"--nr for {self.isa} must be a multiple of {lanes} (whole registers), got {self.nr}")
 
@@ -392,7 +354,7 @@ class Int8Spec:
     @property
     def block_columns(self) -> int:
         """Columns of C per output register: k4b, the int32 lanes of a vector register; else all nr."""
-        return VECTOR_BITS[self.isa] // 32 if self.layout == "k4b" else self.nr
+        return REGISTER_FILES[self.isa].bits // 32 if self.layout == "k4b" else self.nr
 
     @staticmethod
     def for_isa(isa: str, types: str, mr: int | None = None, nr: int | None = None,
@@ -452,7 +414,7 @@ class Int8Spec:
         elif self.layout == "k4":
             ab = [(f"a{i}", self.k * 8) for i in range(self.mr)] + [(f"b{x}", self.nr * 32) for x in range(g)]
         else:
-            v, cb = VECTOR_BITS[self.isa], range(self.column_blocks)
+            v, cb = REGISTER_FILES[self.isa].bits, range(self.column_blocks)
             return ([(f"a{i}_{x}", v) for i in range(self.mr) for x in range(g)]
                     + [(f"b{x}_{c}", v) for x in range(g) for c in cb]
                     + [(f"c{i}_{c}", v) for i in range(self.mr) for c in cb])
