@@ -348,186 +348,308 @@ def insert_part(B, a, b, part, imm):
 
 # ---------------------------------------------------------------- table
 
-Z, Y, X = "__m512i", "__m256i", "__m128i"
+_SDM = "Intel SDM Vol. 2"
+_IMM8 = tuple(range(256))
+# immediates: every imm8 value, or the shift counts 1 .. esize-1 (see the module docstring)
+_SHIFT16, _SHIFT32, _SHIFT64 = tuple(range(1, 16)), tuple(range(1, 32)), tuple(range(1, 64))
 
-
-def _binary(intrinsic, t=Z):
-    return f"{t} {intrinsic}({t} a, {t} b)"
-
-
-def _unary(intrinsic, t=Z, src=None):
-    return f"{t} {intrinsic}({src or t} a)"
-
-
-def _dot_forms(name):
-    return tuple(Form(arr, f"{t} _{pre}_{name}_epi32({t} src, {t} a, {t} b)")
-                 for arr, t, pre in (("zmm", Z, "mm512"), ("ymm", Y, "mm256"), ("xmm", X, "mm")))
-
-
-def _imm_form(arr, proto, params, imms):
-    return Form(arr, proto, params, imm=tuple(imms))
-
-
-SUFFIX = {8: "epi8", 16: "epi16", 32: "epi32", 64: "epi64"}
-SDM = "Intel SDM Vol. 2, "
-
-INSTRUCTIONS = [
+INSTRUCTIONS = (
     # ---- logic
-    Instruction("vpandq", and_, (Form("zmm", _binary("_mm512_and_epi64")),),
-                feature="avx512f", ref=SDM + "PAND—Logical AND (VPANDQ)", commutative=True),
-    Instruction("vpandnq", andn, (Form("zmm", _binary("_mm512_andnot_epi64")),),
-                feature="avx512f", ref=SDM + "PANDN—Logical AND NOT (VPANDNQ)"),
-    Instruction("vporq", or_, (Form("zmm", _binary("_mm512_or_epi64")),),
-                feature="avx512f", ref=SDM + "POR—Bitwise Logical OR (VPORQ)", commutative=True),
-    Instruction("vpxorq", xor, (Form("zmm", _binary("_mm512_xor_epi64")),),
-                feature="avx512f", ref=SDM + "PXOR—Logical Exclusive OR (VPXORQ)", commutative=True),
-    Instruction("vpternlogq", ternlog, tuple(
-        Form(arr, f"{t} _{pre}_ternarylogic_epi64({t} a, {t} b, {t} c, const int imm8)", imm=tuple(range(256)))
-        for arr, t, pre in (("zmm", Z, "mm512"), ("ymm", Y, "mm256"), ("xmm", X, "mm"))),
-        feature="avx512f", ref=SDM + "VPTERNLOGD/VPTERNLOGQ—Bitwise Ternary Logic"),
+    Instruction("vpandq", and_, (
+        Form("zmm", "__m512i _mm512_and_epi64(__m512i a, __m512i b)"),
+    ), feature="avx512f", ref=f"{_SDM}, PAND—Logical AND (VPANDQ)", commutative=True),
+    Instruction("vpandnq", andn, (
+        Form("zmm", "__m512i _mm512_andnot_epi64(__m512i a, __m512i b)"),
+    ), feature="avx512f", ref=f"{_SDM}, PANDN—Logical AND NOT (VPANDNQ)"),
+    Instruction("vporq", or_, (
+        Form("zmm", "__m512i _mm512_or_epi64(__m512i a, __m512i b)"),
+    ), feature="avx512f", ref=f"{_SDM}, POR—Bitwise Logical OR (VPORQ)", commutative=True),
+    Instruction("vpxorq", xor, (
+        Form("zmm", "__m512i _mm512_xor_epi64(__m512i a, __m512i b)"),
+    ), feature="avx512f", ref=f"{_SDM}, PXOR—Logical Exclusive OR (VPXORQ)", commutative=True),
+    Instruction("vpternlogq", ternlog, (
+        Form("zmm", "__m512i _mm512_ternarylogic_epi64(__m512i a, __m512i b, __m512i c, const int imm8)", imm=_IMM8),
+        Form("ymm", "__m256i _mm256_ternarylogic_epi64(__m256i a, __m256i b, __m256i c, const int imm8)", imm=_IMM8),
+        Form("xmm", "__m128i _mm_ternarylogic_epi64(__m128i a, __m128i b, __m128i c, const int imm8)", imm=_IMM8),
+    ), feature="avx512f", ref=f"{_SDM}, VPTERNLOGD/VPTERNLOGQ—Bitwise Ternary Logic"),
     # ---- popcount
-    *[Instruction(f"vpopcnt{s}", popcnt, tuple(
-        Form(arr, _unary(f"_{pre}_popcnt_{SUFFIX[e]}", t), {"esize": e})
-        for arr, t, pre in (("zmm", Z, "mm512"), ("ymm", Y, "mm256"), ("xmm", X, "mm"))),
-        feature=feat, ref=SDM + "VPOPCNT—Return the Count of Number of Bits Set to 1 in BYTE/WORD/DWORD/QWORD")
-      for s, e, feat in (("b", 8, "avx512bitalg"), ("w", 16, "avx512bitalg"),
-                         ("d", 32, "avx512vpopcntdq"), ("q", 64, "avx512vpopcntdq"))],
+    Instruction("vpopcntb", popcnt, (
+        Form("zmm", "__m512i _mm512_popcnt_epi8(__m512i a)", {"esize": 8}),
+        Form("ymm", "__m256i _mm256_popcnt_epi8(__m256i a)", {"esize": 8}),
+        Form("xmm", "__m128i _mm_popcnt_epi8(__m128i a)", {"esize": 8}),
+    ), feature="avx512bitalg", ref=f"{_SDM}, VPOPCNT—Return the Count of Number of Bits Set to 1 in BYTE/WORD/DWORD/QWORD"),
+    Instruction("vpopcntw", popcnt, (
+        Form("zmm", "__m512i _mm512_popcnt_epi16(__m512i a)", {"esize": 16}),
+        Form("ymm", "__m256i _mm256_popcnt_epi16(__m256i a)", {"esize": 16}),
+        Form("xmm", "__m128i _mm_popcnt_epi16(__m128i a)", {"esize": 16}),
+    ), feature="avx512bitalg", ref=f"{_SDM}, VPOPCNT—Return the Count of Number of Bits Set to 1 in BYTE/WORD/DWORD/QWORD"),
+    Instruction("vpopcntd", popcnt, (
+        Form("zmm", "__m512i _mm512_popcnt_epi32(__m512i a)", {"esize": 32}),
+        Form("ymm", "__m256i _mm256_popcnt_epi32(__m256i a)", {"esize": 32}),
+        Form("xmm", "__m128i _mm_popcnt_epi32(__m128i a)", {"esize": 32}),
+    ), feature="avx512vpopcntdq",
+       ref=f"{_SDM}, VPOPCNT—Return the Count of Number of Bits Set to 1 in BYTE/WORD/DWORD/QWORD"),
+    Instruction("vpopcntq", popcnt, (
+        Form("zmm", "__m512i _mm512_popcnt_epi64(__m512i a)", {"esize": 64}),
+        Form("ymm", "__m256i _mm256_popcnt_epi64(__m256i a)", {"esize": 64}),
+        Form("xmm", "__m128i _mm_popcnt_epi64(__m128i a)", {"esize": 64}),
+    ), feature="avx512vpopcntdq",
+       ref=f"{_SDM}, VPOPCNT—Return the Count of Number of Bits Set to 1 in BYTE/WORD/DWORD/QWORD"),
     # ---- add / sub / mul / min / max
-    *[Instruction(f"vpadd{s}", add, (Form("zmm", _binary(f"_mm512_add_{SUFFIX[e]}"), {"esize": e}),),
-                  feature=feat, ref=SDM + "PADDB/PADDW/PADDD/PADDQ—Add Packed Integers", commutative=True)
-      for s, e, feat in (("b", 8, "avx512bw"), ("w", 16, "avx512bw"), ("d", 32, "avx512f"), ("q", 64, "avx512f"))],
-    *[Instruction(f"vpsub{s}", sub, (Form("zmm", _binary(f"_mm512_sub_{SUFFIX[e]}"), {"esize": e}),),
-                  feature=feat, ref=SDM + ("PSUBQ—Subtract Packed Quadword Integers" if e == 64
-                                           else "PSUBB/PSUBW/PSUBD—Subtract Packed Integers"))
-      for s, e, feat in (("b", 8, "avx512bw"), ("w", 16, "avx512bw"), ("d", 32, "avx512f"), ("q", 64, "avx512f"))],
-    Instruction("vpmullw", mullo, (Form("zmm", _binary("_mm512_mullo_epi16"), {"esize": 16}),), feature="avx512bw",
-                ref=SDM + "PMULLW—Multiply Packed Signed Integers and Store Low Result", commutative=True),
-    Instruction("vpmulld", mullo, (Form("zmm", _binary("_mm512_mullo_epi32"), {"esize": 32}),), feature="avx512f",
-                ref=SDM + "PMULLD/PMULLQ—Multiply Packed Integers and Store Low Result", commutative=True),
-    Instruction("vpmuldq", pmuldq, (Form("zmm", _binary("_mm512_mul_epi32")),), feature="avx512f",
-                ref=SDM + "PMULDQ—Multiply Packed Doubleword Integers", commutative=True),
-    Instruction("vpmuludq", pmuludq, (Form("zmm", _binary("_mm512_mul_epu32")),), feature="avx512f",
-                ref=SDM + "PMULUDQ—Multiply Packed Unsigned Doubleword Integers", commutative=True),
-    *[Instruction(f"vpmaxs{s}", maxs, (Form("zmm", _binary(f"_mm512_max_{SUFFIX[e]}"), {"esize": e}),),
-                  feature=feat, ref=SDM + "PMAXSB/PMAXSW/PMAXSD/PMAXSQ—Maximum of Packed Signed Integers",
-                  commutative=True)
-      for s, e, feat in (("w", 16, "avx512bw"), ("d", 32, "avx512f"))],
-    *[Instruction(f"vpmins{s}", mins, (Form("zmm", _binary(f"_mm512_min_{SUFFIX[e]}"), {"esize": e}),),
-                  feature=feat, ref=SDM + ("PMINSB/PMINSW" if e == 16 else "PMINSD/PMINSQ") + "—Minimum of Packed Signed Integers",
-                  commutative=True)
-      for s, e, feat in (("w", 16, "avx512bw"), ("d", 32, "avx512f"))],
-    Instruction("vpmaxub", maxu, (Form("zmm", _binary("_mm512_max_epu8"), {"esize": 8}),), feature="avx512bw",
-                ref=SDM + "PMAXUB/PMAXUW—Maximum of Packed Unsigned Integers", commutative=True),
-    Instruction("vpminub", minu, (Form("zmm", _binary("_mm512_min_epu8"), {"esize": 8}),), feature="avx512bw",
-                ref=SDM + "PMINUB/PMINUW—Minimum of Packed Unsigned Integers", commutative=True),
-    Instruction("vpsadbw", sadbw, (Form("zmm", _binary("_mm512_sad_epu8")),), feature="avx512bw",
-                ref=SDM + "PSADBW—Compute Sum of Absolute Differences", commutative=True),
+    Instruction("vpaddb", add, (
+        Form("zmm", "__m512i _mm512_add_epi8(__m512i a, __m512i b)", {"esize": 8}),
+    ), feature="avx512bw", ref=f"{_SDM}, PADDB/PADDW/PADDD/PADDQ—Add Packed Integers", commutative=True),
+    Instruction("vpaddw", add, (
+        Form("zmm", "__m512i _mm512_add_epi16(__m512i a, __m512i b)", {"esize": 16}),
+    ), feature="avx512bw", ref=f"{_SDM}, PADDB/PADDW/PADDD/PADDQ—Add Packed Integers", commutative=True),
+    Instruction("vpaddd", add, (
+        Form("zmm", "__m512i _mm512_add_epi32(__m512i a, __m512i b)", {"esize": 32}),
+    ), feature="avx512f", ref=f"{_SDM}, PADDB/PADDW/PADDD/PADDQ—Add Packed Integers", commutative=True),
+    Instruction("vpaddq", add, (
+        Form("zmm", "__m512i _mm512_add_epi64(__m512i a, __m512i b)", {"esize": 64}),
+    ), feature="avx512f", ref=f"{_SDM}, PADDB/PADDW/PADDD/PADDQ—Add Packed Integers", commutative=True),
+    Instruction("vpsubb", sub, (
+        Form("zmm", "__m512i _mm512_sub_epi8(__m512i a, __m512i b)", {"esize": 8}),
+    ), feature="avx512bw", ref=f"{_SDM}, PSUBB/PSUBW/PSUBD—Subtract Packed Integers"),
+    Instruction("vpsubw", sub, (
+        Form("zmm", "__m512i _mm512_sub_epi16(__m512i a, __m512i b)", {"esize": 16}),
+    ), feature="avx512bw", ref=f"{_SDM}, PSUBB/PSUBW/PSUBD—Subtract Packed Integers"),
+    Instruction("vpsubd", sub, (
+        Form("zmm", "__m512i _mm512_sub_epi32(__m512i a, __m512i b)", {"esize": 32}),
+    ), feature="avx512f", ref=f"{_SDM}, PSUBB/PSUBW/PSUBD—Subtract Packed Integers"),
+    Instruction("vpsubq", sub, (
+        Form("zmm", "__m512i _mm512_sub_epi64(__m512i a, __m512i b)", {"esize": 64}),
+    ), feature="avx512f", ref=f"{_SDM}, PSUBQ—Subtract Packed Quadword Integers"),
+    Instruction("vpmullw", mullo, (
+        Form("zmm", "__m512i _mm512_mullo_epi16(__m512i a, __m512i b)", {"esize": 16}),
+    ), feature="avx512bw", ref=f"{_SDM}, PMULLW—Multiply Packed Signed Integers and Store Low Result", commutative=True),
+    Instruction("vpmulld", mullo, (
+        Form("zmm", "__m512i _mm512_mullo_epi32(__m512i a, __m512i b)", {"esize": 32}),
+    ), feature="avx512f", ref=f"{_SDM}, PMULLD/PMULLQ—Multiply Packed Integers and Store Low Result", commutative=True),
+    Instruction("vpmuldq", pmuldq, (
+        Form("zmm", "__m512i _mm512_mul_epi32(__m512i a, __m512i b)"),
+    ), feature="avx512f", ref=f"{_SDM}, PMULDQ—Multiply Packed Doubleword Integers", commutative=True),
+    Instruction("vpmuludq", pmuludq, (
+        Form("zmm", "__m512i _mm512_mul_epu32(__m512i a, __m512i b)"),
+    ), feature="avx512f", ref=f"{_SDM}, PMULUDQ—Multiply Packed Unsigned Doubleword Integers", commutative=True),
+    Instruction("vpmaxsw", maxs, (
+        Form("zmm", "__m512i _mm512_max_epi16(__m512i a, __m512i b)", {"esize": 16}),
+    ), feature="avx512bw", ref=f"{_SDM}, PMAXSB/PMAXSW/PMAXSD/PMAXSQ—Maximum of Packed Signed Integers", commutative=True),
+    Instruction("vpmaxsd", maxs, (
+        Form("zmm", "__m512i _mm512_max_epi32(__m512i a, __m512i b)", {"esize": 32}),
+    ), feature="avx512f", ref=f"{_SDM}, PMAXSB/PMAXSW/PMAXSD/PMAXSQ—Maximum of Packed Signed Integers", commutative=True),
+    Instruction("vpminsw", mins, (
+        Form("zmm", "__m512i _mm512_min_epi16(__m512i a, __m512i b)", {"esize": 16}),
+    ), feature="avx512bw", ref=f"{_SDM}, PMINSB/PMINSW—Minimum of Packed Signed Integers", commutative=True),
+    Instruction("vpminsd", mins, (
+        Form("zmm", "__m512i _mm512_min_epi32(__m512i a, __m512i b)", {"esize": 32}),
+    ), feature="avx512f", ref=f"{_SDM}, PMINSD/PMINSQ—Minimum of Packed Signed Integers", commutative=True),
+    Instruction("vpmaxub", maxu, (
+        Form("zmm", "__m512i _mm512_max_epu8(__m512i a, __m512i b)", {"esize": 8}),
+    ), feature="avx512bw", ref=f"{_SDM}, PMAXUB/PMAXUW—Maximum of Packed Unsigned Integers", commutative=True),
+    Instruction("vpminub", minu, (
+        Form("zmm", "__m512i _mm512_min_epu8(__m512i a, __m512i b)", {"esize": 8}),
+    ), feature="avx512bw", ref=f"{_SDM}, PMINUB/PMINUW—Minimum of Packed Unsigned Integers", commutative=True),
+    Instruction("vpsadbw", sadbw, (
+        Form("zmm", "__m512i _mm512_sad_epu8(__m512i a, __m512i b)"),
+    ), feature="avx512bw", ref=f"{_SDM}, PSADBW—Compute Sum of Absolute Differences", commutative=True),
     # ---- multiply-accumulate
-    Instruction("vpmaddubsw", maddubsw, (Form("zmm", _binary("_mm512_maddubs_epi16")),), feature="avx512bw",
-                ref=SDM + "PMADDUBSW—Multiply and Add Packed Signed and Unsigned Bytes (saturating)"),
-    Instruction("vpmaddwd", maddwd, (Form("zmm", _binary("_mm512_madd_epi16")),), feature="avx512bw",
-                ref=SDM + "PMADDWD—Multiply and Add Packed Integers (wrap-around)", commutative=True),
-    Instruction("vpdpbusd", dpbusd, _dot_forms("dpbusd"), feature="avx512vnni",
-                ref=SDM + "VPDPBUSD—Multiply and Add Unsigned and Signed Bytes (wrap-around)"),
-    Instruction("vpdpbusds", dpbusds, _dot_forms("dpbusds"), feature="avx512vnni",
-                ref=SDM + "VPDPBUSDS—Multiply and Add Unsigned and Signed Bytes With Saturation"),
-    Instruction("vpdpwssd", dpwssd, _dot_forms("dpwssd"), feature="avx512vnni",
-                ref=SDM + "VPDPWSSD—Multiply and Add Signed Word Integers (wrap-around)"),
-    Instruction("vpdpwssds", dpwssds, _dot_forms("dpwssds"), feature="avx512vnni",
-                ref=SDM + "VPDPWSSDS—Multiply and Add Signed Word Integers With Saturation"),
+    Instruction("vpmaddubsw", maddubsw, (
+        Form("zmm", "__m512i _mm512_maddubs_epi16(__m512i a, __m512i b)"),
+    ), feature="avx512bw", ref=f"{_SDM}, PMADDUBSW—Multiply and Add Packed Signed and Unsigned Bytes (saturating)"),
+    Instruction("vpmaddwd", maddwd, (
+        Form("zmm", "__m512i _mm512_madd_epi16(__m512i a, __m512i b)"),
+    ), feature="avx512bw", ref=f"{_SDM}, PMADDWD—Multiply and Add Packed Integers (wrap-around)", commutative=True),
+    Instruction("vpdpbusd", dpbusd, (
+        Form("zmm", "__m512i _mm512_dpbusd_epi32(__m512i src, __m512i a, __m512i b)"),
+        Form("ymm", "__m256i _mm256_dpbusd_epi32(__m256i src, __m256i a, __m256i b)"),
+        Form("xmm", "__m128i _mm_dpbusd_epi32(__m128i src, __m128i a, __m128i b)"),
+    ), feature="avx512vnni", ref=f"{_SDM}, VPDPBUSD—Multiply and Add Unsigned and Signed Bytes (wrap-around)"),
+    Instruction("vpdpbusds", dpbusds, (
+        Form("zmm", "__m512i _mm512_dpbusds_epi32(__m512i src, __m512i a, __m512i b)"),
+        Form("ymm", "__m256i _mm256_dpbusds_epi32(__m256i src, __m256i a, __m256i b)"),
+        Form("xmm", "__m128i _mm_dpbusds_epi32(__m128i src, __m128i a, __m128i b)"),
+    ), feature="avx512vnni", ref=f"{_SDM}, VPDPBUSDS—Multiply and Add Unsigned and Signed Bytes With Saturation"),
+    Instruction("vpdpwssd", dpwssd, (
+        Form("zmm", "__m512i _mm512_dpwssd_epi32(__m512i src, __m512i a, __m512i b)"),
+        Form("ymm", "__m256i _mm256_dpwssd_epi32(__m256i src, __m256i a, __m256i b)"),
+        Form("xmm", "__m128i _mm_dpwssd_epi32(__m128i src, __m128i a, __m128i b)"),
+    ), feature="avx512vnni", ref=f"{_SDM}, VPDPWSSD—Multiply and Add Signed Word Integers (wrap-around)"),
+    Instruction("vpdpwssds", dpwssds, (
+        Form("zmm", "__m512i _mm512_dpwssds_epi32(__m512i src, __m512i a, __m512i b)"),
+        Form("ymm", "__m256i _mm256_dpwssds_epi32(__m256i src, __m256i a, __m256i b)"),
+        Form("xmm", "__m128i _mm_dpwssds_epi32(__m128i src, __m128i a, __m128i b)"),
+    ), feature="avx512vnni", ref=f"{_SDM}, VPDPWSSDS—Multiply and Add Signed Word Integers With Saturation"),
     # ---- shifts by immediate
-    *[Instruction(f"vp{op}{s}", sem, (_imm_form("zmm", f"{Z} _mm512_{cop}_{SUFFIX[e]}({Z} a, const int imm8)",
-                                                 {"esize": e}, range(1, e)),),
-                  feature="avx512bw" if e == 16 else "avx512f", ref=SDM + title)
-      for op, cop, sem, title in (
-          ("sll", "slli", shl, "PSLLW/PSLLD/PSLLQ—Shift Packed Data Left Logical"),
-          ("srl", "srli", lshr, "PSRLW/PSRLD/PSRLQ—Shift Packed Data Right Logical"),
-          ("sra", "srai", ashr, "PSRAW/PSRAD/PSRAQ—Shift Packed Data Right Arithmetic"))
-      for s, e in (("w", 16), ("d", 32), ("q", 64))],
+    Instruction("vpsllw", shl, (
+        Form("zmm", "__m512i _mm512_slli_epi16(__m512i a, const int imm8)", {"esize": 16}, imm=_SHIFT16),
+    ), feature="avx512bw", ref=f"{_SDM}, PSLLW/PSLLD/PSLLQ—Shift Packed Data Left Logical"),
+    Instruction("vpslld", shl, (
+        Form("zmm", "__m512i _mm512_slli_epi32(__m512i a, const int imm8)", {"esize": 32}, imm=_SHIFT32),
+    ), feature="avx512f", ref=f"{_SDM}, PSLLW/PSLLD/PSLLQ—Shift Packed Data Left Logical"),
+    Instruction("vpsllq", shl, (
+        Form("zmm", "__m512i _mm512_slli_epi64(__m512i a, const int imm8)", {"esize": 64}, imm=_SHIFT64),
+    ), feature="avx512f", ref=f"{_SDM}, PSLLW/PSLLD/PSLLQ—Shift Packed Data Left Logical"),
+    Instruction("vpsrlw", lshr, (
+        Form("zmm", "__m512i _mm512_srli_epi16(__m512i a, const int imm8)", {"esize": 16}, imm=_SHIFT16),
+    ), feature="avx512bw", ref=f"{_SDM}, PSRLW/PSRLD/PSRLQ—Shift Packed Data Right Logical"),
+    Instruction("vpsrld", lshr, (
+        Form("zmm", "__m512i _mm512_srli_epi32(__m512i a, const int imm8)", {"esize": 32}, imm=_SHIFT32),
+    ), feature="avx512f", ref=f"{_SDM}, PSRLW/PSRLD/PSRLQ—Shift Packed Data Right Logical"),
+    Instruction("vpsrlq", lshr, (
+        Form("zmm", "__m512i _mm512_srli_epi64(__m512i a, const int imm8)", {"esize": 64}, imm=_SHIFT64),
+    ), feature="avx512f", ref=f"{_SDM}, PSRLW/PSRLD/PSRLQ—Shift Packed Data Right Logical"),
+    Instruction("vpsraw", ashr, (
+        Form("zmm", "__m512i _mm512_srai_epi16(__m512i a, const int imm8)", {"esize": 16}, imm=_SHIFT16),
+    ), feature="avx512bw", ref=f"{_SDM}, PSRAW/PSRAD/PSRAQ—Shift Packed Data Right Arithmetic"),
+    Instruction("vpsrad", ashr, (
+        Form("zmm", "__m512i _mm512_srai_epi32(__m512i a, const int imm8)", {"esize": 32}, imm=_SHIFT32),
+    ), feature="avx512f", ref=f"{_SDM}, PSRAW/PSRAD/PSRAQ—Shift Packed Data Right Arithmetic"),
+    Instruction("vpsraq", ashr, (
+        Form("zmm", "__m512i _mm512_srai_epi64(__m512i a, const int imm8)", {"esize": 64}, imm=_SHIFT64),
+    ), feature="avx512f", ref=f"{_SDM}, PSRAW/PSRAD/PSRAQ—Shift Packed Data Right Arithmetic"),
     # ---- widening / narrowing
-    *[Instruction(f"vpmov{x}x{s}", sem, (Form("zmm", _unary(f"_mm512_cvt{c}{e}_epi{d}", Z, Y if e * 2 == d else X),
-                                               {"esize": e, "dsize": d}),),
-                  feature="avx512bw" if (e, d) == (8, 16) else "avx512f",
-                  ref=SDM + ("PMOVSX—Packed Move With Sign Extend" if x == "s" else "PMOVZX—Packed Move With Zero Extend"))
-      for x, c, sem in (("s", "epi", movsx), ("z", "epu", movzx))
-      for s, e, d in (("bw", 8, 16), ("bd", 8, 32), ("wd", 16, 32))],
-    Instruction("vpmovwb", movtrunc, (Form("zmm", _unary("_mm512_cvtepi16_epi8", Y, Z), {"esize": 16, "dsize": 8}),),
-                feature="avx512bw", ref=SDM + "VPMOVWB/VPMOVSWB/VPMOVUSWB—Down Convert Word to Byte"),
-    Instruction("vpmovdb", movtrunc, (Form("zmm", _unary("_mm512_cvtepi32_epi8", X, Z), {"esize": 32, "dsize": 8}),),
-                feature="avx512f", ref=SDM + "VPMOVDB/VPMOVSDB/VPMOVUSDB—Down Convert DWord to Byte"),
-    Instruction("vpmovsdb", movsat_s, (Form("zmm", _unary("_mm512_cvtsepi32_epi8", X, Z), {"esize": 32, "dsize": 8}),),
-                feature="avx512f", ref=SDM + "VPMOVDB/VPMOVSDB/VPMOVUSDB—Down Convert DWord to Byte"),
-    Instruction("vpmovusdb", movsat_u, (Form("zmm", _unary("_mm512_cvtusepi32_epi8", X, Z), {"esize": 32, "dsize": 8}),),
-                feature="avx512f", ref=SDM + "VPMOVDB/VPMOVSDB/VPMOVUSDB—Down Convert DWord to Byte"),
-    Instruction("vpacksswb", packss, (Form("zmm", _binary("_mm512_packs_epi16"), {"esize": 16}),), feature="avx512bw",
-                ref=SDM + "PACKSSWB/PACKSSDW—Pack With Signed Saturation"),
-    Instruction("vpackssdw", packss, (Form("zmm", _binary("_mm512_packs_epi32"), {"esize": 32}),), feature="avx512bw",
-                ref=SDM + "PACKSSWB/PACKSSDW—Pack With Signed Saturation"),
-    Instruction("vpackuswb", packus, (Form("zmm", _binary("_mm512_packus_epi16"), {"esize": 16}),), feature="avx512bw",
-                ref=SDM + "PACKUSWB—Pack With Unsigned Saturation"),
-    Instruction("vpackusdw", packus, (Form("zmm", _binary("_mm512_packus_epi32"), {"esize": 32}),), feature="avx512bw",
-                ref=SDM + "PACKUSDW—Pack With Unsigned Saturation"),
+    Instruction("vpmovsxbw", movsx, (
+        Form("zmm", "__m512i _mm512_cvtepi8_epi16(__m256i a)", {"esize": 8, "dsize": 16}),
+    ), feature="avx512bw", ref=f"{_SDM}, PMOVSX—Packed Move With Sign Extend"),
+    Instruction("vpmovsxbd", movsx, (
+        Form("zmm", "__m512i _mm512_cvtepi8_epi32(__m128i a)", {"esize": 8, "dsize": 32}),
+    ), feature="avx512f", ref=f"{_SDM}, PMOVSX—Packed Move With Sign Extend"),
+    Instruction("vpmovsxwd", movsx, (
+        Form("zmm", "__m512i _mm512_cvtepi16_epi32(__m256i a)", {"esize": 16, "dsize": 32}),
+    ), feature="avx512f", ref=f"{_SDM}, PMOVSX—Packed Move With Sign Extend"),
+    Instruction("vpmovzxbw", movzx, (
+        Form("zmm", "__m512i _mm512_cvtepu8_epi16(__m256i a)", {"esize": 8, "dsize": 16}),
+    ), feature="avx512bw", ref=f"{_SDM}, PMOVZX—Packed Move With Zero Extend"),
+    Instruction("vpmovzxbd", movzx, (
+        Form("zmm", "__m512i _mm512_cvtepu8_epi32(__m128i a)", {"esize": 8, "dsize": 32}),
+    ), feature="avx512f", ref=f"{_SDM}, PMOVZX—Packed Move With Zero Extend"),
+    Instruction("vpmovzxwd", movzx, (
+        Form("zmm", "__m512i _mm512_cvtepu16_epi32(__m256i a)", {"esize": 16, "dsize": 32}),
+    ), feature="avx512f", ref=f"{_SDM}, PMOVZX—Packed Move With Zero Extend"),
+    Instruction("vpmovwb", movtrunc, (
+        Form("zmm", "__m256i _mm512_cvtepi16_epi8(__m512i a)", {"esize": 16, "dsize": 8}),
+    ), feature="avx512bw", ref=f"{_SDM}, VPMOVWB/VPMOVSWB/VPMOVUSWB—Down Convert Word to Byte"),
+    Instruction("vpmovdb", movtrunc, (
+        Form("zmm", "__m128i _mm512_cvtepi32_epi8(__m512i a)", {"esize": 32, "dsize": 8}),
+    ), feature="avx512f", ref=f"{_SDM}, VPMOVDB/VPMOVSDB/VPMOVUSDB—Down Convert DWord to Byte"),
+    Instruction("vpmovsdb", movsat_s, (
+        Form("zmm", "__m128i _mm512_cvtsepi32_epi8(__m512i a)", {"esize": 32, "dsize": 8}),
+    ), feature="avx512f", ref=f"{_SDM}, VPMOVDB/VPMOVSDB/VPMOVUSDB—Down Convert DWord to Byte"),
+    Instruction("vpmovusdb", movsat_u, (
+        Form("zmm", "__m128i _mm512_cvtusepi32_epi8(__m512i a)", {"esize": 32, "dsize": 8}),
+    ), feature="avx512f", ref=f"{_SDM}, VPMOVDB/VPMOVSDB/VPMOVUSDB—Down Convert DWord to Byte"),
+    Instruction("vpacksswb", packss, (
+        Form("zmm", "__m512i _mm512_packs_epi16(__m512i a, __m512i b)", {"esize": 16}),
+    ), feature="avx512bw", ref=f"{_SDM}, PACKSSWB/PACKSSDW—Pack With Signed Saturation"),
+    Instruction("vpackssdw", packss, (
+        Form("zmm", "__m512i _mm512_packs_epi32(__m512i a, __m512i b)", {"esize": 32}),
+    ), feature="avx512bw", ref=f"{_SDM}, PACKSSWB/PACKSSDW—Pack With Signed Saturation"),
+    Instruction("vpackuswb", packus, (
+        Form("zmm", "__m512i _mm512_packus_epi16(__m512i a, __m512i b)", {"esize": 16}),
+    ), feature="avx512bw", ref=f"{_SDM}, PACKUSWB—Pack With Unsigned Saturation"),
+    Instruction("vpackusdw", packus, (
+        Form("zmm", "__m512i _mm512_packus_epi32(__m512i a, __m512i b)", {"esize": 32}),
+    ), feature="avx512bw", ref=f"{_SDM}, PACKUSDW—Pack With Unsigned Saturation"),
     # ---- broadcast / shuffle / permute
-    *[Instruction(f"vpbroadcast{s}", broadcast,
-                  (Form("zmm", _unary(f"_mm512_broadcast{s}_{SUFFIX[e]}", Z, X), {"esize": e, "vl": 512}),),
-                  feature="avx512bw" if e <= 16 else "avx512f", ref=SDM + "VPBROADCAST—Load Integer and Broadcast")
-      for s, e in (("b", 8), ("w", 16), ("d", 32), ("q", 64))],
-    Instruction("vbroadcasti32x4", broadcast,
-                (Form("zmm", _unary("_mm512_broadcast_i32x4", Z, X), {"esize": 128, "vl": 512}),),
-                feature="avx512f", ref=SDM + "VPBROADCAST—Load Integer and Broadcast (VBROADCASTI32X4)"),
-    Instruction("vbroadcasti64x4", broadcast,
-                (Form("zmm", _unary("_mm512_broadcast_i64x4", Z, Y), {"esize": 256, "vl": 512}),),
-                feature="avx512f", ref=SDM + "VPBROADCAST—Load Integer and Broadcast (VBROADCASTI64X4)"),
-    Instruction("vpshufd", pshufd, (_imm_form("zmm", f"{Z} _mm512_shuffle_epi32({Z} a, const int imm8)", {}, range(256)),),
-                feature="avx512f", ref=SDM + "PSHUFD—Shuffle Packed Doublewords"),
-    Instruction("vpshufb", pshufb, (Form("zmm", _binary("_mm512_shuffle_epi8")),), feature="avx512bw",
-                ref=SDM + "PSHUFB—Packed Shuffle Bytes"),
-    *[Instruction(f"vpunpck{hl}{s}", unpack,
-                  (Form("zmm", _binary(f"_mm512_unpack{'hi' if hl == 'h' else 'lo'}_{SUFFIX[e]}"),
-                        {"esize": e, "high": int(hl == "h")}),),
-                  feature="avx512bw" if e <= 16 else "avx512f",
-                  ref=SDM + ("PUNPCKHBW/PUNPCKHWD/PUNPCKHDQ/PUNPCKHQDQ—Unpack High Data" if hl == "h"
-                             else "PUNPCKLBW/PUNPCKLWD/PUNPCKLDQ/PUNPCKLQDQ—Unpack Low Data"))
-      for hl in ("l", "h") for s, e in (("bw", 8), ("wd", 16), ("dq", 32), ("qdq", 64))],
-    Instruction("vpermd", permvar, (Form("zmm", f"{Z} _mm512_permutexvar_epi32({Z} idx, {Z} a)"),),
-                feature="avx512f", ref=SDM + "VPERMD/VPERMW—Permute Packed Doubleword/Word Elements"),
-    *[Instruction(f"vpermt2{s}", permt2, tuple(
-        Form(arr, f"{t} _{pre}_permutex2var_{SUFFIX[e]}({t} a, {t} idx, {t} b)", {"esize": e})
-        for arr, t, pre in (("zmm", Z, "mm512"), ("ymm", Y, "mm256"), ("xmm", X, "mm"))),
-        feature="avx512f", ref=SDM + "VPERMT2W/D/Q/PS/PD—Full Permute From Two Tables Overwriting one Table")
-      for s, e in (("d", 32), ("q", 64))],
-    *[Instruction(f"valign{s}", align, tuple(
-        _imm_form(arr, f"{t} _{pre}_alignr_{SUFFIX[e]}({t} a, {t} b, const int imm8)", {"esize": e}, range(vl // e))
-        for arr, t, pre, vl in (("zmm", Z, "mm512", 512), ("ymm", Y, "mm256", 256), ("xmm", X, "mm", 128))),
-        feature="avx512f", ref=SDM + "VALIGND/VALIGNQ—Align Doubleword/Quadword Vectors")
-      for s, e in (("d", 32), ("q", 64))],
-    Instruction("vshufi64x2", shuffle_chunks,
-                (_imm_form("zmm", f"{Z} _mm512_shuffle_i64x2({Z} a, {Z} b, const int imm8)", {}, range(256)),),
-                feature="avx512f", ref=SDM + "VSHUFF32x4/VSHUFF64x2/VSHUFI32x4/VSHUFI64x2—Shuffle Packed Values at "
-                                             "128-Bit Granularity"),
-    Instruction("vextracti32x4", extract_part,
-                (_imm_form("zmm", f"{X} _mm512_extracti32x4_epi32({Z} a, const int imm8)", {"part": 128}, range(4)),),
-                feature="avx512f", ref=SDM + "VEXTRACTI128/VEXTRACTI32x4/VEXTRACTI64x2/VEXTRACTI32x8/VEXTRACTI64x4—"
-                                             "Extract Packed Integer Values"),
-    Instruction("vextracti64x4", extract_part,
-                (_imm_form("zmm", f"{Y} _mm512_extracti64x4_epi64({Z} a, const int imm8)", {"part": 256}, range(2)),),
-                feature="avx512f", ref=SDM + "VEXTRACTI128/VEXTRACTI32x4/VEXTRACTI64x2/VEXTRACTI32x8/VEXTRACTI64x4—"
-                                             "Extract Packed Integer Values"),
-    Instruction("vinserti32x4", insert_part,
-                (_imm_form("zmm", f"{Z} _mm512_inserti32x4({Z} a, {X} b, const int imm8)", {"part": 128}, range(4)),),
-                feature="avx512f", ref=SDM + "VINSERTI128/VINSERTI32x4/VINSERTI64x2/VINSERTI32x8/VINSERTI64x4—"
-                                             "Insert Packed Integer Values"),
-    Instruction("vinserti64x4", insert_part,
-                (_imm_form("zmm", f"{Z} _mm512_inserti64x4({Z} a, {Y} b, const int imm8)", {"part": 256}, range(2)),),
-                feature="avx512f", ref=SDM + "VINSERTI128/VINSERTI32x4/VINSERTI64x2/VINSERTI32x8/VINSERTI64x4—"
-                                             "Insert Packed Integer Values"),
-]
+    Instruction("vpbroadcastb", broadcast, (
+        Form("zmm", "__m512i _mm512_broadcastb_epi8(__m128i a)", {"esize": 8, "vl": 512}),
+    ), feature="avx512bw", ref=f"{_SDM}, VPBROADCAST—Load Integer and Broadcast"),
+    Instruction("vpbroadcastw", broadcast, (
+        Form("zmm", "__m512i _mm512_broadcastw_epi16(__m128i a)", {"esize": 16, "vl": 512}),
+    ), feature="avx512bw", ref=f"{_SDM}, VPBROADCAST—Load Integer and Broadcast"),
+    Instruction("vpbroadcastd", broadcast, (
+        Form("zmm", "__m512i _mm512_broadcastd_epi32(__m128i a)", {"esize": 32, "vl": 512}),
+    ), feature="avx512f", ref=f"{_SDM}, VPBROADCAST—Load Integer and Broadcast"),
+    Instruction("vpbroadcastq", broadcast, (
+        Form("zmm", "__m512i _mm512_broadcastq_epi64(__m128i a)", {"esize": 64, "vl": 512}),
+    ), feature="avx512f", ref=f"{_SDM}, VPBROADCAST—Load Integer and Broadcast"),
+    Instruction("vbroadcasti32x4", broadcast, (
+        Form("zmm", "__m512i _mm512_broadcast_i32x4(__m128i a)", {"esize": 128, "vl": 512}),
+    ), feature="avx512f", ref=f"{_SDM}, VPBROADCAST—Load Integer and Broadcast (VBROADCASTI32X4)"),
+    Instruction("vbroadcasti64x4", broadcast, (
+        Form("zmm", "__m512i _mm512_broadcast_i64x4(__m256i a)", {"esize": 256, "vl": 512}),
+    ), feature="avx512f", ref=f"{_SDM}, VPBROADCAST—Load Integer and Broadcast (VBROADCASTI64X4)"),
+    Instruction("vpshufd", pshufd, (
+        Form("zmm", "__m512i _mm512_shuffle_epi32(__m512i a, const int imm8)", imm=_IMM8),
+    ), feature="avx512f", ref=f"{_SDM}, PSHUFD—Shuffle Packed Doublewords"),
+    Instruction("vpshufb", pshufb, (
+        Form("zmm", "__m512i _mm512_shuffle_epi8(__m512i a, __m512i b)"),
+    ), feature="avx512bw", ref=f"{_SDM}, PSHUFB—Packed Shuffle Bytes"),
+    Instruction("vpunpcklbw", unpack, (
+        Form("zmm", "__m512i _mm512_unpacklo_epi8(__m512i a, __m512i b)", {"esize": 8, "high": 0}),
+    ), feature="avx512bw", ref=f"{_SDM}, PUNPCKLBW/PUNPCKLWD/PUNPCKLDQ/PUNPCKLQDQ—Unpack Low Data"),
+    Instruction("vpunpcklwd", unpack, (
+        Form("zmm", "__m512i _mm512_unpacklo_epi16(__m512i a, __m512i b)", {"esize": 16, "high": 0}),
+    ), feature="avx512bw", ref=f"{_SDM}, PUNPCKLBW/PUNPCKLWD/PUNPCKLDQ/PUNPCKLQDQ—Unpack Low Data"),
+    Instruction("vpunpckldq", unpack, (
+        Form("zmm", "__m512i _mm512_unpacklo_epi32(__m512i a, __m512i b)", {"esize": 32, "high": 0}),
+    ), feature="avx512f", ref=f"{_SDM}, PUNPCKLBW/PUNPCKLWD/PUNPCKLDQ/PUNPCKLQDQ—Unpack Low Data"),
+    Instruction("vpunpcklqdq", unpack, (
+        Form("zmm", "__m512i _mm512_unpacklo_epi64(__m512i a, __m512i b)", {"esize": 64, "high": 0}),
+    ), feature="avx512f", ref=f"{_SDM}, PUNPCKLBW/PUNPCKLWD/PUNPCKLDQ/PUNPCKLQDQ—Unpack Low Data"),
+    Instruction("vpunpckhbw", unpack, (
+        Form("zmm", "__m512i _mm512_unpackhi_epi8(__m512i a, __m512i b)", {"esize": 8, "high": 1}),
+    ), feature="avx512bw", ref=f"{_SDM}, PUNPCKHBW/PUNPCKHWD/PUNPCKHDQ/PUNPCKHQDQ—Unpack High Data"),
+    Instruction("vpunpckhwd", unpack, (
+        Form("zmm", "__m512i _mm512_unpackhi_epi16(__m512i a, __m512i b)", {"esize": 16, "high": 1}),
+    ), feature="avx512bw", ref=f"{_SDM}, PUNPCKHBW/PUNPCKHWD/PUNPCKHDQ/PUNPCKHQDQ—Unpack High Data"),
+    Instruction("vpunpckhdq", unpack, (
+        Form("zmm", "__m512i _mm512_unpackhi_epi32(__m512i a, __m512i b)", {"esize": 32, "high": 1}),
+    ), feature="avx512f", ref=f"{_SDM}, PUNPCKHBW/PUNPCKHWD/PUNPCKHDQ/PUNPCKHQDQ—Unpack High Data"),
+    Instruction("vpunpckhqdq", unpack, (
+        Form("zmm", "__m512i _mm512_unpackhi_epi64(__m512i a, __m512i b)", {"esize": 64, "high": 1}),
+    ), feature="avx512f", ref=f"{_SDM}, PUNPCKHBW/PUNPCKHWD/PUNPCKHDQ/PUNPCKHQDQ—Unpack High Data"),
+    Instruction("vpermd", permvar, (
+        Form("zmm", "__m512i _mm512_permutexvar_epi32(__m512i idx, __m512i a)"),
+    ), feature="avx512f", ref=f"{_SDM}, VPERMD/VPERMW—Permute Packed Doubleword/Word Elements"),
+    Instruction("vpermt2d", permt2, (
+        Form("zmm", "__m512i _mm512_permutex2var_epi32(__m512i a, __m512i idx, __m512i b)", {"esize": 32}),
+        Form("ymm", "__m256i _mm256_permutex2var_epi32(__m256i a, __m256i idx, __m256i b)", {"esize": 32}),
+        Form("xmm", "__m128i _mm_permutex2var_epi32(__m128i a, __m128i idx, __m128i b)", {"esize": 32}),
+    ), feature="avx512f", ref=f"{_SDM}, VPERMT2W/D/Q/PS/PD—Full Permute From Two Tables Overwriting one Table"),
+    Instruction("vpermt2q", permt2, (
+        Form("zmm", "__m512i _mm512_permutex2var_epi64(__m512i a, __m512i idx, __m512i b)", {"esize": 64}),
+        Form("ymm", "__m256i _mm256_permutex2var_epi64(__m256i a, __m256i idx, __m256i b)", {"esize": 64}),
+        Form("xmm", "__m128i _mm_permutex2var_epi64(__m128i a, __m128i idx, __m128i b)", {"esize": 64}),
+    ), feature="avx512f", ref=f"{_SDM}, VPERMT2W/D/Q/PS/PD—Full Permute From Two Tables Overwriting one Table"),
+    Instruction("valignd", align, (
+        Form("zmm", "__m512i _mm512_alignr_epi32(__m512i a, __m512i b, const int imm8)", {"esize": 32}, imm=tuple(range(16))),
+        Form("ymm", "__m256i _mm256_alignr_epi32(__m256i a, __m256i b, const int imm8)", {"esize": 32}, imm=tuple(range(8))),
+        Form("xmm", "__m128i _mm_alignr_epi32(__m128i a, __m128i b, const int imm8)", {"esize": 32}, imm=tuple(range(4))),
+    ), feature="avx512f", ref=f"{_SDM}, VALIGND/VALIGNQ—Align Doubleword/Quadword Vectors"),
+    Instruction("valignq", align, (
+        Form("zmm", "__m512i _mm512_alignr_epi64(__m512i a, __m512i b, const int imm8)", {"esize": 64}, imm=tuple(range(8))),
+        Form("ymm", "__m256i _mm256_alignr_epi64(__m256i a, __m256i b, const int imm8)", {"esize": 64}, imm=tuple(range(4))),
+        Form("xmm", "__m128i _mm_alignr_epi64(__m128i a, __m128i b, const int imm8)", {"esize": 64}, imm=tuple(range(2))),
+    ), feature="avx512f", ref=f"{_SDM}, VALIGND/VALIGNQ—Align Doubleword/Quadword Vectors"),
+    Instruction("vshufi64x2", shuffle_chunks, (
+        Form("zmm", "__m512i _mm512_shuffle_i64x2(__m512i a, __m512i b, const int imm8)", imm=_IMM8),
+    ), feature="avx512f",
+       ref=f"{_SDM}, VSHUFF32x4/VSHUFF64x2/VSHUFI32x4/VSHUFI64x2—Shuffle Packed Values at 128-Bit Granularity"),
+    Instruction("vextracti32x4", extract_part, (
+        Form("zmm", "__m128i _mm512_extracti32x4_epi32(__m512i a, const int imm8)", {"part": 128}, imm=tuple(range(4))),
+    ), feature="avx512f",
+       ref=f"{_SDM}, VEXTRACTI128/VEXTRACTI32x4/VEXTRACTI64x2/VEXTRACTI32x8/VEXTRACTI64x4—Extract Packed Integer Values"),
+    Instruction("vextracti64x4", extract_part, (
+        Form("zmm", "__m256i _mm512_extracti64x4_epi64(__m512i a, const int imm8)", {"part": 256}, imm=tuple(range(2))),
+    ), feature="avx512f",
+       ref=f"{_SDM}, VEXTRACTI128/VEXTRACTI32x4/VEXTRACTI64x2/VEXTRACTI32x8/VEXTRACTI64x4—Extract Packed Integer Values"),
+    Instruction("vinserti32x4", insert_part, (
+        Form("zmm", "__m512i _mm512_inserti32x4(__m512i a, __m128i b, const int imm8)", {"part": 128}, imm=tuple(range(4))),
+    ), feature="avx512f",
+       ref=f"{_SDM}, VINSERTI128/VINSERTI32x4/VINSERTI64x2/VINSERTI32x8/VINSERTI64x4—Insert Packed Integer Values"),
+    Instruction("vinserti64x4", insert_part, (
+        Form("zmm", "__m512i _mm512_inserti64x4(__m512i a, __m256i b, const int imm8)", {"part": 256}, imm=tuple(range(2))),
+    ), feature="avx512f",
+       ref=f"{_SDM}, VINSERTI128/VINSERTI32x4/VINSERTI64x2/VINSERTI32x8/VINSERTI64x4—Insert Packed Integer Values"),
+)
 
 ISA = _ISA(
     name="avx512",
     description="Intel AVX-512 F/BW/VL + VNNI, VPOPCNTDQ, BITALG integer instructions, run natively",
     header="<immintrin.h>",
-    instructions=tuple(INSTRUCTIONS),
+    instructions=INSTRUCTIONS,
     toolchain=Toolchain("gcc", ("-O1", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni",
                                 "-mavx512vpopcntdq", "-mavx512bitalg"), apt_packages=("gcc",)),
     module=sys.modules[__name__],
