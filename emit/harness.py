@@ -18,7 +18,11 @@ import numpy as np
 from isa_specs import host
 from isa_specs.check import ToolchainError, run_binary
 from isa_specs.lanes import NUMPY, mask
-from emit import EmitError, Layout, Slot, build, driver_source, gemv_driver_source, kernel_model, kloop_driver_source
+from emit import EmitError
+from emit.convention import Layout, Slot
+from emit.library import driver_source, gemv_driver_source, kloop_driver_source
+from emit.model import kernel_model
+from emit.toolchain import build
 from synth import cache, trust
 
 GUARD_BYTES = 16          # checked-unchanged bytes after the writable buffer's tile

@@ -2,28 +2,15 @@
 micro-architecture, CPU feature flags) read once from /proc/cpuinfo, and AArch64 through qemu-user.
 
 Everything that compiles for or runs on the host asks this module instead of naming a CPU: the
-instruction checks, the peak probes, the kernel benchmarks and the TVM targets."""
+instruction checks, the peak probes, the kernel benchmarks and the TVM targets. The CPU features it
+tells apart are the rows of ``features.py``."""
 from __future__ import annotations
 
 import shutil
 from dataclasses import dataclass
 from functools import cache
 
-# CPU feature names used in instruction rows (LLVM's names, usable as ``+mattr``) → /proc/cpuinfo flags.
-X86_FLAGS = {
-    "avx2": "avx2",
-    "avx512f": "avx512f",
-    "avx512bw": "avx512bw",
-    "avx512vl": "avx512vl",
-    "avx512vnni": "avx512_vnni",
-    "avx512vbmi": "avx512vbmi",
-    "avx512vpopcntdq": "avx512_vpopcntdq",
-    "avx512bitalg": "avx512_bitalg",
-    "avxvnni": "avx_vnni",
-    "amx-int8": "amx_int8",
-}
-# AArch64 features: all provided by ``qemu-aarch64 -cpu max``.
-ARM_FEATURES = {"neon", "dotprod", "i8mm"}
+from isa_specs.features import AARCH64, X86
 
 # LLVM CPU names by (vendor, family) → {model: name}, as LLVM's sys::getHostCPUName() maps them
 # (llvm/lib/TargetParser/Host.cpp). Models not listed are not guessed: see ``_level``.
@@ -124,12 +111,17 @@ def cpu_flags() -> frozenset[str]:
     return model().flags
 
 
+def x86_features(m: HostModel) -> list[str]:
+    """The x86 features (LLVM names, ``features.X86`` keys) whose flags ``m`` shows."""
+    return [name for name, f in X86.items() if f.cpuinfo in m.flags]
+
+
 def target_of(m: HostModel) -> dict:
     """The TVM 0.27 target of ``m``. A feature level (unknown model) lacks the ISA extensions beyond
     it (VNNI, VPOPCNTDQ, ...): those the flags show are added as ``mattr``."""
     target = {"kind": "llvm", "mcpu": m.uarch}
     if not m.uarch_known:
-        mattr = [f"+{feature}" for feature, flag in X86_FLAGS.items() if flag in m.flags]
+        mattr = [X86[name].mattr for name in x86_features(m)]
         if mattr:
             target["mattr"] = mattr
     return target
@@ -141,16 +133,16 @@ def tvm_target() -> dict:
 
 
 def lacks(feature: str, flags: frozenset[str]) -> str | None:
-    """None when ``flags`` include x86 ``feature`` (an ``X86_FLAGS`` key), else the reason."""
-    flag = X86_FLAGS.get(feature)
-    if flag is None:
+    """None when ``flags`` include x86 ``feature`` (a ``features.X86`` key), else the reason."""
+    if feature not in X86:
         raise KeyError(f"unknown CPU feature {feature!r}")
+    flag = X86[feature].cpuinfo
     return None if flag in flags else f"host CPU lacks {flag}"
 
 
 def missing(feature: str, runner: tuple[str, ...]) -> str | None:
     """None when the host can execute ``feature``, else the reason it cannot."""
-    if feature in ARM_FEATURES:
+    if feature in AARCH64:        # all provided by ``qemu-aarch64 -cpu max``
         tool = runner[0] if runner else "qemu-aarch64"
         return None if shutil.which(tool) else f"{tool} not installed (apt-get install qemu-user)"
     return lacks(feature, cpu_flags())

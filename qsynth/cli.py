@@ -1,4 +1,9 @@
-"""The ``qsynth`` command line, built with typer: one module per command under ``qsynth/commands/``.
+"""The ``qsynth`` command line, built with typer: one module per command (or group of commands) under
+``qsynth/commands/``. A command module holds the command line: its options, the checks of their
+values, the files it reads and writes and the printing of the result; the work is done by calls of
+typed functions of the library (``synth``, ``emit``, ``tvm_integration``) or of the modules beside
+this one that only the commands use (the sweep and its Ray executor, the host report, the benchmark
+report and its figures, the progress display).
 
 Conventions every command keeps:
 
@@ -13,10 +18,9 @@ Conventions every command keeps:
 
 Adding a command is one new module and one line here:
 
-1. write ``qsynth/commands/<name>.py`` (or a module anywhere, e.g. ``tvm_integration/qnn/commands.py``)
-   with the command as a function whose parameters are ``typer.Option``/``typer.Argument``, returning
-   its exit status, importing heavy modules inside the function (``qsynth --help`` imports every
-   command module), and a ``register(app)`` that adds it::
+1. write ``qsynth/commands/<name>.py`` with the command as a function whose parameters are
+   ``typer.Option``/``typer.Argument``, returning its exit status, importing the library inside the
+   function (``qsynth --help`` imports every command module), and a ``register(app)`` that adds it::
 
        def register(app: typer.Typer) -> None:
            app.command("bench-model", epilog="Example: qsynth bench-model m.onnx --json")(bench_model)
@@ -88,7 +92,9 @@ def main(argv: list[str] | None = None) -> int:
                               standalone_mode=False)
         return status if isinstance(status, int) else 0
     except typer.TyperException as e:                   # bad usage: typer's checks and our UsageError
-        if type(e).__name__ == "NoArgsIsHelpError":     # `qsynth` or `qsynth cache` alone: the help
+        # `qsynth` or `qsynth cache` alone: the help. typer keeps this class in its private _click
+        # package and tells it by name too (typer/rich_utils.py)
+        if type(e).__name__ == "NoArgsIsHelpError":
             print(e.format_message(), file=sys.stderr)
             return 2
         message = " ".join(e.format_message().replace("Value error, ", "").split())
@@ -108,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
             return _fail(f"kernel cache: {e}", 1)
         if isinstance(e, ToolchainError):
             return _fail(f"toolchain error: {e}", 1)
-        if type(e).__name__ == "ModelError":            # a model the QNN pipeline refuses
+        from tvm_integration.qnn.importer import ModelError     # here: TVM is slow to import
+        if isinstance(e, ModelError):                   # a model the QNN pipeline refuses
             return _fail(f"model: {e}", 1)
         return _fail(f"{type(e).__name__}: {' '.join(str(e).split())} (qsynth --debug ... shows the traceback)", 1)
 

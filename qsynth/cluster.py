@@ -9,8 +9,9 @@ writes it under the cache lock, atomically, or writes nothing. A task that fails
 its worker is reported; its kernel is not in the cache, so the next sweep submits it again, while the
 kernels already in the cache are not resubmitted (``qsynth/sweep.py``).
 
-The code the workers run is this checkout's ``synth``, ``sketches`` and ``isa_specs``, shipped with
-the job (Ray ``py_modules``); a node needs Python 3.11 with ``ray`` and qsynth's dependencies
+The code the workers run is this checkout's ``qsynth`` (this module: the task and its child's entry
+point) and the verifier it calls, ``synth``, ``sketches`` and ``isa_specs``, shipped with the job (Ray
+``py_modules``); a node needs Python 3.11 with ``ray`` and qsynth's dependencies
 (``pip install 'qsynth[cluster]'``).
 """
 from __future__ import annotations
@@ -23,7 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-PACKAGES = ("synth", "sketches", "isa_specs")
+PACKAGES = ("qsynth", "synth", "sketches", "isa_specs")
 ROOT = Path(__file__).resolve().parent.parent
 GRACE = 60.0          # seconds past --timeout before a worker's synthesis process is killed
 

@@ -8,13 +8,15 @@ import json
 from dataclasses import asdict
 
 from isa_specs import ISA_NAMES, get_isa, host
+from isa_specs.features import AARCH64
 from synth import cache
-from emit import EmitError, kernel_model
+from emit import EmitError
+from emit.model import kernel_model
 
 
 def feature_reason(feature: str, m: host.HostModel) -> str | None:
     """None when host ``m`` can execute ``feature`` (AArch64 ones through qemu), else why not."""
-    if feature in host.ARM_FEATURES:
+    if feature in AARCH64:
         return host.missing(feature, get_isa("neon").toolchain.runner)
     return host.lacks(feature, m.flags)
 
@@ -52,7 +54,7 @@ def report(m: host.HostModel, kernels: list[dict]) -> dict:
         rows.append({"name": k["name"], "isa": k["isa"], "runnable": reason is None, "reason": reason})
     info = asdict(m)
     info.update(uarch_basis=m.uarch_basis, tvm_target=host.target_of(m), flags=sorted(m.flags),
-                features=[f for f, flag in host.X86_FLAGS.items() if flag in m.flags])
+                features=host.x86_features(m))
     return {"host": info, "isas": isas, "kernels": rows}
 
 

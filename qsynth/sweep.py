@@ -23,7 +23,7 @@ TILE_REGISTERS = {"neon": ({"reg_bits": 128}, {"reg_bits": 64}, {"reg_bits": 128
 # the operators and the layer benchmark pick among them
 GEMM_COLUMNS = {"neon": (2,), "avx2": (2,), "avx512": (2, 4)}
 # lanes tiles (output channels across the lanes, K along the loop): AVX-512 (vpopcntq) and NEON (cnt
-# and uadalp into 16-bit lanes, K in chunks); the operators pick among them (bitserial_kernels._lanes_order)
+# and uadalp into 16-bit lanes, K in chunks); the operators pick among them (kernels.bitserial._lanes_order)
 LANES_COLUMNS = {"avx512": (2, 4), "neon": (2, 3)}
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""ResNet-18 layers on the bitserial conv2d (tvm_integration/bitserial_bench.py), each next to its
+"""ResNet-18 layers on the bitserial conv2d (tvm_integration/bench/bitserial_layers.py), each next to its
 plain-TIR schedule, our int8 conv2d and onnxruntime int8/fp32, measured in the same run; one line
 per (layer, config, encoding), and the rows as JSON with ``--json``. Threads: TVM_NUM_THREADS.
 
@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from isa_specs import host
-from tvm_integration.bench import LAYERS, Layer, onnxruntime_seconds
-from tvm_integration.bitserial_bench import bench_bitserial_layer, parse_config
+from tvm_integration.bench.bitserial_layers import bench_bitserial_layer, parse_config
+from tvm_integration.bench.layers import LAYERS, Layer, onnxruntime_seconds
 
 COLUMNS = ("plain_tir", "int8_ours", "onnxruntime_int8", "onnxruntime_fp32")
 

@@ -10,7 +10,7 @@ compile), which ``qsynth report`` draws as the accuracy/throughput Pareto plot:
     python scripts/bench_digits.py [--trials 50] [--threads 1] [--json benchmarks/lowbit_accuracy.json]
 
 Times: median ms per call on one batch of BATCH test images (inputs already on the device for
-qsynth, TVM's time evaluator; onnxruntime's ``run`` by wall clock, as tvm_integration/qnn/bench.py).
+qsynth, TVM's time evaluator; onnxruntime's ``run`` by wall clock, as tvm_integration/bench/models.py).
 A model that fails to compile keeps its row without times and the reason in ``qsynth_error``.
 """
 from __future__ import annotations
@@ -27,13 +27,12 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
 
-from train_digits_lowbit import BATCH, batches, load_digits, reference_outputs  # noqa: E402
+from scripts.train_digits_lowbit import BATCH, batches, load_digits, reference_outputs  # noqa: E402
 
 
 def onnxruntime_ms(path: Path, x: np.ndarray, threads: int, trials: int) -> float:
-    from tvm_integration.qnn.bench import median_ms, onnxruntime_session
+    from tvm_integration.bench.models import median_ms, onnxruntime_session
     session = onnxruntime_session(path, threads)
     feeds = {session.get_inputs()[0].name: x}
     return median_ms(lambda: session.run(None, feeds), trials)

@@ -24,15 +24,17 @@ import jinja2
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
-import tvm_baselines  # noqa: E402
+sys.path.insert(0, str(ROOT))
+from scripts import tvm_baselines  # noqa: E402
 
 from isa_specs import host  # noqa: E402
-from synth.files import write_atomically  # noqa: E402
-from emit import emit_entry, function_name, kernel_model, layout  # noqa: E402
-from emit.harness import KernelDriver, gemv_reference, selected_entries  # noqa: E402
-from synth.kernel import spec_from_key  # noqa: E402
 from sketches.program import Program  # noqa: E402
+from synth.files import write_atomically  # noqa: E402
+from synth.kernel import spec_from_key  # noqa: E402
+from emit.convention import function_name, layout  # noqa: E402
+from emit.harness import KernelDriver, gemv_reference, selected_entries  # noqa: E402
+from emit.library import emit_entry, extern_source, header  # noqa: E402
+from emit.model import kernel_model  # noqa: E402
 
 X86_FLAGS = ["-O3", "-march=native"]
 AVX2_FLAGS = ["-O3", "-march=haswell"]      # AVX2 bitserial kernels and their baselines: no AVX-512 popcount
@@ -49,17 +51,13 @@ def run(cmd: list[str], stdin: str | None = None) -> str:
     return proc.stdout
 
 
-def compile_and_run(source: str, flags: list[str]) -> dict:
-    with tempfile.TemporaryDirectory() as tmp:
-        src, exe = Path(tmp) / "bench.c", Path(tmp) / "bench"
-        src.write_text(source)
-        run(["gcc", *flags, "-o", str(exe), str(src)])
-        return json.loads(run([str(exe)]))
-
-
 def run_bench(entry: dict, spec, work: dict, trials: int, inner: int) -> dict:
     """The benchmark program of one kernel and workload, built and run; a failure names the cache key."""
-    res = compile_and_run(bench_source(entry, spec, work, trials, inner), x86_flags(spec))
+    with tempfile.TemporaryDirectory() as tmp:
+        src, exe = Path(tmp) / "bench.c", Path(tmp) / "bench"
+        src.write_text(bench_source(entry, spec, work, trials, inner))
+        run(["gcc", *x86_flags(spec), "-o", str(exe), str(src)])
+        res = json.loads(run([str(exe)]))
     if "error" in res:
         raise RuntimeError(f"{entry['name']} ({entry['cache_key']}): {res['error']}")
     return res
@@ -70,7 +68,7 @@ def machine() -> dict:
     first = lambda cmd: run(cmd).splitlines()[0]
     import tvm
     return {"cpu": m.model_name, "uarch": m.uarch, "uarch_basis": m.uarch_basis, "tvm_target": host.tvm_target(),
-            "features": [f for f, flag in host.X86_FLAGS.items() if flag in m.flags], "cores": len(os.sched_getaffinity(0)),
+            "features": host.x86_features(m), "cores": len(os.sched_getaffinity(0)),
             "gcc": first(["gcc", "--version"]), "clang": first(["clang", "--version"]),
             "llvm-mca": next(l.strip() for l in run(["llvm-mca", "--version"]).splitlines() if "version" in l),
             "tvm": tvm.__version__, "x86_flags": " ".join(X86_FLAGS),
@@ -82,7 +80,7 @@ def x86_flags(spec) -> list[str]:
     return AVX2_FLAGS if spec.kind == "bitserial" and spec.isa == "avx2" else X86_FLAGS
 
 
-# The probes of peak_x86.c and the CPU feature (host.X86_FLAGS key) each one executes.
+# The probes of peak_x86.c and the CPU feature (isa_specs.features.X86 key) each one executes.
 PROBES = {"vpdpbusd_zmm": "avx512vnni", "vpopcntq_zmm": "avx512vpopcntdq", "vpdpbusd_ymm_vex": "avxvnni",
           "vpdpbusd_zmm_mix_6x32": "avx512vnni", "vpdpbusd_zmm_mix_8x48": "avx512vnni", "tdpbusd": "amx-int8"}
 
@@ -194,11 +192,11 @@ def tvm_baselines_of(spec, work: dict, rng) -> list[tuple[str, float]]:
     return [(("VNNI tensorize (dot_16x4)" if vnni else "plain te lowering"), f.median_seconds(a, bp, c, number=200, repeat=15))]
 
 
-def x86_rows(entries: list[dict], trials: int) -> tuple[dict, list[dict]]:
+def probed_rows(row, entries: list[dict], trials: int, seed: int) -> tuple[dict, list[dict]]:
+    """(the peaks, ``row`` of every entry given the peak probe run right before it)."""
     with tempfile.TemporaryDirectory() as tmp:
-        probe = PeakProbe(tmp)
-        rng = np.random.default_rng(0)
-        rows = [x86_row(entry, trials, probe(), probe.skipped, rng) for entry in entries]
+        probe, rng = PeakProbe(tmp), np.random.default_rng(seed)
+        rows = [row(entry, trials, probe(), probe.skipped, rng) for entry in entries]
         return {"measured": probe.summary(), "skipped": probe.skipped}, rows
 
 
@@ -207,8 +205,7 @@ def x86_row(entry: dict, trials: int, peak: dict, skipped: dict[str, str], rng) 
     reason the probe was ``skipped``)."""
     spec = spec_from_key(entry["spec"])
     work = workload(spec)
-    inner = 2000 if spec.kind == "int8" else 20000
-    res = run_bench(entry, spec, work, trials, inner)
+    res = run_bench(entry, spec, work, trials, 2000 if spec.kind == "int8" else 20000)
     row = {"name": entry["name"], "cache_key": entry["cache_key"], "isa": spec.isa, "shape": work["shape"],
            "length": len(Program.from_json(entry["program"])), "unit": work["unit"],
            "kernel_seconds": res["kernel_seconds"], "plain_seconds": res["plain_seconds"],
@@ -258,14 +255,7 @@ def dense_row(entry: dict, trials: int, peak: dict, skipped: dict[str, str], rng
     return row
 
 
-def dense_rows(entries: list[dict], trials: int) -> list[dict]:
-    with tempfile.TemporaryDirectory() as tmp:
-        probe, rng = PeakProbe(tmp), np.random.default_rng(1)
-        return [dense_row(entry, trials, probe(), probe.skipped, rng) for entry in entries]
-
-
 # ---------------------------------------------------------------- NEON (llvm-mca)
-
 def function_instructions(asm: str, symbol: str) -> list[str]:
     """The instruction lines of ``symbol`` in clang/LLVM assembler output."""
     lines = asm.splitlines()
@@ -302,10 +292,10 @@ def neon_kblocks(spec) -> int:
 def acc_neon_source(entry: dict) -> str:
     """An acc kernel over NEON_ACC_BLOCKS blocks as straight-line code (llvm-mca needs no loop): zeroed
     accumulators, the proved body once per block, ``_finish``; function ``bench_acc``."""
-    fn, g = function_name(entry), kernel_model(entry)["gemv"]
-    rb = g["block_bytes"]
+    m = kernel_model(entry)
+    fn, g, rb = m["function"], m["gemv"], m["gemv"]["block_bytes"]
     steps = "\n".join(f"  {fn}(w + {kb * rb}, ws, a + {kb * rb}, as, acc);" for kb in range(NEON_ACC_BLOCKS))
-    return f"""{emit_entry(entry)}
+    return f"""{header(m)}
 void bench_acc(const uint8_t *w, int ws, const uint8_t *a, int as, {g["out_type"]} *out) {{
   {g["acc_type"]} acc[{g["registers"] * g["lanes"]}] __attribute__((aligned(16))) = {{0}};
 {steps}
@@ -335,8 +325,7 @@ void plain(const uint8_t *w, int ws, const uint8_t *a, int as, {lane} *out) {{
   }}
 }}
 """
-    e = "int16_t" if spec.types == "s16" else ("uint8_t" if spec.signed[0] is False else "int8_t")
-    eb = "int16_t" if spec.types == "s16" else ("uint8_t" if spec.signed[1] is False else "int8_t")
+    e, eb = ("int16_t" if spec.types == "s16" else "uint8_t" if s is False else "int8_t" for s in spec.signed)
     return f"""#include <stdint.h>
 void plain(const {e} *a, int as, const {eb} *b, int bs, int32_t *c, int cs) {{
   for (int i = 0; i < {spec.mr}; i++)
@@ -371,7 +360,7 @@ def neon_rows(entries: list[dict]) -> list[dict]:
         if neon_kblocks(spec) > 1:
             kernel = clang_neon(acc_neon_source(entry), "bench_acc")
         else:
-            kernel = clang_neon("#define QSYNTH_EXTERN_WRAPPERS 1\n" + emit_entry(entry), fn + "_extern")
+            kernel = clang_neon(extern_source(kernel_model(entry)), fn + "_extern")
         variants = {"kernel": kernel, "plain": clang_neon(plain_neon_source(spec), "plain"), "tvm": tvm_neon(spec)}
         row = {"name": entry["name"], "cache_key": entry["cache_key"], "program_length": len(Program.from_json(entry["program"])),
                "k_bits": spec.k_bits * neon_kblocks(spec) if spec.kind == "bitserial" else None}
@@ -393,7 +382,6 @@ def neon_rows(entries: list[dict]) -> list[dict]:
 
 
 # ---------------------------------------------------------------- report
-
 def markdown(report: dict) -> str:
     m, p = report["machine"], report.get("peaks", {})
     out = ["# Kernel benchmarks", "",
@@ -491,11 +479,11 @@ def main() -> int:
     report["x86_skipped"] = {name: reason for name, reason in missing.items() if reason}
     x86 = [e for e in x86 if not missing[e["name"]]]
     if x86:
-        report["peaks"], report["x86"] = x86_rows(x86, args.trials)
+        report["peaks"], report["x86"] = probed_rows(x86_row, x86, args.trials, seed=0)
     dense = [e for e in x86 if e["program"]["isa"] == "avx512" and e["spec"].get("layout") == "acc"
              and (e["spec"]["abits"], e["spec"]["wbits"]) == (1, 1)]
     if dense:
-        report["dense"] = dense_rows(sorted(dense, key=lambda e: e["name"]), args.trials)
+        report["dense"] = probed_rows(dense_row, sorted(dense, key=lambda e: e["name"]), args.trials, seed=1)[1]
     neon = [e for e in entries if e["program"]["isa"] == "neon"]
     if neon:
         report["neon"] = neon_rows(sorted(neon, key=lambda e: e["name"]))

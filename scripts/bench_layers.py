@@ -24,8 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from isa_specs import host  # noqa: E402
-from tvm_integration import dispatch  # noqa: E402
-from tvm_integration.bench import LAYERS, bench_layer  # noqa: E402
+from tvm_integration.bench.layers import LAYERS, bench_layer  # noqa: E402
 
 
 def markdown(rows: list[dict], meta: dict) -> str:

@@ -4,13 +4,13 @@ the same quantized model, onnxruntime fp32 on its float original and TVM 0.27's 
 quantized model, in the same run: ResNet-18 (224x224, random weights, QDQ u8/s8 per-channel, as
 onnxruntime.quantization writes it), MobileNetV2 (the same, with depthwise convolutions), a
 MobileNetV3-Small-style model (HardSwish, squeeze-and-excitation) and a YOLO-style neck (SiLU, nearest
-Resize, Concat: tvm_integration/qnn/models.py), each at
+Resize, Concat: tvm_integration/bench/int8_models.py), each at
 1 and 2 threads (one worker process per thread count: TVM sizes its pool once per process). Our
 output is compared with onnxruntime's on the same input in every row.
 
 Low-bit ResNet-18 (issue 16): ``resnet18_w1a1`` (bipolar weights, binary activations) and
 ``resnet18_w2a2`` (int2 weights, 2-bit activations), stem and classifier int8, built in code in QCDQ
-form (tvm_integration/qnn/lowbit_models.py, power-of-two scales: onnxruntime's result is exact whether
+form (tvm_integration/bench/lowbit_models.py, power-of-two scales: onnxruntime's result is exact whether
 it computes a group in float between DQ and Q or, as its default optimizations do, fuses it onto its
 int8 kernels), so onnxruntime is their reference (bit for bit, and the numpy integer network on its
 calibration input); their speedups are against the int8 ``resnet18`` row of the same worker
@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from synth.files import write_atomically  # noqa: E402
-from tvm_integration.qnn.models import BUILT_IN, write_pair  # noqa: E402
+from tvm_integration.bench.int8_models import BUILT_IN, write_pair  # noqa: E402
 
 LOWBIT = {"resnet18_w1a1": (1, 1), "resnet18_w2a2": (2, 2)}      # name: (abits, wbits)
 MODELS = (*BUILT_IN, *LOWBIT)
@@ -48,7 +48,7 @@ LOWBIT_TARGETS = ["- W1A1 ResNet-18: at least 10x onnxruntime fp32 and at least 
 
 
 def worker(a) -> None:
-    from tvm_integration.qnn.bench import bench_model
+    from tvm_integration.bench.models import bench_model
     for name in a.models.split(","):
         if name in LOWBIT:
             print(json.dumps({"name": name, **lowbit_row(name, Path(a.dir), int(a.threads), a.trials)}), flush=True)
@@ -62,7 +62,7 @@ def write_lowbit(name: str, directory: Path) -> None:
     """``NAME.qcdq.onnx`` and ``NAME.calibration.npz`` (its calibration input and the logits of the
     numpy integer network on it)."""
     import onnx
-    from tvm_integration.qnn.lowbit_models import resnet_lowbit
+    from tvm_integration.bench.lowbit_models import resnet_lowbit
     model, x, logits = resnet_lowbit(*LOWBIT[name])
     onnx.save(model, str(directory / f"{name}.qcdq.onnx"))
     np.savez(directory / f"{name}.calibration.npz", x=x, logits=logits)
@@ -71,7 +71,7 @@ def write_lowbit(name: str, directory: Path) -> None:
 def lowbit_row(name: str, directory: Path, threads: int, trials: int) -> dict:
     """bench_model's row of a low-bit model (onnxruntime on the QCDQ model: the reference, its time in
     ``onnxruntime_qcdq_ms``) plus whether ours equals the numpy integer network."""
-    from tvm_integration.qnn.bench import bench_model
+    from tvm_integration.bench.models import bench_model
     from tvm_integration.qnn.model import compile_model
     path = directory / f"{name}.qcdq.onnx"
     row = bench_model(path, None, threads, trials, with_tvm_own=False)
@@ -114,7 +114,7 @@ def markdown(rows: list[dict], command: str) -> str:
         versus = ["qsynth_int8", "onnxruntime_int8", "onnxruntime_fp32"]
         lines += ["", "## Low-bit ResNet-18 (issue 16)", "",
                   "The same layout at W1A1 (bipolar weights on the hybrid encoding, binary activations) and W2A2 "
-                  "(int2 weights, 2-bit activations), stem and classifier int8, QCDQ (tvm_integration/qnn/"
+                  "(int2 weights, 2-bit activations), stem and classifier int8, QCDQ (tvm_integration/bench/"
                   "lowbit_models.py); x = the int8 resnet18 row's time (same worker, same thread count) / ours. "
                   "diff: largest |ours - onnxruntime| on the same low-bit model (exact by construction: power-of-two "
                   "scales); numpy: ours equals the integer network on its calibration input. onnxruntime QCDQ ms: "

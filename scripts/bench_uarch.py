@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
-import bench_kernels as bk  # noqa: E402
+sys.path.insert(0, str(ROOT))
+from scripts import bench_kernels as bk  # noqa: E402
 
 from isa_specs import host  # noqa: E402
 from emit.harness import KernelDriver, selected_entries  # noqa: E402

@@ -13,7 +13,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tvm_integration.qnn.models import BUILT_IN, write_pair  # noqa: E402
+from tvm_integration.bench.int8_models import BUILT_IN, write_pair  # noqa: E402
 
 
 def main() -> int:

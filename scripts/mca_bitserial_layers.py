@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """ResNet-18 layers on the NEON bitserial conv2d, costed with llvm-mca on Arm core models next to the
-plain-TIR schedule built for the same core (tvm_integration/bitserial_bench.mca_bitserial_layer):
+plain-TIR schedule built for the same core (tvm_integration/bench/bitserial_layers.mca_bitserial_layer):
 each operator cross-compiled for AArch64, run under qemu-aarch64 once (correct against numpy, and
 its blocks counted), every block it ran costed by llvm-mca. One line per (layer, config, encoding).
 The issue's NEON target: the K loop (popcounting blocks) at most 0.5x the plain-TIR one's on Cortex-A53.
@@ -20,9 +20,10 @@ from pathlib import Path
 
 import numpy as np
 
-from tvm_integration import cross, mca
-from tvm_integration.bench import LAYERS
-from tvm_integration.bitserial_bench import mca_bitserial_layer, parse_config
+from tvm_integration.bench import mca
+from tvm_integration.bench.bitserial_layers import mca_bitserial_layer, parse_config
+from tvm_integration.bench.layers import LAYERS
+from tvm_integration.ops import cross
 
 CORES = ("cortex-a53", "cortex-a72")
 
@@ -43,7 +44,7 @@ def table(run: dict) -> str:
            "no Arm hardware. Each operator is built for the core (LLVM target `mcpu`, AArch64 v8.0 + NEON), run once "
            f"under qemu ({run['tools']['qemu']}) on a random input, checked against numpy, and every block of its "
            "code that ran is costed by llvm-mca (steady state, no cache misses) times the number of runs "
-           "(tvm_integration/mca.py). *K loop*: the blocks that popcount (the GEMM's K loop and its remainder); "
+           "(tvm_integration/bench/mca.py). *K loop*: the blocks that popcount (the GEMM's K loop and its remainder); "
            "*operator*: every block (packing, K loop, lane sums, output stage). ratio = ours / plain TIR: "
            "below 1 ours takes fewer cycles. Issue 14's target: K loop ratio <= 0.5 on Cortex-A53.",
            f"Command: `{run['command']}`, {run['seconds']:.0f} s.", ""]

@@ -21,21 +21,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import tvm  # noqa: E402
 
-from tvm_integration import dispatch, tuning  # noqa: E402
-from tvm_integration.bench import LAYERS, Layer  # noqa: E402
+from tvm_integration.bench.layers import LAYERS, Layer  # noqa: E402
+from tvm_integration.kernels import selection, tuning  # noqa: E402
 from tvm_integration.ops.conv2d import build_conv2d, conv_geometry, pair  # noqa: E402
 from tvm_integration.ops.dense import build_dense  # noqa: E402
-from tvm_integration.output_stage import OutputStage, ScaleRequantize  # noqa: E402
+from tvm_integration.ops.output_stage import OutputStage, ScaleRequantize  # noqa: E402
 
 
 def model_shapes(name: str) -> list[tuple]:
-    """(kind, arguments) of every tensorized op of a built-in model, as qnn/dispatch.py builds them."""
-    from tvm_integration.qnn import models
+    """(kind, arguments) of every tensorized op of a built-in model, as qnn/bind.py builds them."""
+    from tvm_integration.bench import int8_models
     from tvm_integration.qnn.importer import load
     from tvm_integration.qnn.integer_op import IntegerOp
     from tvm_integration.qnn.model import lower
     with tempfile.TemporaryDirectory() as directory:
-        int8, _ = models.write_pair(name, directory)
+        int8, _ = int8_models.write_pair(name, directory)
         mod = lower(load(int8), stage="legalize")
     shapes = []
     for binding in mod["main"].body.blocks[0].bindings:
@@ -103,7 +103,7 @@ def main() -> int:
     ap.add_argument("--trials", type=int, default=9)
     a = ap.parse_args()
     logging.getLogger("root").setLevel(logging.ERROR)
-    candidates = dispatch.candidates("host")
+    candidates = selection.int8_candidates("host")
     path = tuning.log_path()
     shapes = layer_shapes() + [s for name in a.models.split(",") if name for s in model_shapes(name)]
     seen = set()

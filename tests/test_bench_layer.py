@@ -7,7 +7,7 @@ import sys
 import pytest
 
 pytest.importorskip("onnxruntime")
-from tvm_integration import dispatch  # noqa: E402
+from tvm_integration.kernels import selection  # noqa: E402
 
 
 def _qsynth(*argv):
@@ -28,7 +28,7 @@ def test_bad_input_is_one_line_and_exit_2(argv, message):
 
 
 def test_an_isa_the_host_lacks_is_refused():
-    lacking = [isa for isa in dispatch.ISAS if _lacks(isa)]
+    lacking = [isa for isa in selection.INT8_ISAS if _lacks(isa)]
     if not lacking:
         pytest.skip("this host runs a kernel of every ISA")
     proc = _qsynth("--layer", "C6", "--isa", lacking[0])
@@ -38,15 +38,15 @@ def test_an_isa_the_host_lacks_is_refused():
 
 def _lacks(isa: str) -> bool:
     try:
-        return dispatch.usable(dispatch.select(isa)) is not None
-    except dispatch.DispatchError:
+        return selection.usable(selection.int8_kernel(isa)) is not None
+    except selection.SelectionError:
         return True
 
 
 def test_smallest_layer_row_is_correct_with_every_baseline():
     try:
-        dispatch.select("host")
-    except dispatch.DispatchError as e:
+        selection.int8_kernel("host")
+    except selection.SelectionError as e:
         pytest.skip(str(e))
     proc = _qsynth("--layer", "C12", "--trials", "3", "--json")
     assert proc.returncode == 0, proc.stderr[-2000:]

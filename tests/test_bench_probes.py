@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from isa_specs import host
+from scripts import bench_kernels as bk
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
-import bench_kernels as bk  # noqa: E402
 
 
 def flags(name: str) -> frozenset[str]:
@@ -54,7 +52,7 @@ def test_peak_program_runs_only_the_named_probes(tmp_path):
 def test_loop_bodies_given_to_llvm_mca():
     """scripts/bench_uarch.py models each probe's loop: per iteration 4 k groups of the tile's B loads,
     one A broadcast per row and rows x column registers vpdpbusd, then the loop branch."""
-    import bench_uarch as bu
+    from scripts import bench_uarch as bu
     asm = bk.run(["gcc", "-O2", "-S", "-o", "-", str(ROOT / "scripts" / "peak_x86.c")]).splitlines()
     for function, rows, cols in (("mix_6x32", 6, 2), ("mix_8x48", 8, 3)):
         body = bu.loop_body(asm, function)

@@ -3,18 +3,16 @@ typer app today, and every file path and relative link in README.md and docs/ na
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "scripts"))
+from scripts import cli_reference
 
-import cli_reference  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-FOLDERS = "synth|sketches|isa_specs|tvm_integration|scripts|tests|kernel_cache|benchmarks|docs"
+FOLDERS = "qsynth|emit|synth|sketches|isa_specs|tvm_integration|scripts|tests|kernel_cache|benchmarks|docs"
 PATH = re.compile(rf"`((?:{FOLDERS})/[^`\s]*)`")
 LINK = re.compile(r"\]\(([^)#]+)(?:#[^)]*)?\)")
 

@@ -18,31 +18,35 @@ from isa_specs import get_isa
 from isa_specs.check import ToolchainError
 from isa_specs.lanes import NUMPY
 from sketches.program import Op, Program
-from emit import harness as emit_cli
 from synth import cache
-from emit import (EmitError, compiler_command, constant_bytes, emit_entry, emit_library, emit_llvm_ir,
-                        function_name, layout)
-from emit.harness import (MAX_PAD, N_PATTERNS, KernelDriver, aligned_misalignment, check_entry, first_mismatch,
-                            make_batch, random_layout_params, sample_patterns)
 from synth.kernel import spec_from_key
 from synth.spec import BitserialSpec, Int8Spec
+from emit import EmitError, harness
+from emit.convention import function_name, layout
+from emit.harness import (MAX_PAD, N_PATTERNS, KernelDriver, aligned_misalignment, check_entry, first_mismatch,
+                          make_batch, random_layout_params, sample_patterns)
+from emit.library import emit_entry, emit_library
+from emit.llvm_ir import emit_llvm_ir
+from emit.steps import constant_bytes
+from emit.toolchain import compiler_command
 
 from helpers_kernels import HANDWRITTEN
 
 EDGE_SAMPLES = 200          # per kernel and compiler in the default suite; `qsynth test-kernels` scales up
 
 
-def _entries() -> list[dict]:
-    out = []
+def _entries() -> tuple[list[dict], list[str]]:
+    """The committed cache's entries, and the reason (naming the file) of each one that cannot be read."""
+    entries, unreadable = [], []
     for path in cache.entries():
         try:
-            out.append(cache.read(path))
-        except cache.CacheError:
-            continue                     # reported by `qsynth cache verify`
-    return out
+            entries.append(cache.read(path))
+        except cache.CacheError as e:
+            unreadable.append(str(e))
+    return entries, unreadable
 
 
-ENTRIES = _entries()
+ENTRIES, UNREADABLE = _entries()
 KERNELS = ENTRIES + HANDWRITTEN
 KERNEL_IDS = [f"{e['name']}-{e['key']['cost']}" for e in KERNELS]
 ONE_PER_KIND = list({(e["program"]["isa"], e["spec"]["kind"]): e for e in reversed(KERNELS)}.values())
@@ -68,6 +72,11 @@ def _runnable(entry: dict, compiler: str) -> KernelDriver:
 
 
 # ---------------------------------------------------------------- every kernel
+def test_every_cache_entry_is_readable():
+    """An entry the suite cannot read would have no kernel test: it fails here, by name."""
+    assert not UNREADABLE, "\n".join(UNREADABLE)
+
+
 @pytest.mark.parametrize("compiler", ["gcc", "clang"])
 @pytest.mark.parametrize("entry", KERNELS, ids=KERNEL_IDS)
 def test_kernel_matches_spec_on_edge_cases_and_random_inputs(entry, compiler):
@@ -171,8 +180,8 @@ def test_wrong_gemv_loop_is_caught(monkeypatch):
     if entry is None:
         pytest.skip("no hybrid acc kernel in the cache")
     _runnable(entry, "gcc")
-    right = emit_cli.gemv_driver_source
-    monkeypatch.setattr(emit_cli, "gemv_driver_source", lambda e: right(e).replace("(2 * dot - ", "(2 * dot + 1 - "))
+    right = harness.gemv_driver_source
+    monkeypatch.setattr(harness, "gemv_driver_source", lambda e: right(e).replace("(2 * dot - ", "(2 * dot + 1 - "))
     row = check_entry(entry, "gcc", samples=16)
     assert row["status"] == "failed" and row["first_mismatch"]["function"] == "gemv", row
     assert row["first_mismatch"]["cache_key"] == entry["cache_key"]
@@ -186,9 +195,9 @@ def test_wrong_kloop_is_caught(monkeypatch, suffix):
     if entry is None:
         pytest.skip(f"no *{suffix} kernel in the cache")
     _runnable(entry, "gcc")
-    right = emit_cli.kloop_driver_source
+    right = harness.kloop_driver_source
     rows = spec_from_key(entry["spec"]).k // 4
-    monkeypatch.setattr(emit_cli, "kloop_driver_source",
+    monkeypatch.setattr(harness, "kloop_driver_source",
                         lambda e: right(e).replace(f"kb * {rows} * b_stride", f"kb * {rows - 1} * b_stride"))
     row = check_entry(entry, "gcc", samples=16)
     assert row["status"] == "failed" and row["first_mismatch"]["function"] == "kloop", row

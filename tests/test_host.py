@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
+import subprocess
 from pathlib import Path
 
 import pytest
 import tvm
 from tvm.target import codegen
 
-from isa_specs import host
+from isa_specs import ISA_NAMES, get_isa, host
+from isa_specs.features import AARCH64, FEATURES, X86
 
 DATA = Path(__file__).parent / "data"
 TRIPLE = "x86_64-pc-linux-gnu"
@@ -43,14 +44,29 @@ def test_recorded_hosts(name, vendor, family, model, uarch):
 
 
 @pytest.mark.parametrize("name,has,lacks", [
-    ("zen4", set(host.X86_FLAGS) - {"avxvnni", "amx-int8"}, {"avxvnni", "amx-int8"}),
-    ("sapphirerapids", set(host.X86_FLAGS), set()),
-    ("skylake", {"avx2"}, set(host.X86_FLAGS) - {"avx2"})])
+    ("zen4", set(X86) - {"avxvnni", "amx-tile", "amx-int8"}, {"avxvnni", "amx-tile", "amx-int8"}),
+    ("sapphirerapids", set(X86), set()),
+    ("skylake", {"avx2"}, set(X86) - {"avx2"})])
 def test_features_of_recorded_hosts(name, has, lacks):
-    flags = host.parse_cpuinfo(cpuinfo(name)).flags
-    assert {f for f in host.X86_FLAGS if host.lacks(f, flags) is None} == has
+    m = host.parse_cpuinfo(cpuinfo(name))
+    assert {f for f in X86 if host.lacks(f, m.flags) is None} == has == set(host.x86_features(m))
     for feature in lacks:
-        assert host.lacks(feature, flags) == f"host CPU lacks {host.X86_FLAGS[feature]}"
+        assert host.lacks(feature, m.flags) == f"host CPU lacks {X86[feature].cpuinfo}"
+
+
+def test_feature_table_covers_the_instruction_rows_and_matches_the_compilers():
+    """Every instruction row's feature has a row; a compiler given an x86 row's flags predefines its
+    macros, and the NEON toolchain predefines the AArch64 rows' macros (qemu -cpu max runs them all)."""
+    assert {i.feature for name in ISA_NAMES for i in get_isa(name).instructions} <= set(FEATURES)
+    checks = [("gcc", list(f.compiler_flags), f.macros) for f in X86.values()]
+    neon = get_isa("neon").toolchain
+    checks.append((neon.cc, list(neon.cflags), [m for f in AARCH64.values() for m in f.macros]))
+    for cc, flags, macros in checks:
+        if not shutil.which(cc):
+            continue
+        defined = subprocess.run([cc, *flags, "-dM", "-E", "-x", "c", "/dev/null"], capture_output=True, text=True,
+                                 check=True).stdout.split()
+        assert set(macros) <= set(defined), (cc, flags)
 
 
 def test_only_the_first_processor_is_read():
@@ -100,8 +116,8 @@ def test_live_host_agrees_with_llvm():
     if m.uarch_known:
         assert m.uarch == codegen.llvm_get_system_cpu()
     assert host.tvm_target() == host.target_of(m)
-    for feature, flag in host.X86_FLAGS.items():
-        assert (host.missing(feature, ()) is None) == (flag in m.flags)
+    for feature, f in X86.items():
+        assert (host.missing(feature, ()) is None) == (f.cpuinfo in m.flags)
 
 
 # ---------------------------------------------------------------- qsynth host
@@ -163,7 +179,6 @@ def test_cli_host_json(capsys, library):
 @pytest.mark.parametrize("name", ["zen4", "sapphirerapids"])
 def test_recorded_hosts_targets_build_the_vnni_baseline(name):
     """A target the host may not execute is built, not run: TVM's VNNI tile for each recorded CPU."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-    import tvm_baselines as tb
+    from scripts import tvm_baselines as tb
     target = host.target_of(host.parse_cpuinfo(cpuinfo(name)))
     assert tb.int8_vnni_x86(12, 16, 64, target=target).module is not None

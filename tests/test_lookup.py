@@ -11,7 +11,8 @@ import tvm
 from tvm import te, tirx
 
 from isa_specs import host
-from tvm_integration.qnn import arithmetic, models, schedules, table_lookup
+from tvm_integration.bench import int8_models
+from tvm_integration.qnn import arithmetic, schedules, table_lookup
 from tvm_integration.qnn.importer import load
 from tvm_integration.qnn.model import lower
 
@@ -79,8 +80,8 @@ def test_the_target_features_decide(target, vbmi):
 
 @needs_vbmi
 def test_a_model_on_this_host_looks_up_with_vpermi2b(tmp_path):
-    """The host target reaches the lookups of a model (dispatch): every one of silu_fpn's SiLUs."""
-    path = models.quantize(models.silu_fpn(32, 16, 10), tmp_path / "s.onnx")
+    """The host target reaches the lookups of a model (bind): every one of silu_fpn's SiLUs."""
+    path = int8_models.quantize(int8_models.silu_fpn(32, 16, 10), tmp_path / "s.onnx")
     lookups = [f for f in lower(load(path)).functions.values()
                if isinstance(f, tirx.PrimFunc) and f.attrs and f.attrs.get("qnn.op") == "lookup"]
     assert len(lookups) == 4 and all(table_lookup.VPERMI2B in f.script() for f in lookups)

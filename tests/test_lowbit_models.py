@@ -1,4 +1,4 @@
-"""The low-bit ResNet-18 layout of issue 16's benchmark (tvm_integration/qnn/lowbit_models.py), shrunk
+"""The low-bit ResNet-18 layout of issue 16's benchmark (tvm_integration/bench/lowbit_models.py), shrunk
 (32x32 input, widths 8-64, every block kind: identity and 1x1/2 downsampling shortcuts, residual adds,
 max pool, global average pool, int8 stem and classifier), at W1A1 and W2A2: compiled once per
 configuration, bit-exact with onnxruntime (which computes the QCDQ model in float, exactly) on random
@@ -10,7 +10,7 @@ import numpy as np
 import onnx
 import pytest
 
-from tvm_integration.qnn.lowbit_models import conv_int, resnet_lowbit
+from tvm_integration.bench.lowbit_models import conv_int, resnet_lowbit
 
 ort = pytest.importorskip("onnxruntime")
 SMALL = dict(size=32, widths=(8, 16, 32, 64), classes=10)

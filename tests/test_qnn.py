@@ -14,8 +14,9 @@ ort = pytest.importorskip("onnxruntime")
 
 from tvm import tirx  # noqa: E402
 
-from tvm_integration.qnn import bench, models  # noqa: E402
-from tvm_integration.qnn.dispatch import TENSORIZED  # noqa: E402
+from tvm_integration.bench import int8_models  # noqa: E402
+from tvm_integration.bench.models import onnxruntime_session, random_inputs  # noqa: E402
+from tvm_integration.qnn.bind import TENSORIZED  # noqa: E402
 from tvm_integration.qnn.importer import ModelError, load  # noqa: E402
 from tvm_integration import CompiledModel, compile_model  # noqa: E402  (the documented entry point)
 from tvm_integration.qnn.model import lower  # noqa: E402
@@ -23,12 +24,12 @@ from tvm_integration.qnn.schedules import SCHEDULED  # noqa: E402
 
 logging.getLogger("root").setLevel(logging.ERROR)      # quantize_static's pre-processing advice
 
-TINY = {"resnet": lambda: models.resnet(32, (8, 16, 16, 32), 10),
-        "mobilenet_v2": lambda: models.mobilenet_v2(32, ((1, 8, 1, 1), (6, 12, 2, 2), (6, 16, 2, 2)), 8, 64, 10),
-        "mobilenet_v3": lambda: models.mobilenet_v3(32, ((3, 16, 16, True, "relu", 2), (3, 24, 16, False, "relu", 1),
+TINY = {"resnet": lambda: int8_models.resnet(32, (8, 16, 16, 32), 10),
+        "mobilenet_v2": lambda: int8_models.mobilenet_v2(32, ((1, 8, 1, 1), (6, 12, 2, 2), (6, 16, 2, 2)), 8, 64, 10),
+        "mobilenet_v3": lambda: int8_models.mobilenet_v3(32, ((3, 16, 16, True, "relu", 2), (3, 24, 16, False, "relu", 1),
                                                          (5, 48, 24, True, "hardswish", 2)), 8, 64, 10),
-        "silu_fpn": lambda: models.silu_fpn(32, 16, 10),
-        "mlp": lambda: models.mlp()}
+        "silu_fpn": lambda: int8_models.silu_fpn(32, 16, 10),
+        "mlp": lambda: int8_models.mlp()}
 QUANTIZATIONS = {"qdq_per_channel": {}, "qdq_per_tensor": {"per_channel": False},
                  "qdq_s8_activations": {"activations": "s8"}, "qoperator": {"fmt": "qoperator"},
                  "qdq_u8_weights": {"weights": "u8", "per_channel": False}}
@@ -40,10 +41,10 @@ CASES = [("resnet", "qdq_per_channel"), ("resnet", "qoperator"), ("resnet", "qdq
 
 def assert_bit_exact(path, runs=3, seed=0, **compile_args):
     model = compile_model(path, threads=1, **compile_args)
-    session = bench.onnxruntime_session(path, 1)
+    session = onnxruntime_session(path, 1)
     rng = np.random.default_rng(seed)
     for _ in range(runs):
-        feeds = bench.random_inputs(model.inputs, rng)
+        feeds = random_inputs(model.inputs, rng)
         ours = model(feeds)
         for name, expected in zip(model.outputs, session.run(None, feeds)):
             np.testing.assert_array_equal(ours[name], expected)
@@ -52,7 +53,7 @@ def assert_bit_exact(path, runs=3, seed=0, **compile_args):
 
 @pytest.mark.parametrize("name,quantization", CASES, ids=[f"{m}-{q}" for m, q in CASES])
 def test_models_bit_exact_with_onnxruntime(tmp_path, name, quantization):
-    path = models.quantize(TINY[name](), tmp_path / f"{name}.onnx", **QUANTIZATIONS[quantization])
+    path = int8_models.quantize(TINY[name](), tmp_path / f"{name}.onnx", **QUANTIZATIONS[quantization])
     assert_bit_exact(path)
 
 
@@ -61,9 +62,9 @@ def test_every_stage_is_bit_exact(tmp_path):
     the arithmetic is right before any kernel is involved."""
     import tvm
     from tvm import relax
-    path = models.quantize(TINY["resnet"](), tmp_path / "r.onnx", weights="u8", per_channel=False)
+    path = int8_models.quantize(TINY["resnet"](), tmp_path / "r.onnx", weights="u8", per_channel=False)
     model = load(path)
-    session = bench.onnxruntime_session(path, 1)
+    session = onnxruntime_session(path, 1)
     feeds = {"input": np.random.default_rng(3).standard_normal((1, 3, 32, 32)).astype(np.float32)}
     expected = session.run(None, feeds)[0]
     for stage in ("rewrite", "legalize"):
@@ -72,7 +73,7 @@ def test_every_stage_is_bit_exact(tmp_path):
 
 
 def test_compiled_model_runs_kernels_and_no_default_loops(tmp_path):
-    path = models.quantize(TINY["resnet"](), tmp_path / "r.onnx")
+    path = int8_models.quantize(TINY["resnet"](), tmp_path / "r.onnx")
     mod = lower(load(path))
     funcs = [f for f in mod.functions.values() if isinstance(f, tirx.PrimFunc)]
     tensorized = [f for f in funcs if TENSORIZED in f.attrs]
@@ -99,7 +100,7 @@ def single_conv(tmp_path, x_shape, w, stride, pads, group, x_scale, x_zp, w_scal
     graph = helper.make_graph([node], "conv", [helper.make_tensor_value_info("x", x_type, x_shape)],
                               [helper.make_tensor_value_info("y", x_type, [1, co, *out_hw])], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = models.IR_VERSION
+    model.ir_version = int8_models.IR_VERSION
     path = tmp_path / "conv.onnx"
     onnx.save(model, str(path))
     return path
@@ -146,9 +147,9 @@ def test_signed_activations_qlinearconv(tmp_path):
 
 
 def test_save_load_and_profile(tmp_path, capfd):
-    path = models.quantize(TINY["mlp"](), tmp_path / "m.onnx")
+    path = int8_models.quantize(TINY["mlp"](), tmp_path / "m.onnx")
     model = compile_model(path, threads=1)
-    feeds = bench.random_inputs(model.inputs, np.random.default_rng(0))
+    feeds = random_inputs(model.inputs, np.random.default_rng(0))
     capfd.readouterr()
     model.save(tmp_path / "m.so")
     assert "Scope Saving" not in capfd.readouterr().err      # TVM's debug line per memory scope
@@ -161,7 +162,7 @@ def test_save_load_and_profile(tmp_path, capfd):
 
 
 def test_bad_inputs_one_line_errors(tmp_path):
-    path = models.quantize(TINY["mlp"](), tmp_path / "m.onnx")
+    path = int8_models.quantize(TINY["mlp"](), tmp_path / "m.onnx")
     model = compile_model(path, threads=1)
     x = np.zeros((4, 64), np.float32)
     with pytest.raises(ModelError, match=r"missing \['input'\]"):
@@ -222,11 +223,11 @@ def test_qlinearadd_fixed_part_as_onnxruntime(tmp_path):
                               [helper.make_tensor_value_info("y", TensorProto.UINT8, [65536])],
                               [numpy_helper.from_array(np.array(v), n) for v, n in values])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
-    model.ir_version = models.IR_VERSION
+    model.ir_version = int8_models.IR_VERSION
     onnx.save(model, str(tmp_path / "add.onnx"))
     compiled = compile_model(tmp_path / "add.onnx", threads=1)
     a, b = (g.astype(np.uint8).ravel() for g in np.meshgrid(np.arange(256), np.arange(256), indexing="ij"))
-    expected = bench.onnxruntime_session(tmp_path / "add.onnx", 1).run(None, {"a": a, "b": b})[0]
+    expected = onnxruntime_session(tmp_path / "add.onnx", 1).run(None, {"a": a, "b": b})[0]
     np.testing.assert_array_equal(compiled({"a": a, "b": b})["y"], expected)
 
 
@@ -247,7 +248,7 @@ def _mul_model(path, form: str, dtype, params, b_shape):
                               [helper.make_tensor_value_info("y", elem, [1, 1, 256, 256])],
                               [numpy_helper.from_array(np.array(v), n) for v, n in values])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
-    model.ir_version = models.IR_VERSION
+    model.ir_version = int8_models.IR_VERSION
     onnx.save(model, str(path))
 
 
@@ -268,7 +269,7 @@ def test_qlinearmul_as_onnxruntime(tmp_path, form, dtype, params, b_shape):
     a = np.repeat((np.arange(256) + lo).astype(dtype)[:, None], 256, 1).reshape(1, 1, 256, 256)
     b = np.repeat((np.arange(256) + lo).astype(dtype)[None, :], 256, 0).reshape(1, 1, 256, 256)
     b = b if b_shape[-1] == 256 else a[..., :1][..., ::-1, :].copy()
-    expected = bench.onnxruntime_session(path, 1).run(None, {"a": a, "b": b})[0]
+    expected = onnxruntime_session(path, 1).run(None, {"a": a, "b": b})[0]
     np.testing.assert_array_equal(compile_model(path, threads=1)({"a": a, "b": b})["y"], expected)
 
 
@@ -290,11 +291,11 @@ def test_mul_by_a_quantized_constant_as_onnxruntime(tmp_path, c_shape, constant_
                               [helper.make_tensor_value_info("y", TensorProto.UINT8, shape)],
                               [numpy_helper.from_array(np.array(v), n) for v, n in values])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = models.IR_VERSION
+    model.ir_version = int8_models.IR_VERSION
     path = tmp_path / "mul.onnx"
     onnx.save(model, str(path))
     x = np.broadcast_to(np.arange(256, dtype=np.uint8)[None, None, :, None], shape).copy()
-    expected = bench.onnxruntime_session(path, 1).run(None, {"x": x})[0]
+    expected = onnxruntime_session(path, 1).run(None, {"x": x})[0]
     np.testing.assert_array_equal(compile_model(path, threads=1)({"x": x})["y"], expected)
 
 
@@ -317,12 +318,12 @@ def test_elementwise_channels_16_does_not_divide_are_one_vector(channels):
 
 def test_cli_run_compile_and_errors(tmp_path, capsys):
     from qsynth.cli import main
-    path = models.quantize(TINY["mlp"](), tmp_path / "m.onnx", fmt="qoperator")
+    path = int8_models.quantize(TINY["mlp"](), tmp_path / "m.onnx", fmt="qoperator")
     x = np.random.default_rng(4).standard_normal((4, 64)).astype(np.float32)
     np.save(tmp_path / "x.npy", x)
     assert main(["run", str(path), "--input", str(tmp_path / "x.npy"), "--output", str(tmp_path / "y.npy"),
                  "--threads", "1"]) == 0
-    expected = bench.onnxruntime_session(path, 1).run(None, {"input": x})[0]
+    expected = onnxruntime_session(path, 1).run(None, {"input": x})[0]
     np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), expected)
     assert len(list(tmp_path.glob(".m.onnx.*.so"))) == 1                # kept for the next run
     assert main(["run", str(path), "--input", f"input={tmp_path / 'x.npy'}", "--output", str(tmp_path / "y2.npy"),
@@ -354,7 +355,7 @@ def test_integer_graph_of_silu_resize_concat(tmp_path):
     """SiLU, nearest Resize and a Concat of differently scaled tensors (silu_fpn) lower to integer ops
     alone: lookups, muls, the integer resize and concat, in NHWC: no float op and no transpose
     between the input's quantize and the output's dequantize."""
-    path = models.quantize(TINY["silu_fpn"](), tmp_path / "s.onnx")
+    path = int8_models.quantize(TINY["silu_fpn"](), tmp_path / "s.onnx")
     mod = lower(load(path))
     funcs = {g.name_hint: f for g, f in mod.functions.items() if isinstance(f, tirx.PrimFunc)}
     kinds = sorted({str(f.attrs["qnn.op"]) for f in funcs.values() if f.attrs and "qnn.op" in f.attrs})
@@ -374,7 +375,7 @@ def transposed_images(mod) -> list:
 def test_squeeze_and_excitation_stays_nhwc(tmp_path):
     """MobileNetV3's squeeze-and-excitation multiplies the image by a [1, C, 1, 1] scale: broadcast in
     NHWC as in NCHW, so no transposes to NCHW and back around it (three per block before)."""
-    path = models.quantize(TINY["mobilenet_v3"](), tmp_path / "m.onnx")
+    path = int8_models.quantize(TINY["mobilenet_v3"](), tmp_path / "m.onnx")
     assert not transposed_images(lower(load(path)))
 
 
@@ -397,13 +398,13 @@ def test_elementwise_ops_are_exact_lookup_tables(tmp_path, op, attrs, dtype):
                               [helper.make_tensor_value_info("y", elem, [1, 1, 16, 16])],
                               [numpy_helper.from_array(np.array(v), n) for v, n in values])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = models.IR_VERSION
+    model.ir_version = int8_models.IR_VERSION
     onnx.save(model, str(tmp_path / "f.onnx"))
     kinds = [str(f.attrs["qnn.op"]) for f in lower(load(tmp_path / "f.onnx")).functions.values()
              if isinstance(f, tirx.PrimFunc) and f.attrs and "qnn.op" in f.attrs]
     assert kinds == ["lookup"]
     x = (np.arange(256) + lo).astype(dtype).reshape(1, 1, 16, 16)
-    expected = bench.onnxruntime_session(tmp_path / "f.onnx", 1).run(None, {"x": x})[0]
+    expected = onnxruntime_session(tmp_path / "f.onnx", 1).run(None, {"x": x})[0]
     np.testing.assert_array_equal(compile_model(tmp_path / "f.onnx", threads=1)({"x": x})["y"], expected)
 
 
@@ -431,10 +432,10 @@ def test_qdq_average_pool_as_onnxruntime(tmp_path, attrs, dtype):
                               [helper.make_tensor_value_info("y", elem, [d.dim_value for d in shape.dim])],
                               [numpy_helper.from_array(np.array(v), n) for v, n in values])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = models.IR_VERSION
+    model.ir_version = int8_models.IR_VERSION
     onnx.save(model, str(tmp_path / "p.onnx"))
     x = np.random.default_rng(3).integers(lo, lo + 256, (1, 8, 16, 16)).astype(dtype)
-    expected = bench.onnxruntime_session(tmp_path / "p.onnx", 1).run(None, {"x": x})[0]
+    expected = onnxruntime_session(tmp_path / "p.onnx", 1).run(None, {"x": x})[0]
     np.testing.assert_array_equal(compile_model(tmp_path / "p.onnx", threads=1)({"x": x})["y"], expected)
 
 
@@ -453,10 +454,10 @@ def test_qoperator_unary_ops(tmp_path, op, attrs):
     graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.UINT8, [1, 8, 16, 16])],
                               [helper.make_tensor_value_info("y", TensorProto.UINT8, out)], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
-    model.ir_version = models.IR_VERSION
+    model.ir_version = int8_models.IR_VERSION
     onnx.save(model, str(tmp_path / "u.onnx"))
     x = np.random.default_rng(0).integers(0, 256, (1, 8, 16, 16)).astype(np.uint8)       # every u8 value
-    expected = bench.onnxruntime_session(tmp_path / "u.onnx", 1).run(None, {"x": x})[0].astype(int)
+    expected = onnxruntime_session(tmp_path / "u.onnx", 1).run(None, {"x": x})[0].astype(int)
     np.testing.assert_array_equal(compile_model(tmp_path / "u.onnx", threads=1)({"x": x})["y"].astype(int), expected)
 
 
@@ -485,7 +486,7 @@ def test_matmul_integer_per_row_zero_point(tmp_path):
                                                helper.make_tensor_value_info("az", TensorProto.UINT8, [4])],
                               [helper.make_tensor_value_info("y", TensorProto.INT32, [4, 4])], [numpy_helper.from_array(w, "w")])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = models.IR_VERSION
+    model.ir_version = int8_models.IR_VERSION
     onnx.save(model, str(tmp_path / "m.onnx"))
     a, az = rng.integers(0, 256, (4, 6), dtype=np.uint8), np.array([3, 100, 7, 250], np.uint8)
     got = compile_model(tmp_path / "m.onnx", threads=1)({"a": a, "az": az})["y"]
@@ -505,7 +506,7 @@ def test_conv_integer_node(tmp_path, geometry):
     graph = helper.make_graph([node], "conv_integer", [helper.make_tensor_value_info("x", TensorProto.UINT8, [1, c, h, w])],
                               [helper.make_tensor_value_info("y", TensorProto.INT32, [1, o, *out_hw])], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = models.IR_VERSION
+    model.ir_version = int8_models.IR_VERSION
     onnx.save(model, str(tmp_path / "c.onnx"))
     compiled = assert_bit_exact(tmp_path / "c.onnx")
     assert compiled.outputs == ["y"]
@@ -531,7 +532,7 @@ def conv_then_add(tmp_path, operand: int, conv_is_output: bool, constant_residua
     graph = helper.make_graph([conv, add], "conv_add", [info("x"), *([] if constant_residual else [info("r")])],
                               [info("z"), *([info("y")] if conv_is_output else [])], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
-    model.ir_version = models.IR_VERSION
+    model.ir_version = int8_models.IR_VERSION
     onnx.save(model, str(tmp_path / "conv_add.onnx"))
     return tmp_path / "conv_add.onnx"
 
@@ -558,7 +559,7 @@ def test_add_of_a_constant_is_not_fused(tmp_path):
 
 
 def test_tiny_resnet_adds_all_fused(tmp_path):
-    path = models.quantize(TINY["resnet"](), tmp_path / "r.onnx")
+    path = int8_models.quantize(TINY["resnet"](), tmp_path / "r.onnx")
     funcs = [f for f in lower(load(path)).functions.values() if isinstance(f, tirx.PrimFunc)]
     assert not [f for f in funcs if f.attrs and f.attrs.get("qnn.op") == "add"]
 
@@ -567,7 +568,7 @@ def classifier(kind: str) -> onnx.ModelProto:
     """A CNN's classifier as exporters write it, after a conv + Relu: GlobalAveragePool -> Flatten ->
     Gemm (PyTorch's avgpool / flatten / fc), or the whole feature map Reshape'd (batch 2) -> MatMul + Add."""
     batch = 1 if kind == "gap_flatten_gemm" else 2
-    g = models._Graph(11)
+    g = int8_models._Graph(11)
     x = g.conv("input", 3, 16, 3, stride=2)                                      # [batch, 16, 4, 4]
     if kind == "gap_flatten_gemm":
         y = g.gemm(g.node("Flatten", [g.node("GlobalAveragePool", [x])]), 16, 10)
@@ -613,7 +614,7 @@ def test_classifier_after_flatten_or_reshape_on_the_int8_dense(tmp_path, kind, q
     output. onnxruntime itself runs this group in float (no Q/DQ pair before the Gemm, so no QGemm):
     equal to the integer dense but where its float sum falls within rounding of a half step (none of
     these models' outputs on 1,000 inputs; a 512 -> 1000 classifier: 4 in 10^6, docs/operators.md)."""
-    path = requantize_pairs_dropped(models.quantize(classifier(kind), tmp_path / f"{kind}.onnx",
+    path = requantize_pairs_dropped(int8_models.quantize(classifier(kind), tmp_path / f"{kind}.onnx",
                                                     **QUANTIZATIONS[quantization]))
     graph = onnx.load(str(path)).graph
     made_by = {o: n for n in graph.node for o in n.output}
@@ -628,4 +629,4 @@ def test_classifier_after_flatten_or_reshape_on_the_int8_dense(tmp_path, kind, q
     funcs = [f for f in lower(load(path)).functions.values() if isinstance(f, tirx.PrimFunc)]
     dense = [f for f in funcs if TENSORIZED in f.attrs and str(f.attrs["qnn.op"]) == "dense"]
     assert len(dense) == 1 and "qsynth_dense" in [name for name, _, _ in model.profile(
-        bench.random_inputs(model.inputs, np.random.default_rng(0)))]
+        random_inputs(model.inputs, np.random.default_rng(0)))]

@@ -13,7 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 datasets = pytest.importorskip("sklearn.datasets")
 ort = pytest.importorskip("onnxruntime")
 
-from tvm_integration.qnn import models  # noqa: E402
+from tvm_integration.bench import int8_models  # noqa: E402
 from tvm_integration.qnn.model import compile_model  # noqa: E402
 
 
@@ -75,8 +75,8 @@ def to_onnx(p) -> onnx.ModelProto:
              helper.make_node("Gemm", ["f", "w3", "b3"], ["logits"], transB=1)]
     graph = helper.make_graph(nodes, "digits", [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 1, 8, 8])],
                               [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 10])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", models.OPSET)])
-    model.ir_version = models.IR_VERSION
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", int8_models.OPSET)])
+    model.ir_version = int8_models.IR_VERSION
     return model
 
 
@@ -89,7 +89,7 @@ def test_digits_cnn_int8_keeps_accuracy_and_matches_onnxruntime(tmp_path):
     train_idx, test_idx = order[:1400], order[1400:]
     float_model = to_onnx(train(x[train_idx], y[train_idx]))
     calibration = [{"input": x[i:i + 1]} for i in train_idx[:200]]
-    int8_path = models.quantize(float_model, tmp_path / "digits.onnx", data=calibration)
+    int8_path = int8_models.quantize(float_model, tmp_path / "digits.onnx", data=calibration)
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
     fp32 = ort.InferenceSession(float_model.SerializeToString(), options, providers=["CPUExecutionProvider"])

@@ -1,4 +1,4 @@
-"""``qsynth report`` (qsynth/commands/report.py) on small hand-written benchmark files in a temporary
+"""``qsynth report`` (qsynth/benchmarks_report.py) on small hand-written benchmark files in a temporary
 folder: the markdown shows what the JSON holds (values and means worked out here by hand), every
 figure it links is a PNG that reads back as an image, an absent file is a note, bad input one line."""
 from __future__ import annotations

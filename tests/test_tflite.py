@@ -15,7 +15,7 @@ import tflite
 litert = pytest.importorskip("ai_edge_litert.interpreter", reason="LiteRT is not installed (pip install -e .)")
 
 from qsynth import cli  # noqa: E402
-from tvm_integration.qnn.bench import bench_model  # noqa: E402
+from tvm_integration.bench.models import bench_model  # noqa: E402
 from tvm_integration.qnn.importer import ModelError  # noqa: E402
 from tvm_integration.qnn.model import compile_model  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""The tuning log (tvm_integration/tuning.py) and every candidate tile it may pick, against numpy."""
+"""The tuning log (tvm_integration/kernels/tuning.py) and every candidate tile it may pick, against numpy."""
 from __future__ import annotations
 
 import json
@@ -6,15 +6,15 @@ import json
 import numpy as np
 import pytest
 
-from tvm_integration import dispatch, tuning
+from tvm_integration.kernels import selection, tuning
 from tvm_integration.ops.conv2d import conv2d
 from tvm_integration.ops.dense import dense
-from tvm_integration.output_stage import OutputStage, ScaleRequantize
+from tvm_integration.ops.output_stage import OutputStage, ScaleRequantize
 
 
 def test_log_records_fastest_and_choose_reads_it(tmp_path):
     path = tmp_path / "uarch.json"
-    candidates = dispatch.candidates("host")
+    candidates = selection.int8_candidates("host")
     names = [k.intrin for k in candidates]
     slow_first = {name: float(len(names) - i) for i, name in enumerate(names)}
     assert tuning.record("dense m5 n7 k9 uint8", slow_first, path) == names[-1]
@@ -30,13 +30,13 @@ def test_corrupt_log_is_an_error(tmp_path):
     path = tmp_path / "uarch.json"
     path.write_text("{ not json")
     with pytest.raises(tuning.TuningLogError, match="is not valid JSON"):
-        tuning.choose("k", dispatch.candidates("host"), 8, 8, path)
+        tuning.choose("k", selection.int8_candidates("host"), 8, 8, path)
     path.write_text(json.dumps({"k": {"ms": {}}}))
     with pytest.raises(tuning.TuningLogError, match="must be an object with a 'kernel'"):
         tuning.read_log(path)
 
 
-@pytest.mark.parametrize("kernel", dispatch.candidates("host"), ids=lambda k: f"{k.spec.mr}x{k.spec.nr}x{k.spec.k}")
+@pytest.mark.parametrize("kernel", selection.int8_candidates("host"), ids=lambda k: f"{k.spec.mr}x{k.spec.nr}x{k.spec.k}")
 def test_every_candidate_tile_is_correct_on_odd_shapes(kernel):
     rng = np.random.default_rng(kernel.spec.nr)
     w = rng.integers(-128, 128, (70, 13, 3, 3)).astype(np.int8)

@@ -3,17 +3,12 @@ definitions (bit by bit, ±1 weights), on random inputs and on the extremes (all
 s8 -128, accumulators about to wrap). The NEON schedules are checked by building them for the host."""
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 import tvm
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-import tvm_baselines as tb  # noqa: E402
-
-from isa_specs import host  # noqa: E402
+from isa_specs import host
+from scripts import tvm_baselines as tb
 
 HOST = {"kind": "llvm"}
 needs = lambda feature: pytest.mark.skipif(host.missing(feature, ()) is not None, reason=f"host lacks {feature}")

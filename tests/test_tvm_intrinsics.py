@@ -1,14 +1,14 @@
-"""TensorIntrins from the kernel cache: only intact, proved entries become intrinsics."""
+"""TensorIntrins from the kernel cache: only intact, proved entries become intrinsics, read once per
+process and cache root."""
 import json
-import shutil
 
 import pytest
 
 tvm = pytest.importorskip("tvm")
 
 from synth import cache  # noqa: E402
-from tvm_integration import register_kernels  # noqa: E402
-from tvm_integration.intrinsics import proved_entries  # noqa: E402
+from tvm_integration.kernels import int8  # noqa: E402
+from tvm_integration.kernels.int8 import proved_entries, proved_kernels  # noqa: E402
 
 VNNI = "int8_u8s8_k4b_8x48x16_avx512"
 
@@ -19,7 +19,7 @@ def _vnni_entry() -> dict:
 
 
 def test_every_proved_k4_tile_of_an_isa_is_registered():
-    kernels = {k.intrin: k for k in register_kernels("avx512")}
+    kernels = {k.intrin: k for k in proved_kernels("avx512")}
     shapes = {(8, 48, 16), (6, 64, 16), (7, 64, 16), (7, 48, 16), (14, 16, 16), (8, 32, 16), (14, 16, 4)}
     assert sorted(kernels) == sorted(f"qsynth_int8_u8s8_k4b_{mr}x{nr}x{kb}_avx512" for mr, nr, kb in shapes)
     for (mr, nr, kb) in shapes:
@@ -32,25 +32,32 @@ def test_every_proved_k4_tile_of_an_isa_is_registered():
             assert buffer in desc
 
 
+def test_the_cache_is_read_once_per_process(monkeypatch):
+    first = proved_kernels("avx512")
+    monkeypatch.setattr(int8, "proved_entries", lambda *args: pytest.fail("the cache was read again"))
+    assert proved_kernels("avx512") is first
+
+
 def test_neon_tiles_and_no_amx_tile():
-    assert {k.spec.types for k in register_kernels("neon")} == {"u8s8", "s8s8", "u8u8"}
-    assert register_kernels("amx") == []
+    assert {k.spec.types for k in proved_kernels("neon")} == {"u8s8", "s8s8", "u8u8"}
+    assert proved_kernels("amx") == ()
 
 
 def test_a_tampered_or_unproved_entry_is_never_registered(tmp_path):
     entry = _vnni_entry()
     unproved = dict(entry, proof=dict(entry["proof"], proved=False))
-    cache.store(unproved, tmp_path)              # a well-formed entry whose proof failed
-    assert register_kernels("avx512", tmp_path) == []
-    path = cache.store(entry, tmp_path)
-    assert len(register_kernels("avx512", tmp_path)) == 1
+    cache.store(unproved, tmp_path / "unproved")      # a well-formed entry whose proof failed
+    assert proved_kernels("avx512", tmp_path / "unproved") == ()
+    path = cache.store(entry, tmp_path / "proved")
+    assert len(proved_kernels("avx512", tmp_path / "proved")) == 1
     edited = json.loads(path.read_text())
     edited["program"]["body"] = edited["program"]["body"][:-1]     # an instruction dropped, hash kept
-    path.write_text(json.dumps(edited))
-    assert register_kernels("avx512", tmp_path) == []
+    (tmp_path / "tampered").mkdir()
+    (tmp_path / "tampered" / path.name).write_text(json.dumps(edited))
+    assert proved_kernels("avx512", tmp_path / "tampered") == ()
 
 
 def test_an_entry_of_another_engine_version_is_not_registered(tmp_path):
     entry = _vnni_entry()
     cache.store(dict(entry, key=dict(entry["key"], engine="0")), tmp_path)
-    assert register_kernels("avx512", tmp_path) == []
+    assert proved_kernels("avx512", tmp_path) == ()

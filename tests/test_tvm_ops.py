@@ -6,17 +6,17 @@ pytest.importorskip("tvm")
 
 from hypothesis import given, settings, strategies as st  # noqa: E402
 
-from tvm_integration import dispatch  # noqa: E402
+from tvm_integration.kernels import int8, selection  # noqa: E402
 from tvm_integration.ops import direct  # noqa: E402
 from tvm_integration.ops.conv2d import build_conv2d, conv2d, space_to_depth  # noqa: E402
 from tvm_integration.ops.gemm import Tile  # noqa: E402
 from tvm_integration.ops.dense import dense  # noqa: E402
-from tvm_integration.output_stage import FixedPointRequantize, OutputStage, ScaleRequantize  # noqa: E402
+from tvm_integration.ops.output_stage import FixedPointRequantize, OutputStage, ScaleRequantize  # noqa: E402
 
 try:
-    HOST_KERNEL = dispatch.select("host")
+    HOST_KERNEL = selection.int8_kernel("host")
     NO_KERNEL = None
-except dispatch.DispatchError as e:
+except selection.SelectionError as e:
     HOST_KERNEL, NO_KERNEL = None, str(e)
 pytestmark = pytest.mark.skipif(HOST_KERNEL is None, reason=f"no host kernel: {NO_KERNEL}")
 
@@ -134,7 +134,7 @@ def test_conv2d_batch_and_plain_tir():
         assert np.array_equal(out, conv_reference(x, w, "NHWC", 1, 1, 1))
 
 
-@pytest.mark.parametrize("kernel", dispatch.candidates("host"), ids=lambda k: f"{k.spec.mr}x{k.spec.nr}x{k.spec.k}")
+@pytest.mark.parametrize("kernel", selection.int8_candidates("host"), ids=lambda k: f"{k.spec.mr}x{k.spec.nr}x{k.spec.k}")
 def test_direct_conv2d_reads_the_padded_input_in_place(kernel):
     """Output rows of whole row tiles: the kernel reads the window rows where they lie (direct.py),
     at stride 1 and 2, signed input padded with its zero point, batch 2, and as plain TIR."""
@@ -233,19 +233,19 @@ def test_requantize_of_conv_nchw():
     assert np.array_equal(out, requantize_onnxruntime(acc, scale[None, :, None, None], 128, 0, 255))
 
 
-# ---------------------------------------------------------------- dispatch
-def test_host_dispatch_takes_the_best_kernel_the_host_runs():
-    assert dispatch.usable(HOST_KERNEL) is None
-    rank = [i for i, (isa, feature) in enumerate(dispatch.PREFERENCE)
+# ---------------------------------------------------------------- selection
+def test_host_selection_takes_the_best_kernel_the_host_runs():
+    assert selection.usable(HOST_KERNEL) is None
+    rank = [i for i, (isa, feature) in enumerate(selection.INT8_PREFERENCE)
             if isa == HOST_KERNEL.spec.isa and feature in HOST_KERNEL.features][0]
-    for isa, feature in dispatch.PREFERENCE[:rank]:
-        for kernel in dispatch.register_kernels(isa):
+    for isa, feature in selection.INT8_PREFERENCE[:rank]:
+        for kernel in int8.proved_kernels(isa):
             if kernel.spec.types == "u8s8" and feature in kernel.features:
-                assert dispatch.usable(kernel) is not None
+                assert selection.usable(kernel) is not None
 
 
 def test_unknown_isa_is_refused():
-    with pytest.raises(dispatch.DispatchError, match="unknown ISA"):
-        dispatch.select("sse2")
-    with pytest.raises(dispatch.DispatchError, match="amx"):
-        dispatch.select("amx")
+    with pytest.raises(selection.SelectionError, match="unknown ISA"):
+        selection.int8_kernel("sse2")
+    with pytest.raises(selection.SelectionError, match="amx"):
+        selection.int8_kernel("amx")

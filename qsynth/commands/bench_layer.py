@@ -44,30 +44,29 @@ def bench_layer(layer: str = typer.Option(..., help="C2 ... C12 (ResNet-18, the 
 
 
 def _int8(layer, threads, trials, isa) -> dict:
-    from tvm_integration import dispatch
-    from tvm_integration.bench import bench_layer as run
+    from tvm_integration.bench.layers import bench_layer as run
+    from tvm_integration.kernels import selection
     try:
-        kernel = dispatch.select(isa)
-    except dispatch.DispatchError as e:
+        kernel = selection.int8_kernel(isa)
+    except selection.SelectionError as e:
         raise UsageError(str(e))
-    if (why := dispatch.usable(kernel)) is not None:
+    if (why := selection.usable(kernel)) is not None:
         raise UsageError(f"--isa {isa}: this host cannot run {kernel.intrin} ({why})")
     with spinner(f"{layer} int8: building and timing"):
         return run(layer, threads, trials, isa)
 
 
 def _bitserial(layer, config, encoding, threads, trials, isa) -> dict:
-    """``--config AxWy [--encoding E]``: the layer on the bitserial conv2d (tvm_integration/bitserial_bench.py)."""
+    """``--config AxWy [--encoding E]``: the layer on the bitserial conv2d (tvm_integration/bench/bitserial_layers.py)."""
     from isa_specs import host
-    from tvm_integration.bitserial_bench import bench_bitserial_layer, parse_config
-    from tvm_integration.bitserial_kernels import ISAS, select
-    from tvm_integration.dispatch import DispatchError
+    from tvm_integration.bench.bitserial_layers import bench_bitserial_layer, parse_config
+    from tvm_integration.kernels.selection import BITSERIAL_ISAS, SelectionError, bitserial_kernel
     try:
         parsed = parse_config(config, encoding)
-        if isa != "host" and isa not in ISAS:
-            raise DispatchError(f"bitserial layers run on {', '.join(ISAS)}, not {isa}")
-        kernel = select(isa, parsed.abits, parsed.wbits, parsed.encoding)
-    except (ValueError, DispatchError) as e:
+        if isa != "host" and isa not in BITSERIAL_ISAS:
+            raise SelectionError(f"bitserial layers run on {', '.join(BITSERIAL_ISAS)}, not {isa}")
+        kernel = bitserial_kernel(isa, parsed.abits, parsed.wbits, parsed.encoding)
+    except (ValueError, SelectionError) as e:
         raise UsageError(str(e))
     if (why := next((w for f in kernel.features if (w := host.missing(f, ()))), None)) is not None:
         raise UsageError(f"--isa {isa}: this host cannot run {kernel.spec.name} ({why})")

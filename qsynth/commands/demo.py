@@ -136,40 +136,40 @@ def _kernel_row(name: str, role: str, entries: dict) -> dict:
 
 def _model(size: str, threads: int, trials: int, entries: dict) -> dict:
     """Build the model, compile it, compare it with onnxruntime on three inputs, time both."""
-    from tvm_integration.dispatch import DispatchError, select
+    from tvm_integration.kernels.selection import SelectionError, int8_kernel
     try:
-        select("host")
-    except DispatchError as e:
+        int8_kernel("host")
+    except SelectionError as e:
         return {"skipped": str(e)}
     import numpy as np
     import onnx
-    from tvm_integration.qnn import bench, models
+    from tvm_integration.bench import int8_models, models
     pixels, widths, classes = MODEL[size]
     name = f"resnet{'18' if size == 'full' else '_tiny'}_{pixels}"
     with tempfile.TemporaryDirectory(prefix="qsynth-demo-") as tmp:
-        float_model = models.resnet(pixels, widths, classes)
+        float_model = int8_models.resnet(pixels, widths, classes)
         fp32 = Path(tmp) / f"{name}.fp32.onnx"
         onnx.save(float_model, str(fp32))
         with spinner(f"quantizing {name} with onnxruntime"):
-            int8 = models.quantize(float_model, Path(tmp) / f"{name}.int8.onnx")
+            int8 = int8_models.quantize(float_model, Path(tmp) / f"{name}.int8.onnx")
         with spinner(f"compiling {name} through the QNN pipeline"):
             t0 = time.perf_counter()
             compiled, used = _compile(int8, threads)
             compile_s = time.perf_counter() - t0
         with spinner("checking against onnxruntime and timing"):
-            session = bench.onnxruntime_session(int8, threads)
+            session = models.onnxruntime_session(int8, threads)
             rng = np.random.default_rng(0)
             exact = True
             for _ in range(3):
-                feeds = bench.random_inputs(compiled.inputs, rng)
+                feeds = models.random_inputs(compiled.inputs, rng)
                 ours = compiled(feeds)
                 exact &= all(np.array_equal(ours[n], e) for n, e in zip(compiled.outputs, session.run(None, feeds)))
             del session
 
             def runner(path):
-                return functools.partial(bench.onnxruntime_session(path, threads).run, None, feeds)
-            times = bench.side_by_side_ms(compiled, feeds, {"onnxruntime_int8": lambda: runner(int8),
-                                                           "onnxruntime_fp32": lambda: runner(fp32)}, trials)
+                return functools.partial(models.onnxruntime_session(path, threads).run, None, feeds)
+            times = models.side_by_side_ms(compiled, feeds, {"onnxruntime_int8": lambda: runner(int8),
+                                                            "onnxruntime_fp32": lambda: runner(fp32)}, trials)
             ms = {"qsynth": times.pop("ours"), **times}
     return {"name": name, "input": list(compiled.inputs["input"][0]), "threads": threads, "trials": trials,
             "bit_exact": bool(exact), "compared_inputs": 3, "compile_s": round(compile_s, 1), "ms": ms,
@@ -181,35 +181,34 @@ def _compile(path: Path, threads: int):
     operators call (their names vanish once LLVM inlines them)."""
     import tvm
     from tvm import tirx
-    from tvm_integration import dispatch
+    from tvm_integration.kernels import selection
     from tvm_integration.qnn import importer
-    from tvm_integration.qnn.dispatch import TENSORIZED
+    from tvm_integration.qnn.bind import TENSORIZED
     from tvm_integration.qnn.model import CompiledModel, lower
     model = importer.load(path)
     mod = lower(model)
     used = sorted({m for f in mod.functions.values()
                    if isinstance(f, tirx.PrimFunc) and f.attrs and TENSORIZED in f.attrs
                    for m in EXTERN.findall(f.script())})
-    executable = tvm.compile(mod, target=tvm.target.Target(dispatch.target(dispatch.select("host"))))
+    executable = tvm.compile(mod, target=tvm.target.Target(selection.int8_target(selection.int8_kernel("host"))))
     outputs = [o.name for o in model.graph.output]
     return CompiledModel(executable, importer.input_specs(model), outputs, threads), used
 
 
 def _layer(name: str, threads: int, trials: int, entries: dict) -> dict:
     """One ResNet-18 layer on the A1W1 bitserial conv2d next to its baselines (``qsynth bench-layer``)."""
-    from tvm_integration.bitserial_bench import bench_bitserial_layer
-    from tvm_integration.bitserial_kernels import select
-    from tvm_integration.dispatch import DispatchError
+    from tvm_integration.bench.bitserial_layers import bench_bitserial_layer
+    from tvm_integration.kernels.selection import SelectionError, bitserial_kernel
     from tvm_integration.ops.bitserial_gemm import Config
     config = Config(*BITSERIAL)
     try:
-        select("host", config.abits, config.wbits, config.encoding)
-    except DispatchError as e:
+        bitserial_kernel("host", config.abits, config.wbits, config.encoding)
+    except SelectionError as e:
         return {"skipped": str(e)}
     try:
         with spinner(f"{name} A1W1: building and timing"):
             row = bench_bitserial_layer(name, config, threads, trials)
-    except DispatchError as e:          # its int8 baseline needs an int8 tile (an AVX2-only host has none)
+    except SelectionError as e:          # its int8 baseline needs an int8 tile (an AVX2-only host has none)
         return {"skipped": f"the layer's int8 baseline: {e}"}
     row["kernels"] = [_kernel_row(row["kernel"], f"layer {name} A1W1", entries)] if row["kernel"] in entries else []
     return row

@@ -38,7 +38,7 @@ def _none_selected(isa: str, configs: list[str] | None) -> int:
 
 
 def _compilers(text: str) -> list[str]:
-    from emit import COMPILERS
+    from emit.toolchain import COMPILERS
     names = [c for c in text.split(",") if c]
     unknown = [c for c in names if c not in COMPILERS]
     if unknown or not names:
@@ -59,7 +59,8 @@ def emit(isa: IsaOrAll = ISA, configs: Optional[List[str]] = CONFIGS,
         return 1
     if not entries:
         return _none_selected(isa, _configs(configs))
-    from emit import EmitError, emit_library
+    from emit import EmitError
+    from emit.library import emit_library
     try:
         manifest = emit_library(entries, output)
     except EmitError as e:

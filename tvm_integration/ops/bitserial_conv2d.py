@@ -15,12 +15,13 @@ from __future__ import annotations
 import numpy as np
 from tvm import te, tirx
 
-from tvm_integration.bitpack import Packing
-from tvm_integration.bitserial_kernels import WORD, select, target
-from tvm_integration.operator import Built, Operator
+from tvm_integration.kernels.bitpack import Packing
+from tvm_integration.kernels.bitserial import WORD
+from tvm_integration.kernels.selection import bitserial_kernel, bitserial_target
+from tvm_integration.ops.operator import Built, Operator
 from tvm_integration.ops.bitserial_gemm import Config, build
 from tvm_integration.ops.conv2d import LAYOUTS, conv_geometry, pair
-from tvm_integration.output_stage import OutputStage
+from tvm_integration.ops.output_stage import OutputStage
 
 
 def bitserial_conv2d(weight: np.ndarray, input_shape: tuple[int, int, int, int], config: Config, stride=1,
@@ -28,7 +29,7 @@ def bitserial_conv2d(weight: np.ndarray, input_shape: tuple[int, int, int, int],
                      use_kernel: bool = True, layout: str = "NHWC", kernel_layout: str | None = None) -> Operator:
     """Compile for inputs of ``input_shape`` in ``layout`` (NHWC or NCHW; the output in the same);
     ``use_kernel=False``: the same schedule in plain TIR; ``kernel_layout``: only tiles of this layout
-    (acc, lanes or tile; default: bitserial_kernels.select's choice). ``isa="neon"``: built for AArch64, an
+    (acc, lanes or tile; default: selection.bitserial_kernel's choice). ``isa="neon"``: built for AArch64, an
     operator run under qemu (cross.QemuOperator)."""
     return build_bitserial_conv2d(weight, input_shape, config, stride, padding, stage, isa, use_kernel,
                                   layout, kernel_layout).compile()
@@ -68,8 +69,9 @@ def build_bitserial_conv2d(weight: np.ndarray, input_shape: tuple[int, int, int,
     taps = config.weight_codes(weight).transpose(0, 2, 3, 1)                   # [O, KH, KW, C]
     weight_planes = channels.numpy(taps, config.wbits).reshape(o, kh * kw, config.wbits, cw)
     weight_planes = weight_planes.transpose(0, 2, 1, 3).reshape(o, config.wbits, kh * kw * cw)
-    kernel = select(isa, config.abits, config.wbits, config.encoding, kernel_layout) if use_kernel else None
+    kernel = bitserial_kernel(isa, config.abits, config.wbits, config.encoding, kernel_layout) if use_kernel else None
     mod, constants = build(b * oh * ow, x, planes, window_word, weight_planes, (o, kh * kw * c), config, stage, kernel,
                            batch=b if layout == "NCHW" else None)
     out_shape, result_shape = ((b * oh * ow, o), (b, oh, ow, o)) if layout == "NHWC" else ((b, o, oh * ow), (b, o, oh, ow))
-    return Built(mod, constants, out_shape, stage.out_dtype, tuple(input_shape), "uint8", result_shape, target(isa))
+    return Built(mod, constants, out_shape, stage.out_dtype, tuple(input_shape), "uint8", result_shape,
+                 bitserial_target(isa))

@@ -6,11 +6,12 @@ from __future__ import annotations
 import numpy as np
 from tvm import te
 
-from tvm_integration.bitpack import Packing
-from tvm_integration.bitserial_kernels import WORD, select, target
-from tvm_integration.operator import Built, Operator
+from tvm_integration.kernels.bitpack import Packing
+from tvm_integration.kernels.bitserial import WORD
+from tvm_integration.kernels.selection import bitserial_kernel, bitserial_target
+from tvm_integration.ops.operator import Built, Operator
 from tvm_integration.ops.bitserial_gemm import Config, build
-from tvm_integration.output_stage import OutputStage
+from tvm_integration.ops.output_stage import OutputStage
 
 
 def bitserial_dense(weight: np.ndarray, m: int, config: Config, stage: OutputStage = OutputStage(),
@@ -27,10 +28,10 @@ def build_bitserial_dense(weight: np.ndarray, m: int, config: Config, stage: Out
     if weight.ndim != 2:
         raise ValueError(f"weight must be [N, K], got {list(weight.shape)}")
     n, k = weight.shape
-    kernel = select(isa, config.abits, config.wbits, config.encoding, kernel_layout) if use_kernel else None
+    kernel = bitserial_kernel(isa, config.abits, config.wbits, config.encoding, kernel_layout) if use_kernel else None
     x = te.placeholder((m, k), "uint8", name="data")
     rows_planes = Packing(axis=1, bit_axis=1, word=WORD)          # [rows, K] -> [rows, bits, words]
     planes = rows_planes.te(x, config.abits, vector=True)
     mod, constants = build(m, x, planes, lambda p, plane, t: planes[p, plane, t],
                            rows_planes.numpy(config.weight_codes(weight), config.wbits), weight.shape, config, stage, kernel)
-    return Built(mod, constants, (m, n), stage.out_dtype, (m, k), "uint8", (m, n), target(isa))
+    return Built(mod, constants, (m, n), stage.out_dtype, (m, k), "uint8", (m, n), bitserial_target(isa))

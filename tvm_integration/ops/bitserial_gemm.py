@@ -2,8 +2,8 @@
 with x unsigned ``abits``-bit activations and w ``wbits``-bit weights, unipolar (unsigned) or
 hybrid (odd values in [-(2**wbits - 1), 2**wbits - 1], i.e. ±1 bit-planes), then the output stage.
 
-* The weights are bit-packed once, at compile time (bitpack.py: K into uint64 words, the bit-plane
-  axis after the output channel), and cut into the tile's rows: ``Wp[n0, j, i, t]``.
+* The weights are bit-packed once, at compile time (kernels/bitpack.py: K into uint64 words, the
+  bit-plane axis after the output channel), and cut into the tile's rows: ``Wp[n0, j, i, t]``.
 * The activations are bit-packed at run time inside the operator, once (dense: each row; conv2d:
   each pixel's channels, so a 3x3 window packs each input element once, not nine times), then
   gathered per column tile by the operator's index map into ``Ap[p, k, t]`` (conv2d: the window's
@@ -13,7 +13,7 @@ hybrid (odd values in [-(2**wbits - 1), 2**wbits - 1], i.e. ±1 bit-planes), the
 * A tile whose lanes are narrower than a dot product over the whole K can reach (NEON: 16 bits) runs
   K in chunks of whole blocks, each exact in its lanes, summed in int32 (``chunks``).
 
-Tiles (bitserial_kernels.select): on AVX-512 the ``lanes`` tiles first (output channels across the
+Tiles (selection.bitserial_kernel): on AVX-512 the ``lanes`` tiles first (output channels across the
 64-bit lanes, one word of K per step, the dot products added to int32: no lane sums and no padding of
 K to register blocks, so the 1x1 layers run on them too; weights ``Wp[n0, j, t, i]``), else the
 ``acc`` tiles (K across the lanes, one horizontal sum per output after the K loop). On NEON a K of
@@ -37,10 +37,10 @@ from dataclasses import dataclass
 import numpy as np
 from tvm import s_tir, te, tirx
 
-from tvm_integration.bitserial_kernels import (WORD, WORD_TILE_WORDS, BitserialKernel, dot_term, plane_shift,
+from tvm_integration.kernels.bitserial import (WORD, WORD_TILE_WORDS, BitserialKernel, dot_term, plane_shift,
                                                planes_and_word, register, unipolar_twin, word_kernels)
-from tvm_integration.output_stage import OutputStage, placeholders
-from tvm_integration.packing import round_up
+from tvm_integration.ops.output_stage import OutputStage, placeholders
+from tvm_integration.kernels.packing import round_up
 
 ENCODINGS = ("unipolar", "hybrid")
 PLAIN_TILE = (8, 4)          # rows × cols of the plain-TIR schedule without a kernel (an AVX-512 A1W1 tile)
@@ -81,7 +81,7 @@ def build(rows: int, data: te.Tensor, input_planes: te.Tensor, activation_word, 
     """(scheduled module, constant arguments): ``main(data, *constants, out)`` with ``out[p, n]`` =
     stage(the bitserial dot product of GEMM row p with weight row n) for p < rows; with ``batch``,
     channels first: ``out[b, n, q]`` for row p = b * rows / batch + q (NCHW's order).
-    ``input_planes``: the input bit-packed at run time (bitpack.py), computed once, in parallel;
+    ``input_planes``: the input bit-packed at run time (kernels/bitpack.py), computed once, in parallel;
     ``activation_word(p, plane, t)``: word t of plane ``plane`` of GEMM row p (p < rows, t below the
     weights' words), read from it (dense: the row; conv2d: the window's words, zero outside).
     ``weight_planes``: ``[N, wbits, words]`` uint64, packed the same way at compile time.
@@ -90,7 +90,7 @@ def build(rows: int, data: te.Tensor, input_planes: te.Tensor, activation_word, 
     0.23-0.84x of the plain schedule, but for C11 A1W1, 1.2x).
     A kernel whose lanes are narrower than the largest dot product of K (NEON: 16 bits) runs on
     chunks of K small enough to be exact, summed in int32 (``chunks``).
-    A hybrid configuration on a unipolar kernel (``select`` gives AVX-512 hybrid layers the unipolar
+    A hybrid configuration on a unipolar kernel (``bitserial_kernel`` gives AVX-512 hybrid layers the unipolar
     lanes tile) runs it on the weight codes u, v = 2u - (2**wbits - 1): the dot product is 2 S -
     (2**wbits - 1) T with S the kernel's and T = sum of the column's activations (``actsum``: the
     popcounts of its planes' words, once per column, not once per channel tile and word as the hybrid
@@ -176,7 +176,7 @@ def chunks(kernel: BitserialKernel, config: Config, words: int) -> tuple[int, in
 
 
 def tile_for(kernel: BitserialKernel | None, config: Config, words: int, nchw: bool = False) -> BitserialKernel | None:
-    """The tile ``build`` runs a layer of ``words`` words of K on, given ``select``'s: None (plain TIR)
+    """The tile ``build`` runs a layer of ``words`` words of K on, given ``bitserial_kernel``'s: None (plain TIR)
     where the tile does not pay; a word tile of the configuration for a K of at most
     ``WORD_TILE_WORDS`` words on a lanes tile's ISA (NEON);
     for a hybrid layer on a hybrid lanes tile, channels last, the

@@ -13,12 +13,12 @@ from __future__ import annotations
 import numpy as np
 from tvm import te
 
-from tvm_integration import dispatch, tuning
-from tvm_integration.operator import Built, Operator
+from tvm_integration.kernels import selection, tuning
+from tvm_integration.ops.operator import Built, Operator
 from tvm_integration.ops import depthwise, direct
 from tvm_integration.ops.gemm import Gemm, Tile, build
-from tvm_integration.output_stage import OutputStage
-from tvm_integration.packing import conv_weight_matrix, round_up
+from tvm_integration.ops.output_stage import OutputStage
+from tvm_integration.kernels.packing import conv_weight_matrix, round_up
 
 LAYOUTS = ("NCHW", "NHWC")
 
@@ -69,7 +69,7 @@ def build_conv2d(weight: np.ndarray, input_shape: tuple[int, ...], layout: str =
                  groups: int = 1, data_dtype: str = "uint8", stage: OutputStage = OutputStage(), isa: str = "host",
                  use_kernel: bool = True, pad_value: int = 0, kernel=None) -> Built:
     """The scheduled, not yet compiled conv2d (conv2d's arguments): for a larger module to include.
-    ``kernel``: the tile to use (dispatch.candidates), else the ISA's default (dispatch.select)."""
+    ``kernel``: the tile to use (selection.int8_candidates), else the tuning log's or least-padding one."""
     if weight.dtype != np.int8 or weight.ndim != 4:
         raise ValueError(f"weight must be int8 OIHW, got {weight.dtype}{list(weight.shape)}")
     if data_dtype not in ("uint8", "int8"):
@@ -85,16 +85,17 @@ def build_conv2d(weight: np.ndarray, input_shape: tuple[int, ...], layout: str =
         if stage.residual:
             raise ValueError("a residual add is not fused into a depthwise convolution")
         mod, constants, out_shape = depthwise.build(x, layout, weight, stride, pads, (oh, ow), stage, pad_value)
-        return Built(mod, constants, out_shape, stage.out_dtype, input_shape, data_dtype, result_shape, dispatch.target())
+        return Built(mod, constants, out_shape, stage.out_dtype, input_shape, data_dtype, result_shape,
+                     selection.int8_target())
 
-    kernel = kernel or tuning.choose(tuning.conv2d_key(input_shape, layout, weight.shape, stride, pads, groups, data_dtype),
-                                     dispatch.candidates(isa), oh * ow, o // groups)
+    key = tuning.conv2d_key(input_shape, layout, weight.shape, stride, pads, groups, data_dtype)
+    kernel = kernel or tuning.choose(key, selection.int8_candidates(isa), oh * ow, o // groups)
     tile = Tile.of(kernel)
     if direct.applies(tile, weight.shape, c, ow, layout, groups):
         mod, constants, out_shape = direct.build(x, weight, stride, pads, (oh, ow), stage, tile,
                                                  kernel if use_kernel else None, pad_value)
         return Built(mod, constants, out_shape, stage.out_dtype, input_shape, data_dtype, result_shape,
-                     dispatch.target(kernel))
+                     selection.int8_target(kernel))
     hp, wp = h + pads[0] + pads[2], w + pads[1] + pads[3]
     if groups == 1:
         # k runs along one window row at a time: for a fixed kh the KW pixels x C channels are one
@@ -144,4 +145,4 @@ def build_conv2d(weight: np.ndarray, input_shape: tuple[int, ...], layout: str =
                            fold_run)
     out_shape = (b, groups, o // groups, oh * ow) if layout == "NCHW" else (b, oh * ow, groups, o // groups)
     return Built(mod, constants, out_shape, stage.out_dtype, input_shape, data_dtype, result_shape,
-                 dispatch.target(kernel))
+                 selection.int8_target(kernel))

@@ -4,10 +4,10 @@ from __future__ import annotations
 import numpy as np
 from tvm import te
 
-from tvm_integration import dispatch, tuning
-from tvm_integration.operator import Built, Operator
+from tvm_integration.kernels import selection, tuning
+from tvm_integration.ops.operator import Built, Operator
 from tvm_integration.ops.gemm import Gemm, Tile, build
-from tvm_integration.output_stage import OutputStage
+from tvm_integration.ops.output_stage import OutputStage
 
 
 def dense(weight: np.ndarray, m: int, data_dtype: str = "uint8", stage: OutputStage = OutputStage(),
@@ -24,8 +24,9 @@ def build_dense(weight: np.ndarray, m: int, data_dtype: str = "uint8", stage: Ou
     if data_dtype not in ("uint8", "int8"):
         raise ValueError(f"data_dtype must be uint8 or int8, got {data_dtype!r}")
     n, k = weight.shape
-    kernel = kernel or tuning.choose(tuning.dense_key(m, n, k, data_dtype), dispatch.candidates(isa), m, n)
+    kernel = kernel or tuning.choose(tuning.dense_key(m, n, k, data_dtype), selection.int8_candidates(isa), m, n)
     x = te.placeholder((m, k), data_dtype, name="data")
     mod, constants = build(Gemm(1, 1, m, n, k), x, lambda b, g, p, t: x[p, t], weight[None], stage, "rows",
                            Tile.of(kernel), kernel if use_kernel else None)
-    return Built(mod, constants, (1, m, 1, n), stage.out_dtype, (m, k), data_dtype, (m, n), dispatch.target(kernel))
+    return Built(mod, constants, (1, m, 1, n), stage.out_dtype, (m, k), data_dtype, (m, n),
+                 selection.int8_target(kernel))

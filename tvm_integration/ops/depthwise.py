@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 from tvm import s_tir, te, tirx
 
-from tvm_integration.output_stage import OutputStage, placeholders
+from tvm_integration.ops.output_stage import OutputStage, placeholders
 
 VECTOR_WIDTHS = (16, 8, 4, 2, 1)
 COLUMNS = (8, 7, 4, 2, 1)     # output columns per register tile, the first that divides the row

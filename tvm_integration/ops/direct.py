@@ -4,7 +4,7 @@ packing (what MLAS's indirect convolution kernels do by pointer tables).
 In NHWC, one window row (kw pixels x C channels) of output pixel ``ow`` is the run of ``kw*C``
 bytes at ``ow * sw * C`` of the padded input row ``oh * sh + kh``; the runs of ``mr`` consecutive
 output pixels start ``sw * C`` bytes apart, so a k4-image tile kernel given that as its A row stride
-reads them in place (the rows overlap: ``intrinsics.direct_functions``). The GEMM then runs, per
+reads them in place (the rows overlap: ``kernels.int8.direct_functions``). The GEMM then runs, per
 tile of ``mr`` pixels of one output row and ``nr`` channels, one kernel call per window row ``kh``,
 accumulating in the tile. The im2col packing copied every input byte ``kh*kw`` times; here the
 input is copied once, by the padding stage.
@@ -18,11 +18,11 @@ from __future__ import annotations
 import numpy as np
 from tvm import s_tir, te
 
-from tvm_integration.intrinsics import Kernel
+from tvm_integration.kernels.int8 import Kernel
 from tvm_integration.ops import depthwise
 from tvm_integration.ops.gemm import Tile, output_tensor, parallel_rows, stage_params, tensorize_tile
-from tvm_integration.output_stage import OutputStage
-from tvm_integration.packing import conv_weight_matrix, pack_weights, round_up, unsigned_activation
+from tvm_integration.ops.output_stage import OutputStage
+from tvm_integration.kernels.packing import conv_weight_matrix, pack_weights, round_up, unsigned_activation
 
 
 def applies(tile: Tile, weight_shape, channels: int, out_width: int, layout: str, groups: int) -> bool:

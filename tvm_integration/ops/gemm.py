@@ -4,7 +4,7 @@
 * A (``pack``) is built at run time inside the operator from the input tensor by the operator's own
   index map (dense: the rows; conv2d: im2col with the padding), shifted to unsigned for signed
   inputs, zero-padded to whole tiles; it is computed per row tile, right before the tile's K loops.
-* W arrives packed into the kernel's layout (packing.py), zero-padded to whole tiles.
+* W arrives packed into the kernel's layout (kernels/packing.py), zero-padded to whole tiles.
 * The output stage (output_stage.py) runs per (row tile, column tile) right after its K loop, while
   the int32 tile is in cache, and writes only the real rows and columns: ``rows`` order
   ``out[b, p, g, n]`` (dense, NHWC) or ``channels`` order ``out[b, g, n, p]`` (NCHW).
@@ -21,9 +21,9 @@ from dataclasses import dataclass
 import numpy as np
 from tvm import s_tir, te, tirx
 
-from tvm_integration.intrinsics import Kernel
-from tvm_integration.output_stage import OutputStage, placeholders
-from tvm_integration.packing import pack_weights, round_up, shift_compensation, unsigned_activation
+from tvm_integration.kernels.int8 import Kernel
+from tvm_integration.ops.output_stage import OutputStage, placeholders
+from tvm_integration.kernels.packing import pack_weights, round_up, shift_compensation, unsigned_activation
 
 ORDERS = ("rows", "channels")
 

@@ -1,9 +1,16 @@
 """The QNN pipeline: a pre-quantized ONNX model compiled to integer arithmetic on the synthesized
 kernels, bit-exact with onnxruntime. Its stages, in order, one module each:
 
-    importer.py   ONNX -> Relax, every quantized op in QDQ form (QOperator converters registered)
-    rewrite.py    QDQ groups -> integer ops (arithmetic.py: onnxruntime's arithmetic, as TE)
-    legalize.py   integer ops -> the forms the target's kernels take (u8 x s8 for VNNI/AMX)
-    dispatch.py   conv2d/dense -> tensorized operators (tvm_integration.ops); the rest scheduled
+    importer.py   ONNX -> Relax, every quantized op in QDQ form (QOperator converters registered;
+                  lowbit.py: every low-bit form into QCDQ first)
+    rewrite.py    QDQ groups -> integer ops (qdq.py reads the graph; arithmetic.py: onnxruntime's
+                  arithmetic, as TE; integer_op.py reads an op back)
+    legalize.py   integer ops -> the forms the target's kernels take (u8 x s8 for VNNI/AMX;
+                  precision.py: which layers are bitserial)
+    bind.py       conv2d/dense -> tensorized operators (tvm_integration.ops; bitserial_layer.py for
+                  the low-bit ones); the rest scheduled (schedules.py)
     model.py      compile_model(): the stages, the build, and the compiled model (run, save, load)
+
+A TFLite model enters at legalize (tflite_importer.py, tflite_arithmetic.py); inspect.py reports
+each layer's precision and kernel (``qsynth inspect``).
 """

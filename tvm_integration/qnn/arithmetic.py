@@ -21,7 +21,7 @@ bit-exact with onnxruntime:
 * max pool and reshapes are exact on the integers; a lookup (rewrite.py's tables) is exact by
   construction.
 
-The tensorized operators (dispatch.py) replace conv2d and dense with the same arithmetic (the
+The tensorized operators (bind.py) replace conv2d and dense with the same arithmetic (the
 output stage's ``ScaleRequantize``); the rest are scheduled as they are (schedules.py).
 """
 from __future__ import annotations
@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 from tvm import te, tirx
 
-from tvm_integration.output_stage import QUANT_RANGES, fenced, qlinear_add, round_saturated, round_to_int
+from tvm_integration.ops.output_stage import QUANT_RANGES, fenced, qlinear_add, round_saturated, round_to_int
 
 
 def requantize(acc, scale, zero_point: int, dtype: str, clamp: tuple[int, int]):

@@ -1,4 +1,4 @@
-"""Stage 4, dispatch of a layer legalize.py marked bitserial (precision.py): its integer conv2d or
+"""Stage 4, bind, of a layer legalize.py marked bitserial (precision.py): its integer conv2d or
 dense on the bitserial operators (tvm_integration/ops/bitserial_*.py), exactly.
 
 The layer computes ``sum_k (x_k - zx)(w_k - zw) + bias`` (rewrite.py; the padding holds ``zx``).
@@ -22,9 +22,9 @@ from __future__ import annotations
 import numpy as np
 from tvm import relax, te, tirx
 
-from tvm_integration import bitserial_kernels
+from tvm_integration.kernels import selection
 from tvm_integration.ops.bitserial_gemm import Config
-from tvm_integration.output_stage import OutputStage, ScaleRequantize
+from tvm_integration.ops.output_stage import OutputStage, ScaleRequantize
 from tvm_integration.qnn import arithmetic
 from tvm_integration.qnn.integer_op import IntegerOp
 
@@ -70,23 +70,23 @@ def requantize(acc, bias, scale, *, d: int, zero_point: int, out_dtype: str, cla
         acc[i, j] + d * acc[i, n1 - 1] + bias[j], scale[j], zero_point, out_dtype, tuple(clamp)), name="qbitserial")
 
 
-def emit(dispatch, var, op: IntegerOp) -> None:
-    """Bind ``var`` to the bitserial layer ``op`` in ``dispatch`` (a qnn.dispatch.Dispatch). Only ONNX
+def emit(binder, var, op: IntegerOp) -> None:
+    """Bind ``var`` to the bitserial layer ``op`` in ``binder`` (a qnn.bind.Binder). Only ONNX
     models have low-bit layers: the requantization is onnxruntime's (a float32 scale per channel)."""
     from tvm_integration.ops.bitserial_conv2d import build_bitserial_conv2d
     from tvm_integration.ops.bitserial_dense import build_bitserial_dense
-    from tvm_integration.qnn.dispatch import TENSORIZED
+    from tvm_integration.qnn.bind import TENSORIZED
     p = op.params
     weights, bias, d, a = lowered(op)
     _, _, scale = op.constants
     config = Config(p["abits"], p["wbits"], p["encoding"])
     stage = OutputStage() if d else OutputStage(bias=bias.astype(np.int32), clamp=tuple(p["clamp"]),
                                                 requantize=ScaleRequantize(scale, p["out_zero_point"], p["out_dtype"]))
-    isa = dispatch.isa if dispatch.isa in ("host", *bitserial_kernels.ISAS) else "host"
-    builder = dispatch.builder
+    isa = binder.isa if binder.isa in ("host", *selection.BITSERIAL_ISAS) else "host"
+    builder = binder.builder
     x = op.inputs[0]
     if op.kind == "dense":
-        data = dispatch.substitute(x)
+        data = binder.substitute(x)
         low = p["x_range"][0]
         if low:
             data = builder.emit(relax.op.astype(relax.op.subtract(relax.op.astype(data, "int32"),
@@ -95,7 +95,7 @@ def emit(dispatch, var, op: IntegerOp) -> None:
             data = builder.emit(relax.op.astype(data, "uint8"))
         built = build_bitserial_dense(weights.reshape(weights.shape[0], -1), int(x.ty.shape[0]), config, stage, isa)
     else:
-        data = dispatch.nhwc_of(x)
+        data = binder.nhwc_of(x)
         padding = tuple(p["padding"])
         low, pad_code = p["x_range"][0], -a
         if low or (pad_code and any(padding)):
@@ -118,6 +118,6 @@ def emit(dispatch, var, op: IntegerOp) -> None:
     channels = weights.shape[0] - (1 if d else 0)
     result = relax.op.reshape(out, (*built.result_shape[:-1], channels))
     if op.kind == "dense":
-        dispatch.value[var] = builder.emit(result)
+        binder.value[var] = builder.emit(result)
     else:
-        dispatch.set_nhwc(var, result)
+        binder.set_nhwc(var, result)

@@ -1,6 +1,6 @@
 """``qsynth inspect MODEL``: each conv2d / dense layer of a model as the pipeline sees it after
 legalize: its precision (AxWy and encoding, precision.py), the operator it runs on and the kernel
-that operator takes on this host (the bitserial tile; the int8 tile tuning.py picks for its shape;
+that operator takes on this host (the bitserial tile; the int8 tile kernels/tuning.py picks for its shape;
 the depthwise TIR; or the reference computation and why)."""
 from __future__ import annotations
 
@@ -39,11 +39,11 @@ def layers(model: onnx.ModelProto, target: str = "host") -> list[Layer]:
 
 
 def _operator(op: IntegerOp, target: str) -> tuple[str, str]:
-    from tvm_integration import bitserial_kernels
+    from tvm_integration.kernels import selection
     from tvm_integration.ops.bitserial_gemm import Config, tile_for
     if op.bitserial:
-        isa = target if target in bitserial_kernels.ISAS else "host"
-        kernel = bitserial_kernels.select(isa, op.params["abits"], op.params["wbits"], op.params["encoding"])
+        isa = target if target in selection.BITSERIAL_ISAS else "host"
+        kernel = selection.bitserial_kernel(isa, op.params["abits"], op.params["wbits"], op.params["encoding"])
         weight = op.constants[0]
         words = -(-weight.shape[1] // 64) * (weight.shape[2] * weight.shape[3] if weight.ndim == 4 else 1)
         tile = tile_for(kernel, Config(op.params["abits"], op.params["wbits"], op.params["encoding"]), words)
@@ -60,7 +60,7 @@ def _operator(op: IntegerOp, target: str) -> tuple[str, str]:
 
 
 def _int8_kernel(op: IntegerOp, isa: str) -> str:
-    from tvm_integration import dispatch, tuning
+    from tvm_integration.kernels import selection, tuning
     from tvm_integration.ops import direct
     from tvm_integration.ops.gemm import Tile
     weight = op.constants[0]
@@ -68,14 +68,14 @@ def _int8_kernel(op: IntegerOp, isa: str) -> str:
     dtype = str(x.ty.dtype)
     if op.kind == "dense":
         m, (n, k) = int(x.ty.shape[0]), weight.shape
-        return tuning.choose(tuning.dense_key(m, n, k, dtype), dispatch.candidates(isa), m, n).spec.name
+        return tuning.choose(tuning.dense_key(m, n, k, dtype), selection.int8_candidates(isa), m, n).spec.name
     b, c, h, w = (int(d) for d in x.ty.shape)
     pads = tuple(op.params["padding"])
     oh = (h + pads[0] + pads[2] - weight.shape[2]) // op.params["strides"][0] + 1
     ow = (w + pads[1] + pads[3] - weight.shape[3]) // op.params["strides"][1] + 1
     key = tuning.conv2d_key((b, h, w, c), "NHWC", weight.shape, tuple(op.params["strides"]), pads, op.params["groups"],
                             dtype)
-    kernel = tuning.choose(key, dispatch.candidates(isa), oh * ow, weight.shape[0] // op.params["groups"])
+    kernel = tuning.choose(key, selection.int8_candidates(isa), oh * ow, weight.shape[0] // op.params["groups"])
     reads = "in place" if direct.applies(Tile.of(kernel), weight.shape, c, ow, "NHWC", op.params["groups"]) else "im2col"
     return f"{kernel.spec.name} ({reads})"
 

@@ -1,5 +1,5 @@
 """One integer op of the rewritten graph, read back from its ``call_tir``: what legalize.py and
-dispatch.py work on. rewrite.py writes an op as a call of its arithmetic.py computation whose
+bind.py work on. rewrite.py writes an op as a call of its arithmetic.py computation whose
 PrimFunc attributes hold the kind (``qnn.op``) and the scalar parameters (``qnn.<name>``), and
 whose constant arguments hold the tensors (weights, folded bias, scales)."""
 from __future__ import annotations
@@ -19,7 +19,7 @@ COMPUTATIONS = {"conv2d": arithmetic.conv2d, "dense": arithmetic.dense, "add": a
                 "quantize": arithmetic.quantize, "dequantize": arithmetic.dequantize,
                 **tflite_arithmetic.COMPUTATIONS}
 LINEAR = ("conv2d", "dense")
-# parameters that describe an op (for legalize.py, dispatch.py, qsynth inspect), not its computation
+# parameters that describe an op (for legalize.py, bind.py, qsynth inspect), not its computation
 DESCRIPTIVE = ("x_range", "w_range", "layer", "abits", "wbits", "encoding", "w_low")
 IMPLEMENTATION = "qnn.implementation"     # legalize.py's verdict: "tensorized", or why the reference stays
 
@@ -78,7 +78,7 @@ class IntegerOp:
         return replace(self, constants=tuple(constants), params={**self.params, **params})
 
     def emit_reference(self, builder):
-        """The call of the op's reference computation (TE, TVM's default schedule until dispatch)."""
+        """The call of the op's reference computation (TE, TVM's default schedule until bind)."""
         attrs = {"qnn.op": self.kind, **{"qnn." + k: v for k, v in self.params.items()}}
         if self.implementation:
             attrs[IMPLEMENTATION] = self.implementation

@@ -6,12 +6,12 @@ x86 tiles (AVX-512 VNNI, AVX-VNNI, AVX2, AMX) multiply u8 activations by s8 weig
 * u8 weights become s8 weights ``w - 128`` with zero point ``zw - 128``. The folded bias does not
   change: ``-zx sum w + K zx zw`` moves by ``zx 128 K - K zx 128 = 0``;
 * s8 activations are shifted to u8 by the operator itself (``x + 128``, a compensating
-  ``-128 sum w`` in its bias: gemm.py);
+  ``-128 sum w`` in its bias: ops/gemm.py);
 * a weight zero point that is still not 0 needs the window-sum term, which the tiles do not compute:
   that op stays on its reference computation (scheduled, correct, slower), and says so.
 
 Layers of 1-3-bit activations and weights (precision.py) are marked ``bitserial`` instead, with
-their AxWy and encoding (dispatch.py hands them to bitserial_layer.py); widths of 5-7 bits are refused.
+their AxWy and encoding (bind.py hands them to bitserial_layer.py); widths of 5-7 bits are refused.
 
 NEON (sdot/udot, umull) operators are not built in TVM yet: a NEON target is refused by name.
 """
@@ -22,13 +22,13 @@ from dataclasses import replace
 import numpy as np
 from tvm import relax
 
-from tvm_integration import dispatch as kernels
+from tvm_integration.kernels import selection
 from tvm_integration.qnn.importer import ModelError
-from tvm_integration.output_stage import QUANT_RANGES
+from tvm_integration.ops.output_stage import QUANT_RANGES
 from tvm_integration.qnn.integer_op import LINEAR, IntegerOp
 from tvm_integration.qnn.precision import Precision, detect
 
-TARGETS = ("host", *kernels.ISAS)
+TARGETS = ("host", *selection.INT8_ISAS)
 
 
 @relax.expr_functor.mutator

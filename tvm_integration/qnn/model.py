@@ -22,15 +22,15 @@ import onnx
 import tvm
 from tvm import relax
 
-from tvm_integration import dispatch as kernels
-from tvm_integration.qnn import dispatch, importer, legalize, rewrite, tflite_importer
+from tvm_integration.kernels import selection
+from tvm_integration.qnn import bind, importer, legalize, rewrite, tflite_importer
 from tvm_integration.qnn.importer import ModelError
 
 
-def lower(model: onnx.ModelProto, target: str = "host", stage: str = "dispatch"):
-    """The Relax module after ``stage`` (import, rewrite, legalize or dispatch): every stage can be
+def lower(model: onnx.ModelProto, target: str = "host", stage: str = "bind"):
+    """The Relax module after ``stage`` (import, rewrite, legalize or bind): every stage can be
     printed, built and compared with onnxruntime on its own."""
-    stages = ("import", "rewrite", "legalize", "dispatch")
+    stages = ("import", "rewrite", "legalize", "bind")
     if stage not in stages:
         raise ValueError(f"stage must be one of {stages}, got {stage!r}")
     mod = importer.to_relax(model)
@@ -42,7 +42,7 @@ def lower(model: onnx.ModelProto, target: str = "host", stage: str = "dispatch")
     mod = legalize.legalize(mod, target)
     if stage == "legalize":
         return mod
-    mod = dispatch.dispatch(mod, "host" if target == "host" else target)
+    mod = bind.bind(mod, "host" if target == "host" else target)
     return relax.transform.DeadCodeElimination(["main"])(mod)
 
 
@@ -62,7 +62,7 @@ def compile_model(path: str | Path, target: str = "host", threads: int | None = 
     else:
         model = importer.load(path, allow_float=allow_float)
         mod, inputs, outputs = lower(model, target), importer.input_specs(model), [o.name for o in model.graph.output]
-    executable = tvm.compile(mod, target=tvm.target.Target(kernels.target(kernels.select(target))))
+    executable = tvm.compile(mod, target=tvm.target.Target(selection.int8_target(selection.int8_kernel(target))))
     return CompiledModel(executable, inputs, outputs, threads)
 
 

@@ -1,4 +1,4 @@
-"""Stage 2, rewrite: the QDQ graph (importer.py) into integer arithmetic (arithmetic.py).
+"""Stage 2, rewrite: the QDQ graph (importer.py; read by qdq.py) into integer arithmetic (arithmetic.py).
 
 Every ``quantize`` is the root of a group; the group is matched on the graph as imported and
 replaced by one integer op when onnxruntime computes it as one (its QDQ fusions):
@@ -34,12 +34,11 @@ wherever it is dequantized; conv2d and dense record the range of their input and
 
 Each integer op is a ``call_tir`` of its TE computation whose PrimFunc carries ``qnn.op`` and the op's
 scalar parameters as attributes; its tensor parameters (weights, bias, scales) are constant
-arguments. legalize.py and dispatch.py read both.
+arguments. legalize.py and bind.py read both.
 """
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, replace
 
 import numpy as np
 import tvm
@@ -47,11 +46,11 @@ from tvm import relax, tirx
 from tvm.ir import Constant, Op
 
 from isa_specs import host
-
-from tvm_integration.output_stage import QUANT_RANGES
+from tvm_integration.ops.output_stage import QUANT_RANGES
 from tvm_integration.qnn import arithmetic, schedules
+from tvm_integration.qnn.importer import ModelError
 from tvm_integration.qnn.integer_op import IntegerOp
-from tvm_integration.qnn.importer import LAYER_NAMES, ModelError
+from tvm_integration.qnn.qdq import QDQReader, QParams, constant
 
 log = logging.getLogger(__name__)
 MOVEMENT = {"relax.nn.max_pool2d", "relax.reshape", "relax.permute_dims", "relax.flatten", "relax.image.resize2d"}
@@ -62,91 +61,11 @@ ELEMENTWISE = {f"relax.{name}" for name in (
     "nn.relu", "nn.leakyrelu", "nn.gelu", "nn.gelu_tanh", "nn.silu", "nn.softplus")}
 
 
-@dataclass(frozen=True)
-class QParams:
-    scale: np.ndarray        # float32, per tensor (shape ()) or per channel
-    zero_point: np.ndarray   # int64, same shape
-    dtype: str
-    range: tuple[int, int] | None = None     # the values' declared range (a QCDQ clip); None: the type's
-
-    @property
-    def bounds(self) -> tuple[int, int]:
-        return self.range or QUANT_RANGES[self.dtype]
-
-    def narrowed(self, lo: int, hi: int) -> "QParams":
-        low, high = self.bounds
-        return replace(self, range=(max(low, lo), min(high, hi)))
-
-    def scalar(self, what: str) -> tuple[float, int]:
-        if self.scale.size != 1 or self.zero_point.size != 1:
-            raise ModelError(f"{what} is quantized per channel; only weights may be")
-        return np.float32(self.scale.reshape(())), int(self.zero_point.reshape(()))
-
-    def same(self, other: "QParams") -> bool:
-        return self.dtype == other.dtype and self.bounds == other.bounds and np.array_equal(
-            self.scale, other.scale) and np.array_equal(self.zero_point, other.zero_point)
-
-
-def constant(expr) -> np.ndarray | None:
-    return expr.value.numpy() if isinstance(expr, Constant) else None
-
-
 @relax.expr_functor.mutator
-class QDQToInteger(relax.PyExprMutator):
-    def __init__(self, mod):
-        super().__init__(mod)
-        self.mod = mod
-        self.var2val = {}
+class QDQToInteger(QDQReader):
+    """Each group onnxruntime fuses (the module docstring's list) replaced by its integer op, matched
+    on the graph as imported (qdq.py)."""
 
-    def run(self):
-        for gvar, func in self.mod.functions.items():
-            if isinstance(func, relax.Function):
-                self.var2val = relax.analysis.get_var2val(func)
-                self.builder_.update_func(gvar, self.visit_expr(func))
-        return self.builder_.get()
-
-    # -- reading the imported graph ------------------------------------------------------------
-    def value(self, expr):
-        """What ``expr`` is bound to (following variables), else ``expr``."""
-        while isinstance(expr, relax.Var) and expr in self.var2val:
-            expr = self.var2val[expr]
-        return expr
-
-    def call(self, expr, *names):
-        """``expr``'s value when it is a call of one of the ops ``names``, else None."""
-        expr = self.value(expr)
-        if isinstance(expr, relax.Call) and isinstance(expr.op, Op) and expr.op.name in names:
-            return expr
-        return None
-
-    def qparams(self, call) -> QParams | None:
-        """The constant quantization parameters of a quantize/dequantize call; None when they are
-        computed at run time (DynamicQuantizeLinear): such a call stays TVM's own op."""
-        scale, zero_point = constant(self.value(call.args[1])), constant(self.value(call.args[2]))
-        if scale is None or zero_point is None:
-            return None
-        dtype = call.attrs.out_dtype if call.op.name == "relax.quantize" else str(call.args[0].ty.dtype.dtype)
-        return QParams(scale.astype(np.float32), zero_point.astype(np.int64), dtype)
-
-    def clipped(self, expr):
-        """(the clipped expression, (lo, hi)) when ``expr`` is a clip by constant integer bounds."""
-        clip = self.call(expr, "relax.clip")
-        if clip is None or not all(isinstance(getattr(b, "value", None), int) for b in clip.args[1:3]):
-            return None
-        return clip.args[0], tuple(int(b.value) for b in clip.args[1:3])
-
-    def dequantized(self, expr):
-        """(integer input, its QParams) when ``expr`` is DQ(x), else None; a clip under the DQ is the
-        tensor's range."""
-        dq = self.call(expr, "relax.dequantize")
-        params = None if dq is None else self.qparams(dq)
-        if params is None:
-            return None
-        if (clipped := self.clipped(dq.args[0])) is not None:
-            params = params.narrowed(*clipped[1])
-        return dq.args[0], params
-
-    # -- the rewrite ---------------------------------------------------------------------------
     def visit_call_(self, call):
         if isinstance(call.op, Op) and call.op.name == "relax.clip" and (clipped := self.clipped(call)) is not None \
                 and (q := self.call(clipped[0], "relax.quantize")) is not None and (out := self.qparams(q)) is not None:
@@ -199,15 +118,6 @@ class QDQToInteger(relax.PyExprMutator):
             return clip.args[0], (max(lo, bounds[0]), min(hi, bounds[1]))
         return expr, (lo, hi)
 
-    def dequantized_constant(self, expr):
-        """(the constant array, its QParams) when ``expr`` is DQ(constant), else None."""
-        dq = self.dequantized(expr)
-        if dq is None:
-            return None
-        clipped = self.clipped(dq[0])
-        array = constant(self.value(dq[0] if clipped is None else clipped[0]))
-        return None if array is None else (array, dq[1])
-
     def conv_or_dense(self, expr, out: QParams):
         inner, clamp = self.activation(expr, out)
         named = [inner]
@@ -257,11 +167,6 @@ class QDQToInteger(relax.PyExprMutator):
             log.warning("layer %s: float bias is not a whole number of accumulator steps: rounded", layer or "?")
         return steps.astype(np.int32)
 
-    @staticmethod
-    def layer_name(*exprs) -> str:
-        """The ONNX node a conv/matmul came from (importer.py names its variable), else ''."""
-        return next((LAYER_NAMES[e.name] for e in exprs if isinstance(e, relax.Var) and e.name in LAYER_NAMES), "")
-
     def integer_linear(self, core, x, xq: QParams, w: np.ndarray, wq: QParams, bias, out: QParams, clamp,
                        layer: str = ""):
         x_scale, x_zp = xq.scalar("a conv/matmul input")
@@ -289,21 +194,6 @@ class QDQToInteger(relax.PyExprMutator):
                              "without dilation is supported")
         geometry = dict(strides=[int(s) for s in a.strides], padding=[int(p) for p in a.padding], groups=int(a.groups))
         return self.integer("conv2d", [x], constants, **geometry, **common)
-
-    def zero_point_subtracted(self, expr):
-        """(integer tensor, its zero point expression or None) when ``expr`` is ``astype(t, int32)``
-        or ``astype(t, int32) - astype(zp, int32)``: how ConvInteger and MatMulInteger import."""
-        zero_point = None
-        if (sub := self.call(expr, "relax.subtract")) is not None:
-            expr, zero_point = sub.args
-            if (zp := self.call(zero_point, "relax.astype", "relax.reshape", "relax.expand_dims")) is not None:
-                zero_point = zp.args[0]
-                if (zp := self.call(zero_point, "relax.astype")) is not None:
-                    zero_point = zp.args[0]
-        cast = self.call(expr, "relax.astype")
-        if cast is None or str(cast.args[0].ty.dtype) not in ("uint8", "int8"):
-            return None
-        return cast.args[0], zero_point
 
     def integer_accumulate(self, core):
         """ConvInteger / MatMulInteger (int32 ``conv2d`` / ``matmul`` of zero-point-subtracted 8-bit

@@ -29,7 +29,7 @@ import math
 import numpy as np
 from tvm import te, tirx
 
-from tvm_integration.output_stage import QUANT_RANGES, fenced, round_saturated
+from tvm_integration.ops.output_stage import QUANT_RANGES, fenced, round_saturated
 
 ADD_SCALE_RANGE = (1.0 / 1024.0, 256.0)     # the delegate takes an ADD only if each input/output scale is in it
 

@@ -1,6 +1,6 @@
 """Stages 1 and 2 for TFLite: a full-integer .tflite model (int8 per-channel as TensorFlow's converter
 writes it, or legacy uint8 per-tensor) straight into the integer ops rewrite.py produces for ONNX, so
-legalize.py, dispatch.py and model.py compile it unchanged. The arithmetic is that of LiteRT's default
+legalize.py, bind.py and model.py compile it unchanged. The arithmetic is that of LiteRT's default
 interpreter (its XNNPACK delegate, see tflite_arithmetic.py), so a compiled model's outputs are equal to
 ``ai_edge_litert.interpreter.Interpreter(model_path=...)``'s.
 
@@ -10,7 +10,7 @@ activations as clips on the integers), so reaching TFLite's integer ops from it 
 back, op by op, what the flatbuffer states directly. Here every TFLite operator becomes one integer op
 of arithmetic.py / tflite_arithmetic.py with the interpreter's parameters (scales, multipliers and
 activation bounds computed as it computes them). 4-D activations are held NCHW, the pipeline's layout
-(dispatch.py keeps them NHWC between tensorized operators); the graph's inputs and outputs stay NHWC as
+(bind.py keeps them NHWC between tensorized operators); the graph's inputs and outputs stay NHWC as
 in the model.
 
 Refused, each with one line: a file that is not a TFLite model, float or hybrid (dynamic range)
@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 from tvm import relax
 
-from tvm_integration.qnn import dispatch, legalize, tflite_arithmetic as ta
+from tvm_integration.qnn import bind, legalize, tflite_arithmetic as ta
 from tvm_integration.qnn.arithmetic import folded_bias
 from tvm_integration.qnn.importer import ModelError
 from tvm_integration.qnn.integer_op import IntegerOp
@@ -351,9 +351,9 @@ def load(path: str | Path) -> Importer:
 
 
 def lower(path: str | Path, target: str = "host"):
-    """(the dispatched module, input specs, output names) of the .tflite model at ``path``: model.py's
+    """(the bound module, input specs, output names) of the .tflite model at ``path``: model.py's
     ``lower`` with this module in place of import and rewrite."""
     importer = load(path)
     mod = legalize.legalize(importer.run(), target)
-    mod = dispatch.dispatch(mod, "host" if target == "host" else target)
+    mod = bind.bind(mod, "host" if target == "host" else target)
     return relax.transform.DeadCodeElimination(["main"])(mod), importer.specs(), importer.output_names()

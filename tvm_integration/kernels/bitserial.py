@@ -1,4 +1,5 @@
-"""The GEMM-shaped bitserial tiles of the kernel cache as TensorIntrins.
+"""The GEMM-shaped bitserial tiles of the kernel cache as TensorIntrins (which one an operator takes:
+selection.py).
 
 A tile (``BitserialSpec`` of the acc layout with ``cols`` > 1) is ``rows`` weight rows × ``cols``
 activation columns; its ``_gemm`` runs the proved body over a whole K of packed words and adds the
@@ -13,18 +14,22 @@ words`` uint64, both contiguous; C = ``cols × rows`` lanes with a row stride.
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
 
 from tvm import s_tir, tirx
 from tvm.script import tirx as T
 
 from synth import cache, trust
-from emit import TILE_GEMM_COLUMNS, emit_llvm_ir, function_name, kernel_model
+from emit.convention import function_name
+from emit.llvm_ir import emit_llvm_ir
+from emit.model import TILE_GEMM_COLUMNS, kernel_model
 from synth.kernel import spec_from_key
 from synth.spec import BitserialSpec
 
 log = logging.getLogger(__name__)
 WORD = "uint64"
+CROSS = ("neon",)              # built for AArch64 and run under qemu (ops/cross.py), never "host"
 
 
 @dataclass(frozen=True)
@@ -156,10 +161,18 @@ def unipolar_twin(kernel: BitserialKernel) -> BitserialKernel | None:
 
 
 def _llvm_ir(entry: dict) -> str:
-    """The emitted kernel's LLVM IR; a NEON kernel's for exactly its features (cross.kernel_ir)."""
-    from tvm_integration import cross
+    """The emitted kernel's LLVM IR; a NEON kernel's for exactly its features (``kernel_ir``)."""
     ir = emit_llvm_ir(entry)
-    return cross.kernel_ir(ir, tuple(kernel_model(entry)["features"])) if entry["spec"]["isa"] in CROSS else ir
+    return kernel_ir(ir, tuple(kernel_model(entry)["features"])) if entry["spec"]["isa"] in CROSS else ir
+
+
+def kernel_ir(llvm_ir: str, features: tuple[str, ...]) -> str:
+    """A NEON kernel's LLVM IR declared for exactly the features its instructions need (clang wrote
+    the ISA toolchain's armv8.2-a+dotprod+i8mm on every function, and LLVM inlines a function only
+    into one with at least its features); an instruction outside them fails at instruction
+    selection, it is not dropped."""
+    wanted = ",".join(f"+{f}" for f in features)
+    return re.sub(r'"target-features"="[^"]*"', f'"target-features"="{wanted}"', llvm_ir)
 
 
 def reuse(spec: BitserialSpec) -> float:
@@ -321,46 +334,3 @@ def _register_lanes(kernel: BitserialKernel, words: int, unit_loop: bool = True,
     one = single if unit_loop else single_flat
     s_tir.TensorIntrin.register(name, one if wb * ab * words == 1 else desc, impl, override=True)
     return name
-
-
-ISAS = ("avx512", "avx2")       # preference order on x86 hosts
-CROSS = ("neon",)              # built for AArch64 and run under qemu (tvm_integration/cross.py), never "host"
-
-
-def select(isa: str, abits: int, wbits: int, encoding: str, layout: str | None = None) -> BitserialKernel:
-    """The tile an operator uses: for ``isa="host"`` the first ISA of ``ISAS`` whose tile the host
-    runs (isa_specs.host's CPU flags), else the given ISA's first tile (``gemm_kernels``' order);
-    ``layout``: only tiles of that layout (``acc`` or ``lanes``; ``tile``: the first word tile,
-    ``word_kernels``, for any K)."""
-    from isa_specs import host
-    from tvm_integration.dispatch import DispatchError
-    if isa != "host" and isa not in ISAS + CROSS:
-        raise DispatchError(f"unknown ISA {isa!r} for bitserial operators; accepted: host, {', '.join(ISAS + CROSS)}")
-    reasons = []
-    if layout not in (None, "acc", "lanes", "tile"):
-        raise DispatchError(f"bitserial tile layout must be acc, lanes or tile, got {layout!r}")
-    for name in ISAS if isa == "host" else (isa,):
-        kernels = (list(word_kernels(name, abits, wbits, encoding)) if layout == "tile" else
-                   [k for k in gemm_kernels(name, abits, wbits, encoding) if layout in (None, k.spec.layout)])
-        if not kernels:
-            reasons.append(f"{name}: no proved GEMM-shaped A{abits}W{wbits} {encoding} {layout or ''} tile in the cache"
-                           .replace("  ", " "))
-            continue
-        why = next((w for f in kernels[0].features if (w := host.missing(f, ()))), None)
-        if why is None or isa != "host":
-            return kernels[0]
-        reasons.append(f"{kernels[0].spec.name}: {why}")
-    raise DispatchError("no bitserial tile: " + "; ".join(reasons))
-
-
-# isa="avx2": the whole operator built for x86-64-v3 (AVX2, no AVX-512), as an AVX2 host runs it: its
-# packing, output stage and plain-TIR baseline included (the host's target would give them AVX-512,
-# vpopcntq among it). The AVX2 kernels' LLVM IR needs no more (avx2, popcnt: their target-features).
-AVX2_TARGET = {"kind": "llvm", "mtriple": "x86_64-linux-gnu", "mcpu": "x86-64-v3"}
-
-
-def target(isa: str) -> dict:
-    """The LLVM target of a bitserial operator for ``isa``: AArch64 for NEON, x86-64-v3 for AVX2,
-    else this host's."""
-    from tvm_integration import cross, dispatch
-    return cross.target() if isa in CROSS else dict(AVX2_TARGET) if isa == "avx2" else dispatch.target()

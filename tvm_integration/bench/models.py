@@ -3,7 +3,7 @@ onnxruntime on the same quantized model (its integer kernels), onnxruntime on th
 given, and TVM 0.27's own import of the quantized model (which runs conv and matmul in float between
 quantize and dequantize, unscheduled). A TFLite model's baselines are LiteRT's default interpreter
 (XNNPACK) on it and on its float original when given. Every time is a median, ours and the
-runtimes' side by side (``bench.side_by_side``); our output is compared
+runtimes' side by side (``timing.side_by_side``); our output is compared
 with the baseline runtime's on the same input first. Used by ``qsynth bench-model`` and
 scripts/bench_models.py."""
 from __future__ import annotations
@@ -18,7 +18,7 @@ import tvm
 from tvm import relax
 
 from isa_specs import host
-from tvm_integration.bench import median_seconds, side_by_side
+from tvm_integration.bench.timing import median_seconds, side_by_side
 from tvm_integration.qnn.model import compile_model
 
 
@@ -28,7 +28,7 @@ def median_ms(fn, trials: int) -> float:
 
 def side_by_side_ms(model, feeds, baselines: dict, trials: int) -> dict[str, float]:
     """Median ms of our model (``"ours"``, TVM's evaluator on inputs already on the device) and of each
-    baseline (name -> a function making its run function, a new session), ``bench.side_by_side``."""
+    baseline (name -> a function making its run function, a new session), ``timing.side_by_side``."""
     model.vm.set_input("main", *model.arguments(feeds))
     evaluator = model.vm.time_evaluator("invoke_stateful", tvm.cpu(), number=1, repeat=1)
     evaluator("main")

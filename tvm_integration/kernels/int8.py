@@ -1,5 +1,5 @@
 """TensorIntrins made from the kernel cache: the proved int8 tiles of an ISA, each tensorizing a
-GEMM's whole K loop.
+GEMM's whole K loop (which one an operator takes: selection.py).
 
 The description is the tile's mathematics read off its ``Int8Spec`` (``C[i][j] += A[i][t] * B[j][t]``
 over ``mr x nr`` and ``kblocks`` k blocks, in the spec's element types); the implementation is a
@@ -17,6 +17,7 @@ j) and int16 elements are not registered.
 """
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +26,9 @@ from tvm import s_tir
 from tvm.script import tirx as T
 
 from synth import cache, trust
-from emit import emit_llvm_ir, function_name, kernel_model
+from emit.convention import function_name
+from emit.llvm_ir import emit_llvm_ir
+from emit.model import kernel_model
 from synth.kernel import spec_from_key
 from synth.spec import Int8Spec
 
@@ -167,11 +170,12 @@ def direct_functions(spec: Int8Spec, function: str, kblocks: int, row_step: int)
     return desc, impl
 
 
-def register_kernels(isa: str, root: Path = cache.ROOT) -> list[Kernel]:
+@functools.cache
+def proved_kernels(isa: str, root: Path = cache.ROOT) -> tuple[Kernel, ...]:
     """The proved int8 k4-image tiles of ``isa``, named ``qsynth_<kernel name>``, ready to tensorize
-    (``Kernel.loop_intrin``). AMX tiles (layout ``tile``, the same memory image) are left out: they
-    need the tile configuration and the thread's tile permission around the calls, which no schedule
-    here sets up."""
+    (``Kernel.loop_intrin``): the cache at ``root`` read and re-proved once per process. AMX tiles
+    (layout ``tile``, the same memory image) are left out: they need the tile configuration and the
+    thread's tile permission around the calls, which no schedule here sets up."""
     kernels = []
     for entry in proved_entries(isa, root):
         spec = spec_from_key(entry["spec"])
@@ -183,4 +187,4 @@ def register_kernels(isa: str, root: Path = cache.ROOT) -> list[Kernel]:
             continue
         kernels.append(Kernel(name, spec, function_name(entry) + "_kloop_extern", emit_llvm_ir(entry),
                               entry["cache_key"], tuple(kernel_model(entry)["features"])))
-    return kernels
+    return tuple(kernels)

@@ -1,11 +1,11 @@
-"""One ResNet-18 layer (bench.py's C2-C12, batch 1, NHWC) on the bitserial conv2d, next to, in the
+"""One ResNet-18 layer (layers.py's C2-C12, batch 1, NHWC) on the bitserial conv2d, next to, in the
 same run: the same schedule in plain TIR (``T.popcount``, the old topi shape), our int8 conv2d and
 onnxruntime fp32 and int8 on the layer. Medians of ``trials`` runs; our output checked against
 numpy from the unpacked values in the same run. Used by ``qsynth bench-layer --config AxWy`` and
 scripts/bench_bitserial_layers.py. Threads: TVM_NUM_THREADS (read when TVM's pool starts).
 
 ``mca_bitserial_layer``: the same layer on the NEON tile, built for an Arm core, checked against numpy
-under qemu and costed with llvm-mca (tvm_integration/mca.py) next to the plain-TIR schedule built for
+under qemu and costed with llvm-mca (mca.py) next to the plain-TIR schedule built for
 the same core (scripts/mca_bitserial_layers.py)."""
 from __future__ import annotations
 
@@ -16,8 +16,10 @@ from pathlib import Path
 
 import numpy as np
 
-from tvm_integration.bench import LAYERS, Layer, onnxruntime_seconds, tvm_seconds
-from tvm_integration.bitserial_kernels import select
+from tvm_integration.bench import mca
+from tvm_integration.bench.layers import LAYERS, Layer, onnxruntime_seconds
+from tvm_integration.bench.timing import tvm_seconds
+from tvm_integration.kernels.selection import aarch64_target, bitserial_kernel
 from tvm_integration.ops.bitserial_conv2d import bitserial_conv2d, build_bitserial_conv2d
 from tvm_integration.ops.bitserial_gemm import Config, tile_for
 
@@ -48,7 +50,7 @@ def bench_bitserial_layer(name: str, config: Config, threads: int, trials: int, 
     """One row; ``onnx``: onnxruntime's seconds for the layer when already measured in this run."""
     layer = Layer(name)
     w, x = layer_operands(layer, config)
-    kernel = select(isa, config.abits, config.wbits, config.encoding)
+    kernel = bitserial_kernel(isa, config.abits, config.wbits, config.encoding)
     ours = bitserial_conv2d(w, x.shape, config, layer.s, layer.pad, isa=isa)
     plain = bitserial_conv2d(w, x.shape, config, layer.s, layer.pad, isa=isa, use_kernel=False)     # same target
     correct = bool(np.array_equal(ours(x), conv_reference(x, w, layer.s, layer.pad)))
@@ -90,11 +92,10 @@ def mca_bitserial_layer(name: str, config: Config, cores: tuple[str, ...] = ("co
     both equal numpy) and costed by llvm-mca (mca.estimate): per core the cycles of the popcounting
     blocks (the GEMM's K loop and its remainder), of the whole operator and of the hottest loop, and
     ``ratio`` = ours / plain of the first two."""
-    from tvm_integration import cross, mca
     layer = Layer(name)
     w, x = layer_operands(layer, config)
     want = conv_reference(x, w, layer.s, layer.pad)
-    kernel = select("neon", config.abits, config.wbits, config.encoding)
+    kernel = bitserial_kernel("neon", config.abits, config.wbits, config.encoding)
     row = {"layer": name, "config": f"A{config.abits}W{config.wbits}", "encoding": config.encoding,
            "shape": LAYERS[name], "macs": layer.macs, "bit_macs": layer.macs * config.abits * config.wbits,
            "kernel": tile_name(kernel, config, layer),
@@ -103,7 +104,7 @@ def mca_bitserial_layer(name: str, config: Config, cores: tuple[str, ...] = ("co
         estimates = {}
         for label, use_kernel in (("ours", True), ("plain_tir", False)):
             built = build_bitserial_conv2d(w, x.shape, config, layer.s, layer.pad, isa="neon", use_kernel=use_kernel)
-            op = dataclasses.replace(built, target=cross.target(core)).compile()
+            op = dataclasses.replace(built, target=aarch64_target(core)).compile()
             row["correct"] &= bool(np.array_equal(op(x), want))
             estimates[label] = mca.estimate(op, x, (core,))[core]
         ours, plain = estimates["ours"], estimates["plain_tir"]

@@ -1,14 +1,17 @@
 """Which tile an int8 operator uses, per operator shape and micro-architecture: measured by a search
-and kept in a tuning log (``tuning_logs/<uarch>.json``, committed for the benchmark layers and models).
+and kept in a tuning log (``tvm_integration/tuning_logs/<uarch>.json``, committed for the benchmark
+layers and models).
 
-The search knob is the tile shape among the proved tiles of the host's ISA (``dispatch.candidates``:
-on AVX-512 VNNI 6x64, 7x64, 7x48, 8x48, 8x32 and 14x16 with 16-byte K blocks, and 14x16 with 4-byte
-ones, whose K padding is smallest: a 3-channel 7x7 stem packs 7 window rows of 24 bytes, 168, instead
-of 192); each candidate is compiled, checked to agree with the others, and timed with the models'
-output stage. A shape missing from the log takes the tile that wastes the least padding,
-``round_up(rows, mr) * round_up(cols, nr)`` (ties: the wider tile, then the longer K block). The rule is only a default, which is why the log exists (``scripts/tune_layers.py``): on
-Zen 4 the 14x16 tile wins most layers though 64-column tiles pad no more (its 896-byte accumulator
-tile lives on the stack, no workspace call per tile), by 1.3-2.8x on MobileNetV2's 16-32-channel ones.
+The search knob is the tile shape among the proved tiles of the host's ISA
+(``selection.int8_candidates``: on AVX-512 VNNI 6x64, 7x64, 7x48, 8x48, 8x32 and 14x16 with 16-byte
+K blocks, and 14x16 with 4-byte ones, whose K padding is smallest: a 3-channel 7x7 stem packs 7
+window rows of 24 bytes, 168, instead of 192); each candidate is compiled, checked to agree with the
+others, and timed with the models' output stage. A shape missing from the log takes the tile that
+wastes the least padding, ``round_up(rows, mr) * round_up(cols, nr)`` (ties: the wider tile, then
+the longer K block). The rule is only a default, which is why the log exists
+(``scripts/tune_layers.py``): on Zen 4 the 14x16 tile wins most layers though 64-column tiles pad no
+more (its 896-byte accumulator tile lives on the stack, no workspace call per tile), by 1.3-2.8x on
+MobileNetV2's 16-32-channel ones.
 
 The log is a JSON object ``{shape key: {"kernel": intrin, "ms": {intrin: median ms}}}``, written
 atomically under a file lock; a log that does not parse is an error naming the file, never ignored.
@@ -22,10 +25,10 @@ from filelock import FileLock
 
 from isa_specs import host
 from synth.files import write_atomically
-from tvm_integration.intrinsics import Kernel
-from tvm_integration.packing import round_up
+from tvm_integration.kernels.int8 import Kernel
+from tvm_integration.kernels.packing import round_up
 
-LOGS = Path(__file__).resolve().parent / "tuning_logs"
+LOGS = Path(__file__).resolve().parent.parent / "tuning_logs"
 
 
 class TuningLogError(ValueError):

@@ -24,7 +24,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from tvm_integration.qnn.models import IR_VERSION
+from tvm_integration.bench.int8_models import IR_VERSION
 
 OPSET = 13
 U8, S8 = (TensorProto.UINT8, np.uint8), (TensorProto.INT8, np.int8)

@@ -3,7 +3,7 @@ tensorized with a cached kernel, bias + float requantize to u8 fused) next to, i
 onnxruntime int8 (a one-conv QDQ model quantized by onnxruntime: u8 activations, s8 per-channel
 weights) and fp32, TVM 0.27's own lowering of the integer conv (R.nn.conv2d(u8, s8, out_dtype=int32),
 legalized, default pipeline), and our schedule with the kernel replaced by plain TIR. Every time is
-the median of ``trials`` runs, ours and onnxruntime's side by side (``side_by_side``); the vpdpbusd
+the median of ``trials`` runs, ours and onnxruntime's side by side (``timing.side_by_side``); the vpdpbusd
 zmm peak (scripts/peak_x86.c) is probed before the layer; our output is checked against numpy in the
 same run. Used by ``qsynth bench-layer`` and
 scripts/bench_layers.py. The thread count is TVM's (TVM_NUM_THREADS, read when its pool starts).
@@ -14,79 +14,23 @@ import functools
 import json
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 import tvm
 
-from tvm_integration import dispatch, tuning
+from tvm_integration.bench.timing import median_seconds, side_by_side, tvm_batch_timer, tvm_seconds
+from tvm_integration.kernels import selection, tuning
 from tvm_integration.ops.conv2d import conv2d, conv_geometry, pair
-from tvm_integration.output_stage import OutputStage, ScaleRequantize
+from tvm_integration.ops.output_stage import OutputStage, ScaleRequantize
 
-PEAK_PROBE = Path(__file__).resolve().parent.parent / "scripts" / "peak_x86.c"
+PEAK_PROBE = Path(__file__).resolve().parent.parent.parent / "scripts" / "peak_x86.c"
 
 # name: (H=W, IC, OC, kernel, stride); padding kernel // 2
 LAYERS = {"C2": (56, 64, 64, 3, 1), "C3": (56, 64, 64, 1, 1), "C4": (56, 64, 128, 3, 2), "C5": (56, 64, 128, 1, 2),
           "C6": (28, 128, 128, 3, 1), "C7": (28, 128, 256, 3, 2), "C8": (28, 128, 256, 1, 2),
           "C9": (14, 256, 256, 3, 1), "C10": (14, 256, 512, 3, 2), "C11": (14, 256, 512, 1, 2),
           "C12": (7, 512, 512, 3, 1)}
-
-
-def median_seconds(fn, trials: int) -> float:
-    fn()
-    times = []
-    for _ in range(trials):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
-
-
-def tvm_seconds(module, args, trials: int) -> float:
-    return float(np.median(module.time_evaluator("main", tvm.cpu(), number=1, repeat=trials, min_repeat_ms=50)(*args).results))
-
-
-def batch_timer(fn, batch_s: float = 0.005):
-    """A function timing one batch of ``fn`` calls (about ``batch_s`` long) and returning seconds per
-    call."""
-    fn()
-    t0 = time.perf_counter()
-    fn()
-    calls = max(1, round(batch_s / max(time.perf_counter() - t0, 1e-7)))
-
-    def run() -> float:
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        return (time.perf_counter() - t0) / calls
-    return run
-
-
-def tvm_batch_timer(module, args, batch_s: float = 0.005):
-    """``batch_timer`` of a compiled function, timed by TVM's evaluator (no Python call per run)."""
-    once = tvm_seconds(module, args, 1)
-    evaluator = module.time_evaluator("main", tvm.cpu(), number=max(1, round(batch_s / once)), repeat=1)
-    return lambda: evaluator(*args).results[0]
-
-
-def side_by_side(ours, baselines: dict, trials: int, threads: int) -> dict[str, float]:
-    """Median seconds per call of ``ours`` (a batch timer: ``batch_timer``, ``tvm_batch_timer``) and
-    of each baseline (name -> a function making its run function, in a new session of its runtime),
-    ``"ours"`` first. On one thread over ``trials`` rounds that run them all in turn, so that a burst
-    of load on the shared machine lands on both sides of a ratio. On more, one after the other, one
-    baseline session alive at a time: interleaved, the runtimes' worker pools took each other's
-    cores (2-thread rows 2-4x slower than 1-thread ones), and two 2-thread onnxruntime sessions
-    slowed each other even with one idle (C2 int8 0.42 ms alone, 0.67 ms beside an fp32 session)."""
-    if threads == 1:
-        timers = {"ours": ours, **{name: batch_timer(make()) for name, make in baselines.items()}}
-        samples = {name: [] for name in timers}
-        for _ in range(trials):
-            for name, run in timers.items():
-                samples[name].append(run())
-        return {name: float(np.median(v)) for name, v in samples.items()}
-    return {"ours": float(np.median([ours() for _ in range(trials)])),
-            **{name: median_seconds(make(), trials) for name, make in baselines.items()}}
 
 
 class Layer:
@@ -123,7 +67,7 @@ class Layer:
         """The tile conv2d uses for this layer: the tuning log's choice, else the least-padding one."""
         _, (oh, ow), pads = conv_geometry(self.x.shape, "NHWC", self.w.shape, pair(self.s), self.pad)
         key = tuning.conv2d_key(self.x.shape, "NHWC", self.w.shape, pair(self.s), pads, 1, "uint8")
-        return tuning.choose(key, dispatch.candidates(isa), oh * ow, self.oc)
+        return tuning.choose(key, selection.int8_candidates(isa), oh * ow, self.oc)
 
 
 def tvm_default_seconds(layer: Layer, trials: int) -> float:
@@ -137,7 +81,7 @@ def tvm_default_seconds(layer: Layer, trials: int) -> float:
         with bb.dataflow():
             y = bb.emit_output(relax.op.nn.conv2d(x, w, strides=layer.s, padding=layer.pad, out_dtype="int32"))
         bb.emit_func_output(y)
-    vm = relax.VirtualMachine(tvm.compile(bb.get(), target=tvm.target.Target(dispatch.target())), tvm.cpu())
+    vm = relax.VirtualMachine(tvm.compile(bb.get(), target=tvm.target.Target(selection.int8_target())), tvm.cpu())
     args = [tvm.runtime.tensor(np.ascontiguousarray(layer.x.transpose(0, 3, 1, 2))), tvm.runtime.tensor(layer.w)]
     return median_seconds(lambda: vm["main"](*args), max(3, trials // 3))
 
@@ -228,7 +172,7 @@ def bench_layer(name: str, threads: int, trials: int, isa: str = "host") -> dict
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         probe = tmp / "peak"
-        have_probe = "avx512vnni" in kernel.features and dispatch.usable(kernel) is None and subprocess.run(
+        have_probe = "avx512vnni" in kernel.features and selection.usable(kernel) is None and subprocess.run(
             ["gcc", "-O2", "-o", str(probe), str(PEAK_PROBE)], capture_output=True).returncode == 0
         plain = layer.ours(use_kernel=False, isa=isa) if threads == 1 else None
         row = bench(layer, threads, trials, probe if have_probe else None, tmp, layer.ours(isa=isa), plain)

@@ -1,4 +1,4 @@
-"""The figures of ``qsynth report`` (qsynth/commands/report.py): matplotlib on its file backend, each
+"""The figures of ``qsynth report`` (qsynth/benchmarks_report.py): matplotlib on its file backend, each
 figure a function of plain numbers that returns PNG bytes, so the report writes them atomically and a
 test can read them back. Sizes and fonts are chosen to stay readable at the width GitHub shows."""
 from __future__ import annotations

@@ -1,11 +1,11 @@
-"""Stage 4, dispatch: every legalized integer conv2d (depthwise included) and dense becomes a call of
+"""Stage 4, bind: every legalized integer conv2d (depthwise included) and dense becomes a call of
 the tensorized operator (tvm_integration.ops: the cached, proved kernel inlined; weights packed here,
 at compile time; bias, requantize and clamp fused into its output stage); every other PrimFunc gets
 a parallel, vectorized schedule (schedules.py). The operators compute the same arithmetic as the
-reference they replace (output_stage.ScaleRequantize is MLAS's requantize).
+reference they replace (ops/output_stage.py's ScaleRequantize is MLAS's requantize).
 
 A quantized add whose operand is a tensorized convolution that nothing else reads is fused into that
-convolution's output stage (output_stage.ResidualAdd: ResNet's and MobileNetV2's residual adds): the
+convolution's output stage (ops/output_stage.py's ResidualAdd: ResNet's and MobileNetV2's residual adds): the
 convolution is emitted at the add, reading the other operand, and its own result is never written.
 
 Layout is decided here: activations between tensorized convolutions stay NHWC (channels innermost:
@@ -22,10 +22,10 @@ from dataclasses import replace
 import tvm
 from tvm import relax, tirx
 
-from tvm_integration import dispatch as kernels
+from tvm_integration.kernels import selection
 from tvm_integration.ops.conv2d import build_conv2d
 from tvm_integration.ops.dense import build_dense
-from tvm_integration.output_stage import OutputStage, ResidualAdd, requantization
+from tvm_integration.ops.output_stage import OutputStage, ResidualAdd, requantization
 from tvm_integration.qnn import bitserial_layer, schedules
 from tvm_integration.qnn.importer import ModelError
 from tvm_integration.qnn.integer_op import IntegerOp
@@ -36,7 +36,7 @@ LAYOUT_FREE = ("add", "mul", "lookup")                   # elementwise: the same
 NHWC_OPS = (*LAYOUT_FREE, "max_pool2d", "avg_pool2d", "global_avg_pool")   # computed in NHWC when their inputs are
 
 
-class Dispatch:
+class Binder:
     """Rebuilds ``main`` binding by binding: ``value`` maps each old variable to its new NCHW value,
     ``nhwc`` to its NHWC value where one exists."""
 
@@ -196,11 +196,11 @@ class Dispatch:
             self.set_nhwc(var, result)
 
 
-def dispatch(mod, isa: str = "host"):
+def bind(mod, isa: str = "host"):
     """Tensorize what legalize marked, then legalize the remaining Relax ops and schedule everything
     that is not a tensorized operator for the target the model is built with (as compile_model)."""
-    target = tvm.target.Target(kernels.target(kernels.select(isa)))
-    mod = Dispatch(mod, isa).run()
+    target = tvm.target.Target(selection.int8_target(selection.int8_kernel(isa)))
+    mod = Binder(mod, isa).run()
     mod = relax.transform.DeadCodeElimination(["main"])(mod)
     mod = relax.transform.LegalizeOps()(mod)
     for gvar, func in list(mod.functions.items()):

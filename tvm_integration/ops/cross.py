@@ -4,11 +4,11 @@ There is no AArch64 TVM runtime here, and none is needed: the compiled module is
 packed function ``__tvm_ffi_main`` is called by a small C driver (qemu_driver.c: tensors in and out
 through files, the runtime's parallel-launch and workspace hooks defined as one task on one thread),
 statically linked with the cross compiler and run under ``qemu-aarch64 -cpu max``. The result is
-checked, not timed: qemu's speed says nothing about an Arm core (speed: tvm_integration/mca.py).
+checked, not timed: qemu's speed says nothing about an Arm core (speed: bench/mca.py). The target
+these operators are built for: kernels/selection.py ``aarch64_target``.
 """
 from __future__ import annotations
 
-import re
 import shutil
 import subprocess
 import tempfile
@@ -16,29 +16,11 @@ import weakref
 from pathlib import Path
 
 import numpy as np
-import tvm
 
 CC = "aarch64-linux-gnu-gcc"
 QEMU = ("qemu-aarch64", "-cpu", "max")
 DRIVER = Path(__file__).with_name("qemu_driver.c")
-# AArch64 v8.0 with Advanced SIMD: what every AArch64 core runs (Cortex-A53 included), and all the
-# NEON bitserial tiles use (their kernel_model features); see ``kernel_ir``.
-MATTR = ("+neon",)
 _DL_CODES = {"i": 0, "u": 1, "f": 2}
-
-
-def target(mcpu: str | None = None) -> dict:
-    """The TVM target of AArch64 operators (``mcpu``: tune for that core, e.g. cortex-a53)."""
-    return {"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mattr": list(MATTR)} | ({"mcpu": mcpu} if mcpu else {})
-
-
-def kernel_ir(llvm_ir: str, features: tuple[str, ...]) -> str:
-    """A NEON kernel's LLVM IR declared for exactly the features its instructions need (clang wrote
-    the ISA toolchain's armv8.2-a+dotprod+i8mm on every function, and LLVM inlines a function only
-    into one with at least its features); an instruction outside them fails at instruction
-    selection, it is not dropped."""
-    wanted = ",".join(f"+{f}" for f in features)
-    return re.sub(r'"target-features"="[^"]*"', f'"target-features"="{wanted}"', llvm_ir)
 
 
 def is_aarch64(target: dict | str) -> bool:

@@ -1,6 +1,6 @@
 """Weights into a tile kernel's layout, once, at compile time (numpy).
 
-A k4-image kernel (intrinsics.py) reads B as ``k/4`` rows of ``nr*4`` bytes: for each of the ``nr``
+A k4-image kernel (int8.py) reads B as ``k/4`` rows of ``nr*4`` bytes: for each of the ``nr``
 output columns the four weights of one k group (AVX-512 VNNI: one int32 lane per column, four k
 bytes per lane). A weight matrix ``W[g, n, k]`` (output column n of group g) becomes
 ``Wp[g, n // nr, k // 4, n % nr, k % 4]``, zero-padded to whole tiles: zero weights make the padded

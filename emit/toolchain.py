@@ -1,0 +1,67 @@
+"""The compilers of emitted kernels: each kernel's flags (its ISA toolchain's, at -O3, without the
+extensions its instructions do not use) and compiles cached by content under the qsynth build
+directory, so a kernel, driver or IR module is built once per content and toolchain."""
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+from emit import EmitError
+from isa_specs import get_isa
+from isa_specs.check import CACHE_DIR, ToolchainError
+from isa_specs.features import FEATURES
+
+COMPILERS = ("gcc", "clang")
+
+
+def compile_flags(isa_name: str, compiler: str, features=None) -> tuple[str, ...]:
+    """The ISA toolchain's flags at -O3, without those of the on-demand extensions
+    (``isa_specs.features``) outside ``features`` (a kernel's ``kernel_model`` features; None: keep
+    them all); clang targets AArch64 explicitly for NEON."""
+    if compiler not in COMPILERS:
+        raise EmitError(f"unknown compiler {compiler!r}; accepted: {', '.join(COMPILERS)}")
+    unused = set() if features is None else {flag for f in FEATURES.values() if f.on_demand and f.name not in features
+                                             for flag in f.compiler_flags}
+    flags = tuple(f for f in get_isa(isa_name).toolchain.cflags if not f.startswith("-O") and f not in unused)
+    flags += ("-O3",)
+    if compiler == "clang" and isa_name == "neon":
+        flags = ("--target=aarch64-linux-gnu",) + flags
+    return flags
+
+
+def compiler_command(isa_name: str, compiler: str, features=None) -> list[str]:
+    cc = get_isa(isa_name).toolchain.cc if compiler == "gcc" else "clang"
+    return [cc, *compile_flags(isa_name, compiler, features)]
+
+
+def build(source: str, isa_name: str, compiler: str, features=None) -> Path:
+    """Compile ``source`` into an executable (warnings are errors; ``features`` as for
+    ``compile_flags``), cached by content under the qsynth build directory."""
+    cmd = compiler_command(isa_name, compiler, features) + ["-Wall", "-Werror"]
+    return cached_compile(cmd, source, f"kernel-{isa_name}-{compiler}-{{}}")
+
+
+def cached_compile(cmd: list[str], source: str, name: str) -> Path:
+    """``cmd`` run on ``source`` once per content: the output is ``name`` (``{}`` the content key)
+    under the qsynth build directory, written atomically."""
+    output = CACHE_DIR / name.format(hashlib.sha256((source + " ".join(cmd)).encode()).hexdigest()[:20])
+    if not output.exists():
+        _run_compiler(cmd, source, output)
+    return output
+
+
+def _run_compiler(cmd: list[str], source: str, output: Path) -> None:
+    output.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        src, tmp_out = Path(tmp) / "kernel.c", Path(tmp) / "out"
+        src.write_text(source)
+        try:
+            proc = subprocess.run([*cmd, "-o", str(tmp_out), str(src)], capture_output=True, text=True)
+        except FileNotFoundError as e:
+            raise ToolchainError(f"compiler {cmd[0]} not found: {e}") from e
+        if proc.returncode != 0:
+            raise ToolchainError(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
+        os.replace(tmp_out, output)

@@ -1,0 +1,1 @@
+"""The command-line scripts (benchmarks, training, documentation), a package so the tests can import them."""

@@ -1,0 +1,65 @@
+"""Timing for the benchmarks: medians of repeated runs, by wall clock or by TVM's time evaluator, and
+``side_by_side``, which times ours and the baselines so that load on a shared machine lands on both
+sides of a ratio."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import tvm
+
+
+def median_seconds(fn, trials: int) -> float:
+    fn()
+    times = []
+    for _ in range(trials):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
+
+
+def tvm_seconds(module, args, trials: int) -> float:
+    return float(np.median(module.time_evaluator("main", tvm.cpu(), number=1, repeat=trials, min_repeat_ms=50)(*args).results))
+
+
+def batch_timer(fn, batch_s: float = 0.005):
+    """A function timing one batch of ``fn`` calls (about ``batch_s`` long) and returning seconds per
+    call."""
+    fn()
+    t0 = time.perf_counter()
+    fn()
+    calls = max(1, round(batch_s / max(time.perf_counter() - t0, 1e-7)))
+
+    def run() -> float:
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        return (time.perf_counter() - t0) / calls
+    return run
+
+
+def tvm_batch_timer(module, args, batch_s: float = 0.005):
+    """``batch_timer`` of a compiled function, timed by TVM's evaluator (no Python call per run)."""
+    once = tvm_seconds(module, args, 1)
+    evaluator = module.time_evaluator("main", tvm.cpu(), number=max(1, round(batch_s / once)), repeat=1)
+    return lambda: evaluator(*args).results[0]
+
+
+def side_by_side(ours, baselines: dict, trials: int, threads: int) -> dict[str, float]:
+    """Median seconds per call of ``ours`` (a batch timer: ``batch_timer``, ``tvm_batch_timer``) and
+    of each baseline (name -> a function making its run function, in a new session of its runtime),
+    ``"ours"`` first. On one thread over ``trials`` rounds that run them all in turn, so that a burst
+    of load on the shared machine lands on both sides of a ratio. On more, one after the other, one
+    baseline session alive at a time: interleaved, the runtimes' worker pools took each other's
+    cores (2-thread rows 2-4x slower than 1-thread ones), and two 2-thread onnxruntime sessions
+    slowed each other even with one idle (C2 int8 0.42 ms alone, 0.67 ms beside an fp32 session)."""
+    if threads == 1:
+        timers = {"ours": ours, **{name: batch_timer(make()) for name, make in baselines.items()}}
+        samples = {name: [] for name in timers}
+        for _ in range(trials):
+            for name, run in timers.items():
+                samples[name].append(run())
+        return {name: float(np.median(v)) for name, v in samples.items()}
+    return {"ours": float(np.median([ours() for _ in range(trials)])),
+            **{name: median_seconds(make(), trials) for name, make in baselines.items()}}

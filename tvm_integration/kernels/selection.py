@@ -1,0 +1,114 @@
+"""Which tile an operator is built with, and for which LLVM target: the one place an ISA is chosen.
+
+int8: ``isa="host"`` takes the best ISA the host executes, AMX > AVX-512 VNNI > AVX-VNNI > AVX2,
+read from the host's CPU flags (isa_specs.host), never from a CPU name. Bitserial: ``isa="host"``
+takes AVX-512, else AVX2; NEON tiles are built for AArch64 and run under qemu (ops/cross.py), never
+for "host". An explicit ISA builds for that ISA; running the operator then needs a host that has it.
+Which of an ISA's tile shapes an int8 operator takes per shape is tuning.py's choice among
+``int8_candidates``.
+"""
+from __future__ import annotations
+
+from isa_specs import host
+from tvm_integration.kernels import int8
+from tvm_integration.kernels.bitserial import CROSS, BitserialKernel, gemm_kernels, word_kernels
+
+# Preference order of the u8 x s8 tiles: the cache's ISA name and the kernel's distinguishing feature.
+INT8_PREFERENCE = (("amx", "amx-int8"), ("avx512", "avx512vnni"), ("avx2", "avxvnni"), ("avx2", "avx2"))
+INT8_ISAS = ("amx", "avx512", "avx2")
+BITSERIAL_ISAS = ("avx512", "avx2")       # preference order on x86 hosts
+
+# AArch64 v8.0 with Advanced SIMD: what every AArch64 core runs (Cortex-A53 included), and all the
+# NEON bitserial tiles use (their kernel_model features; bitserial.kernel_ir).
+AARCH64_MATTR = ("+neon",)
+# isa="avx2": the whole operator built for x86-64-v3 (AVX2, no AVX-512), as an AVX2 host runs it: its
+# packing, output stage and plain-TIR baseline included (the host's target would give them AVX-512,
+# vpopcntq among it). The AVX2 kernels' LLVM IR needs no more (avx2, popcnt: their target-features).
+AVX2_TARGET = {"kind": "llvm", "mtriple": "x86_64-linux-gnu", "mcpu": "x86-64-v3"}
+
+
+class SelectionError(ValueError):
+    """No kernel for the requested ISA, or the host cannot run it."""
+
+
+def usable(kernel: int8.Kernel | BitserialKernel) -> str | None:
+    """None when the host executes every instruction of ``kernel``, else why not."""
+    return next((why for f in kernel.features if (why := host.missing(f, ()))), None)
+
+
+def _u8s8_kernels(isa: str) -> list[int8.Kernel]:
+    """The isa's u8 x s8 tiles valid on every u8 (u7s8 assumes A < 128, so it is not one)."""
+    return [k for k in int8.proved_kernels(isa) if k.spec.types == "u8s8"]
+
+
+def int8_kernel(isa: str = "host") -> int8.Kernel:
+    """The kernel an int8 operator uses for ``isa`` ("host" or one of INT8_ISAS)."""
+    if isa == "host":
+        reasons = []
+        for name, feature in INT8_PREFERENCE:
+            if (why := host.missing(feature, ())) is not None:
+                reasons.append(f"{name}: {why}")     # not re-proved here (AMX: 62 s CPU)
+                continue
+            for kernel in _u8s8_kernels(name):
+                if feature in kernel.features and (why := usable(kernel)) is None:
+                    return kernel
+                reasons.append(f"{kernel.intrin}: {why or 'not ' + feature}")
+        raise SelectionError("no u8 x s8 kernel this host runs: " + "; ".join(reasons or ["none registered"]))
+    if isa not in INT8_ISAS:
+        raise SelectionError(f"unknown ISA {isa!r}; accepted: host, {', '.join(INT8_ISAS)}")
+    kernels = _u8s8_kernels(isa)
+    if not kernels:
+        raise SelectionError(f"no proved u8 x s8 kernel of {isa} in the cache that a schedule here can use")
+    return kernels[0]
+
+
+def int8_candidates(isa: str = "host") -> list[int8.Kernel]:
+    """Every tile shape of the kind ``int8_kernel(isa)`` picks (same ISA and instructions): what
+    tuning chooses among per operator shape."""
+    chosen = int8_kernel(isa)
+    return [k for k in _u8s8_kernels(chosen.spec.isa) if k.features == chosen.features]
+
+
+def int8_target(kernel: int8.Kernel | None = None) -> dict:
+    """The host model's target (its micro-architecture as LLVM names it); for a kernel the host cannot
+    run, a generic x86-64 target with the kernel's features, so the module still builds."""
+    if kernel is None or usable(kernel) is None:
+        return host.tvm_target()
+    return {"kind": "llvm", "mtriple": "x86_64-linux-gnu", "mattr": [f"+{f}" for f in kernel.features]}
+
+
+def bitserial_kernel(isa: str, abits: int, wbits: int, encoding: str, layout: str | None = None) -> BitserialKernel:
+    """The tile a bitserial operator uses: for ``isa="host"`` the first ISA of ``BITSERIAL_ISAS``
+    whose tile the host runs (isa_specs.host's CPU flags), else the given ISA's first tile
+    (``gemm_kernels``' order); ``layout``: only tiles of that layout (``acc`` or ``lanes``; ``tile``:
+    the first word tile, ``word_kernels``, for any K)."""
+    if isa != "host" and isa not in BITSERIAL_ISAS + CROSS:
+        raise SelectionError(f"unknown ISA {isa!r} for bitserial operators; accepted: host, "
+                             f"{', '.join(BITSERIAL_ISAS + CROSS)}")
+    reasons = []
+    if layout not in (None, "acc", "lanes", "tile"):
+        raise SelectionError(f"bitserial tile layout must be acc, lanes or tile, got {layout!r}")
+    for name in BITSERIAL_ISAS if isa == "host" else (isa,):
+        kernels = (list(word_kernels(name, abits, wbits, encoding)) if layout == "tile" else
+                   [k for k in gemm_kernels(name, abits, wbits, encoding) if layout in (None, k.spec.layout)])
+        if not kernels:
+            reasons.append(f"{name}: no proved GEMM-shaped A{abits}W{wbits} {encoding} {layout or ''} tile in the cache"
+                           .replace("  ", " "))
+            continue
+        why = usable(kernels[0])
+        if why is None or isa != "host":
+            return kernels[0]
+        reasons.append(f"{kernels[0].spec.name}: {why}")
+    raise SelectionError("no bitserial tile: " + "; ".join(reasons))
+
+
+def bitserial_target(isa: str) -> dict:
+    """The LLVM target of a bitserial operator for ``isa``: AArch64 for NEON, x86-64-v3 for AVX2,
+    else this host's."""
+    return aarch64_target() if isa in CROSS else dict(AVX2_TARGET) if isa == "avx2" else host.tvm_target()
+
+
+def aarch64_target(mcpu: str | None = None) -> dict:
+    """The TVM target of AArch64 operators (``mcpu``: tune for that core, e.g. cortex-a53)."""
+    target = {"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mattr": list(AARCH64_MATTR)}
+    return target | ({"mcpu": mcpu} if mcpu else {})
