@@ -48,8 +48,10 @@ _LEVELS = [
 
 @dataclass(frozen=True)
 class HostModel:
-    """``uarch`` is LLVM's CPU name; ``uarch_known`` is False when the vendor/family/model is not in
-    the table and ``uarch`` is only the feature level (x86-64-v4, ...) its flags reach."""
+    """``uarch`` is LLVM's CPU name for the model number; ``uarch_known`` is False when the
+    vendor/family/model is not in the table and ``uarch`` is only the feature level (x86-64-v4, ...)
+    its flags reach. The name is a scheduling model, not a feature list: ``flags`` say what the host
+    executes, and ``target_of`` gives LLVM both."""
     vendor: str
     family: int
     model: int
@@ -117,14 +119,14 @@ def x86_features(m: HostModel) -> list[str]:
 
 
 def target_of(m: HostModel) -> dict:
-    """The TVM 0.27 target of ``m``. A feature level (unknown model) lacks the ISA extensions beyond
-    it (VNNI, VPOPCNTDQ, ...): those the flags show are added as ``mattr``."""
-    target = {"kind": "llvm", "mcpu": m.uarch}
-    if not m.uarch_known:
-        mattr = [X86[name].mattr for name in x86_features(m)]
-        if mattr:
-            target["mattr"] = mattr
-    return target
+    """The TVM 0.27 target of ``m``. ``mcpu`` only picks LLVM's scheduling model: a CPU name is read
+    from the model number, and a virtual machine may report one whose CPU lacks features the host has
+    (this project's AMX Xeon reports model 167, Rocket Lake: no AMX, no AVX-VNNI) or has features the
+    host masks (AVX-512 hidden on a model LLVM calls skylake-avx512). So ``mattr`` states every x86
+    feature of ``features.X86`` from the flags, ``+`` when shown and ``-`` when not, whatever the name
+    implies (LLVM turns a ``-`` feature's dependants off with it: ``-avx512f`` drops all AVX-512)."""
+    mattr = [f.mattr if f.cpuinfo in m.flags else f"-{name}" for name, f in X86.items()]
+    return {"kind": "llvm", "mcpu": m.uarch, "mattr": mattr}
 
 
 def tvm_target() -> dict:

@@ -1,14 +1,17 @@
 """``qsynth host``: the host model, and which ISAs and cached kernels this host can run and why not.
 
 The report is a function of a host model, so a recorded /proc/cpuinfo (tests/data) gives the report
-of that CPU; AArch64 features depend on qemu-user, not on the CPU."""
+of that CPU; AArch64 features depend on qemu-user, not on the CPU. The micro-architecture is LLVM's
+name for the model number, which a virtual machine may get wrong: the report says which x86 features
+the flags show that LLVM's CPU of that name lacks, and which it has that the flags lack (the TVM
+target states them all, ``host.target_of``)."""
 from __future__ import annotations
 
 import json
 from dataclasses import asdict
 
 from isa_specs import ISA_NAMES, get_isa, host
-from isa_specs.features import AARCH64
+from isa_specs.features import AARCH64, X86
 from synth import cache
 from emit import EmitError
 from emit.model import kernel_model
@@ -23,6 +26,14 @@ def feature_reason(feature: str, m: host.HostModel) -> str | None:
 
 def _reason(features, m: host.HostModel) -> str | None:
     return next((r for r in (feature_reason(f, m) for f in sorted(features)) if r), None)
+
+
+def named_cpu_features(uarch: str) -> set[str]:
+    """The x86 features (``features.X86`` keys) LLVM's CPU ``uarch`` implies, as TVM's LLVM says."""
+    import tvm
+    from tvm.target import codegen
+    target = tvm.target.Target({"kind": "llvm", "mtriple": "x86_64-linux-gnu", "mcpu": uarch})
+    return set(codegen.llvm_get_cpu_features(target)) & set(X86)
 
 
 def library_kernels() -> list[dict]:
@@ -53,15 +64,20 @@ def report(m: host.HostModel, kernels: list[dict]) -> dict:
         reason = _reason(k["features"], m) if k["features"] is not None else f"unreadable entry: {k['error']}"
         rows.append({"name": k["name"], "isa": k["isa"], "runnable": reason is None, "reason": reason})
     info = asdict(m)
-    info.update(uarch_basis=m.uarch_basis, tvm_target=host.target_of(m), flags=sorted(m.flags),
-                features=host.x86_features(m))
+    features, named = host.x86_features(m), named_cpu_features(m.uarch)
+    info.update(uarch_basis=m.uarch_basis, tvm_target=host.target_of(m), flags=sorted(m.flags), features=features,
+                uarch_lacks=[f for f in features if f not in named],
+                uarch_assumes=[f for f in X86 if f in named and f not in features])
     return {"host": info, "isas": isas, "kernels": rows}
 
 
 def render(rep: dict) -> str:
     h = rep["host"]
     lines = [f"host: {h['model_name'] or '?'} ({h['uarch_basis']})",
-             f"  micro-architecture: {h['uarch']}" + ("" if h["uarch_known"] else " (feature level, model unknown)"),
+             f"  micro-architecture: {h['uarch']}" + (" by model number" if h["uarch_known"] else
+                                                       " (feature level, model unknown)")
+             + (f"; flags show {', '.join(h['uarch_lacks'])} it lacks" if h["uarch_lacks"] else "")
+             + (f"; flags lack {', '.join(h['uarch_assumes'])} it has" if h["uarch_assumes"] else ""),
              f"  TVM target: {json.dumps(h['tvm_target'])}",
              f"  x86 features: {' '.join(h['features']) or 'none'}",
              "ISAs:"]

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Tune the int8 operators' tile per shape on this host and write the tuning log
-(tvm_integration/tuning_logs/<uarch>.json): the ResNet-18 layers of the layer benchmark (C2-C12) and
+(tvm_integration/tuning_logs/<uarch>-<tag>.json): the ResNet-18 layers of the layer benchmark (C2-C12) and
 every tensorized convolution and dense of the built-in models as the QNN pipeline compiles them.
 Each candidate tile is compiled, its output compared with the others' on random data, and timed
 (median of ``--trials`` rounds that run every candidate in turn, one thread).

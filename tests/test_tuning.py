@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from isa_specs import host
 from tvm_integration.kernels import selection, tuning
 from tvm_integration.ops.conv2d import conv2d
 from tvm_integration.ops.dense import dense
@@ -52,3 +54,36 @@ def test_every_candidate_tile_is_correct_on_odd_shapes(kernel):
     wd = rng.integers(-128, 128, (37, 29)).astype(np.int8)
     xd = rng.integers(0, 256, (3, 29)).astype(np.uint8)
     np.testing.assert_array_equal(dense(wd, 3, kernel=kernel)(xd), xd.astype(np.int64) @ wd.T.astype(np.int64))
+
+
+# ---------------------------------------------------------------- which log a host reads
+def recorded(name: str, drop: tuple[str, ...] = (), add: tuple[str, ...] = ()) -> host.HostModel:
+    """A recorded /proc/cpuinfo (tests/data), with flags removed or added."""
+    text = (Path(__file__).parent / "data" / f"cpuinfo_{name}.txt").read_text()
+    lines = [" ".join([w for w in line.split(" ") if w not in drop] + list(add)) if line.startswith("flags") else line
+             for line in text.splitlines()]
+    return host.parse_cpuinfo("\n".join(lines))
+
+
+def test_machines_reporting_one_model_number_do_not_share_a_log():
+    """This project's AMX Xeon reports model 167, Rocket Lake's: a Rocket Lake (no AVX-VNNI, no AMX)
+    gets another log; flags outside the feature table (a kernel update's) do not change it."""
+    amx = recorded("amx_model167")
+    rocket_lake = recorded("amx_model167", drop=("avx_vnni", "amx_tile", "amx_int8", "amx_bf16"))
+    assert amx.uarch == rocket_lake.uarch == "rocketlake"
+    assert tuning.log_name(amx) != tuning.log_name(rocket_lake)
+    assert tuning.log_name(amx).startswith("rocketlake-") and tuning.log_name(rocket_lake).startswith("rocketlake-")
+    assert tuning.log_name(recorded("amx_model167", add=("new_flag",), drop=("hypervisor",))) == tuning.log_name(amx)
+    assert tuning.log_path("x") == tuning.LOGS / "x.json"
+
+
+def test_committed_logs_are_found_by_their_hosts():
+    """Every committed log is the log of a recorded host (the Zen 4 one's: the benchmarks' tiles), so
+    such a host reads it; every tile it names is a proved AVX-512 candidate and ``choose`` returns it."""
+    committed = {p.stem for p in tuning.LOGS.glob("*.json")}
+    assert committed == {tuning.log_name(recorded("zen4"))}
+    log = tuning.read_log(tuning.log_path(tuning.log_name(recorded("zen4"))))
+    candidates = selection.int8_candidates("avx512")
+    assert log and {entry["kernel"] for entry in log.values()} <= {k.intrin for k in candidates}
+    for key, entry in log.items():
+        assert tuning.choose(key, candidates, 1, 1, tuning.log_path(tuning.log_name(recorded("zen4")))).intrin == entry["kernel"]

@@ -7,7 +7,8 @@ from qsynth.commands.common import JSON_HELP, print_json
 
 
 def host(json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> int:
-    """This host's CPU model (vendor, family/model, LLVM micro-architecture, features), which ISAs and
+    """This host's CPU model (vendor, family/model, LLVM's name for the model number and the features
+    the flags show that its CPU lacks or the reverse, the TVM target from the flags), which ISAs and
     cached kernels it can run, and why not."""
     from isa_specs import host as host_model
     from qsynth import host_report

@@ -1,6 +1,10 @@
-"""Which tile an int8 operator uses, per operator shape and micro-architecture: measured by a search
-and kept in a tuning log (``tvm_integration/tuning_logs/<uarch>.json``, committed for the benchmark
-layers and models).
+"""Which tile an int8 operator uses, per operator shape and machine: measured by a search and kept in
+a tuning log (``tvm_integration/tuning_logs/<uarch>-<tag>.json``, committed for the benchmark layers
+and models). A log is named by the host's micro-architecture (LLVM's name for its model number) and a
+tag of the x86 features its flags show (``features.X86`` rows): a model number alone does not tell
+machines apart (this project's AMX Xeon reports 167, Rocket Lake's, which has neither AMX nor
+AVX-VNNI), and what the flags show decides which tiles a host may run. Only those rows count, so a
+kernel update adding unrelated flags keeps a machine's log.
 
 The search knob is the tile shape among the proved tiles of the host's ISA
 (``selection.int8_candidates``: on AVX-512 VNNI 6x64, 7x64, 7x48, 8x48, 8x32 and 14x16 with 16-byte
@@ -18,6 +22,7 @@ atomically under a file lock; a log that does not parse is an error naming the f
 """
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -35,8 +40,14 @@ class TuningLogError(ValueError):
     """A tuning log that cannot be read."""
 
 
-def log_path(uarch: str | None = None, root: Path = LOGS) -> Path:
-    return root / f"{uarch or host.model().uarch}.json"
+def log_name(m: host.HostModel) -> str:
+    """``<uarch>-<tag>``: the tag is 8 hex digits of the SHA-256 of ``m``'s x86 features, sorted and space-separated."""
+    return f"{m.uarch}-{hashlib.sha256(' '.join(sorted(host.x86_features(m))).encode()).hexdigest()[:8]}"
+
+
+def log_path(name: str | None = None, root: Path = LOGS) -> Path:
+    """The log named ``name`` (default: this host's, ``log_name``)."""
+    return root / f"{name or log_name(host.model())}.json"
 
 
 def read_log(path: Path) -> dict:
