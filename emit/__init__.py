@@ -5,6 +5,8 @@ registers; emission only moves registers between memory and the program and spel
 The modules, each building on those before it:
 
 * ``convention``: the calling convention, in words and as data (``layout``), and the kernels' names;
+* ``amx_runtime``: the AMX run time in every AMX header (permission, and the plain-C emulation of the
+  tile instructions where the build lacks AMX), and the choice of a native or emulated build;
 * ``c_vectors``: the C of vector registers the ISA tables do not spell (loads, stores, casts, sums);
 * ``schedule``: the live instructions and the order they are written in;
 * ``steps``, ``amx_tiles``: a program as C statements, on vector registers or AMX tile registers;

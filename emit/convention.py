@@ -86,11 +86,16 @@ Calling convention (also written into every generated header, and into ``manifes
     offset ``c * register bytes`` in the row);
   - ``tile`` (AMX): A = ``mr`` rows of ``k`` bytes at ``a + i*a_stride``, B = ``k/4`` rows of
     ``nr*4`` bytes at ``b + q*b_stride`` (the ``k4`` packing), C = ``mr`` rows of ``nr`` int32; every
-    16-row tile is loaded straight from memory with its stride (``tileloadd``). The tile registers
-    are configured once, not per call: before the first call a thread must hold the tile state
-    (``arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)``) and call ``qs_<name>_tile_config()``;
-    it calls ``_tile_release()`` when done. Each call loads its C tiles, keeps them in tile
-    registers through the whole k chain and stores them.
+    16-row tile is loaded straight from memory with its stride (``tileloadd``). Each call loads its
+    C tiles, keeps them in tile registers through the whole k chain and stores them. The run-time
+    contract (``qsynth_amx.h``, inside every AMX header): ``int qsynth_amx_init(void)`` once per
+    process before the first tile instruction, from any thread: it requests the XTILEDATA
+    permission (``arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)``) and returns 0, or the
+    errno of the refused request, and the caller falls back to another kernel; then in every thread
+    that runs tile code ``qs_<name>_tile_config()`` before its first call (the configuration is per
+    thread, not inherited) and ``_tile_release()`` after its last. Compiled without ``-mamx-tile
+    -mamx-int8`` the same header runs the tile instructions in a plain-C emulation
+    (``QSYNTH_AMX_EMULATED`` is 1): correct on any x86-64 host, under the same contract, not fast.
 
 The K loop of a GEMM: every int8 kernel of byte elements and layout ``k4``, ``k4b`` or ``tile`` also
 has ``qs_<name>_kloop(a, a_stride, a_block, b, b_stride, c, c_stride, kblocks)``, the kernel over

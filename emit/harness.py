@@ -6,7 +6,10 @@ convention: inputs are packed into deliberately misaligned buffers with padded s
 between rows, and the whole writable buffer after the call must equal the numpy reference of the spec
 (``spec.reference``, not the program) written into the tile (bitserial: added to the initial ``out``)
 with everything outside it unchanged. x86 kernels run natively (skipped when the CPU lacks a feature),
-NEON kernels under ``qemu-aarch64 -cpu max``; one process per batch of inputs.
+AMX kernels natively or, where the host lacks AMX (or ``QSYNTH_AMX_EMULATE=1``), the same source
+built with the plain-C emulation of the tile instructions (``amx_runtime``); NEON kernels under
+``qemu-aarch64 -cpu max``; one process per batch of inputs. Each report row says how it ran
+(``execution``: native, emulated or qemu).
 """
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ import numpy as np
 from isa_specs import host
 from isa_specs.check import ToolchainError, run_binary
 from isa_specs.lanes import NUMPY, mask
-from emit import EmitError
+from emit import EmitError, amx_runtime
 from emit.convention import Layout, Slot
 from emit.library import driver_source, gemv_driver_source, kloop_driver_source
 from emit.model import kernel_model
@@ -178,26 +181,43 @@ def aligned_misalignment(pointee: str, offset: int) -> int:
 
 # ---------------------------------------------------------------- machine
 class KernelDriver:
-    """One entry's emitted C, compiled with ``compiler`` into a stdin/stdout driver."""
+    """One entry's emitted C, compiled with ``compiler`` into a stdin/stdout driver; ``emulated``:
+    with the AMX emulation (None: where ``amx_runtime.emulated`` says; True for a kernel without AMX
+    is an EmitError)."""
 
-    def __init__(self, entry: dict, compiler: str = "gcc"):
+    def __init__(self, entry: dict, compiler: str = "gcc", emulated: bool | None = None):
         self.entry, self.compiler = entry, compiler
         self.model = kernel_model(entry)
         self.spec, self.layout, self.isa = self.model["spec"], self.model["layout"], self.model["isa"]
+        features = self.model["features"]
+        if emulated and not amx_runtime.EMULATED_FEATURES & set(features):
+            raise EmitError(f"{entry['name']} uses no emulated feature ({', '.join(sorted(features))})")
+        self.emulated = amx_runtime.emulated(features) if emulated is None else emulated
         self._binary: Path | None = None
 
+    @property
+    def execution(self) -> str:
+        """How the kernel runs here: emulated (AMX in plain C), qemu or native."""
+        return "emulated" if self.emulated else "qemu" if self.isa.toolchain.runner else "native"
+
     def missing(self) -> str | None:
-        """Why this host cannot run the kernel, or None."""
+        """Why this host cannot run the kernel (as built: an emulated feature needs nothing), or None."""
         for feature in self.model["features"]:
+            if self.emulated and feature in amx_runtime.EMULATED_FEATURES:
+                continue
             reason = host.missing(feature, self.isa.toolchain.runner)
             if reason:
                 return reason
         return None
 
+    def compile(self, source: str) -> Path:
+        """``source`` (this kernel's header and a driver around it) built as this driver is."""
+        return build(source, self.isa.name, self.compiler, self.model["features"], self.emulated)
+
     def build(self) -> Path:
         """The compiled driver (built once; raises EmitError / ToolchainError when it cannot be)."""
         if self._binary is None:
-            self._binary = build(driver_source(self.entry), self.isa.name, self.compiler, self.model["features"])
+            self._binary = self.compile(driver_source(self.entry))
         return self._binary
 
     def run(self, batch: Batch) -> np.ndarray:
@@ -235,14 +255,16 @@ def first_mismatch(driver: KernelDriver, batch: Batch, got: np.ndarray) -> dict 
 
 
 def check_entry(entry: dict, compiler: str = "gcc", samples: int = 256, seed: int = 0,
-                batch_size: int = 4096) -> dict:
-    """Run ``samples`` edge-case and random inputs through the compiled kernel; a report row with
-    ``status`` passed / failed (mismatch, first one in ``first_mismatch``) / error (does not build)
-    / skipped (host cannot run it)."""
+                batch_size: int = 4096, emulated: bool | None = None) -> dict:
+    """Run ``samples`` edge-case and random inputs through the compiled kernel (``emulated`` as for
+    ``KernelDriver``); a report row with ``execution`` (native, emulated, qemu) and ``status``
+    passed / failed (mismatch, first one in ``first_mismatch``) / error (does not build) / skipped
+    (host cannot run it)."""
     row = {"cache_key": entry.get("cache_key"), "name": entry.get("name"), "compiler": compiler,
-           "samples": 0, "mismatches": 0, "status": "passed", "reason": ""}
+           "execution": "", "samples": 0, "mismatches": 0, "status": "passed", "reason": ""}
     try:
-        driver = KernelDriver(entry, compiler)
+        driver = KernelDriver(entry, compiler, emulated)
+        row["execution"] = driver.execution
         reason = driver.missing()
         if reason:
             return dict(row, status="skipped", reason=reason)
@@ -312,7 +334,7 @@ def check_gemv(driver: KernelDriver, samples: int, rng: np.random.Generator) -> 
     accumulators, enough blocks to wrap a lane; for a lanes tile's narrow lanes, more words than one
     chunk) = ``gemv_reference``; the first mismatch, else None."""
     spec, m = driver.spec, driver.model
-    binary = build(gemv_driver_source(driver.entry), driver.isa.name, driver.compiler, driver.model["features"])
+    binary = driver.compile(gemv_driver_source(driver.entry))
     rb, dtype = m["gemv"]["block_bytes"], np.dtype(m["gemv"]["out_type"].removesuffix("_t"))
     lanes = m["gemv"]["lanes_layout"]            # a block is one word: rows words of weights, one of each plane
     wb, ab = (spec.rows * 8, 8) if lanes else (rb, rb)
@@ -349,7 +371,7 @@ def check_kloop(driver: KernelDriver, samples: int, rng: np.random.Generator) ->
     layouts a GEMM uses (rows of the whole K, and one block of ``mr`` rows after another, as TVM's
     packing writes it) = C + A·B in numpy (int32, wrapping); the first mismatch, else None."""
     spec = driver.spec
-    binary = build(kloop_driver_source(driver.entry), driver.isa.name, driver.compiler, driver.model["features"])
+    binary = driver.compile(kloop_driver_source(driver.entry))
     sa, sb = spec.signed
     doms = domains(spec)                                  # the spec's element ranges of A and B
     first = [next(n for n in spec.input_names if n.startswith(x)) for x in "ab"]

@@ -4,6 +4,7 @@ and guards it needs, and the loops around the proved body (``_kloop``, ``_gemv``
 from __future__ import annotations
 
 from emit import EmitError
+from emit.amx_runtime import RUNTIME as AMX_RUNTIME
 from emit.amx_tiles import tile_steps
 from emit.c_vectors import LANE_SUMS, NEON_WIDEN, family
 from emit.convention import CALLING_CONVENTION, Layout, domain, function_name, layout
@@ -60,6 +61,7 @@ def kernel_model(entry: dict) -> dict:
             "steps": steps, "program_lines": program.lines(), "layout": lay, "features": sorted(features),
             "guard": sorted(m for f in features for m in FEATURES[f].macros),
             "include_guard": f"QSYNTH_{fn.upper()}_H", "amx": "amx-int8" in features, "domain": domain(spec),
+            "amx_runtime": AMX_RUNTIME if "amx-int8" in features else "",
             "tile_config": tile_config, "kloop": kloop, "gemv": _gemv_model(spec, lay),
             "tile_gemm": _tile_gemm_model(spec, lay),
             "convention": CALLING_CONVENTION[lay.kind]}

@@ -10,6 +10,7 @@ import tempfile
 from pathlib import Path
 
 from emit import EmitError
+from emit.amx_runtime import EMULATED_FEATURES
 from isa_specs import get_isa
 from isa_specs.check import CACHE_DIR, ToolchainError
 from isa_specs.features import FEATURES
@@ -17,30 +18,37 @@ from isa_specs.features import FEATURES
 COMPILERS = ("gcc", "clang")
 
 
-def compile_flags(isa_name: str, compiler: str, features=None) -> tuple[str, ...]:
+def compile_flags(isa_name: str, compiler: str, features=None, emulated: bool = False) -> tuple[str, ...]:
     """The ISA toolchain's flags at -O3, without those of the on-demand extensions
     (``isa_specs.features``) outside ``features`` (a kernel's ``kernel_model`` features; None: keep
-    them all); clang targets AArch64 explicitly for NEON."""
+    them all), and ``emulated``, without those of the features the emitted C emulates (AMX:
+    ``amx_runtime``); a kernel using them gets ``-DQSYNTH_AMX_EXPECT_EMULATED``, so that a build of
+    the other kind (a compiler that does not define the AMX macros) fails instead of passing for
+    the one asked for. clang targets AArch64 explicitly for NEON."""
     if compiler not in COMPILERS:
         raise EmitError(f"unknown compiler {compiler!r}; accepted: {', '.join(COMPILERS)}")
     unused = set() if features is None else {flag for f in FEATURES.values() if f.on_demand and f.name not in features
                                              for flag in f.compiler_flags}
+    if emulated:
+        unused |= {flag for name in EMULATED_FEATURES for flag in FEATURES[name].compiler_flags}
     flags = tuple(f for f in get_isa(isa_name).toolchain.cflags if not f.startswith("-O") and f not in unused)
     flags += ("-O3",)
+    if features is not None and EMULATED_FEATURES & set(features):
+        flags += (f"-DQSYNTH_AMX_EXPECT_EMULATED={int(emulated)}",)
     if compiler == "clang" and isa_name == "neon":
         flags = ("--target=aarch64-linux-gnu",) + flags
     return flags
 
 
-def compiler_command(isa_name: str, compiler: str, features=None) -> list[str]:
+def compiler_command(isa_name: str, compiler: str, features=None, emulated: bool = False) -> list[str]:
     cc = get_isa(isa_name).toolchain.cc if compiler == "gcc" else "clang"
-    return [cc, *compile_flags(isa_name, compiler, features)]
+    return [cc, *compile_flags(isa_name, compiler, features, emulated)]
 
 
-def build(source: str, isa_name: str, compiler: str, features=None) -> Path:
-    """Compile ``source`` into an executable (warnings are errors; ``features`` as for
-    ``compile_flags``), cached by content under the qsynth build directory."""
-    cmd = compiler_command(isa_name, compiler, features) + ["-Wall", "-Werror"]
+def build(source: str, isa_name: str, compiler: str, features=None, emulated: bool = False) -> Path:
+    """Compile ``source`` into an executable (warnings are errors; ``features`` and ``emulated`` as
+    for ``compile_flags``), cached by content under the qsynth build directory."""
+    cmd = compiler_command(isa_name, compiler, features, emulated) + ["-Wall", "-Werror"]
     return cached_compile(cmd, source, f"kernel-{isa_name}-{compiler}-{{}}")
 
 

@@ -4,7 +4,8 @@ x86 (run natively): time per workload of each kernel in a tight L1-resident loop
 as plain C left to the compiler's auto-vectorizer, and TVM's own lowering (``scripts/tvm_baselines.py``),
 next to the instruction peaks (``scripts/peak_x86.c``) measured right before each kernel. NEON (no hardware
 here): llvm-mca cycle estimates on Cortex-A53 and A72 of the compiled kernel, of TVM's lowering of
-the same tile and of plain C. Writes ``benchmarks/kernels.json`` and ``benchmarks/kernels.md``.
+the same tile and of plain C. Writes ``benchmarks/kernels.json`` and ``benchmarks/kernels.md``; a run
+of some ISAs or kernels replaces their rows and keeps the others (``scripts/kernels_report.py``).
 
     python scripts/bench_kernels.py [--isa neon,avx2,avx512,amx] [--configs a1w1,int8] [--trials N]
 """
@@ -26,6 +27,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from scripts import tvm_baselines  # noqa: E402
+from scripts.kernels_report import markdown, merge  # noqa: E402
 
 from isa_specs import host  # noqa: E402
 from sketches.program import Program  # noqa: E402
@@ -40,6 +42,7 @@ X86_FLAGS = ["-O3", "-march=native"]
 AVX2_FLAGS = ["-O3", "-march=haswell"]      # AVX2 bitserial kernels and their baselines: no AVX-512 popcount
 NEON_FLAGS = ["--target=aarch64-linux-gnu", "-O3", "-march=armv8.2-a+dotprod+i8mm"]
 MCA_CPUS = ("cortex-a53", "cortex-a72")
+ALL_ISAS = ("neon", "avx2", "avx512", "amx")
 _TEMPLATES = jinja2.Environment(loader=jinja2.FileSystemLoader(ROOT / "scripts" / "templates"),
                                 trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined)
 
@@ -77,6 +80,9 @@ def machine() -> dict:
 
 # ---------------------------------------------------------------- x86
 def x86_flags(spec) -> list[str]:
+    """AMX kernels are timed natively: a build that would select the emulation (emit/amx_runtime.py) fails."""
+    if spec.isa == "amx":
+        return X86_FLAGS + ["-DQSYNTH_AMX_EXPECT_EMULATED=0"]
     return AVX2_FLAGS if spec.kind == "bitserial" and spec.isa == "avx2" else X86_FLAGS
 
 
@@ -147,10 +153,11 @@ def peak_fields(spec, rate: float, peak: dict, skipped: dict[str, str]) -> dict:
             "fraction_of_peak": rate * 1e9 / (per * peak[probe])}
 
 
-def bench_source(entry: dict, spec, work: dict, trials: int, inner: int) -> str:
+def bench_source(entry: dict, spec, work: dict, trials: int, inner: int, dump: bool = False) -> str:
+    """The benchmark program; ``dump`` (int8): it writes A, B (packed) and C after one workload instead of timing."""
     fields = {"kernel": emit_entry(entry), "function": function_name(entry), "name": entry["name"],
               "kind": spec.kind, "blocks": work["blocks"], "trials": trials, "inner": inner, "seed": 12345,
-              "amx": spec.isa == "amx", "tiles": work.get("tiles", 1)}
+              "amx": spec.isa == "amx", "tiles": work.get("tiles", 1), "dump": dump}
     if spec.kind == "bitserial":
         fields |= {"rows": spec.rows, "block_bytes": spec.k_bits // 8, "abits": spec.abits, "wbits": spec.wbits,
                    "lane": layout(spec).lane_type, "hybrid": spec.encoding == "hybrid", "gemv": spec.layout == "acc"}
@@ -381,91 +388,9 @@ def neon_rows(entries: list[dict]) -> list[dict]:
     return rows
 
 
-# ---------------------------------------------------------------- report
-def markdown(report: dict) -> str:
-    m, p = report["machine"], report.get("peaks", {})
-    out = ["# Kernel benchmarks", "",
-           f"Host: {m['cpu']} ({m['uarch_basis']}), micro-architecture `{m['uarch']}`, TVM target "
-           f"`{json.dumps(m['tvm_target'])}`; x86 features: {' '.join(m['features']) or 'none'}.", "",
-           "Produced by `python scripts/bench_kernels.py`; every figure below comes from one run.",
-           "", f"Tools: {m['gcc']}; {m['clang']}; {m['llvm-mca']}; TVM {m['tvm']}.",
-           f"x86 builds: gcc `{m['x86_flags']}`; AVX2 bitserial kernels and their plain C: gcc "
-           f"`{m['avx2_bitserial_flags']}`, their TVM baselines: `-mcpu=haswell` (no AVX-512 popcount on either side); "
-           f"NEON builds: clang `{m['neon_flags']}`.", ""]
-    if p:
-        out += ["## Peaks measured in this run (12 independent register chains; tdpbusd: 4 tiles)", "",
-                "The probe runs right before every x86 kernel, and each kernel's % of peak uses the probe of its "
-                "own moment; the table gives the median and the range over the run's probes. The `mix` rows run "
-                "a vpdpbusd tile's loads and dot products from L1 without loop or C traffic: the most a kernel "
-                "of that tile shape can reach.", "",
-                "| instruction | G instr/s (median) | peak (median) | peak (min – max) | probes |", "|---|---|---|---|---|"]
-        per = {"vpdpbusd_zmm": (64, "G MAC/s"), "vpdpbusd_ymm_vex": (32, "G MAC/s"),
-               "vpopcntq_zmm": (1024, "binary G op/s (AND+popcount per bit)"), "tdpbusd": (16384, "G MAC/s"),
-               "vpdpbusd_zmm_mix_6x32": (64, "G MAC/s (6x32 tile: 2 loads + 6 broadcasts per 12, from L1)"),
-               "vpdpbusd_zmm_mix_8x48": (64, "G MAC/s (8x48 tile: 3 loads + 8 broadcasts per 24, from L1)")}
-        for k, v in p["measured"].items():
-            n, unit = per[k]
-            out.append(f"| {k} | {v['median'] / 1e9:.3f} | {v['median'] * n / 1e9:.0f} {unit} | "
-                       f"{v['min'] * n / 1e9:.0f} – {v['max'] * n / 1e9:.0f} | {v['probes']} |")
-        out += [f"| {k} | skipped: {reason} | – | – | – |" for k, reason in p["skipped"].items()]
-        out.append("")
-    if (rows := report.get("x86", [])) or report.get("x86_skipped"):
-        out += ["## x86: time per L1-resident workload (median), side by side", "",
-                "Rates are operations of the workload over its median time: int8 in G MAC/s, bitserial in binary "
-                "G op/s (2 · rows · bits · abits · wbits). Plain C = the same workload as loops, gcc auto-vectorized.", "",
-                "| kernel | instr | workload | kernel rate | % of peak | plain C | TVM (schedule) | × plain | × TVM | "
-                "TVM unscheduled | × TVM unscheduled |", "|---|---|---|---|---|---|---|---|---|---|---|"]
-        for r in rows:
-            pk = (f"{100 * r['fraction_of_peak']:.0f}% of {r['peak_instruction']}" if "fraction_of_peak" in r else
-                  f"– ({r['peak_instruction']} not probed: {r['peak_skipped']})" if "peak_skipped" in r else "–")
-            if "fraction_of_load_mix" in r:
-                pk += f" ({100 * r['fraction_of_load_mix']:.0f}% of its load mix)"
-            tv = f"{r['tvm_rate']:.1f} ({r['tvm_schedule']})" if "tvm_rate" in r else "–"
-            xt = f"{r['speedup_vs_tvm']:.2f}" if "speedup_vs_tvm" in r else "–"
-            tu = f"{r['tvm_unscheduled_rate']:.1f}" if "tvm_unscheduled_rate" in r else "–"
-            xu = f"{r['speedup_vs_tvm_unscheduled']:.2f}" if "speedup_vs_tvm_unscheduled" in r else "–"
-            out.append(f"| {r['name']} | {r['length']} | {r['shape']} | {r['kernel_rate']:.1f} {r['unit']} | {pk} | "
-                       f"{r['plain_rate']:.1f} | {tv} | {r['speedup_vs_plain']:.2f} | {xt} | {tu} | {xu} |")
-        out += [f"| {name} | – | skipped: {reason} | – | – | – | – | – | – | – | – |"
-                for name, reason in report.get("x86_skipped", {}).items()]
-        out.append("")
-    if rows := report.get("dense"):
-        out += [f"## x86: a whole 1-bit dense ({DENSE_ROWS} rows × {DENSE_BITS} bits, weights in L2), side by side", "",
-                "The A1W1 acc kernel's `_gemv` called once per row tile, against TVM's T.popcount dense of the same "
-                "shape: rfactor-scheduled with an outer loop over tiles of the kernel's rows, and unscheduled "
-                "(topi's expression as written, TVM's default lowering and LLVM's vectorizer). All three agree "
-                "with numpy before timing.", "",
-                "| kernel | rows per tile | kernel rate (binary G op/s) | % of peak | TVM rfactor per tile | × | "
-                "TVM unscheduled | × |", "|---|---|---|---|---|---|---|---|"]
-        for r in rows:
-            pk = f"{100 * r['fraction_of_peak']:.0f}% of vpopcntq zmm" if "fraction_of_peak" in r else "–"
-            out.append(f"| {r['name']} | {r['tile_rows']} | {r['kernel_rate']:.1f} | {pk} | {r['tvm_rate']:.1f} | "
-                       f"{r['speedup_vs_tvm']:.2f} | {r['tvm_unscheduled_rate']:.1f} | {r['speedup_vs_tvm_unscheduled']:.2f} |")
-        out.append("")
-    if rows := report.get("neon"):
-        out += ["## NEON: llvm-mca cycles per call (steady state of 100 iterations), no hardware", "",
-                "| kernel | program | kernel instr | A53 | A72 | TVM instr | TVM A53 | TVM A72 | kernel/TVM A53 | "
-                "kernel/TVM A72 | plain C instr | plain A53 | plain A72 |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-        g = lambda r, k, f="{:.1f}": f.format(r[k]) if k in r else "–"
-        for r in rows:
-            out.append(f"| {r['name']} | {r['program_length']} | {r['kernel_instructions']} | {g(r, 'kernel_cycles_cortex-a53')} | "
-                       f"{g(r, 'kernel_cycles_cortex-a72')} | {g(r, 'tvm_instructions', '{}')} | {g(r, 'tvm_cycles_cortex-a53')} | "
-                       f"{g(r, 'tvm_cycles_cortex-a72')} | {g(r, 'kernel_over_tvm_cortex-a53', '{:.2f}')} | "
-                       f"{g(r, 'kernel_over_tvm_cortex-a72', '{:.2f}')} | {g(r, 'plain_instructions', '{}')} | "
-                       f"{g(r, 'plain_cycles_cortex-a53')} | {g(r, 'plain_cycles_cortex-a72')} |")
-        out += ["", "Kernel instructions count the whole compiled function (loads, stores, accumulation into `out`); "
-                "`program` is the synthesized straight-line program alone. `acc` kernels are measured over "
-                f"{NEON_ACC_BLOCKS} K blocks (zeroed accumulators, the body per block, `_finish`) against TVM's "
-                "rfactor lowering of the same K, both fully unrolled. Plain C that clang left as a loop gets no "
-                "estimate (–). `8x64in128` is the paper's 8 rows × 8 bytes tile with two rows per Q register "
-                "(`--row-bits 64`), compared with TVM's lowering of that same 8x64 tile. CGO 2020 Fig. 6 (A1W1, "
-                "8 rows × 8 bytes): 24 synthesized vs 49 from TVM.", ""]
-    return "\n".join(out)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--isa", default="neon,avx2,avx512,amx", help="comma-separated ISAs")
+    parser.add_argument("--isa", default=",".join(ALL_ISAS), help="comma-separated ISAs (a subset: merged into the report)")
     parser.add_argument("--configs", help="comma-separated substrings of kernel names (default: every kernel)")
     parser.add_argument("--trials", type=int, default=15, help="timing trials per measurement (median)")
     parser.add_argument("--out", default=str(ROOT / "benchmarks"), help="directory for kernels.{json,md}")
@@ -475,7 +400,7 @@ def main() -> int:
     entries = [e for isa in isas for e in selected_entries(isa, configs)[0] if e["proof"]["proved"]]
     report = {"machine": machine()}
     x86 = sorted((e for e in entries if e["program"]["isa"] != "neon"), key=lambda e: e["name"])
-    missing = {e["name"]: KernelDriver(e).missing() for e in x86}
+    missing = {e["name"]: KernelDriver(e, emulated=False).missing() for e in x86}     # AMX: timed natively only
     report["x86_skipped"] = {name: reason for name, reason in missing.items() if reason}
     x86 = [e for e in x86 if not missing[e["name"]]]
     if x86:
@@ -488,8 +413,10 @@ def main() -> int:
     if neon:
         report["neon"] = neon_rows(sorted(neon, key=lambda e: e["name"]))
     out = Path(args.out)
+    if (args.configs or set(isas) != set(ALL_ISAS)) and (out / "kernels.json").exists():
+        report = merge(json.loads((out / "kernels.json").read_text()), report)
     write_atomically(out / "kernels.json", json.dumps(report, indent=2, sort_keys=True) + "\n")
-    text = markdown(report)
+    text = markdown(report, NEON_ACC_BLOCKS, DENSE_ROWS, DENSE_BITS)
     write_atomically(out / "kernels.md", text + "\n")
     print(text)
     return 0

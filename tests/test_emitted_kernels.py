@@ -1,8 +1,9 @@
 """Every kernel in the cache (and the hand-written programs of helpers_kernels.py, one per emission
 path), emitted as C, compiled (gcc and clang) and run on the machine (natively on x86, under qemu for
 NEON) through its documented calling convention, against the numpy reference of its spec: edge cases
-and random inputs, then hypothesis-driven batches. A deliberately wrong program must be caught and
-reported with its cache key."""
+and random inputs, then hypothesis-driven batches. AMX kernels run on every host with the plain-C
+emulation of the tile instructions, and natively as well where the host has AMX (test ids end in
+-emulated / -native). A deliberately wrong program must be caught and reported with its cache key."""
 from __future__ import annotations
 
 import copy
@@ -14,14 +15,14 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from isa_specs import get_isa
+from isa_specs import get_isa, host
 from isa_specs.check import ToolchainError
 from isa_specs.lanes import NUMPY
 from sketches.program import Op, Program
 from synth import cache
 from synth.kernel import spec_from_key
 from synth.spec import BitserialSpec, Int8Spec
-from emit import EmitError, harness
+from emit import EmitError, amx_runtime, harness
 from emit.convention import function_name, layout
 from emit.harness import (MAX_PAD, N_PATTERNS, KernelDriver, aligned_misalignment, check_entry, first_mismatch,
                           make_batch, random_layout_params, sample_patterns)
@@ -48,20 +49,33 @@ def _entries() -> tuple[list[dict], list[str]]:
 
 ENTRIES, UNREADABLE = _entries()
 KERNELS = ENTRIES + HANDWRITTEN
-KERNEL_IDS = [f"{e['name']}-{e['key']['cost']}" for e in KERNELS]
+HOST_HAS_AMX = not any(host.missing(f, ()) for f in sorted(amx_runtime.EMULATED_FEATURES))
+
+
+def _executions(entry: dict) -> list[bool | None]:
+    """``emulated`` values an entry is tested with: AMX emulated everywhere and natively where the host
+    has AMX; other kernels as the host runs them (None)."""
+    if entry["program"]["isa"] != "amx":
+        return [None]
+    return [True, False] if HOST_HAS_AMX else [True]
+
+
+RUNS = [(e, emulated) for e in KERNELS for emulated in _executions(e)]
+RUN_IDS = [f"{e['name']}-{e['key']['cost']}" + {None: "", True: "-emulated", False: "-native"}[emulated]
+           for e, emulated in RUNS]
 ONE_PER_KIND = list({(e["program"]["isa"], e["spec"]["kind"]): e for e in reversed(KERNELS)}.values())
 KIND_IDS = [f"{e['program']['isa']}-{e['spec']['kind']}" for e in ONE_PER_KIND]
 
 
 @functools.cache
-def _driver(cache_key: str, compiler: str) -> KernelDriver:
+def _driver(cache_key: str, compiler: str, emulated: bool | None = None) -> KernelDriver:
     entry = next(e for e in KERNELS if e["cache_key"] == cache_key)
-    return KernelDriver(entry, compiler)
+    return KernelDriver(entry, compiler, emulated)
 
 
-def _runnable(entry: dict, compiler: str) -> KernelDriver:
+def _runnable(entry: dict, compiler: str, emulated: bool | None = None) -> KernelDriver:
     """The entry's driver, or a skip naming what this host lacks (CPU feature, qemu, compiler)."""
-    driver = _driver(entry["cache_key"], compiler)
+    driver = _driver(entry["cache_key"], compiler, emulated)
     reason = driver.missing()
     if reason:
         pytest.skip(reason)
@@ -78,21 +92,23 @@ def test_every_cache_entry_is_readable():
 
 
 @pytest.mark.parametrize("compiler", ["gcc", "clang"])
-@pytest.mark.parametrize("entry", KERNELS, ids=KERNEL_IDS)
-def test_kernel_matches_spec_on_edge_cases_and_random_inputs(entry, compiler):
-    _runnable(entry, compiler)
-    row = check_entry(entry, compiler, samples=EDGE_SAMPLES, seed=0)
+@pytest.mark.parametrize("entry,emulated", RUNS, ids=RUN_IDS)
+def test_kernel_matches_spec_on_edge_cases_and_random_inputs(entry, emulated, compiler):
+    driver = _runnable(entry, compiler, emulated)
+    row = check_entry(entry, compiler, samples=EDGE_SAMPLES, seed=0, emulated=emulated)
     assert row["status"] == "passed", row
+    assert row["execution"] == driver.execution == ("emulated" if emulated else "qemu" if driver.isa.toolchain.runner
+                                                    else "native")
 
 
-@pytest.mark.parametrize("entry", KERNELS, ids=KERNEL_IDS)
+@pytest.mark.parametrize("entry,emulated", RUNS, ids=RUN_IDS)
 @settings(max_examples=8, deadline=None)
 @given(data=st.data())
-def test_kernel_matches_spec_property(entry, data):
+def test_kernel_matches_spec_property(entry, emulated, data):
     """Hypothesis chooses, per call and input register, an edge pattern (every lane 0, 1, all ones,
     signed max/min…), per-lane edge mixtures or random lanes of the spec's domain, plus stride padding
     and misalignment. gcc only, one process per example: clang builds get the edge-case test above."""
-    driver = _runnable(entry, "gcc")
+    driver = _runnable(entry, "gcc", emulated)
     lay, n_slots = driver.layout, len(driver.spec.input_names)
     n = data.draw(st.integers(1, 12), label="calls")
     patterns = np.array(data.draw(st.lists(st.lists(st.integers(0, N_PATTERNS - 1), min_size=n_slots,

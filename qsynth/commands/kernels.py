@@ -97,7 +97,7 @@ def test_kernels(isa: IsaOrAll = ISA, configs: Optional[List[str]] = CONFIGS,
 
 def _print_kernel_tests(rows: list[dict], refused: list[str]) -> None:
     for r in rows:
-        print(f"{r['cache_key']}  {r['name']:<44} {r['compiler']:<6} {r['samples']:>7} samples  {r['status']}"
+        print(f"{r['cache_key']}  {r['name']:<44} {r['compiler']:<6} {r['execution']:<8} {r['samples']:>7} samples  {r['status']}"
               + (f" {r['reason']}" if r["status"] in ("failed", "skipped") else ""))
         if r["status"] == "error":
             print(f"  cache key {r['cache_key']}: {r['reason']}")
