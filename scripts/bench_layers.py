@@ -2,7 +2,8 @@
 """ResNet-18 conv layers C2-C12 (the synthesis paper's Table 1), batch 1: our int8 conv2d (NHWC,
 tensorized with the host's cached kernel, bias + float requantize to u8 fused) next to, in the same
 run, onnxruntime int8 (a one-conv QDQ model quantized by onnxruntime: u8 activations, s8 per-channel
-weights) and fp32, TVM 0.27's own lowering of the integer conv (R.nn.conv2d(u8, s8, out_dtype=int32),
+weights) and fp32, OpenVINO on the same int8 model (and on AMX hosts OpenVINO held to VNNI), TVM 0.27's
+own lowering of the integer conv (R.nn.conv2d(u8, s8, out_dtype=int32),
 legalized, default pipeline), and our schedule with the kernel replaced by plain TIR. Every time is
 the median of ``--trials`` runs; the vpdpbusd zmm peak (scripts/peak_x86.c) is probed before each
 layer. Our output is checked against numpy in the same run.
@@ -24,16 +25,24 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from isa_specs import host  # noqa: E402
-from tvm_integration.bench.layers import LAYERS, bench_layer  # noqa: E402
+from tvm_integration.bench.layers import LAYERS, OPENVINO_NOTE, bench_layer  # noqa: E402
 
 
 def markdown(rows: list[dict], meta: dict) -> str:
-    names = ["onnxruntime_int8", "onnxruntime_fp32", "tvm_default", "ours_plain_tir"]
+    names = ["onnxruntime_int8", "onnxruntime_fp32", "openvino_int8", "openvino_int8_vnni", "tvm_default",
+             "ours_plain_tir"]
+    unavailable = sorted({f"{name} ({r['threads']} thread(s)): {report['unavailable']}" for r in rows
+                          for name, report in r.get("openvino", {}).items() if "unavailable" in report})
+    steps = [report["max_diff_steps"] for r in rows for report in r.get("openvino", {}).values()
+             if report.get("max_diff_steps") is not None]
     lines = ["# ResNet-18 conv layers, int8, batch 1", "",
              f"Host: {meta['host']}; kernels: {meta['kernel']}; {meta['command']}", "",
              "Ours: NHWC conv2d + bias + requantize to u8, tensorized with the cached kernel. Times: median ms; "
              "x = baseline time / ours. % peak: of one core's vpdpbusd zmm rate (probed before each row) "
-             "times the threads. The machine's 2 cores are shared with other jobs: expect noise, most at 2 threads.", "",
+             "times the threads. The machine's 2 cores are shared with other jobs: expect noise, most at 2 threads. "
+             "openvino_int8: OpenVINO's CPU plugin on the onnxruntime int8 model (LATENCY hint, the row's threads); "
+             "openvino_int8_vnni: the same with ONEDNN_MAX_CPU_ISA=AVX512_CORE_VNNI (AMX hosts only); each in a worker "
+             f"process timed in turn with ours. {OPENVINO_NOTE}.", "",
              "| layer | threads | tile | ours ms | G MAC/s | % peak | correct | " + " | ".join(names) + " |",
              "|---|---|---|---|---|---|---|" + "---|" * len(names)]
     for r in rows:
@@ -46,6 +55,11 @@ def markdown(rows: list[dict], meta: dict) -> str:
         sel = [r for r in rows if r["threads"] == t]
         geo = np.exp(np.mean([np.log(r["speedups"]["onnxruntime_int8"]) for r in sel]))
         lines.append(f"\nGeometric mean speedup over onnxruntime int8, {t} thread(s): {geo:.2f}x")
+    if steps:
+        lines.append(f"\nOpenVINO's outputs differ from onnxruntime int8's by at most {max(steps):g} "
+                     f"step{'' if max(steps) == 1 else 's'} of the output's quantization scale")
+    if unavailable:
+        lines.append("\nOpenVINO unavailable: " + "; ".join(unavailable))
     one = {r["layer"]: r["ours_ms"] for r in rows if r["threads"] == 1}
     two = {r["layer"]: r["ours_ms"] for r in rows if r["threads"] == 2}
     if one.keys() & two.keys():
@@ -85,6 +99,7 @@ def main() -> int:
     meta = {"host": f"{m.model_name} ({m.vendor} family {m.family} model {m.model}), LLVM CPU {m.uarch}",
             "kernel": ", ".join(f"`{k}`" for k in sorted({r["kernel"] for r in rows})) + " (per layer: the tuning log's tile, tvm_integration/tuning_logs/)", "command": "python scripts/bench_layers.py " + " ".join(sys.argv[1:])}
     out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
     (out / "layers.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
     (out / "layers.md").write_text(markdown(rows, meta))
     return 0 if all(r["correct"] for r in rows) else 1

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Whole models, batch 1, through the QNN pipeline (tvm_integration.qnn) next to onnxruntime int8 on
-the same quantized model, onnxruntime fp32 on its float original and TVM 0.27's own import of the
-quantized model, in the same run: ResNet-18 (224x224, random weights, QDQ u8/s8 per-channel, as
+the same quantized model, onnxruntime fp32 on its float original, OpenVINO int8 on the same quantized
+model (and on AMX hosts OpenVINO held to VNNI: tvm_integration/bench/openvino_baseline.py) and TVM
+0.27's own import of the quantized model, in the same run: ResNet-18 (224x224, random weights, QDQ u8/s8 per-channel, as
 onnxruntime.quantization writes it), MobileNetV2 (the same, with depthwise convolutions), a
 MobileNetV3-Small-style model (HardSwish, squeeze-and-excitation) and a YOLO-style neck (SiLU, nearest
 Resize, Concat: tvm_integration/bench/int8_models.py), each at
@@ -44,6 +45,8 @@ TARGETS = ["- AMX host: ResNet-18 at most 0.4x onnxruntime int8 latency; no AMX:
            "and at least 3.8x onnxruntime fp32 faster.",
            "- MobileNetV2: at most 1.0x onnxruntime int8 latency.",
            "- Compile time of ResNet-18 at most 60 s."]
+OPENVINO_TARGETS = ["- AMX host, 1 thread: ResNet-18 at most 0.8x openvino_int8 latency, MobileNetV2 at most 0.9x; "
+                    "host without AMX: both at most 0.9x openvino_int8."]
 LOWBIT_TARGETS = ["- W1A1 ResNet-18: at least 10x onnxruntime fp32 and at least 2.5x our int8 build, 1 thread."]
 
 
@@ -74,7 +77,7 @@ def lowbit_row(name: str, directory: Path, threads: int, trials: int) -> dict:
     from tvm_integration.bench.models import bench_model
     from tvm_integration.qnn.model import compile_model
     path = directory / f"{name}.qcdq.onnx"
-    row = bench_model(path, None, threads, trials, with_tvm_own=False)
+    row = bench_model(path, None, threads, trials, with_tvm_own=False, with_openvino=False)
     row["onnxruntime_qcdq_ms"] = row.pop("baselines")["onnxruntime_int8"]
     row["baselines"], row["speedups"] = {}, {}
     calibration = np.load(directory / f"{name}.calibration.npz")
@@ -93,22 +96,37 @@ def lowbit_speedups(rows: list[dict]) -> None:
                                 **{k: v / r["ours_ms"] for k, v in base["baselines"].items() if k != "tvm_default"}}
 
 
+def openvino_steps(row: dict) -> str:
+    """The largest difference of OpenVINO's outputs from onnxruntime's over its configurations, in steps
+    of the output's quantization scale ("-" when none ran)."""
+    steps = [r["max_diff_steps"] for r in row.get("openvino", {}).values() if r.get("max_diff_steps") is not None]
+    return f"{max(steps):g}" if steps else "-"
+
+
 def markdown(rows: list[dict], command: str) -> str:
-    names = ["onnxruntime_int8", "onnxruntime_fp32", "tvm_default"]
+    names = ["onnxruntime_int8", "onnxruntime_fp32", "openvino_int8", "openvino_int8_vnni", "tvm_default"]
+    unavailable = sorted({f"{name} ({r['threads']} thread(s)): {report['unavailable']}" for r in rows
+                          for name, report in r.get("openvino", {}).items() if "unavailable" in report})
     lines = ["# Whole models through the QNN pipeline, batch 1", "",
              f"Host: {rows[0]['host']}; {command}", "",
              "Ours: the QDQ model imported into Relax, rewritten to integer arithmetic, legalized and dispatched "
              "to the tensorized int8 operators (tvm_integration/qnn). Times: median ms; x = baseline / ours "
              "(above 1: we are faster). tvm_default: TVM 0.27's own import of the same quantized model (conv and "
-             "matmul in float, default schedules). diff: largest |ours - onnxruntime| on the output (0: bit-exact). "
-             "The machine's 2 cores are shared with other jobs: expect noise.", "",
-             "| model | threads | ours ms | " + " | ".join(names) + " | diff | compile s |",
-             "|---|---|---|" + "---|" * len(names) + "---|---|"]
+             "matmul in float, default schedules). openvino_int8: OpenVINO's CPU plugin on the same QDQ file "
+             "(`compile_model(path, \"CPU\", {INFERENCE_NUM_THREADS: n, PERFORMANCE_HINT: LATENCY})`), "
+             "openvino_int8_vnni: the same with `ONEDNN_MAX_CPU_ISA=AVX512_CORE_VNNI` (AMX hosts only), each in a "
+             "worker process timed in turn with ours. diff: largest |ours - onnxruntime| on the output (0: "
+             "bit-exact); OpenVINO steps: largest |OpenVINO - onnxruntime| in steps of the output's quantization "
+             "scale (OpenVINO is not bit-exact). The machine's 2 cores are shared with other jobs: expect noise.",
+             "", "| model | threads | ours ms | " + " | ".join(names) + " | diff | OpenVINO steps | compile s |",
+             "|---|---|---|" + "---|" * len(names) + "---|---|---|"]
     for r in (r for r in rows if r["name"] not in LOWBIT):
         cells = [f"{r['baselines'][n]:.2f} ({r['speedups'][n]:.2f}x)" if n in r["baselines"] else "-" for n in names]
         lines.append(f"| {r['name']} | {r['threads']} | {r['ours_ms']:.2f} | " + " | ".join(cells)
-                     + f" | {r['max_abs_diff_vs_onnxruntime']:g} | {r['compile_s']:.1f} |")
-    lines += ["", "Targets (issue 15):", *TARGETS]
+                     + f" | {r['max_abs_diff_vs_onnxruntime']:g} | {openvino_steps(r)} | {r['compile_s']:.1f} |")
+    if unavailable:
+        lines += ["", "OpenVINO unavailable: " + "; ".join(unavailable)]
+    lines += ["", "Targets (issue 15):", *TARGETS, "", "Targets (issue 30):", *OPENVINO_TARGETS]
     lowbit = [r for r in rows if r["name"] in LOWBIT]
     if lowbit:
         versus = ["qsynth_int8", "onnxruntime_int8", "onnxruntime_fp32"]

@@ -1,5 +1,5 @@
 """``qsynth bench-layer``: bad input is one line and exit 2; a real row is checked against numpy in
-the same run and carries every baseline (times themselves are benchmarks, not asserted)."""
+the same run and carries every baseline, OpenVINO's among them (times themselves are benchmarks, not asserted)."""
 import json
 import subprocess
 import sys
@@ -7,6 +7,7 @@ import sys
 import pytest
 
 pytest.importorskip("onnxruntime")
+from isa_specs import host  # noqa: E402
 from tvm_integration.kernels import selection  # noqa: E402
 
 
@@ -52,5 +53,10 @@ def test_smallest_layer_row_is_correct_with_every_baseline():
     assert proc.returncode == 0, proc.stderr[-2000:]
     row = json.loads(proc.stdout)
     assert row["correct"] is True
-    assert {"onnxruntime_fp32", "onnxruntime_int8", "tvm_default"} <= set(row["baselines"]) == set(row["speedups"])
+    openvino = {"openvino_int8", "openvino_int8_vnni"} if "amx_int8" in host.cpu_flags() else {"openvino_int8"}
+    assert {"onnxruntime_fp32", "onnxruntime_int8", "tvm_default", *openvino} <= set(row["baselines"]) \
+        == set(row["speedups"])
     assert row["ours_ms"] > 0 and row["gmacs"] > 0
+    # OpenVINO on the one-conv model: its difference from onnxruntime int8 reported, its fixed cost noted
+    assert set(row["openvino"]) == openvino and all(r["max_diff_steps"] <= 8 for r in row["openvino"].values())
+    assert any("fixed cost per model" in note for note in row["notes"])

@@ -63,7 +63,10 @@ def test_quick_demo_model_matches_onnxruntime_and_uses_proved_kernels(quick_run)
     flags = set(cpuinfo_fields()["flags"].split())
     m = r["model"]
     assert m["bit_exact"] is True and m["compared_inputs"] == 3 and m["input"] == [1, 3, 32, 32]
-    assert set(m["ms"]) == {"qsynth", "onnxruntime_int8", "onnxruntime_fp32"} and all(v > 0 for v in m["ms"].values())
+    openvino = {"openvino_int8", "openvino_int8_vnni"} if "amx_int8" in flags else {"openvino_int8"}
+    assert set(m["ms"]) == {"qsynth", "onnxruntime_int8", "onnxruntime_fp32", *openvino}
+    assert all(v > 0 for v in m["ms"].values())
+    assert set(m["openvino"]) == openvino and all(r["max_diff_steps"] <= 8 for r in m["openvino"].values())
     cached = cache_entries()
     assert m["kernels"]
     isa = "avx512" if "avx512_vnni" in flags else "avx2"
@@ -91,6 +94,8 @@ def test_table_shows_the_results(quick_run):
     for k in r["model"]["kernels"]:
         assert k["name"] in table
     assert f"{r['model']['ms']['onnxruntime_fp32']:9.2f} ms" in table
+    assert f"  openvino_int8      {r['model']['ms']['openvino_int8']:9.2f} ms" in table
+    assert f"openvino_int8: OpenVINO {r['model']['openvino']['openvino_int8']['version']}, " in table
 
 
 @pytest.mark.parametrize("argv,needle", [(["demo", "--layer", "C99"], "unknown layer 'C99'"),

@@ -1,4 +1,4 @@
-"""``qsynth bench-layer``: one ResNet-18 conv layer on our operators next to onnxruntime and TVM."""
+"""``qsynth bench-layer``: one ResNet-18 conv layer on our operators next to onnxruntime, OpenVINO and TVM."""
 from __future__ import annotations
 
 import os
@@ -19,8 +19,8 @@ def bench_layer(layer: str = typer.Option(..., help="C2 ... C12 (ResNet-18, the 
                 isa: Literal["host", "avx512", "avx2", "amx"] = typer.Option("host", help="which kernels to run"),
                 trials: int = typer.Option(7, callback=positive, help="timed runs; the median is reported"),
                 json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> int:
-    """One ResNet-18 conv layer: our operator vs onnxruntime int8/fp32 and TVM's own lowering,
-    checked against numpy in the same run; exit 1 if ours is wrong."""
+    """One ResNet-18 conv layer: our operator vs onnxruntime int8/fp32, OpenVINO int8 (int8 config) and TVM's
+    own lowering, checked against numpy in the same run; exit 1 if ours is wrong."""
     if layer not in LAYERS:
         raise UsageError(f"unknown layer {layer!r}; accepted: {', '.join(LAYERS)} (ResNet-18, the paper's Table 1)")
     os.environ["TVM_NUM_THREADS"] = str(threads)        # read when TVM's thread pool starts
@@ -40,6 +40,11 @@ def bench_layer(layer: str = typer.Option(..., help="C2 ... C12 (ResNet-18, the 
               f"{row['ours_ms']:.3f} ms, {row['gmacs']:.1f} G MAC/s, correct={row['correct']}")
     for name, ms in row["baselines"].items():
         print(f"  {name:<18} {ms:9.3f} ms  speedup {row['speedups'][name]:.2f}x (its time / ours)")
+    if "openvino" in row:
+        from tvm_integration.bench.openvino_baseline import describe
+        print("\n".join(describe(name, report) for name, report in row["openvino"].items()))
+    for note in row.get("notes", []):
+        print(f"note: {note}")
     return 0 if row["correct"] else 1
 
 

@@ -27,12 +27,12 @@ EXTERN = re.compile(r"qs_(\w+?)_(?:kloop|gemm)_extern")
 def demo(quick: bool = typer.Option(False, "--quick", help="a narrow 32x32 ResNet-style model and fewer timed "
                                                           "runs (compiling takes as long; the layer is the same)"),
          layer: str = typer.Option("C12", help="the ResNet-18 layer for the bitserial speedups (C2 ... C12)"),
-         threads: int = typer.Option(1, callback=positive, help="TVM and onnxruntime threads"),
+         threads: int = typer.Option(1, callback=positive, help="TVM, onnxruntime and OpenVINO threads"),
          json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> int:
     """The main job on this host: detect the CPU, load the kernel library for it (re-proved on first
     use, missing kernels synthesized), build a pre-quantized ResNet-style model, compile it onto the
     proved kernels, check it bit for bit against onnxruntime, time it next to onnxruntime int8 and
-    fp32, and time one ResNet-18 layer on the A1W1 bitserial kernels. Exit 1 if a kernel does not
+    fp32 and OpenVINO int8, and time one ResNet-18 layer on the A1W1 bitserial kernels. Exit 1 if a kernel does not
     re-prove or cannot be synthesized, or an output differs."""
     if layer not in LAYERS:
         raise UsageError(f"unknown layer {layer!r}; accepted: {', '.join(LAYERS)} (ResNet-18, the paper's Table 1)")
@@ -135,7 +135,9 @@ def _kernel_row(name: str, role: str, entries: dict) -> dict:
 
 
 def _model(size: str, threads: int, trials: int, entries: dict) -> dict:
-    """Build the model, compile it, compare it with onnxruntime on three inputs, time both."""
+    """Build the model, compile it, compare it with onnxruntime on three inputs, time it next to
+    onnxruntime and OpenVINO (``openvino``: each configuration's difference from onnxruntime, or why
+    it is unavailable)."""
     from tvm_integration.kernels.selection import SelectionError, int8_kernel
     try:
         int8_kernel("host")
@@ -143,7 +145,7 @@ def _model(size: str, threads: int, trials: int, entries: dict) -> dict:
         return {"skipped": str(e)}
     import numpy as np
     import onnx
-    from tvm_integration.bench import int8_models, models
+    from tvm_integration.bench import int8_models, models, openvino_baseline
     pixels, widths, classes = MODEL[size]
     name = f"resnet{'18' if size == 'full' else '_tiny'}_{pixels}"
     with tempfile.TemporaryDirectory(prefix="qsynth-demo-") as tmp:
@@ -163,17 +165,20 @@ def _model(size: str, threads: int, trials: int, entries: dict) -> dict:
             for _ in range(3):
                 feeds = models.random_inputs(compiled.inputs, rng)
                 ours = compiled(feeds)
-                exact &= all(np.array_equal(ours[n], e) for n, e in zip(compiled.outputs, session.run(None, feeds)))
+                expected = dict(zip(compiled.outputs, session.run(None, feeds)))
+                exact &= all(np.array_equal(ours[n], e) for n, e in expected.items())
             del session
+            openvino, openvino_report = openvino_baseline.baselines(int8, feeds, expected, threads)
 
             def runner(path):
                 return functools.partial(models.onnxruntime_session(path, threads).run, None, feeds)
             times = models.side_by_side_ms(compiled, feeds, {"onnxruntime_int8": lambda: runner(int8),
-                                                            "onnxruntime_fp32": lambda: runner(fp32)}, trials)
+                                                            "onnxruntime_fp32": lambda: runner(fp32), **openvino},
+                                           trials)
             ms = {"qsynth": times.pop("ours"), **times}
     return {"name": name, "input": list(compiled.inputs["input"][0]), "threads": threads, "trials": trials,
             "bit_exact": bool(exact), "compared_inputs": 3, "compile_s": round(compile_s, 1), "ms": ms,
-            "kernels": [_kernel_row(k, "model int8", entries) for k in used]}
+            "openvino": openvino_report, "kernels": [_kernel_row(k, "model int8", entries) for k in used]}
 
 
 def _compile(path: Path, threads: int):
@@ -243,6 +248,8 @@ def render(r: dict) -> str:
         ours = m["ms"]["qsynth"]
         lines += [f"  {what:<18} {ms:9.2f} ms" + ("" if what == "qsynth" else f"   speedup {ms / ours:5.2f}x")
                   for what, ms in m["ms"].items()]
+        from tvm_integration.bench.openvino_baseline import describe
+        lines += [f"          {describe(what, report)}" for what, report in m["openvino"].items()]
     lay = r["layer"]
     lines.append("")
     if "skipped" in lay:

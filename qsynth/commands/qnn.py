@@ -88,11 +88,11 @@ def run(model: str = MODEL,
 def bench_model(model: str = MODEL,
                 fp32: Optional[str] = typer.Option(None, help="the float original, for onnxruntime fp32 (a "
                                                            ".tflite model: LiteRT fp32)"),
-                threads: int = typer.Option(1, callback=positive, help="TVM and onnxruntime threads"),
+                threads: int = typer.Option(1, callback=positive, help="TVM, onnxruntime and OpenVINO threads"),
                 trials: int = typer.Option(20, callback=positive, help="timed runs"),
                 json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> int:
-    """A model on our build next to onnxruntime int8/fp32 and TVM's own import (a .tflite model: next to
-    LiteRT's default interpreter)."""
+    """A model on our build next to onnxruntime int8/fp32, OpenVINO int8 (and, on AMX hosts, OpenVINO held to
+    VNNI) and TVM's own import (a .tflite model: next to LiteRT's default interpreter)."""
     from tvm_integration.bench.models import bench_model as run_bench
     from tvm_integration.qnn.model import set_threads
     set_threads(threads)
@@ -107,6 +107,9 @@ def bench_model(model: str = MODEL,
     print(f"  {'ours':18} {row['ours_ms']:9.2f} ms")
     for name, ms in row["baselines"].items():
         print(f"  {name:18} {ms:9.2f} ms   speedup {row['speedups'][name]:.2f}x")
+    if "openvino" in row:
+        from tvm_integration.bench.openvino_baseline import describe
+        print("\n".join(describe(name, report) for name, report in row["openvino"].items()))
     return 0
 
 

@@ -1,9 +1,10 @@
 """One ResNet-18 conv layer (the synthesis paper's Table 1: C2-C12), batch 1, int8: our conv2d (NHWC,
 tensorized with a cached kernel, bias + float requantize to u8 fused) next to, in the same run,
 onnxruntime int8 (a one-conv QDQ model quantized by onnxruntime: u8 activations, s8 per-channel
-weights) and fp32, TVM 0.27's own lowering of the integer conv (R.nn.conv2d(u8, s8, out_dtype=int32),
+weights) and fp32, OpenVINO on the same int8 model (openvino_baseline.py; see ``OPENVINO_NOTE``), TVM
+0.27's own lowering of the integer conv (R.nn.conv2d(u8, s8, out_dtype=int32),
 legalized, default pipeline), and our schedule with the kernel replaced by plain TIR. Every time is
-the median of ``trials`` runs, ours and onnxruntime's side by side (``timing.side_by_side``); the vpdpbusd
+the median of ``trials`` runs, ours, onnxruntime's and OpenVINO's side by side (``timing.side_by_side``); the vpdpbusd
 zmm peak (scripts/peak_x86.c) is probed before the layer; our output is checked against numpy in the
 same run. Used by ``qsynth bench-layer`` and
 scripts/bench_layers.py. The thread count is TVM's (TVM_NUM_THREADS, read when its pool starts).
@@ -19,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import tvm
 
+from tvm_integration.bench import openvino_baseline
 from tvm_integration.bench.timing import median_seconds, side_by_side, tvm_batch_timer, tvm_seconds
 from tvm_integration.kernels import selection, tuning
 from tvm_integration.ops.conv2d import conv2d, conv_geometry, pair
@@ -31,6 +33,10 @@ LAYERS = {"C2": (56, 64, 64, 3, 1), "C3": (56, 64, 64, 1, 1), "C4": (56, 64, 128
           "C6": (28, 128, 128, 3, 1), "C7": (28, 128, 256, 3, 2), "C8": (28, 128, 256, 1, 2),
           "C9": (14, 256, 256, 3, 1), "C10": (14, 256, 512, 3, 2), "C11": (14, 256, 512, 1, 2),
           "C12": (7, 512, 512, 3, 1)}
+
+OPENVINO_NOTE = ("OpenVINO runs the one-conv model with its fixed cost per model (quantizing the float input, "
+                 "layout reorders: 0.15-0.5 ms on an AMX Xeon, more than many layers), so its layer times are "
+                 "pessimistic for it; its whole-model times (bench-model) are the fair comparison")
 
 
 class Layer:
@@ -117,6 +123,11 @@ def onnxruntime_models(layer: Layer, directory: Path) -> dict[str, Path]:
     return {"onnxruntime_fp32": fp32, "onnxruntime_int8": int8}
 
 
+def float_input(layer: Layer) -> dict[str, np.ndarray]:
+    """The one-conv models' input (their float ``x``, NCHW)."""
+    return {"x": np.random.default_rng(0).uniform(0, 1, [1, layer.ic, layer.hw, layer.hw]).astype(np.float32)}
+
+
 def onnxruntime_runner(path: Path, threads: int, layer: Layer):
     """A function running the layer's model once in a new onnxruntime session."""
     import onnxruntime as ort
@@ -124,21 +135,29 @@ def onnxruntime_runner(path: Path, threads: int, layer: Layer):
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    x = {"x": np.random.default_rng(0).uniform(0, 1, [1, layer.ic, layer.hw, layer.hw]).astype(np.float32)}
+    x = float_input(layer)
     return lambda: session.run(None, x)
 
 
-def onnxruntime_runners(layer: Layer, threads: int, directory: Path) -> dict:
-    """Name -> a function making a run function of onnxruntime fp32 or int8 on the layer (a baseline
-    of ``side_by_side``)."""
-    return {name: functools.partial(onnxruntime_runner, path, threads, layer)
-            for name, path in onnxruntime_models(layer, directory).items()}
+def onnxruntime_runners(layer: Layer, threads: int, models: dict[str, Path]) -> dict:
+    """Name -> a function making a run function of onnxruntime on each of ``models`` (name -> path, from
+    ``onnxruntime_models``): the baselines of ``side_by_side``."""
+    return {name: functools.partial(onnxruntime_runner, path, threads, layer) for name, path in models.items()}
 
 
 def onnxruntime_seconds(layer: Layer, threads: int, trials: int, directory: Path) -> dict[str, float]:
     """Median seconds of onnxruntime fp32 and int8 on the layer, one session alive at a time (as
     ``side_by_side`` on more than one thread)."""
-    return {name: median_seconds(make(), trials) for name, make in onnxruntime_runners(layer, threads, directory).items()}
+    runners = onnxruntime_runners(layer, threads, onnxruntime_models(layer, directory))
+    return {name: median_seconds(make(), trials) for name, make in runners.items()}
+
+
+def openvino_runners(layer: Layer, threads: int, int8: Path) -> tuple[dict, dict]:
+    """OpenVINO's configurations on the layer's int8 model: (baselines of ``side_by_side``, each one's
+    report: its difference from onnxruntime int8 on the same input, or why it is unavailable)."""
+    x = float_input(layer)
+    expected = onnxruntime_runner(int8, threads, layer)()
+    return openvino_baseline.baselines(int8, x, {"y": expected[0]}, threads)
 
 
 def peak_gmacs(probe: Path) -> float:
@@ -151,8 +170,10 @@ def bench(layer: Layer, threads: int, trials: int, probe: Path | None, directory
     peak = peak_gmacs(probe) if probe else None
     args = ours.args(layer.x)
     correct = bool(np.array_equal(ours(layer.x), layer.reference()))
-    baselines = side_by_side(tvm_batch_timer(ours.module, args), onnxruntime_runners(layer, threads, directory),
-                             trials, threads)
+    models = onnxruntime_models(layer, directory)
+    openvino, openvino_report = openvino_runners(layer, threads, models["onnxruntime_int8"])
+    baselines = side_by_side(tvm_batch_timer(ours.module, args),
+                             onnxruntime_runners(layer, threads, models) | openvino, trials, threads)
     t_ours = baselines.pop("ours")
     if threads == 1:
         baselines["tvm_default"] = tvm_default_seconds(layer, trials)
@@ -162,7 +183,8 @@ def bench(layer: Layer, threads: int, trials: int, probe: Path | None, directory
             "correct": correct, "ours_ms": t_ours * 1e3, "gmacs": gmacs,
             "baselines": {k: v * 1e3 for k, v in baselines.items()},
             "speedups": {k: v / t_ours for k, v in baselines.items()},
-            "peak_gmacs": peak, "percent_of_peak": 100 * gmacs / (peak * threads) if peak else None}
+            "peak_gmacs": peak, "percent_of_peak": 100 * gmacs / (peak * threads) if peak else None,
+            "openvino": openvino_report, "notes": [OPENVINO_NOTE]}
 
 
 def bench_layer(name: str, threads: int, trials: int, isa: str = "host") -> dict:

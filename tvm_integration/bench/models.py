@@ -1,10 +1,11 @@
 """One model's row of the model benchmark: our compiled model next to, in the same run and process,
 onnxruntime on the same quantized model (its integer kernels), onnxruntime on the float original when
-given, and TVM 0.27's own import of the quantized model (which runs conv and matmul in float between
-quantize and dequantize, unscheduled). A TFLite model's baselines are LiteRT's default interpreter
-(XNNPACK) on it and on its float original when given. Every time is a median, ours and the
-runtimes' side by side (``timing.side_by_side``); our output is compared
-with the baseline runtime's on the same input first. Used by ``qsynth bench-model`` and
+given, OpenVINO on the same quantized model (openvino_baseline.py: its default and, on AMX hosts, VNNI
+only, each in a worker process) and TVM 0.27's own import of the quantized model (which runs conv and
+matmul in float between quantize and dequantize, unscheduled). A TFLite model's baselines are LiteRT's
+default interpreter (XNNPACK) on it and on its float original when given. Every time is a median, ours
+and the runtimes' side by side (``timing.side_by_side``); our output and OpenVINO's are compared with
+the reference runtime's on the same input first. Used by ``qsynth bench-model``, ``qsynth demo`` and
 scripts/bench_models.py."""
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import tvm
 from tvm import relax
 
 from isa_specs import host
+from tvm_integration.bench import openvino_baseline
 from tvm_integration.bench.timing import median_seconds, side_by_side
 from tvm_integration.qnn.model import compile_model
 
@@ -28,7 +30,8 @@ def median_ms(fn, trials: int) -> float:
 
 def side_by_side_ms(model, feeds, baselines: dict, trials: int) -> dict[str, float]:
     """Median ms of our model (``"ours"``, TVM's evaluator on inputs already on the device) and of each
-    baseline (name -> a function making its run function, a new session), ``timing.side_by_side``."""
+    baseline (name -> a function making its run function, a new session, or a ``SelfTimed`` worker's
+    batch timer), ``timing.side_by_side``."""
     model.vm.set_input("main", *model.arguments(feeds))
     evaluator = model.vm.time_evaluator("invoke_stateful", tvm.cpu(), number=1, repeat=1)
     evaluator("main")
@@ -83,7 +86,9 @@ def tvm_own_ms(path, feeds, trials: int) -> float:
 
 
 def bench_model(path: str | Path, fp32: str | Path | None = None, threads: int = 1, trials: int = 20,
-                tvm_trials: int = 3, with_tvm_own: bool = True) -> dict:
+                tvm_trials: int = 3, with_tvm_own: bool = True, with_openvino: bool = True) -> dict:
+    """The row; ``openvino`` (ONNX models) reports each OpenVINO configuration (openvino_baseline.baselines):
+    its difference from onnxruntime, or why it is unavailable."""
     path = Path(path)
     start = time.perf_counter()
     model = compile_model(path, threads=threads)
@@ -108,10 +113,15 @@ def bench_model(path: str | Path, fp32: str | Path | None = None, threads: int =
     if fp32 is not None:
         float_feeds = random_inputs(litert_runner(fp32, threads)[1], rng) if tflite else feeds
         runs[f"{reference}_fp32"] = lambda: runner(fp32, float_feeds)
+    openvino = None
+    if with_openvino and not tflite:
+        more, openvino = openvino_baseline.baselines(path, feeds, dict(zip(model.outputs, expected)), threads)
+        runs |= more
     baselines = side_by_side_ms(model, feeds, runs, trials)
     ours_ms = baselines.pop("ours")
     if with_tvm_own and not tflite:
         baselines["tvm_default"] = tvm_own_ms(path, feeds, tvm_trials)
-    return {"model": path.name, "threads": threads, "host": host.model().uarch, "ours_ms": ours_ms,
-            "baselines": baselines, "speedups": {k: v / ours_ms for k, v in baselines.items()},
-            "reference": reference, f"max_abs_diff_vs_{reference}": diff, "compile_s": compile_s}
+    row = {"model": path.name, "threads": threads, "host": host.model().uarch, "ours_ms": ours_ms,
+           "baselines": baselines, "speedups": {k: v / ours_ms for k, v in baselines.items()},
+           "reference": reference, f"max_abs_diff_vs_{reference}": diff, "compile_s": compile_s}
+    return row if openvino is None else dict(row, openvino=openvino)

@@ -1,12 +1,12 @@
 """Timing for the benchmarks: medians of repeated runs, by wall clock or by TVM's time evaluator, and
 ``side_by_side``, which times ours and the baselines so that load on a shared machine lands on both
-sides of a ratio."""
+sides of a ratio. TVM is imported only by the functions that time a TVM module, so that a baseline's
+worker process (openvino_baseline.py) times its batches here without loading TVM."""
 from __future__ import annotations
 
 import time
 
 import numpy as np
-import tvm
 
 
 def median_seconds(fn, trials: int) -> float:
@@ -20,6 +20,7 @@ def median_seconds(fn, trials: int) -> float:
 
 
 def tvm_seconds(module, args, trials: int) -> float:
+    import tvm
     return float(np.median(module.time_evaluator("main", tvm.cpu(), number=1, repeat=trials, min_repeat_ms=50)(*args).results))
 
 
@@ -41,25 +42,49 @@ def batch_timer(fn, batch_s: float = 0.005):
 
 def tvm_batch_timer(module, args, batch_s: float = 0.005):
     """``batch_timer`` of a compiled function, timed by TVM's evaluator (no Python call per run)."""
+    import tvm
     once = tvm_seconds(module, args, 1)
     evaluator = module.time_evaluator("main", tvm.cpu(), number=max(1, round(batch_s / once)), repeat=1)
     return lambda: evaluator(*args).results[0]
 
 
+class SelfTimed:
+    """A baseline's batch timer when the baseline times its own batches (in a worker process of its
+    runtime): ``side_by_side`` uses it as it is instead of timing calls of it."""
+
+    def __init__(self, batch):
+        self.batch = batch
+
+    def __call__(self) -> float:
+        return self.batch()
+
+
 def side_by_side(ours, baselines: dict, trials: int, threads: int) -> dict[str, float]:
     """Median seconds per call of ``ours`` (a batch timer: ``batch_timer``, ``tvm_batch_timer``) and
-    of each baseline (name -> a function making its run function, in a new session of its runtime),
-    ``"ours"`` first. On one thread over ``trials`` rounds that run them all in turn, so that a burst
-    of load on the shared machine lands on both sides of a ratio. On more, one after the other, one
-    baseline session alive at a time: interleaved, the runtimes' worker pools took each other's
-    cores (2-thread rows 2-4x slower than 1-thread ones), and two 2-thread onnxruntime sessions
-    slowed each other even with one idle (C2 int8 0.42 ms alone, 0.67 ms beside an fp32 session)."""
+    of each baseline (name -> a function making its run function, in a new session of its runtime,
+    or its ``SelfTimed`` batch timer), ``"ours"`` first. On one thread over ``trials`` rounds that run
+    them all in turn, so that a burst of load on the shared machine lands on both sides of a ratio.
+    On more, one after the other, one baseline session alive at a time: interleaved, the runtimes'
+    worker pools took each other's cores (2-thread rows 2-4x slower than 1-thread ones), and two
+    2-thread onnxruntime sessions slowed each other even with one idle (C2 int8 0.42 ms alone,
+    0.67 ms beside an fp32 session)."""
     if threads == 1:
-        timers = {"ours": ours, **{name: batch_timer(make()) for name, make in baselines.items()}}
+        timers = {"ours": ours, **{name: _batch_timer(make()) for name, make in baselines.items()}}
         samples = {name: [] for name in timers}
         for _ in range(trials):
             for name, run in timers.items():
                 samples[name].append(run())
         return {name: float(np.median(v)) for name, v in samples.items()}
     return {"ours": float(np.median([ours() for _ in range(trials)])),
-            **{name: median_seconds(make(), trials) for name, make in baselines.items()}}
+            **{name: _median(make(), trials) for name, make in baselines.items()}}
+
+
+def _batch_timer(run):
+    return run if isinstance(run, SelfTimed) else batch_timer(run)
+
+
+def _median(run, trials: int) -> float:
+    """Median seconds per call of a run function, or of a ``SelfTimed`` baseline's batches."""
+    if isinstance(run, SelfTimed):
+        return float(np.median([run() for _ in range(trials)]))
+    return median_seconds(run, trials)

@@ -1,0 +1,137 @@
+"""OpenVINO as a baseline (tvm_integration/bench/openvino_baseline.py): on a small QDQ model its worker
+runs, its outputs are those of OpenVINO run here directly and its difference from onnxruntime is
+reported in steps of the output's scale read from the ONNX file; on an AMX host the VNNI-only
+configuration really leaves AMX; where OpenVINO cannot be imported, crashes or cannot read the model,
+each configuration is reported unavailable with the reason instead of failing the benchmark, and
+``qsynth bench-model`` says so. Times are not asserted (benchmarks, not tests)."""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from isa_specs import host
+from tvm_integration.bench import int8_models, openvino_baseline
+from tvm_integration.bench.timing import side_by_side
+
+DATA = Path(__file__).resolve().parent / "data"
+HOST_HAS_AMX = "amx_int8" in host.cpu_flags()
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    """The demo's --quick model: a narrow 32x32 ResNet-style network, QDQ by onnxruntime."""
+    logging.getLogger("root").setLevel(logging.ERROR)
+    return int8_models.quantize(int8_models.resnet(32, (8, 16, 16, 32), 10),
+                                tmp_path_factory.mktemp("ov") / "tiny.int8.onnx")
+
+
+def onnxruntime_outputs(path: Path, feeds: dict) -> dict:
+    import onnxruntime as ort
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return {o.name: v for o, v in zip(session.get_outputs(), session.run(None, feeds))}
+
+
+def feeds_of() -> dict:
+    return {"input": np.random.default_rng(1).standard_normal((1, 3, 32, 32)).astype(np.float32)}
+
+
+def fake_openvino(tmp_path: Path, body: str, monkeypatch) -> None:
+    """An ``openvino`` package ahead of the real one on the workers' path, whose import runs ``body``."""
+    (tmp_path / "openvino").mkdir()
+    (tmp_path / "openvino" / "__init__.py").write_text(body)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])))
+
+
+@pytest.mark.parametrize("cpuinfo, expected", [
+    ("cpuinfo_sapphirerapids.txt", {"openvino_int8", "openvino_int8_vnni"}),
+    ("cpuinfo_zen4.txt", {"openvino_int8"}), ("cpuinfo_skylake.txt", {"openvino_int8"})])
+def test_vnni_only_is_run_where_amx_is(cpuinfo, expected):
+    flags = host.parse_cpuinfo((DATA / cpuinfo).read_text()).flags
+    configurations = openvino_baseline.configurations(flags)
+    assert set(configurations) == expected
+    assert configurations["openvino_int8"] == {}
+
+
+def test_runs_and_reports_its_difference_from_onnxruntime(tiny):
+    ov = pytest.importorskip("openvino", reason="OpenVINO is a dependency (pyproject.toml): pip install -e .")
+    feeds = feeds_of()
+    expected = onnxruntime_outputs(tiny, feeds)
+    runs, report = openvino_baseline.baselines(tiny, feeds, expected, threads=1)
+    assert set(runs) == set(report) == ({"openvino_int8", "openvino_int8_vnni"} if HOST_HAS_AMX else {"openvino_int8"})
+    # OpenVINO's default configuration run here, in this process, on the same input
+    compiled = ov.Core().compile_model(str(tiny), "CPU", {"INFERENCE_NUM_THREADS": 1, "PERFORMANCE_HINT": "LATENCY"})
+    direct = compiled({"input": feeds["input"]})[compiled.outputs[0]]
+    (name, want), = expected.items()
+    graph = onnx.load(str(tiny)).graph
+    dq = next(n for n in graph.node if n.output[0] == name)
+    scale = float(onnx.numpy_helper.to_array(next(t for t in graph.initializer if t.name == dq.input[1])))
+    r = report["openvino_int8"]
+    assert r["version"] == ov.__version__.split("-")[0]
+    assert r["max_abs_diff"] == pytest.approx(float(np.max(np.abs(direct - want))), abs=1e-6)
+    assert r["max_diff_steps"] == pytest.approx(r["max_abs_diff"] / scale, abs=1e-3)
+    assert r["max_diff_steps"] <= 8          # not bit-exact, but the same quantized network
+    assert r["primitives"] and all("I8" in p for p in r["primitives"])
+    if HOST_HAS_AMX:
+        assert any("amx" in p for p in r["primitives"])
+        assert not any("amx" in p for p in report["openvino_int8_vnni"]["primitives"])
+    times = side_by_side(lambda: 1e-3, runs, trials=2, threads=1)
+    assert set(times) == {"ours", *runs} and all(t > 0 for t in times.values())
+
+
+@pytest.mark.parametrize("body, reason", [
+    ("raise ImportError('no wheel for this CPU')", "cannot import openvino (ImportError: no wheel for this CPU)"),
+    ("import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)", "the OpenVINO worker ended (exit code -11)")])
+def test_openvino_that_cannot_load_is_reported_unavailable(tiny, tmp_path, monkeypatch, body, reason):
+    fake_openvino(tmp_path, body, monkeypatch)
+    feeds = feeds_of()
+    runs, report = openvino_baseline.baselines(tiny, feeds, onnxruntime_outputs(tiny, feeds), threads=1)
+    assert runs == {}
+    assert report and all(r == {"unavailable": report["openvino_int8"]["unavailable"]} for r in report.values())
+    assert report["openvino_int8"]["unavailable"].startswith(reason)
+    assert "\n" not in report["openvino_int8"]["unavailable"]
+
+
+def test_a_model_openvino_cannot_read_is_reported_unavailable(tmp_path):
+    pytest.importorskip("openvino", reason="OpenVINO is a dependency (pyproject.toml): pip install -e .")
+    node = helper.make_node("Frobnicate", ["x"], ["y"], domain="qsynth.test")
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
+    path = tmp_path / "custom.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                      helper.make_opsetid("qsynth.test", 1)]), str(path))
+    x = np.zeros((1, 4), np.float32)
+    runs, report = openvino_baseline.baselines(path, {"x": x}, {"y": x}, threads=1)
+    assert runs == {} and report["openvino_int8"]["unavailable"].startswith("OpenVINO cannot run custom.onnx: ")
+
+
+def _bench_model(path: Path, *argv: str, env=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "qsynth.cli", "bench-model", str(path), "--trials", "2", *argv],
+                          capture_output=True, text=True, timeout=900, env=env)
+
+
+def test_bench_model_lists_openvino_among_the_baselines(tiny):
+    pytest.importorskip("openvino", reason="OpenVINO is a dependency (pyproject.toml): pip install -e .")
+    proc = _bench_model(tiny, "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    row = json.loads(proc.stdout)
+    configurations = {"openvino_int8", "openvino_int8_vnni"} if HOST_HAS_AMX else {"openvino_int8"}
+    assert configurations <= set(row["baselines"]) == set(row["speedups"])
+    assert set(row["openvino"]) == configurations
+    assert all(r["max_diff_steps"] is not None for r in row["openvino"].values())
+
+
+def test_bench_model_without_openvino_says_why_and_succeeds(tiny, tmp_path, monkeypatch):
+    fake_openvino(tmp_path, "raise ImportError('not installed here')", monkeypatch)
+    proc = _bench_model(tiny, env=dict(os.environ))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "  onnxruntime_int8 " in proc.stdout and "  openvino_int8 " not in proc.stdout
+    assert "openvino_int8: unavailable: cannot import openvino (ImportError: not installed here)" in proc.stdout
