@@ -38,9 +38,13 @@ def test_the_cache_is_read_once_per_process(monkeypatch):
     assert proved_kernels("avx512") is first
 
 
-def test_neon_tiles_and_no_amx_tile():
+def test_neon_tiles_and_the_amx_tiles():
     assert {k.spec.types for k in proved_kernels("neon")} == {"u8s8", "s8s8", "u8u8"}
-    assert proved_kernels("amx") == ()
+    amx = {k.spec.types: k for k in proved_kernels("amx")}
+    assert sorted(amx) == ["s8s8", "u8s8"]
+    for k in amx.values():       # the operator calls the run-time wrapper (kernels/amx_runtime.py)
+        assert k.function.endswith("_kloop_amx") and f"@{k.function}(" in k.llvm_ir
+        assert (k.spec.mr, k.spec.nr, k.spec.k) == (32, 32, 256)
 
 
 def test_a_tampered_or_unproved_entry_is_never_registered(tmp_path):

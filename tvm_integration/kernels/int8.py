@@ -12,8 +12,10 @@ schedule first asks for it (``Kernel.loop_intrin``).
 Memory image shared by the ``k4`` and ``k4b`` layouts (emit/): A is ``kblocks`` blocks of
 ``mr`` rows of ``k`` bytes (row i of block kb at ``a + kb*a_block + i*a_stride``; a GEMM packs A
 row-major, so ``a_block = k`` and ``a_stride`` is the row's length); B is ``kblocks*k/4`` rows of ``nr*4`` bytes (for each column the four bytes of one k group),
-row g at ``b + g*b_stride``; C is ``mr`` rows of ``nr`` int32. The ``rows`` layout (B row j = column
-j) and int16 elements are not registered.
+row g at ``b + g*b_stride``; C is ``mr`` rows of ``nr`` int32. The AMX ``tile`` layout has the same
+image (each 16-row tile loaded with its stride), so its tiles tensorize the same loops; the function
+they call is ``amx_runtime``'s wrapper around the ``_kloop``, which keeps the run-time contract. The
+``rows`` layout (B row j = column j) and int16 elements are not registered.
 """
 from __future__ import annotations
 
@@ -31,12 +33,13 @@ from emit.llvm_ir import emit_llvm_ir
 from emit.model import kernel_model
 from synth.kernel import spec_from_key
 from synth.spec import Int8Spec
+from tvm_integration.kernels import amx_runtime
 
 log = logging.getLogger(__name__)
 
 # Element types of A and B per Int8Spec.types. u7s8 is u8 data with the precondition A < 128.
 DTYPES = {"u8s8": ("uint8", "int8"), "u7s8": ("uint8", "int8"), "s8s8": ("int8", "int8"), "u8u8": ("uint8", "uint8")}
-K4_LAYOUTS = ("k4", "k4b")
+K4_LAYOUTS = ("k4", "k4b", "tile")
 _REGISTERED: set[str] = set()     # TensorIntrin names registered in this process
 
 
@@ -174,8 +177,8 @@ def direct_functions(spec: Int8Spec, function: str, kblocks: int, row_step: int)
 def proved_kernels(isa: str, root: Path = cache.ROOT) -> tuple[Kernel, ...]:
     """The proved int8 k4-image tiles of ``isa``, named ``qsynth_<kernel name>``, ready to tensorize
     (``Kernel.loop_intrin``): the cache at ``root`` read and re-proved once per process. AMX tiles
-    (layout ``tile``, the same memory image) are left out: they need the tile configuration and the
-    thread's tile permission around the calls, which no schedule here sets up."""
+    (layout ``tile``, the same memory image) call ``amx_runtime``'s wrapper of their ``_kloop``, which
+    requests the tile data permission and loads the tile configuration where the thread lacks it."""
     kernels = []
     for entry in proved_entries(isa, root):
         spec = spec_from_key(entry["spec"])
@@ -185,6 +188,9 @@ def proved_kernels(isa: str, root: Path = cache.ROOT) -> tuple[Kernel, ...]:
         if any(k.intrin == name for k in kernels):
             log.warning("not registered: a second entry for %s (%s)", name, entry["cache_key"])
             continue
-        kernels.append(Kernel(name, spec, function_name(entry) + "_kloop_extern", emit_llvm_ir(entry),
-                              entry["cache_key"], tuple(kernel_model(entry)["features"])))
+        if spec.layout == "tile":
+            function, ir = amx_runtime.kloop_function(entry), amx_runtime.llvm_ir(entry)
+        else:
+            function, ir = function_name(entry) + "_kloop_extern", emit_llvm_ir(entry)
+        kernels.append(Kernel(name, spec, function, ir, entry["cache_key"], tuple(kernel_model(entry)["features"])))
     return tuple(kernels)

@@ -1,7 +1,11 @@
 """Which tile an operator is built with, and for which LLVM target: the one place an ISA is chosen.
 
-int8: ``isa="host"`` takes the best ISA the host executes, AMX > AVX-512 VNNI > AVX-VNNI > AVX2,
-read from the host's CPU flags (isa_specs.host), never from a CPU name. Bitserial: ``isa="host"``
+int8: ``isa="host"`` takes the best ISA the host executes, AVX-512 VNNI > AVX-VNNI > AVX2, read from
+the host's CPU flags (isa_specs.host), never from a CPU name. AMX (``isa="amx"``, the 32x32x256 tile)
+is built only when asked for: it is correct (tests/test_tvm_amx.py) and ran ResNet-18's 3x3 layers
+2-6x faster than VNNI side by side, but its K blocks of 256 bytes made the 64-channel 1x1 layers up to
+4x slower, and the figures were taken on a loaded machine (benchmarks/amx_layers.md, docs/amx.md):
+it becomes the host's first choice per shape once measured on a quiet one. Bitserial: ``isa="host"``
 takes AVX-512, else AVX2; NEON tiles are built for AArch64 and run under qemu (ops/cross.py), never
 for "host". An explicit ISA builds for that ISA; running the operator then needs a host that has it.
 Which of an ISA's tile shapes an int8 operator takes per shape is tuning.py's choice among
@@ -10,11 +14,11 @@ Which of an ISA's tile shapes an int8 operator takes per shape is tuning.py's ch
 from __future__ import annotations
 
 from isa_specs import host
-from tvm_integration.kernels import int8
+from tvm_integration.kernels import amx_runtime, int8
 from tvm_integration.kernels.bitserial import CROSS, BitserialKernel, gemm_kernels, word_kernels
 
 # Preference order of the u8 x s8 tiles: the cache's ISA name and the kernel's distinguishing feature.
-INT8_PREFERENCE = (("amx", "amx-int8"), ("avx512", "avx512vnni"), ("avx2", "avxvnni"), ("avx2", "avx2"))
+INT8_PREFERENCE = (("avx512", "avx512vnni"), ("avx2", "avxvnni"), ("avx2", "avx2"))
 INT8_ISAS = ("amx", "avx512", "avx2")
 BITSERIAL_ISAS = ("avx512", "avx2")       # preference order on x86 hosts
 
@@ -32,8 +36,12 @@ class SelectionError(ValueError):
 
 
 def usable(kernel: int8.Kernel | BitserialKernel) -> str | None:
-    """None when the host executes every instruction of ``kernel``, else why not."""
-    return next((why for f in kernel.features if (why := host.missing(f, ()))), None)
+    """None when the host executes every instruction of ``kernel``, else why not (an AMX kernel also
+    needs this process's tile data permission, requested here)."""
+    why = next((why for f in kernel.features if (why := host.missing(f, ()))), None)
+    if why is None and "amx-int8" in kernel.features:
+        return amx_runtime.permission()
+    return why
 
 
 def _u8s8_kernels(isa: str) -> list[int8.Kernel]:

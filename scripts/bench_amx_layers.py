@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""ResNet-18 conv layers C2-C12, batch 1, int8 (bias + requantize to u8 fused, NHWC): our conv2d on the
+AMX tile next to the same operator on the AVX-512 VNNI tiles, timed side by side in one run (interleaved
+rounds, medians), each checked against numpy first. What kernels/selection.py's choice of AMX rests on.
+
+    python scripts/bench_amx_layers.py [--layers C2,C6] [--trials 15] [--out benchmarks]
+
+Writes ``<out>/amx_layers.json`` and ``.md``. Needs a host with AMX (one thread: TVM_NUM_THREADS=1).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+os.environ["TVM_NUM_THREADS"] = "1"
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+
+from isa_specs import host  # noqa: E402
+from synth.files import write_atomically  # noqa: E402
+from tvm_integration.bench.layers import LAYERS, Layer  # noqa: E402
+from tvm_integration.bench.timing import SelfTimed, side_by_side, tvm_batch_timer  # noqa: E402
+from tvm_integration.kernels import selection  # noqa: E402
+
+ISAS = ("amx", "avx512")
+
+
+def bench(name: str, trials: int) -> dict:
+    layer = Layer(name)
+    expected = layer.reference()
+    ops = {isa: layer.ours(isa=isa) for isa in ISAS}
+    correct = {isa: bool(np.array_equal(op(layer.x), expected)) for isa, op in ops.items()}
+    timers = {isa: tvm_batch_timer(op.module, op.args(layer.x)) for isa, op in ops.items()}
+    times = side_by_side(timers["amx"], {"avx512": lambda: SelfTimed(timers["avx512"])}, trials, 1)
+    ms = {"amx": times["ours"] * 1e3, "avx512": times["avx512"] * 1e3}
+    return {"layer": name, "macs": layer.macs, "correct": correct, "ms": ms,
+            "gmacs": {isa: layer.macs / (t * 1e-3) / 1e9 for isa, t in ms.items()},
+            "kernels": {isa: layer.kernel(isa).spec.name for isa in ISAS}, "amx_speedup": ms["avx512"] / ms["amx"]}
+
+
+def markdown(rows: list[dict], meta: dict) -> str:
+    lines = ["# ResNet-18 conv layers on AMX and on AVX-512 VNNI, int8, batch 1, one thread", "",
+             f"Host: {meta['host']}; {meta['command']}; load average {meta['load_before']} before, "
+             f"{meta['load_after']} after (2 vCPUs: above 1, other jobs shared the core and the ratios are noisy)", "",
+             "Both columns are our conv2d (im2col GEMM + bias + requantize to u8), the tile the only difference; "
+             "medians of interleaved rounds (ms), each output checked against numpy first.", "",
+             "| layer | MACs (M) | AMX ms | G MAC/s | VNNI ms | G MAC/s | VNNI tile | AMX speedup | correct |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['layer']} | {r['macs'] / 1e6:.0f} | {r['ms']['amx']:.3f} | {r['gmacs']['amx']:.0f} | "
+                     f"{r['ms']['avx512']:.3f} | {r['gmacs']['avx512']:.0f} | {r['kernels']['avx512']} | "
+                     f"{r['amx_speedup']:.2f}x | {all(r['correct'].values())} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--layers", default=",".join(LAYERS))
+    parser.add_argument("--trials", type=int, default=15)
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks")
+    args = parser.parse_args()
+    names = args.layers.split(",")
+    if unknown := [n for n in names if n not in LAYERS]:
+        parser.error(f"unknown layers {unknown}; accepted: {', '.join(LAYERS)}")
+    kernel = selection.int8_kernel("amx")
+    if (why := selection.usable(kernel)) is not None:
+        parser.error(f"this host cannot run AMX: {why}")
+    rows, load_before = [], os.getloadavg()[0]
+    for name in names:
+        rows.append(bench(name, args.trials))
+        r = rows[-1]
+        print(f"{name}: amx {r['ms']['amx']:.3f} ms, avx512 {r['ms']['avx512']:.3f} ms, "
+              f"{r['amx_speedup']:.2f}x, correct={r['correct']}", flush=True)
+    m = host.model()
+    meta = {"host": f"{m.model_name} ({m.uarch}, family {m.family} model {m.model})",
+            "command": "python scripts/bench_amx_layers.py " + " ".join(sys.argv[1:]),
+            "load_before": round(load_before, 1), "load_after": round(os.getloadavg()[0], 1)}
+    args.out.mkdir(parents=True, exist_ok=True)
+    write_atomically(args.out / "amx_layers.json", json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+    write_atomically(args.out / "amx_layers.md", markdown(rows, meta))
+    return 0 if all(all(r["correct"].values()) for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

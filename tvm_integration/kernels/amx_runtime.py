@@ -1,0 +1,90 @@
+"""The run-time contract of AMX tiles inside TVM operators, kept by the kernel call itself.
+
+A tile instruction needs (1) the process's permission to use tile data, ``arch_prctl(
+ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)``, and (2) the tile configuration loaded in the executing
+thread. TVM runs a parallel loop's iterations on its own pool threads, and other code in the same
+thread (oneDNN, through onnxruntime or OpenVINO) loads its own configuration or releases the tiles
+(``tilerelease``) between two of our calls. So the function an operator calls, ``qs_<name>_kloop_amx``,
+wraps the emitted ``_kloop``: it requests the permission (the header's ``qsynth_amx_init``, emit/templates/
+qsynth_amx.h: one system call per process, then a flag), reads the thread's
+configuration back (``sttilecfg``) and loads the kernel's (``qs_<name>_tile_config``) only where it
+differs. Measured on the AMX host (1M calls each): ``ldtilecfg`` 85-90 ns, which a call per kernel call
+would add to a 400 ns 32x32x1152 tile; ``sttilecfg`` and the comparison under 5 ns; the ``arch_prctl``
+call 145 ns, hence the flag. The tiles are not released after the operator: nothing runs at the end
+of a TVM parallel task, and a release per call would reload the configuration every call.
+
+Python side (``permission``): selection asks for the same permission before it builds AMX code for
+this host, so a kernel that refuses it leaves the operator on VNNI with one warning, never a SIGILL.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+
+from emit.convention import function_name
+from emit.library import extern_source
+from emit.model import kernel_model
+from emit.toolchain import cached_compile, compiler_command
+
+SYS_ARCH_PRCTL = 158                     # x86-64 syscall number
+ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA = 0x1023, 18
+
+_WRAPPER = """
+/* qsynth run-time contract in a TVM operator (tvm_integration/kernels/amx_runtime.py) */
+void {f}_kloop_amx(const void *a, int a_stride, int a_block, const void *b, int b_stride, int32_t *c, int c_stride,
+                   int kblocks);
+void {f}_kloop_amx(const void *a, int a_stride, int a_block, const void *b, int b_stride, int32_t *c, int c_stride,
+                   int kblocks) {{
+  static const uint8_t wanted[64] __attribute__((aligned(64))) = {{ {config} }};
+  uint8_t current[64] __attribute__((aligned(64)));
+  if (qsynth_amx_init() != 0) {{
+    fputs("qsynth: the kernel refused AMX tile data (arch_prctl ARCH_REQ_XCOMP_PERM)\\n", stderr);
+    abort();
+  }}
+  _tile_storeconfig(current);
+  if (memcmp(current, wanted, sizeof wanted) != 0) {f}_tile_config();
+  {f}_kloop(a, a_stride, a_block, b, b_stride, c, c_stride, kblocks);
+}}
+"""
+
+
+def config_bytes(tiles: list[tuple[int, int]]) -> bytes:
+    """The 64-byte ``ldtilecfg`` operand, as ``sttilecfg`` reads it back: palette 1, then per tile
+    its bytes per row (uint16 at 16 + 2i) and rows (byte 48 + i)."""
+    cfg = bytearray(64)
+    cfg[0] = 1
+    for i, (rows, colsb) in enumerate(tiles):
+        cfg[16 + 2 * i: 18 + 2 * i] = colsb.to_bytes(2, "little")
+        cfg[48 + i] = rows
+    return bytes(cfg)
+
+
+def kloop_function(entry: dict) -> str:
+    return function_name(entry) + "_kloop_amx"
+
+
+def source(entry: dict) -> str:
+    """The kernel's header with its extern wrappers and the contract-keeping ``_kloop_amx``."""
+    m = kernel_model(entry)
+    config = ", ".join(str(b) for b in config_bytes(m["tile_config"]["tiles"]))
+    return extern_source(m) + "#include <stdlib.h>\n" + _WRAPPER.format(f=m["function"], config=config)
+
+
+def llvm_ir(entry: dict) -> str:
+    """``source`` as LLVM IR for ``pragma_import_llvm`` (clang -O3 with the kernel's features),
+    compiled once per content as emit.llvm_ir does."""
+    m = kernel_model(entry)
+    cmd = [*compiler_command(m["isa"].name, "clang", m["features"]), "-S", "-emit-llvm"]
+    return cached_compile(cmd, source(entry), "kernel-amx-runtime-{}.ll").read_text()
+
+
+@functools.cache
+def permission() -> str | None:
+    """None once this process may use tile data (requested here, once), else why not."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.syscall(SYS_ARCH_PRCTL, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0:
+            return None
+        return f"arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) failed: errno {ctypes.get_errno()}"
+    except (OSError, AttributeError) as e:
+        return f"arch_prctl unavailable: {e}"
