@@ -244,8 +244,25 @@ def test_host_selection_takes_the_best_kernel_the_host_runs():
                 assert selection.usable(kernel) is not None
 
 
-def test_unknown_isa_is_refused_and_amx_is_explicit():
+def test_unknown_isa_is_refused_and_amx_is_per_shape():
     with pytest.raises(selection.SelectionError, match="unknown ISA"):
         selection.int8_kernel("sse2")
     assert selection.int8_kernel("amx").spec.layout == "tile"
-    assert HOST_KERNEL.spec.isa != "amx"      # not the host's default until measured faster (selection.py)
+    assert HOST_KERNEL.spec.isa != "amx"      # the host's kind of tile; AMX is chosen per operator depth
+
+
+@pytest.mark.parametrize("depth,pays", [(64, False), (96, False), (128, True), (127, False), (256, True), (257, True),
+                                        (384, True), (576, True), (4608, True)])
+def test_amx_pays_where_its_256_byte_k_blocks_pad_at_most_2x(depth, pays):
+    assert selection.amx_pays(depth) is pays
+
+
+@pytest.mark.parametrize("depth", [64, 576, None])
+def test_host_candidates_by_depth(depth):
+    """On a host with AMX (and the tile permission) a deep operator takes the AMX tile and a shallow
+    one the host's VNNI kind; elsewhere every depth takes the host's kind."""
+    amx = selection.int8_kernel("amx")
+    runs_amx = selection.usable(amx) is None
+    chosen = {k.spec.isa for k in selection.int8_candidates("host", depth)}
+    want = "amx" if runs_amx and depth is not None and selection.amx_pays(depth) else HOST_KERNEL.spec.isa
+    assert chosen == {want}

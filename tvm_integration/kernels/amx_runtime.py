@@ -74,7 +74,9 @@ def llvm_ir(entry: dict) -> str:
     """``source`` as LLVM IR for ``pragma_import_llvm`` (clang -O3 with the kernel's features),
     compiled once per content as emit.llvm_ir does."""
     m = kernel_model(entry)
-    cmd = [*compiler_command(m["isa"].name, "clang", m["features"]), "-S", "-emit-llvm"]
+    # -fPIC: the header's permission flag is a global, and a model saved as a shared library
+    # (CompiledModel.save) cannot link the PC-relative access a non-PIC compile gives it
+    cmd = [*compiler_command(m["isa"].name, "clang", m["features"]), "-fPIC", "-S", "-emit-llvm"]
     return cached_compile(cmd, source(entry), "kernel-amx-runtime-{}.ll").read_text()
 
 

@@ -1,11 +1,9 @@
 """Which tile an operator is built with, and for which LLVM target: the one place an ISA is chosen.
 
 int8: ``isa="host"`` takes the best ISA the host executes, AVX-512 VNNI > AVX-VNNI > AVX2, read from
-the host's CPU flags (isa_specs.host), never from a CPU name. AMX (``isa="amx"``, the 32x32x256 tile)
-is built only when asked for: it is correct (tests/test_tvm_amx.py) and ran ResNet-18's 3x3 layers
-2-6x faster than VNNI side by side, but its K blocks of 256 bytes made the 64-channel 1x1 layers up to
-4x slower, and the figures were taken on a loaded machine (benchmarks/amx_layers.md, docs/amx.md):
-it becomes the host's first choice per shape once measured on a quiet one. Bitserial: ``isa="host"``
+the host's CPU flags (isa_specs.host), never from a CPU name; on a host with AMX (and the tile data
+permission), an operator whose reduction depth AMX's 256-byte K blocks pad by at most 2x takes the
+AMX tile instead (``amx_pays``). Bitserial: ``isa="host"``
 takes AVX-512, else AVX2; NEON tiles are built for AArch64 and run under qemu (ops/cross.py), never
 for "host". An explicit ISA builds for that ISA; running the operator then needs a host that has it.
 Which of an ISA's tile shapes an int8 operator takes per shape is tuning.py's choice among
@@ -21,6 +19,7 @@ from tvm_integration.kernels.bitserial import CROSS, BitserialKernel, gemm_kerne
 INT8_PREFERENCE = (("avx512", "avx512vnni"), ("avx2", "avxvnni"), ("avx2", "avx2"))
 INT8_ISAS = ("amx", "avx512", "avx2")
 BITSERIAL_ISAS = ("avx512", "avx2")       # preference order on x86 hosts
+AMX_K_BLOCK = 256                         # bytes of K per call of the AMX tiles (32x32x256)
 
 # AArch64 v8.0 with Advanced SIMD: what every AArch64 core runs (Cortex-A53 included), and all the
 # NEON bitserial tiles use (their kernel_model features; bitserial.kernel_ir).
@@ -70,9 +69,23 @@ def int8_kernel(isa: str = "host") -> int8.Kernel:
     return kernels[0]
 
 
-def int8_candidates(isa: str = "host") -> list[int8.Kernel]:
+def amx_pays(depth: int) -> bool:
+    """Whether an operator of reduction depth ``depth`` (bytes per output) runs faster on the AMX tile
+    than on VNNI: its K blocks are 256 bytes, so a shallow operator computes mostly padding. Measured on
+    ResNet-18's layers (scripts/bench_amx_layers.py, one thread, quiet; benchmarks/amx_layers.md): AMX
+    2.2-3.1x VNNI at depth 576-4608 (every 3x3 layer), 1.6x at 128 and 2.8x at 256 (1x1), but 0.94x and
+    0.69x at 64 (the 64-channel 1x1 layers, padded 4x)."""
+    return -(-depth // AMX_K_BLOCK) * AMX_K_BLOCK <= 2 * depth
+
+
+def int8_candidates(isa: str = "host", depth: int | None = None) -> list[int8.Kernel]:
     """Every tile shape of the kind ``int8_kernel(isa)`` picks (same ISA and instructions): what
-    tuning chooses among per operator shape."""
+    tuning chooses among per operator shape. On the host, an operator of reduction ``depth`` that
+    ``amx_pays`` for takes the AMX tiles where the host runs them."""
+    if isa == "host" and depth is not None and amx_pays(depth):
+        amx = [k for k in _u8s8_kernels("amx") if usable(k) is None]
+        if amx:
+            return amx
     chosen = int8_kernel(isa)
     return [k for k in _u8s8_kernels(chosen.spec.isa) if k.features == chosen.features]
 

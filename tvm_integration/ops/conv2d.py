@@ -89,7 +89,7 @@ def build_conv2d(weight: np.ndarray, input_shape: tuple[int, ...], layout: str =
                      selection.int8_target())
 
     key = tuning.conv2d_key(input_shape, layout, weight.shape, stride, pads, groups, data_dtype)
-    kernel = kernel or tuning.choose(key, selection.int8_candidates(isa), oh * ow, o // groups)
+    kernel = kernel or tuning.choose(key, selection.int8_candidates(isa, cg * kh * kw), oh * ow, o // groups)
     tile = Tile.of(kernel)
     if direct.applies(tile, weight.shape, c, ow, layout, groups):
         mod, constants, out_shape = direct.build(x, weight, stride, pads, (oh, ow), stage, tile,
