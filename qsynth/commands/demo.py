@@ -21,7 +21,9 @@ X86_ISAS = ("avx2", "avx512", "amx")
 # The ResNet-style model: ResNet-18 at 224x224 (1000 classes), or a narrow 32x32 one for --quick
 MODEL = {"full": (224, (64, 128, 256, 512), 1000), "quick": (32, (8, 16, 16, 32), 10)}
 BITSERIAL = (1, 1, "unipolar")          # the layer's configuration: A1W1, the paper's headline kernel
-EXTERN = re.compile(r"qs_(\w+?)_(?:kloop|gemm)_extern")
+# the functions a tensorized operator calls: the emitted loops' extern wrappers, and the AMX loop's
+# run-time wrapper (tvm_integration/kernels/amx_runtime.py)
+EXTERN = re.compile(r"qs_(\w+?)_(?:kloop_extern|gemm_extern|kloop_amx)\b")
 
 
 def demo(quick: bool = typer.Option(False, "--quick", help="a narrow 32x32 ResNet-style model and fewer timed "
