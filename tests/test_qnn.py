@@ -351,6 +351,21 @@ def test_cli_run_compile_and_errors(tmp_path, capsys):
     assert not list(tmp_path.glob("z.*"))
 
 
+def test_run_refuses_a_target_this_host_cannot_run(tmp_path, capsys, monkeypatch):
+    """run executes what it builds: --target amx on a host without AMX (recorded as selection.usable's
+    answer there, so every host runs this) is one line, exit 2, and nothing written or compiled."""
+    from qsynth.cli import main
+    from tvm_integration.kernels import selection
+    monkeypatch.setattr(selection, "usable", lambda kernel: "host CPU lacks amx_int8")
+    path = int8_models.quantize(TINY["mlp"](), tmp_path / "m.onnx", fmt="qoperator")
+    np.save(tmp_path / "x.npy", np.zeros((4, 64), np.float32))
+    assert main(["run", str(path), "--input", str(tmp_path / "x.npy"), "--output", str(tmp_path / "y.npy"),
+                 "--target", "amx"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--target amx: this host cannot run" in err and "amx_int8" in err, err
+    assert not (tmp_path / "y.npy").exists() and not list(tmp_path.glob(".m.onnx.*"))
+
+
 def test_integer_graph_of_silu_resize_concat(tmp_path):
     """SiLU, nearest Resize and a Concat of differently scaled tensors (silu_fpn) lower to integer ops
     alone: lookups, muls, the integer resize and concat, in NHWC: no float op and no transpose

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, List, Literal, Optional
 
 import typer
 
-from qsynth.commands.common import JSON_HELP, positive, print_json
+from qsynth.commands.common import JSON_HELP, UsageError, positive, print_json
 from qsynth.progress import spinner
 
 if TYPE_CHECKING:
@@ -63,6 +63,7 @@ def run(model: str = MODEL,
     from tvm_integration.qnn.model import CompiledModel, compile_model, input_specs
     out = Path(output)
     _writable(out, "--output")
+    _runs_here(target)
     model_path = Path(model)
     with spinner(f"running {model}"):
         feeds = _inputs(input, list(input_specs(model_path, allow_float=allow_float)))
@@ -83,6 +84,22 @@ def run(model: str = MODEL,
         for name, ms, calls in times:
             print(f"{name:40} {ms:8.3f} {calls:6}")
     return 0
+
+
+def _runs_here(target: str) -> None:
+    """``run`` executes what it builds: an explicit target whose kernels this host cannot run (``--target
+    amx`` without AMX) is refused up front, in one line, instead of a crash in the first tile call;
+    ``compile`` builds for it (a library for another machine)."""
+    if target in ("host", "neon"):          # neon: compile_model refuses it by name
+        return
+    from tvm_integration.kernels import selection
+    try:
+        kernel = selection.int8_kernel(target)
+    except selection.SelectionError as e:
+        raise UsageError(str(e))
+    if (why := selection.usable(kernel)) is not None:
+        raise UsageError(f"--target {target}: this host cannot run {kernel.intrin} ({why}); "
+                         f"qsynth compile --target {target} builds the library for a machine that can")
 
 
 def bench_model(model: str = MODEL,
