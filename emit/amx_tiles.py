@@ -11,6 +11,17 @@ from sketches.program import Program
 ACC_TILES, A_TILES, B_TILES = (0, 1, 2, 3), (4, 5), (6, 7)
 
 
+def config_bytes(tiles: list[tuple[int, int]]) -> list[int]:
+    """The 64-byte ``ldtilecfg`` operand, as ``sttilecfg`` reads it back: palette 1, then per tile
+    its bytes per row (uint16 at 16 + 2i) and rows (byte 48 + i)."""
+    cfg = [0] * 64
+    cfg[0] = 1
+    for i, (rows, colsb) in enumerate(tiles):
+        cfg[16 + 2 * i: 18 + 2 * i] = colsb.to_bytes(2, "little")
+        cfg[48 + i] = rows
+    return cfg
+
+
 def _strided(lay: Layout, slot: Slot) -> tuple[str, str]:
     """(address, stride in bytes) of a tile's rows: one piece per row, consecutive rows, same offset."""
     first = slot.pieces[0]
@@ -69,4 +80,4 @@ def tile_steps(program: Program, lay: Layout, forms: list, live: set[int]) -> tu
         leave.append(Step("tilestore", program.name(r), fields={"tmm": acc[r], "at": _strided(lay, slot)}))
     (M, N, K), = shapes
     rows_bytes = [(M, 4 * N)] * len(ACC_TILES) + [(M, K)] * len(A_TILES) + [(K // 4, 4 * N)] * len(B_TILES)
-    return {"enter": enter, "body": steps, "leave": leave}, {"tiles": rows_bytes}
+    return {"enter": enter, "body": steps, "leave": leave}, {"tiles": rows_bytes, "bytes": config_bytes(rows_bytes)}

@@ -7,8 +7,8 @@ thread (oneDNN, through onnxruntime or OpenVINO) loads its own configuration or 
 (``tilerelease``) between two of our calls. So the function an operator calls, ``qs_<name>_kloop_amx``,
 wraps the emitted ``_kloop``: it requests the permission (the header's ``qsynth_amx_init``, emit/templates/
 qsynth_amx.h: one system call per process, then a flag), reads the thread's
-configuration back (``sttilecfg``) and loads the kernel's (``qs_<name>_tile_config``) only where it
-differs. Measured on the AMX host (1M calls each): ``ldtilecfg`` 85-90 ns, which a call per kernel call
+configuration back (``sttilecfg``), compares it with the header's ``qs_<name>_tile_cfg`` and loads
+that (``qs_<name>_tile_config``) only where it differs. Measured on the AMX host (1M calls each): ``ldtilecfg`` 85-90 ns, which a call per kernel call
 would add to a 400 ns 32x32x1152 tile; ``sttilecfg`` and the comparison under 5 ns; the ``arch_prctl``
 call 145 ns, hence the flag. The tiles are not released after the operator: nothing runs at the end
 of a TVM parallel task, and a release per call would reload the configuration every call.
@@ -35,28 +35,16 @@ void {f}_kloop_amx(const void *a, int a_stride, int a_block, const void *b, int 
                    int kblocks);
 void {f}_kloop_amx(const void *a, int a_stride, int a_block, const void *b, int b_stride, int32_t *c, int c_stride,
                    int kblocks) {{
-  static const uint8_t wanted[64] __attribute__((aligned(64))) = {{ {config} }};
   uint8_t current[64] __attribute__((aligned(64)));
   if (qsynth_amx_init() != 0) {{
     fputs("qsynth: the kernel refused AMX tile data (arch_prctl ARCH_REQ_XCOMP_PERM)\\n", stderr);
     abort();
   }}
   _tile_storeconfig(current);
-  if (memcmp(current, wanted, sizeof wanted) != 0) {f}_tile_config();
+  if (memcmp(current, {f}_tile_cfg, sizeof current) != 0) {f}_tile_config();
   {f}_kloop(a, a_stride, a_block, b, b_stride, c, c_stride, kblocks);
 }}
 """
-
-
-def config_bytes(tiles: list[tuple[int, int]]) -> bytes:
-    """The 64-byte ``ldtilecfg`` operand, as ``sttilecfg`` reads it back: palette 1, then per tile
-    its bytes per row (uint16 at 16 + 2i) and rows (byte 48 + i)."""
-    cfg = bytearray(64)
-    cfg[0] = 1
-    for i, (rows, colsb) in enumerate(tiles):
-        cfg[16 + 2 * i: 18 + 2 * i] = colsb.to_bytes(2, "little")
-        cfg[48 + i] = rows
-    return bytes(cfg)
 
 
 def kloop_function(entry: dict) -> str:
@@ -66,8 +54,7 @@ def kloop_function(entry: dict) -> str:
 def source(entry: dict) -> str:
     """The kernel's header with its extern wrappers and the contract-keeping ``_kloop_amx``."""
     m = kernel_model(entry)
-    config = ", ".join(str(b) for b in config_bytes(m["tile_config"]["tiles"]))
-    return extern_source(m) + "#include <stdlib.h>\n" + _WRAPPER.format(f=m["function"], config=config)
+    return extern_source(m) + "#include <stdlib.h>\n" + _WRAPPER.format(f=m["function"])
 
 
 def llvm_ir(entry: dict) -> str:
