@@ -6,7 +6,7 @@ from typing import Literal
 
 import typer
 
-from qsynth.commands.common import JSON_HELP, UsageError, positive, print_json
+from qsynth.commands.common import JSON_HELP, UsageError, int8_kernel_here, positive, print_json
 from qsynth.progress import spinner
 
 LAYERS = ("C2", "C3", "C4", "C5", "C6", "C7", "C8", "C9", "C10", "C11", "C12")
@@ -50,13 +50,7 @@ def bench_layer(layer: str = typer.Option(..., help="C2 ... C12 (ResNet-18, the 
 
 def _int8(layer, threads, trials, isa) -> dict:
     from tvm_integration.bench.layers import bench_layer as run
-    from tvm_integration.kernels import selection
-    try:
-        kernel = selection.int8_kernel(isa)
-    except selection.SelectionError as e:
-        raise UsageError(str(e))
-    if (why := selection.usable(kernel)) is not None:
-        raise UsageError(f"--isa {isa}: this host cannot run {kernel.intrin} ({why})")
+    int8_kernel_here("isa", isa)
     with spinner(f"{layer} int8: building and timing"):
         return run(layer, threads, trials, isa)
 

@@ -34,6 +34,19 @@ def positive_seconds(value: float | None) -> float | None:
     return value
 
 
+def int8_kernel_here(option: str, isa: str, hint: str = ""):
+    """The int8 kernel ``--<option> <isa>`` selects, refused as bad usage (with ``hint``) when this
+    host cannot run it: a command that executes what it builds stops before building."""
+    from tvm_integration.kernels import selection
+    try:
+        kernel = selection.int8_kernel(isa)
+    except selection.SelectionError as e:
+        raise UsageError(str(e))
+    if (why := selection.usable(kernel)) is not None:
+        raise UsageError(f"--{option} {isa}: this host cannot run {kernel.intrin} ({why}){hint}")
+    return kernel
+
+
 def print_json(obj) -> None:
     print(json.dumps(obj, indent=1))
 

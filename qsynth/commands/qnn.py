@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, List, Literal, Optional
 
 import typer
 
-from qsynth.commands.common import JSON_HELP, UsageError, positive, print_json
+from qsynth.commands.common import JSON_HELP, int8_kernel_here, positive, print_json
 from qsynth.progress import spinner
 
 if TYPE_CHECKING:
@@ -90,16 +90,9 @@ def _runs_here(target: str) -> None:
     """``run`` executes what it builds: an explicit target whose kernels this host cannot run (``--target
     amx`` without AMX) is refused up front, in one line, instead of a crash in the first tile call;
     ``compile`` builds for it (a library for another machine)."""
-    if target in ("host", "neon"):          # neon: compile_model refuses it by name
-        return
-    from tvm_integration.kernels import selection
-    try:
-        kernel = selection.int8_kernel(target)
-    except selection.SelectionError as e:
-        raise UsageError(str(e))
-    if (why := selection.usable(kernel)) is not None:
-        raise UsageError(f"--target {target}: this host cannot run {kernel.intrin} ({why}); "
-                         f"qsynth compile --target {target} builds the library for a machine that can")
+    if target not in ("host", "neon"):      # neon: compile_model refuses it by name
+        int8_kernel_here("target", target, f"; qsynth compile --target {target} builds the library for a machine "
+                                           "that can")
 
 
 def bench_model(model: str = MODEL,
