@@ -368,7 +368,9 @@ class Int8Spec:
         _check(layout in layouts, f"--layout for {isa} {types} int8 kernels must be one of {', '.join(layouts)}, "
                f"got {layout!r}")
         dmr, dnr, dk = INT8_TILES[isa, types, layout]
-        _check(k is None or layout not in ("tile", "rows"), f"--k is fixed for the {layout} layout ({dk})")
+        _check(k is None or layout != "rows", f"--k is fixed for the {layout} layout ({dk})")
+        _check(k is None or layout != "tile" or (k % 64 == 0 and 64 <= k <= dk),
+               f"--k for the {isa} tile must be a multiple of 64 (one tile row of bytes) up to {dk}, got {k}")
         if layout == "tile":
             _check((mr or dmr, nr or dnr) == (dmr, dnr), f"the {isa} {types} tile is {dmr}x{dnr} (one full tile "
                    f"register); --mr/--nr must be {dmr}/{dnr}, got {mr}/{nr}")

@@ -117,13 +117,14 @@ def test_int8_reference_matches_matmul(isa, types, layout):
     assert np.array_equal(got, want)
 
 
-def test_int8_k_block_is_a_choice_of_the_k4_layouts_only():
+def test_int8_k_block_is_a_choice_of_the_k4_and_amx_tile_layouts():
     assert Int8Spec.for_isa("avx512", "u8s8").k == 16
     assert Int8Spec.for_isa("avx512", "u8s8", 14, 16, k=4).name == "int8_u8s8_k4b_14x16x4_avx512"
     with pytest.raises(SpecError, match="k must be a multiple of 4, got 6"):
         Int8Spec.for_isa("avx512", "u8s8", k=6)
-    with pytest.raises(SpecError, match="--k is fixed for the tile layout"):
+    with pytest.raises(SpecError, match="--k for the amx tile must be a multiple of 64"):
         Int8Spec.for_isa("amx", "u8s8", k=4)
+    assert Int8Spec.for_isa("amx", "u8s8", k=64).name == "int8_u8s8_tile_32x32x64_amx"
 
 
 @pytest.mark.parametrize("reg_bits", [128, 64], ids=["Q", "D"])

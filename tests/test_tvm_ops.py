@@ -142,12 +142,31 @@ def test_direct_conv2d_reads_the_padded_input_in_place(kernel):
     for hw, stride, dtype, c, pad_value in ((mr, 1, "uint8", 16, 0), (2 * mr, 2, "int8", 32, -3)):
         shape = (2, hw, hw, c)
         x, w = random(shape, dtype), random((20, c, 3, 3), "int8")
-        assert direct.applies(Tile.of(kernel), w.shape, c, mr, "NHWC", 1)
+        assert direct.applies(Tile.of(kernel), w.shape, c, mr, "NHWC", 1, (1, 1))
         padded = np.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0)), constant_values=pad_value)
         want = conv_reference(padded, w, "NHWC", stride, 0, 1)
         for use_kernel in (True, False):
             op = conv2d(w, shape, "NHWC", stride, 1, 1, dtype, kernel=kernel, use_kernel=use_kernel, pad_value=pad_value)
             assert np.array_equal(op(x), want)
+
+
+@pytest.mark.parametrize("kernel", selection.int8_candidates("host"), ids=lambda k: f"{k.spec.mr}x{k.spec.nr}x{k.spec.k}")
+def test_direct_conv2d_runs_partial_row_tiles_over_the_flat_pixel_order(kernel):
+    """Stride 1, output rows of mr + 3 pixels: the tiles' rows run on across output rows over the
+    padded input's flat pixel order (direct.flat) and the last tile reads padding rows past the
+    input; a 5x3 window, asymmetric padding, signed input padded with its zero point, requantized,
+    batch 2, and as plain TIR."""
+    mr, c = kernel.spec.mr, 16
+    shape, pads = (2, 5, mr + 3, c), (2, 1, 2, 1)
+    x, w = random(shape, "int8"), random((12, c, 5, 3), "int8")
+    assert direct.applies(Tile.of(kernel), w.shape, c, mr + 3, "NHWC", 1, (1, 1)) and direct.flat(Tile.of(kernel), mr + 3, (1, 1))
+    stage = OutputStage(bias=RNG.integers(-5000, 5000, 12).astype(np.int32), requantize=ScaleRequantize(0.003, 5, "int8"))
+    padded = np.pad(x, ((0, 0), (2, 2), (1, 1), (0, 0)), constant_values=-7)
+    acc = conv_reference(padded, w, "NHWC", 1, 0, 1) + stage.bias
+    want = requantize_onnxruntime(acc, 0.003, 5, -128, 127)
+    for use_kernel in (True, False):
+        op = conv2d(w, shape, "NHWC", 1, pads, 1, "int8", stage, kernel=kernel, use_kernel=use_kernel, pad_value=-7)
+        assert np.array_equal(op(x), want)
 
 
 def test_conv2d_refuses_weights_that_do_not_fit():
@@ -251,13 +270,13 @@ def test_unknown_isa_is_refused_and_amx_is_per_shape():
     assert HOST_KERNEL.spec.isa != "amx"      # the host's kind of tile; AMX is chosen per operator depth
 
 
-@pytest.mark.parametrize("depth,pays", [(64, False), (96, False), (128, True), (127, False), (256, True), (257, True),
-                                        (384, True), (576, True), (4608, True)])
-def test_amx_pays_where_its_256_byte_k_blocks_pad_at_most_2x(depth, pays):
+@pytest.mark.parametrize("depth,pays", [(16, False), (48, False), (63, False), (64, True), (147, True), (576, True),
+                                        (4608, True)])
+def test_amx_pays_from_one_64_byte_k_block(depth, pays):
     assert selection.amx_pays(depth) is pays
 
 
-@pytest.mark.parametrize("depth", [64, 576, None])
+@pytest.mark.parametrize("depth", [32, 576, None])
 def test_host_candidates_by_depth(depth):
     """On a host with AMX (and the tile permission) a deep operator takes the AMX tile and a shallow
     one the host's VNNI kind; elsewhere every depth takes the host's kind."""

@@ -73,7 +73,8 @@ class Layer:
         """The tile conv2d uses for this layer: the tuning log's choice, else the least-padding one."""
         _, (oh, ow), pads = conv_geometry(self.x.shape, "NHWC", self.w.shape, pair(self.s), self.pad)
         key = tuning.conv2d_key(self.x.shape, "NHWC", self.w.shape, pair(self.s), pads, 1, "uint8")
-        return tuning.choose(key, selection.int8_candidates(isa, int(np.prod(self.w.shape[1:]))), oh * ow, self.oc)
+        depth = int(np.prod(self.w.shape[1:]))
+        return tuning.choose(key, selection.int8_candidates(isa, depth), oh * ow, self.oc, depth=depth)
 
 
 def tvm_default_seconds(layer: Layer, trials: int) -> float:

@@ -2,8 +2,8 @@
 
 int8: ``isa="host"`` takes the best ISA the host executes, AVX-512 VNNI > AVX-VNNI > AVX2, read from
 the host's CPU flags (isa_specs.host), never from a CPU name; on a host with AMX (and the tile data
-permission), an operator whose reduction depth AMX's 256-byte K blocks pad by at most 2x takes the
-AMX tile instead (``amx_pays``). Bitserial: ``isa="host"``
+permission), an operator of reduction depth 64 bytes or more takes the AMX tile instead
+(``amx_pays``). Bitserial: ``isa="host"``
 takes AVX-512, else AVX2; NEON tiles are built for AArch64 and run under qemu (ops/cross.py), never
 for "host". An explicit ISA builds for that ISA; running the operator then needs a host that has it.
 Which of an ISA's tile shapes an int8 operator takes per shape is tuning.py's choice among
@@ -19,7 +19,7 @@ from tvm_integration.kernels.bitserial import CROSS, BitserialKernel, gemm_kerne
 INT8_PREFERENCE = (("avx512", "avx512vnni"), ("avx2", "avxvnni"), ("avx2", "avx2"))
 INT8_ISAS = ("amx", "avx512", "avx2")
 BITSERIAL_ISAS = ("avx512", "avx2")       # preference order on x86 hosts
-AMX_K_BLOCK = 256                         # bytes of K per call of the AMX tiles (32x32x256)
+AMX_MIN_DEPTH = 64                        # one 64-byte K block of the 32x32x64 AMX tile
 
 # AArch64 v8.0 with Advanced SIMD: what every AArch64 core runs (Cortex-A53 included), and all the
 # NEON bitserial tiles use (their kernel_model features; bitserial.kernel_ir).
@@ -70,12 +70,12 @@ def int8_kernel(isa: str = "host") -> int8.Kernel:
 
 
 def amx_pays(depth: int) -> bool:
-    """Whether an operator of reduction depth ``depth`` (bytes per output) runs faster on the AMX tile
-    than on VNNI: its K blocks are 256 bytes, so a shallow operator computes mostly padding. Measured on
-    ResNet-18's layers (scripts/bench_amx_layers.py, one thread, quiet; benchmarks/amx_layers.md): AMX
-    2.2-3.1x VNNI at depth 576-4608 (every 3x3 layer), 1.6x at 128 and 2.8x at 256 (1x1), but 0.94x and
-    0.69x at 64 (the 64-channel 1x1 layers, padded 4x)."""
-    return -(-depth // AMX_K_BLOCK) * AMX_K_BLOCK <= 2 * depth
+    """Whether an operator of reduction depth ``depth`` (bytes per output) runs faster on the AMX tiles
+    than on VNNI. Measured on the AMX host (CPU time, one thread, the 32x32x64 tile against the
+    host's VNNI tile): 1x1 convolutions of 16, 32 and 48 channels 1.08-1.22x VNNI's time (their K
+    blocks padded, their rows copied), of 64 channels 0.61x, the 7x7 stem (147) 0.72x, ResNet-18's
+    3x3 layers (576-4608) 0.3-0.45x."""
+    return depth >= AMX_MIN_DEPTH
 
 
 def int8_candidates(isa: str = "host", depth: int | None = None) -> list[int8.Kernel]:

@@ -73,15 +73,19 @@ def record(key: str, times_ms: dict[str, float], path: Path) -> str:
     return best
 
 
-def least_padding(candidates: list[Kernel], rows: int, cols: int) -> Kernel:
-    return min(candidates, key=lambda k: (round_up(rows, k.spec.mr) * round_up(cols, k.spec.nr), -k.spec.nr, -k.spec.k))
+def least_padding(candidates: list[Kernel], rows: int, cols: int, depth: int = 1) -> Kernel:
+    """The tile that pads the output least, then the reduction depth (the AMX tiles' K blocks of 64
+    and 256 bytes), then the widest and deepest."""
+    return min(candidates, key=lambda k: (round_up(rows, k.spec.mr) * round_up(cols, k.spec.nr),
+                                          round_up(depth, k.spec.k), -k.spec.nr, -k.spec.k))
 
 
-def choose(key: str, candidates: list[Kernel], rows: int, cols: int, path: Path | None = None) -> Kernel:
+def choose(key: str, candidates: list[Kernel], rows: int, cols: int, path: Path | None = None,
+           depth: int = 1) -> Kernel:
     """The logged tile for ``key`` when it is among ``candidates``, else the least-padding one."""
     logged = read_log(path or log_path()).get(key, {}).get("kernel")
     by_name = {k.intrin: k for k in candidates}
-    return by_name.get(logged) or least_padding(candidates, rows, cols)
+    return by_name.get(logged) or least_padding(candidates, rows, cols, depth)
 
 
 def conv2d_key(input_shape, layout: str, weight_shape, stride, padding, groups: int, data_dtype: str) -> str:

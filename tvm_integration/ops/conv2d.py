@@ -89,9 +89,10 @@ def build_conv2d(weight: np.ndarray, input_shape: tuple[int, ...], layout: str =
                      selection.int8_target())
 
     key = tuning.conv2d_key(input_shape, layout, weight.shape, stride, pads, groups, data_dtype)
-    kernel = kernel or tuning.choose(key, selection.int8_candidates(isa, cg * kh * kw), oh * ow, o // groups)
+    depth = cg * kh * kw
+    kernel = kernel or tuning.choose(key, selection.int8_candidates(isa, depth), oh * ow, o // groups, depth=depth)
     tile = Tile.of(kernel)
-    if direct.applies(tile, weight.shape, c, ow, layout, groups):
+    if direct.applies(tile, weight.shape, c, ow, layout, groups, stride):
         mod, constants, out_shape = direct.build(x, weight, stride, pads, (oh, ow), stage, tile,
                                                  kernel if use_kernel else None, pad_value)
         return Built(mod, constants, out_shape, stage.out_dtype, input_shape, data_dtype, result_shape,

@@ -9,9 +9,16 @@ tile of ``mr`` pixels of one output row and ``nr`` channels, one kernel call per
 accumulating in the tile. The im2col packing copied every input byte ``kh*kw`` times; here the
 input is copied once, by the padding stage.
 
-It applies to ordinary (one-group) NHWC convolutions with a window wider than 1x1 whose output
-rows split into whole row tiles and whose window rows are whole K blocks (``applies``); the others
-take gemm.py's im2col path.
+A stride-1 convolution whose output rows do not split into whole row tiles (every ResNet width
+for the AMX tile's 32 rows) runs the same GEMM over the padded input's flat pixel order instead:
+output pixel (oh, ow) is flat row ``q = oh * wp + ow`` (``wp`` the padded width), whose window row
+``kh`` starts at flat pixel ``q + kh * wp``, so the tiles' rows run on across output rows; the
+``wp - ow`` rows per output row that fall on the padding compute values nobody reads, and the output
+stage reads the real rows back in a pass of its own (``flat``).
+
+It applies to ordinary (one-group) NHWC convolutions with a window wider than 1x1, whole-tile output
+rows or stride 1, and window rows of whole K blocks (``applies``); the others take gemm.py's im2col
+path.
 """
 from __future__ import annotations
 
@@ -25,10 +32,16 @@ from tvm_integration.ops.output_stage import OutputStage
 from tvm_integration.kernels.packing import conv_weight_matrix, pack_weights, round_up, unsigned_activation
 
 
-def applies(tile: Tile, weight_shape, channels: int, out_width: int, layout: str, groups: int) -> bool:
+def applies(tile: Tile, weight_shape, channels: int, out_width: int, layout: str, groups: int,
+            stride: tuple[int, int]) -> bool:
     _, _, kh, kw = weight_shape
-    return (layout == "NHWC" and groups == 1 and kh * kw > 1 and out_width % tile.mr == 0
-            and kw * channels % tile.k == 0)
+    return (layout == "NHWC" and groups == 1 and kh * kw > 1 and kw * channels % tile.k == 0
+            and (out_width % tile.mr == 0 or flat(tile, out_width, stride)))
+
+
+def flat(tile: Tile, out_width: int, stride: tuple[int, int]) -> bool:
+    """Whether the GEMM runs over the flat pixel order: stride 1 and output rows of partial tiles."""
+    return out_width % tile.mr != 0 and tuple(stride) == (1, 1)
 
 
 def build(x: te.Tensor, weight: np.ndarray, stride: tuple[int, int], pads: tuple[int, ...],
@@ -40,40 +53,77 @@ def build(x: te.Tensor, weight: np.ndarray, stride: tuple[int, int], pads: tuple
     o, _, kh, kw = weight.shape
     (sh, sw), (oh, ow) = stride, out_hw
     hp, wp = h + pads[0] + pads[2], w + pads[1] + pads[3]
-    signed = x.dtype == "int8"
-    padded = te.compute((b, hp, wp * c), lambda bi, i, jc: unsigned_activation(depthwise.padded_value(
-        x, "NHWC", bi, jc % c, i - pads[0], jc // c - pads[1], pad_value), signed), name="pad")
-
     run, npad = kw * c, round_up(o, tile.nr)
+    rows = round_up(oh * wp, tile.mr) if flat(tile, ow, stride) else 0
+    if rows:   # the last row tile's windows run past the padded input: rows of padding after it
+        hp = max(hp, -(-((rows - 1 + (kh - 1) * wp) * c + run) // (wp * c)))
+    signed = x.dtype == "int8"
+    # the padded input as one flat run of bytes: a window row is one run of it in either order
+    padded = te.compute((b, hp * wp * c), lambda bi, f: unsigned_activation(depthwise.padded_value(
+        x, "NHWC", bi, f % c, f // (wp * c) - pads[0], f // c % wp - pads[1], pad_value), signed), name="pad")
+
     weights = conv_weight_matrix(weight, 1)              # k = (kh, kw, c): window row kh is one run
     w = te.placeholder((1, npad // tile.nr, kh * run // 4, tile.nr, 4), "int8", name="weights")
     r = te.reduce_axis((0, kh), name="r")
     t = te.reduce_axis((0, run), name="t")
-    acc = te.compute((b, oh, ow, npad), lambda bi, i, j, n: te.sum(
-        padded[bi, i * sh + r, j * sw * c + t].astype("int32")
-        * w[0, n // tile.nr, r * (run // 4) + t // 4, n % tile.nr, t % 4].astype("int32"), axis=[r, t]), name="gemm")
+
+    def product(start, n):
+        return (padded[start[0], start[1] * c + t].astype("int32")
+                * w[0, n // tile.nr, r * (run // 4) + t // 4, n % tile.nr, t % 4].astype("int32"))
+    if rows:
+        acc = te.compute((b, rows, npad), lambda bi, q, n: te.sum(product((bi, q + r * wp), n), axis=[r, t]),
+                         name="gemm")
+        at = lambda bi, i, j, n: acc[bi, i * wp + j, n]  # noqa: E731
+    else:
+        acc = te.compute((b, oh, ow, npad), lambda bi, i, j, n: te.sum(
+            product((bi, (i * sh + r) * wp + j * sw), n), axis=[r, t]), name="gemm")
+        at = lambda bi, i, j, n: acc[bi, i, j, n]  # noqa: E731
     values, params = stage_params(stage, weights, npad, signed)
-    out, residual = output_tensor((b, oh, ow, o), stage, params, lambda bi, i, j, n: (acc[bi, i, j, n], 0, n))
+    out, residual = output_tensor((b, oh, ow, o), stage, params, lambda bi, i, j, n: (at(bi, i, j, n), 0, n))
     func = te.create_prim_func([x, w, *params.values(), *([residual] if residual is not None else []), out])
     constants = [pack_weights(weights, tile.nr, tile.k), *values.values()]
-    return _schedule(func, tile, kernel, run, sw * c, c), constants, (b, oh, ow, o)
+    return _schedule(func, tile, kernel, run, sw * c, c, (hp, wp * c)), constants, (b, oh, ow, o)
 
 
-def _schedule(func, tile: Tile, kernel: Kernel | None, run: int, row_step: int, channels: int):
-    """Loops ``(b, oh, ow0) | n0 | kh | ow1 n1 t``, the fused outer loop parallel, the inner three one
-    kernel call; the padding stage parallel over input rows, a vector copy per pixel."""
+def _schedule(func, tile: Tile, kernel: Kernel | None, run: int, row_step: int, channels: int,
+              padded_rows: tuple[int, int]):
+    """Loops ``(b, oh, ow0) | n0 | kh | ow1 n1 t`` (flat: ``(b, q0) | n0 | kh | q1 n1 t``), the fused
+    outer loop parallel, the inner three one kernel call; the padding stage parallel over input rows,
+    a vector copy per pixel; the output stage after each (row tile, column tile), or (flat) in a pass
+    of its own over the output rows."""
     sch = s_tir.Schedule(func)
-    parallel_rows(sch, sch.get_sblock("pad"), channels)
+    pad = sch.get_sblock("pad")
+    b, f = sch.get_loops(pad)
+    i, jc = sch.split(f, list(padded_rows))
+    sch.parallel(sch.fuse(b, i))
+    sch.vectorize(sch.split(jc, [None, channels])[-1])
     block = sch.get_sblock("gemm")
-    b, i, j, n, r, t = sch.get_loops(block)
-    j0, j1 = sch.split(j, [None, tile.mr])
-    n0, n1 = sch.split(n, [None, tile.nr])
-    sch.reorder(b, i, j0, n0, r, j1, n1, t)
-    outer = sch.fuse(b, i, j0)
+    loops = sch.get_loops(block)
+    if len(loops) == 5:                                  # flat
+        b, q, n, r, t = loops
+        weights_outer = int(sch.get(n).extent) >= 4 * int(sch.get(q).extent)    # as in gemm.schedule
+        j0, j1 = sch.split(q, [None, tile.mr])
+        n0, n1 = sch.split(n, [None, tile.nr])
+        if weights_outer:
+            sch.reorder(b, n0, j0, r, j1, n1, t)
+            outer = sch.fuse(b, n0)
+        else:
+            sch.reorder(b, j0, n0, r, j1, n1, t)
+            outer = sch.fuse(b, j0)
+        output = sch.get_sblock("output")
+        ob, oi, _, on = sch.get_loops(output)
+        sch.parallel(sch.fuse(ob, oi))
+        sch.vectorize(on)
+    else:
+        b, i, j, n, r, t = loops
+        j0, j1 = sch.split(j, [None, tile.mr])
+        n0, n1 = sch.split(n, [None, tile.nr])
+        sch.reorder(b, i, j0, n0, r, j1, n1, t)
+        outer = sch.fuse(b, i, j0)
+        output = sch.get_sblock("output")
+        sch.reverse_compute_at(output, n0)
+        sch.vectorize(sch.get_loops(output)[-1])
     sch.parallel(outer)
-    output = sch.get_sblock("output")
-    sch.reverse_compute_at(output, n0)
-    sch.vectorize(sch.get_loops(output)[-1])
     init = sch.decompose_reduction(block, r)
     sch.vectorize(sch.get_loops(init)[-1])
     if kernel is None:

@@ -68,7 +68,7 @@ def _int8_kernel(op: IntegerOp, isa: str) -> str:
     dtype = str(x.ty.dtype)
     if op.kind == "dense":
         m, (n, k) = int(x.ty.shape[0]), weight.shape
-        return tuning.choose(tuning.dense_key(m, n, k, dtype), selection.int8_candidates(isa, k), m, n).spec.name
+        return tuning.choose(tuning.dense_key(m, n, k, dtype), selection.int8_candidates(isa, k), m, n, depth=k).spec.name
     b, c, h, w = (int(d) for d in x.ty.shape)
     pads = tuple(op.params["padding"])
     oh = (h + pads[0] + pads[2] - weight.shape[2]) // op.params["strides"][0] + 1
@@ -76,8 +76,10 @@ def _int8_kernel(op: IntegerOp, isa: str) -> str:
     key = tuning.conv2d_key((b, h, w, c), "NHWC", weight.shape, tuple(op.params["strides"]), pads, op.params["groups"],
                             dtype)
     depth = weight.shape[1] * weight.shape[2] * weight.shape[3]
-    kernel = tuning.choose(key, selection.int8_candidates(isa, depth), oh * ow, weight.shape[0] // op.params["groups"])
-    reads = "in place" if direct.applies(Tile.of(kernel), weight.shape, c, ow, "NHWC", op.params["groups"]) else "im2col"
+    kernel = tuning.choose(key, selection.int8_candidates(isa, depth), oh * ow, weight.shape[0] // op.params["groups"],
+                            depth=depth)
+    reads = "in place" if direct.applies(Tile.of(kernel), weight.shape, c, ow, "NHWC", op.params["groups"],
+                                         tuple(op.params["strides"])) else "im2col"
     return f"{kernel.spec.name} ({reads})"
 
 
