@@ -255,3 +255,39 @@ def _broadcast_shape(sa, sb):
 def _broadcast_index(shape, index):
     offset = len(index) - len(shape)
     return [0 if int(d) == 1 else index[offset + k] for k, d in enumerate(shape)]
+
+
+def _scalar(param):
+    """The value of a one-element tensor (a scale or zero point fed at run time), any rank."""
+    return param(*([0] * len(param.shape)))
+
+
+def add_runtime(a, b, sa, za, sb, zb, sc, zc, *, out_dtype: str):
+    """QLinearAdd whose scales and zero points are graph inputs: ``add``'s arithmetic, the ratios and the
+    fixed part computed in the kernel as ``add``'s caller computes them at compile time (float32, one
+    FMA: ``zc - fma(sa/sc, za, sb/sc * zb)``)."""
+    def fma(x, y, z):
+        return tirx.call_intrin("float32", "tirx.fma", x, y, z)
+    ra, rb = fenced(_scalar(sa) / _scalar(sc)), fenced(_scalar(sb) / _scalar(sc))
+    fixed = fenced(_scalar(zc).astype("float32") - fma(ra, _scalar(za).astype("float32"),
+                                                        fenced(rb * _scalar(zb).astype("float32"))))
+    shape = _broadcast_shape(a.shape, b.shape)
+
+    def value(*i):
+        x, y = a(*_broadcast_index(a.shape, i)).astype("float32"), b(*_broadcast_index(b.shape, i)).astype("float32")
+        return round_saturated(fma(x, ra, fma(y, rb, fixed)), QUANT_RANGES[out_dtype], out_dtype)
+    return te.compute(shape, value, name="qadd_runtime")
+
+
+def mul_runtime(a, b, sa, za, sb, zb, sc, zc, *, out_dtype: str):
+    """QLinearMul whose scales and zero points are graph inputs: ``mul``'s arithmetic, the ratio
+    ``float32(sa * sb) / sc`` computed in the kernel."""
+    ratio = fenced(fenced(_scalar(sa) * _scalar(sb)) / _scalar(sc))
+    shape = _broadcast_shape(a.shape, b.shape)
+
+    def value(*i):
+        x = a(*_broadcast_index(a.shape, i)).astype("int32") - _scalar(za).astype("int32")
+        y = b(*_broadcast_index(b.shape, i)).astype("int32") - _scalar(zb).astype("int32")
+        product = fenced((x * y).astype("float32") * ratio)
+        return round_saturated(product + _scalar(zc).astype("float32"), QUANT_RANGES[out_dtype], out_dtype)
+    return te.compute(shape, value, name="qmul_runtime")

@@ -107,12 +107,85 @@ class ConvInteger(onnx_frontend.OnnxOpConverter):
         return onnx_frontend.Conv._impl_v11(bb, [bb.normalize(x), bb.normalize(w), None], attr, params)
 
 
-def _binary(op):
+class _QDQ:
+    """QuantizeLinear / DequantizeLinear as TVM's frontend reads them, and blocked quantization (opset
+    21 ``block_size``), which it refuses: each scale and zero point repeated ``block_size`` times along
+    ``axis`` (cut to the axis' length) is one per element; x, scale and zero point flattened, the op is
+    per-axis along that one axis, and reshaped back. Constant parameters are expanded here (the rewrite
+    reads them as constants), run-time ones by ``repeat`` and ``strided_slice`` in the graph."""
+    quantize = True
+
+    @classmethod
+    def _impl_v21(cls, bb, inputs, attr, params):
+        if not attr.get("block_size", 0):
+            return super()._impl_v21(bb, inputs, attr, params)
+        return cls.blocked(bb, inputs, attr)
+
+    @classmethod
+    def _impl_v23(cls, bb, inputs, attr, params):
+        if not attr.get("block_size", 0):
+            return super()._impl_v23(bb, inputs, attr, params)
+        return cls.blocked(bb, inputs, attr)
+
+    @classmethod
+    def blocked(cls, bb, inputs, attr):
+        op = "QuantizeLinear" if cls.quantize else "DequantizeLinear"
+        x, scale = inputs[0], inputs[1]
+        zp = inputs[2] if len(inputs) > 2 and inputs[2] is not None else None
+        shape, block = [int(d) for d in x.ty.shape], int(attr["block_size"])
+        axis = attr.get("axis", 1) % len(shape)
+        blocks = -(-shape[axis] // block)
+        expected = shape[:axis] + [blocks] + shape[axis + 1:]
+        for name, param in (("scale", scale), ("zero point", zp)):
+            if param is not None and [int(d) for d in param.ty.shape] != expected:
+                raise ModelError(f"{op} with block_size {block} along axis {axis} of {shape}: its {name} must be "
+                                 f"{expected}, got {[int(d) for d in param.ty.shape]}")
+
+        def per_element(param):
+            if isinstance(param, Constant):
+                value = np.repeat(param.value.numpy(), block, axis).take(range(shape[axis]), axis)
+                return relax.const(value.reshape(-1))
+            value = bb.normalize(relax.op.repeat(param, block, axis))
+            if blocks * block != shape[axis]:
+                value = bb.normalize(relax.op.strided_slice(value, [axis], [0], [shape[axis]]))
+            return bb.normalize(relax.op.reshape(value, [-1]))
+        flat = bb.normalize(relax.op.reshape(x, [-1]))
+        output_dtype = attr.get("output_dtype", 0)
+        if cls.quantize:
+            dtype = onnx_frontend.get_type(output_dtype) if output_dtype else \
+                "uint8" if zp is None else zp.ty.dtype.dtype
+            zp = relax.const(0, dtype) if zp is None else per_element(zp)
+            y = relax.op.quantize(flat, per_element(scale), zp, axis=0, out_dtype=dtype)
+        else:
+            dtype = onnx_frontend.get_type(output_dtype) if output_dtype else scale.ty.dtype.dtype
+            zp = relax.const(0, x.ty.dtype.dtype) if zp is None else per_element(zp)
+            y = relax.op.dequantize(flat, per_element(scale), zp, axis=0, out_dtype=dtype)
+        return relax.op.reshape(bb.normalize(y), shape)
+
+
+class QuantizeLinear(_QDQ, onnx_frontend.QuantizeLinear):
+    quantize = True
+
+
+class DequantizeLinear(_QDQ, onnx_frontend.DequantizeLinear):
+    quantize = False
+
+
+def _binary(op, runtime):
+    """QLinearAdd / QLinearMul: DQ -> op -> Q (the rewrite fuses it); with scales or zero points fed at
+    run time (graph inputs), onnxruntime's arithmetic on them directly (arithmetic.py ``runtime``)."""
     class Converter(onnx_frontend.OnnxOpConverter):
         @classmethod
         def _impl_v1(cls, bb, inputs, attr, params):
             a, as_, az, b, bs, bz, cs, cz = inputs
-            return _q(bb, op(_dq(a, as_, az), _dq(b, bs, bz)), cs, cz)
+            if any(p is None for p in (az, bz, cz)):
+                raise ModelError("QLinearAdd / QLinearMul: every zero point must be given")
+            if all(isinstance(p, Constant) for p in (as_, az, bs, bz, cs, cz)):
+                return _q(bb, op(_dq(a, as_, az), _dq(b, bs, bz)), cs, cz)
+            if any(int(np.prod([int(d) for d in p.ty.shape])) != 1 for p in (as_, az, bs, bz, cs, cz)):
+                raise ModelError("QLinearAdd / QLinearMul: scales and zero points must be per tensor")
+            from tvm_integration.qnn import arithmetic
+            return bb.call_te(runtime(arithmetic), a, b, as_, az, bs, bz, cs, cz, out_dtype=cz.ty.dtype.dtype)
     return Converter
 
 
@@ -172,8 +245,10 @@ def _named(converter):
 LAYER_NAMES: dict[str, str] = {}      # Relax variable name -> ONNX node name, for the named layers
 LAYERS = ("Conv", "MatMul", "Gemm")
 
-CONVERTERS = {"Clip": IntegerClip, "ConvInteger": ConvInteger, "QLinearConv": QLinearConv, "QLinearMatMul": QLinearMatMul, "QGemm": QGemm,
-              "QLinearAdd": _binary(relax.op.add), "QLinearMul": _binary(relax.op.multiply),
+CONVERTERS = {"Clip": IntegerClip, "QuantizeLinear": QuantizeLinear, "DequantizeLinear": DequantizeLinear,
+              "ConvInteger": ConvInteger, "QLinearConv": QLinearConv, "QLinearMatMul": QLinearMatMul, "QGemm": QGemm,
+              "QLinearAdd": _binary(relax.op.add, lambda a: a.add_runtime),
+              "QLinearMul": _binary(relax.op.multiply, lambda a: a.mul_runtime),
               "QLinearGlobalAveragePool": _unary(lambda bb, x, attr: relax.op.mean(x, axis=[2, 3], keepdims=True)), "QLinearConcat": QLinearConcat,
               "QLinearLeakyRelu": _unary(lambda bb, x, attr: relax.op.nn.leakyrelu(x, attr.get("alpha", 0.01))),
               "QLinearSigmoid": _unary(lambda bb, x, attr: relax.op.sigmoid(x)),
@@ -206,8 +281,9 @@ def load(path: str | Path, allow_float: bool = False) -> onnx.ModelProto:
         raise ModelError(f"{path} is not a valid ONNX model ({type(e).__name__}: {str(e).splitlines()[0][:200]})")
     if not model.graph.node:
         raise ModelError(f"{path} is not a valid ONNX model (its graph has no nodes)")
+    _refuse_float_quantization(model, path)
     from tvm_integration.qnn import lowbit
-    model = lowbit.normalize(model)
+    model = lowbit.normalize(_lowbit_io(model))
     for node in model.graph.node:
         if not node.name and node.op_type in LAYERS:
             node.name = node.output[0]        # layers are named in messages and by qsynth inspect
@@ -222,6 +298,70 @@ def load(path: str | Path, allow_float: bool = False) -> onnx.ModelProto:
                          "pipeline compiles pre-quantized models; quantize it first (onnxruntime.quantization), or "
                          "pass allow_float / --allow-float to run it in float")
     return model
+
+
+FLOAT_QUANTIZED = ("FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2", "FLOAT8E5M2FNUZ", "FLOAT8E8M0", "FLOAT4E2M1")
+
+
+def _refuse_float_quantization(model: onnx.ModelProto, path) -> None:
+    """8- and 4-bit float tensors (QuantizeLinear to float8, ...) are out of scope, in one line: the
+    integer pipeline quantizes to integers, and numpy (``qsynth run``'s .npy inputs) has no such type."""
+    kinds = {getattr(onnx.TensorProto, name): name for name in FLOAT_QUANTIZED if hasattr(onnx.TensorProto, name)}
+    values = [("input", v.name, v.type.tensor_type.elem_type) for v in model.graph.input] + \
+             [("output", v.name, v.type.tensor_type.elem_type) for v in model.graph.output] + \
+             [("tensor", v.name, v.type.tensor_type.elem_type) for v in model.graph.value_info] + \
+             [("initializer", t.name, t.data_type) for t in model.graph.initializer] + \
+             [(f"{n.op_type} output_dtype of", n.name or n.output[0], a.i) for n in model.graph.node
+              for a in n.attribute if a.name == "output_dtype"]
+    for where, name, kind in values:
+        if kind in kinds:
+            raise ModelError(f"{path}: {where} {name!r} is {kinds[kind]}: the pipeline quantizes to integer types "
+                             "(int8, uint8, int16, uint16; int4, uint4, int2, uint2 in 8-bit containers), not to "
+                             "8- or 4-bit floats")
+
+
+def _lowbit_io(model: onnx.ModelProto) -> onnx.ModelProto:
+    """4- and 2-bit graph inputs and outputs in their 8-bit containers (int4, int2 -> int8; uint4, uint2
+    -> uint8): numpy, and so ``qsynth run``'s .npy files, have no 4- or 2-bit type. An input is read
+    through a Clip to its type's range (QCDQ's form, lowbit.py: the width stays declared; a container
+    value outside it saturates); a QuantizeLinear whose zero point is such an input quantizes to the
+    container and clips to the range (exact, as lowbit.py does for a low-bit zero-point initializer).
+    Low-bit initializers are lowbit.py's."""
+    from tvm_integration.qnn.lowbit import LOWBIT
+    initializers = {t.name for t in model.graph.initializer}
+    inputs = {v.name: v for v in model.graph.input
+              if v.name not in initializers and v.type.tensor_type.elem_type in LOWBIT}
+    if not inputs and not any(v.type.tensor_type.elem_type in LOWBIT for v in model.graph.output):
+        return model
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    graph, nodes, ranged = copy.graph, [], {}
+    for value in graph.input:
+        if value.name in inputs:
+            container, lo, hi = LOWBIT[value.type.tensor_type.elem_type]
+            value.type.tensor_type.elem_type = container
+            dtype = onnx.helper.tensor_dtype_to_np_dtype(container)
+            bounds = [f"{value.name}__qsynth_{b}" for b in ("lo", "hi")]
+            graph.initializer.extend(onnx.numpy_helper.from_array(np.array(v, dtype), b) for v, b in zip((lo, hi), bounds))
+            ranged[value.name] = (f"{value.name}__qsynth_ranged", lo, hi, bounds)
+            nodes.append(onnx.helper.make_node("Clip", [value.name, *bounds], [ranged[value.name][0]],
+                                               name=f"{value.name}__qsynth_clip"))
+    for value in [*graph.output, *graph.value_info]:
+        if value.type.tensor_type.elem_type in LOWBIT:
+            value.type.tensor_type.elem_type = LOWBIT[value.type.tensor_type.elem_type][0]
+    for node in graph.node:
+        zero_point = node.input[2] if node.op_type == "QuantizeLinear" and len(node.input) > 2 else ""
+        for i, name in enumerate(node.input):
+            if name in ranged:
+                node.input[i] = ranged[name][0]
+        nodes.append(node)
+        if zero_point in ranged:
+            out, node.output[0] = node.output[0], f"{node.output[0]}__qsynth_container"
+            nodes.append(onnx.helper.make_node("Clip", [node.output[0], *ranged[zero_point][3]], [out],
+                                               name=f"{out}__qsynth_clip"))
+    del graph.node[:]
+    graph.node.extend(nodes)
+    return copy
 
 
 def input_specs(model: onnx.ModelProto) -> dict[str, tuple[tuple[int, ...], str]]:

@@ -99,7 +99,9 @@ class CompiledModel:
             x = np.asarray(feeds[name])
             if x.shape != shape or x.dtype != np.dtype(dtype):
                 raise ModelError(f"input {name!r} must be {dtype}{list(shape)}, got {x.dtype}{list(x.shape)}")
-            args.append(self._input_tensors[name].copyfrom(np.ascontiguousarray(x)))
+            # np.require, not np.ascontiguousarray: that one makes a 0-d input (a scale fed as a graph
+            # input) 1-d, which the () tensor refuses
+            args.append(self._input_tensors[name].copyfrom(np.require(x, requirements="C")))
         return args
 
     def __call__(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

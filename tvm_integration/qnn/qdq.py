@@ -27,6 +27,11 @@ class QParams:
     def bounds(self) -> tuple[int, int]:
         return self.range or QUANT_RANGES[self.dtype]
 
+    @property
+    def per_tensor_8bit(self) -> bool:
+        """One scale and zero point, to a type of the integer ops (8-bit; int32): what the rewrite fuses."""
+        return self.scale.size == self.zero_point.size == 1 and self.dtype in QUANT_RANGES
+
     def narrowed(self, lo: int, hi: int) -> "QParams":
         low, high = self.bounds
         return replace(self, range=(max(low, lo), min(high, hi)))
@@ -79,7 +84,7 @@ class QDQReader(relax.PyExprMutator):
         scale, zero_point = constant(self.value(call.args[1])), constant(self.value(call.args[2]))
         if scale is None or zero_point is None:
             return None
-        dtype = call.attrs.out_dtype if call.op.name == "relax.quantize" else str(call.args[0].ty.dtype.dtype)
+        dtype = str(call.attrs.out_dtype if call.op.name == "relax.quantize" else call.args[0].ty.dtype.dtype)
         return QParams(scale.astype(np.float32), zero_point.astype(np.int64), dtype)
 
     def clipped(self, expr):

@@ -68,9 +68,13 @@ class QDQToInteger(QDQReader):
 
     def visit_call_(self, call):
         if isinstance(call.op, Op) and call.op.name == "relax.clip" and (clipped := self.clipped(call)) is not None \
-                and (q := self.call(clipped[0], "relax.quantize")) is not None and (out := self.qparams(q)) is not None:
+                and (q := self.call(clipped[0], "relax.quantize")) is not None and (out := self.qparams(q)) is not None \
+                and out.per_tensor_8bit:
             return self.clipped_root(q, out.narrowed(*clipped[1]))
-        if isinstance(call.op, Op) and call.op.name == "relax.quantize" and (out := self.qparams(call)) is not None:
+        # a quantize per axis (or per block: importer.py), to 16 bits, or an activation's dequantize per
+        # axis: no op onnxruntime fuses; TVM's own op computes it as QuantizeLinear / DequantizeLinear do
+        if isinstance(call.op, Op) and call.op.name == "relax.quantize" and (out := self.qparams(call)) is not None \
+                and out.per_tensor_8bit:
             for rule in (self.conv_or_dense, self.add, self.mul, self.global_avg_pool, self.avg_pool, self.movement,
                          self.concat, self.requantize_free, self.lookup):
                 new = rule(call.args[0], out)
@@ -83,7 +87,8 @@ class QDQToInteger(QDQReader):
                 and str(call.ty.dtype) == "int32" and (new := self.integer_accumulate(call)) is not None:
             return new
         if isinstance(call.op, Op) and call.op.name == "relax.dequantize" \
-                and self.dequantized_constant(call) is None and (params := self.qparams(call)) is not None:
+                and self.dequantized_constant(call) is None and (params := self.qparams(call)) is not None \
+                and params.scale.size == 1 and params.zero_point.size == 1:
             # an activation's; a weight's (a constant, or a QCDQ clip of one) stays for its conv/dense
             scale, zero_point = params.scalar("an activation")
             return self.integer("dequantize", [call.args[0]], scale=float(scale), zero_point=zero_point)
