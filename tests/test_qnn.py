@@ -316,8 +316,9 @@ def test_elementwise_channels_16_does_not_divide_are_one_vector(channels):
     np.testing.assert_array_equal(result.numpy(), np.maximum(x, y))
 
 
-def test_cli_run_compile_and_errors(tmp_path, capsys):
+def test_cli_run_compile_and_errors(tmp_path, capsys, monkeypatch):
     from qsynth.cli import main
+    monkeypatch.setenv("QSYNTH_MODEL_CACHE", str(tmp_path / "cache" / "qsynth" / "models"))      # run's compiled-model cache
     path = int8_models.quantize(TINY["mlp"](), tmp_path / "m.onnx", fmt="qoperator")
     x = np.random.default_rng(4).standard_normal((4, 64)).astype(np.float32)
     np.save(tmp_path / "x.npy", x)
@@ -325,7 +326,7 @@ def test_cli_run_compile_and_errors(tmp_path, capsys):
                  "--threads", "1"]) == 0
     expected = onnxruntime_session(path, 1).run(None, {"input": x})[0]
     np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), expected)
-    assert len(list(tmp_path.glob(".m.onnx.*.so"))) == 1                # kept for the next run
+    assert len(list((tmp_path / "cache" / "qsynth" / "models").glob("*.so"))) == 1   # kept for the next run
     assert main(["run", str(path), "--input", f"input={tmp_path / 'x.npy'}", "--output", str(tmp_path / "y2.npy"),
                  "--profile"]) == 0
     assert "qsynth_dense" in capsys.readouterr().out

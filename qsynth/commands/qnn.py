@@ -3,17 +3,18 @@
 
     qsynth compile resnet_int8.onnx -o resnet_int8.so [--target host] [--threads 2]
     qsynth run resnet_int8.onnx --input x.npy --output y.npy [--input name=path.npy ...] [--profile]
-    qsynth bench-model resnet_int8.onnx --fp32 resnet.onnx --threads 1 --json
+    qsynth bench-model resnet_int8.onnx --fp32 resnet.onnx --threads 1 --json [--input NAME=PATH.npy ...]
     qsynth inspect w2a2.onnx [--target host] [--json]
 
-``run`` compiles once and keeps the library next to the model (``.MODEL.<key>.so``, the key a hash of
-the model, the target and the compiler's sources), so the next run loads it. Every failure is a
-``ModelError``, one line and exit 1 (qsynth/cli.py); no output file is written unless the whole run
-succeeded.
+``run`` compiles once and keeps the library in a private, checked cache (``~/.cache/qsynth/models``,
+``tvm_integration.qnn.artifacts``), so the next run loads it. A model the pipeline refuses is a
+``ModelError``, one line and exit 1 (qsynth/cli.py); bad input (an unreadable or non-finite ``.npy``,
+an output that would overwrite the model or an input, or is a directory) is a ``UsageError``, one line
+and exit 2. No output file is written unless the whole command succeeded.
 """
 from __future__ import annotations
 
-import hashlib
+import contextlib
 import io
 import os
 from pathlib import Path
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING, List, Literal, Optional
 
 import typer
 
-from qsynth.commands.common import JSON_HELP, int8_kernel_here, positive, print_json
+from qsynth.commands.common import JSON_HELP, UsageError, int8_kernel_here, positive, print_json
 from qsynth.progress import spinner
 
 if TYPE_CHECKING:
@@ -41,9 +42,8 @@ def compile(model: str = MODEL,
             target: Target = TARGET, threads: Optional[int] = THREADS, allow_float: bool = ALLOW_FLOAT) -> int:
     """Compile a pre-quantized ONNX or TFLite model to a library."""
     from tvm_integration.qnn.model import compile_model
-    out = Path(output)
-    _writable(out, "-o")
-    with spinner(f"compiling {model}"):
+    out = _output(output, "-o", [Path(model)], also=[Path(output + ".json")])
+    with spinner(f"compiling {model}"), _private_temporary_files():
         compiled = compile_model(model, target=target, threads=threads, allow_float=allow_float)
         compiled.save(out)
     print(f"{out} ({', '.join(f'{n} {d}{list(s)}' for n, (s, d) in compiled.inputs.items())} -> "
@@ -57,25 +57,16 @@ def run(model: str = MODEL,
         output: str = typer.Option(..., "--output", help=".npy (one output) or .npz"),
         target: Target = TARGET, threads: Optional[int] = THREADS, allow_float: bool = ALLOW_FLOAT,
         profile: bool = typer.Option(False, "--profile", help="print where a run's time goes, per function")) -> int:
-    """Run a pre-quantized ONNX or TFLite model on numpy inputs (compiled once, the library kept next to the
-    model)."""
-    from tvm_integration.qnn.importer import ModelError
-    from tvm_integration.qnn.model import CompiledModel, compile_model, input_specs
-    out = Path(output)
-    _writable(out, "--output")
-    _runs_here(target)
+    """Run a pre-quantized ONNX or TFLite model on numpy inputs (compiled once, the library kept in a private
+    cache, ~/.cache/qsynth/models, and checked before it is loaded again)."""
+    from tvm_integration.qnn.artifacts import compiled_model
+    from tvm_integration.qnn.model import input_specs
     model_path = Path(model)
+    out = _output(output, "--output", [model_path, *(Path(spec.rpartition("=")[2]) for spec in input)])
+    _runs_here(target)
     with spinner(f"running {model}"):
         feeds = _inputs(input, list(input_specs(model_path, allow_float=allow_float)))
-        artifact = _artifact_path(model_path, target)
-        if artifact.is_file():
-            compiled = CompiledModel.load(artifact, threads=threads)
-        else:
-            compiled = compile_model(model_path, target=target, threads=threads, allow_float=allow_float)
-            try:
-                compiled.save(artifact)
-            except ModelError:
-                pass                    # a read-only model directory: run without keeping the library
+        compiled = compiled_model(model_path, target=target, threads=threads, allow_float=allow_float)
         outputs = compiled(feeds)
         _save_outputs(outputs, out)
         times = compiled.profile(feeds) if profile else None
@@ -100,14 +91,19 @@ def bench_model(model: str = MODEL,
                                                            ".tflite model: LiteRT fp32)"),
                 threads: int = typer.Option(1, callback=positive, help="TVM, onnxruntime and OpenVINO threads"),
                 trials: int = typer.Option(20, callback=positive, help="timed runs"),
+                input: Optional[List[str]] = typer.Option(None, "--input", metavar="[NAME=]PATH.npy",
+                                                          help="an input array (repeat for several inputs); "
+                                                               "inputs not given are random values the model "
+                                                               "accepts (ids within the embedding, masks of 0/1)"),
                 json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> int:
     """A model on our build next to onnxruntime int8/fp32, OpenVINO int8 (and, on AMX hosts, OpenVINO held to
     VNNI) and TVM's own import (a .tflite model: next to LiteRT's default interpreter)."""
     from tvm_integration.bench.models import bench_model as run_bench
-    from tvm_integration.qnn.model import set_threads
+    from tvm_integration.qnn.model import input_specs, set_threads
     set_threads(threads)
+    feeds = _inputs(input, list(input_specs(model))) if input else {}
     with spinner(f"compiling and timing {model}"):
-        row = run_bench(model, fp32, threads, trials)
+        row = run_bench(model, fp32, threads, trials, feeds=feeds)
     if json:
         print_json(row)
         return 0
@@ -141,24 +137,12 @@ def inspect(model: str = MODEL, target: Target = TARGET, allow_float: bool = ALL
     return 0
 
 
-def _artifact_path(model: Path, target: str) -> Path:
-    """Where ``run`` keeps the library of ``model`` for ``target``: beside the model, named by a hash of
-    the model, the target and the compiler's sources (emit, tvm_integration, and the verifier's
-    fingerprint), so a change to any of them compiles anew."""
-    import emit
-    import tvm_integration
-    from synth import trust
-    digest = hashlib.sha256(model.read_bytes())
-    digest.update(target.encode())
-    for package in (emit, tvm_integration):
-        for source in sorted(Path(package.__file__).parent.rglob("*.py")):
-            digest.update(source.read_bytes())
-    digest.update(trust.fingerprint().encode())
-    return model.with_name(f".{model.name}.{digest.hexdigest()[:16]}.so")
-
-
 def _inputs(specs: list[str], names: list[str]) -> dict[str, np.ndarray]:
-    """``--input [NAME=]PATH.npy`` options -> the model's feeds (NAME may be left out of a model's only input)."""
+    """``--input [NAME=]PATH.npy`` options -> the model's feeds (NAME may be left out of a model's only input).
+    A file that is not a readable .npy array is bad input naming the file (numpy's EOFError on an empty file
+    used to pass for Ctrl-C: click turns EOFError into an abort). NaN and infinities are refused: a
+    quantized model's result for them is not defined (onnxruntime's own depends on its kernels, and ours
+    differed from it on 509 of 1000 outputs), so no result is better than a wrong one (docs/operators.md)."""
     import numpy as np
     from tvm_integration.qnn.importer import ModelError
     feeds = {}
@@ -169,10 +153,21 @@ def _inputs(specs: list[str], names: list[str]) -> dict[str, np.ndarray]:
                 raise ModelError(f"--input {spec}: the model takes {len(names)} inputs ({', '.join(names)}); "
                                  "give each as NAME=PATH.npy")
             name = names[0]
+        if name not in names:
+            raise ModelError(f"--input {spec}: the model has no input {name!r}; it takes {', '.join(names)}")
         try:
-            feeds[name] = np.load(path, allow_pickle=False)
-        except (OSError, ValueError) as e:
-            raise ModelError(f"--input {spec}: cannot read a .npy array from {path} ({e})")
+            with open(path, "rb") as f:
+                x = np.load(f, allow_pickle=False)
+        except (OSError, ValueError, EOFError, SyntaxError) as e:
+            raise UsageError(f"--input {spec}: cannot read a .npy array from {path} "
+                             f"({' '.join((str(e) or type(e).__name__).split())})")
+        if not isinstance(x, np.ndarray):
+            raise UsageError(f"--input {spec}: {path} is a .npz archive, not a .npy array")
+        if x.dtype.kind in "fc" and not (finite := np.isfinite(x)).all():
+            raise UsageError(f"--input {spec}: input {name!r} holds {np.size(finite) - np.count_nonzero(finite)} "
+                             "NaN or infinite value(s); qsynth refuses them (a quantized model's result for them "
+                             "is not defined)")
+        feeds[name] = x
     return feeds
 
 
@@ -195,11 +190,38 @@ def _save_outputs(outputs: dict[str, np.ndarray], path: Path) -> None:
         raise ModelError(f"cannot write {path}: {e.strerror}")
 
 
-def _writable(path: Path, what: str) -> None:
-    """Fail before compiling when the output cannot be written."""
+def _output(output: str, option: str, inputs: list[Path], also: list[Path] = ()) -> Path:
+    """``output``, checked before any work: its directory writable (else ModelError, as a model the
+    pipeline cannot write for), and neither it nor the files written ``also`` a directory or the model
+    or an input (bad usage: exit 2, nothing written; ``compile m.onnx -o m.onnx`` used to replace the
+    model with the library, and ``-o`` a directory left a stray signature beside it)."""
     from tvm_integration.qnn.importer import ModelError
-    if not path.parent.is_dir() or not os.access(path.parent, os.W_OK):
-        raise ModelError(f"{what} {path}: {path.parent} is not a writable directory")
+    out = Path(output)
+    if not out.parent.is_dir() or not os.access(out.parent, os.W_OK):
+        raise ModelError(f"{option} {out}: {out.parent} is not a writable directory")
+    for path in (out, *also):
+        if path.is_dir():
+            raise UsageError(f"{option} {output}: {path} is a directory; give a file name")
+        for source in inputs:
+            if os.path.realpath(path) == os.path.realpath(source) or (
+                    path.exists() and source.exists() and os.path.samefile(path, source)):
+                raise UsageError(f"{option} {output}: {path} would overwrite the input {source}; nothing written")
+    return out
+
+
+@contextlib.contextmanager
+def _private_temporary_files():
+    """Every temporary file of the block in a workspace of the private model cache, removed at its end
+    (and, left by a killed compile, by a later one): nothing beside the model or in /tmp survives
+    ``kill -9``. Where that folder is not private, the system's temporary directory."""
+    from tvm_integration.qnn import artifacts
+    try:
+        folder = artifacts.private_folder()
+    except artifacts.UnsafeFolder:
+        yield
+        return
+    with artifacts.workspace(folder):
+        yield
 
 
 def register(app: typer.Typer) -> None:

@@ -15,11 +15,12 @@ import time
 from pathlib import Path
 
 import numpy as np
+import onnx
 import tvm
 from tvm import relax
 
 from isa_specs import host
-from tvm_integration.bench import openvino_baseline
+from tvm_integration.bench import inputs, openvino_baseline
 from tvm_integration.bench.timing import median_seconds, side_by_side
 from tvm_integration.qnn.model import compile_model
 
@@ -63,22 +64,30 @@ def litert_runner(path, threads: int):
     return run, {name: (tuple(d["shape"]), d["dtype"]) for name, d in inputs.items()}
 
 
-def random_inputs(specs: dict, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """Inputs for ``specs`` (name -> (shape, dtype)): standard normal floats, integers over their range."""
+def random_inputs(specs: dict, rng: np.random.Generator, ranges: dict | None = None) -> dict[str, np.ndarray]:
+    """Inputs for ``specs`` (name -> (shape, dtype)): an input of ``ranges`` (name -> (low, high), e.g.
+    ``inputs.ranges`` of an ONNX model: ids within the embedding, masks of 0/1) from low to high - 1;
+    otherwise standard normal floats, 8- and 16-bit integers over their range (quantized data), and
+    wider integers 0 or 1 (ids, positions or flags: valid for a mask and any table of two rows or more;
+    random 64-bit values are valid for nothing)."""
     feeds = {}
     for name, (shape, dtype) in specs.items():
-        if np.dtype(dtype).kind == "f":
+        kind = np.dtype(dtype).kind
+        if ranges and name in ranges:
+            feeds[name] = rng.integers(*ranges[name], shape).astype(dtype)
+        elif kind == "f":
             feeds[name] = rng.standard_normal(shape).astype(dtype)
-        else:
+        elif np.dtype(dtype).itemsize <= 2:
             info = np.iinfo(dtype)
             feeds[name] = rng.integers(info.min, info.max + 1, shape).astype(dtype)
+        else:
+            feeds[name] = rng.integers(0, 2, shape).astype(dtype)
     return feeds
 
 
 def tvm_own_ms(path, feeds, trials: int) -> float:
     """TVM 0.27's own Relax import and default build of the quantized model."""
     from tvm.relax.frontend.onnx import from_onnx
-    import onnx
     mod = from_onnx(onnx.load(str(path)), keep_params_in_input=False)
     vm = relax.VirtualMachine(tvm.compile(mod, target=tvm.target.Target(host.tvm_target())), tvm.cpu())
     args = [tvm.runtime.tensor(v) for v in feeds.values()]
@@ -86,16 +95,22 @@ def tvm_own_ms(path, feeds, trials: int) -> float:
 
 
 def bench_model(path: str | Path, fp32: str | Path | None = None, threads: int = 1, trials: int = 20,
-                tvm_trials: int = 3, with_tvm_own: bool = True, with_openvino: bool = True) -> dict:
-    """The row; ``openvino`` (ONNX models) reports each OpenVINO configuration (openvino_baseline.baselines):
-    its difference from onnxruntime, or why it is unavailable."""
+                tvm_trials: int = 3, with_tvm_own: bool = True, with_openvino: bool = True,
+                feeds: dict[str, np.ndarray] | None = None) -> dict:
+    """The row, on ``feeds`` (name -> array) and random values the model accepts for the inputs they
+    leave out (``random_inputs`` in the ``inputs.ranges`` of an ONNX model); ``openvino`` (ONNX models)
+    reports each OpenVINO configuration (openvino_baseline.baselines): its difference from onnxruntime,
+    or why it is unavailable."""
     path = Path(path)
     start = time.perf_counter()
     model = compile_model(path, threads=threads)
     compile_s = time.perf_counter() - start
     rng = np.random.default_rng(0)
-    feeds = random_inputs(model.inputs, rng)
     tflite = path.suffix == ".tflite"
+    given = feeds or {}
+    drawn = random_inputs({n: s for n, s in model.inputs.items() if n not in given}, rng,
+                          None if tflite else inputs.ranges(onnx.load(str(path), load_external_data=False)))
+    feeds = {name: given[name] if name in given else drawn[name] for name in model.inputs}
     reference = "litert" if tflite else "onnxruntime"
 
     def runner(model_path, inputs):

@@ -10,6 +10,7 @@ kernels, bit-exact with onnxruntime. Its stages, in order, one module each:
     bind.py       conv2d/dense -> tensorized operators (tvm_integration.ops; bitserial_layer.py for
                   the low-bit ones); the rest scheduled (schedules.py)
     model.py      compile_model(): the stages, the build, and the compiled model (run, save, load)
+    artifacts.py  the private, checked cache of compiled models qsynth run loads
 
 A TFLite model enters at legalize (tflite_importer.py, tflite_arithmetic.py); inspect.py reports
 each layer's precision and kernel (``qsynth inspect``).

@@ -22,6 +22,7 @@ import onnx
 import tvm
 from tvm import relax
 
+from synth.files import write_atomically
 from tvm_integration.kernels import selection
 from tvm_integration.qnn import bind, importer, legalize, rewrite, tflite_importer
 from tvm_integration.qnn.importer import ModelError
@@ -136,38 +137,51 @@ class CompiledModel:
         rows = [(name, float(np.sum(t)) / repeat * 1e3, len(t) // repeat) for name, t in spent.items()]
         return sorted(rows, key=lambda r: -r[1])
 
+    def signature(self) -> dict:
+        """The inputs (name -> [shape, dtype]) and outputs, as ``save`` writes them beside the library."""
+        return {"inputs": {n: [list(s), d] for n, (s, d) in self.inputs.items()}, "outputs": self.outputs}
+
+    def export(self, library: str | Path) -> None:
+        """The library alone at ``library`` (TVM's debug lines kept off stderr); its temporary files go
+        where ``tempfile`` puts them (``artifacts.workspace`` makes that a private folder)."""
+        with _without_tvm_debug_lines():
+            self.executable.export_library(str(library))
+
     def save(self, path: str | Path) -> None:
-        """The library at ``path`` and its signature at ``path`` + ``.json``, each written atomically."""
+        """The library at ``path`` and its signature at ``path`` + ``.json``, each written atomically;
+        built in a temporary directory, so nothing but ``path`` and its signature lands beside it."""
         path = Path(path)
         if not path.parent.is_dir() or not os.access(path.parent, os.W_OK):
             raise ModelError(f"cannot write {path}: {path.parent} is not a writable directory")
-        signature = json.dumps({"inputs": {n: [list(s), d] for n, (s, d) in self.inputs.items()},
-                                "outputs": self.outputs})
-        with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
-            library, meta = Path(tmp) / path.name, Path(tmp) / (path.name + ".json")
-            with _without_scope_warnings():
-                self.executable.export_library(str(library))
-            meta.write_text(signature)
-            os.replace(meta, str(path) + ".json")
-            os.replace(library, path)
+        with tempfile.TemporaryDirectory() as tmp:
+            library = Path(tmp) / "model.so"
+            self.export(library)
+            write_atomically(path, library.read_bytes())
+        write_atomically(Path(str(path) + ".json"), json.dumps(self.signature()))
 
     @staticmethod
-    def load(path: str | Path, threads: int | None = None) -> "CompiledModel":
+    def load(path: str | Path, threads: int | None = None, signature: dict | None = None) -> "CompiledModel":
+        """The library at ``path``, with ``signature`` (default: read from ``path`` + ``.json``). Loading
+        runs the library's code: load only what you wrote (``qsynth run`` checks its cache first,
+        ``artifacts.py``)."""
         path = Path(path)
-        meta = Path(str(path) + ".json")
-        if not path.is_file() or not meta.is_file():
-            raise ModelError(f"{path}: no compiled model there (needs {path.name} and {meta.name})")
-        signature = json.loads(meta.read_text())
+        if signature is None:
+            meta = Path(str(path) + ".json")
+            if not path.is_file() or not meta.is_file():
+                raise ModelError(f"{path}: no compiled model there (needs {path.name} and {meta.name})")
+            signature = json.loads(meta.read_text())
         inputs = {n: (tuple(s), d) for n, (s, d) in signature["inputs"].items()}
-        return CompiledModel(tvm.runtime.load_module(str(path)), inputs, signature["outputs"], threads)
+        with _without_tvm_debug_lines():
+            library = tvm.runtime.load_module(str(path))
+        return CompiledModel(library, inputs, signature["outputs"], threads)
 
 
 @contextlib.contextmanager
-def _without_scope_warnings():
-    """TVM 0.27 logs ``Scope Saving:`` at WARNING for every memory scope of an executable it saves
-    (src/runtime/vm/executable.cc, a leftover debug line: 132 lines for MobileNetV3, on every ``qsynth
-    run``); the library is not affected. Whatever else the save writes to stderr (the C compiler's
-    messages) is passed on."""
+def _without_tvm_debug_lines():
+    """TVM 0.27 logs ``Scope Saving:`` and ``Scope Loaded:`` at WARNING for every memory scope of an
+    executable it saves or loads (src/runtime/vm/executable.cc, leftover debug lines: 132 for
+    MobileNetV3, on every ``qsynth run``); the library is not affected. Whatever else goes to stderr
+    meanwhile (the C compiler's messages) is passed on."""
     sys.stderr.flush()
     stderr = os.dup(2)
     with tempfile.TemporaryFile() as log:
@@ -179,4 +193,4 @@ def _without_scope_warnings():
             os.close(stderr)
             log.seek(0)
             sys.stderr.writelines(line for line in log.read().decode(errors="replace").splitlines(keepends=True)
-                                  if "Scope Saving:" not in line)
+                                  if "Scope Saving:" not in line and "Scope Loaded:" not in line)
