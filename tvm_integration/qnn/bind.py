@@ -62,8 +62,14 @@ class Binder:
         return self.builder.get()
 
     def substitute(self, expr):
+        """``expr`` of the old ``main`` over the new one's variables. Every kind of expression that
+        holds a variable is rebuilt: one left out keeps an old variable that the new function never
+        binds (a TupleGetItem, ``lv[0]``: a Split's outputs, a BatchNormalization's result; VM codegen
+        then fails with "Var lv.. is not defined")."""
         if isinstance(expr, relax.Var):
             return self.value.get(expr, expr)
+        if isinstance(expr, relax.TupleGetItem):
+            return relax.TupleGetItem(self.substitute(expr.tuple_value), expr.index)
         if isinstance(expr, relax.Tuple):
             return relax.Tuple([self.substitute(f) for f in expr.fields])
         if isinstance(expr, relax.Call):

@@ -9,7 +9,9 @@ The operators take unsigned ``abits``-bit activation codes and unipolar or hybri
   (``codes``) shifts the NHWC input and pads it; the operator then pads nothing;
 * hybrid weights ``v = w - zw`` (all odd, bipolar ±1 among them): ``sum (u + a) v = H + a V``, ``H`` the
   operator's dot product, ``V = sum_k v`` a constant per channel: into the bias;
-* unipolar weights, codes ``c = w - wlo``, ``w - zw = c + d`` with ``d = wlo - zw``:
+* unipolar weights, codes ``c = w - wlo``, ``w - zw = c + d`` with ``d = wlo - zw`` (signed b-bit
+  weights: ``wlo = -2**(b-1)``, ``+1`` narrow, so ``c = w + 2**(b-1)`` and ``d T`` subtracts the
+  offset times the window's activation sum back; codes outside ``[0, 2**b)`` are refused, naming the layer):
   ``sum (u + a)(c + d) = S + d T + a C + K a d`` (``C = sum_k c``, K the window). ``T = sum_k u``
   depends on the input: it is one more output channel of the same operator, whose codes are all 1,
   and a second pass (``requantize``) adds ``d T`` before requantizing; when ``d = 0`` (unsigned weights
@@ -26,6 +28,7 @@ from tvm_integration.kernels import selection
 from tvm_integration.ops.bitserial_gemm import Config
 from tvm_integration.ops.output_stage import OutputStage, ScaleRequantize
 from tvm_integration.qnn import arithmetic
+from tvm_integration.qnn.importer import ModelError
 from tvm_integration.qnn.integer_op import IntegerOp
 
 
@@ -44,6 +47,10 @@ def lowered(op: IntegerOp):
         return (v.reshape(weight.shape), bias + a * v.sum(1), 0, a)
     c = w - p["w_low"]
     d = p["w_low"] - zw
+    wbits = p.get("wbits", 3)                     # legalize.py records it; 3 bits at most in any case
+    if c.size and (c.min() < 0 or c.max() >= 1 << wbits):
+        raise ModelError(f"layer {p.get('layer') or '(unnamed)'}: weights in [{int(w.min())}, {int(w.max())}] do not "
+                         f"fit W{wbits} unipolar codes from {p['w_low']} (codes in [0, {(1 << wbits) - 1}])")
     bias = bias + a * c.sum(1) + depth * a * d
     if d:
         c = np.concatenate([c, np.ones((1, depth), np.int64)])                  # the T channel

@@ -21,6 +21,11 @@ precision.py turns them into AxWy per layer).
   is refused: a ±1 activation is not a QuantizeLinear.
 * A QuantizeLinear (or Quant) of a constant is folded into an integer initializer, ONNX's rounding
   (``x / s`` in float32, half to even), so every weight is a constant under its DequantizeLinear.
+* A Clip of an integer constant (a weight's declared range: Brevitas' QuantizeLinear of float
+  weights -> Clip, a QuantizeLinear to int4/int2, or integers stored wider than their Clip) reads the
+  constant clipped, as onnxruntime computes it; the Clip stays and declares the width. The rewrite
+  reads the constant under a weight's Clip, so a weight that saturates (``x / s`` past the b-bit
+  range: a signed 3-bit weight of 5 is 3) would otherwise reach the layer unclipped.
 """
 from __future__ import annotations
 
@@ -245,6 +250,21 @@ class _Rewriter:
         self.add_init(node.output[0], q)
         return True
 
+    def clip_constant(self, node) -> None:
+        """A Clip of an integer constant by constant bounds (a bound left out: none) reads a clipped copy
+        of it; the Clip stays."""
+        x = self.const(node.input[0])
+        if x is None or not np.issubdtype(x.dtype, np.integer):
+            return
+        names = [*node.input[1:3], "", ""][:2]
+        bounds = [self.const(b) if b else np.array(limit, np.int64)
+                  for b, limit in zip(names, (np.iinfo(x.dtype).min, np.iinfo(x.dtype).max))]
+        if any(b is None or np.size(b) != 1 for b in bounds):
+            return
+        clipped = np.clip(x.astype(np.int64), int(bounds[0]), int(bounds[1])).astype(x.dtype)
+        if not np.array_equal(clipped, x):
+            node.input[0] = self.add_init(self.fresh(node.input[0]), clipped)
+
     def run(self) -> onnx.ModelProto:
         lowbit_inits = self.widen_initializers()
         for node in self.graph.node:
@@ -261,6 +281,9 @@ class _Rewriter:
         for node in nodes:
             if not (node.op_type == "QuantizeLinear" and self.fold_constant_quantize(node)):
                 self.nodes.append(node)
+        for node in self.nodes:
+            if node.op_type == "Clip":
+                self.clip_constant(node)
         del self.graph.node[:]
         self.graph.node.extend(self.nodes)
         for opset in self.model.opset_import:
@@ -270,12 +293,14 @@ class _Rewriter:
 
 
 def is_lowbit(model: onnx.ModelProto) -> bool:
-    """Whether ``normalize`` changes anything (a low-bit type, a QONNX node, a QuantizeLinear of a constant)."""
+    """Whether ``normalize`` changes anything (a low-bit type, a QONNX node, a QuantizeLinear or a Clip
+    of a constant)."""
     constants = {t.name for t in model.graph.initializer} | {o for n in model.graph.node if n.op_type == "Constant"
                                                              for o in n.output}
     return any(t.data_type in LOWBIT for t in model.graph.initializer) or any(
-        n.domain in QONNX_DOMAINS or (n.op_type == "QuantizeLinear" and (n.input[0] in constants or any(
-            a.name == "output_dtype" and a.i in LOWBIT for a in n.attribute))) for n in model.graph.node)
+        n.domain in QONNX_DOMAINS or (n.op_type in ("QuantizeLinear", "Clip") and n.input[0] in constants) or (
+            n.op_type == "QuantizeLinear" and any(a.name == "output_dtype" and a.i in LOWBIT for a in n.attribute))
+        for n in model.graph.node)
 
 
 def normalize(model: onnx.ModelProto) -> onnx.ModelProto:

@@ -11,7 +11,9 @@ constant-folded away) take their values' width.
   Activations become unsigned codes ``u = x - lo``. Weights ``v = w - zw`` that are all odd with
   ``|v| <= 2**b - 1`` (bipolar ±1: b = 1) take the hybrid encoding, whose bit-planes are ±1 and
   which computes ``sum u v`` itself; other weights take unipolar codes ``c = w - wlo`` and the
-  zero-point decomposition (bitserial_layer.py);
+  zero-point decomposition (bitserial_layer.py): signed weights (Brevitas' default, narrow [-3, 3] or
+  full [-4, 3] at 3 bits) are offset into codes and corrected exactly; weights that fit the width
+  neither way are refused, naming the layer (``unipolar_low``);
 * otherwise, widths of 1-4 or 8 bits: the int8 operators (an int4 tensor is an int8 tensor);
 * 5, 6 and 7 bits: refused, naming the layer.
 """
@@ -76,5 +78,21 @@ def detect(layer: str, x_range, w_range, weight: np.ndarray, w_zero_point: int, 
     if hybrid is not None and hybrid <= 3 and hybrid <= wbits:
         return Precision(abits, hybrid, "hybrid", note or ("bipolar" if hybrid == 1 else "odd values"))
     if wbits <= 3:
-        return Precision(abits, wbits, "unipolar", note, w_low)
+        return Precision(abits, wbits, "unipolar", note, unipolar_low(layer, weight, w_low, wbits))
     return Precision(abits, wbits, "int8")
+
+
+def unipolar_low(layer: str, weight: np.ndarray, w_low: int, wbits: int) -> int:
+    """The weight that is unipolar code 0: the declared range's low end (a signed b-bit weight w has
+    code ``w + 2**(b-1)``, ``+ 2**(b-1) - 1`` narrow; bitserial_layer.py subtracts the offset back
+    exactly, a zero-point term). Weights outside the declared range that still span at most
+    ``2**wbits`` values take their minimum; wider ones are refused, naming the layer."""
+    top = (1 << wbits) - 1
+    lo, hi = (int(weight.min()), int(weight.max())) if weight.size else (w_low, w_low)
+    if w_low <= lo and hi <= w_low + top:
+        return w_low
+    if hi - lo <= top:
+        return lo
+    raise ModelError(f"layer {layer or '(unnamed)'}: weights in [{lo}, {hi}] do not fit {wbits} bits, signed "
+                     f"[{-(1 << (wbits - 1))}, {(1 << (wbits - 1)) - 1}] or unsigned [0, {top}] (declared range "
+                     f"[{w_low}, {w_low + top}])")
