@@ -5,14 +5,18 @@ import os
 import tempfile
 from pathlib import Path
 
+# The name of a temporary file beside its target: readers of a folder written this way skip such names
+# (synth/cache.py), since a writer killed between its write and its rename leaves one behind.
+TEMP_PREFIX = ".tmp-"
+
 
 def write_atomically(path: Path, text: str | bytes) -> Path:
     """Write ``text`` (str, or bytes as they are) to a temporary file beside ``path``, flush it to
     disk, then rename it over ``path`` (mode 0644, as a plain ``open`` would leave it); the temporary
-    file never outlives a failure."""
+    file never outlives a failure of this process (a ``kill -9`` can leave one: see ``TEMP_PREFIX``)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=TEMP_PREFIX, suffix=path.suffix)
     try:
         os.fchmod(fd, 0o644)
         with os.fdopen(fd, "wb" if isinstance(text, bytes) else "w") as f:

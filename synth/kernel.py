@@ -2,7 +2,10 @@
 from __future__ import annotations
 
 import platform
+import signal
+import threading
 import time
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -11,7 +14,8 @@ from synth import cache, trust
 from synth.cost_model import SCALE, Cycles
 from synth.proof import SOLVER
 from synth.spec import BitserialSpec, Int8Spec
-from synth.stages import inline, kernel_inputs, prove_composition, prove_stage, random_test, synthesize_stage
+from synth.stages import (SynthesisFailed, inline, kernel_inputs, prove_composition, prove_stage, random_test,
+                          synthesize_stage)
 
 ENGINE_VERSION = "3"          # bump when a change to synth/ or sketches/ can change a result
 COST_MODELS = ("length", "latency")
@@ -46,8 +50,37 @@ def estimate_cycles(program, isa_name: str) -> dict[str, float]:
     return out
 
 
+@contextmanager
+def time_limit(seconds: float):
+    """Raise ``SynthesisFailed`` in the block once ``seconds`` have passed, and every quarter second
+    after (should a finalizer swallow one). The solver calls keep their own deadline, but building a
+    large tile's stages, its composition proof and its random test have none: without this a 30 s
+    ``--timeout`` ran for minutes. A signal reaches the main thread only; elsewhere (a thread pool)
+    the solver deadlines are the only bound."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expire(signum, frame):
+        raise SynthesisFailed("time limit reached")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds, 0.25)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def synthesize(spec, cost_model: str = "length", timeout: float = 600.0, seed: int = 0) -> dict:
-    """Synthesize every stage, inline, prove, test; returns a cache entry (not yet stored)."""
+    """Synthesize every stage, inline, prove, test, within ``timeout`` seconds (else ``SynthesisFailed``);
+    returns a cache entry (not yet stored)."""
+    with time_limit(timeout):
+        return _synthesize(spec, cost_model, timeout, seed)
+
+
+def _synthesize(spec, cost_model: str, timeout: float, seed: int) -> dict:
     isa = get_isa(spec.isa)
     fam = family(spec)
     t0 = time.monotonic()

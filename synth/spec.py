@@ -13,8 +13,9 @@ from synth.tiles import BITSERIAL_TILES, DEFAULT_LAYOUT, INT8_TILES, LANES_ACCUM
 
 ENCODINGS = ("unipolar", "hybrid")
 INT8_TYPES = ("u8s8", "u7s8", "s8s8", "u8u8", "s16")
-
-
+# The largest tile synthesis takes, in products per call: the AMX 32x32x256 tile's. --timeout bounds time,
+# but a proof's memory grows with the products (2 M, A1W1 acc 4000 rows: 5 GB), so bigger specs are refused.
+MAX_PRODUCTS = 1 << 18
 
 
 class SpecError(ValueError):
@@ -26,13 +27,16 @@ def _check(cond: bool, message: str):
         raise SpecError(message)
 
 
+def _bounded(name: str, products: int, what: str):
+    _check(products <= MAX_PRODUCTS, f"{name}: {products} {what} per call; synthesis takes at most {MAX_PRODUCTS}")
+
+
 BITSERIAL_LAYOUTS = ("tile", "acc", "lanes")
 # AVX2 has no vector popcount: its byte-lane nibble-table counts are only worth widening once per K
 # block and summing across lanes once per K loop, i.e. in the acc layout. The lanes layout needs a
 # popcount of whole output lanes (AVX-512 vpopcntq) or of bytes widened pairwise into accumulator
 # lanes within each channel's 64-bit lane (NEON cnt + uadalp).
 ISA_LAYOUTS = {"neon": ("tile", "acc", "lanes"), "avx2": ("acc",), "avx512": ("tile", "acc", "lanes")}
-
 
 
 def register_rows(lanes: list, q: int) -> list[list]:
@@ -124,6 +128,8 @@ class BitserialSpec:
         _check(self.cols >= 1, f"--cols must be positive, got {self.cols}")
         _check(self.cols == 1 or self.layout in ("acc", "lanes"),
                "--cols (activation columns) is for the acc and lanes layouts (a K loop per output tile)")
+        _bounded(self.name, self.rows * self.cols * self.k_bits * self.abits * self.wbits,
+                 "bit products (rows x columns x K bits x plane pairs)")
         if self.layout == "lanes":
             lanes = self.lanes
             _check(self.out_bits <= 64, f"lanes kernels hold one 64-bit word of K per lane: accumulator lanes "
@@ -345,6 +351,7 @@ class Int8Spec:
         lanes = (REGISTER_FILES[self.isa].bits if self.isa in REGISTER_FILES else 32) // 32
         _check(self.layout != "k4b" or self.nr % lanes == 0,
                f"--nr for {self.isa} must be a multiple of {lanes} (whole registers), got {self.nr}")
+        _bounded(self.name, self.mr * self.nr * self.k, "multiply-adds (mr x nr x k)")
 
     @property
     def column_blocks(self) -> int:

@@ -51,8 +51,8 @@ def synth(isa: Isa = typer.Option(..., help="instruction set"),
           mr: Optional[int] = typer.Option(None, help="int8 tile rows (default: the ISA's tile)"),
           nr: Optional[int] = typer.Option(None, help="int8 tile columns (default: the ISA's tile)"),
           k: Optional[int] = typer.Option(None, callback=positive, help="int8 k4/k4b tiles: bytes of K per kernel "
-                                          "block, a multiple of 4 (default: the ISA's; a GEMM's depth is padded to "
-                                          "whole blocks)"),
+                                          "block, a multiple of 4; AMX tiles: a multiple of 64 up to 256 (default: "
+                                          "the ISA's; a GEMM's depth is padded to whole blocks)"),
           cost: Literal["length", "latency"] = typer.Option("length", help="what to minimise"),
           timeout: float = typer.Option(600.0, callback=positive_seconds, help="seconds"),
           no_cache: bool = typer.Option(False, "--no-cache", help="neither read nor write the kernel cache"),

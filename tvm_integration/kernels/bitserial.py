@@ -113,13 +113,8 @@ def _lanes_order(spec: BitserialSpec) -> tuple:
 
 def _configuration_entries(isa: str, abits: int, wbits: int, encoding: str):
     """(path, entry) of the cache's bitserial entries of a configuration; an unreadable entry is
-    skipped with a warning."""
-    for path in cache.entries():
-        try:
-            entry = cache.read(path)
-        except cache.CacheError as e:
-            log.warning("not used: %s", e)
-            continue
+    skipped with one warning per process (``cache.readable``)."""
+    for path, entry in cache.readable():
         key = entry["spec"]
         if (key.get("kind"), key.get("isa"), key.get("abits"), key.get("wbits"), key.get("encoding")) == \
                 ("bitserial", isa, abits, wbits, encoding):

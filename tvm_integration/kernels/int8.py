@@ -84,17 +84,11 @@ class Kernel:
 
 def proved_entries(isa: str, root: Path = cache.ROOT) -> list[dict]:
     """The int8 entries of ``isa`` that this machine has re-proved (``synth.trust``): the one place
-    the cache is read. An entry failing its hash, not re-proving (tampered, stale ISA-spec or engine
-    version), or stored as not proved is skipped with a warning."""
-    chosen = []
-    for path in cache.entries(root):
-        try:
-            entry = cache.read(path)
-        except cache.CacheError as e:
-            log.warning("not registered: %s", e)
-            continue
-        if entry["spec"].get("kind") == "int8" and entry["spec"].get("isa") == isa:
-            chosen.append(path)
+    the cache is read. An odd file or an entry failing its hash (``cache.readable``), not re-proving
+    (tampered, stale ISA-spec or engine version), or stored as not proved is skipped with a warning,
+    each once per process."""
+    chosen = [path for path, entry in cache.readable(root)
+              if entry["spec"].get("kind") == "int8" and entry["spec"].get("isa") == isa]
     entries, refused = trust.load_all(chosen)
     for line in refused:
         log.warning("not registered: %s", line)
