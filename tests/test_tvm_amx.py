@@ -1,5 +1,7 @@
-"""int8 dense and conv2d on the AMX tile (kernels/amx_runtime.py's contract around the proved _kloop)
-against numpy, natively: on a host without AMX they skip (emit/ has no AMX emulation yet)."""
+"""int8 dense and conv2d on the AMX tiles (kernels/amx_runtime.py's contract around the proved _kloop)
+against numpy, on every host: on the plain-C emulation of the tile instructions (emit/templates/
+qsynth_amx.h) everywhere, and natively where the host has AMX."""
+import dataclasses
 import subprocess
 
 import numpy as np
@@ -16,10 +18,31 @@ from tvm_integration.ops.conv2d import conv2d  # noqa: E402
 from tvm_integration.ops.dense import dense  # noqa: E402
 from tvm_integration.ops.output_stage import OutputStage, ScaleRequantize  # noqa: E402
 
-KERNEL = selection.int8_kernel("amx")
-WHY = selection.usable(KERNEL) or amx_runtime.permission()
-pytestmark = pytest.mark.skipif(WHY is not None, reason=f"no native AMX here ({WHY}); the TVM operators build AMX "
-                                "natively only (the emulation serves the compiled kernels, emit/)")
+ENTRIES = {e["name"]: e for e in int8.proved_entries("amx")}
+TILES = [k for k in int8.proved_kernels("amx") if k.spec.types == "u8s8"]
+NATIVE_WHY = selection.usable(TILES[0]) or amx_runtime.permission()
+MODES = ("native", "emulated")
+
+
+def build(tile: int8.Kernel, mode: str) -> int8.Kernel:
+    """The tile as the operators call it, natively or on the emulation."""
+    if mode == "native" and NATIVE_WHY:
+        pytest.skip(f"no native AMX here ({NATIVE_WHY}); the emulated build runs instead")
+    emulate = mode == "emulated"
+    return dataclasses.replace(tile, llvm_ir=amx_runtime.llvm_ir(ENTRIES[tile.spec.name], emulate), emulated=emulate)
+
+
+@pytest.fixture(params=MODES)
+def kernel(request):
+    """The 32x32x64 tile (the one the operators take first), native and emulated."""
+    return build(min(TILES, key=lambda k: k.spec.k), request.param)
+
+
+@pytest.fixture(params=[(t.spec.name, mode) for t in TILES for mode in MODES], ids="-".join)
+def any_kernel(request):
+    name, mode = request.param
+    return build(next(t for t in TILES if t.spec.name == name), mode)
+
 
 RNG = np.random.default_rng(30)
 
@@ -34,17 +57,17 @@ def random(shape, dtype):
                                          (70, 100, 600, "int8"),          # several row tiles, K blocks
                                          (1, 1000, 512, "uint8"),         # a classifier
                                          (1, 1, 1, "int8")])
-def test_dense_on_amx(m, n, k, dtype):
+def test_dense_on_amx(m, n, k, dtype, kernel):
     w, x = random((n, k), "int8"), random((m, k), dtype)
-    assert np.array_equal(dense(w, m, dtype, kernel=KERNEL)(x), dense_reference(x, w))
+    assert np.array_equal(dense(w, m, dtype, kernel=kernel)(x), dense_reference(x, w))
 
 
-def test_extremes_on_amx():
+def test_extremes_on_amx(kernel):
     """-128 * -128 summed (signed activations shifted to u8 and compensated) and u8 >= 128."""
     x, w = np.full((5, 300), -128, np.int8), np.full((40, 300), -128, np.int8)
-    assert np.all(dense(w, 5, "int8", kernel=KERNEL)(x) == 300 * 128 * 128)
+    assert np.all(dense(w, 5, "int8", kernel=kernel)(x) == 300 * 128 * 128)
     x, w = RNG.integers(128, 256, (5, 300)).astype(np.uint8), random((40, 300), "int8")
-    assert np.array_equal(dense(w, 5, "uint8", kernel=KERNEL)(x), dense_reference(x, w))
+    assert np.array_equal(dense(w, 5, "uint8", kernel=kernel)(x), dense_reference(x, w))
 
 
 CONVS = [  # layout, C, O, kernel, stride, padding, groups, dtype, H=W
@@ -58,32 +81,36 @@ CONVS = [  # layout, C, O, kernel, stride, padding, groups, dtype, H=W
 
 
 @pytest.mark.parametrize("layout,c,o,ksize,stride,pad,groups,dtype,hw", CONVS)
-def test_conv2d_on_amx(layout, c, o, ksize, stride, pad, groups, dtype, hw):
+def test_conv2d_on_amx(layout, c, o, ksize, stride, pad, groups, dtype, hw, any_kernel):
     shape = (1, c, hw, hw) if layout == "NCHW" else (1, hw, hw, c)
     x, w = random(shape, dtype), random((o, c // groups, ksize, ksize), "int8")
-    out = conv2d(w, shape, layout, stride, pad, groups, dtype, kernel=KERNEL)(x)
+    out = conv2d(w, shape, layout, stride, pad, groups, dtype, kernel=any_kernel)(x)
     assert np.array_equal(out, conv_reference(x, w, layout, stride, pad, groups))
 
 
-def test_fused_output_stage_and_residual_on_amx():
+def test_fused_output_stage_and_residual_on_amx(kernel):
     shape, o = (1, 10, 10, 64), 96
     x, w = random(shape, "uint8"), random((o, 64, 3, 3), "int8")
     scale = RNG.uniform(1e-4, 1e-3, o).astype(np.float32)
     stage = OutputStage(bias=RNG.integers(-5000, 5000, o).astype(np.int32),
                         requantize=ScaleRequantize(scale, 128, "uint8"))
-    out = conv2d(w, shape, "NHWC", 1, 1, 1, "uint8", stage, kernel=KERNEL)(x)
+    out = conv2d(w, shape, "NHWC", 1, 1, 1, "uint8", stage, kernel=kernel)(x)
     acc = conv_reference(x, w, "NHWC", 1, 1, 1) + stage.bias
     assert np.array_equal(out, requantize_onnxruntime(acc, scale, 128, 0, 255))
 
 
-def test_the_kernel_survives_a_foreign_tile_configuration_and_a_release(tmp_path):
+@pytest.mark.parametrize("mode", MODES)
+def test_the_kernel_survives_a_foreign_tile_configuration_and_a_release(tmp_path, mode):
     """Between two calls in one thread, other code (oneDNN) loads its own configuration or releases
     the tiles: the wrapper reloads ours instead of faulting, and the configuration it compares with
     is the one the kernel loads, as the hardware reads it back (else it would reload every call)."""
-    [entry] = [e for e in int8.proved_entries("amx") if e["name"] == KERNEL.spec.name]
+    tile = max(TILES, key=lambda t: t.spec.k)
+    if mode == "native" and NATIVE_WHY:
+        pytest.skip(f"no native AMX here ({NATIVE_WHY})")
+    entry = ENTRIES[tile.spec.name]
     m = kernel_model(entry)
     f = m["function"]
-    mr, nr, k = KERNEL.spec.mr, KERNEL.spec.nr, KERNEL.spec.k
+    mr, nr, k = tile.spec.mr, tile.spec.nr, tile.spec.k
     driver = amx_runtime.source(entry) + f"""
 int main(void) {{
   static uint8_t a[{mr * 2 * k}]; static int8_t b[{2 * k // 4 * nr * 4}]; static int32_t c[3][{mr * nr}];
@@ -103,7 +130,7 @@ int main(void) {{
 }}
 """
     (tmp_path / "driver.c").write_text(driver)
-    cmd = compiler_command("amx", "clang", m["features"])
+    cmd = compiler_command("amx", "clang", m["features"], emulated=mode == "emulated")
     subprocess.run([*cmd, "-o", str(tmp_path / "driver"), str(tmp_path / "driver.c")], check=True)
     run = subprocess.run([str(tmp_path / "driver")], capture_output=True)
     assert run.returncode == 0, "the configuration read back differs from the one the wrapper compares with"
@@ -114,3 +141,17 @@ int main(void) {{
     want = (a.astype(np.int64) @ b.transpose(0, 2, 1).reshape(2 * k, nr).astype(np.int64)).astype(np.int32)
     for i in range(3):
         assert np.array_equal(c[i], want)
+
+
+def test_a_model_for_amx_is_bit_exact_with_onnxruntime(tmp_path):
+    """A residual int8 CNN (stem, 3x3 and 1x1 layers, stride 2, a classifier) compiled for the AMX tiles:
+    natively on an AMX host, on the emulation elsewhere (the kernels this process built)."""
+    from tvm_integration.bench import int8_models
+    from tvm_integration.bench.models import onnxruntime_session
+    import onnx
+    from tvm_integration.qnn.model import compile_model, lower
+    path = int8_models.quantize(int8_models.resnet(size=32, widths=(16, 32, 64, 64), classes=10), tmp_path / "m.onnx")
+    assert lower(onnx.load(path), "amx").script().count("_kloop_amx") >= 5      # every conv and the dense
+    x = np.random.default_rng(5).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    model = compile_model(path, target="amx", threads=2)
+    np.testing.assert_array_equal(model({"input": x})[model.outputs[0]], onnxruntime_session(path, 1).run(None, {"input": x})[0])

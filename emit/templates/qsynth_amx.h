@@ -73,7 +73,15 @@ struct qsynth_amx_tiles {
   uint16_t colsb[8];
   uint8_t data[8][16][64];
 };
+#ifdef QSYNTH_AMX_STATE_EXTERN
+/* For a loader without thread-local storage (TVM's JIT): the state is the one definition of a library
+ * the process has loaded (tvm_integration/kernels/amx_runtime.py, load_emulation_state). */
+struct qsynth_amx_tiles *qsynth_amx_state(void);
+#define QSYNTH_AMX_STATE (qsynth_amx_state())
+#else
 __attribute__((weak)) _Thread_local struct qsynth_amx_tiles qsynth_amx_tiles;
+#define QSYNTH_AMX_STATE (&qsynth_amx_tiles)
+#endif
 __attribute__((weak)) int qsynth_amx_emulated_permission;
 
 __attribute__((unused)) static inline int qsynth_amx_init(void) {
@@ -92,7 +100,7 @@ __attribute__((noreturn, cold, unused)) static inline void qsynth_amx_fault(cons
  * both zero for an unused tile, reserved bytes zero; every tile is zeroed. */
 __attribute__((unused)) static inline void qsynth_amx_loadconfig(const void *config) {
   const uint8_t *c = (const uint8_t *)config;
-  struct qsynth_amx_tiles *t = &qsynth_amx_tiles;
+  struct qsynth_amx_tiles *t = QSYNTH_AMX_STATE;
   if (!__atomic_load_n(&qsynth_amx_emulated_permission, __ATOMIC_ACQUIRE))
     qsynth_amx_fault("ldtilecfg", -1, "before qsynth_amx_init() (no XTILEDATA permission)");
   if (c[0] == 0) {
@@ -119,7 +127,7 @@ __attribute__((unused)) static inline void qsynth_amx_loadconfig(const void *con
  * when released. */
 __attribute__((unused)) static inline void qsynth_amx_storeconfig(void *config) {
   uint8_t *c = (uint8_t *)config;
-  const struct qsynth_amx_tiles *t = &qsynth_amx_tiles;
+  const struct qsynth_amx_tiles *t = QSYNTH_AMX_STATE;
   memset(c, 0, 64);
   if (!t->palette) return;
   c[0] = t->palette;
@@ -131,10 +139,10 @@ __attribute__((unused)) static inline void qsynth_amx_storeconfig(void *config) 
 }
 
 /* TILERELEASE: the init state. */
-__attribute__((unused)) static inline void qsynth_amx_release(void) { memset(&qsynth_amx_tiles, 0, sizeof qsynth_amx_tiles); }
+__attribute__((unused)) static inline void qsynth_amx_release(void) { memset(QSYNTH_AMX_STATE, 0, sizeof(struct qsynth_amx_tiles)); }
 
 __attribute__((unused)) static inline struct qsynth_amx_tiles *qsynth_amx_tile(const char *insn, int tile, int dwords) {
-  struct qsynth_amx_tiles *t = &qsynth_amx_tiles;
+  struct qsynth_amx_tiles *t = QSYNTH_AMX_STATE;
   if (tile < 0 || tile > 7) qsynth_amx_fault(insn, tile, "no such tile register");
   if (!t->palette || !t->rows[tile]) qsynth_amx_fault(insn, tile, "tile not configured");
   if (dwords && t->colsb[tile] % 4) qsynth_amx_fault(insn, tile, "bytes per row not a multiple of 4");

@@ -15,12 +15,21 @@ of a TVM parallel task, and a release per call would reload the configuration ev
 
 Python side (``permission``): selection asks for the same permission before it builds AMX code for
 this host, so a kernel that refuses it leaves the operator on VNNI with one warning, never a SIGILL.
+
+Emulated (a host without AMX, or ``QSYNTH_AMX_EMULATE=1``: emit/amx_runtime.py): the wrapper's IR is
+the header's plain-C tile instructions, so every AMX operator runs, slowly, on any x86 host and is
+tested there. Their per-thread tile state cannot live in TVM's JIT-compiled module (its loader has no
+thread-local storage: a ``_Thread_local`` definition failed to link, R_X86_64_TPOFF32), so the IR reaches
+it through ``qsynth_amx_state()``, defined once by a small shared library the process loads with its
+symbols global (``load_emulation_state``).
 """
 from __future__ import annotations
 
 import ctypes
 import functools
+import os
 
+from emit import amx_runtime as emitted_runtime
 from emit.convention import function_name
 from emit.library import extern_source
 from emit.model import kernel_model
@@ -57,14 +66,32 @@ def source(entry: dict) -> str:
     return extern_source(m) + "#include <stdlib.h>\n" + _WRAPPER.format(f=m["function"])
 
 
-def llvm_ir(entry: dict) -> str:
-    """``source`` as LLVM IR for ``pragma_import_llvm`` (clang -O3 with the kernel's features),
-    compiled once per content as emit.llvm_ir does."""
+def emulated(entry: dict) -> bool:
+    """Whether this process builds the entry's operators on the emulation (emit/amx_runtime.py)."""
+    return emitted_runtime.emulated(kernel_model(entry)["features"])
+
+
+def llvm_ir(entry: dict, emulate: bool) -> str:
+    """``source`` as LLVM IR for ``pragma_import_llvm`` (clang -O3 with the kernel's features, or
+    without AMX's and with the tile state outside the module: ``emulate``), compiled once per content
+    as emit.llvm_ir does."""
     m = kernel_model(entry)
     # -fPIC: the header's permission flag is a global, and a model saved as a shared library
     # (CompiledModel.save) cannot link the PC-relative access a non-PIC compile gives it
-    cmd = [*compiler_command(m["isa"].name, "clang", m["features"]), "-fPIC", "-S", "-emit-llvm"]
+    cmd = [*compiler_command(m["isa"].name, "clang", m["features"], emulate), "-fPIC", "-S", "-emit-llvm"]
+    if emulate:
+        load_emulation_state()
+        cmd.append("-DQSYNTH_AMX_STATE_EXTERN")
     return cached_compile(cmd, source(entry), "kernel-amx-runtime-{}.ll").read_text()
+
+
+@functools.cache
+def load_emulation_state() -> None:
+    """The emulation's per-thread tile state in a shared library, loaded once with its symbols global,
+    so that TVM's JIT (and a saved model's library) resolves ``qsynth_amx_state`` to it."""
+    code = emitted_runtime.RUNTIME + "struct qsynth_amx_tiles *qsynth_amx_state(void) { return &qsynth_amx_tiles; }\n"
+    cmd = ["gcc", "-O2", "-fPIC", "-shared", "-Wall", "-Werror", "-DQSYNTH_AMX_EXPECT_EMULATED=1"]
+    ctypes.CDLL(str(cached_compile(cmd, code, "amx-emulation-state-{}.so")), mode=os.RTLD_GLOBAL)
 
 
 @functools.cache

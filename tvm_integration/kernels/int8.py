@@ -54,6 +54,7 @@ class Kernel:
     llvm_ir: str
     cache_key: str
     features: tuple[str, ...]
+    emulated: bool = False           # AMX tiles on the plain-C emulation (amx_runtime): runs on any x86 host
 
     def loop_intrin(self, kblocks: int) -> str:
         """The TensorIntrin of ``kblocks`` k blocks in one ``_kloop`` call (registered on first use)."""
@@ -182,9 +183,11 @@ def proved_kernels(isa: str, root: Path = cache.ROOT) -> tuple[Kernel, ...]:
         if any(k.intrin == name for k in kernels):
             log.warning("not registered: a second entry for %s (%s)", name, entry["cache_key"])
             continue
+        emulated = spec.layout == "tile" and amx_runtime.emulated(entry)
         if spec.layout == "tile":
-            function, ir = amx_runtime.kloop_function(entry), amx_runtime.llvm_ir(entry)
+            function, ir = amx_runtime.kloop_function(entry), amx_runtime.llvm_ir(entry, emulated)
         else:
             function, ir = function_name(entry) + "_kloop_extern", emit_llvm_ir(entry)
-        kernels.append(Kernel(name, spec, function, ir, entry["cache_key"], tuple(kernel_model(entry)["features"])))
+        kernels.append(Kernel(name, spec, function, ir, entry["cache_key"], tuple(kernel_model(entry)["features"]),
+                              emulated))
     return tuple(kernels)

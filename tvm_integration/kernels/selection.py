@@ -91,9 +91,10 @@ def int8_candidates(isa: str = "host", depth: int | None = None) -> list[int8.Ke
 
 
 def int8_target(kernel: int8.Kernel | None = None) -> dict:
-    """The host model's target (its micro-architecture as LLVM names it); for a kernel the host cannot
-    run, a generic x86-64 target with the kernel's features, so the module still builds."""
-    if kernel is None or usable(kernel) is None:
+    """The host model's target (its micro-architecture as LLVM names it), also for an AMX tile on the
+    emulation; for a kernel the host cannot run, a generic x86-64 target with the kernel's features,
+    so the module still builds."""
+    if kernel is None or kernel.emulated or usable(kernel) is None:
         return host.tvm_target()
     return {"kind": "llvm", "mtriple": "x86_64-linux-gnu", "mattr": [f"+{f}" for f in kernel.features]}
 
