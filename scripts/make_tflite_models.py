@@ -13,6 +13,7 @@ Small networks of tf.nn ops with seeded random weights, calibrated on seeded ran
   ending in SOFTMAX, which qsynth refuses), and two single-op models whose one input covers every case
   of their arithmetic: ``add`` (two 256x256 inputs: every pair of int8 values) and ``mean`` (over H, W
   of 5x7: 8926 channels, one per possible int32 sum);
+* Keras models as TensorFlow's converter writes them today (scripts/make_tflite_keras.py, issue 33);
 * uint8 per-tensor, the legacy TF1 flow (fake-quant ranges, ``inference_type=uint8``): ``legacy_uint8``
   (conv2d, depthwise with Relu6, an add of two branches, average pool, reshape, fully connected; a
   second output, the mean over H, W of the add).
@@ -23,6 +24,11 @@ import argparse
 from pathlib import Path
 
 import numpy as np
+
+try:
+    from scripts import make_tflite_keras as keras_models
+except ImportError:                      # run as a script: scripts/ is on sys.path
+    import make_tflite_keras as keras_models
 
 SIZE = 16
 
@@ -133,16 +139,20 @@ def legacy_uint8(tf) -> bytes:
 
 MODELS = {"cnn_int8": cnn, "mobilenet_int8": mobilenet, "mlp_int8": mlp, "softmax_int8": softmax,
           "add_int8": add, "mean_int8": mean, "legacy_uint8": legacy_uint8}
+MODELS.update(keras_models.MODELS)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-o", "--out", default=str(Path(__file__).resolve().parent.parent / "tests/data/tflite"))
+    parser.add_argument("names", nargs="*", help="only these models (default: all)")
     args = parser.parse_args()
     import tensorflow as tf
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     for name, make in MODELS.items():
+        if args.names and name not in args.names:
+            continue
         path = out / f"{name}.tflite"
         path.write_bytes(make(tf))
         print(f"{path} ({path.stat().st_size} bytes)")

@@ -4,7 +4,7 @@
     qsynth compile resnet_int8.onnx -o resnet_int8.so [--target host] [--threads 2]
     qsynth run resnet_int8.onnx --input x.npy --output y.npy [--input name=path.npy ...] [--profile]
     qsynth bench-model resnet_int8.onnx --fp32 resnet.onnx --threads 1 --json [--input NAME=PATH.npy ...]
-    qsynth inspect w2a2.onnx [--target host] [--json]
+    qsynth inspect w2a2.onnx [--target host] [--json]     (or MODEL.tflite)
 
 ``run`` compiles once and keeps the library in a private, checked cache (``~/.cache/qsynth/models``,
 ``tvm_integration.qnn.artifacts``), so the next run loads it. A model the pipeline refuses is a
@@ -122,12 +122,9 @@ def bench_model(model: str = MODEL,
 def inspect(model: str = MODEL, target: Target = TARGET, allow_float: bool = ALLOW_FLOAT,
             json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> int:
     """Each conv/dense layer's precision (AxWy, encoding), operator and kernel, without compiling."""
-    from tvm_integration.qnn.importer import ModelError, load
+    from tvm_integration.qnn.importer import load
     from tvm_integration.qnn.inspect import layers, table
-    if Path(model).suffix == ".tflite":
-        raise ModelError(f"{model}: inspect reads ONNX models (TFLite models are int8: every layer on the int8 "
-                         "operators)")
-    rows = layers(load(model, allow_float=allow_float), target)
+    rows = layers(Path(model) if Path(model).suffix == ".tflite" else load(model, allow_float=allow_float), target)
     if json:
         print_json([dict(layer=r.layer, op=r.kind, weights=r.shape, abits=r.precision.abits, wbits=r.precision.wbits,
                          encoding=r.precision.encoding, note=r.precision.weights, operator=r.operator,

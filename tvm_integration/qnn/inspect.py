@@ -5,6 +5,7 @@ the depthwise TIR; or the reference computation and why)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import onnx
 
@@ -22,10 +23,16 @@ class Layer:
     kernel: str
 
 
-def layers(model: onnx.ModelProto, target: str = "host") -> list[Layer]:
+def layers(model: onnx.ModelProto | Path, target: str = "host") -> list[Layer]:
+    """The layers of an ONNX model, or of the .tflite model at a path (tflite_importer.py in place of
+    import and rewrite)."""
     from tvm_integration.qnn import legalize
     from tvm_integration.qnn.model import lower
-    mod = lower(model, target, stage="legalize")
+    if isinstance(model, (str, Path)):
+        from tvm_integration.qnn import tflite_importer
+        mod = legalize.legalize(tflite_importer.load(model).run(), target)
+    else:
+        mod = lower(model, target, stage="legalize")
     rows = []
     for binding in mod["main"].body.blocks[0].bindings:
         op = IntegerOp.read(binding.value, mod)

@@ -29,7 +29,7 @@ import math
 import numpy as np
 from tvm import te, tirx
 
-from tvm_integration.ops.output_stage import QUANT_RANGES, fenced, round_saturated
+from tvm_integration.ops.output_stage import QUANT_RANGES, fenced, round_saturated, round_to_int
 
 ADD_SCALE_RANGE = (1.0 / 1024.0, 256.0)     # the delegate takes an ADD only if each input/output scale is in it
 
@@ -65,16 +65,101 @@ def add_params(a_scale, a_zero_point: int, b_scale, b_zero_point: int, out_scale
     return dict(a_multiplier=a_multiplier, b_multiplier=b_multiplier, bias=bias, shift=shift)
 
 
+def _broadcast(a, b):
+    """numpy's broadcast shape of ``a`` and ``b`` and a function of an output index to each one's index."""
+    sa, sb = [int(d) for d in a.shape], [int(d) for d in b.shape]
+    n = max(len(sa), len(sb))
+    shape = tuple(max(p, q) for p, q in zip([1] * (n - len(sa)) + sa, [1] * (n - len(sb)) + sb))
+
+    def index(t, i):
+        offset = len(i) - len(t.shape)
+        return t(*[0 if int(d) == 1 else i[offset + k] for k, d in enumerate(t.shape)])
+    return shape, index
+
+
 def add(a, b, *, a_multiplier: int, b_multiplier: int, bias: int, shift: int, out_zero_point: int, out_dtype: str,
         clamp):
-    """XNNPACK's qs8/qu8 vadd of same-shaped tensors: ``(bias + a * ma + b * mb) >> shift`` (arithmetic
-    shift), plus the zero point, clamped."""
+    """XNNPACK's qs8/qu8 vadd (and vaddc, one operand broadcast): ``(bias + a * ma + b * mb) >> shift``
+    (arithmetic shift), plus the zero point, clamped; ``a`` and ``b`` broadcast as numpy does."""
+    shape, at = _broadcast(a, b)
+
     def value(*i):
-        acc = (tirx.const(bias, "int32") + a(*i).astype("int32") * a_multiplier
-               + b(*i).astype("int32") * b_multiplier)
+        acc = (tirx.const(bias, "int32") + at(a, i).astype("int32") * a_multiplier
+               + at(b, i).astype("int32") * b_multiplier)
         y = tirx.shift_right(acc, tirx.const(shift, "int32")) + out_zero_point
         return tirx.max(tirx.min(y, clamp[1]), clamp[0]).astype(out_dtype)
-    return te.compute(a.shape, value, name="tflite_add")
+    return te.compute(shape, value, name="tflite_add")
+
+
+MUL_SCALE_RANGE = (2.0 ** -16, 256.0)     # the delegate takes a MUL only if a_scale * b_scale / y_scale is in it
+
+
+def mul(a, b, *, a_zero_point: int, b_zero_point: int, scale: float, out_zero_point: int, out_dtype: str, clamp):
+    """XNNPACK's qs8/qu8 vmul ("fp32" requantization): ``float32((a - za) * (b - zb)) * scale``, scale =
+    ``a_scale * b_scale / y_scale`` in float32, rounded half to even, plus the zero point, clamped;
+    broadcast as numpy does."""
+    shape, at = _broadcast(a, b)
+
+    def value(*i):
+        product = (at(a, i).astype("int32") - a_zero_point) * (at(b, i).astype("int32") - b_zero_point)
+        y = product.astype("float32") * tirx.const(scale, "float32")
+        y = tirx.max(tirx.min(y, float(clamp[1] - out_zero_point)), float(clamp[0] - out_zero_point))
+        return (round_to_int(y) + out_zero_point).astype(out_dtype)
+    return te.compute(shape, value, name="tflite_mul")
+
+
+def pad(x, *, pads, value: int):
+    """Constant padding by ``pads`` [(before, after)] per axis with the integer ``value`` (a zero point)."""
+    shape = [int(d) + p + q for d, (p, q) in zip(x.shape, pads)]
+
+    def at(*i):
+        inside = tirx.all(*[tirx.all(k >= p, k < p + int(d)) for k, d, (p, _) in zip(i, x.shape, pads)])
+        return tirx.if_then_else(inside, x(*[k - p for k, (p, _) in zip(i, pads)]), tirx.const(value, x.dtype))
+    return te.compute(shape, at, name="tflite_pad")
+
+
+def resize_nearest(x, rows, cols):
+    """NCHW ``x`` at the input rows and columns ``rows`` [OH], ``cols`` [OW] (int32 constants)."""
+    b, c = x.shape[:2]
+    return te.compute((b, c, rows.shape[0], cols.shape[0]), lambda n, ch, i, j: x[n, ch, rows[i], cols[j]],
+                      name="tflite_resize_nearest")
+
+
+def resize_bilinear(x, rows, cols):
+    """XNNPACK's ibilinear (q11 weights): ``rows`` [3, OH] the top and bottom input rows and the weight
+    ``lrintf(alpha * 2048)``, ``cols`` [3, OW] likewise; ``t = tl << 11 + (tr - tl) * ax`` (and ``b``),
+    ``(t << 11 + (b - t) * ay + 2**21) >> 22``."""
+    b, c = x.shape[:2]
+
+    def value(n, ch, i, j):
+        def v(r, s):
+            return x[n, ch, rows[r, i], cols[s, j]].astype("int32")
+        ax, ay = cols[2, j], rows[2, i]
+        top = tirx.shift_left(v(0, 0), 11) + (v(0, 1) - v(0, 0)) * ax
+        bottom = tirx.shift_left(v(1, 0), 11) + (v(1, 1) - v(1, 0)) * ax
+        acc = tirx.shift_left(top, 11) + (bottom - top) * ay
+        return tirx.shift_right(acc + (1 << 21), 22).astype(x.dtype)
+    return te.compute((b, c, rows.shape[1], cols.shape[1]), value, name="tflite_resize_bilinear")
+
+
+def softmax(x, table, *, scale: float, zero_point: int, out_dtype: str):
+    """TFLite's optimized int8/uint8 Softmax over the last axis of 2-D ``x`` (the float lookup table of
+    ``PopulateSoftmaxLookupTable``: ``table[255 - v] = expf(-input_scale * beta * v)``): the row's max,
+    ``sum`` of ``table[255 - max + x]`` in float32 in order, ``p = table[...] * (1 / (sum * y_scale))``,
+    ``int(p + 0.5)`` (uint8) or ``round(p)`` + zero point, clamped."""
+    m, n = x.shape
+    lo, hi = QUANT_RANGES[out_dtype]
+    rk, rs = te.reduce_axis((0, n), "rk"), te.reduce_axis((0, n), "rs")
+    top = te.compute((m,), lambda i: te.max(x[i, rk].astype("int32"), axis=rk), name="row_max")
+    total = te.compute((m,), lambda i: te.sum(table[255 - top[i] + x[i, rs].astype("int32")], axis=rs), name="exp_sum")
+    inverse = te.compute((m,), lambda i: tirx.const(1.0, "float32") / fenced(total[i] * tirx.const(scale, "float32")),
+                         name="inverse")
+
+    def value(i, j):
+        p = fenced(table[255 - top[i] + x[i, j].astype("int32")] * inverse[i])
+        y = tirx.floor(p + tirx.const(0.5, "float32")).astype("int32") + zero_point
+        return tirx.max(tirx.min(y, hi), lo).astype(out_dtype)
+    return te.compute((m, n), value, name="tflite_softmax")
 
 
 def avg_pool2d(x, *, pool, strides, padding, clamp):
@@ -121,4 +206,6 @@ def mean(x, *, scale: float, offset: float, out_dtype: str, keepdims: bool):
     return te.compute((b, c, 1, 1) if keepdims else (b, c), value, name="tflite_mean")
 
 
-COMPUTATIONS = {"tflite_add": add, "tflite_avg_pool2d": avg_pool2d, "tflite_mean": mean}
+COMPUTATIONS = {"tflite_add": add, "tflite_avg_pool2d": avg_pool2d, "tflite_mean": mean, "tflite_mul": mul,
+                "tflite_pad": pad, "tflite_resize_nearest": resize_nearest, "tflite_resize_bilinear": resize_bilinear,
+                "tflite_softmax": softmax}

@@ -13,11 +13,13 @@ activation bounds computed as it computes them). 4-D activations are held NCHW, 
 (bind.py keeps them NHWC between tensorized operators); the graph's inputs and outputs stay NHWC as
 in the model.
 
+The operators of Keras models beyond these (elementwise tables, MUL, PAD, resizes, SOFTMAX, shape
+arithmetic...) are tflite_ops.py's.
+
 Refused, each with one line: a file that is not a TFLite model, float or hybrid (dynamic range)
-models, operators outside ``CONVERTERS`` (softmax and logistic included: their int8 kernels are
-lookup tables computed in float when the interpreter prepares them), dilated convolutions,
-broadcasting adds and adds whose scales the XNNPACK delegate refuses (the interpreter then runs its
-builtin kernel, whose fixed-point arithmetic qsynth does not reproduce).
+models, operators outside ``CONVERTERS`` (all of them named at once), dilated convolutions, adds and
+muls whose scales the XNNPACK delegate refuses (the interpreter then runs its builtin kernel, whose
+fixed-point arithmetic qsynth does not reproduce).
 """
 from __future__ import annotations
 
@@ -28,12 +30,13 @@ from pathlib import Path
 import numpy as np
 from tvm import relax
 
-from tvm_integration.qnn import bind, legalize, tflite_arithmetic as ta
+from tvm_integration.qnn import bind, legalize, tflite_arithmetic as ta, tflite_ops
 from tvm_integration.qnn.arithmetic import folded_bias
 from tvm_integration.qnn.importer import ModelError
 from tvm_integration.qnn.integer_op import IntegerOp
 
 TO_NCHW, TO_NHWC = [0, 3, 1, 2], [0, 2, 3, 1]
+NHWC_AXIS = [0, 2, 3, 1]                                   # NHWC axis -> the NCHW value's axis
 DTYPES = {2: "int32", 3: "uint8", 9: "int8"}              # tflite.TensorType values
 
 
@@ -130,6 +133,37 @@ class Importer:
         self.graph = model.Subgraphs(0)
         self.builder = relax.BlockBuilder()
         self.values = {}            # tensor index -> Relax value (4-D ones NCHW)
+        self.padded = {}            # PAD output index -> (its input, [top, left, bottom, right]): conv folds it
+        self.shapes = {}            # int32 shape arithmetic evaluated at import: tensor index -> numpy
+
+    def options(self, op, kind: str):
+        return _options(op, getattr(_tflite(), kind))
+
+    def axis(self, axis: int, rank: int) -> int:
+        """A model (NHWC) axis as the axis of the value held for a tensor of ``rank``."""
+        axis %= rank
+        return NHWC_AXIS[axis] if rank == 4 else axis
+
+    def to_layout(self, value, index: int):
+        """``value`` in the model's layout as held for tensor ``index`` (NCHW if 4-D)."""
+        return self.builder.emit(relax.op.permute_dims(value, TO_NCHW)) if len(self.tensor(index).shape) == 4 else value
+
+    def constant_last(self, ins: list[int]) -> list[int]:
+        """A commutative op's two inputs with a constant second (IntegerOp.read puts constants after inputs)."""
+        return ins[::-1] if self.tensor(ins[0]).data is not None and ins[0] not in self.values else ins
+
+    def operand(self, index: int, rank: int):
+        """Tensor ``index`` (a constant or a value) as an operand of a broadcasting op whose output has
+        ``rank`` axes: its shape padded with leading 1s to ``rank`` as numpy does, NCHW if 4-D."""
+        t = self.tensor(index)
+        shape = (1,) * (rank - len(t.shape)) + t.shape
+        if t.data is not None and index not in self.values:
+            data = t.data.reshape(shape)
+            return relax.const(data.transpose(TO_NCHW) if rank == 4 else data)
+        if len(t.shape) == rank:
+            return self.values[index]
+        value = self.builder.emit(relax.op.reshape(self.nhwc(index), shape))
+        return self.builder.emit(relax.op.permute_dims(value, TO_NCHW)) if rank == 4 else value
 
     # -- tensors -------------------------------------------------------------------------------
     def tensor(self, index: int) -> Tensor:
@@ -187,10 +221,13 @@ class Importer:
                 for k in range(self.graph.OperatorsLength()):
                     op = self.graph.Operators(k)
                     ins = [int(i) for i in op.InputsAsNumpy()]
-                    out = int(op.OutputsAsNumpy()[0])
+                    outs = [int(o) for o in op.OutputsAsNumpy()]
                     name = _op_name(self.model, op)
                     try:
-                        self.values[out] = CONVERTERS[name](self, op, ins, out)
+                        result = CONVERTERS[name](self, op, ins, outs[0])
+                        for out, value in zip(outs, result if len(outs) > 1 else [result]):
+                            if value is not None:
+                                self.values[out] = value
                     except ModelError:
                         raise
                     except Exception as e:     # a damaged model's inconsistent fields reach numpy or TVM
@@ -248,30 +285,35 @@ class Importer:
             groups = c // weight.shape[1]
         strides = [options.StrideH(), options.StrideW()]
         padding = _padding(options.Padding(), (h, wd), weight.shape[2:], strides)
+        source = ins[0]
+        if source in self.padded:          # a zero PAD before it: the convolution pads with the zero point
+            source, extra = self.padded[source]
+            padding = [p + q for p, q in zip(padding, extra)]
         clamp = self.activation_clamp(options.FusedActivationFunction(), out)
         constants, params = self.linear(x, w, self.bias(ins), out, weight, clamp, strides=strides, padding=padding,
                                         groups=groups)
-        return self.emit("conv2d", [self.values[ins[0]]], constants, **params)
+        return self.emit("conv2d", [self.values[source]], constants, **params)
 
     def fully_connected(self, op, ins, out_index):
         options = _options(op, _tflite().FullyConnectedOptions)
         x, w, out = self.quantized(ins[0]), self.quantized(ins[1]), self.quantized(out_index)
         if w.data is None:
             raise ModelError(f"{self.path}: fully connected weights {w.name!r} are not constant")
-        if len(out.shape) != 2:
-            raise ModelError(f"{self.path}: fully connected output {out.name!r} has shape {out.shape}; only 2-D")
         data = self.nhwc(ins[0])
-        if len(x.shape) != 2:
-            data = self.builder.emit(relax.op.reshape(data, (out.shape[0], w.data.shape[1])))
+        rows = int(np.prod(x.shape)) // w.data.shape[1]
+        if x.shape != (rows, w.data.shape[1]):
+            data = self.builder.emit(relax.op.reshape(data, (rows, w.data.shape[1])))
         clamp = self.activation_clamp(options.FusedActivationFunction(), out)
         constants, params = self.linear(x, w, self.bias(ins), out, w.data, clamp)
-        return self.emit("dense", [data], constants, **params)
+        result = self.emit("dense", [data], constants, **params)
+        if out.shape == (rows, w.data.shape[0]):
+            return result
+        return self.to_layout(self.builder.emit(relax.op.reshape(result, out.shape)), out_index)   # keep_num_dims
 
     def add(self, op, ins, out_index):
         options = _options(op, _tflite().AddOptions)
+        ins = self.constant_last(ins)
         a, b, out = self.quantized(ins[0]), self.quantized(ins[1]), self.quantized(out_index)
-        if a.shape != b.shape:
-            raise ModelError(f"{self.path}: ADD of shapes {a.shape} and {b.shape}: broadcasting is not supported")
         (sa, za), (sb, zb), (sc, zc) = a.scalar(), b.scalar(), out.scalar()
         lo, hi = ta.ADD_SCALE_RANGE
         for name, s in ((a.name, sa), (b.name, sb)):
@@ -280,8 +322,9 @@ class Importer:
                                  f"[1/1024, 256), so LiteRT runs this ADD on its builtin kernel, which qsynth "
                                  "does not reproduce")
         clamp = self.activation_clamp(options.FusedActivationFunction(), out)
-        return self.emit("tflite_add", [self.values[ins[0]], self.values[ins[1]]], **ta.add_params(sa, za, sb, zb, sc),
-                         out_zero_point=zc, out_dtype=out.dtype, clamp=clamp)
+        rank = len(out.shape)
+        return self.emit("tflite_add", [self.operand(ins[0], rank), self.operand(ins[1], rank)],
+                         **ta.add_params(sa, za, sb, zb, sc), out_zero_point=zc, out_dtype=out.dtype, clamp=clamp)
 
     def pool(self, op, ins, out_index, kind: str):
         options = _options(op, _tflite().Pool2DOptions)
@@ -341,6 +384,7 @@ CONVERTERS = {
     "AVERAGE_POOL_2D": lambda imp, op, ins, out: imp.pool(op, ins, out, "avg_pool2d"),
     "MEAN": Importer.mean,
     "RESHAPE": Importer.reshape,
+    **tflite_ops.CONVERTERS,
 }
 
 
