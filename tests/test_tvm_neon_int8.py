@@ -1,0 +1,132 @@
+"""NEON int8 operators (issue 34 step 1): conv2d (NHWC: 1x1, 3x3, the 7x7 stride-2 stem, stride 1 and 2,
+padding with a zero point, depthwise) and dense on the cache's proved NEON int8 tiles, built for
+AArch64 and run under qemu-aarch64 (tvm_integration/ops/cross.py; marked ``qemu``), bit-exact against
+numpy with the output stage fused: every tile family (v8.0 umull/uadalp rows tile, dotprod sdot,
+i8mm sudot), u8 inputs of 128 and more, s8 inputs, tile remainders in rows, columns and K, and
+requantize ties (a scale 2^-j, accumulators at 2^(j-1) mod 2^j, rounded half to even). qemu's ``-cpu max`` runs every
+family, whichever core the operator is built for."""
+import numpy as np
+import pytest
+
+pytest.importorskip("tvm")
+
+from tvm_integration.kernels import neon_int8
+from tvm_integration.kernels.selection import SelectionError
+from tvm_integration.ops import cross
+from tvm_integration.ops import neon_int8 as ops
+from tvm_integration.ops.output_stage import OutputStage, ScaleRequantize
+
+MISSING = cross.missing_tools()
+qemu = [pytest.mark.qemu, pytest.mark.skipif(MISSING is not None, reason=f"NEON operators run under qemu: {MISSING}")]
+
+
+def conv_reference(x, w, stride, pad, pad_value=0, groups=1):
+    """int32 NHWC conv2d of integer x (NHWC) and OIHW w, the padding holding ``pad_value``."""
+    _, h, wd, _ = x.shape
+    o, cg, kh, kw = w.shape
+    xp = np.pad(x.astype(np.int64), ((0, 0), (pad, pad), (pad, pad), (0, 0)), constant_values=pad_value)
+    oh, ow = (h + 2 * pad - kh) // stride + 1, (wd + 2 * pad - kw) // stride + 1
+    acc = np.zeros((x.shape[0], oh, ow, o), np.int64)
+    per = o // groups
+    for g in range(groups):
+        for i in range(kh):
+            for j in range(kw):
+                window = xp[:, i:i + stride * oh:stride, j:j + stride * ow:stride, g * cg:(g + 1) * cg]
+                acc[..., g * per:(g + 1) * per] += window @ w[g * per:(g + 1) * per, :, i, j].astype(np.int64).T
+    return acc.astype(np.int32)
+
+
+def requantized(acc, bias, scale, zero_point):
+    """onnxruntime's requantize: float32(acc + bias) * scale, half to even, + zero point, to u8."""
+    return np.clip(np.rint((acc + bias).astype(np.float32) * np.float32(scale)) + zero_point, 0, 255).astype(np.uint8)
+
+
+def data(rng, shape, dtype):
+    """Random values over the whole range, with the extremes (0 and 255, -128 and 127) present."""
+    x = rng.integers(0, 256, shape)
+    x.flat[:2] = (0, 255)
+    return (x - (128 if dtype == "int8" else 0)).astype(dtype)
+
+
+# family, dtype, (H, W, C), (O, KH, KW), stride, padding, pad value, requantize
+CONVS = [
+    ("v8", "uint8", (9, 10, 8), (12, 3, 3), 1, 1, 0, True),        # 90 rows, 12 columns: remainders; ties
+    ("v8", "int8", (8, 8, 16), (20, 1, 1), 2, 0, 0, False),        # 1x1 stride 2, s8 input
+    ("v8", "uint8", (15, 15, 3), (8, 7, 7), 2, 3, 7, True),        # the stem: 21-byte runs in 24; zero point 7
+    ("dotprod", "uint8", (11, 9, 24), (6, 3, 3), 2, 1, 128, True),  # stride 2; K 216 of 16-byte blocks
+    ("dotprod", "uint8", (15, 15, 3), (16, 7, 7), 2, 3, 0, False),  # the stem on sdot
+    ("i8mm", "uint8", (6, 7, 32), (12, 3, 3), 1, 1, 0, True),
+    ("i8mm", "int8", (7, 7, 40), (8, 1, 1), 1, 0, 0, False),
+]
+
+
+@pytest.mark.parametrize("family, dtype, hwc, okk, stride, pad, pad_value, requantize", [
+    pytest.param(*case, marks=qemu, id=f"{case[0]}-{case[1]}-{case[3][1]}x{case[3][2]}s{case[4]}") for case in CONVS])
+def test_conv2d_matches_numpy(family, dtype, hwc, okk, stride, pad, pad_value, requantize):
+    rng = np.random.default_rng(34)
+    x = data(rng, (1, *hwc), dtype)
+    o, kh, kw = okk
+    w = rng.integers(-128, 128, (o, hwc[2], kh, kw)).astype(np.int8)
+    w.flat[:2] = (-128, 127)
+    bias = rng.integers(-5000, 5000, o).astype(np.int32)
+    if dtype == "int8":
+        pad_value -= 128 if pad_value >= 128 else 0
+    acc = conv_reference(x, w, stride, pad, pad_value)
+    if requantize:      # scale 2^-j, the first pixel's acc + bias at a tie (2^(j-1) mod 2^j) in every channel
+        j = int(np.ceil(np.log2(acc.std() / 64)))
+        bias = (bias + (2 ** (j - 1) - acc[0, 0, 0] - bias) % 2 ** j).astype(np.int32)
+        assert ((acc + bias) % 2 ** j == 2 ** (j - 1)).sum() >= o
+        stage = OutputStage(bias=bias, requantize=ScaleRequantize(np.float32(2.0 ** -j), 128, "uint8"))
+        expected = requantized(acc, bias, 2.0 ** -j, 128)
+        assert ((expected == 255) | (expected == 0)).mean() < 0.5                # mostly not saturated
+    else:
+        stage, expected = OutputStage(bias=bias), acc + bias
+    op = ops.conv2d(w, x.shape, stride, pad, data_dtype=dtype, stage=stage, family=family, pad_value=pad_value)
+    np.testing.assert_array_equal(op(x), expected)
+
+
+@pytest.mark.parametrize("family, dtype", [pytest.param(f, d, marks=qemu, id=f"{f}-{d}")
+                                           for f, d in (("v8", "uint8"), ("dotprod", "int8"), ("i8mm", "uint8"))])
+def test_dense_matches_numpy(family, dtype):
+    """m = 3 rows (one partial row tile), N = 10 (a partial column tile), K = 37 (partial K block)."""
+    rng = np.random.default_rng(35)
+    x = data(rng, (3, 37), dtype)
+    w = rng.integers(-128, 128, (10, 37)).astype(np.int8)
+    bias = rng.integers(-5000, 5000, 10).astype(np.int32)
+    op = ops.dense(w, 3, dtype, OutputStage(bias=bias), family=family)
+    np.testing.assert_array_equal(op(x), x.astype(np.int64) @ w.astype(np.int64).T + bias)
+
+
+@pytest.mark.qemu
+@pytest.mark.skipif(MISSING is not None, reason=f"NEON operators run under qemu: {MISSING}")
+@pytest.mark.parametrize("stride", [1, 2])
+def test_depthwise_and_plain_baseline_for_the_core(stride):
+    """Depthwise 3x3 (vectorized TIR) and the plain-TIR baseline of an ordinary conv, built for Cortex-A53."""
+    rng = np.random.default_rng(36)
+    x = data(rng, (1, 9, 9, 16), "uint8")
+    w = rng.integers(-128, 128, (16, 1, 3, 3)).astype(np.int8)
+    op = ops.conv2d(w, x.shape, stride, 1, groups=16, mcpu="cortex-a53", pad_value=3)
+    np.testing.assert_array_equal(op(x), conv_reference(x, w, stride, 1, 3, groups=16))
+    if stride == 1:
+        w = rng.integers(-128, 128, (12, 16, 3, 3)).astype(np.int8)
+        plain = ops.conv2d(w, x.shape, 1, 1, mcpu="cortex-a53", use_kernel=False)
+        assert "umull" not in plain.assembly or "uadalp" not in plain.assembly
+        np.testing.assert_array_equal(plain(x), conv_reference(x, w, 1, 1))
+
+
+def test_each_core_gets_its_tile_family():
+    assert neon_int8.core_family("cortex-a53") == neon_int8.core_family("cortex-a72") == "v8"
+    assert neon_int8.core_family("cortex-a76") == neon_int8.core_family("neoverse-n1") == "dotprod"
+    assert neon_int8.core_family("neoverse-n2") == "i8mm"
+    assert neon_int8.tile_for("cortex-a53").spec.layout == "rows"
+    assert neon_int8.tile_for("cortex-a76").spec.types == "s8s8"
+    assert neon_int8.tile_for("neoverse-n2").spec.types == "u8s8"
+    target = neon_int8.neon_target("cortex-a76", neon_int8.tile_for("cortex-a76"))
+    assert target["mcpu"] == "cortex-a76" and "+dotprod" in target["mattr"]
+
+
+def test_bad_core_and_family_are_one_clear_error():
+    with pytest.raises(ValueError, match="not an AArch64 core LLVM knows"):
+        neon_int8.core_family("cortex-a999")
+    with pytest.raises(SelectionError, match="accepted: i8mm, dotprod, v8"):
+        neon_int8.tile_for(family="sve")

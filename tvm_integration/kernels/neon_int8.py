@@ -1,0 +1,201 @@
+"""The cache's proved NEON int8 tiles as TVM uses them, and which one a core gets (issue 34 step 1).
+
+Three families, chosen by what the target core's LLVM model has (``tile_for``):
+
+* ``i8mm`` (Neoverse-N2, Cortex-A710, ...): ``int8_u8s8_k4_4x4x16_neon``, sudot by element: u8
+  activations times s8 weights, as the x86 VNNI tiles;
+* ``dotprod`` without i8mm (Cortex-A55, A76, Neoverse-N1): ``int8_s8s8_k4_4x4x16_neon``, sdot by
+  element: u8 activations enter shifted by -128 (``x ^ 0x80``), and ``+128 * sum_k w`` per column is
+  added to the bias at compile time;
+* v8.0 (Cortex-A53, A72): ``int8_u8u8_rows_4x4x8_neon``, the RFC's umull/uadalp/addp 4x4 tile: both
+  operands unsigned, so the weights enter as their codes ``w + 128`` (u8), and the K loop around the
+  tile (``ROWS_KLOOP``) sums each activation row as it goes and subtracts ``128 * sum_k a`` once:
+  what it computes, and what its TensorIntrin describes, is ``C += A (B - 128)``.
+
+The k4 tiles are ``kernels.int8.Kernel`` (their ``_kloop``, the same memory image as x86's: A rows of
+the whole depth, B as ``k/4`` rows of ``nr*4`` bytes); their LLVM IR is re-declared for exactly the
+features they need (``bitserial.kernel_ir``) so that it inlines into a module for an older core. The
+rows tile has no ``_kloop`` in emit/: ``RowsTile`` appends one (``ROWS_KLOOP``) that keeps the 4x4
+int32 accumulator in a local array across the K blocks (registers, after inlining) and adds it, less
+the row sums' term, to C once (that wrapper is tested under qemu, not proved). Its B image is ``k/8`` blocks of ``nr`` rows of 8 bytes: for each block, column j's 8 weights.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+from dataclasses import dataclass
+
+import tvm
+from tvm import s_tir
+from tvm.script import tirx as T
+from tvm.target import codegen
+
+from emit.convention import function_name
+from emit.library import extern_source
+from emit.model import kernel_model
+from emit.toolchain import cached_compile, compiler_command
+from synth.kernel import spec_from_key
+from synth.spec import Int8Spec
+from tvm_integration.kernels import int8
+from tvm_integration.kernels.bitserial import kernel_ir
+from tvm_integration.kernels.selection import SelectionError, aarch64_target
+
+# family -> (cache kernel name, the activation offset into the tile's A type, weights offset to u8)
+FAMILIES = {
+    "i8mm": ("int8_u8s8_k4_4x4x16_neon", 0, False),
+    "dotprod": ("int8_s8s8_k4_4x4x16_neon", -128, False),
+    "v8": ("int8_u8u8_rows_4x4x8_neon", 0, True),
+}
+WEIGHT_SHIFT = 128      # s8 weights -> u8 codes for the u8 x u8 tiles
+
+ROWS_KLOOP = """
+/* qsynth (tvm_integration/kernels/neon_int8.py): C += A (B - 128) over kblocks k blocks with the rows
+ * tile, whose B are the weights' u8 codes w + 128: the tile's C kept in a local accumulator (registers
+ * once inlined), the rows' byte sums R beside it, and C += acc - 128 R once at the end. Block kb: A at
+ * a + kb*K (rows a_stride apart), B at b + kb*b_block (column j's K bytes at + j*K). */
+void {fn}_kloop_rows(const void *a, int a_stride, const void *b, int b_block, int32_t *c, int c_stride, int kblocks);
+void {fn}_kloop_rows(const void *a, int a_stride, const void *b, int b_block, int32_t *c, int c_stride, int kblocks) {{
+  int32_t acc[{mr} * {nr}] = {{0}};
+  uint32x4_t sums[{mr}];
+  for (int i = 0; i < {mr}; ++i) sums[i] = vdupq_n_u32(0);
+  const uint8_t *rows = (const uint8_t *)a;
+  for (int kb = 0; kb < kblocks; ++kb) {{
+    {fn}(rows + (ptrdiff_t)kb * {k}, a_stride, (const uint8_t *)b + (ptrdiff_t)kb * b_block, {k}, acc, {nr});
+    for (int i = 0; i < {mr}; ++i)   /* the row's 8 bytes (loaded by the tile too), widened, pairs added */
+      sums[i] = vpadalq_u16(sums[i], vmovl_u8(vld1_u8(rows + (ptrdiff_t)i * a_stride + (ptrdiff_t)kb * {k})));
+  }}
+  for (int i = 0; i < {mr}; ++i)
+    for (int j = 0; j < {nr}; ++j) c[i * c_stride + j] += acc[i * {nr} + j] - (int32_t)(vaddvq_u32(sums[i]) * {shift}u);
+}}
+"""
+
+
+@dataclass(frozen=True)
+class RowsTile:
+    """The rows-layout tile with its K loop (``ROWS_KLOOP``: ``C += A (B - 128)``, B the weights' u8
+    codes): the interface of ``int8.Kernel`` that the NEON operators use (``intrin``, ``spec``,
+    ``llvm_ir``, ``features``, ``loop_intrin``, ``a_dtype``, ``b_dtype``)."""
+    intrin: str
+    spec: Int8Spec
+    function: str
+    llvm_ir: str
+    cache_key: str
+    features: tuple[str, ...]
+
+    def loop_intrin(self, kblocks: int) -> str:
+        name = f"{self.intrin}_x{kblocks}"
+        if name not in int8._REGISTERED:
+            s_tir.TensorIntrin.register(name, *rows_functions(self.spec, self.function, kblocks), override=True)
+            int8._REGISTERED.add(name)
+        return name
+
+    @property
+    def a_dtype(self) -> str:
+        return int8.DTYPES[self.spec.types][0]
+
+    @property
+    def b_dtype(self) -> str:
+        return int8.DTYPES[self.spec.types][1]
+
+
+def group(kernel) -> int:
+    """Bytes of one column per B row of the kernel's image: 4 (k4: sdot's groups) or k (rows)."""
+    return kernel.spec.k if kernel.spec.layout == "rows" else 4
+
+
+def rows_functions(spec: Int8Spec, function: str, kblocks: int):
+    """(description, implementation) of ``kblocks`` k blocks of a rows tile's K loop, ``C += A (B - 128)``:
+    A ``mr`` rows of the depth, B ``kblocks`` blocks of ``nr`` rows of ``k`` u8 weight codes, C ``mr x nr``
+    int32."""
+    mr, nr, k = spec.mr, spec.nr, spec.k
+    depth = kblocks * k
+    a_dtype, b_dtype = int8.DTYPES[spec.types]
+
+    @T.prim_func(s_tir=True)
+    def desc(A: T.Buffer((mr, depth), a_dtype, offset_factor=1, strides=[T.int32(), 1]),
+             B: T.Buffer((kblocks, nr, k), b_dtype, offset_factor=1, strides=[T.int32(), k, 1]),
+             C: T.Buffer((mr, nr), "int32", offset_factor=1, strides=[T.int32(), 1])) -> None:
+        with T.sblock("root"):
+            T.reads(C[0:mr, 0:nr], A[0:mr, 0:depth], B[0:kblocks, 0:nr, 0:k])
+            T.writes(C[0:mr, 0:nr])
+            for i, j, t in T.grid(mr, nr, depth):
+                with T.sblock("update"):
+                    vi, vj, vt = T.axis.remap("SSR", [i, j, t])
+                    C[vi, vj] = C[vi, vj] + T.Cast("int32", A[vi, vt]) * (T.Cast("int32", B[vt // k, vj, vt % k]) - WEIGHT_SHIFT)
+
+    @T.prim_func(s_tir=True)
+    def impl(A: T.Buffer((mr, depth), a_dtype, offset_factor=1, strides=[T.int32(), 1]),
+             B: T.Buffer((kblocks, nr, k), b_dtype, offset_factor=1, strides=[T.int32(), k, 1]),
+             C: T.Buffer((mr, nr), "int32", offset_factor=1, strides=[T.int32(), 1])) -> None:
+        with T.sblock("root"):
+            T.reads(C[0:mr, 0:nr], A[0:mr, 0:depth], B[0:kblocks, 0:nr, 0:k])
+            T.writes(C[0:mr, 0:nr])
+            T.evaluate(T.call_extern("int32", function, A.access_ptr("r"), A.strides[0], B.access_ptr("r"),
+                                     B.strides[0], C.access_ptr("rw"), C.strides[0], kblocks))
+
+    return desc, impl
+
+
+@functools.cache
+def neon_tiles() -> dict[str, object]:
+    """family -> its proved tile (re-proved on this machine by ``int8.proved_entries``), for the
+    families whose kernel the cache holds."""
+    tiles = {}
+    k4 = {k.intrin[len("qsynth_"):]: k for k in int8.proved_kernels("neon")}
+    entries = {e["name"]: e for e in int8.proved_entries("neon")}
+    for family, (name, _, _) in FAMILIES.items():
+        if name in k4:
+            kernel = k4[name]
+            tiles[family] = dataclasses.replace(kernel, llvm_ir=kernel_ir(kernel.llvm_ir, kernel.features))
+        elif name in entries and entries[name]["spec"]["k"] == 8:     # ROWS_KLOOP sums 8-byte rows
+            tiles[family] = _rows_tile(entries[name])
+    return tiles
+
+
+def _rows_tile(entry: dict) -> RowsTile:
+    spec = spec_from_key(entry["spec"])
+    m = kernel_model(entry)
+    fn = function_name(entry)
+    source = extern_source(m) + ROWS_KLOOP.format(fn=fn, mr=spec.mr, nr=spec.nr, k=spec.k, shift=WEIGHT_SHIFT)
+    cmd = [*compiler_command("neon", "clang", m["features"]), "-S", "-emit-llvm"]
+    ir = cached_compile(cmd, source, "kernel-neon-rows-{}.ll").read_text()
+    features = tuple(m["features"])
+    return RowsTile("qsynth_" + entry["name"], spec, fn + "_kloop_rows", kernel_ir(ir, features), entry["cache_key"],
+                    features)
+
+
+def core_family(mcpu: str | None) -> str:
+    """The tile family of a core as LLVM models it: i8mm, dotprod or v8 (ValueError for a core LLVM
+    does not know)."""
+    if mcpu and mcpu not in (cores := list(codegen.llvm_get_cpu_archlist(tvm.target.Target(aarch64_target())))):
+        raise ValueError(f"--mcpu {mcpu}: not an AArch64 core LLVM knows (e.g. {', '.join(sorted(cores)[:6])}, ...)")
+    features = tvm.target.Target(aarch64_target(mcpu)).features
+    return "i8mm" if features.has_matmul_i8 else "dotprod" if features.has_dotprod else "v8"
+
+
+def tile_for(mcpu: str | None = None, family: str | None = None):
+    """The tile an int8 NEON operator uses on ``mcpu`` (its family by ``core_family``), or the given
+    ``family``'s (FAMILIES: i8mm, dotprod, udot, v8)."""
+    family = family or core_family(mcpu)
+    if family not in FAMILIES:
+        raise SelectionError(f"unknown NEON int8 tile family {family!r}; accepted: {', '.join(FAMILIES)}")
+    tiles = neon_tiles()
+    if family not in tiles:
+        raise SelectionError(f"no proved {FAMILIES[family][0]} in the kernel cache (qsynth synth --isa neon --kind int8)")
+    return tiles[family]
+
+
+def offsets(family: str) -> tuple[int, bool]:
+    """(activation offset for u8 data, weights as u8 codes) of a family."""
+    return FAMILIES[family][1], FAMILIES[family][2]
+
+
+def family_of(kernel) -> str:
+    return next(f for f, (name, _, _) in FAMILIES.items() if kernel.intrin == "qsynth_" + name)
+
+
+def neon_target(mcpu: str | None, kernel=None) -> dict:
+    """The AArch64 target for ``mcpu`` with the features ``kernel``'s instructions need."""
+    target = aarch64_target(mcpu)
+    extra = [f"+{f}" for f in (kernel.features if kernel else ()) if f != "neon"]
+    return target | {"mattr": list(dict.fromkeys(target["mattr"] + extra))}

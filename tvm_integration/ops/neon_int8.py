@@ -1,0 +1,212 @@
+"""int8 conv2d (NHWC) and dense for AArch64 on the proved NEON int8 tiles (kernels/neon_int8.py), with
+the output stage fused; built for a core (``mcpu``) and run under qemu-aarch64 (cross.py).
+
+The GEMM is gemm.py's (per image: ``acc[p, n] = sum_k A[p, k] * W[n, k]``, A packed per row tile at
+run time, the tile's K loop tensorized, the output stage after each (row tile, column tile)), in the
+NEON tile's operand types:
+
+* the activations enter the tile's A type with an offset ``s`` (u8 data on the s8 x s8 sdot tile:
+  ``s = -128``; s8 data on a u8 tile: ``s = +128``), and ``-s * sum_k w`` per column goes into the
+  bias at compile time;
+* on the u8 x u8 rows tile (umull/uadalp) the weights enter as their u8 codes ``w + 128`` and the
+  tile's K loop computes ``C += A (B - 128)`` (kernels/neon_int8.py: it sums the activation rows as
+  it goes), which is the GEMM written with ``w = code - 128``; packed bytes whose weight code is 0
+  (K padding, a run's rounding) must then be 0 too;
+* B is the tile's image: ``k/4`` rows of ``nr*4`` bytes (k4) or ``k/8`` blocks of ``nr`` rows of 8
+  bytes (rows), zero beyond the real columns and k positions.
+
+conv2d: im2col along window rows, as conv2d.py's one-group path: for each kh the ``kw*C`` bytes of a
+window row are one run of the padded NHWC input, rounded up to whole K steps (the run's tail reads
+the next pixels, whose weights are zero; on the u8 x u8 tile those bytes are packed as zero, see
+above). Depthwise convolutions take depthwise.py's vectorized TIR (built for
+the core). ``use_kernel=False`` (the plain-TIR baseline): conv2d.py's own plain-TIR schedule of the
+same tile shape, built for the core.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+from tvm import s_tir, te, tirx
+
+from tvm_integration.kernels import neon_int8
+from tvm_integration.kernels.packing import round_up
+from tvm_integration.ops import conv2d as conv2d_ops
+from tvm_integration.ops import dense as dense_ops
+from tvm_integration.ops import depthwise
+from tvm_integration.ops.gemm import (
+    Gemm,
+    Tile,
+    output_tensor,
+    parallel_rows,
+    tensorize_tile,
+)
+from tvm_integration.ops.operator import Built
+from tvm_integration.ops.output_stage import OutputStage, placeholders
+
+
+def conv2d(weight: np.ndarray, input_shape, stride=1, padding=0, groups: int = 1, data_dtype: str = "uint8",
+           stage: OutputStage = OutputStage(), mcpu: str | None = None, family: str | None = None,
+           use_kernel: bool = True, pad_value: int = 0):
+    """A NHWC int8 conv2d compiled for AArch64 (``mcpu``'s tile, or ``family``'s), a cross.QemuOperator."""
+    return build_conv2d(weight, input_shape, stride, padding, groups, data_dtype, stage, mcpu, family, use_kernel,
+                        pad_value).compile()
+
+
+def dense(weight: np.ndarray, m: int, data_dtype: str = "uint8", stage: OutputStage = OutputStage(),
+          mcpu: str | None = None, family: str | None = None, use_kernel: bool = True):
+    """An int8 dense ``[m, K] x [N, K]^T`` compiled for AArch64, a cross.QemuOperator."""
+    return build_dense(weight, m, data_dtype, stage, mcpu, family, use_kernel).compile()
+
+
+def build_conv2d(weight: np.ndarray, input_shape, stride=1, padding=0, groups: int = 1, data_dtype: str = "uint8",
+                 stage: OutputStage = OutputStage(), mcpu: str | None = None, family: str | None = None,
+                 use_kernel: bool = True, pad_value: int = 0) -> Built:
+    """The scheduled conv2d (conv2d's arguments), not yet compiled; input NHWC, weights int8 OIHW."""
+    _check(weight, 4, data_dtype)
+    kernel = neon_int8.tile_for(mcpu, family)
+    stride = conv2d_ops.pair(stride)
+    (b, c, _, _), (oh, ow), pads = conv2d_ops.conv_geometry(input_shape, "NHWC", weight.shape, stride, padding)
+    o, cg, kh, kw = weight.shape
+    depthwise_conv = cg == 1 and o == groups and groups > 1
+    if not use_kernel or depthwise_conv:     # conv2d.py's plain TIR (baseline) or depthwise.py's, for the core
+        plain = conv2d_ops.build_conv2d(weight, tuple(input_shape), "NHWC", stride, padding, groups, data_dtype, stage,
+                                        use_kernel=False, pad_value=pad_value, kernel=_k4_shape(kernel))
+        return dataclasses.replace(plain, target=neon_int8.neon_target(mcpu))
+    if groups != 1:
+        raise ValueError("grouped (not depthwise) convolutions are not built on the NEON tiles yet")
+    if stage.residual:
+        raise ValueError("a residual add is not fused into the NEON operators yet")
+    tile = Tile.of(kernel)
+    run = kw * c
+    step = round_up(run, tile.k)
+    rows_in, cols_in = (oh - 1) * stride[0] + kh, (ow - 1) * stride[1] + kw + -(-(step - run) // c)
+    x = te.placeholder(tuple(input_shape), data_dtype, name="data")
+    padded = te.compute((b, rows_in, cols_in * c), lambda bi, i, jc: depthwise.padded_value(
+        x, "NHWC", bi, jc % c, i - pads[0], jc // c - pads[1], pad_value), name="pad")
+    _, unsigned_w = neon_int8.offsets(neon_int8.family_of(kernel))
+
+    def element(bi, g, p, k):
+        value = padded[bi, p // ow * stride[0] + k // step, p % ow * stride[1] * c + k % step]
+        return value if step == run or not unsigned_w else tirx.if_then_else(
+            k % step < run, value, tirx.const(0, data_dtype))
+    rows = np.zeros((o, kh, step), np.int8)
+    rows[:, :, :run] = weight.transpose(0, 2, 3, 1).reshape(o, kh, run)
+    real = np.zeros((kh, step), bool)
+    real[:, :run] = True
+    gemm = Gemm(b, 1, oh * ow, o, kh * step)
+    mod, constants = build_gemm(gemm, x, element, rows.reshape(1, o, kh * step), real.reshape(-1), stage, kernel,
+                                (kh, step))
+    return Built(mod, constants, (b, oh * ow, 1, o), stage.out_dtype, tuple(input_shape), data_dtype, (b, oh, ow, o),
+                 neon_int8.neon_target(mcpu, kernel))
+
+
+def build_dense(weight: np.ndarray, m: int, data_dtype: str = "uint8", stage: OutputStage = OutputStage(),
+                mcpu: str | None = None, family: str | None = None, use_kernel: bool = True) -> Built:
+    """The scheduled dense layer (dense's arguments), not yet compiled; weights int8 ``[N, K]``."""
+    _check(weight, 2, data_dtype)
+    kernel = neon_int8.tile_for(mcpu, family)
+    if not use_kernel:
+        plain = dense_ops.build_dense(weight, m, data_dtype, stage, use_kernel=False, kernel=_k4_shape(kernel))
+        return dataclasses.replace(plain, target=neon_int8.neon_target(mcpu))
+    if stage.residual:
+        raise ValueError("a residual add is not fused into the NEON operators yet")
+    n, k = weight.shape
+    x = te.placeholder((m, k), data_dtype, name="data")
+    mod, constants = build_gemm(Gemm(1, 1, m, n, k), x, lambda b, g, p, t: x[p, t], weight[None], np.ones(k, bool),
+                                stage, kernel, ())
+    return Built(mod, constants, (1, m, 1, n), stage.out_dtype, (m, k), data_dtype, (m, n),
+                 neon_int8.neon_target(mcpu, kernel))
+
+
+def _check(weight: np.ndarray, ndim: int, data_dtype: str) -> None:
+    if weight.dtype != np.int8 or weight.ndim != ndim:
+        raise ValueError(f"weight must be int8 with {ndim} dimensions, got {weight.dtype}{list(weight.shape)}")
+    if data_dtype not in ("uint8", "int8"):
+        raise ValueError(f"data_dtype must be uint8 or int8, got {data_dtype!r}")
+
+
+def _k4_shape(kernel):
+    """A k4 NEON kernel of the tile's shape for conv2d.py's plain TIR (only its shape is used)."""
+    return neon_int8.tile_for(family="dotprod") if kernel.spec.layout == "rows" else kernel
+
+
+def build_gemm(gemm: Gemm, data: te.Tensor, element, weights: np.ndarray, real: np.ndarray, stage: OutputStage,
+               kernel, depth_loops: tuple[int, ...]):
+    """``(mod, constants)`` of ``main(data, weights, *stage params, out)``, out ``[b, rows, 1, cols]``;
+    ``weights`` int8 ``[1, cols, depth]``; ``real``: bool ``[depth]``, the k positions that are not a
+    run's rounding (zero weights)."""
+    family = neon_int8.family_of(kernel)
+    shift, unsigned_w = neon_int8.offsets(family)
+    signed = data.dtype == "int8"
+    a_dtype, b_dtype = kernel.a_dtype, kernel.b_dtype
+    if signed:                           # s8 data: onto a u8 A (+128), or as it is onto an s8 A
+        shift = 128 if a_dtype == "uint8" else 0
+    tile, grp = Tile.of(kernel), neon_int8.group(kernel)
+    pp, npad, kp = gemm.padded(tile)
+    a_shifted = lambda v: (v.astype("int32") + shift).astype(a_dtype) if shift else v.astype(a_dtype)
+
+    def a_value(b, g, p, k):
+        inside = tirx.all(p < gemm.rows, k < gemm.depth)
+        return tirx.if_then_else(inside, a_shifted(element(b, g, p, k)), tirx.const(0, a_dtype))
+    packed = te.compute((gemm.batch, 1, pp // tile.mr, tile.mr, kp),
+                        lambda b, g, p0, p1, kk: a_value(b, g, p0 * tile.mr + p1, kk), name="pack")
+    w = te.placeholder((1, npad // tile.nr, kp // grp, tile.nr, grp), b_dtype, name="weights")
+    k = te.reduce_axis((0, kp), name="k")
+    shift_w = neon_int8.WEIGHT_SHIFT if unsigned_w else 0
+
+    def weight(g, n, k):
+        value = w[g, n // tile.nr, k // grp, n % tile.nr, k % grp].astype("int32")
+        return value - shift_w if shift_w else value
+    acc = te.compute((gemm.batch, 1, pp, npad), lambda b, g, p, n: te.sum(
+        packed[b, g, p // tile.mr, p % tile.mr, k].astype("int32") * weight(g, n, k), axis=k), name="gemm")
+    value = lambda b, g, p, n: acc[b, g, p, n]
+
+    cols = gemm.cols
+    values = stage.channel_params(1, cols, npad)
+    values["bias"] = values["bias"] + np.pad(
+        (-shift * weights.astype(np.int64).sum(axis=2)).astype(np.int32), ((0, 0), (0, npad - cols)))
+    params = placeholders(values)
+    out, _ = output_tensor((gemm.batch, gemm.rows, 1, cols), stage, params, lambda b, p, g, n: (value(b, g, p, n), g, n))
+    func = te.create_prim_func([data, w, *params.values(), out])
+    codes = weights.astype(np.int16) + neon_int8.WEIGHT_SHIFT * real[None, None, :] if unsigned_w else weights
+    constants = [pack(codes.astype(b_dtype), tile.nr, tile.k, grp), *values.values()]
+    return _schedule(func, tile, kernel, depth_loops if kp == gemm.depth else ()), constants
+
+
+def pack(w: np.ndarray, nr: int, k_multiple: int, grp: int) -> np.ndarray:
+    """``w[g, n, k]`` -> ``[g, Np/nr, Kp/grp, nr, grp]`` (the tile's B image), zero-padded."""
+    g, n, k = w.shape
+    np_, kp = round_up(n, nr), round_up(k, k_multiple)
+    padded = np.zeros((g, np_, kp), dtype=w.dtype)
+    padded[:, :n, :k] = w
+    return np.ascontiguousarray(padded.reshape(g, np_ // nr, nr, kp // grp, grp).transpose(0, 1, 3, 2, 4))
+
+
+def _schedule(func, tile: Tile, kernel, depth_loops: tuple[int, ...]):
+    """Loops ``(b, p0) | n0 | p1 n1 k``: the outer loop parallel, the packing per row tile before its
+    column tiles, the inner three one call of the tile's K loop, the output stage
+    after each column tile."""
+    sch = s_tir.Schedule(func)
+    stages = {sch.get(b).name_hint for b in sch.get_child_blocks(sch.get_sblock("root"))}
+    if "pad" in stages:
+        parallel_rows(sch, sch.get_sblock("pad"))
+    block = sch.get_sblock("gemm")
+    b, g, p, n, k = sch.get_loops(block)
+    p0, p1 = sch.split(p, [None, tile.mr])
+    n0, n1 = sch.split(n, [None, tile.nr])
+    sch.reorder(b, g, p0, n0, p1, n1, k)
+    outer = sch.fuse(b, g, p0)
+    sch.parallel(outer)
+    output = sch.get_sblock("output")
+    sch.reverse_compute_at(output, n0)
+    sch.vectorize(sch.get_loops(output)[-1])
+    pack = sch.get_sblock("pack")
+    sch.compute_at(pack, outer)
+    depth = sch.get_loops(pack)[-1]
+    runs = depth_loops if len(depth_loops) > 1 else (None, tile.k)
+    sch.vectorize(sch.split(depth, list(runs[:-1]) + [runs[-1]])[-1])
+    init = sch.decompose_reduction(block, p1)
+    tensorize_tile(sch, outer, p1, kernel.loop_intrin(int(sch.get(k).extent) // tile.k), kernel)
+    sch.vectorize(sch.get_loops(init)[-1])
+    return sch.mod
