@@ -3,7 +3,8 @@ padding with a zero point, depthwise) and dense on the cache's proved NEON int8 
 AArch64 and run under qemu-aarch64 (tvm_integration/ops/cross.py; marked ``qemu``), bit-exact against
 numpy with the output stage fused: every tile family (v8.0 umull/uadalp rows tile, dotprod sdot,
 i8mm sudot), u8 inputs of 128 and more, s8 inputs, tile remainders in rows, columns and K, and
-requantize ties (a scale 2^-j, accumulators at 2^(j-1) mod 2^j, rounded half to even). qemu's ``-cpu max`` runs every
+requantize ties (a scale 2^-j, accumulators at 2^(j-1) mod 2^j, rounded half to even); the fused
+residual add (onnxruntime's QLinearAdd) and grouped convolutions. qemu's ``-cpu max`` runs every
 family, whichever core the operator is built for."""
 import numpy as np
 import pytest
@@ -14,7 +15,8 @@ from tvm_integration.kernels import neon_int8
 from tvm_integration.kernels.selection import SelectionError
 from tvm_integration.ops import cross
 from tvm_integration.ops import neon_int8 as ops
-from tvm_integration.ops.output_stage import OutputStage, ScaleRequantize
+from tvm_integration.ops.output_stage import OutputStage, ResidualAdd, ScaleRequantize
+from tvm_integration.qnn.arithmetic import fma32
 
 MISSING = cross.missing_tools()
 qemu = [pytest.mark.qemu, pytest.mark.skipif(MISSING is not None, reason=f"NEON operators run under qemu: {MISSING}")]
@@ -130,3 +132,51 @@ def test_bad_core_and_family_are_one_clear_error():
         neon_int8.core_family("cortex-a999")
     with pytest.raises(SelectionError, match="accepted: i8mm, dotprod, v8"):
         neon_int8.tile_for(family="sve")
+
+
+def qlinear_add(a, b, ratio_a, ratio_b, fixed, clamp):
+    """onnxruntime's QLinearAdd (output_stage.qlinear_add): fma(a, ra, fma(b, rb, fixed)), half to even."""
+    y = fma32(a.astype(np.float32), ratio_a, fma32(b.astype(np.float32), ratio_b, fixed))
+    return np.clip(np.rint(y), *clamp)
+
+
+@pytest.mark.parametrize("family, groups, residual", [
+    pytest.param(f, g, r, marks=qemu, id=f"{f}-g{g}{'-residual' if r else ''}")
+    for f, g, r in (("v8", 1, True), ("dotprod", 1, True), ("v8", 2, False), ("dotprod", 4, True), ("i8mm", 2, False))])
+def test_conv2d_residual_add_and_groups(family, groups, residual):
+    """A 3x3 conv (10 rows of pixels, stride 1) with its output requantized and, with ``residual``, added to
+    a residual tensor as ResNet's shortcut adds are (the result as QLinearAdd's second operand);
+    grouped: 4 or 8 channels a group, each group's GEMM on the tiles."""
+    rng = np.random.default_rng(37)
+    x = data(rng, (1, 7, 6, 16), "uint8")
+    o = 12 if groups != 4 else 16
+    w = rng.integers(-128, 128, (o, 16 // groups, 3, 3)).astype(np.int8)
+    bias = rng.integers(-5000, 5000, o).astype(np.int32)
+    scale = rng.uniform(2e-4, 1e-3, o).astype(np.float32)
+    acc = conv_reference(x, w, 1, 1, 0, groups=groups)
+    result = requantized(acc, bias, scale, 120)
+    add = ResidualAdd(0.75, 1.25, np.float32(-3.5), "uint8", (0, 255), 1, "uint8") if residual else None
+    stage = OutputStage(bias=bias, requantize=ScaleRequantize(scale, 120, "uint8"), residual=add)
+    op = ops.conv2d(w, x.shape, 1, 1, groups=groups, stage=stage, family=family)
+    if not residual:
+        np.testing.assert_array_equal(op(x), result)
+        return
+    shortcut = data(rng, result.shape, "uint8")
+    expected = qlinear_add(shortcut, result, np.float32(0.75), np.float32(1.25), np.float32(-3.5), (0, 255))
+    assert 0.1 < (expected != result).mean() and ((expected == 0) | (expected == 255)).mean() < 0.5
+    np.testing.assert_array_equal(op(x, shortcut), expected)
+
+
+@pytest.mark.parametrize("family", [pytest.param(f, marks=qemu) for f in ("v8", "i8mm")])
+def test_dense_residual_add(family):
+    rng = np.random.default_rng(38)
+    x, w = data(rng, (5, 40), "int8"), rng.integers(-128, 128, (9, 40)).astype(np.int8)
+    scale = np.float32(1 / 512)
+    add = ResidualAdd(1.5, 0.5, np.float32(2.25), "int8", (-128, 127), 0, "int8")
+    stage = OutputStage(requantize=ScaleRequantize(scale, -3, "int8"), residual=add)
+    op = ops.dense(w, 5, "int8", stage, family=family)
+    acc = x.astype(np.int64) @ w.astype(np.int64).T
+    result = np.clip(np.rint(acc.astype(np.float32) * scale) - 3, -128, 127)
+    shortcut = data(rng, (5, 9), "int8")
+    expected = qlinear_add(result, shortcut, np.float32(1.5), np.float32(0.5), np.float32(2.25), (-128, 127))
+    np.testing.assert_array_equal(op(x, shortcut), expected)

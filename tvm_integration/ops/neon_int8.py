@@ -18,8 +18,10 @@ NEON tile's operand types:
 conv2d: im2col along window rows, as conv2d.py's one-group path: for each kh the ``kw*C`` bytes of a
 window row are one run of the padded NHWC input, rounded up to whole K steps (the run's tail reads
 the next pixels, whose weights are zero; on the u8 x u8 tile those bytes are packed as zero, see
-above). Depthwise convolutions take depthwise.py's vectorized TIR (built for
-the core). ``use_kernel=False`` (the plain-TIR baseline): conv2d.py's own plain-TIR schedule of the
+above). Grouped convolutions: one GEMM per group, k = (kh, kw, the group's channels), as conv2d.py's
+grouped path. Depthwise convolutions take depthwise.py's vectorized TIR (built for the core). A
+residual add (output_stage.ResidualAdd) is fused as in gemm.py: the function then reads the residual
+tensor, in the output's shape, after the stage's parameters (``op(x, residual)``). ``use_kernel=False`` (the plain-TIR baseline): conv2d.py's own plain-TIR schedule of the
 same tile shape, built for the core.
 """
 from __future__ import annotations
@@ -74,9 +76,8 @@ def build_conv2d(weight: np.ndarray, input_shape, stride=1, padding=0, groups: i
                                         use_kernel=False, pad_value=pad_value, kernel=_k4_shape(kernel))
         return dataclasses.replace(plain, target=neon_int8.neon_target(mcpu))
     if groups != 1:
-        raise ValueError("grouped (not depthwise) convolutions are not built on the NEON tiles yet")
-    if stage.residual:
-        raise ValueError("a residual add is not fused into the NEON operators yet")
+        return _grouped(weight, tuple(input_shape), stride, pads, (oh, ow), groups, data_dtype, stage, mcpu, kernel,
+                        pad_value)
     tile = Tile.of(kernel)
     run = kw * c
     step = round_up(run, tile.k)
@@ -109,14 +110,36 @@ def build_dense(weight: np.ndarray, m: int, data_dtype: str = "uint8", stage: Ou
     if not use_kernel:
         plain = dense_ops.build_dense(weight, m, data_dtype, stage, use_kernel=False, kernel=_k4_shape(kernel))
         return dataclasses.replace(plain, target=neon_int8.neon_target(mcpu))
-    if stage.residual:
-        raise ValueError("a residual add is not fused into the NEON operators yet")
     n, k = weight.shape
     x = te.placeholder((m, k), data_dtype, name="data")
     mod, constants = build_gemm(Gemm(1, 1, m, n, k), x, lambda b, g, p, t: x[p, t], weight[None], np.ones(k, bool),
                                 stage, kernel, ())
     return Built(mod, constants, (1, m, 1, n), stage.out_dtype, (m, k), data_dtype, (m, n),
                  neon_int8.neon_target(mcpu, kernel))
+
+
+def _grouped(weight: np.ndarray, input_shape, stride, pads, out_hw, groups: int, data_dtype: str,
+             stage: OutputStage, mcpu, kernel, pad_value: int) -> Built:
+    """A grouped (not depthwise) conv2d: one GEMM per group (conv2d.py's grouped path), k = (kh, kw, c
+    of the group), each (kh, kw) a run of the group's contiguous channels."""
+    b, h, w_, c = input_shape
+    o, cg, kh, kw = weight.shape
+    if c % groups or o % groups or cg != c // groups:
+        raise ValueError(f"weight {list(weight.shape)} does not fit {c} input channels in {groups} groups")
+    (oh, ow), hp, wp = out_hw, h + pads[0] + pads[2], w_ + pads[1] + pads[3]
+    x = te.placeholder(input_shape, data_dtype, name="data")
+    padded = te.compute((b, hp, wp, c), lambda bi, i, j, ch: depthwise.padded_value(
+        x, "NHWC", bi, ch, i - pads[0], j - pads[1], pad_value), name="pad")
+
+    def element(bi, g, p, k):
+        ih = p // ow * stride[0] + k // (kw * cg)
+        iw = p % ow * stride[1] + k // cg % kw
+        return padded[bi, ih, iw, g * cg + k % cg]
+    matrix = conv2d_ops.conv_weight_matrix(weight, groups)
+    gemm = Gemm(b, groups, oh * ow, o // groups, matrix.shape[2])
+    mod, constants = build_gemm(gemm, x, element, matrix, np.ones(matrix.shape[2], bool), stage, kernel, (kh, kw, cg))
+    return Built(mod, constants, (b, oh * ow, groups, o // groups), stage.out_dtype, input_shape, data_dtype,
+                 (b, oh, ow, o), neon_int8.neon_target(mcpu, kernel))
 
 
 def _check(weight: np.ndarray, ndim: int, data_dtype: str) -> None:
@@ -133,9 +156,10 @@ def _k4_shape(kernel):
 
 def build_gemm(gemm: Gemm, data: te.Tensor, element, weights: np.ndarray, real: np.ndarray, stage: OutputStage,
                kernel, depth_loops: tuple[int, ...]):
-    """``(mod, constants)`` of ``main(data, weights, *stage params, out)``, out ``[b, rows, 1, cols]``;
-    ``weights`` int8 ``[1, cols, depth]``; ``real``: bool ``[depth]``, the k positions that are not a
-    run's rounding (zero weights)."""
+    """``(mod, constants)`` of ``main(data, weights, *stage params, out)``, or ``main(data, weights,
+    *stage params, residual, out)`` when the stage adds a residual (in the output's shape, as
+    gemm.py's); out ``[b, rows, groups, cols]``; ``weights`` int8 ``[groups, cols, depth]``; ``real``:
+    bool ``[depth]``, the k positions that are not a run's rounding (zero weights)."""
     family = neon_int8.family_of(kernel)
     shift, unsigned_w = neon_int8.offsets(family)
     signed = data.dtype == "int8"
@@ -149,26 +173,28 @@ def build_gemm(gemm: Gemm, data: te.Tensor, element, weights: np.ndarray, real: 
     def a_value(b, g, p, k):
         inside = tirx.all(p < gemm.rows, k < gemm.depth)
         return tirx.if_then_else(inside, a_shifted(element(b, g, p, k)), tirx.const(0, a_dtype))
-    packed = te.compute((gemm.batch, 1, pp // tile.mr, tile.mr, kp),
+    groups = gemm.groups
+    packed = te.compute((gemm.batch, groups, pp // tile.mr, tile.mr, kp),
                         lambda b, g, p0, p1, kk: a_value(b, g, p0 * tile.mr + p1, kk), name="pack")
-    w = te.placeholder((1, npad // tile.nr, kp // grp, tile.nr, grp), b_dtype, name="weights")
+    w = te.placeholder((groups, npad // tile.nr, kp // grp, tile.nr, grp), b_dtype, name="weights")
     k = te.reduce_axis((0, kp), name="k")
     shift_w = neon_int8.WEIGHT_SHIFT if unsigned_w else 0
 
     def weight(g, n, k):
         value = w[g, n // tile.nr, k // grp, n % tile.nr, k % grp].astype("int32")
         return value - shift_w if shift_w else value
-    acc = te.compute((gemm.batch, 1, pp, npad), lambda b, g, p, n: te.sum(
+    acc = te.compute((gemm.batch, groups, pp, npad), lambda b, g, p, n: te.sum(
         packed[b, g, p // tile.mr, p % tile.mr, k].astype("int32") * weight(g, n, k), axis=k), name="gemm")
     value = lambda b, g, p, n: acc[b, g, p, n]
 
     cols = gemm.cols
-    values = stage.channel_params(1, cols, npad)
+    values = stage.channel_params(groups, cols, npad)
     values["bias"] = values["bias"] + np.pad(
         (-shift * weights.astype(np.int64).sum(axis=2)).astype(np.int32), ((0, 0), (0, npad - cols)))
     params = placeholders(values)
-    out, _ = output_tensor((gemm.batch, gemm.rows, 1, cols), stage, params, lambda b, p, g, n: (value(b, g, p, n), g, n))
-    func = te.create_prim_func([data, w, *params.values(), out])
+    out, residual = output_tensor((gemm.batch, gemm.rows, groups, cols), stage, params,
+                                  lambda b, p, g, n: (value(b, g, p, n), g, n))
+    func = te.create_prim_func([data, w, *params.values(), *([residual] if residual is not None else []), out])
     codes = weights.astype(np.int16) + neon_int8.WEIGHT_SHIFT * real[None, None, :] if unsigned_w else weights
     constants = [pack(codes.astype(b_dtype), tile.nr, tile.k, grp), *values.values()]
     return _schedule(func, tile, kernel, depth_loops if kp == gemm.depth else ()), constants

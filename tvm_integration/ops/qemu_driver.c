@@ -2,9 +2,11 @@
  * qemu-aarch64 (tvm_integration/ops/cross.py builds it, statically linked with the operator's object).
  *
  *   driver ARG...      each ARG is "code:bits:d0,d1,...:path": the tensor's DLDataType code and bits,
- *                      its shape, and a file holding its bytes in C order; the LAST tensor is the
- *                      output: it is not read, it is filled with 0x5a bytes before the call (an
+ *                      its shape (empty: a 0-d tensor), and a file holding its bytes in C order,
+ *                      passed to the function in this order. An ARG written ">code:bits:...:path" is
+ *                      an output: it is not read, it is filled with 0x5a bytes before the call (an
  *                      element the function never writes shows) and written to its file after it.
+ *                      Without any ">" the LAST tensor is the one output.
  *
  * The object's only undefined symbol is TVMFFIErrorSetRaisedFromCStrParts (failed argument checks);
  * the runtime hooks it reaches through weak pointers (parallel launch, workspace) are defined here:
@@ -62,17 +64,20 @@ typedef struct {
   int64_t shape[MAX_DIMS];
   const char *path;
   size_t nbytes;
+  int output;
 } Argument;
 
 static int parse(const char *text, Argument *arg) {
   unsigned code, bits;
   int used = 0;
   memset(arg, 0, sizeof *arg);
-  if (sscanf(text, "%u:%u:%n", &code, &bits, &used) != 2) return -1;
+  if (*text == '>') { arg->output = 1; ++text; }
+  if (sscanf(text, "%u:%u:%n", &code, &bits, &used) != 2 || bits % 8) return -1;
   const char *p = text + used;
   size_t elements = 1;
   int ndim = 0;
-  for (;;) {
+  if (*p == ':') ++p;                                   /* a 0-d tensor */
+  else for (;;) {
     char *end;
     long long d = strtoll(p, &end, 10);
     if (end == p || ndim == MAX_DIMS || d < 0) return -1;
@@ -90,7 +95,7 @@ static int parse(const char *text, Argument *arg) {
   arg->tensor.dtype.bits = (uint8_t)bits;
   arg->tensor.dtype.lanes = 1;
   arg->tensor.shape = arg->shape;
-  arg->tensor.data = aligned_alloc(64, (arg->nbytes + 63) & ~(size_t)63);
+  arg->tensor.data = aligned_alloc(64, (arg->nbytes + 64) & ~(size_t)63);
   return arg->tensor.data ? 0 : -1;
 }
 
@@ -104,13 +109,17 @@ static int transfer(Argument *arg, int write) {
 }
 
 int main(int argc, char **argv) {
-  int n = argc - 1;
-  if (n < 1) { fprintf(stderr, "usage: %s code:bits:d0,d1,...:path ... (the last is the output)\n", argv[0]); return 2; }
+  int n = argc - 1, marked = 0;
+  if (n < 1) { fprintf(stderr, "usage: %s [>]code:bits:d0,d1,...:path ... (> marks outputs; else the last is)\n", argv[0]); return 2; }
   Argument *args = calloc((size_t)n, sizeof *args);
   TVMFFIAny *packed = calloc((size_t)n, sizeof *packed);
   for (int i = 0; i < n; ++i) {
     if (parse(argv[i + 1], &args[i])) { fprintf(stderr, "bad argument %s\n", argv[i + 1]); return 2; }
-    if (i < n - 1 ? transfer(&args[i], 0) : (memset(args[i].tensor.data, 0x5a, args[i].nbytes), 0)) return 2;
+    marked |= args[i].output;
+  }
+  if (!marked) args[n - 1].output = 1;
+  for (int i = 0; i < n; ++i) {
+    if (args[i].output ? (memset(args[i].tensor.data, 0x5a, args[i].nbytes), 0) : transfer(&args[i], 0)) return 2;
     packed[i].type_index = kTVMFFIDLTensorPtr;
     packed[i].v_ptr = &args[i].tensor;
   }
@@ -119,5 +128,7 @@ int main(int argc, char **argv) {
   ret.type_index = kTVMFFINone;
   int status = __tvm_ffi_main(NULL, packed, n, &ret);
   if (status != 0) { fprintf(stderr, "__tvm_ffi_main returned %d\n", status); return status; }
-  return transfer(&args[n - 1], 1) ? 2 : 0;
+  for (int i = 0; i < n; ++i)
+    if (args[i].output && transfer(&args[i], 1)) return 2;
+  return 0;
 }
