@@ -29,6 +29,7 @@ from __future__ import annotations
 import numpy as np
 from tvm import te, tirx
 
+from tvm_integration.ops.batch_matmul import Operand, geometry
 from tvm_integration.ops.output_stage import QUANT_RANGES, fenced, qlinear_add, round_saturated, round_to_int
 
 
@@ -107,6 +108,24 @@ def dense(x, w, bias, scale=None, *, x_zero_point, w_zero_point, out_zero_point,
         return te.compute((m, n), lambda i, j: acc[i, j] + bias[j], name="dense")
     return te.compute((m, n), lambda i, j: requantize_channel(acc[i, j] + bias[j], scale, j, out_zero_point, out_dtype,
                                                               clamp), name="qdense")
+
+
+def batch_matmul(a, b, *, a_axes, b_axes, a_zero_point, b_zero_point, scale, out_zero_point, out_dtype, clamp):
+    """QLinearMatMul of two activations, ``permute_dims(a, a_axes) @ permute_dims(b, b_axes)`` (axes
+    ``[]``: none), batched and broadcast as numpy's matmul: ``sum (a - za)(b - zb)`` in int32,
+    requantized as conv2d and dense are (``scale``: ``sa * sb / sy`` in float32)."""
+    oa = Operand(tuple(int(d) for d in a.shape), str(a.dtype), tuple(a_axes) or None)
+    ob = Operand(tuple(int(d) for d in b.shape), str(b.dtype), tuple(b_axes) or None)
+    batch, m, k, n = geometry(oa, ob)
+    rk = te.reduce_axis((0, k), "rk")
+
+    def acc(*i):
+        index = i[:-2]
+        return te.sum((oa.element(a, batch, index, i[-2], rk).astype("int32") - a_zero_point)
+                      * (ob.element(b, batch, index, rk, i[-1]).astype("int32") - b_zero_point), axis=rk)
+    total = te.compute((*batch, m, n), acc, name="acc")
+    return te.compute(total.shape, lambda *i: requantize(total(*i), tirx.const(scale, "float32"), out_zero_point,
+                                                         out_dtype, clamp), name="qmatmul")
 
 
 def fma32(a, b, c) -> np.float32:

@@ -23,6 +23,7 @@ import tvm
 from tvm import relax, tirx
 
 from tvm_integration.kernels import selection
+from tvm_integration.ops.batch_matmul import Operand, build_batch_matmul
 from tvm_integration.ops.conv2d import build_conv2d
 from tvm_integration.ops.dense import build_dense
 from tvm_integration.ops.output_stage import OutputStage, ResidualAdd, requantization
@@ -53,6 +54,9 @@ class Binder:
             raise ModelError("the imported model's main function is not one dataflow block (control flow?)")
         self.ops = {b.var: IntegerOp.read(b.value, self.mod) for b in blocks[0].bindings}
         self.fusable = self.residual_convolutions(blocks[0].bindings, main.body.body)
+        # a matmul of activations reads its operands in the model's layout (an attention's probabilities)
+        self.matmul_operands = {i for op in self.ops.values() if op is not None and op.kind == "batch_matmul"
+                                for i in op.inputs}
         with self.builder.function("main", list(main.params), dict(main.attrs) if main.attrs else None):
             with self.builder.dataflow():
                 for binding in blocks[0].bindings:
@@ -107,13 +111,15 @@ class Binder:
         op = self.ops[var]
         if op is not None and op.kind == "add" and self.fused_add(var, op):
             return
-        if op is not None and op.tensorized and var in self.fusable:
+        if op is not None and op.kind == "batch_matmul":
+            self.batch_matmul(var, op)
+        elif op is not None and op.tensorized and var in self.fusable:
             self.deferred[var] = op
         elif op is not None and op.tensorized:
             self.tensorized(var, op)
         elif op is not None and op.bitserial:
             bitserial_layer.emit(self, var, op)
-        elif op is not None and op.kind == "quantize" and len(op.out_shape) == 4:
+        elif op is not None and op.kind == "quantize" and len(op.out_shape) == 4 and var not in self.matmul_operands:
             inputs = tuple(self.substitute(i) for i in op.inputs)
             self.set_nhwc(var, replace(op, inputs=inputs, params={**op.params, "layout": "NHWC"}).emit_reference(
                 self.builder))
@@ -172,6 +178,27 @@ class Binder:
                                str(other.ty.dtype))
         self.tensorized(var, conv, residual, self.nhwc_of(other))
         return True
+
+    def batch_matmul(self, var, op: IntegerOp):
+        """A matmul of two activations on the tiles (ops/batch_matmul.py): the row and column
+        zero-point terms, then the tensorized product, reading each operand through its transpose."""
+        p = op.params
+        a, b = (self.substitute(i) for i in op.inputs)
+        operands = [Operand(tuple(int(d) for d in x.ty.shape), str(x.ty.dtype), tuple(axes) or None)
+                    for x, axes in ((a, p["a_axes"]), (b, p["b_axes"]))]
+        built = build_batch_matmul(*operands, p["a_zero_point"], p["b_zero_point"], p["scale"], p["out_zero_point"],
+                                   p["out_dtype"], tuple(p["clamp"]), self.isa)
+        gvars = {}
+        for name in ("row_terms", "col_terms", "main"):
+            func = built.mod[name].with_attrs({TENSORIZED: True, "qnn.op": "batch_matmul"})
+            gvars[name] = self.builder.add_func(func, "qsynth_batch_matmul" + ("" if name == "main" else "_" + name))
+            self.builder.update_func(gvars[name], func.with_attr("global_symbol", gvars[name].name_hint))
+        groups, m, n = built.out_shape
+        rows = self.builder.emit(relax.call_tir(gvars["row_terms"], [a], relax.TensorType((groups, m), "int32")))
+        cols = self.builder.emit(relax.call_tir(gvars["col_terms"], [b], relax.TensorType((groups, n), "int32")))
+        out = self.builder.emit(relax.call_tir(gvars["main"], [a, b, rows, cols],
+                                               relax.TensorType(built.out_shape, built.out_dtype)))
+        self.value[var] = self.builder.emit(relax.op.reshape(out, built.result_shape))
 
     def tensorized(self, var, op: IntegerOp, residual: ResidualAdd | None = None, residual_value=None):
         weight, bias, *scale = op.constants            # no scale: the int32 accumulator (ConvInteger)

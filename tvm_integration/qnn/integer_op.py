@@ -13,7 +13,8 @@ from tvm.ir import Constant, Op
 
 from tvm_integration.qnn import arithmetic, tflite_arithmetic
 
-COMPUTATIONS = {"conv2d": arithmetic.conv2d, "dense": arithmetic.dense, "add": arithmetic.add, "mul": arithmetic.mul,
+COMPUTATIONS = {"conv2d": arithmetic.conv2d, "dense": arithmetic.dense, "batch_matmul": arithmetic.batch_matmul,
+                "add": arithmetic.add, "mul": arithmetic.mul,
                 "lookup": arithmetic.lookup, "global_avg_pool": arithmetic.global_avg_pool, "max_pool2d": arithmetic.max_pool2d,
                 "avg_pool2d": arithmetic.avg_pool2d,
                 "quantize": arithmetic.quantize, "dequantize": arithmetic.dequantize,

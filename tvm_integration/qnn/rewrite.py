@@ -9,9 +9,13 @@ replaced by one integer op when onnxruntime computes it as one (its QDQ fusions)
   between the input's DQ and the matmul (a classifier: ``matmul(reshape(DQ(x)), ...)``) becomes the
   reshape of the integers before the dense. onnxruntime has no QGemm for that form and runs it in
   float32: the two agree but where its float sum lands within rounding of a half step
-  (docs/operators.md);
+  (docs/operators.md); a matmul of a [..., M, K] activation (a transformer's projections) is the
+  dense of its flattened rows (a reshape, no copy), as onnxruntime's QLinearMatMul computes it;
+* ``Q(matmul(DQ(a), DQ(b)))`` of two activations (Q.K^T, attention.V) -> ``batch_matmul``
+  (ops/batch_matmul.py), an operand that is a transpose of the integers read through it;
 * ConvInteger / MatMulInteger (``conv2d`` / ``matmul`` in int32 of zero-point-subtracted 8-bit
-  tensors, constant weights) -> ``conv2d`` / ``dense`` with an int32 output; an input zero point
+  tensors, constant weights; any rank of input for MatMulInteger) -> ``conv2d`` / ``dense`` with an
+  int32 output; an input zero point
   computed at run time (dynamic quantization) is subtracted after the op (``integer_accumulate``);
 * ``Q(DQ(a) + DQ(b))`` -> ``add``; ``Q(DQ(a) * DQ(b))`` -> ``mul``; ``Q(mean_hw(DQ(x)))`` -> ``global_avg_pool``;
   ``Q(avg_pool2d(DQ(x)))`` -> ``avg_pool2d`` (a window the size of the input, unpadded: ``global_avg_pool``,
@@ -75,7 +79,7 @@ class QDQToInteger(QDQReader):
         # axis: no op onnxruntime fuses; TVM's own op computes it as QuantizeLinear / DequantizeLinear do
         if isinstance(call.op, Op) and call.op.name == "relax.quantize" and (out := self.qparams(call)) is not None \
                 and out.per_tensor_8bit:
-            for rule in (self.conv_or_dense, self.add, self.mul, self.global_avg_pool, self.avg_pool, self.movement,
+            for rule in (self.conv_or_dense, self.batch_matmul, self.add, self.mul, self.global_avg_pool, self.avg_pool, self.movement,
                          self.concat, self.requantize_free, self.lookup):
                 new = rule(call.args[0], out)
                 if new is not None:
@@ -153,13 +157,48 @@ class QDQToInteger(QDQReader):
         if data is None or weight is None:
             return None
         (x, xq), (w, wq) = data, weight
+        rows = None              # matmul of a [..., M, K] activation: the dense of its B*M rows
         if core.op.name == "relax.matmul":
-            if len((x if shaped is None else shaped).ty.shape) != 2 or w.ndim != 2:
+            rank = len((x if shaped is None else shaped).ty.shape)
+            if rank < 2 or w.ndim != 2 or rank > 2 and (shaped is not None or bias is not None and bias.size != 1
+                                                          and bias.shape[-1] != bias.size):
                 return None
             w = w.T if transposed is None else w         # matmul(x, W[K, N]) -> dense weight [N, K]
+            if rank > 2:         # onnxruntime's QLinearMatMul: the same per-row arithmetic (a view, no copy)
+                rows = [int(d) for d in x.ty.shape]
+                x = self.builder_.emit(relax.op.reshape(self.visit_expr(x), [-1, rows[-1]]))
         if shaped is not None:   # the reshape moves to the integers (exact), before the integer dense
             x = self.builder_.emit(relax.Call(shaped.op, [self.visit_expr(x), *shaped.args[1:]], shaped.attrs))
-        return self.integer_linear(core, x, xq, w, wq, bias, out, clamp, self.layer_name(*named))
+        result = self.integer_linear(core, x, xq, w, wq, bias, out, clamp, self.layer_name(*named))
+        return result if rows is None else relax.op.reshape(self.builder_.emit(result), [*rows[:-1], w.shape[0]])
+
+    def batch_matmul(self, expr, out: QParams):
+        """``Q(matmul(DQ(a), DQ(b)))`` of two activations (QLinearMatMul: Q.K^T, attention.V), batched;
+        an operand that is a transpose of the integers is read through it by the operator
+        (ops/batch_matmul.py), not copied first."""
+        core = self.call(expr, "relax.matmul")
+        operands = [] if core is None else [self.dequantized(arg) for arg in core.args]
+        if not operands or any(o is None or constant(self.value(o[0])) is not None or o[1].scale.size != 1
+                               or o[1].zero_point.size != 1 or o[1].dtype not in ("uint8", "int8") for o in operands):
+            return None
+        (sa, za), (sb, zb) = (o[1].scalar("a matmul input") for o in operands)
+        sy, zy = out.scalar("a matmul output")
+        inputs, axes = [], []
+        for x, _ in operands:
+            new = self.visit_expr(x)
+            bound = self.lookup_binding(new) if isinstance(new, relax.Var) else None
+            if isinstance(bound, relax.Call) and isinstance(bound.op, Op) and bound.op.name == "relax.permute_dims":
+                rank = len(bound.ty.shape)
+                inputs.append(bound.args[0])
+                axes.append([int(d) for d in bound.attrs.axes] if bound.attrs.axes is not None
+                            else list(range(rank))[::-1])
+            else:
+                inputs.append(new)
+                axes.append([])
+        scale = np.float32(np.float32(sa * sb) / np.float32(sy))      # onnxruntime's order
+        return self.integer("batch_matmul", inputs, a_axes=axes[0], b_axes=axes[1], a_zero_point=za,
+                            b_zero_point=zb, scale=float(scale), out_zero_point=zy, out_dtype=out.dtype,
+                            clamp=list(out.bounds))
 
     @staticmethod
     def integer_bias(bias: np.ndarray, scale: np.ndarray, layer: str) -> np.ndarray:
@@ -217,13 +256,19 @@ class QDQToInteger(QDQReader):
         zx_value = 0 if zx is None else constant(self.value(zx))
         runtime_zx = zx_value is None
         x_zp, w_zp = 0 if runtime_zx else int(np.asarray(zx_value).reshape(())), int(w_zps.flat[0])
+        rows = None
         if core.op.name == "relax.matmul":
-            if len(x.ty.shape) != 2 or w.ndim != 2:
+            if len(x.ty.shape) < 2 or w.ndim != 2:
                 return None
             w = w.T
+            if len(x.ty.shape) > 2:          # [..., M, K]: the dense of the flattened rows, as conv_or_dense
+                rows = [int(d) for d in x.ty.shape]
+                x = self.builder_.emit(relax.op.reshape(self.visit_expr(x), [-1, rows[-1]]))
         common = dict(x_zero_point=x_zp, w_zero_point=w_zp, out_zero_point=0, out_dtype="int32",
                       clamp=list(QUANT_RANGES["int32"]), layer=self.layer_name(core))
         result = self.emit_linear(core, x, (w, arithmetic.folded_bias(w, x_zp, w_zp)), common)
+        if rows is not None:
+            result = relax.op.reshape(self.builder_.emit(result), [*rows[:-1], w.shape[0]])
         if not runtime_zx:
             return result
         taps = arithmetic.weight_sums(w, w_zp) if core.op.name == "relax.matmul" else valid_tap_sums(
