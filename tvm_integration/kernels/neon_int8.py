@@ -71,16 +71,9 @@ void {fn}_kloop_rows(const void *a, int a_stride, const void *b, int b_block, in
 
 
 @dataclass(frozen=True)
-class RowsTile:
+class RowsTile(int8.Kernel):
     """The rows-layout tile with its K loop (``ROWS_KLOOP``: ``C += A (B - 128)``, B the weights' u8
-    codes): the interface of ``int8.Kernel`` that the NEON operators use (``intrin``, ``spec``,
-    ``llvm_ir``, ``features``, ``loop_intrin``, ``a_dtype``, ``b_dtype``)."""
-    intrin: str
-    spec: Int8Spec
-    function: str
-    llvm_ir: str
-    cache_key: str
-    features: tuple[str, ...]
+    codes), as an ``int8.Kernel`` whose K-loop TensorIntrin is ``rows_functions``'."""
 
     def loop_intrin(self, kblocks: int) -> str:
         name = f"{self.intrin}_x{kblocks}"
@@ -88,14 +81,6 @@ class RowsTile:
             s_tir.TensorIntrin.register(name, *rows_functions(self.spec, self.function, kblocks), override=True)
             int8._REGISTERED.add(name)
         return name
-
-    @property
-    def a_dtype(self) -> str:
-        return int8.DTYPES[self.spec.types][0]
-
-    @property
-    def b_dtype(self) -> str:
-        return int8.DTYPES[self.spec.types][1]
 
 
 def group(kernel) -> int:
