@@ -1,0 +1,63 @@
+"""The zoo benchmark's helpers (tvm_integration/bench/zoo.py, scripts/bench_zoo.py) on small inputs: the
+models themselves need torch and take minutes (scripts/make_zoo.py, scripts/bench_zoo.py)."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from scripts import bench_zoo
+from tvm_integration.bench import zoo
+
+
+def _float_tail_model(path):
+    """input -> Q -> DQ -> ReduceMean -> Reshape -> output: SqueezeNet's tail, a float mean after the
+    last quantized tensor."""
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
+             helper.make_node("DequantizeLinear", ["q", "s", "z"], ["d"]),
+             helper.make_node("ReduceMean", ["d", "axes"], ["m"], keepdims=1),
+             helper.make_node("Reshape", ["m", "shape"], ["y"])]
+    inits = [numpy_helper.from_array(np.array(0.25, np.float32), "s"),
+             numpy_helper.from_array(np.array(128, np.uint8), "z"),
+             numpy_helper.from_array(np.array([2, 3], np.int64), "axes"),
+             numpy_helper.from_array(np.array([1, 4], np.int64), "shape")]
+    graph = helper.make_graph(nodes, "tail", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 3, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), str(path))
+    return path
+
+
+def test_output_scale_through_a_float_tail(tmp_path):
+    assert zoo.output_scales(_float_tail_model(tmp_path / "tail.onnx")) == {"y": 0.25}
+
+
+def test_kind_drops_the_numbers_tvm_appends():
+    assert zoo.kind("qsynth_conv2d17") == "qsynth_conv2d"
+    assert zoo.kind("transpose") == "transpose"
+    assert zoo.kind("vm.builtin.alloc_tensor") == "alloc_tensor"
+
+
+def _row(name, threads, ours, theirs, diff=0.0, steps=0.0):
+    return {"name": name, "threads": threads, "ours_ms": ours, "baselines": {"onnxruntime_int8": theirs},
+            "speedups": {"onnxruntime_int8": theirs / ours}, "max_abs_diff": diff, "max_diff_steps": steps,
+            "openvino": {"openvino_int8": {"unavailable": "the OpenVINO worker ended (exit code -11)"}}}
+
+
+def test_markdown_has_every_model_failures_and_the_findings():
+    data = {"host": "a host", "runs": [{"command": "python scripts/bench_zoo.py", "load_before": "1", "load_after": "2",
+                                        "models": ["resnet50"]}],
+            "models": ["resnet50", "densenet121", "convnext_tiny", "googlenet"],
+            "compile": {"resnet50": {"compile_s": 20.0}, "densenet121": {"error": "InternalError: Var lv581"},
+                        "convnext_tiny": {"compile_s": 60.0}},
+            "rows": [_row("resnet50", 1, 8.0, 16.0), _row("convnext_tiny", 1, 30.0, 45.0, 0.01, 1.000003)],
+            "profiles": {}}
+    md = bench_zoo.markdown(data, "grouped convolutions pad 8 columns to 32")
+    lines = md.splitlines()
+    assert any(line.startswith("| resnet50 | 8.00 | 16.00 |") and "2.00x | exact | 20 |" in line for line in lines)
+    assert any(line.startswith("| densenet121 | compile fails: InternalError: Var lv581") for line in lines)
+    assert any(line.startswith("| convnext_tiny |") and "| 1 step |" in line for line in lines)
+    assert any(line.startswith("| googlenet | not run (time) |") for line in lines)
+    table = [line for line in lines if line.startswith("| ")]
+    assert len({line.count("|") for line in table}) == 1                # every row as many cells as the header
+    assert "exit code -11" in md
+    assert bench_zoo.FINDINGS[0] + "\ngrouped convolutions pad 8 columns to 32\n" + bench_zoo.FINDINGS[1] in md
