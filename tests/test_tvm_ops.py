@@ -274,6 +274,7 @@ def test_unknown_isa_is_refused_and_amx_is_per_shape():
                                         (4608, True)])
 def test_amx_pays_from_one_64_byte_k_block(depth, pays):
     assert selection.amx_pays(depth) is pays
+    assert not selection.amx_pays(depth, groups=13)           # grouped convolutions stay on VNNI
 
 
 @pytest.mark.parametrize("depth", [32, 576, None])

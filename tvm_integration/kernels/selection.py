@@ -69,20 +69,21 @@ def int8_kernel(isa: str = "host") -> int8.Kernel:
     return kernels[0]
 
 
-def amx_pays(depth: int) -> bool:
-    """Whether an operator of reduction depth ``depth`` (bytes per output) runs faster on the AMX tiles
-    than on VNNI. Measured on the AMX host (CPU time, one thread, the 32x32x64 tile against the
-    host's VNNI tile): 1x1 convolutions of 16, 32 and 48 channels 1.08-1.22x VNNI's time (their K
-    blocks padded, their rows copied), of 64 channels 0.61x, the 7x7 stem (147) 0.72x, ResNet-18's
-    3x3 layers (576-4608) 0.3-0.45x."""
-    return depth >= AMX_MIN_DEPTH
+def amx_pays(depth: int, groups: int = 1) -> bool:
+    """Whether an operator of reduction depth ``depth`` (bytes per output) in ``groups`` groups runs
+    faster on the AMX tiles than on VNNI. Measured on the AMX host (CPU time, one thread, the
+    32x32x64 tile against the host's VNNI tile): 1x1 convolutions of 16, 32 and 48 channels
+    1.08-1.22x VNNI's time (their K blocks padded, their rows copied), of 64 channels 0.61x, the 7x7
+    stem (147) 0.72x, ResNet-18's 3x3 layers (576-4608) 0.3-0.45x; grouped 3x3 convolutions (RegNet's,
+    8-32 columns per group) 12-24x."""
+    return depth >= AMX_MIN_DEPTH and groups == 1
 
 
-def int8_candidates(isa: str = "host", depth: int | None = None) -> list[int8.Kernel]:
+def int8_candidates(isa: str = "host", depth: int | None = None, groups: int = 1) -> list[int8.Kernel]:
     """Every tile shape of the kind ``int8_kernel(isa)`` picks (same ISA and instructions): what
-    tuning chooses among per operator shape. On the host, an operator of reduction ``depth`` that
-    ``amx_pays`` for takes the AMX tiles where the host runs them."""
-    if isa == "host" and depth is not None and amx_pays(depth):
+    tuning chooses among per operator shape. On the host, an operator of reduction ``depth`` in
+    ``groups`` groups that ``amx_pays`` for takes the AMX tiles where the host runs them."""
+    if isa == "host" and depth is not None and amx_pays(depth, groups):
         amx = [k for k in _u8s8_kernels("amx") if usable(k) is None]
         if amx:
             return amx

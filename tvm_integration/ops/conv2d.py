@@ -90,7 +90,8 @@ def build_conv2d(weight: np.ndarray, input_shape: tuple[int, ...], layout: str =
 
     key = tuning.conv2d_key(input_shape, layout, weight.shape, stride, pads, groups, data_dtype)
     depth = cg * kh * kw
-    kernel = kernel or tuning.choose(key, selection.int8_candidates(isa, depth), oh * ow, o // groups, depth=depth)
+    kernel = kernel or tuning.choose(key, selection.int8_candidates(isa, depth, groups), oh * ow, o // groups,
+                                     depth=depth)
     tile = Tile.of(kernel)
     if direct.applies(tile, weight.shape, c, ow, layout, groups, stride):
         mod, constants, out_shape = direct.build(x, weight, stride, pads, (oh, ow), stage, tile,

@@ -83,8 +83,8 @@ def _int8_kernel(op: IntegerOp, isa: str) -> str:
     key = tuning.conv2d_key((b, h, w, c), "NHWC", weight.shape, tuple(op.params["strides"]), pads, op.params["groups"],
                             dtype)
     depth = weight.shape[1] * weight.shape[2] * weight.shape[3]
-    kernel = tuning.choose(key, selection.int8_candidates(isa, depth), oh * ow, weight.shape[0] // op.params["groups"],
-                            depth=depth)
+    kernel = tuning.choose(key, selection.int8_candidates(isa, depth, op.params["groups"]), oh * ow,
+                           weight.shape[0] // op.params["groups"], depth=depth)
     reads = "in place" if direct.applies(Tile.of(kernel), weight.shape, c, ow, "NHWC", op.params["groups"],
                                          tuple(op.params["strides"])) else "im2col"
     return f"{kernel.spec.name} ({reads})"
