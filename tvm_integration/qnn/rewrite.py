@@ -356,10 +356,14 @@ class QDQToInteger(QDQReader):
             return None
         if op.op.name == "relax.nn.max_pool2d":
             a = op.attrs
-            if str(a.layout) != "NCHW" or a.ceil_mode or any(int(d) != 1 for d in a.dilation):
+            if str(a.layout) != "NCHW" or any(int(d) != 1 for d in a.dilation):
                 return None
-            return self.integer("max_pool2d", [x], pool=[int(p) for p in a.pool_size],
-                                strides=[int(s) for s in a.strides], padding=[int(p) for p in a.padding])
+            pool, strides, padding = ([int(v) for v in vs] for vs in (a.pool_size, a.strides, a.padding))
+            if a.ceil_mode:      # the last windows' overhang as bottom/right padding, which never wins a max
+                (h, w), (oh, ow) = ([int(d) for d in list(e.ty.shape)[2:]] for e in (op.args[0], expr))
+                padding[2] = (oh - 1) * strides[0] + pool[0] - h - padding[0]
+                padding[3] = (ow - 1) * strides[1] + pool[1] - w - padding[1]
+            return self.integer("max_pool2d", [x], pool=pool, strides=strides, padding=padding)
         return relax.Call(op.op, [x, *[self.visit_expr(a) for a in op.args[1:]]], op.attrs)
 
     def concat(self, expr, out: QParams):
