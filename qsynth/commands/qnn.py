@@ -2,15 +2,18 @@
 (``tvm_integration.qnn``) on the command line.
 
     qsynth compile resnet_int8.onnx -o resnet_int8.so [--target host] [--threads 2]
+    qsynth compile resnet_int8.onnx -o resnet_a53.so --target neon --mcpu cortex-a53     (an AArch64 library)
     qsynth run resnet_int8.onnx --input x.npy --output y.npy [--input name=path.npy ...] [--profile]
     qsynth bench-model resnet_int8.onnx --fp32 resnet.onnx --threads 1 --json [--input NAME=PATH.npy ...]
     qsynth inspect w2a2.onnx [--target host] [--json]     (or MODEL.tflite)
 
 ``run`` compiles once and keeps the library in a private, checked cache (``~/.cache/qsynth/models``,
-``tvm_integration.qnn.artifacts``), so the next run loads it. A model the pipeline refuses is a
-``ModelError``, one line and exit 1 (qsynth/cli.py); bad input (an unreadable or non-finite ``.npy``,
-an output that would overwrite the model or an input, or is a directory) is a ``UsageError``, one line
-and exit 2. No output file is written unless the whole command succeeded.
+``tvm_integration.qnn.artifacts``), so the next run loads it; ``--target neon`` compiles for AArch64
+each time (in a private workspace, nothing kept) and runs under qemu-aarch64 (ops/cross_model.py).
+A model the pipeline refuses is a ``ModelError``, one line and exit 1 (qsynth/cli.py); bad input (an
+unreadable or non-finite ``.npy``, an output that would overwrite the model or an input, or is a
+directory) is a ``UsageError``, one line and exit 2. No output file is written unless the whole
+command succeeded.
 """
 from __future__ import annotations
 
@@ -22,7 +25,7 @@ from typing import TYPE_CHECKING, List, Literal, Optional
 
 import typer
 
-from qsynth.commands.common import JSON_HELP, UsageError, int8_kernel_here, positive, print_json
+from qsynth.commands.common import JSON_HELP, UsageError, WorkFailed, int8_kernel_here, positive, print_json
 from qsynth.progress import spinner
 
 if TYPE_CHECKING:
@@ -34,17 +37,21 @@ TARGET = typer.Option("host", help="which kernels to compile for")
 Target = Literal[TARGETS]
 THREADS = typer.Option(None, callback=positive, help="TVM threads (default: TVM's)")
 ALLOW_FLOAT = typer.Option(False, "--allow-float", help="run a model with no quantized op, in float")
+MCPU = typer.Option(None, "--mcpu", metavar="CORE", help="--target neon: the AArch64 core, as LLVM names it "
+                                                         "(cortex-a53, cortex-a72, cortex-a76, ...)")
 
 
 def compile(model: str = MODEL,
             output: str = typer.Option(..., "-o", "--output", help="the library (.so; its signature goes beside, "
                                                                     ".so.json)"),
-            target: Target = TARGET, threads: Optional[int] = THREADS, allow_float: bool = ALLOW_FLOAT) -> int:
-    """Compile a pre-quantized ONNX or TFLite model to a library."""
+            target: Target = TARGET, threads: Optional[int] = THREADS, allow_float: bool = ALLOW_FLOAT,
+            mcpu: Optional[str] = MCPU) -> int:
+    """Compile a pre-quantized ONNX or TFLite model to a library (--target neon: for AArch64, with the cross gcc)."""
     from tvm_integration.qnn.model import compile_model
     out = _output(output, "-o", [Path(model)], also=[Path(output + ".json")])
+    _arm(target, mcpu, run=False)
     with spinner(f"compiling {model}"), _private_temporary_files():
-        compiled = compile_model(model, target=target, threads=threads, allow_float=allow_float)
+        compiled = compile_model(model, target=target, threads=threads, allow_float=allow_float, mcpu=mcpu)
         compiled.save(out)
     print(f"{out} ({', '.join(f'{n} {d}{list(s)}' for n, (s, d) in compiled.inputs.items())} -> "
           f"{', '.join(compiled.outputs)})")
@@ -56,18 +63,29 @@ def run(model: str = MODEL,
                                         help="an input array (repeat for several inputs)"),
         output: str = typer.Option(..., "--output", help=".npy (one output) or .npz"),
         target: Target = TARGET, threads: Optional[int] = THREADS, allow_float: bool = ALLOW_FLOAT,
-        profile: bool = typer.Option(False, "--profile", help="print where a run's time goes, per function")) -> int:
+        profile: bool = typer.Option(False, "--profile", help="print where a run's time goes, per function"),
+        mcpu: Optional[str] = MCPU) -> int:
     """Run a pre-quantized ONNX or TFLite model on numpy inputs (compiled once, the library kept in a private
-    cache, ~/.cache/qsynth/models, and checked before it is loaded again)."""
+    cache, ~/.cache/qsynth/models, and checked before it is loaded again; --target neon: compiled for AArch64
+    and run under qemu-aarch64)."""
     from tvm_integration.qnn.artifacts import compiled_model
-    from tvm_integration.qnn.model import input_specs
+    from tvm_integration.qnn.model import compile_model, input_specs
     model_path = Path(model)
     out = _output(output, "--output", [model_path, *(Path(spec.rpartition("=")[2]) for spec in input)])
     _runs_here(target)
+    _arm(target, mcpu, run=True)
+    if profile and target == "neon":
+        raise UsageError("--profile: a model for --target neon runs under qemu, whose speed is not the core's; "
+                         "nothing to profile")
     with spinner(f"running {model}"):
         feeds = _inputs(input, list(input_specs(model_path, allow_float=allow_float)))
-        compiled = compiled_model(model_path, target=target, threads=threads, allow_float=allow_float)
-        outputs = compiled(feeds)
+        if target == "neon":            # the artifact cache keeps host libraries only
+            with _private_temporary_files():
+                outputs = compile_model(model_path, target=target, threads=threads, allow_float=allow_float,
+                                        mcpu=mcpu)(feeds)
+        else:
+            compiled = compiled_model(model_path, target=target, threads=threads, allow_float=allow_float)
+            outputs = compiled(feeds)
         _save_outputs(outputs, out)
         times = compiled.profile(feeds) if profile else None
     if times is not None:
@@ -81,9 +99,35 @@ def _runs_here(target: str) -> None:
     """``run`` executes what it builds: an explicit target whose kernels this host cannot run (``--target
     amx`` without AMX) is refused up front, in one line, instead of a crash in the first tile call;
     ``compile`` builds for it (a library for another machine)."""
-    if target not in ("host", "neon"):      # neon: compile_model refuses it by name
+    if target not in ("host", "neon"):      # neon: _arm
         int8_kernel_here("target", target, f"; qsynth compile --target {target} builds the library for a machine "
                                            "that can")
+
+
+def _arm(target: str, mcpu: str | None, run: bool) -> None:
+    """``--mcpu`` names a core LLVM knows, and only with ``--target neon``; ``--target neon`` needs the
+    cross gcc (and, to run, qemu-aarch64 and TVM's AArch64 runtime): each refused in one line, up front
+    (a bad option: UsageError; a tool this host lacks: WorkFailed)."""
+    import shutil
+    from tvm_integration.kernels import neon_int8
+    from tvm_integration.ops import cross, cross_model
+    if target != "neon":
+        if mcpu is not None:
+            raise UsageError(f"--mcpu {mcpu}: a core is chosen for --target neon only")
+        return
+    try:
+        neon_int8.core_family(mcpu)
+    except ValueError as e:
+        raise UsageError(str(e))
+    why = cross_model.missing_tools() if run else \
+        None if shutil.which(cross.CC) else f"{cross.CC} not installed (apt-get install gcc-aarch64-linux-gnu)"
+    if why is not None:
+        raise WorkFailed(f"--target neon: {why}")
+    if run:
+        try:
+            cross_model.runtime()
+        except RuntimeError as e:        # no registry here, nothing cached
+            raise WorkFailed(f"--target neon: no AArch64 TVM runtime: {' '.join(str(e).split())[:300]}")
 
 
 def bench_model(model: str = MODEL,

@@ -24,6 +24,8 @@ from tvm import relax, tirx
 
 from tvm_integration.kernels import selection
 from tvm_integration.ops.batch_matmul import Operand, build_batch_matmul
+from tvm_integration.kernels import neon_int8 as neon_kernels
+from tvm_integration.ops import neon_int8 as neon_ops
 from tvm_integration.ops.conv2d import build_conv2d
 from tvm_integration.ops.dense import build_dense
 from tvm_integration.ops.output_stage import OutputStage, ResidualAdd, requantization
@@ -41,8 +43,8 @@ class Binder:
     """Rebuilds ``main`` binding by binding: ``value`` maps each old variable to its new NCHW value,
     ``nhwc`` to its NHWC value where one exists."""
 
-    def __init__(self, mod, isa: str):
-        self.mod, self.isa = mod, isa
+    def __init__(self, mod, isa: str, mcpu: str | None = None):
+        self.mod, self.isa, self.mcpu = mod, isa, mcpu     # mcpu: the AArch64 core of isa "neon"
         self.builder = relax.BlockBuilder(tvm.IRModule({g: f for g, f in mod.functions.items() if g.name_hint != "main"}))
         self.value, self.nhwc = {}, {}
         self.deferred = {}          # convolution var -> its op, to be emitted with the add that reads it
@@ -111,7 +113,7 @@ class Binder:
         op = self.ops[var]
         if op is not None and op.kind == "add" and self.fused_add(var, op):
             return
-        if op is not None and op.kind == "batch_matmul":
+        if op is not None and op.kind == "batch_matmul" and self.isa != "neon":   # neon: its plain TIR (below)
             self.batch_matmul(var, op)
         elif op is not None and op.tensorized and var in self.fusable:
             self.deferred[var] = op
@@ -207,9 +209,16 @@ class Binder:
                             if scale else None,
                             clamp=tuple(p["clamp"]), residual=residual)
         x = op.inputs[0]
+        neon = self.isa == "neon"           # AArch64: ops/neon_int8.py for the core self.mcpu
         if op.kind == "dense":
-            built = build_dense(weight, int(x.ty.shape[0]), str(x.ty.dtype), stage, self.isa)
+            built = neon_ops.build_dense(weight, int(x.ty.shape[0]), str(x.ty.dtype), stage, mcpu=self.mcpu) if neon \
+                else build_dense(weight, int(x.ty.shape[0]), str(x.ty.dtype), stage, self.isa)
             data = self.substitute(x)
+        elif neon:
+            data = self.nhwc_of(x)
+            built = neon_ops.build_conv2d(weight, tuple(int(d) for d in data.ty.shape), tuple(p["strides"]),
+                                          tuple(p["padding"]), p["groups"], str(x.ty.dtype), stage, mcpu=self.mcpu,
+                                          pad_value=p["x_zero_point"])
         else:
             data = self.nhwc_of(x)
             built = build_conv2d(weight, tuple(int(d) for d in data.ty.shape), "NHWC", tuple(p["strides"]),
@@ -229,11 +238,19 @@ class Binder:
             self.set_nhwc(var, result)
 
 
-def bind(mod, isa: str = "host"):
+def model_target(isa: str = "host", mcpu: str | None = None) -> dict:
+    """The target a model is built with: the int8 tile's (selection.py), or for ``neon`` AArch64 for
+    the core ``mcpu`` with the features of its NEON tile (ValueError for a core LLVM does not know)."""
+    if isa == "neon":
+        return neon_kernels.neon_target(mcpu, neon_kernels.tile_for(mcpu))
+    return selection.int8_target(selection.int8_kernel(isa))
+
+
+def bind(mod, isa: str = "host", mcpu: str | None = None):
     """Tensorize what legalize marked, then legalize the remaining Relax ops and schedule everything
     that is not a tensorized operator for the target the model is built with (as compile_model)."""
-    target = tvm.target.Target(selection.int8_target(selection.int8_kernel(isa)))
-    mod = Binder(mod, isa).run()
+    target = tvm.target.Target(model_target(isa, mcpu))
+    mod = Binder(mod, isa, mcpu).run()
     mod = relax.transform.DeadCodeElimination(["main"])(mod)
     mod = relax.transform.LegalizeOps()(mod)
     for gvar, func in list(mod.functions.items()):

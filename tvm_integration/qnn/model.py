@@ -28,9 +28,9 @@ from tvm_integration.qnn import bind, importer, legalize, rewrite, tflite_import
 from tvm_integration.qnn.importer import ModelError
 
 
-def lower(model: onnx.ModelProto, target: str = "host", stage: str = "bind"):
+def lower(model: onnx.ModelProto, target: str = "host", stage: str = "bind", mcpu: str | None = None):
     """The Relax module after ``stage`` (import, rewrite, legalize or bind): every stage can be
-    printed, built and compared with onnxruntime on its own."""
+    printed, built and compared with onnxruntime on its own (``mcpu``: the AArch64 core of ``neon``)."""
     stages = ("import", "rewrite", "legalize", "bind")
     if stage not in stages:
         raise ValueError(f"stage must be one of {stages}, got {stage!r}")
@@ -43,7 +43,7 @@ def lower(model: onnx.ModelProto, target: str = "host", stage: str = "bind"):
     mod = legalize.legalize(mod, target)
     if stage == "legalize":
         return mod
-    mod = bind.bind(mod, "host" if target == "host" else target)
+    mod = bind.bind(mod, "host" if target == "host" else target, mcpu)
     return relax.transform.DeadCodeElimination(["main"])(mod)
 
 
@@ -56,13 +56,32 @@ def input_specs(path: str | Path, allow_float: bool = False) -> dict[str, tuple[
 
 
 def compile_model(path: str | Path, target: str = "host", threads: int | None = None,
-                  allow_float: bool = False) -> "CompiledModel":
-    """The ONNX (QDQ or QOperator) or full-integer TFLite model at ``path``, compiled."""
+                  allow_float: bool = False, mcpu: str | None = None) -> "CompiledModel":
+    """The ONNX (QDQ or QOperator) or full-integer TFLite model at ``path``, compiled; ``target="neon"``:
+    for the AArch64 core ``mcpu`` (LLVM's name; None: a generic v8.0 core), an arm_model.ArmModel."""
+    if mcpu is not None and target != "neon":
+        raise ModelError(f"mcpu {mcpu}: a core is chosen for target neon only, not {target}")
+    if target == "neon":
+        try:
+            build_target = bind.model_target(target, mcpu)       # an unknown core: before any work
+        except ValueError as e:
+            raise ModelError(str(e))
     if Path(path).suffix == ".tflite":
-        mod, inputs, outputs = tflite_importer.lower(path, target)
+        if target == "neon":        # tflite_importer.lower's steps, with the core
+            tflite = tflite_importer.load(path)
+            mod = bind.bind(legalize.legalize(tflite.run(), target), target, mcpu)
+            mod, inputs, outputs = relax.transform.DeadCodeElimination(["main"])(mod), tflite.specs(), \
+                tflite.output_names()
+        else:
+            mod, inputs, outputs = tflite_importer.lower(path, target)
     else:
         model = importer.load(path, allow_float=allow_float)
-        mod, inputs, outputs = lower(model, target), importer.input_specs(model), [o.name for o in model.graph.output]
+        mod, inputs, outputs = lower(model, target, mcpu=mcpu), importer.input_specs(model), \
+            [o.name for o in model.graph.output]
+    if target == "neon":
+        from tvm_integration.qnn.arm_model import ArmModel
+        return ArmModel(tvm.compile(mod, target=tvm.target.Target(build_target)), inputs, outputs, build_target,
+                        threads)
     executable = tvm.compile(mod, target=tvm.target.Target(selection.int8_target(selection.int8_kernel(target))))
     return CompiledModel(executable, inputs, outputs, threads)
 
@@ -89,7 +108,8 @@ class CompiledModel:
         # mapping of pages to fault in (0.2 ms of a 9 ms ResNet-18 on Zen 4)
         self._input_tensors = {name: tvm.runtime.empty(shape, dtype) for name, (shape, dtype) in self.inputs.items()}
 
-    def arguments(self, feeds: dict[str, np.ndarray]) -> list:
+    def checked(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        """The inputs in the model's order, C-contiguous, each checked (name, shape, dtype): ModelError."""
         missing = [n for n in self.inputs if n not in feeds]
         unknown = [n for n in feeds if n not in self.inputs]
         if missing or unknown:
@@ -102,8 +122,11 @@ class CompiledModel:
                 raise ModelError(f"input {name!r} must be {dtype}{list(shape)}, got {x.dtype}{list(x.shape)}")
             # np.require, not np.ascontiguousarray: that one makes a 0-d input (a scale fed as a graph
             # input) 1-d, which the () tensor refuses
-            args.append(self._input_tensors[name].copyfrom(np.require(x, requirements="C")))
+            args.append(np.require(x, requirements="C"))
         return args
+
+    def arguments(self, feeds: dict[str, np.ndarray]) -> list:
+        return [self._input_tensors[name].copyfrom(x) for name, x in zip(self.inputs, self.checked(feeds))]
 
     def __call__(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         result = self.vm["main"](*self.arguments(feeds))

@@ -1,0 +1,67 @@
+"""A model compiled for AArch64 (``compile_model(path, target="neon", mcpu=...)``): every integer conv2d
+and dense on the NEON int8 operators (ops/neon_int8.py), the rest scheduled for the core.
+
+    model = compile_model("resnet_int8.onnx", target="neon", mcpu="cortex-a53")
+    outputs = model({"input": x})        # exported with the cross gcc, run under qemu-aarch64
+    model.save("resnet_int8.so")         # an AArch64 library (+ .so.json), for TVM's aarch64 runtime
+
+The library is exported and run by ops/cross_model.py: TVM's own AArch64 runtime (the registry's
+aarch64 wheels) drives the Relax VM under qemu, no Python on the Arm side. It is never loaded in this
+process, and not timed here: qemu's speed says nothing of the core's (``time`` and ``profile`` refuse).
+"""
+from __future__ import annotations
+
+import shutil
+import tempfile
+import weakref
+from pathlib import Path
+
+import numpy as np
+
+from tvm_integration.ops import cross_model
+from tvm_integration.qnn.importer import ModelError
+from tvm_integration.qnn.model import CompiledModel
+
+
+class ArmModel(CompiledModel):
+    """CompiledModel's interface (inputs, outputs, ``model(feeds)``, ``save``, ``signature``) for an
+    AArch64 executable."""
+
+    def __init__(self, executable, inputs: dict, outputs: list[str], target: dict, threads: int | None = None):
+        self.executable, self.target = executable, target
+        self.inputs = {name: (tuple(shape), dtype) for name, (shape, dtype) in inputs.items()}
+        self.outputs = list(outputs)
+        self.threads = threads
+        self._runner = None
+
+    def export(self, library: str | Path) -> None:
+        """The AArch64 library alone at ``library``, linked with the cross gcc."""
+        cross_model.export(self.executable, library)
+
+    def runner(self) -> cross_model.CrossModel:
+        """The exported library under qemu (exported once, into a temporary directory of its own;
+        RuntimeError, one line, when qemu, the cross gcc or the AArch64 runtime is missing)."""
+        if self._runner is None:
+            if (why := cross_model.missing_tools()) is not None:
+                raise RuntimeError(f"cannot run an AArch64 model here: {why}")
+            folder = Path(tempfile.mkdtemp(prefix="qsynth-arm-model-"))
+            weakref.finalize(self, shutil.rmtree, folder, True)
+            self.export(folder / "model.so")
+            self._runner = cross_model.CrossModel(folder / "model.so")
+        return self._runner
+
+    def __call__(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        arrays = self.checked(feeds)
+        options = ("-E", f"TVM_NUM_THREADS={self.threads}") if self.threads else ()
+        results = self.runner()(*arrays, qemu_options=options)
+        if len(results) != len(self.outputs):
+            raise ModelError(f"the AArch64 model gave {len(results)} outputs, expected {len(self.outputs)}")
+        return dict(zip(self.outputs, results))
+
+    def time(self, feeds, repeat: int = 10) -> float:
+        raise ModelError("an AArch64 model runs under qemu, whose speed is not the core's: it is not timed "
+                         "(estimated cycles: tvm_integration/mca.py)")
+
+    def profile(self, feeds, repeat: int = 5):
+        raise ModelError("an AArch64 model runs under qemu, whose speed is not the core's: --profile does not "
+                         "apply to --target neon")
