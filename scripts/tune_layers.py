@@ -71,6 +71,14 @@ def key_of(kind: str, args: tuple) -> str:
     return tuning.conv2d_key(shape, "NHWC", weight.shape, pair(stride), pads, groups, dtype)
 
 
+def candidates_of(kind: str, args: tuple):
+    """The tiles the operator chooses among (selection.int8_candidates: on an AMX host, the AMX tiles
+    and the VNNI ones for the operators deep enough for AMX)."""
+    weight = args[0]
+    groups = 1 if kind == "dense" else args[4]
+    return selection.int8_candidates("host", int(np.prod(weight.shape[1:])), groups)
+
+
 def measure(kind: str, args: tuple, candidates, trials: int) -> dict[str, float]:
     """Median ms per candidate tile, after checking that all compute the same output. The output stage
     is the models' (bias, per-channel requantize to u8): its vector shape depends on the tile, and it
@@ -103,7 +111,6 @@ def main() -> int:
     ap.add_argument("--trials", type=int, default=9)
     a = ap.parse_args()
     logging.getLogger("root").setLevel(logging.ERROR)
-    candidates = selection.int8_candidates("host")
     path = tuning.log_path()
     shapes = layer_shapes() + [s for name in a.models.split(",") if name for s in model_shapes(name)]
     seen = set()
@@ -112,7 +119,7 @@ def main() -> int:
         if key in seen:
             continue
         seen.add(key)
-        times = measure(kind, args, candidates, a.trials)
+        times = measure(kind, args, candidates_of(kind, args), a.trials)
         best = tuning.record(key, times, path)
         print(f"{key}: {best}  " + "  ".join(f"{k.split('_')[-2]} {v:.3f} ms" for k, v in times.items()), flush=True)
     print(f"{len(seen)} shapes -> {path}")

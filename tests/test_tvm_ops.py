@@ -1,4 +1,6 @@
 """int8 dense and conv2d in TVM, tensorized with the cached kernels, against numpy on random tensors."""
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -6,7 +8,7 @@ pytest.importorskip("tvm")
 
 from hypothesis import given, settings, strategies as st  # noqa: E402
 
-from tvm_integration.kernels import int8, selection  # noqa: E402
+from tvm_integration.kernels import int8, selection, tuning  # noqa: E402
 from tvm_integration.ops import direct  # noqa: E402
 from tvm_integration.ops.conv2d import build_conv2d, conv2d, space_to_depth  # noqa: E402
 from tvm_integration.ops.gemm import Tile  # noqa: E402
@@ -279,10 +281,14 @@ def test_amx_pays_from_one_64_byte_k_block(depth, pays):
 
 @pytest.mark.parametrize("depth", [32, 576, None])
 def test_host_candidates_by_depth(depth):
-    """On a host with AMX (and the tile permission) a deep operator takes the AMX tile and a shallow
-    one the host's VNNI kind; elsewhere every depth takes the host's kind."""
+    """On a host with AMX (and the tile permission) a deep operator takes the AMX tiles first, the
+    host's VNNI kind after them (a tuning log may keep it on VNNI); a shallow one and every operator
+    elsewhere the host's kind alone; untuned, the first family's least-padding tile."""
     amx = selection.int8_kernel("amx")
-    runs_amx = selection.usable(amx) is None
-    chosen = {k.spec.isa for k in selection.int8_candidates("host", depth)}
-    want = "amx" if runs_amx and depth is not None and selection.amx_pays(depth) else HOST_KERNEL.spec.isa
-    assert chosen == {want}
+    deep = selection.usable(amx) is None and depth is not None and selection.amx_pays(depth)
+    candidates = selection.int8_candidates("host", depth)
+    isas = [k.spec.isa for k in candidates]
+    assert isas == sorted(isas, key=lambda i: i != "amx") and set(isas) == ({"amx", HOST_KERNEL.spec.isa} if deep
+                                                                              else {HOST_KERNEL.spec.isa})
+    chosen = tuning.choose("untuned", candidates, 64, 64, Path("/nonexistent/log.json"), depth=depth or 64)
+    assert chosen.spec.isa == ("amx" if deep else HOST_KERNEL.spec.isa)

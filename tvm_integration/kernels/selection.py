@@ -82,13 +82,15 @@ def amx_pays(depth: int, groups: int = 1) -> bool:
 def int8_candidates(isa: str = "host", depth: int | None = None, groups: int = 1) -> list[int8.Kernel]:
     """Every tile shape of the kind ``int8_kernel(isa)`` picks (same ISA and instructions): what
     tuning chooses among per operator shape. On the host, an operator of reduction ``depth`` in
-    ``groups`` groups that ``amx_pays`` for takes the AMX tiles where the host runs them."""
+    ``groups`` groups that ``amx_pays`` for takes the AMX tiles where the host runs them: they come
+    first (the untuned choice, ``tuning.choose``), the host's VNNI kind after them, so that a tuning
+    log can keep a layer on VNNI where that measured faster (MobileNetV2's 1x1 projections)."""
+    chosen = int8_kernel(isa)
+    family = [k for k in _u8s8_kernels(chosen.spec.isa) if k.features == chosen.features]
     if isa == "host" and depth is not None and amx_pays(depth, groups):
         amx = [k for k in _u8s8_kernels("amx") if usable(k) is None]
-        if amx:
-            return amx
-    chosen = int8_kernel(isa)
-    return [k for k in _u8s8_kernels(chosen.spec.isa) if k.features == chosen.features]
+        return amx + family
+    return family
 
 
 def int8_target(kernel: int8.Kernel | None = None) -> dict:

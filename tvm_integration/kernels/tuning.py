@@ -84,10 +84,12 @@ def least_padding(candidates: list[Kernel], rows: int, cols: int, depth: int = 1
 
 def choose(key: str, candidates: list[Kernel], rows: int, cols: int, path: Path | None = None,
            depth: int = 1) -> Kernel:
-    """The logged tile for ``key`` when it is among ``candidates``, else the least-padding one."""
+    """The logged tile for ``key`` when it is among ``candidates``, else the least-padding one of the
+    first candidate's ISA (``selection.int8_candidates`` puts the preferred family first)."""
     logged = read_log(path or log_path()).get(key, {}).get("kernel")
     by_name = {k.intrin: k for k in candidates}
-    return by_name.get(logged) or least_padding(candidates, rows, cols, depth)
+    family = [k for k in candidates if k.spec.isa == candidates[0].spec.isa]
+    return by_name.get(logged) or least_padding(family, rows, cols, depth)
 
 
 def conv2d_key(input_shape, layout: str, weight_shape, stride, padding, groups: int, data_dtype: str) -> str:
