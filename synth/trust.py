@@ -225,8 +225,8 @@ _REPORTED: set[str] = set()
 
 def load_all(paths: list[Path], jobs: int | None = None) -> tuple[list[dict], list[str]]:
     """(entries that are stamped or re-prove now, one line per refused entry). An entry refused once is
-    refused at once for the rest of the process, never among the entries, and its line (which callers
-    log) is returned only the first time."""
+    refused at once for the rest of the process (not re-proved), never among the entries; its line is
+    returned on every call, for callers that count refusals (``unreported`` for those that log them)."""
     entries, refused, unstamped = {}, [], []
     stamps = _stamps()
     for p in paths:
@@ -247,9 +247,15 @@ def load_all(paths: list[Path], jobs: int | None = None) -> tuple[list[dict], li
         else:
             refused.append(_REFUSED.setdefault(content, f"{v['file']} {v['name']}: not proved here: "
                                                         f"{'; '.join(v['failures'])}"))
-    new = [line for line in dict.fromkeys(refused) if line not in _REPORTED]
+    return [entries[p] for p in paths if p in entries], list(dict.fromkeys(refused))
+
+
+def unreported(lines: list[str]) -> list[str]:
+    """The refusal lines not yet returned here in this process: each warning is logged once, not at
+    every lookup (7 tampered entries made one qsynth inspect print ~450 lines)."""
+    new = [line for line in lines if line not in _REPORTED]
     _REPORTED.update(new)
-    return [entries[p] for p in paths if p in entries], new
+    return new
 
 
 def load(path: Path) -> dict:

@@ -143,7 +143,8 @@ def test_a_refused_entry_is_proved_and_reported_once_per_process(tmp_path, monke
     monkeypatch.setattr(trust, "verdict", lambda p: proofs.append(p) or real(p))
     entries, refused = trust.load_all([path])
     assert entries == [] and len(refused) == 1 and refused[0].startswith(f"{path.name} {AVX2}: not proved here")
-    assert trust.load_all([path]) == ([], [])
+    assert trust.load_all([path]) == ([], refused)             # still counted as refused, not re-proved
+    assert trust.unreported(refused) == refused and trust.unreported(refused) == []
     with pytest.raises(cache.CacheError, match="not proved here"):
         trust.load(path)
     assert proofs == [path]

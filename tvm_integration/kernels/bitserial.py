@@ -125,7 +125,7 @@ def _proved(paths) -> list[BitserialKernel]:
     """The proved entries of ``paths`` as kernels, re-proved on this machine unless stamped
     (``synth.trust``); refused entries are skipped with a warning."""
     entries, refused = trust.load_all(paths)
-    for line in refused:
+    for line in trust.unreported(refused):
         log.warning("not used: %s", line)
     return [BitserialKernel(spec_from_key(e["spec"]), function_name(e) + "_gemm_extern", _llvm_ir(e),
                             e["cache_key"], tuple(kernel_model(e)["features"]))

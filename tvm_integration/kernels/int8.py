@@ -91,7 +91,7 @@ def proved_entries(isa: str, root: Path = cache.ROOT) -> list[dict]:
     chosen = [path for path, entry in cache.readable(root)
               if entry["spec"].get("kind") == "int8" and entry["spec"].get("isa") == isa]
     entries, refused = trust.load_all(chosen)
-    for line in refused:
+    for line in trust.unreported(refused):
         log.warning("not registered: %s", line)
     for entry in entries:
         if not entry["proof"]["proved"]:
