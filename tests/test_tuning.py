@@ -77,13 +77,15 @@ def test_machines_reporting_one_model_number_do_not_share_a_log():
     assert tuning.log_path("x") == tuning.LOGS / "x.json"
 
 
-def test_committed_logs_are_found_by_their_hosts():
-    """Every committed log is the log of a recorded host (the Zen 4 one's: the benchmarks' tiles), so
-    such a host reads it; every tile it names is a proved AVX-512 candidate and ``choose`` returns it."""
-    committed = {p.stem for p in tuning.LOGS.glob("*.json")}
-    assert committed == {tuning.log_name(recorded("zen4"))}
-    log = tuning.read_log(tuning.log_path(tuning.log_name(recorded("zen4"))))
-    candidates = selection.int8_candidates("avx512")
+@pytest.mark.parametrize("machine,isas", [("zen4", ("avx512",)), ("amx_model167", ("amx", "avx512"))])
+def test_committed_logs_are_found_by_their_hosts(machine, isas):
+    """Every committed log is the log of a recorded host (Zen 4's: the benchmarks' tiles; the AMX
+    Xeon's: AMX or VNNI per shape), so such a host reads it; every tile it names is a proved candidate
+    of that host's ISAs and ``choose`` returns it."""
+    assert {p.stem for p in tuning.LOGS.glob("*.json")} == {tuning.log_name(recorded(m)) for m in ("zen4", "amx_model167")}
+    path = tuning.log_path(tuning.log_name(recorded(machine)))
+    log = tuning.read_log(path)
+    candidates = [k for isa in isas for k in selection.int8_candidates(isa)]
     assert log and {entry["kernel"] for entry in log.values()} <= {k.intrin for k in candidates}
     for key, entry in log.items():
-        assert tuning.choose(key, candidates, 1, 1, tuning.log_path(tuning.log_name(recorded("zen4")))).intrin == entry["kernel"]
+        assert tuning.choose(key, candidates, 1, 1, path).intrin == entry["kernel"]
