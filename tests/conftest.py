@@ -1,6 +1,7 @@
 import os
 import tempfile
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 # CI: bounded, derandomized runs so the default suite stays fast and reproducible.
@@ -16,3 +17,13 @@ os.environ.setdefault("QSYNTH_TRUST", os.path.join(
 # The same for compiled models (qnn/artifacts.py): qsynth run's cache, one per run of the suite.
 os.environ.setdefault("QSYNTH_MODEL_CACHE", os.path.join(
     tempfile.gettempdir(), f"qsynth-models-{os.environ.get('PYTEST_XDIST_TESTRUNUID', os.getpid())}"))
+
+
+@pytest.fixture(scope="module")
+def lib_dir():
+    """TVM's AArch64 runtime libraries for models run under qemu (ops/cross_model.py), fetched once."""
+    from tvm_integration.ops import cross_model
+    try:
+        return cross_model.runtime()
+    except RuntimeError as error:        # no registry here, nothing cached
+        pytest.skip(f"no AArch64 TVM runtime: {error}")

@@ -18,14 +18,6 @@ MISSING = cross_model.missing_tools()
 pytestmark = [pytest.mark.qemu, pytest.mark.skipif(MISSING is not None, reason=f"AArch64 models run under qemu: {MISSING}")]
 
 
-@pytest.fixture(scope="module")
-def lib_dir():
-    try:
-        return cross_model.runtime()
-    except RuntimeError as error:        # no registry here, nothing cached
-        pytest.skip(f"no AArch64 TVM runtime: {error}")
-
-
 def relax_module(nodes, inputs, outputs, initializers):
     from tvm.relax.frontend.onnx import from_onnx
     graph = helper.make_graph(nodes, "m", inputs, outputs, [numpy_helper.from_array(v, k) for k, v in initializers.items()])

@@ -20,14 +20,6 @@ pytestmark = [pytest.mark.qemu,
 
 
 @pytest.fixture(scope="module")
-def lib_dir():
-    try:
-        return cross_model.runtime()
-    except RuntimeError as error:        # no registry here, nothing cached
-        pytest.skip(f"no AArch64 TVM runtime: {error}")
-
-
-@pytest.fixture(scope="module")
 def models(tmp_path_factory):
     from tvm_integration.bench import int8_models
     folder = tmp_path_factory.mktemp("neon-models")
