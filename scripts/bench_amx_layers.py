@@ -25,27 +25,18 @@ import numpy as np  # noqa: E402
 from isa_specs import host  # noqa: E402
 from synth.files import write_atomically  # noqa: E402
 from tvm_integration.bench.layers import LAYERS, Layer  # noqa: E402
-from tvm_integration.bench.timing import SelfTimed, side_by_side, tvm_batch_timer  # noqa: E402
+from tvm_integration.bench.timing import SelfTimed, batch_timer, side_by_side, tvm_batch_timer  # noqa: E402
 from tvm_integration.kernels import selection  # noqa: E402
 
 ISAS = ("amx", "avx512")
 
 
-def cpu_seconds(function, args, trials: int, batch_s: float = 0.005) -> float:
-    """The least CPU time (this thread's, time.thread_time) per call over ``trials`` batches: what the
-    operator costs when it has the core, which a machine shared with other jobs hides from the wall
-    clock (on 2 busy vCPUs the wall-clock medians moved 2-5x between runs)."""
-    function(*args)
-    t0 = time.thread_time()
-    function(*args)
-    calls = max(1, round(batch_s / max(time.thread_time() - t0, 1e-6)))
-    best = float("inf")
-    for _ in range(trials):
-        t0 = time.thread_time()
-        for _ in range(calls):
-            function(*args)
-        best = min(best, (time.thread_time() - t0) / calls)
-    return best
+def cpu_seconds(function, args, trials: int) -> float:
+    """The least CPU time (this thread's) per call over ``trials`` batches: what the operator costs
+    when it has the core, which a machine shared with other jobs hides from the wall clock (on 2 busy
+    vCPUs the wall-clock medians moved 2-5x between runs)."""
+    run = batch_timer(lambda: function(*args), clock=time.thread_time)
+    return min(run() for _ in range(trials))
 
 
 def bench(name: str, trials: int) -> dict:

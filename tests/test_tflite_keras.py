@@ -1,20 +1,18 @@
 """Keras models as TensorFlow 2.21's converter writes them (issue 33; tests/data/tflite/*, written by
 scripts/make_tflite_keras.py) bit for bit against LiteRT's default interpreter, and each elementwise
 table (LOGISTIC, TANH, HARD_SWISH, LEAKY_RELU, QUANTIZE) on every input value."""
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import tflite
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_tflite import DATA, litert_outputs, random_feeds  # noqa: E402
+from test_tflite import DATA, litert_outputs, random_feeds, requantized
 
-from qsynth import cli  # noqa: E402
-from tvm_integration.qnn import tflite_importer  # noqa: E402
-from tvm_integration.qnn.importer import ModelError  # noqa: E402
-from tvm_integration.qnn.model import compile_model  # noqa: E402
+from qsynth import cli
+from tvm_integration.qnn import tflite_importer
+from tvm_integration.qnn.importer import ModelError
+from tvm_integration.qnn.model import compile_model
 
 KERAS = ["mnv2_uint8", "resnet_int8", "effnet_int8", "resize_int8", "branches_int8", "shapes_int8", "unary_int8"]
 HARD_SWISH_GAP = "HARD_SWISH: XNNPACK's qs8 kernel differs from the float table in 2 of 256 entries at small scales"
@@ -56,17 +54,6 @@ def test_fixtures_hold_the_ops_of_issue_33():
 def every_value(model):
     return {name: np.arange(np.iinfo(dtype).min, np.iinfo(dtype).max + 1).astype(dtype).reshape(shape)
             for name, (shape, dtype) in model.inputs.items()}
-
-
-def requantized(name: str, tensors: dict, directory: Path) -> Path:
-    content = bytearray((DATA / f"{name}.tflite").read_bytes())
-    graph = tflite.Model.GetRootAsModel(content, 0).Subgraphs(0)
-    for index, (scale, zero_point) in tensors.items():
-        q = graph.Tensors(index).Quantization()
-        q.ScaleAsNumpy()[0], q.ZeroPointAsNumpy()[0] = scale, zero_point
-    path = directory / f"{name}_{abs(hash(tuple(tensors.items())))}.tflite"
-    path.write_bytes(content)
-    return path
 
 
 def unary_tensors():

@@ -9,13 +9,15 @@ import time
 import numpy as np
 
 
-def median_seconds(fn, trials: int) -> float:
+def median_seconds(fn, trials: int, clock=time.perf_counter) -> float:
+    """Median seconds of ``trials`` calls after a first, by ``clock`` (wall; ``time.process_time`` or
+    ``time.thread_time``: CPU time, which a machine shared with other jobs hides less)."""
     fn()
     times = []
     for _ in range(trials):
-        t0 = time.perf_counter()
+        t0 = clock()
         fn()
-        times.append(time.perf_counter() - t0)
+        times.append(clock() - t0)
     return float(np.median(times))
 
 
@@ -24,19 +26,19 @@ def tvm_seconds(module, args, trials: int) -> float:
     return float(np.median(module.time_evaluator("main", tvm.cpu(), number=1, repeat=trials, min_repeat_ms=50)(*args).results))
 
 
-def batch_timer(fn, batch_s: float = 0.005):
-    """A function timing one batch of ``fn`` calls (about ``batch_s`` long) and returning seconds per
-    call."""
+def batch_timer(fn, batch_s: float = 0.005, clock=time.perf_counter):
+    """A function timing one batch of ``fn`` calls (about ``batch_s`` long) by ``clock`` (as for
+    ``median_seconds``) and returning seconds per call."""
     fn()
-    t0 = time.perf_counter()
+    t0 = clock()
     fn()
-    calls = max(1, round(batch_s / max(time.perf_counter() - t0, 1e-7)))
+    calls = max(1, round(batch_s / max(clock() - t0, 1e-7)))
 
     def run() -> float:
-        t0 = time.perf_counter()
+        t0 = clock()
         for _ in range(calls):
             fn()
-        return (time.perf_counter() - t0) / calls
+        return (clock() - t0) / calls
     return run
 
 

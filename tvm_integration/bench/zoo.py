@@ -21,6 +21,7 @@ from tvm import relax
 
 from tvm_integration.bench import openvino_baseline
 from tvm_integration.bench.models import onnxruntime_session, side_by_side_ms
+from tvm_integration.bench.timing import median_seconds
 from tvm_integration.qnn.model import CompiledModel
 
 
@@ -146,13 +147,7 @@ def cpu_profile(model: CompiledModel, feed: dict, repeat: int = 10) -> dict[str,
 
 def cpu_ms(fn, repeat: int = 20) -> float:
     """Median CPU ms of the process (every thread) per call of ``fn``."""
-    fn()
-    samples = []
-    for _ in range(repeat):
-        t0 = time.process_time()
-        fn()
-        samples.append(time.process_time() - t0)
-    return float(np.median(samples)) * 1e3
+    return median_seconds(fn, repeat, clock=time.process_time) * 1e3
 
 
 def onnxruntime_profile(path: Path, feed: dict, repeat: int = 10) -> dict[str, list]:

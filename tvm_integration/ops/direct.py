@@ -27,7 +27,7 @@ from tvm import s_tir, te
 
 from tvm_integration.kernels.int8 import Kernel
 from tvm_integration.ops import depthwise
-from tvm_integration.ops.gemm import Tile, output_tensor, parallel_rows, stage_params, tensorize_tile
+from tvm_integration.ops.gemm import Tile, output_tensor, stage_params, tensorize_tile, weights_outer
 from tvm_integration.ops.output_stage import OutputStage
 from tvm_integration.kernels.packing import conv_weight_matrix, pack_weights, round_up, unsigned_activation
 
@@ -101,10 +101,10 @@ def _schedule(func, tile: Tile, kernel: Kernel | None, run: int, row_step: int, 
     loops = sch.get_loops(block)
     if len(loops) == 5:                                  # flat
         b, q, n, r, t = loops
-        weights_outer = int(sch.get(n).extent) >= 4 * int(sch.get(q).extent)    # as in gemm.schedule
+        columns_outer = weights_outer(int(sch.get(q).extent), int(sch.get(n).extent))
         j0, j1 = sch.split(q, [None, tile.mr])
         n0, n1 = sch.split(n, [None, tile.nr])
-        if weights_outer:
+        if columns_outer:
             sch.reorder(b, n0, j0, r, j1, n1, t)
             outer = sch.fuse(b, n0)
         else:

@@ -96,7 +96,7 @@ def build(gemm: Gemm, data: te.Tensor, element, weights: np.ndarray, stage: Outp
     func = te.create_prim_func([data, w, *params.values(), *([residual] if residual is not None else []), out])
     constants = [pack_weights(weights, tile.nr, tile.k), *values.values()]
     exact = kp == gemm.depth and depth_loops and depth_loops[-1] % tile.k == 0
-    return schedule(func, tile, kernel, order, depth_loops if exact else (), fold_run, npad >= 4 * pp), constants
+    return schedule(func, tile, kernel, order, depth_loops if exact else (), fold_run, weights_outer(pp, npad)), constants
 
 
 def stage_params(stage: OutputStage, weights: np.ndarray, npad: int, signed: bool):
@@ -126,14 +126,20 @@ def tensorize_tile(sch, outer, loop, intrin: str, kernel: Kernel):
     sch.annotate(outer, "pragma_import_llvm", kernel.llvm_ir)
 
 
+def weights_outer(rows: int, cols: int) -> bool:
+    """Whether a GEMM of ``rows`` (padded) activation rows and ``cols`` weight columns runs its column
+    tiles outermost (4x more columns than rows: the deep layers, dense), so that each tile's weights
+    are read from memory once for every row tile (ResNet-18's last 3x3 layer streamed its 2.4 MB of
+    weights once per 32-row tile) and the threads split the columns (a dense layer has one row tile).
+    Measured on the AMX host (CPU time, one thread): C12 (64 rows, 512 columns) 176 -> 141 us; C9
+    (224 rows, 256 columns; both operands in L2) 107 -> 122 us, hence the 4x."""
+    return cols >= 4 * rows
+
+
 def schedule(func, tile: Tile, kernel: Kernel | None, order: str, depth_loops: tuple[int, ...],
              fold_run: int | None = None, weights_outer: bool = False):
-    """``weights_outer`` (4x more weight columns than activation rows: the deep layers, dense): the
-    column tiles outermost, so that each tile's weights are read from memory once for every row tile
-    (ResNet-18's last 3x3 layer streamed its 2.4 MB of weights once per 32-row tile) and the threads
-    split the columns (a dense layer has one row tile); A is then packed whole beforehand. Measured
-    on the AMX host (CPU time, one thread): C12 (64 rows, 512 columns) 176 -> 141 us; C9 (224 rows,
-    256 columns; both operands in L2) 107 -> 122 us, hence the 4x."""
+    """``weights_outer`` (the function of that name): the column tiles outermost, A then packed whole
+    beforehand."""
     sch = s_tir.Schedule(func)
     stages = {sch.get(b).name_hint for b in sch.get_child_blocks(sch.get_sblock("root"))}
     if "view" in stages:
