@@ -214,7 +214,7 @@ def test_wrong_kloop_is_caught(monkeypatch, suffix):
     right = harness.kloop_driver_source
     rows = spec_from_key(entry["spec"]).k // 4
     monkeypatch.setattr(harness, "kloop_driver_source",
-                        lambda e: right(e).replace(f"kb * {rows} * b_stride", f"kb * {rows - 1} * b_stride"))
+                        lambda e: right(e).replace(f"kb) * {rows} * b_stride", f"kb) * {rows - 1} * b_stride"))
     row = check_entry(entry, "gcc", samples=16)
     assert row["status"] == "failed" and row["first_mismatch"]["function"] == "kloop", row
     assert row["first_mismatch"]["cache_key"] == entry["cache_key"]

@@ -4,9 +4,9 @@ A tile instruction needs (1) the process's permission to use tile data, ``arch_p
 ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)``, and (2) the tile configuration loaded in the executing
 thread. TVM runs a parallel loop's iterations on its own pool threads, and other code in the same
 thread (oneDNN, through onnxruntime or OpenVINO) loads its own configuration or releases the tiles
-(``tilerelease``) between two of our calls. So the function an operator calls, ``qs_<name>_kloop_amx``,
-wraps the emitted ``_kloop``: it requests the permission (the header's ``qsynth_amx_init``, emit/templates/
-qsynth_amx.h: one system call per process, then a flag), reads the thread's
+(``tilerelease``) between two of our calls. So the function an operator calls, ``qs_<name>_kloop_amx``
+(``qs_<name>_kruns_amx``), wraps the emitted ``_kloop`` (``_kruns``): it requests the permission (the
+header's ``qsynth_amx_init``, emit/templates/qsynth_amx.h: one system call per process, then a flag), reads the thread's
 configuration back (``sttilecfg``), compares it with the header's ``qs_<name>_tile_cfg`` and loads
 that (``qs_<name>_tile_config``) only where it differs. Measured on the AMX host (1M calls each): ``ldtilecfg`` 85-90 ns, which a call per kernel call
 would add to a 400 ns 32x32x1152 tile; ``sttilecfg`` and the comparison under 5 ns; the ``arch_prctl``
@@ -40,10 +40,7 @@ ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA = 0x1023, 18
 
 _WRAPPER = """
 /* qsynth run-time contract in a TVM operator (tvm_integration/kernels/amx_runtime.py) */
-void {f}_kloop_amx(const void *a, int a_stride, int a_block, const void *b, int b_stride, int32_t *c, int c_stride,
-                   int kblocks);
-void {f}_kloop_amx(const void *a, int a_stride, int a_block, const void *b, int b_stride, int32_t *c, int c_stride,
-                   int kblocks) {{
+static inline void {f}_keep_contract(void) {{
   uint8_t current[64] __attribute__((aligned(64)));
   if (qsynth_amx_init() != 0) {{
     fputs("qsynth: the kernel refused AMX tile data (arch_prctl ARCH_REQ_XCOMP_PERM)\\n", stderr);
@@ -51,13 +48,30 @@ void {f}_kloop_amx(const void *a, int a_stride, int a_block, const void *b, int 
   }}
   _tile_storeconfig(current);
   if (memcmp(current, {f}_tile_cfg, sizeof current) != 0) {f}_tile_config();
+}}
+void {f}_kloop_amx(const void *a, int a_stride, int a_block, const void *b, int b_stride, int32_t *c, int c_stride,
+                   int kblocks);
+void {f}_kloop_amx(const void *a, int a_stride, int a_block, const void *b, int b_stride, int32_t *c, int c_stride,
+                   int kblocks) {{
+  {f}_keep_contract();
   {f}_kloop(a, a_stride, a_block, b, b_stride, c, c_stride, kblocks);
+}}
+void {f}_kruns_amx(const void *a, int a_stride, int a_block, int runs, int planes, ptrdiff_t plane_step,
+                   ptrdiff_t run_step, const void *b, int b_stride, int32_t *c, int c_stride, int kblocks);
+void {f}_kruns_amx(const void *a, int a_stride, int a_block, int runs, int planes, ptrdiff_t plane_step,
+                   ptrdiff_t run_step, const void *b, int b_stride, int32_t *c, int c_stride, int kblocks) {{
+  {f}_keep_contract();
+  {f}_kruns(a, a_stride, a_block, runs, planes, plane_step, run_step, b, b_stride, c, c_stride, kblocks);
 }}
 """
 
 
 def kloop_function(entry: dict) -> str:
     return function_name(entry) + "_kloop_amx"
+
+
+def kruns_function(entry: dict) -> str:
+    return function_name(entry) + "_kruns_amx"
 
 
 def source(entry: dict) -> str:

@@ -64,15 +64,20 @@ class Kernel:
             _REGISTERED.add(name)
         return name
 
-    def direct_intrin(self, kblocks: int, row_step: int) -> str:
-        """The TensorIntrin of ``kblocks`` k blocks whose A rows start ``row_step`` bytes apart in one
-        run of memory (``direct_functions``; registered on first use)."""
-        name = f"{self.intrin}_x{kblocks}_step{row_step}"
+    def direct_intrin(self, kblocks: int, row_step: int, runs: "Runs") -> str:
+        """The TensorIntrin of ``runs`` window rows of ``kblocks`` k blocks each, whose A rows start
+        ``row_step`` bytes apart in the padded input (``direct_functions``; registered on first use)."""
+        name = f"{self.intrin}_x{kblocks}_step{row_step}_{runs.count}x{runs.planes}_{runs.plane_step}_{runs.run_step}"
         if name not in _REGISTERED:
-            s_tir.TensorIntrin.register(name, *direct_functions(self.spec, self.function, kblocks, row_step),
+            s_tir.TensorIntrin.register(name, *direct_functions(self.spec, self.runs_function, kblocks, row_step, runs),
                                         override=True)
             _REGISTERED.add(name)
         return name
+
+    @property
+    def runs_function(self) -> str:
+        """The kernel's ``_kruns`` entry point, beside ``function``'s ``_kloop`` (the same suffix)."""
+        return self.function.replace("_kloop_", "_kruns_")
 
     @property
     def a_dtype(self) -> str:
@@ -133,37 +138,60 @@ def loop_functions(spec: Int8Spec, function: str, kblocks: int):
     return desc, impl
 
 
-def direct_functions(spec: Int8Spec, function: str, kblocks: int, row_step: int):
-    """(description, implementation) like ``loop_functions``, with A one run of bytes whose row i
-    starts at ``i * row_step`` (rows may overlap): a convolution's window row for ``mr`` consecutive
-    output pixels read straight from the padded NHWC input (ops/direct.py); the kernel is the same
-    ``_kloop``, given ``row_step`` as its A row stride."""
+@dataclass(frozen=True)
+class Runs:
+    """Where a convolution's window rows lie in the padded input: run ``r`` (window row ``kh``) at byte
+    ``(r % planes) * plane_step + (r // planes) * run_step`` (ops/direct.py's planes of every
+    ``planes``-th input row)."""
+    count: int
+    planes: int
+    plane_step: int
+    run_step: int
+
+    def offset(self, r):
+        """Run ``r``'s offset, as TIR when ``r`` is a variable (one plane: no division)."""
+        if self.planes == 1:
+            return r * self.run_step
+        return r % self.planes * self.plane_step + r // self.planes * self.run_step
+
+
+def direct_functions(spec: Int8Spec, function: str, kblocks: int, row_step: int, runs: Runs):
+    """(description, implementation) like ``loop_functions``, over ``runs`` window rows of ``kblocks``
+    k blocks each, A one run of bytes whose row i starts at ``i * row_step`` (rows may overlap) from
+    the window row's offset: a convolution's window rows for ``mr`` consecutive output pixels read
+    straight from the padded NHWC input (ops/direct.py), the B blocks consecutive; the kernel's
+    ``_kruns``, given ``row_step`` as its A row stride, keeps the C tile through all of them."""
     mr, nr, k = spec.mr, spec.nr, spec.k
     depth = kblocks * k
-    span = (mr - 1) * row_step + depth
+    # TVM bounds the offsets' two terms apart, and the declared region must equal its bound
+    last = (min(runs.planes, runs.count) - 1) * runs.plane_step + (runs.count - 1) // runs.planes * runs.run_step
+    span = last + (mr - 1) * row_step + depth
     a_dtype, b_dtype = DTYPES[spec.types]
+    rows = runs.count * depth // 4
 
     @T.prim_func(s_tir=True)
     def desc(A: T.Buffer((span,), a_dtype, offset_factor=1),
-             B: T.Buffer((depth // 4, nr, 4), b_dtype, offset_factor=1, strides=[T.int32(), 4, 1]),
+             B: T.Buffer((rows, nr, 4), b_dtype, offset_factor=1, strides=[T.int32(), 4, 1]),
              C: T.Buffer((mr, nr), "int32", offset_factor=1, strides=[T.int32(), 1])) -> None:
         with T.sblock("root"):
-            T.reads(C[0:mr, 0:nr], A[0:span], B[0:depth // 4, 0:nr, 0:4])
+            T.reads(C[0:mr, 0:nr], A[0:span], B[0:rows, 0:nr, 0:4])
             T.writes(C[0:mr, 0:nr])
-            for i, j, t in T.grid(mr, nr, depth):
+            for r, i, j, t in T.grid(runs.count, mr, nr, depth):
                 with T.sblock("update"):
-                    vi, vj, vt = T.axis.remap("SSR", [i, j, t])
-                    C[vi, vj] = C[vi, vj] + T.Cast("int32", A[vi * row_step + vt]) * T.Cast("int32", B[vt // 4, vj, vt % 4])
+                    vi, vj, vr, vt = T.axis.remap("SSRR", [i, j, r, t])
+                    C[vi, vj] = C[vi, vj] + T.Cast("int32", A[runs.offset(vr) + vi * row_step + vt]) * T.Cast(
+                        "int32", B[vr * (depth // 4) + vt // 4, vj, vt % 4])
 
     @T.prim_func(s_tir=True)
     def impl(A: T.Buffer((span,), a_dtype, offset_factor=1),
-             B: T.Buffer((depth // 4, nr, 4), b_dtype, offset_factor=1, strides=[T.int32(), 4, 1]),
+             B: T.Buffer((rows, nr, 4), b_dtype, offset_factor=1, strides=[T.int32(), 4, 1]),
              C: T.Buffer((mr, nr), "int32", offset_factor=1, strides=[T.int32(), 1])) -> None:
         with T.sblock("root"):
-            T.reads(C[0:mr, 0:nr], A[0:span], B[0:depth // 4, 0:nr, 0:4])
+            T.reads(C[0:mr, 0:nr], A[0:span], B[0:rows, 0:nr, 0:4])
             T.writes(C[0:mr, 0:nr])
-            T.evaluate(T.call_extern("int32", function, A.access_ptr("r"), row_step, k,
-                                     B.access_ptr("r"), B.strides[0], C.access_ptr("rw"), C.strides[0], kblocks))
+            T.evaluate(T.call_extern("int32", function, A.access_ptr("r"), row_step, k, runs.count, runs.planes,
+                                     T.int64(runs.plane_step), T.int64(runs.run_step), B.access_ptr("r"),
+                                     B.strides[0], C.access_ptr("rw"), C.strides[0], kblocks))
 
     return desc, impl
 

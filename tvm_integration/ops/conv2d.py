@@ -93,7 +93,7 @@ def build_conv2d(weight: np.ndarray, input_shape: tuple[int, ...], layout: str =
     kernel = kernel or tuning.choose(key, selection.int8_candidates(isa, depth, groups), oh * ow, o // groups,
                                      depth=depth)
     tile = Tile.of(kernel)
-    if direct.applies(tile, weight.shape, c, ow, layout, groups, stride):
+    if direct.applies(tile, weight.shape, c, layout, groups):
         mod, constants, out_shape = direct.build(x, weight, stride, pads, (oh, ow), stage, tile,
                                                  kernel if use_kernel else None, pad_value)
         return Built(mod, constants, out_shape, stage.out_dtype, input_shape, data_dtype, result_shape,

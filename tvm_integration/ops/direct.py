@@ -9,15 +9,18 @@ tile of ``mr`` pixels of one output row and ``nr`` channels, one kernel call per
 accumulating in the tile. The im2col packing copied every input byte ``kh*kw`` times; here the
 input is copied once, by the padding stage.
 
-A stride-1 convolution whose output rows do not split into whole row tiles (every ResNet width
-for the AMX tile's 32 rows) runs the same GEMM over the padded input's flat pixel order instead:
-output pixel (oh, ow) is flat row ``q = oh * wp + ow`` (``wp`` the padded width), whose window row
-``kh`` starts at flat pixel ``q + kh * wp``, so the tiles' rows run on across output rows; the
-``wp - ow`` rows per output row that fall on the padding compute values nobody reads, and the output
-stage reads the real rows back in a pass of its own (``flat``).
+A convolution whose output rows do not split into whole row tiles (every ResNet width for the AMX
+tile's 32 rows) runs the same GEMM over a flat pixel order instead. The padded input is stored as
+``sh`` planes of every ``sh``-th row (plane ``p`` holds padded rows ``p, p + sh, ...``; one plane at
+stride 1), each ``wp`` pixels wide (the padded width rounded up to a multiple of ``sw``). Output
+pixel (oh, ow) is flat row ``q = oh * wq + ow`` with ``wq = wp / sw``; its window row ``kh`` is the
+run of plane ``kh % sh`` at pixel ``(q + kh // sh * wq) * sw``, so the tiles' rows, ``sw`` pixels
+apart, run on across output rows; the ``wq - ow`` rows per output row that fall on the padding
+compute values nobody reads (1 in 29 for ResNet's 56-wide stride-2 layer), and the output stage
+reads the real rows back in a pass of its own (``flat``).
 
-It applies to ordinary (one-group) NHWC convolutions with a window wider than 1x1, whole-tile output
-rows or stride 1, and window rows of whole K blocks (``applies``); the others take gemm.py's im2col
+It applies to ordinary (one-group) NHWC convolutions with a window wider than 1x1 and window rows of
+whole K blocks (``applies``); the others take gemm.py's im2col
 path.
 """
 from __future__ import annotations
@@ -25,23 +28,21 @@ from __future__ import annotations
 import numpy as np
 from tvm import s_tir, te
 
-from tvm_integration.kernels.int8 import Kernel
+from tvm_integration.kernels.int8 import Kernel, Runs
 from tvm_integration.ops import depthwise
 from tvm_integration.ops.gemm import Tile, output_tensor, stage_params, tensorize_tile, weights_outer
 from tvm_integration.ops.output_stage import OutputStage
 from tvm_integration.kernels.packing import conv_weight_matrix, pack_weights, round_up, unsigned_activation
 
 
-def applies(tile: Tile, weight_shape, channels: int, out_width: int, layout: str, groups: int,
-            stride: tuple[int, int]) -> bool:
+def applies(tile: Tile, weight_shape, channels: int, layout: str, groups: int) -> bool:
     _, _, kh, kw = weight_shape
-    return (layout == "NHWC" and groups == 1 and kh * kw > 1 and kw * channels % tile.k == 0
-            and (out_width % tile.mr == 0 or flat(tile, out_width, stride)))
+    return layout == "NHWC" and groups == 1 and kh * kw > 1 and kw * channels % tile.k == 0
 
 
-def flat(tile: Tile, out_width: int, stride: tuple[int, int]) -> bool:
-    """Whether the GEMM runs over the flat pixel order: stride 1 and output rows of partial tiles."""
-    return out_width % tile.mr != 0 and tuple(stride) == (1, 1)
+def flat(tile: Tile, out_width: int) -> bool:
+    """Whether the GEMM runs over the flat pixel order: output rows of partial tiles."""
+    return out_width % tile.mr != 0
 
 
 def build(x: te.Tensor, weight: np.ndarray, stride: tuple[int, int], pads: tuple[int, ...],
@@ -52,43 +53,54 @@ def build(x: te.Tensor, weight: np.ndarray, stride: tuple[int, int], pads: tuple
     b, h, w, c = (int(d) for d in x.shape)
     o, _, kh, kw = weight.shape
     (sh, sw), (oh, ow) = stride, out_hw
-    hp, wp = h + pads[0] + pads[2], w + pads[1] + pads[3]
+    hp, wp = h + pads[0] + pads[2], round_up(w + pads[1] + pads[3], sw)
     run, npad = kw * c, round_up(o, tile.nr)
-    rows = round_up(oh * wp, tile.mr) if flat(tile, ow, stride) else 0
+    planes, wq = (sh, wp // sw) if flat(tile, ow) else (1, wp)
+    rows = round_up(oh * wq, tile.mr) if flat(tile, ow) else 0
+    plane_rows = -(-hp // planes)
     if rows:   # the last row tile's windows run past the padded input: rows of padding after it
-        hp = max(hp, -(-((rows - 1 + (kh - 1) * wp) * c + run) // (wp * c)))
+        plane_rows = max(plane_rows, -(-((rows - 1 + (kh - 1) // sh * wq) * sw * c + run) // (wp * c)))
     signed = x.dtype == "int8"
+
+    def pad_value_at(bi, f):
+        """Byte ``f`` of the planes: channel, padded column and row (plane ``p``'s ``i``-th row is
+        padded row ``i * planes + p``)."""
+        row = f // (wp * c)
+        padded_row = row % plane_rows * planes + row // plane_rows
+        return unsigned_activation(depthwise.padded_value(
+            x, "NHWC", bi, f % c, padded_row - pads[0], f // c % wp - pads[1], pad_value), signed)
     # the padded input as one flat run of bytes: a window row is one run of it in either order
-    padded = te.compute((b, hp * wp * c), lambda bi, f: unsigned_activation(depthwise.padded_value(
-        x, "NHWC", bi, f % c, f // (wp * c) - pads[0], f // c % wp - pads[1], pad_value), signed), name="pad")
+    padded = te.compute((b, planes * plane_rows * wp * c), pad_value_at, name="pad")
 
     weights = conv_weight_matrix(weight, 1)              # k = (kh, kw, c): window row kh is one run
     w = te.placeholder((1, npad // tile.nr, kh * run // 4, tile.nr, 4), "int8", name="weights")
     r = te.reduce_axis((0, kh), name="r")
     t = te.reduce_axis((0, run), name="t")
 
-    def product(start, n):
-        return (padded[start[0], start[1] * c + t].astype("int32")
+    def product(bi, start, n):
+        return (padded[bi, start + t].astype("int32")
                 * w[0, n // tile.nr, r * (run // 4) + t // 4, n % tile.nr, t % 4].astype("int32"))
     if rows:
-        acc = te.compute((b, rows, npad), lambda bi, q, n: te.sum(product((bi, q + r * wp), n), axis=[r, t]),
-                         name="gemm")
-        at = lambda bi, i, j, n: acc[bi, i * wp + j, n]  # noqa: E731
+        runs = Runs(kh, planes, plane_rows * wp * c, wq * sw * c)
+        acc = te.compute((b, rows, npad), lambda bi, q, n: te.sum(
+            product(bi, runs.offset(r) + q * sw * c, n), axis=[r, t]), name="gemm")
+        at = lambda bi, i, j, n: acc[bi, i * wq + j, n]  # noqa: E731
     else:
+        runs = Runs(kh, 1, 0, wp * c)
         acc = te.compute((b, oh, ow, npad), lambda bi, i, j, n: te.sum(
-            product((bi, (i * sh + r) * wp + j * sw), n), axis=[r, t]), name="gemm")
+            product(bi, runs.offset(r) + (i * sh * wp + j * sw) * c, n), axis=[r, t]), name="gemm")
         at = lambda bi, i, j, n: acc[bi, i, j, n]  # noqa: E731
     values, params = stage_params(stage, weights, npad, signed)
     out, residual = output_tensor((b, oh, ow, o), stage, params, lambda bi, i, j, n: (at(bi, i, j, n), 0, n))
     func = te.create_prim_func([x, w, *params.values(), *([residual] if residual is not None else []), out])
     constants = [pack_weights(weights, tile.nr, tile.k), *values.values()]
-    return _schedule(func, tile, kernel, run, sw * c, c, (hp, wp * c)), constants, (b, oh, ow, o)
+    return _schedule(func, tile, kernel, run, sw * c, runs, c, (planes * plane_rows, wp * c)), constants, (b, oh, ow, o)
 
 
-def _schedule(func, tile: Tile, kernel: Kernel | None, run: int, row_step: int, channels: int,
+def _schedule(func, tile: Tile, kernel: Kernel | None, run: int, row_step: int, runs: Runs, channels: int,
               padded_rows: tuple[int, int]):
     """Loops ``(b, oh, ow0) | n0 | kh | ow1 n1 t`` (flat: ``(b, q0) | n0 | kh | q1 n1 t``), the fused
-    outer loop parallel, the inner three one kernel call; the padding stage parallel over input rows,
+    outer loop parallel, the inner four one kernel call (the C tile kept through the window rows); the padding stage parallel over input rows,
     a vector copy per pixel; the output stage after each (row tile, column tile), or (flat) in a pass
     of its own over the output rows."""
     sch = s_tir.Schedule(func)
@@ -131,5 +143,5 @@ def _schedule(func, tile: Tile, kernel: Kernel | None, run: int, row_step: int, 
         sch.reorder(t0, j1, t1, n1)
         sch.unroll(j1)
     else:
-        tensorize_tile(sch, outer, j1, kernel.direct_intrin(run // tile.k, row_step), kernel)
+        tensorize_tile(sch, outer, r, kernel.direct_intrin(run // tile.k, row_step, runs), kernel)
     return sch.mod

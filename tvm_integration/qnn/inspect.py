@@ -85,8 +85,7 @@ def _int8_kernel(op: IntegerOp, isa: str) -> str:
     depth = weight.shape[1] * weight.shape[2] * weight.shape[3]
     kernel = tuning.choose(key, selection.int8_candidates(isa, depth, op.params["groups"]), oh * ow,
                            weight.shape[0] // op.params["groups"], depth=depth)
-    reads = "in place" if direct.applies(Tile.of(kernel), weight.shape, c, ow, "NHWC", op.params["groups"],
-                                         tuple(op.params["strides"])) else "im2col"
+    reads = "in place" if direct.applies(Tile.of(kernel), weight.shape, c, "NHWC", op.params["groups"]) else "im2col"
     return f"{kernel.spec.name} ({reads})"
 
 
