@@ -5,6 +5,7 @@
     qsynth compile resnet_int8.onnx -o resnet_a53.so --target neon --mcpu cortex-a53     (an AArch64 library)
     qsynth run resnet_int8.onnx --input x.npy --output y.npy [--input name=path.npy ...] [--profile]
     qsynth bench-model resnet_int8.onnx --fp32 resnet.onnx --threads 1 --json [--input NAME=PATH.npy ...]
+    qsynth bench-model resnet_int8.onnx --fp32 resnet.onnx --target neon --mcpu cortex-a53 [--tvm-default]
     qsynth inspect w2a2.onnx [--target host] [--json]     (or MODEL.tflite)
 
 ``run`` compiles once and keeps the library in a private, checked cache (``~/.cache/qsynth/models``,
@@ -139,11 +140,24 @@ def bench_model(model: str = MODEL,
                                                           help="an input array (repeat for several inputs); "
                                                                "inputs not given are random values the model "
                                                                "accepts (ids within the embedding, masks of 0/1)"),
+                target: Literal["host", "neon"] = typer.Option("host", help="neon: estimated cycles on --mcpu's "
+                                                                            "core, under qemu"),
+                mcpu: Optional[str] = MCPU,
+                tvm_default: bool = typer.Option(False, "--tvm-default", help="--target neon: also TVM's default "
+                                                                              "build of the model (slow)"),
                 json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> int:
     """A model on our build next to onnxruntime int8/fp32, OpenVINO int8 (and, on AMX hosts, OpenVINO held to
-    VNNI) and TVM's own import (a .tflite model: next to LiteRT's default interpreter)."""
-    from tvm_integration.bench.models import bench_model as run_bench
+    VNNI) and TVM's own import (a .tflite model: next to LiteRT's default interpreter). --target neon: the
+    estimated cycles of one inference on an Arm core (qemu's block counts x llvm-mca) next to onnxruntime's
+    AArch64 build, by the same method."""
     from tvm_integration.qnn.model import input_specs, set_threads
+    if target == "neon":
+        return _bench_arm(model, fp32, threads, input, mcpu, tvm_default, json)
+    from tvm_integration.bench.models import bench_model as run_bench
+    if mcpu is not None:
+        raise UsageError(f"--mcpu {mcpu}: a core is chosen for --target neon only")
+    if tvm_default:
+        raise UsageError("--tvm-default: for --target neon (on this host TVM's default build is always a column)")
     set_threads(threads)
     feeds = _inputs(input, list(input_specs(model))) if input else {}
     with spinner(f"compiling and timing {model}"):
@@ -160,6 +174,45 @@ def bench_model(model: str = MODEL,
     if "openvino" in row:
         from tvm_integration.bench.openvino_baseline import describe
         print("\n".join(describe(name, report) for name, report in row["openvino"].items()))
+    return 0
+
+
+def _bench_arm(model: str, fp32: str | None, threads: int, input: list[str] | None, mcpu: str | None,
+               tvm_default: bool, json: bool) -> int:
+    """``bench-model --target neon``: bench/arm_models.py's row, printed."""
+    from tvm_integration.bench import arm_models, ort_aarch64, qemu_blocks
+    from tvm_integration.kernels import neon_int8
+    from tvm_integration.qnn.model import input_specs
+    if mcpu is None:
+        raise UsageError(f"--target neon: give --mcpu CORE, one qemu models ({', '.join(qemu_blocks.CORES)})")
+    try:
+        neon_int8.core_family(mcpu)         # a core LLVM knows,
+        qemu_blocks.root(mcpu)              # and qemu models
+    except ValueError as e:
+        raise UsageError(f"--mcpu {mcpu}: {e}")
+    _arm("neon", mcpu, run=True)
+    if Path(model).suffix == ".tflite":
+        raise UsageError("--target neon: an ONNX model (the baseline is onnxruntime's AArch64 build)")
+    try:
+        ort_aarch64.runtime()
+    except RuntimeError as e:
+        raise WorkFailed(f"--target neon: no AArch64 onnxruntime: {' '.join(str(e).split())[:300]}")
+    feeds = _inputs(input, list(input_specs(model))) if input else {}
+    with spinner(f"compiling {model} for {mcpu} and counting its blocks under qemu"), _private_temporary_files():
+        row = arm_models.bench_arm_model(model, mcpu, fp32, with_tvm_default=tvm_default, feeds=feeds,
+                                         threads=threads)
+    if json:
+        print_json(row)
+        return 0
+    print(f"{row['model']} on {mcpu} (llvm-mca's model; qemu's block counts of one inference, after a warm-up), "
+          f"{threads} thread(s); largest difference from onnxruntime: {row['max_abs_diff_vs_onnxruntime']:g} "
+          f"(this host), {row['max_abs_diff_vs_onnxruntime_aarch64']:g} (its AArch64 build)")
+    for name, column in row["columns"].items():
+        ratio = f"   ratio {row['ratios'][name]:.2f}x" if name in row["ratios"] else ""
+        top = ", ".join(f"{lib} {c / 1e6:.1f}" for lib, c in list(column["by_library"].items())[:3])
+        print(f"  {name:18} {column['cycles'] / 1e6:9.2f} Mcycles{ratio}   ({top})")
+    print("  ratio = qsynth / baseline (below 1: qsynth needs fewer cycles); no caches, memory stalls or branch "
+          "misses (docs/measurements.md)")
     return 0
 
 

@@ -18,7 +18,8 @@ tvm-ffi is enough: this host has no AArch64 C++ compiler).
 
 The driver makes the VM as ``tvm.relax.VirtualMachine(lib, tvm.cpu())`` does: ``vm_load_executable``,
 then ``vm_initialization`` on the CPU with the pooled allocator, then calls ``main``. The result is
-checked, not timed (speed: bench/mca.py).
+checked, not timed (speed: its blocks counted with ``measure``, bench/qemu_blocks.py, and costed by
+bench/mca.py).
 """
 from __future__ import annotations
 
@@ -102,7 +103,8 @@ def driver(lib_dir: Path | None = None) -> Path:
     """model_driver.c linked against the AArch64 runtime (kept next to it, rebuilt when the source changes)."""
     lib_dir = lib_dir or runtime()
     binary = lib_dir / "model_driver"
-    if binary.exists() and binary.stat().st_mtime >= DRIVER.stat().st_mtime:
+    sources = [DRIVER, DRIVER.with_name("npy.h"), DRIVER.with_name("measure.h")]
+    if binary.exists() and all(binary.stat().st_mtime >= s.stat().st_mtime for s in sources):
         return binary
     include = Path(__import__("tvm_ffi").__file__).parent / "include"
     partial = lib_dir / f".model_driver.{os.getpid()}"
@@ -139,20 +141,31 @@ class CrossModel:
         self._dir = Path(tempfile.mkdtemp(prefix="qsynth-aarch64-model-"))
         weakref.finalize(self, shutil.rmtree, self._dir, True)
 
-    def command(self, inputs: list[Path], out_prefix: Path, qemu_options: tuple[str, ...] = ()) -> list[str]:
-        """The qemu command line running the model on the .npy files ``inputs``."""
+    def command(self, inputs: list[Path], out_prefix: Path, qemu_options: tuple[str, ...] = (),
+                measure: bool = False) -> list[str]:
+        """The qemu command line running the model on the .npy files ``inputs`` (``measure``: the driver's
+        --measure, model_driver.c)."""
         return [*cross.QEMU, "-L", str(SYSROOT), "-E", f"LD_LIBRARY_PATH={self.lib_dir}", *qemu_options,
-                str(self.driver), str(self.library), str(out_prefix), *map(str, inputs)]
+                str(self.driver), *(["--measure"] if measure else []), str(self.library), str(out_prefix),
+                *map(str, inputs)]
 
-    def __call__(self, *inputs: np.ndarray, qemu_options: tuple[str, ...] = ()) -> list[np.ndarray]:
+    @property
+    def code_maps(self) -> Path:
+        """The code mappings the last run with ``measure`` wrote (bench/qemu_blocks.py reads them)."""
+        return self._dir / "outmaps.txt"
+
+    def __call__(self, *inputs: np.ndarray, qemu_options: tuple[str, ...] = (),
+                 measure: bool = False) -> list[np.ndarray]:
+        """The outputs on ``inputs``; ``measure``: after a warm-up run, once more between the driver's
+        marks (ops/measure.h), for a block-counting ``qemu_options``."""
         paths = []
         for i, x in enumerate(inputs):
             paths.append(self._dir / f"input{i}.npy")
             np.save(paths[-1], np.ascontiguousarray(x))
         for old in self._dir.glob("out*.npy"):
             old.unlink()
-        proc = subprocess.run(self.command(paths, self._dir / "out", qemu_options), capture_output=True, text=True,
-                              timeout=1800)
+        proc = subprocess.run(self.command(paths, self._dir / "out", qemu_options, measure), capture_output=True,
+                              text=True, timeout=3600)
         if proc.returncode:
             raise RuntimeError(f"the model failed under qemu (exit {proc.returncode}): {proc.stderr.strip()[-3000:]}")
         count = int(proc.stdout.split()[-2])                    # "N outputs"

@@ -2,13 +2,15 @@
  * qemu-aarch64, with TVM's own C++ runtime for AArch64 (libtvm_runtime.so and libtvm_ffi.so from the
  * aarch64 wheels) and no Python: tvm_integration/ops/cross_model.py builds and runs it.
  *
- *   model_driver LIBRARY OUT_PREFIX [IN.npy ...]
+ *   model_driver [--measure] LIBRARY OUT_PREFIX [IN.npy ...]
  *
  * loads LIBRARY (ffi.ModuleLoadFromFile), makes its VM (vm_load_executable, vm_initialization on the
  * CPU with the pooled allocator, as tvm.relax.VirtualMachine does), calls "main" on the inputs (NumPy
  * .npy files, C order, little endian) and writes the outputs, a tuple's leaves in order, to
  * OUT_PREFIX0.npy, OUT_PREFIX1.npy, ... It uses only tvm-ffi's C API (this host has no AArch64 C++
- * compiler). Exit status: 0, 1 when TVM raised an error (printed), 2 on bad usage or files. */
+ * compiler). --measure: run "main" once more between two marks and write the code's mappings to
+ * OUT_PREFIXmaps.txt (measure.h: one inference costed by bench/qemu_blocks.py). Exit status: 0, 1 when
+ * TVM raised an error (printed), 2 on bad usage or files. */
 #include <dlpack/dlpack.h>
 #include <tvm/ffi/c_api.h>
 #include <stdint.h>
@@ -16,7 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_DIMS 16
+#include "measure.h"
+#include "npy.h"
 
 static void fail_raised(const char *what) {
   TVMFFIObjectHandle error = NULL;
@@ -75,12 +78,7 @@ static TVMFFIObjectHandle function_of(TVMFFIAny module, const char *name) {
   return f.v_obj;
 }
 
-/* ---- .npy files ---- */
-typedef struct {
-  char kind;        /* 'i', 'u', 'f', 'b' */
-  int bytes;
-} Descr;
-
+/* ---- .npy files (npy.h) as TVM tensors ---- */
 static int dl_code(char kind) { return kind == 'i' ? kDLInt : kind == 'u' ? kDLUInt : kind == 'f' ? kDLFloat : kDLBool; }
 
 static void deleter(DLManagedTensor *self) {
@@ -90,48 +88,15 @@ static void deleter(DLManagedTensor *self) {
 }
 
 static TVMFFIObjectHandle read_npy(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) { perror(path); exit(2); }
-  unsigned char magic[10];
-  if (fread(magic, 1, 10, f) != 10 || memcmp(magic, "\x93NUMPY", 6)) { fprintf(stderr, "%s: not .npy\n", path); exit(2); }
-  size_t header_len = magic[8] | (size_t)magic[9] << 8;
-  if (magic[6] >= 2) {    /* version 2: a 4-byte length */
-    unsigned char more[2];
-    if (fread(more, 1, 2, f) != 2) exit(2);
-    header_len |= (size_t)more[0] << 16 | (size_t)more[1] << 24;
-  }
-  char *header = calloc(header_len + 1, 1);
-  if (fread(header, 1, header_len, f) != header_len) { fprintf(stderr, "%s: short header\n", path); exit(2); }
-  const char *d = strstr(header, "'descr':"), *s = strstr(header, "'shape':");
-  if (!d || !s || strstr(header, "'fortran_order': True")) { fprintf(stderr, "%s: unsupported header %s\n", path, header); exit(2); }
-  d = strchr(d + 8, '\'') + 1;
-  if ((d[0] != '<' && d[0] != '|') || !strchr("iufb", d[1])) { fprintf(stderr, "%s: unsupported dtype %s\n", path, d); exit(2); }
-  Descr descr = {d[1], atoi(d + 2)};
+  Npy a = npy_read(path);
   DLManagedTensor *t = calloc(1, sizeof *t);
-  int64_t *shape = calloc(MAX_DIMS, sizeof *shape);
-  int ndim = 0;
-  size_t elements = 1;
-  const char *p = strchr(s, '(') + 1;
-  for (;;) {
-    while (*p == ' ' || *p == ',') ++p;
-    if (*p == ')') break;
-    char *end;
-    long long v = strtoll(p, &end, 10);
-    if (end == p || ndim == MAX_DIMS) { fprintf(stderr, "%s: bad shape\n", path); exit(2); }
-    shape[ndim++] = v;
-    elements *= (size_t)v;
-    p = end;
-  }
-  size_t nbytes = elements * (size_t)descr.bytes;
-  void *data = aligned_alloc(64, (nbytes + 64) & ~(size_t)63);
-  if (fread(data, 1, nbytes, f) != nbytes) { fprintf(stderr, "%s: short data\n", path); exit(2); }
-  fclose(f);
-  free(header);
-  t->dl_tensor.data = data;
+  int64_t *shape = calloc(NPY_MAX_DIMS, sizeof *shape);
+  memcpy(shape, a.shape, sizeof a.shape);
+  t->dl_tensor.data = a.data;
   t->dl_tensor.device.device_type = kDLCPU;
-  t->dl_tensor.ndim = ndim;
-  t->dl_tensor.dtype.code = (uint8_t)dl_code(descr.kind);
-  t->dl_tensor.dtype.bits = (uint8_t)(descr.bytes * 8);
+  t->dl_tensor.ndim = a.ndim;
+  t->dl_tensor.dtype.code = (uint8_t)dl_code(a.kind);
+  t->dl_tensor.dtype.bits = (uint8_t)(a.bytes * 8);
   t->dl_tensor.dtype.lanes = 1;
   t->dl_tensor.shape = shape;
   t->deleter = deleter;
@@ -147,31 +112,10 @@ static void write_npy(const char *path, const DLTensor *t) {
             t->dtype.lanes);
     exit(2);
   }
-  char header[512], shape[400] = "";
-  size_t elements = 1;
-  for (int i = 0; i < t->ndim; ++i) {
-    char dim[32];
-    snprintf(dim, sizeof dim, "%lld,%s", (long long)t->shape[i], t->ndim > 1 && i < t->ndim - 1 ? " " : "");
-    strncat(shape, dim, sizeof shape - strlen(shape) - 1);
-    elements *= (size_t)t->shape[i];
-  }
-  if (t->ndim > 1) shape[strlen(shape) - 1] = '\0';        /* (2, 3) but (5,) */
   if (t->strides)                                           /* compact row-major only */
     for (int i = t->ndim - 1, expected = 1; i >= 0; expected *= (int)t->shape[i], --i)
       if (t->shape[i] != 1 && t->strides[i] != expected) { fprintf(stderr, "%s: strided output\n", path); exit(2); }
-  int n = snprintf(header, sizeof header, "{'descr': '%c%c%d', 'fortran_order': False, 'shape': (%s), }",
-                   t->dtype.bits == 8 ? '|' : '<', kinds[t->dtype.code], t->dtype.bits / 8, shape);
-  int total = (10 + n + 1 + 63) / 64 * 64;                  /* magic + header + '\n', 64-byte aligned */
-  memset(header + n, ' ', (size_t)(total - 10 - n - 1));
-  header[total - 10 - 1] = '\n';
-  FILE *f = fopen(path, "wb");
-  if (!f) { perror(path); exit(2); }
-  unsigned char magic[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)((total - 10) & 0xff),
-                             (unsigned char)((total - 10) >> 8)};
-  size_t nbytes = elements * (t->dtype.bits / 8);
-  if (fwrite(magic, 1, 10, f) != 10 || fwrite(header, 1, (size_t)(total - 10), f) != (size_t)(total - 10) ||
-      fwrite((char *)t->data + t->byte_offset, 1, nbytes, f) != nbytes) { perror(path); exit(2); }
-  fclose(f);
+  npy_write(path, kinds[t->dtype.code], t->dtype.bits / 8, t->shape, t->ndim, (char *)t->data + t->byte_offset);
 }
 
 /* Write a tensor, or a tuple's leaves depth first; returns the next output index. */
@@ -200,7 +144,9 @@ static int write_outputs(const char *prefix, TVMFFIAny value, int index) {
 }
 
 int main(int argc, char **argv) {
-  if (argc < 3) { fprintf(stderr, "usage: %s LIBRARY OUT_PREFIX [IN.npy ...]\n", argv[0]); return 2; }
+  int measure = argc > 1 && !strcmp(argv[1], "--measure");
+  argv += measure, argc -= measure;
+  if (argc < 3) { fprintf(stderr, "usage: %s [--measure] LIBRARY OUT_PREFIX [IN.npy ...]\n", argv[0]); return 2; }
   TVMFFIAny path = str(argv[1]);
   TVMFFIAny library = call("loading the library", global("ffi.ModuleLoadFromFile"), &path, 1);
   TVMFFIAny vm = call("vm_load_executable", function_of(library, "vm_load_executable"), NULL, 0);
@@ -212,7 +158,17 @@ int main(int argc, char **argv) {
     inputs[i].type_index = kTVMFFITensor;
     inputs[i].v_obj = read_npy(argv[i + 3]);
   }
-  TVMFFIAny result = call("main", function_of(vm, "main"), inputs, n);
+  TVMFFIObjectHandle main_function = function_of(vm, "main");
+  TVMFFIAny result = call("main", main_function, inputs, n);
+  if (measure) {
+    if (result.type_index >= kTVMFFIStaticObjectBegin) TVMFFIObjectDecRef(result.v_obj);
+    mark();
+    result = call("main", main_function, inputs, n);
+    mark();
+    char maps[4096];
+    snprintf(maps, sizeof maps, "%smaps.txt", argv[2]);
+    write_code_maps(maps);
+  }
   printf("%d outputs\n", write_outputs(argv[2], result, 0));
   return 0;
 }

@@ -1,0 +1,130 @@
+#!/usr/bin/env python3
+"""Whole int8 models on Arm core models, estimated cycles (tvm_integration/bench/arm_models.py): the
+built-in ResNet-18, MobileNetV2 and MobileNetV3 (tvm_integration/bench/int8_models.py, 224x224, QDQ
+u8/s8 per-channel) compiled by qsynth for each core, next to onnxruntime's AArch64 build on the same
+model (int8) and on its float original (fp32), each run once under qemu-aarch64 as the core, every
+block of its measured inference costed once by llvm-mca's model of the core.
+
+    python scripts/bench_arm_models.py [--models resnet18,mobilenet_v2,mobilenet_v3]
+                                       [--cores cortex-a53,cortex-a72,cortex-a76] [--tvm-default] [--out benchmarks]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from synth.files import write_atomically  # noqa: E402
+from tvm_integration.bench import mca  # noqa: E402
+from tvm_integration.bench.arm_models import bench_arm_model  # noqa: E402
+from tvm_integration.bench.int8_models import write_pair  # noqa: E402
+from tvm_integration.ops import cross  # noqa: E402
+
+MODELS = ("resnet18", "mobilenet_v2", "mobilenet_v3")
+CORES = ("cortex-a53", "cortex-a72", "cortex-a76")
+TARGETS = ["- ResNet-18 int8 on Cortex-A53: at most 0.7x onnxruntime int8's cycles, and at least 3.9x fewer "
+           "than fp32 (at most 0.256x onnxruntime fp32).",
+           "- MobileNetV2 int8 on Cortex-A53 and A72: at most 0.8x onnxruntime int8's cycles."]
+CHECKS = [("resnet18", "cortex-a53", "onnxruntime_int8", 0.7), ("resnet18", "cortex-a53", "onnxruntime_fp32", 0.256),
+          ("mobilenet_v2", "cortex-a53", "onnxruntime_int8", 0.8),
+          ("mobilenet_v2", "cortex-a72", "onnxruntime_int8", 0.8)]    # (model, core, column, its bound)
+RUNTIMES = {"model.so": "model", "tvm_default.so": "model", "libtvm_runtime.so": "runtime",
+            "libtvm_ffi.so": "runtime", "libonnxruntime.so.1": "runtime"}
+
+
+def tools() -> dict:
+    import onnxruntime
+
+    def first(cmd):
+        return next((line.strip() for line in subprocess.run(cmd, capture_output=True, text=True, check=False)
+                     .stdout.splitlines() if "version" in line.lower()), cmd[0])
+    return {"llvm-mca": first([mca.tool("llvm-mca-19", "llvm-mca"), "--version"]),
+            "qemu": first([cross.QEMU[0], "--version"]), "onnxruntime": onnxruntime.__version__}
+
+
+def parts(column: dict) -> dict[str, float]:
+    """A column's cycles by kind of code: the model's own library (ours: the compiled model; onnxruntime:
+    libonnxruntime, its kernels and its framework), the TVM runtime, and the C/C++ libraries."""
+    out = {"model": 0.0, "runtime": 0.0, "libc": 0.0}
+    for library, c in column["by_library"].items():
+        kind = RUNTIMES.get(library, "libc")
+        out["model" if library == "libonnxruntime.so.1" else kind] += c
+    return out
+
+
+def markdown(run: dict) -> str:
+    rows = run["rows"]
+    names = ["onnxruntime_int8", "onnxruntime_fp32", "tvm_default"]
+    names = [n for n in names if any(n in r["columns"] for r in rows)]
+    out = ["# Whole models on Arm cores: estimated cycles", "",
+           (f"Each model compiled by qsynth for the core (`qsynth compile --target neon --mcpu CORE`) and "
+            f"onnxruntime {run['tools']['onnxruntime']}'s AArch64 build (the registry's aarch64 wheel, its C API "
+            "from a C driver) on the same QDQ model (int8) and on its float original (fp32), batch 1, 1 thread, "
+            f"each run under {run['tools']['qemu']} as the core (`-cpu CORE`, a /proc/cpuinfo naming it): one "
+            "warm-up inference, then one measured inference whose executed blocks are counted by a qemu plugin "
+            f"and each costed once by {run['tools']['llvm-mca']} on the core's model (tvm_integration/bench/"
+            "qemu_blocks.py, mca.py). A column counts every block its process ran during the measured "
+            "inference: the model's code, the runtime driving it (TVM's VM; onnxruntime's session and "
+            "executor, inside libonnxruntime with its MLAS kernels) and the C/C++ libraries. No caches, memory "
+            "stalls or branch mispredictions: block throughput on a warm core (docs/measurements.md). "
+            "ratio = qsynth / baseline (below 1: qsynth needs fewer cycles). diff: the largest |qsynth - "
+            "onnxruntime| over the output (the model's float logits; 0: bit-exact), against onnxruntime on this "
+            "host and against its AArch64 build under qemu (which rounds some requantizations differently from "
+            "its x86 build: its own difference from the host's is the same figure when ours is 0)."),
+           "", f"Command: `{run['command']}`, {run['seconds']:.0f} s.", "",
+           "| model | core | qsynth Mcycles | " + " | ".join(f"{n} Mcycles (ratio)" for n in names)
+           + " | qsynth model / runtime / libc Mcycles | onnxruntime_int8 library / libc Mcycles "
+           "| diff host / aarch64 |",
+           "|---|---|---|" + "---|" * len(names) + "---|---|---|"]
+    for r in rows:
+        cells = [f"{r['columns'][n]['cycles'] / 1e6:.1f} ({r['ratios'][n]:.2f}x)" if n in r["columns"] else "-"
+                 for n in names]
+        ours, theirs = parts(r["columns"]["qsynth"]), parts(r["columns"]["onnxruntime_int8"])
+        diff = f"{r['max_abs_diff_vs_onnxruntime']:g} / {r['max_abs_diff_vs_onnxruntime_aarch64']:.3g}"
+        out.append(f"| {r['model']} | {r['core']} | {r['columns']['qsynth']['cycles'] / 1e6:.1f} | "
+                   + " | ".join(cells) + f" | {ours['model'] / 1e6:.1f} / {ours['runtime'] / 1e6:.1f} / "
+                   f"{ours['libc'] / 1e6:.1f} | {theirs['model'] / 1e6:.1f} / {theirs['libc'] / 1e6:.1f} | {diff} |")
+    out += ["", "Targets (issue 34):", *TARGETS, "", "Measured:"]
+    for model, core, versus, bound in CHECKS:
+        r = next((r for r in rows if r["model"] == model and r["core"] == core and versus in r["ratios"]), None)
+        if r is not None:
+            ratio = r["ratios"][versus]
+            out.append(f"- {model} on {core}: {ratio:.2f}x {versus} (target at most {bound}x: "
+                       f"{'met' if ratio <= bound else 'missed'}).")
+    return "\n".join(out) + "\n"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--cores", default=",".join(CORES))
+    ap.add_argument("--tvm-default", action="store_true", help="also TVM's default build of each model (slow)")
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks")
+    a = ap.parse_args()
+    logging.getLogger("root").setLevel(logging.ERROR)      # quantize_static's pre-processing advice
+    start, rows = time.perf_counter(), []
+    with tempfile.TemporaryDirectory(prefix="qsynth-arm-models-") as tmp:
+        for name in a.models.split(","):
+            int8, fp32 = write_pair(name, tmp)
+            for core in a.cores.split(","):
+                row = bench_arm_model(int8, core, fp32, with_tvm_default=a.tvm_default)
+                rows.append(dict(row, model=name))
+                print(json.dumps(rows[-1]), flush=True)
+    run = {"command": "python scripts/bench_arm_models.py " + " ".join(sys.argv[1:]),
+           "seconds": time.perf_counter() - start, "tools": tools(), "rows": rows}
+    a.out.mkdir(parents=True, exist_ok=True)
+    write_atomically(a.out / "models_arm.json", (json.dumps(run, indent=1) + "\n").encode())
+    write_atomically(a.out / "models_arm.md", markdown(run).encode())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

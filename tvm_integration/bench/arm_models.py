@@ -1,0 +1,93 @@
+"""A whole model's estimated cycles on an Arm core, qsynth's build next to onnxruntime's AArch64 build
+(int8 on the same model, fp32 on its float original when given) and, on request, TVM's default build of
+the same model for the core: ``qsynth bench-model MODEL --target neon --mcpu CORE`` and
+scripts/bench_arm_models.py.
+
+Every column is costed by one method: the process runs under ``qemu-aarch64 -cpu CORE``, one warm-up
+inference and one measured inference between two marks; the blocks the measured one ran are counted
+(bench/qemu_blocks.py) and each costed once by llvm-mca's model of the core (bench/mca.py). A column's
+cycles are those of every block its process ran during the inference: the compiled model and the runtime
+that drives it (TVM's VM in libtvm_runtime/libtvm_ffi; onnxruntime's session, graph executor and MLAS
+kernels, all in libonnxruntime) and the C/C++ libraries they call (memcpy, malloc, expf); ``by_library``
+splits them. Outputs are checked: ours against onnxruntime on this host and under qemu.
+"""
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from tvm_integration.bench import inputs as model_inputs
+from tvm_integration.bench import mca, ort_aarch64, qemu_blocks
+from tvm_integration.bench.models import onnxruntime_session, random_inputs
+from tvm_integration.ops import cross_model
+
+
+def cycles(blocks: list[mca.Block], core: str) -> dict:
+    """Estimated cycles of ``blocks`` on ``core``: the total and each library's part."""
+    by_library: dict[str, float] = defaultdict(float)
+    for block, c in zip(blocks, mca.block_cycles(blocks, core)):
+        by_library[block.where] += block.runs * c
+    return {"cycles": sum(by_library.values()),
+            "by_library": dict(sorted(by_library.items(), key=lambda kv: -kv[1]))}
+
+
+def _measured(runner: cross_model.CrossModel, arrays: list[np.ndarray], core: str, threads: int,
+              counts: Path) -> tuple[list[np.ndarray], list[mca.Block]]:
+    """A compiled model's outputs on ``arrays`` under qemu as ``core``, and the blocks of its measured
+    inference (counted into the file ``counts``)."""
+    options = (*qemu_blocks.qemu_options(core, counts), "-E", f"TVM_NUM_THREADS={threads}")
+    outputs = runner(*arrays, qemu_options=options, measure=True)
+    return outputs, qemu_blocks.read(counts, runner.code_maps)
+
+
+def tvm_default(path: Path, core: str, folder: Path) -> cross_model.CrossModel:
+    """TVM 0.27's own Relax import of the model, built for the core by default (no qsynth operator)."""
+    from tvm.relax.frontend.onnx import from_onnx
+    mod = from_onnx(onnx.load(str(path)), keep_params_in_input=False)
+    return cross_model.CrossModel(cross_model.export(mod, folder / "tvm_default.so", mcpu=core))
+
+
+def bench_arm_model(path: str | Path, core: str, fp32: str | Path | None = None, with_tvm_default: bool = False,
+                    feeds: dict[str, np.ndarray] | None = None, threads: int = 1) -> dict:
+    """The row: each column's estimated cycles on ``core`` (``cycles``) and ``ratios`` (ours / theirs:
+    below 1 ours needs fewer), and whether our outputs equal onnxruntime's, here and under qemu."""
+    from tvm_integration.qnn.model import compile_model
+    qemu_blocks.root(core)                                  # a core qemu does not model: ValueError, first
+    path, start = Path(path), time.perf_counter()
+    model = compile_model(path, target="neon", mcpu=core)
+    given = feeds or {}
+    drawn = random_inputs({n: s for n, s in model.inputs.items() if n not in given}, np.random.default_rng(0),
+                          model_inputs.ranges(onnx.load(str(path), load_external_data=False)))
+    feeds = {name: given[name] if name in given else drawn[name] for name in model.inputs}
+    columns, work = {}, Path(tempfile.mkdtemp(prefix="qsynth-arm-bench-"))
+    ours, blocks = _measured(model.runner(), model.checked(feeds), core, threads, work / "qsynth.txt")
+    columns["qsynth"] = cycles(blocks, core)
+    reference = onnxruntime_session(path, 1).run(None, feeds)
+    theirs, blocks = ort_aarch64.run(path, feeds, model.outputs, core, threads)
+    columns["onnxruntime_int8"] = cycles(blocks, core)
+    if fp32 is not None:
+        names = [o.name for o in onnx.load(str(fp32), load_external_data=False).graph.output]
+        _, blocks = ort_aarch64.run(fp32, feeds, names, core, threads)
+        columns["onnxruntime_fp32"] = cycles(blocks, core)
+    if with_tvm_default:
+        _, blocks = _measured(tvm_default(path, core, work), list(feeds.values()), core, threads,
+                              work / "tvm_default.txt")
+        columns["tvm_default"] = cycles(blocks, core)
+    shutil.rmtree(work)
+
+    def largest_difference(a, b):
+        return max(float(np.max(np.abs(x.astype(np.float64) - y.astype(np.float64)))) if x.size else 0.0
+                   for x, y in zip(a, b, strict=True))
+    ours_cycles = columns["qsynth"]["cycles"]
+    return {"model": path.name, "core": core, "threads": threads, "columns": columns,
+            "ratios": {name: ours_cycles / c["cycles"] for name, c in columns.items() if name != "qsynth"},
+            "max_abs_diff_vs_onnxruntime": largest_difference(ours, reference),
+            "max_abs_diff_vs_onnxruntime_aarch64": largest_difference(ours, theirs),
+            "onnxruntime_aarch64_vs_host": largest_difference(theirs, reference),
+            "seconds": time.perf_counter() - start}

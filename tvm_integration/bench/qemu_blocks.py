@@ -1,0 +1,120 @@
+"""The blocks a whole AArch64 process runs during one inference under qemu, and how often, for llvm-mca
+(bench/mca.py): what a whole model costs on an Arm core this host does not have.
+
+mca.profile logs every block with ``-d exec,nochain``, a line per run: fine for one operator, too slow
+and too large for a whole model (hundreds of millions of runs). Here a small qemu plugin
+(block_counter.c, built once with the host's cc) counts each block inline, and counts only the blocks
+run between the two marks the driver executes around the inference it measures (ops/measure.h), after
+a warm-up run; the driver writes its code mappings (/proc/self/maps, the guest's under qemu), so every
+block is attributed to its library: the compiled model, TVM's runtime, onnxruntime, libc, ...
+
+The process runs as the core would run it: ``qemu-aarch64 -cpu <core>`` (its features: no dot product on
+Cortex-A53/A72, so no library takes a dotprod path that llvm-mca's model of the core cannot cost) and
+a root (``-L``) whose ``/proc/cpuinfo`` names the core: qemu 7.2 shows the host's, on which
+onnxruntime's CPU detection (cpuinfo) crashes; onnxruntime also picks kernels by the core it reads there.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import subprocess
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+from tvm_integration.bench import mca
+from tvm_integration.ops import cross_model
+
+PLUGIN = Path(__file__).with_name("block_counter.c")
+# qemu-aarch64's -cpu models, as LLVM names the core: (MIDR part number, /proc/cpuinfo features)
+_V80 = "fp asimd evtstrm aes pmull sha1 sha2 crc32 cpuid"
+_V82 = _V80 + " atomics fphp asimdhp asimdrdm lrcpc dcpop asimddp"
+CORES = {"cortex-a35": (0xd04, _V80), "cortex-a53": (0xd03, _V80), "cortex-a57": (0xd07, _V80),
+         "cortex-a72": (0xd08, _V80), "cortex-a76": (0xd0b, _V82), "neoverse-n1": (0xd0c, _V82)}
+
+
+def _cache() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "qsynth"
+
+
+def plugin() -> Path:
+    """block_counter.c built for this host (kept under a name holding the source's hash)."""
+    source = PLUGIN.read_bytes()
+    built = _cache() / "qemu-plugin" / f"block_counter-{hashlib.sha256(source).hexdigest()[:12]}.so"
+    if not built.exists():
+        built.parent.mkdir(parents=True, exist_ok=True)
+        partial = built.with_suffix(f".{os.getpid()}")
+        proc = subprocess.run(["cc", "-O2", "-shared", "-fPIC", str(PLUGIN), "-o", str(partial)], capture_output=True,
+                              text=True)
+        if proc.returncode:
+            raise RuntimeError(f"building the qemu plugin failed: {proc.stderr.strip()[-1500:]}")
+        partial.replace(built)
+    return built
+
+
+def root(core: str) -> Path:
+    """The guest's root for ``core``: the cross gcc's libraries, and a /proc/cpuinfo naming the core."""
+    if core not in CORES:
+        raise ValueError(f"core {core!r}: qemu-aarch64 models {', '.join(CORES)}; estimates need one of them")
+    part, features = CORES[core]
+    where = _cache() / f"aarch64-root-{core}"
+    cpuinfo = where / "proc" / "cpuinfo"
+    if not cpuinfo.exists():
+        cpuinfo.parent.mkdir(parents=True, exist_ok=True)
+        if not (where / "lib").exists():
+            (where / "lib").symlink_to(cross_model.SYSROOT / "lib")
+        partial = cpuinfo.with_suffix(f".{os.getpid()}")
+        partial.write_text(f"processor\t: 0\nBogoMIPS\t: 50.00\nFeatures\t: {features}\nCPU implementer\t: 0x41\n"
+                           f"CPU architecture: 8\nCPU variant\t: 0x0\nCPU part\t: {part:#x}\nCPU revision\t: 0\n\n")
+        partial.replace(cpuinfo)
+    return where
+
+
+def qemu_options(core: str, counts: Path) -> tuple[str, ...]:
+    """qemu-aarch64's options to run a driver as ``core`` with its blocks counted into ``counts``
+    (given after cross.QEMU's own: the last -cpu and -L win)."""
+    return ("-cpu", core, "-L", str(root(core)), "-plugin", f"{plugin()},out={counts}")
+
+
+def read(counts: Path, maps: Path) -> list[mca.Block]:
+    """The blocks the plugin counted (``counts``) with their instructions, each attributed to the file
+    mapped at its address (``maps``: the driver's executable mappings)."""
+    lines = counts.read_text().splitlines()
+    if not lines or lines[0] != "marks 2":
+        raise RuntimeError(f"the driver marked its inference {lines[0].split()[-1] if lines else 0} times, not twice")
+    runs: Counter = Counter()
+    for line in lines[1:]:
+        start, n, *words = line.split()
+        runs[int(start, 16), tuple(words)] += int(n)       # a block translated twice: one block
+    mapping = re.compile(r"^([0-9a-f]+)-([0-9a-f]+) \S+ \S+ \S+ \S+[ \t]*([^\n]*)$", re.M)
+    mappings = [(int(m[1], 16), int(m[2], 16), Path(m[3]).name if m[3] else "[anonymous]")
+                for m in mapping.finditer(maps.read_text())]
+    text = _disassembled(list(runs))
+    blocks = []
+    for (start, words), n in runs.items():
+        where = next((name for lo, hi, name in mappings if lo <= start < hi), "[unmapped]")
+        blocks.append(mca.Block(start, text[start, words], n, where))
+    return mca._joined(sorted(blocks, key=lambda b: b.start))
+
+
+def _disassembled(blocks: list[tuple[int, tuple[str, ...]]]) -> dict[tuple[int, tuple[str, ...]], tuple[str, ...]]:
+    """(address, instruction words) of each block -> its instructions, by llvm-objdump (``-mattr=+all``:
+    every extension), laid one block after another in an object; a branch target is then made the
+    address it has in the block's own place (so that a loop's branch to its own start reads as one:
+    mca.Block.is_loop)."""
+    source = "".join(f"b{i}:\n" + "".join(f".inst 0x{w}\n" for w in words) for i, (_, words) in enumerate(blocks))
+    with tempfile.TemporaryDirectory(prefix="qsynth-blocks-") as tmp:
+        (Path(tmp) / "blocks.s").write_text(source)
+        mca._run([mca.tool("llvm-mc-19", "llvm-mc"), "-triple=aarch64", "-mattr=+all", "-filetype=obj",
+                  str(Path(tmp) / "blocks.s"), "-o", str(Path(tmp) / "blocks.o")])
+        out = mca._run([mca.tool("llvm-objdump-19", "llvm-objdump"), "-d", "--no-show-raw-insn", "--mattr=+all",
+                        str(Path(tmp) / "blocks.o")])
+    code = {int(m[1], 16): m[2].replace("\t", " ") for m in map(mca._LINE.match, out.splitlines()) if m}
+    result, at = {}, 0
+    for start, words in blocks:
+        def placed(m, start=start, at=at):
+            return f"0x{start + int(m[1], 16) - at:x} <{start + int(m[1], 16) - at:x}>"
+        result[start, words] = tuple(mca._TARGET.sub(placed, code[at + 4 * k]) for k in range(len(words)))
+        at += 4 * len(words)
+    return result

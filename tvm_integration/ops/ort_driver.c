@@ -1,0 +1,129 @@
+/* Runs an ONNX model with onnxruntime's AArch64 build (libonnxruntime.so from the registry's aarch64
+ * wheel) under qemu-aarch64, through onnxruntime's C API (this host has no AArch64 C++ compiler), so
+ * that its inference can be costed as qsynth's is (tvm_integration/bench/ort_aarch64.py builds and runs it).
+ *
+ *   ort_driver MODEL OUT_PREFIX THREADS IN_NAME=IN.npy ... -- OUT_NAME ...
+ *
+ * makes a session on the CPU provider (intra-op THREADS, the default graph optimizations), runs it once
+ * (warm-up: the arena, prepacked weights), then once more between two marks (measure.h), writes the
+ * outputs to OUT_PREFIX0.npy, OUT_PREFIX1.npy, ... and the code's mappings to OUT_PREFIXmaps.txt.
+ * Exit status: 0, 1 when onnxruntime returned an error (printed), 2 on bad usage or files.
+ *
+ * onnxruntime's header is not in its wheel: the OrtApi table is reached by slot. Its order is fixed
+ * (functions are only ever appended, onnxruntime_c_api.h since version 1); the slots used here: */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "measure.h"
+#include "npy.h"
+
+enum Slot {
+  GetErrorMessage = 2, CreateEnv = 3, CreateSession = 7, Run = 9, CreateSessionOptions = 10,
+  SetIntraOpNumThreads = 24, CreateTensorWithDataAsOrtValue = 49, GetTensorMutableData = 51,
+  GetTensorElementType = 60, GetDimensionsCount = 61, GetDimensions = 62, GetTensorTypeAndShape = 65,
+  CreateCpuMemoryInfo = 69, ReleaseValue = 96, ReleaseTensorTypeAndShapeInfo = 99,
+};
+#define API_VERSION 1                  /* the oldest table holding every slot above */
+#define MAX_TENSORS 64
+
+typedef void *Status;                  /* NULL: success */
+typedef struct { const void *(*GetApi)(uint32_t version); const char *(*GetVersionString)(void); } ApiBase;
+const ApiBase *OrtGetApiBase(void);
+
+static void *const *api;
+
+static void check(Status status, const char *what) {
+  if (!status) return;
+  const char *(*message)(Status) = (const char *(*)(Status))api[GetErrorMessage];
+  fprintf(stderr, "%s failed: %s\n", what, message(status));
+  exit(1);
+}
+#define CALL(slot, type, ...) check(((Status(*) type)api[slot])(__VA_ARGS__), #slot)
+
+/* ONNX element types (TensorProto.DataType) <-> .npy kind and bytes */
+static const struct { int onnx; char kind; int bytes; } TYPES[] = {
+  {1, 'f', 4}, {2, 'u', 1}, {3, 'i', 1}, {4, 'u', 2}, {5, 'i', 2}, {6, 'i', 4}, {7, 'i', 8}, {9, 'b', 1},
+  {11, 'f', 8}, {12, 'u', 4}, {13, 'u', 8},
+};
+
+static int onnx_type(Npy a, const char *path) {
+  for (size_t i = 0; i < sizeof TYPES / sizeof *TYPES; ++i)
+    if (TYPES[i].kind == a.kind && TYPES[i].bytes == a.bytes) return TYPES[i].onnx;
+  fprintf(stderr, "%s: no ONNX type for %c%d\n", path, a.kind, a.bytes);
+  exit(2);
+}
+
+static void write_output(const char *path, void *value) {
+  void *info, *data;
+  int type;
+  size_t ndim;
+  int64_t dims[NPY_MAX_DIMS];
+  CALL(GetTensorTypeAndShape, (void *, void **), value, &info);
+  CALL(GetTensorElementType, (void *, int *), info, &type);
+  CALL(GetDimensionsCount, (void *, size_t *), info, &ndim);
+  if (ndim > NPY_MAX_DIMS) { fprintf(stderr, "%s: %zu dimensions\n", path, ndim); exit(2); }
+  CALL(GetDimensions, (void *, int64_t *, size_t), info, dims, ndim);
+  CALL(GetTensorMutableData, (void *, void **), value, &data);
+  ((void (*)(void *))api[ReleaseTensorTypeAndShapeInfo])(info);
+  for (size_t i = 0; i < sizeof TYPES / sizeof *TYPES; ++i)
+    if (TYPES[i].onnx == type) {
+      npy_write(path, TYPES[i].kind, TYPES[i].bytes, dims, (int)ndim, data);
+      return;
+    }
+  fprintf(stderr, "%s: cannot write ONNX type %d\n", path, type);
+  exit(2);
+}
+
+static void run(void *session, const char **in_names, void **inputs, int n_in, const char **out_names,
+                void **outputs, int n_out) {
+  CALL(Run, (void *, void *, const char **, void **, size_t, const char **, size_t, void **), session, NULL, in_names,
+       inputs, (size_t)n_in, out_names, (size_t)n_out, outputs);
+}
+
+int main(int argc, char **argv) {
+  const char *in_names[MAX_TENSORS], *out_names[MAX_TENSORS];
+  void *inputs[MAX_TENSORS], *outputs[MAX_TENSORS] = {0};
+  int n_in = 0, n_out = 0, i = 4;
+  if (argc < 5) {
+    fprintf(stderr, "usage: %s MODEL OUT_PREFIX THREADS IN_NAME=IN.npy ... -- OUT_NAME ...\n", argv[0]);
+    return 2;
+  }
+  api = OrtGetApiBase()->GetApi(API_VERSION);
+  if (!api) { fprintf(stderr, "onnxruntime %s has no API version %d\n", OrtGetApiBase()->GetVersionString(), API_VERSION); return 1; }
+  void *env, *options, *session, *memory;
+  CALL(CreateEnv, (int, const char *, void **), 3, "qsynth", &env);          /* log errors only */
+  CALL(CreateSessionOptions, (void **), &options);
+  CALL(SetIntraOpNumThreads, (void *, int), options, atoi(argv[3]));
+  CALL(CreateSession, (void *, const char *, void *, void **), env, argv[1], options, &session);
+  CALL(CreateCpuMemoryInfo, (int, int, void **), 0, 0, &memory);              /* device allocator, default memory */
+  for (; i < argc && strcmp(argv[i], "--") && n_in < MAX_TENSORS; ++i, ++n_in) {
+    char *eq = strchr(argv[i], '=');
+    if (!eq) { fprintf(stderr, "%s: not NAME=PATH.npy\n", argv[i]); return 2; }
+    *eq = '\0';
+    in_names[n_in] = argv[i];
+    Npy a = npy_read(eq + 1);
+    CALL(CreateTensorWithDataAsOrtValue, (void *, void *, size_t, const int64_t *, size_t, int, void **), memory,
+         a.data, a.elements * (size_t)a.bytes, a.shape, (size_t)a.ndim, onnx_type(a, eq + 1), &inputs[n_in]);
+  }
+  for (++i; i < argc && n_out < MAX_TENSORS; ++i) out_names[n_out++] = argv[i];
+  if (!n_out) { fprintf(stderr, "no output names after --\n"); return 2; }
+  run(session, in_names, inputs, n_in, out_names, outputs, n_out);
+  for (int k = 0; k < n_out; ++k) {
+    ((void (*)(void *))api[ReleaseValue])(outputs[k]);
+    outputs[k] = NULL;
+  }
+  mark();
+  run(session, in_names, inputs, n_in, out_names, outputs, n_out);
+  mark();
+  char path[4096];
+  for (int k = 0; k < n_out; ++k) {
+    snprintf(path, sizeof path, "%s%d.npy", argv[2], k);
+    write_output(path, outputs[k]);
+  }
+  snprintf(path, sizeof path, "%smaps.txt", argv[2]);
+  write_code_maps(path);
+  printf("%d outputs\n", n_out);
+  return 0;
+}
