@@ -162,6 +162,8 @@ def zero_point_term(data, groups: int, extent: int, depth: int, factor: int, ele
     contiguous in memory) as partial sums of ``lanes`` consecutive t, added up after; else with x
     innermost (the update's lanes left to LLVM's loop vectorizer: the schedule's vectorize refuses a
     loop under a reduction loop)."""
+    if factor == 0:             # (an operand's zero point equals its shift): TE folds the sum away
+        return te.create_prim_func([data, te.compute((groups, extent), lambda g, x: tirx.const(0, "int32"), name=name)])
     lanes = next((l for l in LANES if depth % l == 0), None) if along_k else None
     if lanes is None:
         t = te.reduce_axis((0, depth), name="t")

@@ -29,7 +29,7 @@ from tvm_integration.ops import neon_int8 as neon_ops
 from tvm_integration.ops.conv2d import build_conv2d
 from tvm_integration.ops.dense import build_dense
 from tvm_integration.ops.output_stage import OutputStage, ResidualAdd, requantization
-from tvm_integration.qnn import bitserial_layer, schedules
+from tvm_integration.qnn import bitserial_layer, float_ops, schedules
 from tvm_integration.qnn.importer import ModelError
 from tvm_integration.qnn.integer_op import IntegerOp
 
@@ -252,9 +252,12 @@ def bind(mod, isa: str = "host", mcpu: str | None = None):
     target = tvm.target.Target(model_target(isa, mcpu))
     mod = Binder(mod, isa, mcpu).run()
     mod = relax.transform.DeadCodeElimination(["main"])(mod)
-    mod = relax.transform.LegalizeOps()(mod)
+    if isa != "neon":           # float ops as onnxruntime's x86 kernels compute them (float_ops.py)
+        mod["main"] = float_ops.fuse_gelu(mod["main"])
+    mod = relax.transform.LegalizeOps(float_ops.legalize_map() if isa != "neon" else None)(mod)
     for gvar, func in list(mod.functions.items()):
-        if isinstance(func, tirx.PrimFunc) and not (func.attrs and TENSORIZED in func.attrs):
+        if isinstance(func, tirx.PrimFunc) and not (func.attrs and (TENSORIZED in func.attrs or
+                                                                    schedules.SCHEDULED in func.attrs)):
             mod[gvar] = schedules.schedule(func, target)
     return mod
 

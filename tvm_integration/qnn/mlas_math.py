@@ -1,0 +1,80 @@
+"""MLAS's float32 exp and erf (onnxruntime's CPU kernels: Softmax, Erf, Gelu) as TIR expressions, step
+for step, so a compiled op rounds as onnxruntime does. Each ``fma`` is one the AVX-512/FMA3 kernels
+execute (a fused multiply-add, one rounding); every other step rounds on its own.
+
+Constants are MLAS's (compute.cpp ``MlasExpConstants``, erf.cpp ``MlasErfConstants``); the
+polynomials are those of the kernels' vector paths (TransKernelAvx512F.S, ErfKernelFma3.S).
+"""
+from __future__ import annotations
+
+from tvm import tirx
+from tvm.tirx.op import fma
+
+
+def f32(value: float) -> tirx.FloatImm:
+    return tirx.const(value, "float32")
+
+
+def _hex(text: str) -> tirx.FloatImm:
+    return f32(float.fromhex(text))
+
+
+ROUNDING_BIAS = f32(12582912.0)          # 1.5 * 2^23: adding it rounds to an integer
+LOG2_RECIPROCAL = f32(1.44269504088896341)
+LOG2_HIGH, LOG2_LOW = f32(-6.93145752e-1), f32(-1.42860677e-6)
+EXP_POLY = [_hex(h) for h in ("0x1.694000p-10", "0x1.125edcp-7", "0x1.555b5ap-5", "0x1.555450p-3", "0x1.fffff6p-2")]
+EXP_POLY_56 = f32(1.0)
+LOWER_RANGE_SUM_EXP = f32(-88.3762626647949)
+
+
+def power_of_two_times(p, m):
+    """``p * 2**m`` for an integral float ``m`` in [-150, 64], rounded once as vscalefps does: scaled
+    by ``2**(m + 64)`` (a normal number, the product exact) then by ``2**-64``."""
+    biased = tirx.Cast("int32", m) + 64 + 127
+    scale = tirx.reinterpret("float32", tirx.shift_left(tirx.max(biased, 1), 23))
+    return p * scale * f32(2.0 ** -64)
+
+
+def exp_nonpositive(x):
+    """exp(x) for x <= 0 as MLAS's sum-exp kernel computes it (softmax's, after subtracting the
+    row's maximum): clamped below at -88.376, range-reduced by m = round(x / ln 2) in two parts,
+    a degree-6 polynomial, scaled by 2^m."""
+    x = tirx.max(LOWER_RANGE_SUM_EXP, x)
+    biased = fma(x, LOG2_RECIPROCAL, ROUNDING_BIAS)
+    m = biased - ROUNDING_BIAS
+    r = fma(m, LOG2_LOW, fma(m, LOG2_HIGH, x))
+    p = EXP_POLY[0]
+    for c in (*EXP_POLY[1:], EXP_POLY_56, EXP_POLY_56):
+        p = fma(p, r, c)
+    return power_of_two_times(p, m)
+
+
+ERF_UPPER, ERF_SPLIT = f32(3.925), f32(0.921875)
+ERF_SMALL = [f32(c) for c in (-5.99104969e-4, 4.99339588e-3, -2.67667342e-2, 1.12818025e-1, -3.76124859e-1,
+                              1.28379151e-1)]
+ERF_BIG = [f32(c) for c in (1.72948930e-5, -3.83208680e-4, 3.88393435e-3, -2.42545605e-2, 1.06777847e-1,
+                            6.34846687e-1, 1.28717512e-1)]
+ERF_EXP_LOWER = f32(-88.3762626647949)
+ERF_EXP_POLY = [f32(c) for c in (1.38319808e-3, 8.37550033e-3, 4.16689515e-2, 1.66664466e-1, 4.99999851e-1, 1.0, 1.0)]
+
+
+def erf(x):
+    """MLAS's erf (onnxruntime 1.32: |x| clamped at 3.925, older MLAS 3.725); below 0.921875 an odd polynomial in x^2, above it
+    1 - exp(-q(|x|)) with MLAS's own exp (its constants, not the sum-exp kernel's); the sign put back."""
+    a = tirx.min(tirx.abs(x), ERF_UPPER)
+    square = a * a
+    small = ERF_SMALL[0]
+    for c in ERF_SMALL[1:]:
+        small = fma(small, square, c)
+    small = fma(small, a, a)
+    big = ERF_BIG[0]
+    for c in ERF_BIG[1:]:
+        big = fma(big, a, c)
+    big = tirx.max(ERF_EXP_LOWER, -fma(big, a, a))
+    m = fma(LOG2_RECIPROCAL, big, ROUNDING_BIAS) - ROUNDING_BIAS
+    r = fma(m, LOG2_LOW, fma(m, LOG2_HIGH, big))
+    p = ERF_EXP_POLY[0]
+    for c in ERF_EXP_POLY[1:]:
+        p = fma(p, r, c)
+    magnitude = tirx.Select(a > ERF_SPLIT, f32(1.0) - power_of_two_times(p, m), small)
+    return tirx.Select(x < f32(0.0), -magnitude, magnitude)
