@@ -138,13 +138,16 @@ def test_conv2d_batch_and_plain_tir():
 
 @pytest.mark.parametrize("kernel", selection.int8_candidates("host"), ids=lambda k: f"{k.spec.mr}x{k.spec.nr}x{k.spec.k}")
 def test_direct_conv2d_reads_the_padded_input_in_place(kernel):
-    """Output rows of whole row tiles: the kernel reads the window rows where they lie (direct.py),
-    at stride 1 and 2, signed input padded with its zero point, batch 2, and as plain TIR."""
+    """Output rows of whole row tiles, or of 2 mr - 2 pixels rounded up to them (the last tile's
+    extra pixels computed, not written): the kernel reads the window rows where they lie
+    (direct.py), at stride 1 and 2, signed input padded with its zero point, batch 2, and as plain
+    TIR."""
     mr = kernel.spec.mr
-    for hw, stride, dtype, c, pad_value in ((mr, 1, "uint8", 16, 0), (2 * mr, 2, "int8", 32, -3)):
-        shape = (2, hw, hw, c)
+    for hw, stride, dtype, c, pad_value in ((mr, 1, "uint8", 16, 0), (2 * mr, 2, "int8", 32, -3),
+                                            (2 * mr - 2, 1, "int8", 16, 5), (4 * mr - 4, 2, "uint8", 16, 0)):
+        shape = (2, 3, hw, c)
         x, w = random(shape, dtype), random((20, c, 3, 3), "int8")
-        assert direct.applies(Tile.of(kernel), w.shape, c, "NHWC", 1)
+        assert direct.applies(Tile.of(kernel), w.shape, c, "NHWC", 1) and not direct.flat(Tile.of(kernel), hw // stride)
         padded = np.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0)), constant_values=pad_value)
         want = conv_reference(padded, w, "NHWC", stride, 0, 1)
         for use_kernel in (True, False):
@@ -155,18 +158,18 @@ def test_direct_conv2d_reads_the_padded_input_in_place(kernel):
 @pytest.mark.parametrize("stride", (1, 2))
 @pytest.mark.parametrize("kernel", selection.int8_candidates("host"), ids=lambda k: f"{k.spec.mr}x{k.spec.nr}x{k.spec.k}")
 def test_direct_conv2d_runs_partial_row_tiles_over_the_flat_pixel_order(kernel, stride):
-    """Output rows of mr + 3 pixels: the tiles' rows run on across output rows over the padded
+    """Output rows of mr + 1 pixels: the tiles' rows run on across output rows over the padded
     input's flat pixel order (direct.flat; at stride 2 over planes of even and odd rows, the padded
     width odd) and the last tile reads padding rows past the input; a 5x3 window, asymmetric
     padding, signed input padded with its zero point, requantized, batch 2, and as plain TIR."""
     mr, c = kernel.spec.mr, 16
-    shape, pads = (2, 7, stride * (mr + 2) + 1, c), (2, 1, 2, 1)
+    shape, pads = (2, 7, stride * mr + 1, c), (2, 1, 2, 1)
     x, w = random(shape, "int8"), random((12, c, 5, 3), "int8")
     padded = np.pad(x, ((0, 0), (2, 2), (1, 1), (0, 0)), constant_values=-7)
     stage = OutputStage(bias=RNG.integers(-5000, 5000, 12).astype(np.int32), requantize=ScaleRequantize(0.003, 5, "int8"))
     acc = conv_reference(padded, w, "NHWC", stride, 0, 1) + stage.bias
-    assert acc.shape[2] == mr + 3 and direct.applies(Tile.of(kernel), w.shape, c, "NHWC", 1)
-    assert direct.flat(Tile.of(kernel), mr + 3)
+    assert acc.shape[2] == mr + 1 and direct.applies(Tile.of(kernel), w.shape, c, "NHWC", 1)
+    assert direct.flat(Tile.of(kernel), mr + 1)
     want = requantize_onnxruntime(acc, 0.003, 5, -128, 127)
     for use_kernel in (True, False):
         op = conv2d(w, shape, "NHWC", stride, pads, 1, "int8", stage, kernel=kernel, use_kernel=use_kernel, pad_value=-7)

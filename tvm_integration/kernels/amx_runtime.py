@@ -57,11 +57,11 @@ void {f}_kloop_amx(const void *a, int a_stride, int a_block, const void *b, int 
   {f}_kloop(a, a_stride, a_block, b, b_stride, c, c_stride, kblocks);
 }}
 void {f}_kruns_amx(const void *a, int a_stride, int a_block, int runs, int planes, ptrdiff_t plane_step,
-                   ptrdiff_t run_step, const void *b, int b_stride, int32_t *c, int c_stride, int kblocks);
+                   ptrdiff_t run_step, const void *b, int b_stride, int32_t *c, int c_stride, int kblocks, int accumulate);
 void {f}_kruns_amx(const void *a, int a_stride, int a_block, int runs, int planes, ptrdiff_t plane_step,
-                   ptrdiff_t run_step, const void *b, int b_stride, int32_t *c, int c_stride, int kblocks) {{
+                   ptrdiff_t run_step, const void *b, int b_stride, int32_t *c, int c_stride, int kblocks, int accumulate) {{
   {f}_keep_contract();
-  {f}_kruns(a, a_stride, a_block, runs, planes, plane_step, run_step, b, b_stride, c, c_stride, kblocks);
+  {f}_kruns(a, a_stride, a_block, runs, planes, plane_step, run_step, b, b_stride, c, c_stride, kblocks, accumulate);
 }}
 """
 

@@ -156,11 +156,13 @@ class Runs:
 
 
 def direct_functions(spec: Int8Spec, function: str, kblocks: int, row_step: int, runs: Runs):
-    """(description, implementation) like ``loop_functions``, over ``runs`` window rows of ``kblocks``
-    k blocks each, A one run of bytes whose row i starts at ``i * row_step`` (rows may overlap) from
-    the window row's offset: a convolution's window rows for ``mr`` consecutive output pixels read
-    straight from the padded NHWC input (ops/direct.py), the B blocks consecutive; the kernel's
-    ``_kruns``, given ``row_step`` as its A row stride, keeps the C tile through all of them."""
+    """(description, implementation) of a whole dot product, C = A·B (the block's init and its update),
+    over ``runs`` window rows of ``kblocks`` k blocks each, A one run of bytes whose row i starts at
+    ``i * row_step`` (rows may overlap) from the window row's offset: a convolution's window rows for
+    ``mr`` consecutive output pixels read straight from the padded NHWC input (ops/direct.py), the B
+    blocks consecutive. The kernel's ``_kruns``, given ``row_step`` as its A row stride, starts from
+    zeroed tiles (C is not read: no zeroing in memory, whose stores a tile load right after waits
+    for) and keeps them through all the runs."""
     mr, nr, k = spec.mr, spec.nr, spec.k
     depth = kblocks * k
     # TVM bounds the offsets' two terms apart, and the declared region must equal its bound
@@ -174,11 +176,15 @@ def direct_functions(spec: Int8Spec, function: str, kblocks: int, row_step: int,
              B: T.Buffer((rows, nr, 4), b_dtype, offset_factor=1, strides=[T.int32(), 4, 1]),
              C: T.Buffer((mr, nr), "int32", offset_factor=1, strides=[T.int32(), 1])) -> None:
         with T.sblock("root"):
-            T.reads(C[0:mr, 0:nr], A[0:span], B[0:rows, 0:nr, 0:4])
+            T.reads(A[0:span], B[0:rows, 0:nr, 0:4])
             T.writes(C[0:mr, 0:nr])
             for r, i, j, t in T.grid(runs.count, mr, nr, depth):
                 with T.sblock("update"):
                     vi, vj, vr, vt = T.axis.remap("SSRR", [i, j, r, t])
+                    T.reads(C[vi, vj], A[runs.offset(vr) + vi * row_step + vt], B[vr * (depth // 4) + vt // 4, vj, vt % 4])
+                    T.writes(C[vi, vj])
+                    with T.init():
+                        C[vi, vj] = 0
                     C[vi, vj] = C[vi, vj] + T.Cast("int32", A[runs.offset(vr) + vi * row_step + vt]) * T.Cast(
                         "int32", B[vr * (depth // 4) + vt // 4, vj, vt % 4])
 
@@ -187,11 +193,11 @@ def direct_functions(spec: Int8Spec, function: str, kblocks: int, row_step: int,
              B: T.Buffer((rows, nr, 4), b_dtype, offset_factor=1, strides=[T.int32(), 4, 1]),
              C: T.Buffer((mr, nr), "int32", offset_factor=1, strides=[T.int32(), 1])) -> None:
         with T.sblock("root"):
-            T.reads(C[0:mr, 0:nr], A[0:span], B[0:rows, 0:nr, 0:4])
+            T.reads(A[0:span], B[0:rows, 0:nr, 0:4])
             T.writes(C[0:mr, 0:nr])
             T.evaluate(T.call_extern("int32", function, A.access_ptr("r"), row_step, k, runs.count, runs.planes,
                                      T.int64(runs.plane_step), T.int64(runs.run_step), B.access_ptr("r"),
-                                     B.strides[0], C.access_ptr("rw"), C.strides[0], kblocks))
+                                     B.strides[0], C.access_ptr("w"), C.strides[0], kblocks, 0))
 
     return desc, impl
 

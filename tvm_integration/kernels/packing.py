@@ -34,6 +34,19 @@ def pack_weights(w: np.ndarray, nr: int, k_multiple: int) -> np.ndarray:
     return np.ascontiguousarray(padded.reshape(g, np_ // nr, nr, kp // 4, 4).transpose(0, 1, 3, 2, 4))
 
 
+def folded_weight_matrix(w: np.ndarray, fold: tuple[int, int], step: int) -> np.ndarray:
+    """OIHW conv weights -> ``[1, O, KH2 * step]`` for the input folded by ``fold`` (fh x fw pixels
+    into channels, ops/conv2d.space_to_depth): the taps padded to whole fh x fw blocks, window row
+    kh2 the ``KW2 * fh * fw * I`` bytes k = (kw2, di, dj, c), zero-padded to ``step`` bytes."""
+    o, c, kh, kw = w.shape
+    (fh, fw), kh2, kw2 = fold, -(-kh // fold[0]), -(-kw // fold[1])
+    run = kw2 * fh * fw * c
+    taps = np.zeros((o, c, kh2 * fh, kw2 * fw), np.int8)
+    taps[:, :, :kh, :kw] = w                # [o, c, kh2, di, kw2, dj] -> [o, kh2, (kw2, di, dj, c)]
+    rows = taps.reshape(o, c, kh2, fh, kw2, fw).transpose(0, 2, 4, 3, 5, 1).reshape(o, kh2, run)
+    return np.pad(rows, ((0, 0), (0, 0), (0, step - run))).reshape(1, o, kh2 * step)
+
+
 def shift_compensation(w: np.ndarray) -> np.ndarray:
     """int32 ``[g, n]`` to add to the accumulators of shifted (signed) activations: -128 * sum_k w."""
     return (-ACTIVATION_SHIFT * w.astype(np.int64).sum(axis=2)).astype(np.int32)

@@ -18,7 +18,7 @@ from tvm_integration.ops.operator import Built, Operator
 from tvm_integration.ops import depthwise, direct
 from tvm_integration.ops.gemm import Gemm, Tile, build
 from tvm_integration.ops.output_stage import OutputStage
-from tvm_integration.kernels.packing import conv_weight_matrix, round_up
+from tvm_integration.kernels.packing import conv_weight_matrix, folded_weight_matrix, round_up
 
 LAYOUTS = ("NCHW", "NHWC")
 
@@ -123,10 +123,7 @@ def build_conv2d(weight: np.ndarray, input_shape: tuple[int, ...], layout: str =
 
         def element(bi, g, p, k):
             return padded[bi, p // ow * steps[0] + k // step, p % ow * steps[1] * c2 + k % step]
-        taps = np.zeros((o, c, kh2 * fh, kw2 * fw), np.int8)
-        taps[:, :, :kh, :kw] = weight           # [o, ch, kh2, di, kw2, dj] -> k = (kh2 | kw2, di, dj, ch)
-        rows = taps.reshape(o, c, kh2, fh, kw2, fw).transpose(0, 2, 4, 3, 5, 1).reshape(o, kh2, run)
-        matrix = np.pad(rows, ((0, 0), (0, 0), (0, step - run))).reshape(1, o, kh2 * step)
+        matrix = folded_weight_matrix(weight, fold, step)
         depth_loops, fold_run = (kh2, step), fw * c
     else:
         # The input, padded, in NHWC order (a transpose for NCHW): each group's window row is one run
