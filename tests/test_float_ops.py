@@ -109,3 +109,31 @@ def test_whole_tensor_reduction(tmp_path, kind):
                        out_shape=[])
     assert_exact(path, {"x": x})
     assert f"qsynth_{kind[6:].lower()}" in functions(path)
+
+
+@pytest.mark.parametrize("shape,spread", [((1, 16, 64), (3.0, 0.5)), ((2, 3, 40), (0.01, 100.0)), ((37, 768), (50.0, -3.0))],
+                         ids=["bert_small", "offset", "wide"])
+def test_layer_norm_exact(tmp_path, shape, spread):
+    """onnxruntime 1.32's LayerNormalization kernel: the mean summed in double lanes, the variance a
+    second float pass of FMA lane sums over x - mean (layer_norm.py); a large offset against a small
+    spread is where a one-pass variance would cancel."""
+    rng = np.random.default_rng(5)
+    n = shape[-1]
+    path = float_model(tmp_path / "ln.onnx", [helper.make_node("LayerNormalization", ["x", "g", "b"], ["y"], axis=-1,
+                                                               epsilon=1e-12)], [("x", shape)],
+                       [("g", 1 + 0.1 * rng.standard_normal(n)), ("b", 0.1 * rng.standard_normal(n))])
+    assert_exact(path, {"x": (rng.standard_normal(shape) * spread[0] + spread[1]).astype(np.float32)})
+    assert "qsynth_layer_norm" in functions(path)
+
+
+def test_add_layer_norm_as_skip_layer_norm(tmp_path):
+    """Add of two [1, S, H] tensors into a LayerNormalization: onnxruntime fuses the pair into
+    SkipLayerNormalization (Welford's running mean and variance in float, no FMA), and so does qsynth."""
+    shape, rng = (1, 16, 64), np.random.default_rng(6)
+    nodes = [helper.make_node("Add", ["a", "b"], ["s"]),
+             helper.make_node("LayerNormalization", ["s", "g", "beta"], ["y"], axis=-1, epsilon=1e-12)]
+    path = float_model(tmp_path / "skip.onnx", nodes, [("a", shape), ("b", shape)],
+                       [("g", 1 + 0.1 * rng.standard_normal(64)), ("beta", 0.1 * rng.standard_normal(64))])
+    assert_exact(path, {"a": (rng.standard_normal(shape) * 3 + 0.5).astype(np.float32),
+                        "b": rng.standard_normal(shape).astype(np.float32)})
+    assert "qsynth_skip_layer_norm" in functions(path) and "qsynth_layer_norm" not in functions(path)

@@ -36,7 +36,7 @@ from tvm_integration.qnn.integer_op import IntegerOp
 TENSORIZED = "qnn.tensorized"
 TO_NHWC, TO_NCHW = [0, 2, 3, 1], [0, 3, 1, 2]
 LAYOUT_FREE = ("add", "mul", "lookup")                   # elementwise: the same in any layout, no layout parameter
-NHWC_OPS = (*LAYOUT_FREE, "max_pool2d", "avg_pool2d", "global_avg_pool")   # computed in NHWC when their inputs are
+NHWC_OPS = (*LAYOUT_FREE, "max_pool2d", "avg_pool2d", "global_avg_pool", "gather")   # computed in NHWC when their inputs are
 
 
 class Binder:
@@ -129,7 +129,7 @@ class Binder:
         # lookup's table is indexed by value. Inputs of four axes each broadcast in NHWC as in NCHW (a
         # squeeze-and-excitation's [1, C, 1, 1] scale times its image: no transposes around it)
         elif op is not None and op.kind in NHWC_OPS and all(i in self.nhwc for i in op.inputs) and \
-                (op.kind == "lookup" or all(c.size == 1 for c in op.constants)) and \
+                (op.kind in ("lookup", "gather") or all(c.size == 1 for c in op.constants)) and \
                 all(len(i.ty.shape) == 4 for i in op.inputs):
             inputs = tuple(self.nhwc[i] for i in op.inputs)
             params = op.params if op.kind in LAYOUT_FREE else {**op.params, "layout": "NHWC"}
@@ -253,7 +253,7 @@ def bind(mod, isa: str = "host", mcpu: str | None = None):
     mod = Binder(mod, isa, mcpu).run()
     mod = relax.transform.DeadCodeElimination(["main"])(mod)
     if isa != "neon":           # float ops as onnxruntime's x86 kernels compute them (float_ops.py)
-        mod["main"] = float_ops.fuse_gelu(mod["main"])
+        mod = float_ops.onnxruntime_fusions(mod)
     mod = relax.transform.LegalizeOps(float_ops.legalize_map() if isa != "neon" else None)(mod)
     for gvar, func in list(mod.functions.items()):
         if isinstance(func, tirx.PrimFunc) and not (func.attrs and (TENSORIZED in func.attrs or

@@ -12,9 +12,8 @@ from __future__ import annotations
 import numpy as np
 import tvm
 from tvm import relax, s_tir, te, tirx
-from tvm.tirx.op import fma
 
-from tvm_integration.qnn import mlas_math
+from tvm_integration.qnn import layer_norm, mlas_math
 from tvm_integration.qnn.qdq import constant
 from tvm_integration.qnn.schedules import SCHEDULED
 
@@ -56,10 +55,12 @@ def stride_k(k: int, n: int) -> int:
     return stride
 
 
-def matmul_func(a_shape: tuple[int, ...], b_shape: tuple[int, ...]) -> tirx.PrimFunc:
+def matmul_func(a_shape: tuple[int, ...], b_shape: tuple[int, ...], alpha: float | None = None) -> tirx.PrimFunc:
     """``a @ b`` with numpy's broadcasting, as MLAS's sgemm sums: each output one FMA chain over k from
-    0, a K longer than MLAS's block (stride_k) in blocks whose sums are added in order. Parallel
-    over batch and row tiles; each tile 4 rows by up to 64 columns held in registers across k."""
+    0, a K longer than MLAS's block (stride_k) in blocks whose sums are added in order. With
+    ``alpha`` (onnxruntime's FusedMatMul): the first block's sum times alpha, each later one added as
+    fma(sum, alpha, C). Parallel over batch and row tiles; each tile 4 rows by up to 64 columns held
+    in registers across k."""
     batch = tuple(int(d) for d in np.broadcast_shapes(a_shape[:-2], b_shape[:-2]))
     m, k, n = a_shape[-2], a_shape[-1], b_shape[-1]
     a = te.placeholder(a_shape, "float32", "a")
@@ -76,11 +77,17 @@ def matmul_func(a_shape: tuple[int, ...], b_shape: tuple[int, ...]) -> tirx.Prim
             name=f"block{start}")
 
     def added(partial, block, start):
-        return te.compute(partial.shape, lambda *i: partial(*i) + block(*i), name=f"sum{start}")
+        if alpha is None:
+            return te.compute(partial.shape, lambda *i: partial(*i) + block(*i), name=f"sum{start}")
+        return te.compute(partial.shape, lambda *i: tirx.op.fma(block(*i), mlas_math.f32(alpha), partial(*i)),
+                          name=f"sum{start}")
 
     stride = stride_k(k, n)
     blocks = [(s, min(stride, k - s)) for s in range(0, k, stride)]
     partial = block_sum(*blocks[0])
+    if alpha is not None:
+        first = partial
+        partial = te.compute(first.shape, lambda *i: first(*i) * mlas_math.f32(alpha), name="sum0")
     for start, size in blocks[1:]:
         partial = added(partial, block_sum(start, size), start)
     sch = s_tir.Schedule(te.create_prim_func([a, b, partial]))
@@ -88,7 +95,7 @@ def matmul_func(a_shape: tuple[int, ...], b_shape: tuple[int, ...]) -> tirx.Prim
     rows = next(r for r in (4, 2, 1) if m % r == 0)
     for start, _ in blocks:
         _register_tile(sch, sch.get_sblock(f"block{start}"), rows, width)
-        if start:
+        if start or alpha is not None:
             *outer, last = sch.get_loops(sch.get_sblock(f"sum{start}"))
             sch.parallel(sch.fuse(*outer))
             sch.vectorize(last)
@@ -170,7 +177,27 @@ def elementwise_func(shape: tuple[int, ...], fn, name: str) -> tirx.PrimFunc:
     """``fn`` of every element of a float32 tensor: parallel, LANES-wide vectors."""
     x = te.placeholder(shape, "float32", "x")
     y = te.compute(shape, lambda *i: fn(x[i]), name=name)
-    sch = s_tir.Schedule(te.create_prim_func([x, y]))
+    return _flat_parallel(te.create_prim_func([x, y]), name, shape)
+
+
+def dequantized_func(shape: tuple[int, ...]) -> tirx.PrimFunc:
+    """quantize_dynamic's output chain of an integer matmul in one pass: ``float32(acc - correction) *
+    scale + bias`` (the correction and bias per column, the scale a run-time scalar), the product
+    rounded before the add as MatMulIntegerToFloat's output stage computes it (a multiply, then an
+    add: no FMA)."""
+    n = shape[-1]
+    acc = te.placeholder(shape, "int32", "acc")
+    correction = te.placeholder((n,), "int32", "correction")
+    scale = te.placeholder((), "float32", "scale")
+    bias = te.placeholder((n,), "float32", "bias")
+    y = te.compute(shape, lambda *i: layer_norm.rounded((acc[i] - correction[i[-1]]).astype("float32") * scale[()]) +
+                   bias[i[-1]], name="dequantized")
+    return _flat_parallel(te.create_prim_func([acc, correction, scale, bias, y]), "dequantized", shape)
+
+
+def _flat_parallel(func: tirx.PrimFunc, name: str, shape: tuple[int, ...]) -> tirx.PrimFunc:
+    """The elementwise block ``name`` over one flat loop: parallel, LANES-wide vectors."""
+    sch = s_tir.Schedule(func)
     loops = sch.get_loops(sch.get_sblock(name))
     fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
     size = int(np.prod(shape))
@@ -294,50 +321,90 @@ def legalize_map() -> dict:
     return {name: with_default(name, rule) for name, rule in RULES.items()}
 
 
-# -- LayerNormalization --------------------------------------------------------------------------------
-
-def rounded(value):
-    """``value`` rounded to float32 on its own: LLVM may not fuse it into an FMA with what follows
-    (TVM builds with FP contraction on; onnxruntime's plain C++ loops multiply and add separately)."""
-    return tirx.call_llvm_pure_intrin("float32", "llvm.arithmetic.fence", value)
-
-
-def layer_norm_func(shape: tuple[int, ...], epsilon: float) -> tirx.PrimFunc:
-    """LayerNormalization over the last axis (rows of a multiple of 8) in the order of MLAS's AVX2
-    layer-norm kernel as its source reads: 8 lane sums of x and FMA sums of x * x over the row, each
-    reduced ((s0 + s4) + (s2 + s6)) + ((s1 + s5) + (s3 + s7)); mean = sum / n; inv = 1 / sqrt(sumsq / n
-    - mean * mean + eps); y = fma((x - mean) * inv, scale, bias). Rows parallel. Not yet onnxruntime
-    1.32's result: about half the outputs differ in the last bit (docs/operators.md)."""
-    *rows, n = shape
-    x = te.placeholder(shape, "float32", "x")
-    gamma = te.placeholder((n,), "float32", "gamma")
-    beta = te.placeholder((n,), "float32", "beta")
-    t = te.reduce_axis((0, n // 8), "t")
-    sums = te.compute((*rows, 8), lambda *i: te.sum(x[(*i[:-1], t * 8 + i[-1])], axis=t), name="sums")
-    u = te.reduce_axis((0, n // 8), "u")
-    squares = te.compute((*rows, 8), lambda *i: te.sum(x[(*i[:-1], u * 8 + i[-1])] * x[(*i[:-1], u * 8 + i[-1])],
-                                                       axis=u), name="squares")
-
-    def across(lanes, i):
-        s = [lanes[(*i, j)] for j in range(8)]
-        return ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]))
-    count = mlas_math.f32(float(n))
-    mean = te.compute(rows, lambda *i: across(sums, i) / count, name="mean")
-    inv = te.compute(rows, lambda *i: mlas_math.f32(1.0) / tirx.sqrt(
-        across(squares, i) / count - mean[i] * mean[i] + mlas_math.f32(epsilon)), name="inv")
-    y = te.compute(shape, lambda *i: fma((x[i] - mean[i[:-1]]) * inv[i[:-1]], gamma[i[-1]], beta[i[-1]]), name="y")
-    sch = s_tir.Schedule(te.create_prim_func([x, gamma, beta, y]))
-    _rows_parallel(sch, ["sums", "squares", "mean", "inv", "y"], len(rows))
-    return sch.mod["main"]
-
+# -- LayerNormalization and onnxruntime's SkipLayerNormalization fusion (layer_norm.py) ---------------
 
 def _layer_norm(bb, call):
     shape = _shape(call.args[0])
     axes = [int(a) % len(shape) for a in call.attrs.axes] if shape else None
-    if shape is None or not _float32(call) or axes != [len(shape) - 1] or shape[-1] % 8 or \
+    if shape is None or not _float32(call) or axes != [len(shape) - 1] or shape[-1] % layer_norm.SQUARE_LANES or \
             any(_shape(a) != shape[-1:] for a in call.args[1:]):
         return None
-    return _emit(bb, layer_norm_func(shape, float(call.attrs.epsilon)), "qsynth_layer_norm", call.args, shape)
+    return _emit(bb, layer_norm.layer_norm_func(shape, float(call.attrs.epsilon)), "qsynth_layer_norm", call.args,
+                 shape)
 
 
 RULES["relax.nn.layer_norm"] = _layer_norm
+
+
+@relax.expr_functor.mutator
+class _Fusions(relax.PyExprMutator):
+    """Fusions of onnxruntime's graph optimizer, rewritten to call_tir of functions that compute what
+    its fused kernels do:
+
+    - ``matmul(a, b)`` divided or multiplied by a scalar constant (MatMulScaleFusion): FusedMatMul,
+      the scale its alpha (1 / c in float for a divisor).
+    - ``layer_norm(a + b)`` over the last axis, a and b float32 of one 3-D shape (SkipLayerNormFusion's
+      third form, no bias Add folded in): SkipLayerNormalization.
+    - an integer matmul's dequantize chain, ``float32(acc - c) * scale + bias`` (quantize_dynamic's
+      form): MatMulIntegerToFloat's output stage, one pass instead of four."""
+
+    def visit_call_(self, call):
+        call = super().visit_call_(call)
+        fused = None
+        if call.op == tvm.ir.Op.get("relax.nn.layer_norm"):
+            fused = self._skip_layer_norm(call)
+        elif call.op in (tvm.ir.Op.get("relax.divide"), tvm.ir.Op.get("relax.multiply")):
+            fused = self._scaled_matmul(call)
+        elif call.op == tvm.ir.Op.get("relax.add"):
+            fused = self._dequantized(call)
+        return call if fused is None else fused
+
+    def _bound(self, expr, op: str):
+        value = self.lookup_binding(expr) if isinstance(expr, relax.Var) else None
+        return value if isinstance(value, relax.Call) and value.op == tvm.ir.Op.get(op) else None
+
+    def _skip_layer_norm(self, call):
+        add, shape = self._bound(call.args[0], "relax.add"), _shape(call.args[0])
+        if add is None or shape is None or len(shape) != 3 or any(_shape(a) != shape for a in add.args) or \
+                not _float32(add) or [int(a) % 3 for a in call.attrs.axes] != [2] or \
+                any(_shape(a) != shape[-1:] for a in call.args[1:]):
+            return None
+        func = layer_norm.skip_layer_norm_func(shape, float(call.attrs.epsilon))
+        return _emit(self.builder_, func, "qsynth_skip_layer_norm", [*add.args, *call.args[1:]], shape)
+
+    def _dequantized(self, call):
+        multiply = self._bound(call.args[0], "relax.multiply")
+        cast = None if multiply is None else self._bound(multiply.args[0], "relax.astype")
+        subtract = None if cast is None else self._bound(cast.args[0], "relax.subtract")
+        if subtract is None or str(cast.ty.dtype) != "float32" or str(subtract.ty.dtype) != "int32":
+            return None
+        shape = _shape(call.args[0])
+        if shape is None or _shape(subtract.args[0]) != shape or _shape(subtract.args[1]) != shape[-1:] or \
+                _shape(multiply.args[1]) != () or _shape(call.args[1]) != shape[-1:] or not _float32(call):
+            return None
+        return _emit(self.builder_, dequantized_func(shape), "qsynth_dequantized",
+                     [*subtract.args, multiply.args[1], call.args[1]], shape)
+
+    def _scaled_matmul(self, call):
+        divide = call.op == tvm.ir.Op.get("relax.divide")
+        for index in ((0,) if divide else (0, 1)):
+            matmul, scale = self._bound(call.args[index], "relax.matmul"), constant(call.args[1 - index])
+            if matmul is None or scale is None or scale.size != 1 or scale.dtype != np.float32 or \
+                    scale.ndim > len(_shape(call.args[index]) or ()):
+                continue
+            a, b = (_shape(x) for x in matmul.args)
+            if a is None or b is None or len(a) < 2 or len(b) < 2 or not _float32(matmul):
+                continue
+            c = scale.reshape(-1)[0]
+            alpha = float(np.float32(1) / c if divide else c)
+            return _emit(self.builder_, matmul_func(a, b, alpha), "qsynth_float_matmul", matmul.args,
+                         _shape(call.args[index]))
+        return None
+
+
+def onnxruntime_fusions(mod: tvm.IRModule) -> tvm.IRModule:
+    """The float fusions of onnxruntime's graph optimizer that change what is computed (fuse_gelu,
+    _Fusions), applied to ``mod["main"]`` so it rounds as onnxruntime's fused kernels."""
+    mutator = _Fusions(mod)
+    mutator.builder_.update_func(mod.get_global_var("main"), mutator.visit_expr(fuse_gelu(mod["main"])))
+    return relax.transform.DeadCodeElimination(["main"])(mutator.builder_.finalize())

@@ -11,14 +11,14 @@ import tvm
 from tvm import relax
 from tvm.ir import Constant, Op
 
-from tvm_integration.qnn import arithmetic, tflite_arithmetic
+from tvm_integration.qnn import arithmetic, gather, qlinear_softmax, tflite_arithmetic
 
 COMPUTATIONS = {"conv2d": arithmetic.conv2d, "dense": arithmetic.dense, "batch_matmul": arithmetic.batch_matmul,
                 "add": arithmetic.add, "mul": arithmetic.mul,
                 "lookup": arithmetic.lookup, "global_avg_pool": arithmetic.global_avg_pool, "max_pool2d": arithmetic.max_pool2d,
-                "avg_pool2d": arithmetic.avg_pool2d,
+                "avg_pool2d": arithmetic.avg_pool2d, "gather": gather.gather,
                 "quantize": arithmetic.quantize, "dequantize": arithmetic.dequantize,
-                **tflite_arithmetic.COMPUTATIONS}
+                **tflite_arithmetic.COMPUTATIONS, **qlinear_softmax.COMPUTATIONS}
 LINEAR = ("conv2d", "dense")
 # parameters that describe an op (for legalize.py, bind.py, qsynth inspect), not its computation
 DESCRIPTIVE = ("x_range", "w_range", "layer", "abits", "wbits", "encoding", "w_low")

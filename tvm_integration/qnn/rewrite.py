@@ -43,6 +43,7 @@ arguments. legalize.py and bind.py read both.
 from __future__ import annotations
 
 import logging
+from functools import partial
 
 import numpy as np
 import tvm
@@ -51,13 +52,20 @@ from tvm.ir import Constant, Op
 
 from isa_specs import host
 from tvm_integration.ops.output_stage import QUANT_RANGES
-from tvm_integration.qnn import arithmetic, schedules
+from tvm_integration.qnn import (
+    arithmetic,
+    batch_norm,
+    channels,
+    qlinear_softmax,
+    schedules,
+)
 from tvm_integration.qnn.importer import ModelError
 from tvm_integration.qnn.integer_op import IntegerOp
 from tvm_integration.qnn.qdq import QDQReader, QParams, constant
 
 log = logging.getLogger(__name__)
-MOVEMENT = {"relax.nn.max_pool2d", "relax.reshape", "relax.permute_dims", "relax.flatten", "relax.image.resize2d"}
+MOVEMENT = {"relax.nn.max_pool2d", "relax.reshape", "relax.permute_dims", "relax.flatten", "relax.image.resize2d",
+            "relax.strided_slice"}
 # float ops a lookup table may stand for: elementwise, the same on every element
 ELEMENTWISE = {f"relax.{name}" for name in (
     "sigmoid", "tanh", "exp", "log", "erf", "sqrt", "rsqrt", "abs", "negative", "sign", "floor", "ceil", "round",
@@ -80,7 +88,8 @@ class QDQToInteger(QDQReader):
         if isinstance(call.op, Op) and call.op.name == "relax.quantize" and (out := self.qparams(call)) is not None \
                 and out.per_tensor_8bit:
             for rule in (self.conv_or_dense, self.batch_matmul, self.add, self.mul, self.global_avg_pool, self.avg_pool, self.movement,
-                         self.concat, self.requantize_free, self.lookup):
+                         partial(channels.concat, self), partial(channels.split_item, self),
+                         partial(batch_norm.rewritten, self), self.requantize_free, self.lookup, self.softmax):
                 new = rule(call.args[0], out)
                 if new is not None:
                     return new
@@ -366,16 +375,6 @@ class QDQToInteger(QDQReader):
             return self.integer("max_pool2d", [x], pool=pool, strides=strides, padding=padding)
         return relax.Call(op.op, [x, *[self.visit_expr(a) for a in op.args[1:]]], op.attrs)
 
-    def concat(self, expr, out: QParams):
-        cat = self.call(expr, "relax.concat")
-        fields = None if cat is None else self.value(cat.args[0])
-        if not isinstance(fields, relax.Tuple):
-            return None
-        parts = [self.in_output_params(f, out) for f in fields.fields]
-        if any(p is None for p in parts):
-            return None
-        return relax.op.concat(parts, axis=int(cat.attrs.axis))
-
     def in_output_params(self, expr, out: QParams):
         """For ``expr`` = DQ(x): the integers of Q(expr) in ``out``'s parameters, x itself where they
         are x's, else x through a lookup table; None otherwise. Data movement, concatenation and max
@@ -399,6 +398,19 @@ class QDQToInteger(QDQReader):
         q = relax.op.quantize(self.rebuilt(expr, dq, values), relax.const(out.scale.reshape(())),
                               relax.const(out.zero_point.reshape(()).astype(out.dtype)), out_dtype=out.dtype)
         return self.integer("lookup", [x], [evaluate(q).reshape(256)], offset=offset)
+
+    def softmax(self, expr, out: QParams):
+        """``Q(softmax(DQ(x)))`` over the last axis, input and output of one 8-bit type: onnxruntime's
+        QLinearSoftmax (qlinear_softmax.py), not the float softmax."""
+        call = self.call(expr, "relax.nn.softmax")
+        data = None if call is None else self.dequantized(call.args[0])
+        if data is None or data[1].dtype != out.dtype or data[1].range is not None or out.range is not None or \
+                int(call.attrs.axis) not in (-1, len(expr.ty.shape) - 1) or constant(self.value(data[0])) is not None:
+            return None
+        (x_scale, _), (y_scale, y_zero_point) = data[1].scalar("a softmax input"), out.scalar("a softmax output")
+        table = qlinear_softmax.exp_table(x_scale, int(expr.ty.shape[-1]))
+        return self.integer("qlinear_softmax", [data[0]], [table], y_scale=float(y_scale),
+                            out_zero_point=y_zero_point, out_dtype=out.dtype)
 
     def elementwise_input(self, expr):
         """(its DQ call, x, x's QParams) when ``expr`` is an elementwise float function of DQ(x) alone,
@@ -480,6 +492,7 @@ def evaluate(expr) -> np.ndarray:
 
 
 def rewrite(mod):
-    """The integer module: every group onnxruntime fuses is one integer op; dead float code removed."""
-    mod = QDQToInteger(mod).run()
-    return relax.transform.DeadCodeElimination()(mod)
+    """The integer module: every group onnxruntime fuses is one integer op, each chain of channel
+    movement one gather (channels.py, which counts readers: dead float code removed first)."""
+    mod = relax.transform.DeadCodeElimination()(QDQToInteger(mod).run())
+    return relax.transform.DeadCodeElimination()(channels.fuse(mod))

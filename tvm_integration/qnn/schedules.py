@@ -5,14 +5,15 @@ Producers that can be inlined into their consumer are; each remaining block runs
 fused and parallel, and, without a reduction, its innermost 16 (or 8, 4) iterations vectorized (a
 last axis of 17-64 that 16 does not divide: that whole axis);
 with a reduction, the reduction stays innermost, serial.
-An 8-bit lookup on a target with AVX-512 VBMI is rewritten with vpermi2b instead (table_lookup.py).
+An 8-bit lookup on a target with AVX-512 VBMI is rewritten with vpermi2b instead (table_lookup.py), a
+channel gather run by run (gather.py).
 """
 from __future__ import annotations
 
 from tvm import s_tir, tirx
 from tvm.target import Target
 
-from tvm_integration.qnn import table_lookup
+from tvm_integration.qnn import gather, table_lookup
 
 VECTOR = (16, 8, 4)
 SCHEDULED = "qnn.scheduled"
@@ -23,6 +24,8 @@ def schedule(func: tirx.PrimFunc, target: Target | None = None) -> tirx.PrimFunc
     lookup's form); None (rewrite.evaluate's compile-time tables): the portable schedule."""
     if target is not None and table_lookup.applies(func, target):
         return table_lookup.vectorized(func).with_attr(SCHEDULED, True)
+    if gather.applies(func):
+        return gather.scheduled(func).with_attr(SCHEDULED, True)
     sch = s_tir.Schedule(func)
     blocks = sch.get_child_blocks(sch.get_sblock("root"))
     for block in blocks[:-1]:
