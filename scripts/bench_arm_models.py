@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
-"""Whole int8 models on Arm core models, estimated cycles (tvm_integration/bench/arm_models.py): the
-built-in ResNet-18, MobileNetV2 and MobileNetV3 (tvm_integration/bench/int8_models.py, 224x224, QDQ
-u8/s8 per-channel) compiled by qsynth for each core, next to onnxruntime's AArch64 build on the same
-model (int8) and on its float original (fp32), each run once under qemu-aarch64 as the core, every
-block of its measured inference costed once by llvm-mca's model of the core.
+"""Whole models on Arm core models, estimated cycles (tvm_integration/bench/arm_models.py): the
+built-in int8 ResNet-18, MobileNetV2 and MobileNetV3 (tvm_integration/bench/int8_models.py, 224x224, QDQ
+u8/s8 per-channel) and the W1A1 and W2A2 ResNet-18 (bench/lowbit_models.py, QCDQ, their inner layers on
+the NEON bitserial operators) compiled by qsynth for each core, next to onnxruntime's AArch64 build on the
+same model (int8: onnxruntime fuses a low-bit model's QCDQ groups onto its int8 kernels) and on the
+float original (fp32; the low-bit rows: the float ResNet-18), each run once under qemu-aarch64 as the
+core, every block of its measured inference costed once by llvm-mca's model of the core.
 
-    python scripts/bench_arm_models.py [--models resnet18,mobilenet_v2,mobilenet_v3]
+    python scripts/bench_arm_models.py [--models resnet18,mobilenet_v2,mobilenet_v3,resnet18_w1a1,resnet18_w2a2]
                                        [--cores cortex-a53,cortex-a72,cortex-a76] [--tvm-default] [--out benchmarks]
 """
 from __future__ import annotations
@@ -19,6 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import onnx
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -26,16 +30,20 @@ from synth.files import write_atomically  # noqa: E402
 from tvm_integration.bench import mca  # noqa: E402
 from tvm_integration.bench.arm_models import bench_arm_model  # noqa: E402
 from tvm_integration.bench.int8_models import write_pair  # noqa: E402
+from tvm_integration.bench.lowbit_models import resnet_lowbit  # noqa: E402
 from tvm_integration.ops import cross  # noqa: E402
 
-MODELS = ("resnet18", "mobilenet_v2", "mobilenet_v3")
+LOWBIT = {"resnet18_w1a1": (1, 1), "resnet18_w2a2": (2, 2)}      # name: (abits, wbits)
+MODELS = ("resnet18", "mobilenet_v2", "mobilenet_v3", *LOWBIT)
 CORES = ("cortex-a53", "cortex-a72", "cortex-a76")
 TARGETS = ["- ResNet-18 int8 on Cortex-A53: at most 0.7x onnxruntime int8's cycles, and at least 3.9x fewer "
            "than fp32 (at most 0.256x onnxruntime fp32).",
-           "- MobileNetV2 int8 on Cortex-A53 and A72: at most 0.8x onnxruntime int8's cycles."]
+           "- MobileNetV2 int8 on Cortex-A53 and A72: at most 0.8x onnxruntime int8's cycles.",
+           "- W1A1 ResNet-18 on Cortex-A53: at least 8x fewer cycles than onnxruntime fp32 (at most 0.125x)."]
 CHECKS = [("resnet18", "cortex-a53", "onnxruntime_int8", 0.7), ("resnet18", "cortex-a53", "onnxruntime_fp32", 0.256),
           ("mobilenet_v2", "cortex-a53", "onnxruntime_int8", 0.8),
-          ("mobilenet_v2", "cortex-a72", "onnxruntime_int8", 0.8)]    # (model, core, column, its bound)
+          ("mobilenet_v2", "cortex-a72", "onnxruntime_int8", 0.8),
+          ("resnet18_w1a1", "cortex-a53", "onnxruntime_fp32", 0.125)]    # (model, core, column, its bound)
 RUNTIMES = {"model.so": "model", "tvm_default.so": "model", "libtvm_runtime.so": "runtime",
             "libtvm_ffi.so": "runtime", "libonnxruntime.so.1": "runtime"}
 
@@ -60,14 +68,42 @@ def parts(column: dict) -> dict[str, float]:
     return out
 
 
+def model_pair(name: str, directory: Path) -> tuple[Path, Path]:
+    """The model benchmarked and its float original (write_pair's); a low-bit ResNet-18's float
+    original is the float ResNet-18, the same layout."""
+    if name not in LOWBIT:
+        return write_pair(name, directory)
+    path = directory / f"{name}.qcdq.onnx"
+    onnx.save(resnet_lowbit(*LOWBIT[name])[0], str(path))
+    fp32 = directory / "resnet18.fp32.onnx"
+    return path, fp32 if fp32.exists() else write_pair("resnet18", directory)[1]
+
+
+def lowbit_lines(rows: list[dict]) -> list[str]:
+    """Each low-bit row's cycles against the int8 ResNet-18 row of its core (qsynth's and onnxruntime's)."""
+    out = []
+    for r in rows:
+        base = next((b for b in rows if b["model"] == "resnet18" and b["core"] == r["core"]), None)
+        if r["model"] in LOWBIT and base is not None:
+            ours = r["columns"]["qsynth"]["cycles"]
+            out.append(f"- {r['model']} on {r['core']}: {ours / base['columns']['qsynth']['cycles']:.2f}x qsynth's "
+                       f"int8 ResNet-18, {ours / base['columns']['onnxruntime_int8']['cycles']:.2f}x onnxruntime "
+                       "int8's ResNet-18.")
+    return ["", "Low-bit ResNet-18 against the int8 ResNet-18 on the same core (cycles, ratio = low-bit qsynth / "
+            "int8):", *out] if out else []
+
+
 def markdown(run: dict) -> str:
-    rows = run["rows"]
+    order = {name: i for i, name in enumerate(MODELS)}
+    rows = sorted(run["rows"], key=lambda r: (order.get(r["model"], len(order)), r["core"]))
     names = ["onnxruntime_int8", "onnxruntime_fp32", "tvm_default"]
     names = [n for n in names if any(n in r["columns"] for r in rows)]
     out = ["# Whole models on Arm cores: estimated cycles", "",
            (f"Each model compiled by qsynth for the core (`qsynth compile --target neon --mcpu CORE`) and "
             f"onnxruntime {run['tools']['onnxruntime']}'s AArch64 build (the registry's aarch64 wheel, its C API "
-            "from a C driver) on the same QDQ model (int8) and on its float original (fp32), batch 1, 1 thread, "
+            "from a C driver) on the same QDQ model (int8) and on its float original (fp32; the W1A1 and W2A2 "
+            "ResNet-18 are QCDQ models, whose groups onnxruntime fuses onto its int8 kernels, and their float "
+            "original is the float ResNet-18), batch 1, 1 thread, "
             f"each run under {run['tools']['qemu']} as the core (`-cpu CORE`, a /proc/cpuinfo naming it): one "
             "warm-up inference, then one measured inference whose executed blocks are counted by a qemu plugin "
             f"and each costed once by {run['tools']['llvm-mca']} on the core's model (tvm_integration/bench/"
@@ -92,12 +128,14 @@ def markdown(run: dict) -> str:
         out.append(f"| {r['model']} | {r['core']} | {r['columns']['qsynth']['cycles'] / 1e6:.1f} | "
                    + " | ".join(cells) + f" | {ours['model'] / 1e6:.1f} / {ours['runtime'] / 1e6:.1f} / "
                    f"{ours['libc'] / 1e6:.1f} | {theirs['model'] / 1e6:.1f} / {theirs['libc'] / 1e6:.1f} | {diff} |")
+    out += lowbit_lines(rows)
     out += ["", "Targets (issue 34):", *TARGETS, "", "Measured:"]
     for model, core, versus, bound in CHECKS:
         r = next((r for r in rows if r["model"] == model and r["core"] == core and versus in r["ratios"]), None)
         if r is not None:
             ratio = r["ratios"][versus]
-            out.append(f"- {model} on {core}: {ratio:.2f}x {versus} (target at most {bound}x: "
+            fewer = f", {1 / ratio:.2f}x fewer cycles" if ratio < 1 else ""
+            out.append(f"- {model} on {core}: {ratio:.2f}x {versus}{fewer} (target at most {bound}x: "
                        f"{'met' if ratio <= bound else 'missed'}).")
     return "\n".join(out) + "\n"
 
@@ -113,7 +151,7 @@ def main() -> int:
     start, rows = time.perf_counter(), []
     with tempfile.TemporaryDirectory(prefix="qsynth-arm-models-") as tmp:
         for name in a.models.split(","):
-            int8, fp32 = write_pair(name, tmp)
+            int8, fp32 = model_pair(name, Path(tmp))
             for core in a.cores.split(","):
                 row = bench_arm_model(int8, core, fp32, with_tvm_default=a.tvm_default)
                 rows.append(dict(row, model=name))

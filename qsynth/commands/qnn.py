@@ -110,16 +110,9 @@ def _arm(target: str, mcpu: str | None, run: bool) -> None:
     cross gcc (and, to run, qemu-aarch64 and TVM's AArch64 runtime): each refused in one line, up front
     (a bad option: UsageError; a tool this host lacks: WorkFailed)."""
     import shutil
-    from tvm_integration.kernels import neon_int8
     from tvm_integration.ops import cross, cross_model
-    if target != "neon":
-        if mcpu is not None:
-            raise UsageError(f"--mcpu {mcpu}: a core is chosen for --target neon only")
+    if not _core(target, mcpu):
         return
-    try:
-        neon_int8.core_family(mcpu)
-    except ValueError as e:
-        raise UsageError(str(e))
     why = cross_model.missing_tools() if run else \
         None if shutil.which(cross.CC) else f"{cross.CC} not installed (apt-get install gcc-aarch64-linux-gnu)"
     if why is not None:
@@ -129,6 +122,20 @@ def _arm(target: str, mcpu: str | None, run: bool) -> None:
             cross_model.runtime()
         except RuntimeError as e:        # no registry here, nothing cached
             raise WorkFailed(f"--target neon: no AArch64 TVM runtime: {' '.join(str(e).split())[:300]}")
+
+
+def _core(target: str, mcpu: str | None) -> bool:
+    """Whether ``target`` is neon (its ``--mcpu`` a core LLVM knows); ``--mcpu`` with another target: bad usage."""
+    from tvm_integration.kernels import neon_int8
+    if target != "neon":
+        if mcpu is not None:
+            raise UsageError(f"--mcpu {mcpu}: a core is chosen for --target neon only")
+        return False
+    try:
+        neon_int8.core_family(mcpu)
+    except ValueError as e:
+        raise UsageError(str(e))
+    return True
 
 
 def bench_model(model: str = MODEL,
@@ -217,11 +224,13 @@ def _bench_arm(model: str, fp32: str | None, threads: int, input: list[str] | No
 
 
 def inspect(model: str = MODEL, target: Target = TARGET, allow_float: bool = ALLOW_FLOAT,
-            json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> int:
+            json: bool = typer.Option(False, "--json", help=JSON_HELP), mcpu: Optional[str] = MCPU) -> int:
     """Each conv/dense layer's precision (AxWy, encoding), operator and kernel, without compiling."""
     from tvm_integration.qnn.importer import load
     from tvm_integration.qnn.inspect import layers, table
-    rows = layers(Path(model) if Path(model).suffix == ".tflite" else load(model, allow_float=allow_float), target)
+    _core(target, mcpu)
+    rows = layers(Path(model) if Path(model).suffix == ".tflite" else load(model, allow_float=allow_float), target,
+                  mcpu)
     if json:
         print_json([dict(layer=r.layer, op=r.kind, weights=r.shape, abits=r.precision.abits, wbits=r.precision.wbits,
                          encoding=r.precision.encoding, note=r.precision.weights, operator=r.operator,

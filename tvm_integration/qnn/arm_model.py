@@ -1,5 +1,6 @@
 """A model compiled for AArch64 (``compile_model(path, target="neon", mcpu=...)``): every integer conv2d
-and dense on the NEON int8 operators (ops/neon_int8.py), the rest scheduled for the core.
+and dense on the NEON int8 operators (ops/neon_int8.py), its low-bit layers on the NEON bitserial
+operators (qnn/bitserial_layer.py), the rest scheduled for the core.
 
     model = compile_model("resnet_int8.onnx", target="neon", mcpu="cortex-a53")
     outputs = model({"input": x})        # exported with the cross gcc, run under qemu-aarch64

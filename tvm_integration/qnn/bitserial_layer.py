@@ -25,6 +25,7 @@ import numpy as np
 from tvm import relax, te, tirx
 
 from tvm_integration.kernels import selection
+from tvm_integration.kernels.bitserial import CROSS
 from tvm_integration.ops.bitserial_gemm import Config
 from tvm_integration.ops.output_stage import OutputStage, ScaleRequantize
 from tvm_integration.qnn import arithmetic
@@ -79,7 +80,9 @@ def requantize(acc, bias, scale, *, d: int, zero_point: int, out_dtype: str, cla
 
 def emit(binder, var, op: IntegerOp) -> None:
     """Bind ``var`` to the bitserial layer ``op`` in ``binder`` (a qnn.bind.Binder). Only ONNX
-    models have low-bit layers: the requantization is onnxruntime's (a float32 scale per channel)."""
+    models have low-bit layers: the requantization is onnxruntime's (a float32 scale per channel).
+    The binder's isa chooses the tiles: x86's, or NEON's for an AArch64 model (built with the model's
+    core, whose features include the tiles' +neon); another int8 isa (amx) takes the host's."""
     from tvm_integration.ops.bitserial_conv2d import build_bitserial_conv2d
     from tvm_integration.ops.bitserial_dense import build_bitserial_dense
     from tvm_integration.qnn.bind import TENSORIZED
@@ -89,7 +92,7 @@ def emit(binder, var, op: IntegerOp) -> None:
     config = Config(p["abits"], p["wbits"], p["encoding"])
     stage = OutputStage() if d else OutputStage(bias=bias.astype(np.int32), clamp=tuple(p["clamp"]),
                                                 requantize=ScaleRequantize(scale, p["out_zero_point"], p["out_dtype"]))
-    isa = binder.isa if binder.isa in ("host", *selection.BITSERIAL_ISAS) else "host"
+    isa = binder.isa if binder.isa in ("host", *selection.BITSERIAL_ISAS, *CROSS) else "host"
     builder = binder.builder
     x = op.inputs[0]
     if op.kind == "dense":

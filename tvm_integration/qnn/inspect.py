@@ -1,7 +1,9 @@
 """``qsynth inspect MODEL``: each conv2d / dense layer of a model as the pipeline sees it after
 legalize: its precision (AxWy and encoding, precision.py), the operator it runs on and the kernel
 that operator takes on this host (the bitserial tile; the int8 tile kernels/tuning.py picks for its shape;
-the depthwise TIR; or the reference computation and why)."""
+the depthwise TIR; or the reference computation and why). ``--target neon [--mcpu CORE]``: the same
+for an AArch64 core, as bind.py builds it (the NEON bitserial tiles; the core's int8 tile family,
+kernels/neon_int8.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -23,9 +25,9 @@ class Layer:
     kernel: str
 
 
-def layers(model: onnx.ModelProto | Path, target: str = "host") -> list[Layer]:
+def layers(model: onnx.ModelProto | Path, target: str = "host", mcpu: str | None = None) -> list[Layer]:
     """The layers of an ONNX model, or of the .tflite model at a path (tflite_importer.py in place of
-    import and rewrite)."""
+    import and rewrite); ``mcpu``: the AArch64 core of target ``neon``."""
     from tvm_integration.qnn import legalize
     from tvm_integration.qnn.model import lower
     if isinstance(model, (str, Path)):
@@ -39,17 +41,18 @@ def layers(model: onnx.ModelProto | Path, target: str = "host") -> list[Layer]:
         if op is None or op.kind not in LINEAR:
             continue
         precision = legalize.precision(op)
-        operator, kernel = _operator(op, target)
+        operator, kernel = _operator(op, target, mcpu)
         rows.append(Layer(op.params.get("layer", "") or "(unnamed)", op.kind, "x".join(map(str, op.constants[0].shape)),
                           precision, operator, kernel))
     return rows
 
 
-def _operator(op: IntegerOp, target: str) -> tuple[str, str]:
+def _operator(op: IntegerOp, target: str, mcpu: str | None = None) -> tuple[str, str]:
     from tvm_integration.kernels import selection
+    from tvm_integration.kernels.bitserial import CROSS
     from tvm_integration.ops.bitserial_gemm import Config, tile_for
     if op.bitserial:
-        isa = target if target in selection.BITSERIAL_ISAS else "host"
+        isa = target if target in (*selection.BITSERIAL_ISAS, *CROSS) else "host"
         kernel = selection.bitserial_kernel(isa, op.params["abits"], op.params["wbits"], op.params["encoding"])
         weight = op.constants[0]
         words = -(-weight.shape[1] // 64) * (weight.shape[2] * weight.shape[3] if weight.ndim == 4 else 1)
@@ -61,9 +64,23 @@ def _operator(op: IntegerOp, target: str) -> tuple[str, str]:
         return "bitserial", tile.spec.name
     if not op.tensorized:
         return "reference", op.implementation.removeprefix("reference: ")
+    if target == "neon":
+        return _neon_int8(op, mcpu)
     if op.depthwise:
         return "depthwise", "direct vectorized TIR (ops/depthwise.py)"
     return "int8", _int8_kernel(op, "host" if target == "host" else target)
+
+
+def _neon_int8(op: IntegerOp, mcpu: str | None) -> tuple[str, str]:
+    """The NEON int8 operator of a tensorized layer (ops/neon_int8.py): the core's tile, one per core."""
+    from tvm_integration.kernels import neon_int8
+    core = mcpu or "a generic v8.0 core"
+    if op.depthwise:
+        return "depthwise", f"direct vectorized TIR for {core} (ops/depthwise.py)"
+    name = neon_int8.tile_for(mcpu).intrin.removeprefix("qsynth_")
+    if op.kind == "dense":
+        return "int8", name
+    return "int8", f"{name} ({'one GEMM per group' if op.params['groups'] > 1 else 'im2col along window rows'})"
 
 
 def _int8_kernel(op: IntegerOp, isa: str) -> str:
