@@ -55,6 +55,7 @@ CONVS = [
     ("v8", "uint8", (9, 10, 8), (12, 3, 3), 1, 1, 0, True),        # 90 rows, 12 columns: remainders; ties
     ("v8", "int8", (8, 8, 16), (20, 1, 1), 2, 0, 0, False),        # 1x1 stride 2, s8 input
     ("v8", "uint8", (15, 15, 3), (8, 7, 7), 2, 3, 7, True),        # the stem: 21-byte runs in 24; zero point 7
+    ("v8", "int8", (15, 15, 3), (8, 7, 7), 2, 3, 7, False),        # s8 stem: the rounding bytes zero after +128
     ("dotprod", "uint8", (11, 9, 24), (6, 3, 3), 2, 1, 128, True),  # stride 2; K 216 of 16-byte blocks
     ("dotprod", "uint8", (15, 15, 3), (16, 7, 7), 2, 3, 0, False),  # the stem on sdot
     ("i8mm", "uint8", (6, 7, 32), (12, 3, 3), 1, 1, 0, True),

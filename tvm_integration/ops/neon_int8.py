@@ -85,19 +85,14 @@ def build_conv2d(weight: np.ndarray, input_shape, stride=1, padding=0, groups: i
     x = te.placeholder(tuple(input_shape), data_dtype, name="data")
     padded = te.compute((b, rows_in, cols_in * c), lambda bi, i, jc: depthwise.padded_value(
         x, "NHWC", bi, jc % c, i - pads[0], jc // c - pads[1], pad_value), name="pad")
-    _, unsigned_w = neon_int8.offsets(neon_int8.family_of(kernel))
 
     def element(bi, g, p, k):
-        value = padded[bi, p // ow * stride[0] + k // step, p % ow * stride[1] * c + k % step]
-        return value if step == run or not unsigned_w else tirx.if_then_else(
-            k % step < run, value, tirx.const(0, data_dtype))
+        return padded[bi, p // ow * stride[0] + k // step, p % ow * stride[1] * c + k % step]
     rows = np.zeros((o, kh, step), np.int8)
     rows[:, :, :run] = weight.transpose(0, 2, 3, 1).reshape(o, kh, run)
-    real = np.zeros((kh, step), bool)
-    real[:, :run] = True
     gemm = Gemm(b, 1, oh * ow, o, kh * step)
-    mod, constants = build_gemm(gemm, x, element, rows.reshape(1, o, kh * step), real.reshape(-1), stage, kernel,
-                                (kh, step))
+    mod, constants = build_gemm(gemm, x, element, rows.reshape(1, o, kh * step), stage, kernel, (kh, step),
+                                in_run=None if step == run else lambda k: k % step < run)
     return Built(mod, constants, (b, oh * ow, 1, o), stage.out_dtype, tuple(input_shape), data_dtype, (b, oh, ow, o),
                  neon_int8.neon_target(mcpu, kernel))
 
@@ -112,8 +107,7 @@ def build_dense(weight: np.ndarray, m: int, data_dtype: str = "uint8", stage: Ou
         return dataclasses.replace(plain, target=neon_int8.neon_target(mcpu))
     n, k = weight.shape
     x = te.placeholder((m, k), data_dtype, name="data")
-    mod, constants = build_gemm(Gemm(1, 1, m, n, k), x, lambda b, g, p, t: x[p, t], weight[None], np.ones(k, bool),
-                                stage, kernel, ())
+    mod, constants = build_gemm(Gemm(1, 1, m, n, k), x, lambda b, g, p, t: x[p, t], weight[None], stage, kernel, ())
     return Built(mod, constants, (1, m, 1, n), stage.out_dtype, (m, k), data_dtype, (m, n),
                  neon_int8.neon_target(mcpu, kernel))
 
@@ -137,7 +131,7 @@ def _grouped(weight: np.ndarray, input_shape, stride, pads, out_hw, groups: int,
         return padded[bi, ih, iw, g * cg + k % cg]
     matrix = conv2d_ops.conv_weight_matrix(weight, groups)
     gemm = Gemm(b, groups, oh * ow, o // groups, matrix.shape[2])
-    mod, constants = build_gemm(gemm, x, element, matrix, np.ones(matrix.shape[2], bool), stage, kernel, (kh, kw, cg))
+    mod, constants = build_gemm(gemm, x, element, matrix, stage, kernel, (kh, kw, cg))
     return Built(mod, constants, (b, oh * ow, groups, o // groups), stage.out_dtype, input_shape, data_dtype,
                  (b, oh, ow, o), neon_int8.neon_target(mcpu, kernel))
 
@@ -154,12 +148,14 @@ def _k4_shape(kernel):
     return neon_int8.tile_for(family="dotprod") if kernel.spec.layout == "rows" else kernel
 
 
-def build_gemm(gemm: Gemm, data: te.Tensor, element, weights: np.ndarray, real: np.ndarray, stage: OutputStage,
-               kernel, depth_loops: tuple[int, ...]):
+def build_gemm(gemm: Gemm, data: te.Tensor, element, weights: np.ndarray, stage: OutputStage, kernel,
+               depth_loops: tuple[int, ...], in_run=None):
     """``(mod, constants)`` of ``main(data, weights, *stage params, out)``, or ``main(data, weights,
     *stage params, residual, out)`` when the stage adds a residual (in the output's shape, as
-    gemm.py's); out ``[b, rows, groups, cols]``; ``weights`` int8 ``[groups, cols, depth]``; ``real``:
-    bool ``[depth]``, the k positions that are not a run's rounding (zero weights)."""
+    gemm.py's); out ``[b, rows, groups, cols]``; ``weights`` int8 ``[groups, cols, depth]``;
+    ``in_run(k)`` (Python or TIR): whether k is a weight rather than a run's rounding (zero weights),
+    None: every k is. A tile of unsigned weight codes (w + 128, the offset taken off through A's row
+    sums) would count A at a rounding position, so A is zero there after its own shift."""
     family = neon_int8.family_of(kernel)
     shift, unsigned_w = neon_int8.offsets(family)
     signed = data.dtype == "int8"
@@ -171,7 +167,7 @@ def build_gemm(gemm: Gemm, data: te.Tensor, element, weights: np.ndarray, real: 
     a_shifted = lambda v: (v.astype("int32") + shift).astype(a_dtype) if shift else v.astype(a_dtype)
 
     def a_value(b, g, p, k):
-        inside = tirx.all(p < gemm.rows, k < gemm.depth)
+        inside = tirx.all(p < gemm.rows, k < gemm.depth, *([in_run(k)] if in_run and unsigned_w else []))
         return tirx.if_then_else(inside, a_shifted(element(b, g, p, k)), tirx.const(0, a_dtype))
     groups = gemm.groups
     packed = te.compute((gemm.batch, groups, pp // tile.mr, tile.mr, kp),
@@ -195,6 +191,7 @@ def build_gemm(gemm: Gemm, data: te.Tensor, element, weights: np.ndarray, real: 
     out, residual = output_tensor((gemm.batch, gemm.rows, groups, cols), stage, params,
                                   lambda b, p, g, n: (value(b, g, p, n), g, n))
     func = te.create_prim_func([data, w, *params.values(), *([residual] if residual is not None else []), out])
+    real = np.array([bool(in_run(k)) if in_run else True for k in range(gemm.depth)])
     codes = weights.astype(np.int16) + neon_int8.WEIGHT_SHIFT * real[None, None, :] if unsigned_w else weights
     constants = [pack(codes.astype(b_dtype), tile.nr, tile.k, grp), *values.values()]
     return _schedule(func, tile, kernel, depth_loops if kp == gemm.depth else ()), constants
