@@ -5,12 +5,13 @@ In NHWC, one window row (kw pixels x C channels) of output pixel ``ow`` is the r
 bytes at ``ow * sw * C`` of the padded input row ``oh * sh + kh``; the runs of ``mr`` consecutive
 output pixels start ``sw * C`` bytes apart, so a k4-image tile kernel given that as its A row stride
 reads them in place (the rows overlap: ``kernels.int8.direct_functions``). The GEMM then runs, per
-tile of ``mr`` pixels of one output row and ``nr`` channels, one kernel call per window row ``kh``,
-accumulating in the tile. The im2col packing copied every input byte ``kh*kw`` times; here the
-input is copied once, by the padding stage.
+tile of ``mr`` pixels of one output row and ``nr`` channels, one kernel call over all window rows
+(``_kruns``: the tile starts from zero and stays in registers). The im2col packing copied every input
+byte ``kh*kw`` times; here the input is copied once, by the padding stage. Output rows that do not
+split into whole row tiles are rounded up to them where that wastes at most a quarter (``flat``).
 
-A convolution whose output rows do not split into whole row tiles (every ResNet width for the AMX
-tile's 32 rows) runs the same GEMM over a flat pixel order instead. The padded input is stored as
+Narrower output rows (ResNet's 14 and 7 for the AMX tile's 32 rows) run the same GEMM over a flat
+pixel order instead. The padded input is stored as
 ``sh`` planes of every ``sh``-th row (plane ``p`` holds padded rows ``p, p + sh, ...``; one plane at
 stride 1), each ``wp`` pixels wide (the padded width rounded up to a multiple of ``sw``). Output
 pixel (oh, ow) is flat row ``q = oh * wq + ow`` with ``wq = wp / sw``; its window row ``kh`` is the
@@ -105,7 +106,7 @@ def build(x: te.Tensor, weight: np.ndarray, stride: tuple[int, int], pads: tuple
 def _schedule(func, tile: Tile, kernel: Kernel | None, run: int, row_step: int, runs: Runs, channels: int,
               padded_rows: tuple[int, int]):
     """Loops ``(b, oh, ow0) | n0 | kh | ow1 n1 t`` (flat: ``(b, q0) | n0 | kh | q1 n1 t``), the fused
-    outer loop parallel, the inner four one kernel call (the C tile kept through the window rows); the padding stage parallel over input rows,
+    outer loop parallel, the inner four one kernel call; the padding stage parallel over input rows,
     a vector copy per pixel; the output stage after each (row tile, column tile), or (flat) in a pass
     of its own over the output rows."""
     sch = s_tir.Schedule(func)
