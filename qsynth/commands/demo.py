@@ -23,7 +23,7 @@ MODEL = {"full": (224, (64, 128, 256, 512), 1000), "quick": (32, (8, 16, 16, 32)
 BITSERIAL = (1, 1, "unipolar")          # the layer's configuration: A1W1, the paper's headline kernel
 # the functions a tensorized operator calls: the emitted loops' extern wrappers, and the AMX loop's
 # run-time wrapper (tvm_integration/kernels/amx_runtime.py)
-EXTERN = re.compile(r"qs_(\w+?)_(?:kloop_extern|gemm_extern|kloop_amx)\b")
+EXTERN = re.compile(r"qs_(\w+?)_(?:kloop_extern|kruns_extern|gemm_extern|kloop_amx|kruns_amx)\b")
 
 
 def demo(quick: bool = typer.Option(False, "--quick", help="a narrow 32x32 ResNet-style model and fewer timed "

@@ -64,6 +64,15 @@ class Kernel:
             _REGISTERED.add(name)
         return name
 
+    def product_intrin(self, kblocks: int) -> str:
+        """The TensorIntrin of a whole dot product, C = A·B over ``kblocks`` k blocks in one ``_kruns``
+        call from zeroed tiles (``product_functions``; registered on first use)."""
+        name = f"{self.intrin}_x{kblocks}_product"
+        if name not in _REGISTERED:
+            s_tir.TensorIntrin.register(name, *product_functions(self.spec, self.runs_function, kblocks), override=True)
+            _REGISTERED.add(name)
+        return name
+
     def direct_intrin(self, kblocks: int, row_step: int, runs: "Runs") -> str:
         """The TensorIntrin of ``runs`` window rows of ``kblocks`` k blocks each, whose A rows start
         ``row_step`` bytes apart in the padded input (``direct_functions``; registered on first use)."""
@@ -134,6 +143,44 @@ def loop_functions(spec: Int8Spec, function: str, kblocks: int):
             T.writes(C[0:mr, 0:nr])
             T.evaluate(T.call_extern("int32", function, A.access_ptr("r"), A.strides[0], k,
                                      B.access_ptr("r"), B.strides[0], C.access_ptr("rw"), C.strides[0], kblocks))
+
+    return desc, impl
+
+
+def product_functions(spec: Int8Spec, function: str, kblocks: int):
+    """(description, implementation) as ``loop_functions``'s over the whole dot product, C = A·B (the
+    block's init and its update): the kernel's ``_kruns``, one run, starts from zeroed tiles, so C is
+    neither zeroed in memory nor loaded (a 1x1 layer's few k blocks waited for those stores)."""
+    mr, nr, k = spec.mr, spec.nr, spec.k
+    depth = kblocks * k
+    a_dtype, b_dtype = DTYPES[spec.types]
+
+    @T.prim_func(s_tir=True)
+    def desc(A: T.Buffer((mr, depth), a_dtype, offset_factor=1, strides=[T.int32(), 1]),
+             B: T.Buffer((depth // 4, nr, 4), b_dtype, offset_factor=1, strides=[T.int32(), 4, 1]),
+             C: T.Buffer((mr, nr), "int32", offset_factor=1, strides=[T.int32(), 1])) -> None:
+        with T.sblock("root"):
+            T.reads(A[0:mr, 0:depth], B[0:depth // 4, 0:nr, 0:4])
+            T.writes(C[0:mr, 0:nr])
+            for i, j, t in T.grid(mr, nr, depth):
+                with T.sblock("update"):
+                    vi, vj, vt = T.axis.remap("SSR", [i, j, t])
+                    T.reads(C[vi, vj], A[vi, vt], B[vt // 4, vj, vt % 4])
+                    T.writes(C[vi, vj])
+                    with T.init():
+                        C[vi, vj] = 0
+                    C[vi, vj] = C[vi, vj] + T.Cast("int32", A[vi, vt]) * T.Cast("int32", B[vt // 4, vj, vt % 4])
+
+    @T.prim_func(s_tir=True)
+    def impl(A: T.Buffer((mr, depth), a_dtype, offset_factor=1, strides=[T.int32(), 1]),
+             B: T.Buffer((depth // 4, nr, 4), b_dtype, offset_factor=1, strides=[T.int32(), 4, 1]),
+             C: T.Buffer((mr, nr), "int32", offset_factor=1, strides=[T.int32(), 1])) -> None:
+        with T.sblock("root"):
+            T.reads(A[0:mr, 0:depth], B[0:depth // 4, 0:nr, 0:4])
+            T.writes(C[0:mr, 0:nr])
+            T.evaluate(T.call_extern("int32", function, A.access_ptr("r"), A.strides[0], k, 1, 1, T.int64(0),
+                                     T.int64(0), B.access_ptr("r"), B.strides[0], C.access_ptr("w"), C.strides[0],
+                                     kblocks, 0))
 
     return desc, impl
 

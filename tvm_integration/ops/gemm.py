@@ -183,12 +183,11 @@ def schedule(func, tile: Tile, kernel: Kernel | None, order: str, depth_loops: t
         sch.vectorize(sch.get_loops(output)[-1])
     if kernel is None:
         init = sch.decompose_reduction(block, k0)
+        sch.vectorize(sch.get_loops(init)[-1])
         sch.reorder(p1, k1, n1)
         sch.unroll(p1)
     else:
-        init = sch.decompose_reduction(block, p1)
-        tensorize_tile(sch, outer, p1, kernel.loop_intrin(int(sch.get(k).extent) // tile.k), kernel)
-    sch.vectorize(sch.get_loops(init)[-1])
+        tensorize_tile(sch, outer, p1, kernel.product_intrin(int(sch.get(k).extent) // tile.k), kernel)
     return sch.mod
 
 
