@@ -79,7 +79,7 @@ def run(model: str = MODEL,
         raise UsageError("--profile: a model for --target neon runs under qemu, whose speed is not the core's; "
                          "nothing to profile")
     with spinner(f"running {model}"):
-        feeds = _inputs(input, list(input_specs(model_path, allow_float=allow_float)))
+        feeds = _inputs(input, list(input_specs(model_path, allow_float=allow_float)), model_path)
         if target == "neon":            # the artifact cache keeps host libraries only
             with _private_temporary_files():
                 outputs = compile_model(model_path, target=target, threads=threads, allow_float=allow_float,
@@ -166,7 +166,7 @@ def bench_model(model: str = MODEL,
     if tvm_default:
         raise UsageError("--tvm-default: for --target neon (on this host TVM's default build is always a column)")
     set_threads(threads)
-    feeds = _inputs(input, list(input_specs(model))) if input else {}
+    feeds = _inputs(input, list(input_specs(model)), Path(model)) if input else {}
     with spinner(f"compiling and timing {model}"):
         row = run_bench(model, fp32, threads, trials, feeds=feeds)
     if json:
@@ -204,7 +204,7 @@ def _bench_arm(model: str, fp32: str | None, threads: int, input: list[str] | No
         ort_aarch64.runtime()
     except RuntimeError as e:
         raise WorkFailed(f"--target neon: no AArch64 onnxruntime: {' '.join(str(e).split())[:300]}")
-    feeds = _inputs(input, list(input_specs(model))) if input else {}
+    feeds = _inputs(input, list(input_specs(model)), Path(model)) if input else {}
     with spinner(f"compiling {model} for {mcpu} and counting its blocks under qemu"), _private_temporary_files():
         row = arm_models.bench_arm_model(model, mcpu, fp32, with_tvm_default=tvm_default, feeds=feeds,
                                          threads=threads)
@@ -225,22 +225,24 @@ def _bench_arm(model: str, fp32: str | None, threads: int, input: list[str] | No
 
 def inspect(model: str = MODEL, target: Target = TARGET, allow_float: bool = ALLOW_FLOAT,
             json: bool = typer.Option(False, "--json", help=JSON_HELP), mcpu: Optional[str] = MCPU) -> int:
-    """Each conv/dense layer's precision (AxWy, encoding), operator and kernel, without compiling."""
+    """Each conv/dense layer's and MatMul's precision (AxWy, encoding; float32), operator and kernel, without
+    compiling."""
     from tvm_integration.qnn.importer import load
     from tvm_integration.qnn.inspect import layers, table
     _core(target, mcpu)
     rows = layers(Path(model) if Path(model).suffix == ".tflite" else load(model, allow_float=allow_float), target,
                   mcpu)
     if json:
-        print_json([dict(layer=r.layer, op=r.kind, weights=r.shape, abits=r.precision.abits, wbits=r.precision.wbits,
-                         encoding=r.precision.encoding, note=r.precision.weights, operator=r.operator,
-                         kernel=r.kernel) for r in rows])
+        print_json([dict(layer=r.layer, op=r.kind, weights=r.shape, operator=r.operator, kernel=r.kernel,
+                         **(dict(abits=None, wbits=None, encoding="float32", note="") if r.precision is None else
+                            dict(abits=r.precision.abits, wbits=r.precision.wbits, encoding=r.precision.encoding,
+                                 note=r.precision.weights))) for r in rows])
     else:
         print(table(rows))
     return 0
 
 
-def _inputs(specs: list[str], names: list[str]) -> dict[str, np.ndarray]:
+def _inputs(specs: list[str], names: list[str], model: Path | None = None) -> dict[str, np.ndarray]:
     """``--input [NAME=]PATH.npy`` options -> the model's feeds (NAME may be left out of a model's only input).
     A file that is not a readable .npy array is bad input naming the file (numpy's EOFError on an empty file
     used to pass for Ctrl-C: click turns EOFError into an abort). NaN and infinities are refused: a
@@ -271,7 +273,22 @@ def _inputs(specs: list[str], names: list[str]) -> dict[str, np.ndarray]:
                              "NaN or infinite value(s); qsynth refuses them (a quantized model's result for them "
                              "is not defined)")
         feeds[name] = x
+    if model is not None and model.suffix != ".tflite":
+        _ids_in_range(feeds, model)
     return feeds
+
+
+def _ids_in_range(feeds: dict[str, np.ndarray], model: Path) -> None:
+    """An id input (a Gather's indices: BERT's input_ids, positions, token types) holding a value outside
+    its table's rows is bad input, refused naming it: onnxruntime refuses it too, and the compiled
+    Gather would read out of bounds (a segfault)."""
+    import onnx
+    from tvm_integration.bench.inputs import index_rows
+    for name, rows in index_rows(onnx.load(str(model), load_external_data=False)).items():
+        x = feeds.get(name)
+        if x is not None and x.dtype.kind in "iu" and x.size and (x.min() < -rows or x.max() >= rows):
+            raise UsageError(f"--input {name}: ids in [{x.min()}, {x.max()}]; the table it indexes has {rows} rows "
+                             f"(ids {-rows} .. {rows - 1})")
 
 
 def _save_outputs(outputs: dict[str, np.ndarray], path: Path) -> None:

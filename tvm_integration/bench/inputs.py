@@ -20,22 +20,26 @@ PASS_THROUGH = {"Cast", "Reshape", "Unsqueeze", "Squeeze", "Flatten", "Identity"
 
 
 def ranges(model: onnx.ModelProto) -> dict[str, tuple[int, int]]:
+    rows = index_rows(model)
+    initializers = {t.name for t in model.graph.initializer}
+    return {i.name: (0, rows[i.name]) if i.name in rows else (0, 2) for i in model.graph.input
+            if i.name not in initializers and (i.name in rows or "mask" in i.name.lower())}
+
+
+def index_rows(model: onnx.ModelProto) -> dict[str, int]:
+    """Input name -> the rows of the shortest table it indexes through a Gather, for the inputs that
+    index one: Gather takes -rows .. rows - 1 (``qsynth run`` refuses other ids: TVM's Gather does not
+    check its indices and reads out of bounds)."""
     shapes = _shapes(model)
     consumers: dict[str, list[onnx.NodeProto]] = {}
     for node in model.graph.node:
         for name in node.input:
             consumers.setdefault(name, []).append(node)
-    initializers = {t.name for t in model.graph.initializer}
     found = {}
     for graph_input in model.graph.input:
-        name = graph_input.name
-        if name in initializers:
-            continue
-        rows = _gathered_rows(name, consumers, shapes)
+        rows = _gathered_rows(graph_input.name, consumers, shapes)
         if rows:
-            found[name] = (0, min(rows))
-        elif "mask" in name.lower():
-            found[name] = (0, 2)
+            found[graph_input.name] = min(rows)
     return found
 
 

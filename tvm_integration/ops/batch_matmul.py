@@ -98,12 +98,20 @@ class BuiltMatmul:
     kernel: str
 
 
+def kernel_for(a: Operand, b: Operand, isa: str = "host"):
+    """The int8 tile the operator runs ``a @ b`` on (kernels/tuning.py's choice for its shape); also
+    what ``qsynth inspect`` names."""
+    batch, m, k, n = geometry(a, b)
+    groups = int(np.prod(batch)) if batch else 1
+    return tuning.choose(f"batch_matmul g{groups} m{m} n{n} k{k} {a.dtype}", selection.int8_candidates(isa, k), m, n,
+                         depth=k)
+
+
 def build_batch_matmul(a: Operand, b: Operand, za: int, zb: int, scale: float, out_zp: int, out_dtype: str,
                        clamp, isa: str = "host", use_kernel: bool = True) -> BuiltMatmul:
     batch, m, k, n = geometry(a, b)
     groups = int(np.prod(batch)) if batch else 1
-    candidates = selection.int8_candidates(isa, k)
-    kernel = tuning.choose(f"batch_matmul g{groups} m{m} n{n} k{k} {a.dtype}", candidates, m, n, depth=k)
+    kernel = kernel_for(a, b, isa)
     tile = Tile.of(kernel)
     gemm = Gemm(1, groups, m, n, k)
     pp, npad, kp = gemm.padded(tile)

@@ -3,7 +3,12 @@ legalize: its precision (AxWy and encoding, precision.py), the operator it runs 
 that operator takes on this host (the bitserial tile; the int8 tile kernels/tuning.py picks for its shape;
 the depthwise TIR; or the reference computation and why). ``--target neon [--mcpu CORE]``: the same
 for an AArch64 core, as bind.py builds it (the NEON bitserial tiles; the core's int8 tile family,
-kernels/neon_int8.py)."""
+kernels/neon_int8.py).
+
+Every MatMul is listed (a transformer's): one with a constant weight is the int8 ``dense``; one of two
+quantized activations (Q.K^T, attention.V) the int8 ``batch_matmul`` (ops/batch_matmul.py) and its
+tile; one left in float (quantize_dynamic's Q.K^T and attention.V, a MatMul outside Q/DQ) a ``matmul``
+of precision float32, as float_ops.py schedules it."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -18,10 +23,10 @@ from tvm_integration.qnn.precision import Precision
 @dataclass(frozen=True)
 class Layer:
     layer: str
-    kind: str                  # conv2d | dense
-    shape: str                 # weights
-    precision: Precision
-    operator: str              # bitserial | int8 | depthwise | reference
+    kind: str                  # conv2d | dense | batch_matmul (two int8 activations) | matmul (float)
+    shape: str                 # weights; a matmul of two activations: both operands
+    precision: Precision | None    # None: float32
+    operator: str              # bitserial | int8 | depthwise | reference | float
     kernel: str
 
 
@@ -38,6 +43,10 @@ def layers(model: onnx.ModelProto | Path, target: str = "host", mcpu: str | None
     rows = []
     for binding in mod["main"].body.blocks[0].bindings:
         op = IntegerOp.read(binding.value, mod)
+        if op is not None and op.kind == "batch_matmul":
+            rows.append(_batch_matmul(op, target))
+        elif op is None and _float_matmul(binding.value):
+            rows.append(_float_layer(binding, target))
         if op is None or op.kind not in LINEAR:
             continue
         precision = legalize.precision(op)
@@ -45,6 +54,37 @@ def layers(model: onnx.ModelProto | Path, target: str = "host", mcpu: str | None
         rows.append(Layer(op.params.get("layer", "") or "(unnamed)", op.kind, "x".join(map(str, op.constants[0].shape)),
                           precision, operator, kernel))
     return rows
+
+
+def _batch_matmul(op: IntegerOp, target: str) -> Layer:
+    """A matmul of two quantized activations: the int8 tile ops/batch_matmul.py takes on x86; on Arm
+    bind.py leaves it to its plain TIR."""
+    from tvm_integration.ops.batch_matmul import Operand, kernel_for
+    a, b = (Operand(tuple(int(d) for d in x.ty.shape), str(x.ty.dtype), tuple(op.params[f"{n}_axes"]) or None)
+            for x, n in zip(op.inputs, "ab"))
+    short = {"uint8": "u8", "int8": "s8"}
+    precision = Precision(8, 8, "int8", f"{short[a.dtype]} x {short[b.dtype]} activations")
+    shape = " @ ".join("x".join(map(str, x.logical)) for x in (a, b))
+    if target == "neon":
+        return Layer(op.params.get("layer") or "(unnamed)", "batch_matmul", shape, precision, "reference",
+                     "plain TIR (the tiles not yet on Arm)")
+    kernel = kernel_for(a, b, "host" if target == "host" else target).spec.name
+    return Layer(op.params.get("layer") or "(unnamed)", "batch_matmul", shape, precision, "int8", kernel)
+
+
+def _float_matmul(value) -> bool:
+    from tvm import relax
+    return isinstance(value, relax.Call) and getattr(value.op, "name", "") == "relax.matmul" \
+        and str(value.ty.dtype) == "float32"
+
+
+def _float_layer(binding, target: str) -> Layer:
+    """A MatMul the rewrite left in float: on x86 summed as MLAS's sgemm (float_ops.py), TVM's
+    legalized matmul on Arm."""
+    from tvm_integration.qnn.importer import LAYER_NAMES
+    shape = " @ ".join("x".join(str(int(d)) for d in x.ty.shape) for x in binding.value.args)
+    kernel = "TVM's legalized matmul" if target == "neon" else "qsynth_float_matmul (MLAS sgemm's sums, float_ops.py)"
+    return Layer(LAYER_NAMES.get(binding.var.name, binding.var.name), "matmul", shape, None, "float", kernel)
 
 
 def _operator(op: IntegerOp, target: str, mcpu: str | None = None) -> tuple[str, str]:
@@ -107,7 +147,8 @@ def _int8_kernel(op: IntegerOp, isa: str) -> str:
 
 
 def table(rows: list[Layer]) -> str:
-    header = f"{'layer':24} {'op':6} {'weights':12} {'precision':32} {'operator':9} kernel"
-    lines = [header] + [f"{r.layer:24} {r.kind:6} {r.shape:12} {str(r.precision):32} {r.operator:9} {r.kernel}"
-                        for r in rows]
-    return "\n".join(lines)
+    cells = [("layer", "op", "weights", "precision", "operator", "kernel")] + [
+        (r.layer, r.kind, r.shape, "float32" if r.precision is None else str(r.precision), r.operator, r.kernel)
+        for r in rows]
+    widths = [max(len(c[i]) for c in cells) for i in range(5)]
+    return "\n".join(" ".join(f"{c:{w}}" for c, w in zip(row, widths)) + " " + row[5] for row in cells)

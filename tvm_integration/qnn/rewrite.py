@@ -207,7 +207,7 @@ class QDQToInteger(QDQReader):
         scale = np.float32(np.float32(sa * sb) / np.float32(sy))      # onnxruntime's order
         return self.integer("batch_matmul", inputs, a_axes=axes[0], b_axes=axes[1], a_zero_point=za,
                             b_zero_point=zb, scale=float(scale), out_zero_point=zy, out_dtype=out.dtype,
-                            clamp=list(out.bounds))
+                            clamp=list(out.bounds), layer=self.layer_name(expr))
 
     @staticmethod
     def integer_bias(bias: np.ndarray, scale: np.ndarray, layer: str) -> np.ndarray:
