@@ -24,26 +24,27 @@ SHAPE = (1, 3, 8, 8)
 
 SPECS = {
     # int8 stem; A2W2 signed weights scaled per channel (unipolar + the T channel); A2W1 bipolar
-    # (hybrid) on int2 activations (the codes pass); an int4 dense on the int8 operators; a float last layer
+    # (hybrid) on int2 activations (the codes pass); an int4 dense on the int8 operators; a float last layer (a float matmul)
     "qdq": ([conv(8, wbits=8, bits=2), conv(8, wbits=2, bits=2, signed=True, relu=False, per_channel=True),
              conv(8, bipolar=True, wbits=1, bits=2, zp=1), dict(op="maxpool"), dict(op="flatten"),
              dense(16, wbits=4, bits=2), float_dense(4)],
             [("conv0", "A8W8 int8", "int8"), ("conv1", "A2W2 unipolar", "bitserial"),
-             ("conv2", "A2W1 hybrid (bipolar)", "bitserial"), ("dense5", "A2W4 int8", "int8")]),
+             ("conv2", "A2W1 hybrid (bipolar)", "bitserial"), ("dense5", "A2W4 int8", "int8"),
+             ("float_dense6", "None", "float")]),
     # 3-bit: unsigned weights scaled per channel on a zero point of 1 (fused output stage, padding
     # code 1), A3W3 dense
     "qcdq": ([conv(8, wbits=8, bits=3, zp=1),
               conv(8, wbits=3, wsigned=False, bits=3, signed=True, per_channel=True), dict(op="flatten"),
               dense(16, wbits=3, bits=4), float_dense(4)],
              [("conv0", "A8W8 int8", "int8"), ("conv1", "A3W3 unipolar", "bitserial"),
-              ("dense3", "A3W3 unipolar", "bitserial")]),
+              ("dense3", "A3W3 unipolar", "bitserial"), ("float_dense4", "None", "float")]),
     # Quant and BipolarQuant: A2W1 bipolar and a dense A4W2 scaled per channel (so their 32-bit bias
     # Quants too), a 1x1 A2W4 on the int8 operators
     "qonnx": ([conv(8, wbits=8, bits=2), conv(8, bipolar=True, wbits=1, bits=2, per_channel=True),
                conv(8, k=1, pad=0, wbits=4, bits=4), dict(op="flatten"), dense(16, wbits=2, bits=2, per_channel=True),
                float_dense(4)],
               [("conv0", "A8W8 int8", "int8"), ("conv1", "A2W1 hybrid (bipolar)", "bitserial"),
-               ("conv2", "A2W4 int8", "int8"), ("dense4", "A4W2 int8", "int8")]),
+               ("conv2", "A2W4 int8", "int8"), ("dense4", "A4W2 int8", "int8"), ("float_dense5", "None", "float")]),
 }
 
 
@@ -87,7 +88,8 @@ def test_layers_take_the_operators_their_precision_says(compiled):
     form, path, *_ = compiled
     rows = layers(load(path))
     assert [(r.layer, str(r.precision), r.operator) for r in rows] == SPECS[form][1]
-    assert all(r.kernel.startswith("bitserial_" if r.operator == "bitserial" else "int8_") for r in rows)
+    prefix = {"bitserial": "bitserial_", "int8": "int8_", "float": "qsynth_float_matmul"}
+    assert all(r.kernel.startswith(prefix[r.operator]) for r in rows), rows
 
 
 # -- the decomposition bitserial_layer.py lowers a layer with, checked in numpy -----------------------
