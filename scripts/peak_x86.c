@@ -1,6 +1,6 @@
 /* Instruction peaks of this machine, measured by scripts/bench_kernels.py in the same run as the
  * kernels: 12 independent register-only chains of each instruction (more than latency x issue width),
- * median of 9 trials. `peak NAME...` runs the named probes only: the caller names those whose CPU
+ * median of 9 trials, in CPU time (the machine is shared: wall clock counts other jobs). `peak NAME...` runs the named probes only: the caller names those whose CPU
  * feature the host has (isa_specs/host.py), so the file is built without -march and the AMX code
  * carries its own target attribute. Prints one JSON object: instructions per second per probe. */
 #include <immintrin.h>
@@ -12,7 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + 1e-9 * t.tv_nsec; }
+static double now(void) { struct timespec t; clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t); return t.tv_sec + 1e-9 * t.tv_nsec; }
 static int cmp(const void *x, const void *y) { double a = *(const double *)x, b = *(const double *)y; return (a > b) - (a < b); }
 
 #define X12(op, r) op " %%" r "17, %%" r "16, %%" r "0\n\t" op " %%" r "17, %%" r "16, %%" r "1\n\t" \

@@ -73,13 +73,14 @@ class Kernel:
             _REGISTERED.add(name)
         return name
 
-    def direct_intrin(self, kblocks: int, row_step: int, runs: "Runs") -> str:
+    def direct_intrin(self, kblocks: int, row_step: int, runs: "Runs", init: bool = True) -> str:
         """The TensorIntrin of ``runs`` window rows of ``kblocks`` k blocks each, whose A rows start
         ``row_step`` bytes apart in the padded input (``direct_functions``; registered on first use)."""
-        name = f"{self.intrin}_x{kblocks}_step{row_step}_{runs.count}x{runs.planes}_{runs.plane_step}_{runs.run_step}"
+        name = (f"{self.intrin}_x{kblocks}_step{row_step}_{runs.count}x{runs.planes}_{runs.plane_step}_{runs.run_step}"
+                + ("" if init else "_update"))
         if name not in _REGISTERED:
-            s_tir.TensorIntrin.register(name, *direct_functions(self.spec, self.runs_function, kblocks, row_step, runs),
-                                        override=True)
+            s_tir.TensorIntrin.register(name, *direct_functions(self.spec, self.runs_function, kblocks, row_step, runs,
+                                                                init), override=True)
             _REGISTERED.add(name)
         return name
 
@@ -202,14 +203,15 @@ class Runs:
         return r % self.planes * self.plane_step + r // self.planes * self.run_step
 
 
-def direct_functions(spec: Int8Spec, function: str, kblocks: int, row_step: int, runs: Runs):
+def direct_functions(spec: Int8Spec, function: str, kblocks: int, row_step: int, runs: Runs, init: bool = True):
     """(description, implementation) of a whole dot product, C = A·B (the block's init and its update),
     over ``runs`` window rows of ``kblocks`` k blocks each, A one run of bytes whose row i starts at
     ``i * row_step`` (rows may overlap) from the window row's offset: a convolution's window rows for
     ``mr`` consecutive output pixels read straight from the padded NHWC input (ops/direct.py), the B
     blocks consecutive. The kernel's ``_kruns``, given ``row_step`` as its A row stride, starts from
     zeroed tiles (C is not read: no zeroing in memory, whose stores a tile load right after waits
-    for) and keeps them through all the runs."""
+    for) and keeps them through all the runs. ``init=False``: C += A·B, C loaded first (one window row
+    of a dot product that ops/direct.py's ``run_by_run`` splits by window row)."""
     mr, nr, k = spec.mr, spec.nr, spec.k
     depth = kblocks * k
     # TVM bounds the offsets' two terms apart, and the declared region must equal its bound
@@ -223,28 +225,48 @@ def direct_functions(spec: Int8Spec, function: str, kblocks: int, row_step: int,
              B: T.Buffer((rows, nr, 4), b_dtype, offset_factor=1, strides=[T.int32(), 4, 1]),
              C: T.Buffer((mr, nr), "int32", offset_factor=1, strides=[T.int32(), 1])) -> None:
         with T.sblock("root"):
-            T.reads(A[0:span], B[0:rows, 0:nr, 0:4])
+            if init:
+                T.reads(A[0:span], B[0:rows, 0:nr, 0:4])
+            else:
+                T.reads(C[0:mr, 0:nr], A[0:span], B[0:rows, 0:nr, 0:4])
             T.writes(C[0:mr, 0:nr])
-            for r, i, j, t in T.grid(runs.count, mr, nr, depth):
-                with T.sblock("update"):
-                    vi, vj, vr, vt = T.axis.remap("SSRR", [i, j, r, t])
-                    T.reads(C[vi, vj], A[runs.offset(vr) + vi * row_step + vt], B[vr * (depth // 4) + vt // 4, vj, vt % 4])
-                    T.writes(C[vi, vj])
-                    with T.init():
-                        C[vi, vj] = 0
-                    C[vi, vj] = C[vi, vj] + T.Cast("int32", A[runs.offset(vr) + vi * row_step + vt]) * T.Cast(
-                        "int32", B[vr * (depth // 4) + vt // 4, vj, vt % 4])
+            if runs.count == 1:            # one run, as a k chunk of a longer dot product: no run loop to match
+                for i, j, t in T.grid(mr, nr, depth):
+                    with T.sblock("update"):
+                        vi, vj, vt = T.axis.remap("SSR", [i, j, t])
+                        T.reads(C[vi, vj], A[vi * row_step + vt], B[vt // 4, vj, vt % 4])
+                        T.writes(C[vi, vj])
+                        if init:
+                            with T.init():
+                                C[vi, vj] = 0
+                        C[vi, vj] = C[vi, vj] + T.Cast("int32", A[vi * row_step + vt]) * T.Cast(
+                            "int32", B[vt // 4, vj, vt % 4])
+            else:
+                for r, i, j, t in T.grid(runs.count, mr, nr, depth):
+                    with T.sblock("update"):
+                        vi, vj, vr, vt = T.axis.remap("SSRR", [i, j, r, t])
+                        T.reads(C[vi, vj], A[runs.offset(vr) + vi * row_step + vt], B[vr * (depth // 4) + vt // 4, vj, vt % 4])
+                        T.writes(C[vi, vj])
+                        if init:
+                            with T.init():
+                                C[vi, vj] = 0
+                        C[vi, vj] = C[vi, vj] + T.Cast("int32", A[runs.offset(vr) + vi * row_step + vt]) * T.Cast(
+                            "int32", B[vr * (depth // 4) + vt // 4, vj, vt % 4])
 
     @T.prim_func(s_tir=True)
     def impl(A: T.Buffer((span,), a_dtype, offset_factor=1),
              B: T.Buffer((rows, nr, 4), b_dtype, offset_factor=1, strides=[T.int32(), 4, 1]),
              C: T.Buffer((mr, nr), "int32", offset_factor=1, strides=[T.int32(), 1])) -> None:
         with T.sblock("root"):
-            T.reads(A[0:span], B[0:rows, 0:nr, 0:4])
+            if init:
+                T.reads(A[0:span], B[0:rows, 0:nr, 0:4])
+            else:
+                T.reads(C[0:mr, 0:nr], A[0:span], B[0:rows, 0:nr, 0:4])
             T.writes(C[0:mr, 0:nr])
             T.evaluate(T.call_extern("int32", function, A.access_ptr("r"), row_step, k, runs.count, runs.planes,
                                      T.int64(runs.plane_step), T.int64(runs.run_step), B.access_ptr("r"),
-                                     B.strides[0], C.access_ptr("w"), C.strides[0], kblocks, 0))
+                                     B.strides[0], C.access_ptr("w" if init else "rw"), C.strides[0], kblocks,
+                                     0 if init else 1))
 
     return desc, impl
 
