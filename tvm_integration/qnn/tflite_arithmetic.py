@@ -209,3 +209,88 @@ def mean(x, *, scale: float, offset: float, out_dtype: str, keepdims: bool):
 COMPUTATIONS = {"tflite_add": add, "tflite_avg_pool2d": avg_pool2d, "tflite_mean": mean, "tflite_mul": mul,
                 "tflite_pad": pad, "tflite_resize_nearest": resize_nearest, "tflite_resize_bilinear": resize_bilinear,
                 "tflite_softmax": softmax}
+
+
+# -- the elementwise ops' 256-entry tables (tflite_ops.py): numpy over every 8-bit value -------------
+def quantize_multiplier(real: float) -> tuple[int, int]:
+    """TFLite's QuantizeMultiplier (its builtin kernels' parameters): ``real = multiplier * 2**(shift - 31)``,
+    the multiplier frexp's fraction times 2**31 rounded half away from zero; 0 below 2**-32."""
+    if real == 0:
+        return 0, 0
+    fraction, shift = math.frexp(real)
+    multiplier = int(math.copysign(math.floor(abs(fraction) * 2.0 ** 31 + 0.5), fraction))
+    if multiplier == 1 << 31:
+        multiplier, shift = multiplier // 2, shift + 1
+    return (0, 0) if shift < -31 else (multiplier, shift)
+
+
+def _rounding_high_mul(a, b: int, bits: int):
+    """gemmlowp's SaturatingRoundingDoublingHighMul on int``bits``: ``a * b / 2**(bits - 1)`` rounded to nearest,
+    ties up (a nudge of +-2**(bits - 2), less 1 below zero, then C's truncating division); its one saturating
+    case, both operands the type's minimum, cannot occur: ``b`` is a multiplier."""
+    product = np.asarray(a, np.int64) * b
+    half = 1 << (bits - 2)
+    nudged = product + np.where(product >= 0, half, 1 - half)
+    return np.sign(nudged) * (np.abs(nudged) >> (bits - 1))
+
+
+def _rounding_shift_right(x, exponent: int):
+    """gemmlowp's RoundingDivideByPOT: ``x / 2**exponent`` rounded half away from zero."""
+    x = np.asarray(x, np.int64)
+    mask = (1 << exponent) - 1
+    return (x >> exponent) + ((x & mask) > (mask >> 1) + (x < 0))
+
+
+def multiply_by_quantized_multiplier(x, multiplier: int, shift: int):
+    """TFLite's scalar MultiplyByQuantizedMultiplier (double rounding, its default build): ``x << max(shift, 0)``,
+    the rounding high multiply (ties up), a rounding shift right by ``max(-shift, 0)`` (ties away from zero)."""
+    x = np.asarray(x, np.int64) << max(shift, 0)
+    return _rounding_shift_right(_rounding_high_mul(x, multiplier, 32), max(-shift, 0))
+
+
+def multiply_by_quantized_multiplier_vector(x, multiplier: int, shift: int):
+    """TFLite's MultiplyByQuantizedMultiplier4Rows, the vector path of its optimized kernels (NEON, on x86 its
+    SSE emulation): ``vqrdmulh`` then ``vrshl``, both ties up: unlike the scalar path, a tie of the final shift
+    below zero rounds up."""
+    high = ((np.asarray(x, np.int64) << max(shift, 0)) * multiplier + (1 << 30)) >> 31
+    right = max(-shift, 0)
+    return (high + ((1 << right) >> 1)) >> right
+
+
+def xnn_rescale_multiplier(scale) -> int:
+    """XNNPACK's 8.8 fixed-point multiplier of a scale ratio (qs8/qu8 vcvt and vlrelu): ``lrintf(256 * scale)``."""
+    return int(np.rint(np.float32(256) * np.float32(scale)))
+
+
+def xnn_rescale(q, zx: int, multiplier, zy: int):
+    """XNNPACK's qs8/qu8 vcvt and vlrelu: ``((q - zx) * multiplier + 128) >> 8``, plus ``zy`` (its ``vpmulhrsw`` of
+    ``(zx - q) << 7`` by ``-multiplier`` is that); ``multiplier`` an array where it depends on ``q``."""
+    return (((np.asarray(q, np.int64) - zx) * multiplier + 128) >> 8) + zy
+
+
+def hard_swish_multipliers(x_scale, y_scale) -> tuple[tuple[int, int], tuple[int, int]]:
+    """TFLite's HardSwishPrepare: the output multiplier ``(x_scale / 128) / y_scale`` and the "reluish" one
+    ``(x_scale / 128) / (3 / 32768)`` in float32, each as (int16 multiplier, exponent): QuantizeMultiplier,
+    then its top 16 bits rounded (DownScaleInt32ToInt16Multiplier)."""
+    hires = np.float32(np.float32(1 / 128) * np.float32(x_scale))
+
+    def int16(real):
+        multiplier, exponent = quantize_multiplier(float(real))
+        return (0x7FFF if multiplier >= 0x7FFF7FFF else (multiplier + (1 << 15)) >> 16), exponent
+    return int16(hires / np.float32(y_scale)), int16(hires / np.float32(np.float32(3) / np.float32(32768)))
+
+
+def hard_swish_table(q, zx: int, zy: int, output: tuple[int, int], reluish: tuple[int, int]):
+    """TFLite's reference int8/uint8 HardSwish in int16 fixed point, with ``hard_swish_multipliers``: the input
+    ``(q - zx) * 128`` times the output multiplier; times the reluish multiplier (saturating shifts) mapped
+    from [-1, 1] to [0, 1]; their product's high half, truncated; a rounding shift right by the output
+    exponent; plus ``zy``."""
+    (out_multiplier, out_exponent), (relu_multiplier, relu_exponent) = output, reluish
+    hires = (np.asarray(q, np.int64) - zx) * 128
+    preshift = _rounding_high_mul(hires, out_multiplier, 16)
+    relu = hires if relu_exponent <= 0 else np.clip(hires << (relu_exponent - 1), -32768, 32767)
+    relu = _rounding_high_mul(relu, relu_multiplier, 16)
+    relu = np.clip(relu << 1, -32768, 32767) if relu_exponent > 0 else _rounding_shift_right(relu, -relu_exponent)
+    relu = (relu + (1 << 15)) >> 1
+    product = relu * preshift
+    return _rounding_shift_right(np.sign(product) * (np.abs(product) >> 15), -out_exponent) + zy

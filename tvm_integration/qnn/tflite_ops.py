@@ -2,19 +2,20 @@
 pipeline's integer ops with LiteRT's default interpreter's arithmetic: elementwise functions of one
 8-bit tensor (LOGISTIC, TANH, HARD_SWISH, LEAKY_RELU, RELU, RELU6, QUANTIZE between 8-bit types) as
 256-entry lookup tables (arithmetic.lookup, the ONNX path's tables, vpermi2b on AVX-512 VBMI) whose
-entries are the interpreter's (LEAKY_RELU: XNNPACK's fixed-point vlrelu, tabulated); MUL, broadcasting ADD, PAD (folded into the next convolution), resizes,
-CONCATENATION, SOFTMAX, TRANSPOSE, SPLIT; and the int32 shape arithmetic of a Keras Reshape with a
-dynamic batch (SHAPE, STRIDED_SLICE, PACK), evaluated at import (the batch is the model's, 1).
+entries are the interpreter's (XNNPACK's or TFLite's builtin kernel's, per op, see below); MUL,
+broadcasting ADD, PAD (folded into the next convolution), resizes, CONCATENATION, SOFTMAX, TRANSPOSE,
+SPLIT; and the int32 shape arithmetic of a Keras Reshape with a dynamic batch (SHAPE, STRIDED_SLICE,
+PACK), evaluated at import (the batch is the model's, 1).
 
 Each converter is ``f(importer, op, inputs, output) -> value`` (a list for several outputs), as
-tflite_importer.CONVERTERS holds them. Tables: XNNPACK builds its quantized unary kernels' lookup
-tables from its reference float functions (``src/operators/unary-elementwise-nc.c``): each of the 256
-inputs dequantized in float32, the function, the result divided by the output scale, rounded half to
-even, plus the zero point, saturated; tests/test_tflite_ops.py checks every table against LiteRT on
-every input.
+tflite_importer.CONVERTERS holds them. tests/test_tflite_keras.py checks every table against LiteRT on
+every input value, int8 and uint8, at ties and at the delegate's parameter limits.
 """
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import functools
 import math
 
 import numpy as np
@@ -28,71 +29,132 @@ NHWC_AXIS_IN_NCHW = [0, 2, 3, 1]
 
 
 # -- 256-entry tables ----------------------------------------------------------------------------
-def _table(imp, index: int, out_index: int, function, same_params=False):
-    """The lookup of tensor ``index`` through ``function`` (float32 real values -> real values, numpy)."""
+# LiteRT's default interpreter (2.3, x86) hands LOGISTIC, TANH, LEAKY_RELU and a QUANTIZE between two int8
+# or two uint8 tensors to its XNNPACK delegate when the delegate's parameter checks (xnnpack_delegate.cc
+# VisitUnaryNode) pass, and runs the rest on its builtin kernels: HARD_SWISH, RELU and RELU6 on 8-bit
+# tensors (the delegate takes them only in float) and a QUANTIZE between int8 and uint8. Each table is the
+# integer result of that kernel's own arithmetic on every input value.
+def _table(imp, index: int, out_index: int, entries):
+    """The lookup of tensor ``index`` through ``entries(q, x, y)``: the kernel's results (int64) for every
+    value ``q`` of the type of the input tensor ``x`` (lowest first), saturated to output ``y``'s type."""
     x, out = imp.quantized(index), imp.quantized(out_index)
-    (sx, zx), (sy, zy) = x.scalar(), out.scalar()
     lo, hi = QUANT_RANGES[x.dtype]
-    q = np.arange(lo, hi + 1)
-    real = (np.float32(sx) * (q - zx).astype(np.float32)).astype(np.float32)
-    with np.errstate(over="ignore", invalid="ignore"):
-        y = np.asarray(function(real), np.float32)
-        scaled = (y / np.float32(sy)).astype(np.float32)
-    olo, ohi = QUANT_RANGES[out.dtype]
-    table = np.clip(np.rint(np.clip(scaled, -2.0 ** 30, 2.0 ** 30)) + zy, olo, ohi).astype(out.dtype)
+    y = entries(np.arange(lo, hi + 1, dtype=np.int64), x, out)
+    table = np.clip(y, *QUANT_RANGES[out.dtype]).astype(out.dtype)
     return imp.emit("lookup", [imp.values[index]], [table], offset=-lo)
 
 
-def _f32(function):
-    def run(x):
-        return np.asarray(function(x.astype(np.float32)), np.float32)
-    return run
+@functools.cache
+def _libm():
+    """The C library's ``exp`` and ``tanhf``, which LiteRT calls: numpy's own exp and tanh differ from them in
+    the last bit for many inputs, and a last bit can move a table entry across a rounding boundary."""
+    libm = ctypes.CDLL(ctypes.util.find_library("m"))
+    libm.exp.restype, libm.exp.argtypes = ctypes.c_double, [ctypes.c_double]
+    libm.tanhf.restype, libm.tanhf.argtypes = ctypes.c_float, [ctypes.c_float]
+    return libm
+
+
+def _sigmoid(x: float) -> float:
+    """XNNPACK's reference sigmoid: ``e / (1 + e)`` with ``e = exp(x)`` in double; 0 and 1 beyond -100, 100."""
+    if abs(x) > 100:
+        return float(x > 0)
+    e = _libm().exp(x)
+    return e / (1 + e)
+
+
+def _xnnpack_reference(function):
+    """XNNPACK's table of a quantized op it has no integer kernel for (LOGISTIC, TANH): its unary operator runs
+    its reference kernel (src/reference/unary-elementwise.cc) on the 256 values at create time, in float32:
+    ``x = (q - zx) * sx``, ``function(x)``, ``nearbyint(y * (1 / sy) + zy)`` (a product by the inverse, which
+    can round apart from a quotient)."""
+    def entries(q, x, y):
+        (sx, zx), (sy, zy) = x.scalar(), y.scalar()
+        real = (q.astype(np.float32) - np.float32(zx)) * sx
+        result = np.array([function(v) for v in real.tolist()], np.float32)
+        return np.rint(result * (np.float32(1) / sy) + np.float32(zy)).astype(np.int64)
+    return entries
 
 
 def logistic(imp, op, ins, out):
-    return _table(imp, ins[0], out, _f32(lambda x: np.float32(1) / (np.float32(1) + np.exp(-x))))
+    return _table(imp, ins[0], out, _xnnpack_reference(_sigmoid))
 
 
 def tanh(imp, op, ins, out):
-    return _table(imp, ins[0], out, _f32(np.tanh))
+    return _table(imp, ins[0], out, _xnnpack_reference(_libm().tanhf))
 
 
 def hard_swish(imp, op, ins, out):
-    return _table(imp, ins[0], out, _f32(lambda x: x * np.clip(x + np.float32(3), 0, 6) / np.float32(6)))
+    """TFLite's builtin reference HardSwish (its optimized kernel's vector path is Arm-only), int16 fixed point
+    (``ta.hard_swish_table``); refused where TFLite's Prepare refuses it, an output multiplier of 1 or more."""
+    def entries(q, x, y):
+        (sx, zx), (sy, zy) = x.scalar(), y.scalar()
+        output, reluish = ta.hard_swish_multipliers(sx, sy)
+        if output[1] > 0:
+            raise ModelError(f"{imp.path}: HARD_SWISH with input scale {sx:g} / 128 not below its output scale "
+                             f"{sy:g}: LiteRT refuses it too")
+        return ta.hard_swish_table(q, zx, zy, output, reluish)
+    return _table(imp, ins[0], out, entries)
 
 
-def leaky_relu(imp, op, ins, out_index):
-    """XNNPACK's qs8/qu8 vlrelu: multipliers ``lrintf(256 * scale)`` (scale ``sx / sy``, times alpha for
-    the negative side, in float32), ``((zy << 8) + 128 + (x - zx) * multiplier) >> 8``, saturated."""
+def leaky_relu(imp, op, ins, out):
+    """XNNPACK's qs8/qu8 vlrelu where the delegate takes the op (alpha normal, ``sx / sy`` in [2**-8, 128] and
+    that times alpha in [-127.99609375, 128], at least 2**-8 in magnitude): ``ta.xnn_rescale`` by
+    ``lrintf(256 * scale)``, the scale by the sign of ``q - zx``. Elsewhere TFLite's builtin reference kernel:
+    MultiplyByQuantizedMultiplier by ``sx / sy``, or ``sx * alpha / sy`` below the zero point (float32)."""
     alpha = np.float32(imp.options(op, "LeakyReluOptions").Alpha())
-    x, out = imp.quantized(ins[0]), imp.quantized(out_index)
-    (sx, zx), (sy, zy) = x.scalar(), out.scalar()
-    positive = np.float32(np.float32(sx) / np.float32(sy))
-    multipliers = [int(np.rint(np.float32(256) * s)) for s in (np.float32(alpha * positive), positive)]
-    lo, hi = QUANT_RANGES[x.dtype]
-    q = np.arange(lo, hi + 1) - zx
-    y = ((zy << 8) + 128 + q * np.where(q < 0, *multipliers)) >> 8
-    table = np.clip(y, *QUANT_RANGES[out.dtype]).astype(out.dtype)
-    return imp.emit("lookup", [imp.values[ins[0]]], [table], offset=-lo)
+
+    def entries(q, x, y):
+        (sx, zx), (sy, zy) = x.scalar(), y.scalar()
+        positive = np.float32(sx / sy)
+        negative = np.float32(positive * alpha)
+        if (np.finfo(np.float32).tiny <= abs(alpha) < math.inf and 2.0 ** -8 <= positive <= 128
+                and -127.99609375 <= negative <= 128 and abs(negative) >= 2.0 ** -8):
+            multiplier = np.where(q > zx, ta.xnn_rescale_multiplier(positive), ta.xnn_rescale_multiplier(negative))
+            return ta.xnn_rescale(q, zx, multiplier, zy)
+        identity = ta.quantize_multiplier(float(positive))
+        scaled = ta.quantize_multiplier(float(np.float32(np.float32(sx * alpha) / sy)))
+        return zy + np.where(q >= zx, ta.multiply_by_quantized_multiplier(q - zx, *identity),
+                             ta.multiply_by_quantized_multiplier(q - zx, *scaled))
+    return _table(imp, ins[0], out, entries)
 
 
 def relu(imp, op, ins, out, lo=0.0, hi=math.inf):
-    return _table(imp, ins[0], out, _f32(lambda x: np.clip(x, np.float32(lo), np.float32(hi))))
+    """TFLite's builtin ReluX: MultiplyByQuantizedMultiplier by ``sx / sy`` (float32) plus ``zy``, clamped to
+    ``zy + round_half_away(bound / sy)`` for the bounds ``lo``, ``hi`` (ta.builtin_activation_bound)."""
+    def entries(q, x, y):
+        (sx, zx), (sy, zy) = x.scalar(), y.scalar()
+        scaled = ta.multiply_by_quantized_multiplier(q - zx, *ta.quantize_multiplier(float(np.float32(sx / sy))))
+        bounds = [ta.builtin_activation_bound(bound, sy, zy, y.dtype) for bound in (lo, hi)]
+        return np.clip(scaled + zy, *bounds)
+    return _table(imp, ins[0], out, entries)
 
 
 def quantize(imp, op, ins, out):
-    """QUANTIZE of an 8-bit tensor into other 8-bit parameters (int8 <-> uint8 at a model's edges):
-    ``rint((x - zx) * (sx / sy)) + zy`` saturated, a table."""
-    x, y = imp.tensor(ins[0]), imp.quantized(out)
-    if x.dtype not in ("int8", "uint8") or y.dtype not in ("int8", "uint8"):
-        raise ModelError(f"{imp.path}: QUANTIZE from {x.dtype} to {y.dtype}: only between 8-bit types")
-    (sx, zx), (sy, zy) = x.scalar(), y.scalar()
-    lo, hi = QUANT_RANGES[x.dtype]
-    ratio = np.float32(np.float32(sx) / np.float32(sy))
-    q = (np.arange(lo, hi + 1) - zx).astype(np.float32)
-    olo, ohi = QUANT_RANGES[y.dtype]
-    table = np.clip(np.rint(q * ratio) + zy, olo, ohi).astype(y.dtype)
-    return imp.emit("lookup", [imp.values[ins[0]]], [table], offset=-lo)
+    """QUANTIZE between 8-bit types. Between two int8 or two uint8 tensors with ``sx / sy`` in [2**-8, 128]
+    (float32) the delegate's XNNPACK vcvt: ``ta.xnn_rescale`` by ``lrintf(256 * sx / sy)``. Otherwise (int8
+    <-> uint8 at a model's edges) TFLite's builtin Requantize, MultiplyByQuantizedMultiplier by ``sx / sy``
+    (double): its vector path for each whole 16 values, its scalar path for the last ``size % 16``, which
+    round a negative tie of the final shift apart (up, away from zero); refused where that changes some
+    value and there is such a tail."""
+    source, target = imp.tensor(ins[0]), imp.tensor(out)
+    if source.dtype not in ("int8", "uint8") or target.dtype not in ("int8", "uint8"):
+        raise ModelError(f"{imp.path}: QUANTIZE from {source.dtype} to {target.dtype}: only between 8-bit types")
+
+    def entries(q, x, y):
+        (sx, zx), (sy, zy) = x.scalar(), y.scalar()
+        ratio = np.float32(sx / sy)
+        if x.dtype == y.dtype and 2.0 ** -8 <= ratio <= 128:
+            return ta.xnn_rescale(q, zx, ta.xnn_rescale_multiplier(ratio), zy)
+        multiplier = ta.quantize_multiplier(float(sx) / float(sy))
+        vector, scalar = (np.clip(f(q - zx, *multiplier) + zy, *QUANT_RANGES[y.dtype]) for f in
+                          (ta.multiply_by_quantized_multiplier_vector, ta.multiply_by_quantized_multiplier))
+        tail = math.prod(x.shape) % 16
+        if tail and (vector != scalar).any():
+            raise ModelError(f"{imp.path}: QUANTIZE of {math.prod(x.shape)} values by {ratio:g}: LiteRT's builtin "
+                             f"Requantize rounds ties in its last {tail} values unlike the others, which one table "
+                             "cannot hold")
+        return vector
+    return _table(imp, ins[0], out, entries)
 
 
 # -- binary elementwise ---------------------------------------------------------------------------
