@@ -55,6 +55,8 @@ def test_inspect_names_each_matmul(models, capsys):
     assert main(["inspect", str(models / "dynamic.onnx"), "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert sorted(r["op"] for r in rows) == ["dense"] * 6 + ["matmul"] * 2
+    integer = [n.name for n in onnx.load(str(models / "dynamic.onnx")).graph.node if n.op_type == "MatMulInteger"]
+    assert [r["layer"] for r in rows if r["op"] == "dense"] == integer and all(integer)   # each named after its node
     floats = [r for r in rows if r["op"] == "matmul"]
     assert [r["layer"] for r in floats] == ["l0.qk", "l0.av"]
     assert all(r["encoding"] == "float32" and r["operator"] == "float" and "float_matmul" in r["kernel"] for r in floats)

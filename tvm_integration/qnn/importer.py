@@ -243,7 +243,7 @@ def _named(converter):
 
 
 LAYER_NAMES: dict[str, str] = {}      # Relax variable name -> ONNX node name, for the named layers
-LAYERS = ("Conv", "MatMul", "Gemm")
+LAYERS = ("Conv", "MatMul", "Gemm", "ConvInteger", "MatMulInteger")
 
 CONVERTERS = {"Clip": IntegerClip, "QuantizeLinear": QuantizeLinear, "DequantizeLinear": DequantizeLinear,
               "ConvInteger": ConvInteger, "QLinearConv": QLinearConv, "QLinearMatMul": QLinearMatMul, "QGemm": QGemm,
@@ -260,8 +260,11 @@ CONVERTERS = {"Clip": IntegerClip, "QuantizeLinear": QuantizeLinear, "Dequantize
 def register_converters() -> None:
     """Extend the frontend's converter map with ours (once per process)."""
     original = onnx_frontend._get_convert_map
-    onnx_frontend._get_convert_map = lambda: {**original(), **CONVERTERS,
-                                              **{op: _named(original()[op]) for op in LAYERS}}
+
+    def converters():
+        ours = {**original(), **CONVERTERS}
+        return {**ours, **{op: _named(ours[op]) for op in LAYERS}}
+    onnx_frontend._get_convert_map = converters
 
 
 def supported_ops() -> set[str]:

@@ -57,11 +57,13 @@ class QDQReader(relax.PyExprMutator):
         super().__init__(mod)
         self.mod = mod
         self.var2val = {}
+        self.bound = {}             # value -> the variable bound to it
 
     def run(self):
         for gvar, func in self.mod.functions.items():
             if isinstance(func, relax.Function):
                 self.var2val = relax.analysis.get_var2val(func)
+                self.bound = {value: var for var, value in self.var2val.items()}
                 self.builder_.update_func(gvar, self.visit_expr(func))
         return self.builder_.get()
 
@@ -129,7 +131,8 @@ class QDQReader(relax.PyExprMutator):
             return None
         return cast.args[0], zero_point
 
-    @staticmethod
-    def layer_name(*exprs) -> str:
-        """The ONNX node a conv/matmul came from (importer.py names its variable), else ''."""
-        return next((LAYER_NAMES[e.name] for e in exprs if isinstance(e, relax.Var) and e.name in LAYER_NAMES), "")
+    def layer_name(self, *exprs) -> str:
+        """The ONNX node a conv/matmul came from (importer.py names its variable: given, or the one
+        bound to the expression), else ''."""
+        names = (v.name for e in exprs if isinstance(v := self.bound.get(e, e), relax.Var))
+        return next((LAYER_NAMES[name] for name in names if name in LAYER_NAMES), "")
