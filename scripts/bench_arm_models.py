@@ -9,6 +9,10 @@ core, every block of its measured inference costed once by llvm-mca's model of t
 
     python scripts/bench_arm_models.py [--models resnet18,mobilenet_v2,mobilenet_v3,resnet18_w1a1,resnet18_w2a2]
                                        [--cores cortex-a53,cortex-a72,cortex-a76] [--tvm-default] [--out benchmarks]
+                                       [--update]
+
+``--update`` re-runs only the given rows and keeps the others of ``OUT/models_arm.json``; every row
+records the command that measured it, and the table names each.
 """
 from __future__ import annotations
 
@@ -93,6 +97,30 @@ def lowbit_lines(rows: list[dict]) -> list[str]:
             "int8):", *out] if out else []
 
 
+def earlier_commands(run: dict) -> list[str]:
+    """The rows an earlier run measured (``--update`` kept them), by its command."""
+    by_command: dict[str, list[str]] = {}
+    for r in run["rows"]:
+        if r["command"] != run["command"]:
+            by_command.setdefault(r["command"], []).append(f"{r['model']}/{r['core']}")
+    return [f"Rows kept from an earlier run, `{c}`: {', '.join(rows)}." for c, rows in by_command.items()]
+
+
+def kloop_lines(rows: list[dict]) -> list[str]:
+    """Each row's compiled model split into its K loops (blocks with a vector multiply) and the rest,
+    with its largest function (arm_models.by_function)."""
+    out = []
+    for r in rows:
+        ours = r["columns"]["qsynth"]
+        if "k_loop" in ours:
+            model = sum(ours["by_function"].values())
+            name, largest = next(iter(ours["by_function"].items()))
+            out.append(f"- {r['model']} on {r['core']}: {ours['k_loop'] / 1e6:.1f} of {model / 1e6:.1f} M in K loops "
+                       f"({ours['k_loop'] / model:.0%}); largest function {name} {largest / 1e6:.1f} M.")
+    return ["", "qsynth's compiled model by where its cycles go (K loops: the blocks holding a vector multiply):",
+            *out] if out else []
+
+
 def markdown(run: dict) -> str:
     order = {name: i for i, name in enumerate(MODELS)}
     rows = sorted(run["rows"], key=lambda r: (order.get(r["model"], len(order)), r["core"]))
@@ -115,7 +143,7 @@ def markdown(run: dict) -> str:
             "onnxruntime| over the output (the model's float logits; 0: bit-exact), against onnxruntime on this "
             "host and against its AArch64 build under qemu (which rounds some requantizations differently from "
             "its x86 build: its own difference from the host's is the same figure when ours is 0)."),
-           "", f"Command: `{run['command']}`, {run['seconds']:.0f} s.", "",
+           "", f"Command: `{run['command']}`, {run['seconds']:.0f} s.", *earlier_commands(run), "",
            "| model | core | qsynth Mcycles | " + " | ".join(f"{n} Mcycles (ratio)" for n in names)
            + " | qsynth model / runtime / libc Mcycles | onnxruntime_int8 library / libc Mcycles "
            "| diff host / aarch64 |",
@@ -129,6 +157,7 @@ def markdown(run: dict) -> str:
                    + " | ".join(cells) + f" | {ours['model'] / 1e6:.1f} / {ours['runtime'] / 1e6:.1f} / "
                    f"{ours['libc'] / 1e6:.1f} | {theirs['model'] / 1e6:.1f} / {theirs['libc'] / 1e6:.1f} | {diff} |")
     out += lowbit_lines(rows)
+    out += kloop_lines(rows)
     out += ["", "Targets (issue 34):", *TARGETS, "", "Measured:"]
     for model, core, versus, bound in CHECKS:
         r = next((r for r in rows if r["model"] == model and r["core"] == core and versus in r["ratios"]), None)
@@ -146,18 +175,23 @@ def main() -> int:
     ap.add_argument("--cores", default=",".join(CORES))
     ap.add_argument("--tvm-default", action="store_true", help="also TVM's default build of each model (slow)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks")
+    ap.add_argument("--update", action="store_true", help="keep the rows of OUT/models_arm.json not re-run here")
     a = ap.parse_args()
     logging.getLogger("root").setLevel(logging.ERROR)      # quantize_static's pre-processing advice
     start, rows = time.perf_counter(), []
+    command = "python scripts/bench_arm_models.py " + " ".join(sys.argv[1:])
     with tempfile.TemporaryDirectory(prefix="qsynth-arm-models-") as tmp:
         for name in a.models.split(","):
             int8, fp32 = model_pair(name, Path(tmp))
             for core in a.cores.split(","):
                 row = bench_arm_model(int8, core, fp32, with_tvm_default=a.tvm_default)
-                rows.append(dict(row, model=name))
+                rows.append(dict(row, model=name, command=command))
                 print(json.dumps(rows[-1]), flush=True)
-    run = {"command": "python scripts/bench_arm_models.py " + " ".join(sys.argv[1:]),
-           "seconds": time.perf_counter() - start, "tools": tools(), "rows": rows}
+    run = {"command": command, "seconds": time.perf_counter() - start, "tools": tools(), "rows": rows}
+    if a.update and (a.out / "models_arm.json").exists():
+        done = {(r["model"], r["core"]) for r in rows}
+        earlier = json.loads((a.out / "models_arm.json").read_text())["rows"]
+        run["rows"] = [r for r in earlier if (r["model"], r["core"]) not in done] + rows
     a.out.mkdir(parents=True, exist_ok=True)
     write_atomically(a.out / "models_arm.json", (json.dumps(run, indent=1) + "\n").encode())
     write_atomically(a.out / "models_arm.md", markdown(run).encode())

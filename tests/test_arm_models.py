@@ -103,6 +103,9 @@ def test_bench_model_neon_cli(mlp, ort_dir, lib_dir, capsys):
     ours, theirs = row["columns"]["qsynth"], row["columns"]["onnxruntime_int8"]
     assert "model.so" in ours["by_library"] and "libtvm_runtime.so" in ours["by_library"]
     assert "libonnxruntime.so.1" in theirs["by_library"]
+    # every cycle of the model's library attributed to one of its functions; the K loops a part of them
+    assert sum(ours["by_function"].values()) == pytest.approx(ours["by_library"]["model.so"])
+    assert 0 < ours["k_loop"] <= ours["by_library"]["model.so"]
     assert row["ratios"]["onnxruntime_int8"] == pytest.approx(ours["cycles"] / theirs["cycles"])
 
 

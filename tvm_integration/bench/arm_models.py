@@ -9,10 +9,12 @@ inference and one measured inference between two marks; the blocks the measured 
 cycles are those of every block its process ran during the inference: the compiled model and the runtime
 that drives it (TVM's VM in libtvm_runtime/libtvm_ffi; onnxruntime's session, graph executor and MLAS
 kernels, all in libonnxruntime) and the C/C++ libraries they call (memcpy, malloc, expf); ``by_library``
-splits them. Outputs are checked: ours against onnxruntime on this host and under qemu.
+splits them, and qsynth's column also by the compiled model's functions (``by_function``). Outputs are
+checked: ours against onnxruntime on this host and under qemu.
 """
 from __future__ import annotations
 
+import bisect
 import shutil
 import tempfile
 import time
@@ -25,6 +27,7 @@ import onnx
 from tvm_integration.bench import inputs as model_inputs
 from tvm_integration.bench import mca, ort_aarch64, qemu_blocks
 from tvm_integration.bench.models import onnxruntime_session, random_inputs
+from tvm_integration.bench.neon_int8_layers import is_multiply
 from tvm_integration.ops import cross_model
 
 
@@ -35,6 +38,25 @@ def cycles(blocks: list[mca.Block], core: str) -> dict:
         by_library[block.where] += block.runs * c
     return {"cycles": sum(by_library.values()),
             "by_library": dict(sorted(by_library.items(), key=lambda kv: -kv[1]))}
+
+
+def by_function(blocks: list[mca.Block], core: str, library: Path, maps: Path) -> dict:
+    """The cycles of the blocks run in ``library`` (a compiled model; ``maps``: where the run mapped it)
+    by the function holding each, the nearest symbol at or below the block (TVM's parallel bodies have
+    none of their own and follow the function that launches them), and ``k_loop``: those of its blocks
+    that hold a vector multiply (the GEMMs' K loops, as neon_int8_layers counts them)."""
+    base = next(int(f[0].split("-")[0], 16) - int(f[2], 16) for f in map(str.split, maps.read_text().splitlines())
+                if len(f) >= 6 and f[5] == str(library))
+    out = mca._run([mca.tool("llvm-nm-19", "llvm-nm"), "--defined-only", str(library)])
+    symbols = sorted((int(f[0], 16), f[2]) for f in map(str.split, out.splitlines()) if len(f) == 3 and f[1] in "tT")
+    starts = [a for a, _ in symbols]
+    functions: dict[str, float] = defaultdict(float)
+    k_loop = 0.0
+    for block, c in zip(blocks, mca.block_cycles(blocks, core)):
+        if block.where == library.name and (at := bisect.bisect_right(starts, block.start - base) - 1) >= 0:
+            functions[symbols[at][1]] += block.runs * c
+            k_loop += block.runs * c if any(map(is_multiply, block.instructions)) else 0.0
+    return {"by_function": dict(sorted(functions.items(), key=lambda kv: -kv[1])), "k_loop": k_loop}
 
 
 def _measured(runner: cross_model.CrossModel, arrays: list[np.ndarray], core: str, threads: int,
@@ -66,8 +88,9 @@ def bench_arm_model(path: str | Path, core: str, fp32: str | Path | None = None,
                           model_inputs.ranges(onnx.load(str(path), load_external_data=False)))
     feeds = {name: given[name] if name in given else drawn[name] for name in model.inputs}
     columns, work = {}, Path(tempfile.mkdtemp(prefix="qsynth-arm-bench-"))
-    ours, blocks = _measured(model.runner(), model.checked(feeds), core, threads, work / "qsynth.txt")
-    columns["qsynth"] = cycles(blocks, core)
+    runner = model.runner()
+    ours, blocks = _measured(runner, model.checked(feeds), core, threads, work / "qsynth.txt")
+    columns["qsynth"] = cycles(blocks, core) | by_function(blocks, core, runner.library, runner.code_maps)
     reference = onnxruntime_session(path, 1).run(None, feeds)
     theirs, blocks = ort_aarch64.run(path, feeds, model.outputs, core, threads)
     columns["onnxruntime_int8"] = cycles(blocks, core)

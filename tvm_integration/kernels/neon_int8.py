@@ -9,15 +9,16 @@ Three families, chosen by what the target core's LLVM model has (``tile_for``):
   added to the bias at compile time;
 * v8.0 (Cortex-A53, A72): ``int8_u8u8_rows_4x4x8_neon``, the RFC's umull/uadalp/addp 4x4 tile: both
   operands unsigned, so the weights enter as their codes ``w + 128`` (u8), and the K loop around the
-  tile (``ROWS_KLOOP``) sums each activation row as it goes and subtracts ``128 * sum_k a`` once:
-  what it computes, and what its TensorIntrin describes, is ``C += A (B - 128)``.
+  tile (``ROWS_KLOOP``) computes ``C += A B + R``, R one int32 per row: the operator passes
+  ``-128 * sum_k a``, each packed row summed once (ops/neon_int8.py), not once per column tile.
 
 The k4 tiles are ``kernels.int8.Kernel`` (their ``_kloop``, the same memory image as x86's: A rows of
 the whole depth, B as ``k/4`` rows of ``nr*4`` bytes); their LLVM IR is re-declared for exactly the
 features they need (``bitserial.kernel_ir``) so that it inlines into a module for an older core. The
 rows tile has no ``_kloop`` in emit/: ``RowsTile`` appends one (``ROWS_KLOOP``) that keeps the 4x4
-int32 accumulator in a local array across the K blocks (registers, after inlining) and adds it, less
-the row sums' term, to C once (that wrapper is tested under qemu, not proved). Its B image is ``k/8`` blocks of ``nr`` rows of 8 bytes: for each block, column j's 8 weights.
+int32 accumulator in a local array across the K blocks (registers, after inlining) and adds it, with
+R, to C once (that wrapper is tested under qemu, not proved). Its B image is ``k/8`` blocks of ``nr``
+rows of 8 bytes: for each block, column j's 8 weights.
 """
 from __future__ import annotations
 
@@ -49,31 +50,28 @@ FAMILIES = {
 WEIGHT_SHIFT = 128      # s8 weights -> u8 codes for the u8 x u8 tiles
 
 ROWS_KLOOP = """
-/* qsynth (tvm_integration/kernels/neon_int8.py): C += A (B - 128) over kblocks k blocks with the rows
- * tile, whose B are the weights' u8 codes w + 128: the tile's C kept in a local accumulator (registers
- * once inlined), the rows' byte sums R beside it, and C += acc - 128 R once at the end. Block kb: A at
- * a + kb*K (rows a_stride apart), B at b + kb*b_block (column j's K bytes at + j*K). */
-void {fn}_kloop_rows(const void *a, int a_stride, const void *b, int b_block, int32_t *c, int c_stride, int kblocks);
-void {fn}_kloop_rows(const void *a, int a_stride, const void *b, int b_block, int32_t *c, int c_stride, int kblocks) {{
+/* qsynth (tvm_integration/kernels/neon_int8.py): C += A B + R over kblocks k blocks with the rows
+ * tile, R one int32 per row (B: the weights' u8 codes w + 128, R: -128 times A's row sums), the
+ * tile's C kept in a local accumulator (registers once inlined) and added to C, with R, once at the
+ * end. Block kb: A at a + kb*K (rows a_stride apart), B at b + kb*b_block (column j's K bytes at + j*K). */
+void {fn}_kloop_rows(const void *a, int a_stride, const void *b, int b_block, int32_t *c, int c_stride, int kblocks,
+                    const int32_t *r);
+void {fn}_kloop_rows(const void *a, int a_stride, const void *b, int b_block, int32_t *c, int c_stride, int kblocks,
+                    const int32_t *r) {{
   int32_t acc[{mr} * {nr}] = {{0}};
-  uint32x4_t sums[{mr}];
-  for (int i = 0; i < {mr}; ++i) sums[i] = vdupq_n_u32(0);
   const uint8_t *rows = (const uint8_t *)a;
-  for (int kb = 0; kb < kblocks; ++kb) {{
+  for (int kb = 0; kb < kblocks; ++kb)
     {fn}(rows + (ptrdiff_t)kb * {k}, a_stride, (const uint8_t *)b + (ptrdiff_t)kb * b_block, {k}, acc, {nr});
-    for (int i = 0; i < {mr}; ++i)   /* the row's 8 bytes (loaded by the tile too), widened, pairs added */
-      sums[i] = vpadalq_u16(sums[i], vmovl_u8(vld1_u8(rows + (ptrdiff_t)i * a_stride + (ptrdiff_t)kb * {k})));
-  }}
   for (int i = 0; i < {mr}; ++i)
-    for (int j = 0; j < {nr}; ++j) c[i * c_stride + j] += acc[i * {nr} + j] - (int32_t)(vaddvq_u32(sums[i]) * {shift}u);
+    for (int j = 0; j < {nr}; ++j) c[i * c_stride + j] += acc[i * {nr} + j] + r[i];
 }}
 """
 
 
 @dataclass(frozen=True)
 class RowsTile(int8.Kernel):
-    """The rows-layout tile with its K loop (``ROWS_KLOOP``: ``C += A (B - 128)``, B the weights' u8
-    codes), as an ``int8.Kernel`` whose K-loop TensorIntrin is ``rows_functions``'."""
+    """The rows-layout tile with its K loop (``ROWS_KLOOP``: ``C += A B + R``, B the weights' u8 codes),
+    as an ``int8.Kernel`` whose K-loop TensorIntrin is ``rows_functions``'."""
 
     def loop_intrin(self, kblocks: int) -> str:
         name = f"{self.intrin}_x{kblocks}"
@@ -89,9 +87,9 @@ def group(kernel) -> int:
 
 
 def rows_functions(spec: Int8Spec, function: str, kblocks: int):
-    """(description, implementation) of ``kblocks`` k blocks of a rows tile's K loop, ``C += A (B - 128)``:
-    A ``mr`` rows of the depth, B ``kblocks`` blocks of ``nr`` rows of ``k`` u8 weight codes, C ``mr x nr``
-    int32."""
+    """(description, implementation) of ``kblocks`` k blocks of a rows tile's K loop, ``C += A B + R``:
+    A ``mr`` rows of the depth, B ``kblocks`` blocks of ``nr`` rows of ``k`` u8 weight codes, R one int32
+    per row (added at the first k), C ``mr x nr`` int32."""
     mr, nr, k = spec.mr, spec.nr, spec.k
     depth = kblocks * k
     a_dtype, b_dtype = int8.DTYPES[spec.types]
@@ -99,24 +97,27 @@ def rows_functions(spec: Int8Spec, function: str, kblocks: int):
     @T.prim_func(s_tir=True)
     def desc(A: T.Buffer((mr, depth), a_dtype, offset_factor=1, strides=[T.int32(), 1]),
              B: T.Buffer((kblocks, nr, k), b_dtype, offset_factor=1, strides=[T.int32(), k, 1]),
+             R: T.Buffer((mr,), "int32", offset_factor=1),
              C: T.Buffer((mr, nr), "int32", offset_factor=1, strides=[T.int32(), 1])) -> None:
         with T.sblock("root"):
-            T.reads(C[0:mr, 0:nr], A[0:mr, 0:depth], B[0:kblocks, 0:nr, 0:k])
+            T.reads(C[0:mr, 0:nr], A[0:mr, 0:depth], B[0:kblocks, 0:nr, 0:k], R[0:mr])
             T.writes(C[0:mr, 0:nr])
             for i, j, t in T.grid(mr, nr, depth):
                 with T.sblock("update"):
                     vi, vj, vt = T.axis.remap("SSR", [i, j, t])
-                    C[vi, vj] = C[vi, vj] + T.Cast("int32", A[vi, vt]) * (T.Cast("int32", B[vt // k, vj, vt % k]) - WEIGHT_SHIFT)
+                    C[vi, vj] = C[vi, vj] + (T.Cast("int32", A[vi, vt]) * T.Cast("int32", B[vt // k, vj, vt % k])
+                                             + T.if_then_else(vt == 0, R[vi], 0))
 
     @T.prim_func(s_tir=True)
     def impl(A: T.Buffer((mr, depth), a_dtype, offset_factor=1, strides=[T.int32(), 1]),
              B: T.Buffer((kblocks, nr, k), b_dtype, offset_factor=1, strides=[T.int32(), k, 1]),
+             R: T.Buffer((mr,), "int32", offset_factor=1),
              C: T.Buffer((mr, nr), "int32", offset_factor=1, strides=[T.int32(), 1])) -> None:
         with T.sblock("root"):
-            T.reads(C[0:mr, 0:nr], A[0:mr, 0:depth], B[0:kblocks, 0:nr, 0:k])
+            T.reads(C[0:mr, 0:nr], A[0:mr, 0:depth], B[0:kblocks, 0:nr, 0:k], R[0:mr])
             T.writes(C[0:mr, 0:nr])
             T.evaluate(T.call_extern("int32", function, A.access_ptr("r"), A.strides[0], B.access_ptr("r"),
-                                     B.strides[0], C.access_ptr("rw"), C.strides[0], kblocks))
+                                     B.strides[0], C.access_ptr("rw"), C.strides[0], kblocks, R.access_ptr("r")))
 
     return desc, impl
 
@@ -132,7 +133,7 @@ def neon_tiles() -> dict[str, object]:
         if name in k4:
             kernel = k4[name]
             tiles[family] = dataclasses.replace(kernel, llvm_ir=kernel_ir(kernel.llvm_ir, kernel.features))
-        elif name in entries and entries[name]["spec"]["k"] == 8:     # ROWS_KLOOP sums 8-byte rows
+        elif name in entries:
             tiles[family] = _rows_tile(entries[name])
     return tiles
 
@@ -141,7 +142,7 @@ def _rows_tile(entry: dict) -> RowsTile:
     spec = spec_from_key(entry["spec"])
     m = kernel_model(entry)
     fn = function_name(entry)
-    source = extern_source(m) + ROWS_KLOOP.format(fn=fn, mr=spec.mr, nr=spec.nr, k=spec.k, shift=WEIGHT_SHIFT)
+    source = extern_source(m) + ROWS_KLOOP.format(fn=fn, mr=spec.mr, nr=spec.nr, k=spec.k)
     cmd = [*compiler_command("neon", "clang", m["features"]), "-S", "-emit-llvm"]
     ir = cached_compile(cmd, source, "kernel-neon-rows-{}.ll").read_text()
     features = tuple(m["features"])

@@ -8,10 +8,11 @@ NEON tile's operand types:
 * the activations enter the tile's A type with an offset ``s`` (u8 data on the s8 x s8 sdot tile:
   ``s = -128``; s8 data on a u8 tile: ``s = +128``), and ``-s * sum_k w`` per column goes into the
   bias at compile time;
-* on the u8 x u8 rows tile (umull/uadalp) the weights enter as their u8 codes ``w + 128`` and the
-  tile's K loop computes ``C += A (B - 128)`` (kernels/neon_int8.py: it sums the activation rows as
-  it goes), which is the GEMM written with ``w = code - 128``; packed bytes whose weight code is 0
-  (K padding, a run's rounding) must then be 0 too;
+* on the u8 x u8 rows tile (umull/uadalp) the weights enter as their u8 codes ``w + 128``: the GEMM
+  written with ``w = code - 128`` is ``A codes - 128 sum_k a``; each packed row tile's sums are taken
+  once (``row_sums``, before its column tiles) and the tile's K loop adds them in as it stores C
+  (kernels/neon_int8.py: ``C += A B + R``); packed bytes whose weight code is 0 (K padding, a run's
+  rounding) must then be 0 too;
 * B is the tile's image: ``k/4`` rows of ``nr*4`` bytes (k4) or ``k/8`` blocks of ``nr`` rows of 8
   bytes (rows), zero beyond the real columns and k positions.
 
@@ -174,13 +175,16 @@ def build_gemm(gemm: Gemm, data: te.Tensor, element, weights: np.ndarray, stage:
                         lambda b, g, p0, p1, kk: a_value(b, g, p0 * tile.mr + p1, kk), name="pack")
     w = te.placeholder((groups, npad // tile.nr, kp // grp, tile.nr, grp), b_dtype, name="weights")
     k = te.reduce_axis((0, kp), name="k")
-    shift_w = neon_int8.WEIGHT_SHIFT if unsigned_w else 0
-
-    def weight(g, n, k):
-        value = w[g, n // tile.nr, k // grp, n % tile.nr, k % grp].astype("int32")
-        return value - shift_w if shift_w else value
+    row_term = lambda b, g, p, k: 0
+    if unsigned_w:                       # A w = A codes - 128 sum_k A: the second term enters at k = 0
+        t = te.reduce_axis((0, kp), name="t")
+        sums = te.compute((gemm.batch, groups, pp // tile.mr, tile.mr), lambda b, g, p0, p1: te.sum(
+            packed[b, g, p0, p1, t].astype("int32") * -neon_int8.WEIGHT_SHIFT, axis=t), name="row_sums")
+        row_term = lambda b, g, p, k: tirx.if_then_else(k == 0, sums[b, g, p // tile.mr, p % tile.mr], 0)
     acc = te.compute((gemm.batch, groups, pp, npad), lambda b, g, p, n: te.sum(
-        packed[b, g, p // tile.mr, p % tile.mr, k].astype("int32") * weight(g, n, k), axis=k), name="gemm")
+        packed[b, g, p // tile.mr, p % tile.mr, k].astype("int32")
+        * w[g, n // tile.nr, k // grp, n % tile.nr, k % grp].astype("int32") + row_term(b, g, p, k), axis=k),
+        name="gemm")
     value = lambda b, g, p, n: acc[b, g, p, n]
 
     cols = gemm.cols
@@ -207,9 +211,9 @@ def pack(w: np.ndarray, nr: int, k_multiple: int, grp: int) -> np.ndarray:
 
 
 def _schedule(func, tile: Tile, kernel, depth_loops: tuple[int, ...]):
-    """Loops ``(b, p0) | n0 | p1 n1 k``: the outer loop parallel, the packing per row tile before its
-    column tiles, the inner three one call of the tile's K loop, the output stage
-    after each column tile."""
+    """Loops ``(b, p0) | n0 | p1 n1 k``: the outer loop parallel, the packing (and the packed rows'
+    sums) per row tile before its column tiles, the inner three one call of the tile's K loop, the
+    output stage after each column tile."""
     sch = s_tir.Schedule(func)
     stages = {sch.get(b).name_hint for b in sch.get_child_blocks(sch.get_sblock("root"))}
     if "pad" in stages:
@@ -224,6 +228,8 @@ def _schedule(func, tile: Tile, kernel, depth_loops: tuple[int, ...]):
     output = sch.get_sblock("output")
     sch.reverse_compute_at(output, n0)
     sch.vectorize(sch.get_loops(output)[-1])
+    if "row_sums" in stages:
+        sch.compute_at(sch.get_sblock("row_sums"), outer)
     pack = sch.get_sblock("pack")
     sch.compute_at(pack, outer)
     depth = sch.get_loops(pack)[-1]
