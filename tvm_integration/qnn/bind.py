@@ -35,7 +35,7 @@ from tvm_integration.qnn.integer_op import IntegerOp
 
 TENSORIZED = "qnn.tensorized"
 TO_NHWC, TO_NCHW = [0, 2, 3, 1], [0, 3, 1, 2]
-LAYOUT_FREE = ("add", "mul", "lookup")                   # elementwise: the same in any layout, no layout parameter
+LAYOUT_FREE = ("add", "mul", "lookup", "tflite_add", "tflite_mul")  # elementwise, broadcasting: any layout, no layout parameter
 NHWC_OPS = (*LAYOUT_FREE, "max_pool2d", "avg_pool2d", "global_avg_pool", "gather")   # computed in NHWC when their inputs are
 
 

@@ -134,6 +134,7 @@ class Importer:
         self.builder = relax.BlockBuilder()
         self.values = {}            # tensor index -> Relax value (4-D ones NCHW)
         self.padded = {}            # PAD output index -> (its input, [top, left, bottom, right]): conv folds it
+        self.floor = {}             # tensor index -> the least integer its convolution writes (its clamp)
         self.shapes = {}            # int32 shape arithmetic evaluated at import: tensor index -> numpy
 
     def options(self, op, kind: str):
@@ -290,6 +291,7 @@ class Importer:
             source, extra = self.padded[source]
             padding = [p + q for p, q in zip(padding, extra)]
         clamp = self.activation_clamp(options.FusedActivationFunction(), out)
+        self.floor[out_index] = clamp[0]
         constants, params = self.linear(x, w, self.bias(ins), out, weight, clamp, strides=strides, padding=padding,
                                         groups=groups)
         return self.emit("conv2d", [self.values[source]], constants, **params)
@@ -336,11 +338,26 @@ class Importer:
         if kind == "max_pool2d":
             if options.FusedActivationFunction() != _tflite().ActivationFunctionType.NONE:
                 raise ModelError(f"{self.path}: MAX_POOL_2D with a fused activation is not supported")
-            return self.emit("max_pool2d", [self.values[ins[0]]], pool=pool, strides=strides, padding=padding)
+            source, padding = self.unpadded_max_pool_input(ins[0], padding, pool)
+            return self.emit("max_pool2d", [self.values[source]], pool=pool, strides=strides, padding=padding)
         # XNNPACK takes only float average pools: TFLite's builtin kernel runs this one
         clamp = self.activation_clamp(options.FusedActivationFunction(), out, ta.builtin_activation_bound)
         return self.emit("tflite_avg_pool2d", [self.values[ins[0]]], pool=pool, strides=strides, padding=padding,
                          clamp=clamp)
+
+    def unpadded_max_pool_input(self, index: int, padding: list[int], pool: list[int]) -> tuple[int, list[int]]:
+        """(input, padding) of a max pool reading tensor ``index``: the PAD's input and the pool's padding
+        grown by the PAD's where ``index`` is a zero PAD (ResNet's before its 3x3/2 pool) of a convolution
+        that writes nothing below the zero point (a fused ReLU): the pad value then never wins, as the
+        pool's own padding never does, provided every window keeps a tap inside; else unchanged."""
+        if index not in self.padded:
+            return index, padding
+        source, extra = self.padded[index]
+        grown = [p + q for p, q in zip(padding, extra)]
+        _, zero_point = self.quantized(index).scalar()
+        if self.floor.get(source, -math.inf) < zero_point or any(p >= k for p, k in zip(grown, pool + pool)):
+            return index, padding
+        return source, grown
 
     def mean(self, op, ins, out_index):
         options = _options(op, _tflite().ReducerOptions)

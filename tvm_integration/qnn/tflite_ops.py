@@ -176,7 +176,8 @@ def mul(imp, op, ins, out_index):
 
 # -- data movement --------------------------------------------------------------------------------
 def pad(imp, op, ins, out_index):
-    """Zero padding (at the input's zero point); recorded so that a convolution reading it pads instead."""
+    """Zero padding (at the input's zero point); recorded so that a convolution reading it pads instead
+    (and a max pool, where the pad value cannot win: Importer.unpadded_max_pool_input)."""
     x, out = imp.quantized(ins[0]), imp.quantized(out_index)
     pads = imp.tensor(ins[1]).data
     if pads is None or (len(ins) > 2 and ins[2] >= 0):
