@@ -84,6 +84,8 @@ Calling convention (also written into every generated header, and into ``manifes
     ``a + i*a_stride + 4g``) broadcast to every 32-bit lane, and a row of B or C spans
     ``nr*32/register bits`` registers: ``b{g}_{c}`` and ``c{i}_{c}`` are column block ``c`` (byte
     offset ``c * register bytes`` in the row);
+  - ``acc``: ``a{i}``, ``b{j}`` as in ``rows``; ``c{i}_{j}`` = the four int32 lanes of C[i][j]'s
+    partial sums at ``c + i*c_stride + 4j`` (a K loop keeps them and sums each across once);
   - ``tile`` (AMX): A = ``mr`` rows of ``k`` bytes at ``a + i*a_stride``, B = ``k/4`` rows of
     ``nr*4`` bytes at ``b + q*b_stride`` (the ``k4`` packing), C = ``mr`` rows of ``nr`` int32; every
     16-row tile is loaded straight from memory with its stride (``tileloadd``). Each call loads its
@@ -141,7 +143,7 @@ CALLING_CONVENTION = {
                        "(mod 2^32). Unaligned access.",
     "int8": "void qs_<name>(const void *a, int a_stride, const void *b, int b_stride, int32_t *c, int c_stride): "
             "c[i*c_stride + j] += sum_t A[i][t] * B[j][t] (int32, wrap-around) in place; a/b strides in bytes, "
-            "c stride in int32; where A and B rows live per spec.layout (rows | k4 | k4b | tile, see "
+            "c stride in int32; where A and B rows live per spec.layout (rows | acc | k4 | k4b | tile, see "
             "qsynth_kernels.h). Unaligned access.",
 }
 
@@ -232,7 +234,7 @@ def _int8_slot(spec, name: str, nbytes: int) -> Slot:
         first_row, offset = {"a": (16 * x, 64 * y), "b": (16 * y, 64 * x), "c": (16 * x, 64 * y)}[m[1]]
         return Slot(tuple(Piece("abc".index(m[1]), first_row + q, offset, 64) for q in range(16)))
     m = re.fullmatch(r"([abc])(\d+)(?:_(\d+))?", name)
-    if not m or (m[3] is not None) != (kind == "k4b"):
+    if not m or (m[3] is not None) != (kind == "k4b" or (kind == "acc" and m[1] == "c")):
         raise EmitError(f"{kind} layout: unexpected input {name!r}")
     buf, row = "abc".index(m[1]), int(m[2])
     if m[3] is None:

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from qsynth.progress import track
 from synth.files import write_atomically
-from synth.spec import ENCODINGS, ISA_LAYOUTS, BitserialSpec, Int8Spec
+from synth.int8_spec import Int8Spec
+from synth.spec import ENCODINGS, ISA_LAYOUTS, BitserialSpec
 from synth.tiles import BITSERIAL_TILES, INT8_TILES
 
 # The paper's Table 2 (CGO 2020, Cortex-A53 NEON, 8x8·8x1 tiles): instructions and synthesis seconds.

@@ -4,6 +4,9 @@
   ``dot``: (a_i, b_j, acc) → acc' with sum(lanes acc') = sum(lanes acc) + a_i·b_j — a relational
   stage: how products land in acc's lanes is the synthesizer's choice (umull/umull2/uadalp, or
   smull/smlal2); ``reduce``: (acc_i0 … acc_i,nr-1, c_i) → c_i + per-column lane sums (addp tree).
+* ``acc`` layout (v8.0 NEON, lanes kept over the K loop): ``dot``: (a_i, b_j, c_ij) → c_ij' exactly,
+  c_ij's four int32 lanes each taking the products of two bytes in eight (umull, uadalp); no reduction
+  in the tile: its K loop sums the lanes across once.
 * ``k4`` / ``k4b`` layouts (sdot/sudot by element, vpdpbusd, vpmaddubsw+vpmaddwd): ``row``:
   (c_i, a_i…, b_0…) → c_i' exactly, one register of C: instantiated per row and, in k4b, per
   column block.
@@ -19,7 +22,7 @@ from sketches.chain import ChainSketch
 from sketches.linear import LinearSketch
 from synth.cegis import Problem
 from synth.proof import linear_prover
-from synth.spec import Int8Spec
+from synth.int8_spec import Int8Spec
 from synth.stages import Stage, StageUse
 
 
@@ -69,6 +72,12 @@ def stages(spec: Int8Spec, isa) -> list[Stage]:
         return [Stage(dot, lambda n: LinearSketch(isa, menu["dot"], bits, n), range(1, 7), in_ranges=ranges),
                 Stage(reduce, lambda n: LinearSketch(isa, menu["reduce"], red_bits, n), range(1, 2 * spec.nr + 2),
                       in_ranges=[None] * len(red_names))]
+    if spec.layout == "acc":
+        one = _sub_spec(spec, 1, 1)
+        names, bits, ranges = one.input_names, one.input_bits, one.lane_ranges()
+        dot = _problem("dot", isa, names, bits, ranges, one.output_bits, one.reference, {})
+        return [Stage(dot, lambda n: LinearSketch(isa, menu["dot"], bits, n), range(1, 2 * spec.k // 8 + 1),
+                      in_ranges=ranges)]
     if spec.layout == "tile":
         one = _sub_spec(spec, 16, 16)
         names, bits, ranges = one.input_names, one.input_bits, one.lane_ranges()
@@ -97,6 +106,10 @@ def assemble(spec: Int8Spec):
         gs = range(spec.k // 64)
         uses = [StageUse("tile", [*[f"a{r}_{x}" for x in gs], *[f"b{c}_{x}" for x in gs], f"c{r}_{c}"],
                          [f"c{r}_{c}_out"]) for r in range(spec.mr // 16) for c in range(spec.nr // 16)]
+        return uses, [u.outputs[0] for u in uses], consts
+    if spec.layout == "acc":
+        uses = [StageUse("dot", [f"a{i}", f"b{j}", f"c{i}_{j}"], [f"c{i}_{j}_out"])
+                for i in range(spec.mr) for j in range(spec.nr)]
         return uses, [u.outputs[0] for u in uses], consts
     uses = []
     g = spec.k // 4

@@ -13,7 +13,8 @@ from isa_specs import costs, get_isa
 from synth import cache, trust
 from synth.cost_model import SCALE, Cycles
 from synth.proof import SOLVER
-from synth.spec import BitserialSpec, Int8Spec
+from synth.int8_spec import Int8Spec
+from synth.spec import BitserialSpec
 from synth.stages import (SynthesisFailed, inline, kernel_inputs, prove_composition, prove_stage, random_test,
                           synthesize_stage)
 

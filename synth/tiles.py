@@ -25,6 +25,7 @@ DEFAULT_LAYOUT = {"neon": "tile", "avx2": "acc", "avx512": "tile"}
 # (ISA, types) pair is its default.
 INT8_TILES = {
     ("neon", "u8u8", "rows"): (4, 4, 8),     # the RFC's 4x4 pseudo-dot: umull/uadalp/addp on D registers
+    ("neon", "u8u8", "acc"): (4, 4, 8),      # umull/uadalp into lanes kept over K, summed once per K loop
     ("neon", "u8u8", "k4"): (4, 4, 16),      # udot by element (ARMv8.2 dot product)
     ("neon", "s16", "rows"): (4, 4, 4),      # QNN's int16 legalization: smlal on D registers
     ("neon", "s8s8", "k4"): (4, 4, 16),      # sdot by element

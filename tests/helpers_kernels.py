@@ -6,7 +6,7 @@ cached kernels."""
 from __future__ import annotations
 
 from synth import cache
-from synth.spec import Int8Spec
+from synth.int8_spec import Int8Spec
 
 
 def _entry(spec, body: list, outputs: list, constants: dict | None = None) -> dict:

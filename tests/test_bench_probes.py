@@ -27,7 +27,7 @@ def test_probes_skipped_on_recorded_hosts():
 
 
 def test_peak_of_a_skipped_probe_gives_the_reason():
-    from synth.spec import Int8Spec
+    from synth.int8_spec import Int8Spec
     spec = Int8Spec("amx", "u8s8", "tile", 32, 32, 256)
     skipped = bk.probe_skips(flags("zen4"))
     assert bk.peak_fields(spec, 100.0, {}, skipped) == {"peak_instruction": "tdpbusd",

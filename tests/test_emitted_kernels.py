@@ -21,7 +21,8 @@ from isa_specs.lanes import NUMPY
 from sketches.program import Op, Program
 from synth import cache
 from synth.kernel import spec_from_key
-from synth.spec import BitserialSpec, Int8Spec
+from synth.int8_spec import Int8Spec
+from synth.spec import BitserialSpec
 from emit import EmitError, amx_runtime, harness
 from emit.convention import function_name, layout
 from emit.harness import (MAX_PAD, N_PATTERNS, KernelDriver, aligned_misalignment, check_entry, first_mismatch,

@@ -18,7 +18,8 @@ from sketches.program import Instr, Op, Program
 from synth import bitserial, cache, trust
 from synth.kernel import synthesize, verify
 from synth.proof import prove_equal
-from synth.spec import BitserialSpec, Int8Spec, SpecError
+from synth.int8_spec import Int8Spec
+from synth.spec import BitserialSpec, SpecError
 from synth.stages import SynthesisFailed, synthesize_stage
 
 pytestmark = pytest.mark.solver
@@ -230,7 +231,7 @@ def test_concurrent_writers_leave_valid_entries(tmp_path):
     (["--layout", "rows"], "--layout must be one of tile, acc, lanes, got 'rows'"),
     (["--isa", "avx2", "--layout", "tile"], "avx2 bitserial kernels use --layout acc, not 'tile'"),
     (["--kernel", "int8", "--types", "u8u8", "--layout", "k4b"],
-     "--layout for neon u8u8 int8 kernels must be one of rows, k4, got 'k4b'"),
+     "--layout for neon u8u8 int8 kernels must be one of rows, acc, k4, got 'k4b'"),
     (["--isa", "avx512", "--kernel", "int8", "--nr", "24"], "--nr for avx512 must be a multiple of 16 (whole registers)"),
     (["--row-bits", "48"], "--row-bits must be 64, 128 or 256 and below the 128 register bits, got 48"),
     (["--row-bits", "64", "--layout", "acc"], "--row-bits packs several rows into a register of the tile layout only"),

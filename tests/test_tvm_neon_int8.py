@@ -1,7 +1,7 @@
 """NEON int8 operators (issue 34 step 1): conv2d (NHWC: 1x1, 3x3, the 7x7 stride-2 stem, stride 1 and 2,
 padding with a zero point, depthwise) and dense on the cache's proved NEON int8 tiles, built for
 AArch64 and run under qemu-aarch64 (tvm_integration/ops/cross.py; marked ``qemu``), bit-exact against
-numpy with the output stage fused: every tile family (v8.0 umull/uadalp rows tile, dotprod sdot,
+numpy with the output stage fused: every tile family (v8.0 umull/uadalp acc tile, dotprod sdot,
 i8mm sudot), u8 inputs of 128 and more, s8 inputs, tile remainders in rows, columns and K, and
 requantize ties (a scale 2^-j, accumulators at 2^(j-1) mod 2^j, rounded half to even); the fused
 residual add (onnxruntime's QLinearAdd) and grouped convolutions. qemu's ``-cpu max`` runs every
@@ -121,7 +121,7 @@ def test_each_core_gets_its_tile_family():
     assert neon_int8.core_family("cortex-a53") == neon_int8.core_family("cortex-a72") == "v8"
     assert neon_int8.core_family("cortex-a76") == neon_int8.core_family("neoverse-n1") == "dotprod"
     assert neon_int8.core_family("neoverse-n2") == "i8mm"
-    assert neon_int8.tile_for("cortex-a53").spec.layout == "rows"
+    assert neon_int8.tile_for("cortex-a53").spec.layout == "acc"
     assert neon_int8.tile_for("cortex-a76").spec.types == "s8s8"
     assert neon_int8.tile_for("neoverse-n2").spec.types == "u8s8"
     target = neon_int8.neon_target("cortex-a76", neon_int8.tile_for("cortex-a76"))

@@ -10,7 +10,8 @@ from qsynth.progress import spinner
 
 
 def _spec(isa, kernel, abits, wbits, encoding, rows, cols, layout, reg_bits, row_bits, types, mr, nr, k):
-    from synth.spec import BitserialSpec, Int8Spec, SpecError
+    from synth.int8_spec import Int8Spec
+    from synth.spec import BitserialSpec, SpecError
     try:
         if kernel == "bitserial":
             over = {k: v for k, v in (("reg_bits", reg_bits), ("row_bits", row_bits), ("cols", cols)) if v}

@@ -32,7 +32,7 @@ from emit.convention import function_name
 from emit.llvm_ir import emit_llvm_ir
 from emit.model import kernel_model
 from synth.kernel import spec_from_key
-from synth.spec import Int8Spec
+from synth.int8_spec import Int8Spec
 from tvm_integration.kernels import amx_runtime
 
 log = logging.getLogger(__name__)

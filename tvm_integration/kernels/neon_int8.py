@@ -7,18 +7,21 @@ Three families, chosen by what the target core's LLVM model has (``tile_for``):
 * ``dotprod`` without i8mm (Cortex-A55, A76, Neoverse-N1): ``int8_s8s8_k4_4x4x16_neon``, sdot by
   element: u8 activations enter shifted by -128 (``x ^ 0x80``), and ``+128 * sum_k w`` per column is
   added to the bias at compile time;
-* v8.0 (Cortex-A53, A72): ``int8_u8u8_rows_4x4x8_neon``, the RFC's umull/uadalp/addp 4x4 tile: both
-  operands unsigned, so the weights enter as their codes ``w + 128`` (u8), and the K loop around the
-  tile (``ROWS_KLOOP``) computes ``C += A B + R``, R one int32 per row: the operator passes
-  ``-128 * sum_k a``, each packed row summed once (ops/neon_int8.py), not once per column tile.
+* v8.0 (Cortex-A53, A72): ``int8_u8u8_acc_4x4x8_neon``, umull + uadalp into four int32 lanes per
+  output, kept over the whole K loop and summed across once at its end (as MLAS's v8.0 kernels keep
+  their accumulators; the RFC's rows tile summed across with addp at every k block: 56 against 32
+  NEON instructions per 128 MACs): both operands unsigned, so the weights enter as their codes
+  ``w + 128`` (u8), and the K loop around the tile (``ACC_KLOOP``) computes ``C += A B + R``, R one
+  int32 per row: the operator passes ``-128 * sum_k a``, each packed row summed once
+  (ops/neon_int8.py), not once per column tile.
 
 The k4 tiles are ``kernels.int8.Kernel`` (their ``_kloop``, the same memory image as x86's: A rows of
 the whole depth, B as ``k/4`` rows of ``nr*4`` bytes); their LLVM IR is re-declared for exactly the
 features they need (``bitserial.kernel_ir``) so that it inlines into a module for an older core. The
-rows tile has no ``_kloop`` in emit/: ``RowsTile`` appends one (``ROWS_KLOOP``) that keeps the 4x4
-int32 accumulator in a local array across the K blocks (registers, after inlining) and adds it, with
-R, to C once (that wrapper is tested under qemu, not proved). Its B image is ``k/8`` blocks of ``nr``
-rows of 8 bytes: for each block, column j's 8 weights.
+acc tile has no ``_kloop`` in emit/: ``AccTile`` appends one (``ACC_KLOOP``) that keeps the tile's
+lanes in a local array across the K blocks (registers, after inlining) and adds their sums, with R,
+to C once (that wrapper is tested under qemu, not proved; each call of the tile in it is). Its B
+image is ``k/8`` blocks of ``nr`` rows of 8 bytes: for each block, column j's 8 weights.
 """
 from __future__ import annotations
 
@@ -36,7 +39,7 @@ from emit.library import extern_source
 from emit.model import kernel_model
 from emit.toolchain import cached_compile, compiler_command
 from synth.kernel import spec_from_key
-from synth.spec import Int8Spec
+from synth.int8_spec import Int8Spec
 from tvm_integration.kernels import int8
 from tvm_integration.kernels.bitserial import kernel_ir
 from tvm_integration.kernels.selection import SelectionError, aarch64_target
@@ -45,49 +48,50 @@ from tvm_integration.kernels.selection import SelectionError, aarch64_target
 FAMILIES = {
     "i8mm": ("int8_u8s8_k4_4x4x16_neon", 0, False),
     "dotprod": ("int8_s8s8_k4_4x4x16_neon", -128, False),
-    "v8": ("int8_u8u8_rows_4x4x8_neon", 0, True),
+    "v8": ("int8_u8u8_acc_4x4x8_neon", 0, True),
 }
 WEIGHT_SHIFT = 128      # s8 weights -> u8 codes for the u8 x u8 tiles
 
-ROWS_KLOOP = """
-/* qsynth (tvm_integration/kernels/neon_int8.py): C += A B + R over kblocks k blocks with the rows
- * tile, R one int32 per row (B: the weights' u8 codes w + 128, R: -128 times A's row sums), the
- * tile's C kept in a local accumulator (registers once inlined) and added to C, with R, once at the
- * end. Block kb: A at a + kb*K (rows a_stride apart), B at b + kb*b_block (column j's K bytes at + j*K). */
-void {fn}_kloop_rows(const void *a, int a_stride, const void *b, int b_block, int32_t *c, int c_stride, int kblocks,
+ACC_KLOOP = """
+/* qsynth (tvm_integration/kernels/neon_int8.py): C += A B + R over kblocks k blocks with the acc
+ * tile, R one int32 per row (B: the weights' u8 codes w + 128, R: -128 times A's row sums): the
+ * tile's four int32 lanes per output kept in a local array (registers once inlined) over the whole
+ * K, summed across (addv) and added to C, with R, once at the end. Block kb: A at a + kb*K (rows
+ * a_stride apart), B at b + kb*b_block (column j's K bytes at + j*K). */
+void {fn}_kloop_acc(const void *a, int a_stride, const void *b, int b_block, int32_t *c, int c_stride, int kblocks,
                     const int32_t *r);
-void {fn}_kloop_rows(const void *a, int a_stride, const void *b, int b_block, int32_t *c, int c_stride, int kblocks,
+void {fn}_kloop_acc(const void *a, int a_stride, const void *b, int b_block, int32_t *c, int c_stride, int kblocks,
                     const int32_t *r) {{
-  int32_t acc[{mr} * {nr}] = {{0}};
+  int32_t acc[{mr} * {nr} * 4] = {{0}};
   const uint8_t *rows = (const uint8_t *)a;
   for (int kb = 0; kb < kblocks; ++kb)
-    {fn}(rows + (ptrdiff_t)kb * {k}, a_stride, (const uint8_t *)b + (ptrdiff_t)kb * b_block, {k}, acc, {nr});
+    {fn}(rows + (ptrdiff_t)kb * {k}, a_stride, (const uint8_t *)b + (ptrdiff_t)kb * b_block, {k}, acc, {nr} * 4);
   for (int i = 0; i < {mr}; ++i)
-    for (int j = 0; j < {nr}; ++j) c[i * c_stride + j] += acc[i * {nr} + j] + r[i];
+    for (int j = 0; j < {nr}; ++j) c[i * c_stride + j] += vaddvq_s32(vld1q_s32(acc + (i * {nr} + j) * 4)) + r[i];
 }}
 """
 
 
 @dataclass(frozen=True)
-class RowsTile(int8.Kernel):
-    """The rows-layout tile with its K loop (``ROWS_KLOOP``: ``C += A B + R``, B the weights' u8 codes),
-    as an ``int8.Kernel`` whose K-loop TensorIntrin is ``rows_functions``'."""
+class AccTile(int8.Kernel):
+    """The acc-layout tile with its K loop (``ACC_KLOOP``: ``C += A B + R``, B the weights' u8 codes),
+    as an ``int8.Kernel`` whose K-loop TensorIntrin is ``acc_functions``'."""
 
     def loop_intrin(self, kblocks: int) -> str:
         name = f"{self.intrin}_x{kblocks}"
         if name not in int8._REGISTERED:
-            s_tir.TensorIntrin.register(name, *rows_functions(self.spec, self.function, kblocks), override=True)
+            s_tir.TensorIntrin.register(name, *acc_functions(self.spec, self.function, kblocks), override=True)
             int8._REGISTERED.add(name)
         return name
 
 
 def group(kernel) -> int:
-    """Bytes of one column per B row of the kernel's image: 4 (k4: sdot's groups) or k (rows)."""
-    return kernel.spec.k if kernel.spec.layout == "rows" else 4
+    """Bytes of one column per B row of the kernel's image: 4 (k4: sdot's groups) or k (acc)."""
+    return kernel.spec.k if kernel.spec.layout == "acc" else 4
 
 
-def rows_functions(spec: Int8Spec, function: str, kblocks: int):
-    """(description, implementation) of ``kblocks`` k blocks of a rows tile's K loop, ``C += A B + R``:
+def acc_functions(spec: Int8Spec, function: str, kblocks: int):
+    """(description, implementation) of ``kblocks`` k blocks of an acc tile's K loop, ``C += A B + R``:
     A ``mr`` rows of the depth, B ``kblocks`` blocks of ``nr`` rows of ``k`` u8 weight codes, R one int32
     per row (added at the first k), C ``mr x nr`` int32."""
     mr, nr, k = spec.mr, spec.nr, spec.k
@@ -134,20 +138,20 @@ def neon_tiles() -> dict[str, object]:
             kernel = k4[name]
             tiles[family] = dataclasses.replace(kernel, llvm_ir=kernel_ir(kernel.llvm_ir, kernel.features))
         elif name in entries:
-            tiles[family] = _rows_tile(entries[name])
+            tiles[family] = _acc_tile(entries[name])
     return tiles
 
 
-def _rows_tile(entry: dict) -> RowsTile:
+def _acc_tile(entry: dict) -> AccTile:
     spec = spec_from_key(entry["spec"])
     m = kernel_model(entry)
     fn = function_name(entry)
-    source = extern_source(m) + ROWS_KLOOP.format(fn=fn, mr=spec.mr, nr=spec.nr, k=spec.k)
+    source = extern_source(m) + ACC_KLOOP.format(fn=fn, mr=spec.mr, nr=spec.nr, k=spec.k)
     cmd = [*compiler_command("neon", "clang", m["features"]), "-S", "-emit-llvm"]
-    ir = cached_compile(cmd, source, "kernel-neon-rows-{}.ll").read_text()
+    ir = cached_compile(cmd, source, "kernel-neon-acc-{}.ll").read_text()
     features = tuple(m["features"])
-    return RowsTile("qsynth_" + entry["name"], spec, fn + "_kloop_rows", kernel_ir(ir, features), entry["cache_key"],
-                    features)
+    return AccTile("qsynth_" + entry["name"], spec, fn + "_kloop_acc", kernel_ir(ir, features), entry["cache_key"],
+                   features)
 
 
 def core_family(mcpu: str | None) -> str:

@@ -8,13 +8,13 @@ NEON tile's operand types:
 * the activations enter the tile's A type with an offset ``s`` (u8 data on the s8 x s8 sdot tile:
   ``s = -128``; s8 data on a u8 tile: ``s = +128``), and ``-s * sum_k w`` per column goes into the
   bias at compile time;
-* on the u8 x u8 rows tile (umull/uadalp) the weights enter as their u8 codes ``w + 128``: the GEMM
+* on the u8 x u8 acc tile (umull/uadalp) the weights enter as their u8 codes ``w + 128``: the GEMM
   written with ``w = code - 128`` is ``A codes - 128 sum_k a``; each packed row tile's sums are taken
   once (``row_sums``, before its column tiles) and the tile's K loop adds them in as it stores C
   (kernels/neon_int8.py: ``C += A B + R``); packed bytes whose weight code is 0 (K padding, a run's
   rounding) must then be 0 too;
 * B is the tile's image: ``k/4`` rows of ``nr*4`` bytes (k4) or ``k/8`` blocks of ``nr`` rows of 8
-  bytes (rows), zero beyond the real columns and k positions.
+  bytes (acc), zero beyond the real columns and k positions.
 
 conv2d: im2col along window rows, as conv2d.py's one-group path: for each kh the ``kw*C`` bytes of a
 window row are one run of the padded NHWC input, rounded up to whole K steps (the run's tail reads
@@ -146,7 +146,7 @@ def _check(weight: np.ndarray, ndim: int, data_dtype: str) -> None:
 
 def _k4_shape(kernel):
     """A k4 NEON kernel of the tile's shape for conv2d.py's plain TIR (only its shape is used)."""
-    return neon_int8.tile_for(family="dotprod") if kernel.spec.layout == "rows" else kernel
+    return neon_int8.tile_for(family="dotprod") if kernel.spec.layout == "acc" else kernel
 
 
 def build_gemm(gemm: Gemm, data: te.Tensor, element, weights: np.ndarray, stage: OutputStage, kernel,
