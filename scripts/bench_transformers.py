@@ -29,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 from scripts import bench_zoo  # noqa: E402
+from synth.files import write_atomically  # noqa: E402
 
 ARCHITECTURES = {"bert_l4_s128": {"layers": 4, "seq": 128}, "bert_l4_s384": {"layers": 4, "seq": 384},
                  "bert_l12_s128": {"layers": 12, "seq": 128}, "bert_l12_s384": {"layers": 12, "seq": 384},
@@ -160,7 +161,7 @@ def main() -> int:
     md, js = a.out / "transformers.md", a.out / "transformers.json"
     previous = json.loads(js.read_text()) if js.exists() else {}
     if a.markdown_only:
-        md.write_text(markdown(previous))
+        write_atomically(md, markdown(previous))
         return 0
     names = a.models.split(",")
     unknown = sorted(set(names) - set(MODELS))
@@ -195,8 +196,8 @@ def main() -> int:
             "models": MODELS, "compile": {**previous.get("compile", {}), **compiles}, "rows": kept + rows,
             "profiles": {**{k: v for k, v in previous.get("profiles", {}).items() if k not in names}, **profiles}}
     a.out.mkdir(parents=True, exist_ok=True)
-    js.write_text(json.dumps(data, indent=1) + "\n")
-    md.write_text(markdown(data))
+    write_atomically(js, json.dumps(data, indent=1) + "\n")
+    write_atomically(md, markdown(data))
     print(md.read_text())
     return 0
 

@@ -23,6 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
 # name: torchvision constructor (every one called with weights=None: random weights, nothing downloaded)
 MODELS = {"resnet50": "resnet50", "mobilenet_v3_large": "mobilenet_v3_large", "efficientnet_b0": "efficientnet_b0",
           "shufflenet_v2": "shufflenet_v2_x1_0", "densenet121": "densenet121", "regnet_y_400mf": "regnet_y_400mf",
@@ -37,19 +40,16 @@ def torchvision_models():
     return torchvision.models
 
 
-def export(name: str, path: Path) -> None:
-    """The float model ``name`` exported to ``path`` (one file, no external data), input ``input``
-    float32[1, 3, 224, 224], output ``output``."""
+def export_module(model, inputs: dict, outputs: list[str], path: Path) -> None:
+    """The torch module ``model`` (in eval mode) exported by torch's exporter at opset 18 to ``path``
+    (one file, no external data), its inputs named and fed as ``inputs`` (name -> example tensor),
+    its outputs named ``outputs``."""
     import onnx
     import torch
-    torch.manual_seed(0)
-    ctor = getattr(torchvision_models(), MODELS[name])
-    extra = {"aux_logits": False, "init_weights": True} if name == "googlenet" else {}
-    model = ctor(weights=None, **extra).eval()
-    x = torch.randn(1, 3, SIZE, SIZE)
     raw = path.with_suffix(".export.onnx")
     with torch.no_grad():
-        torch.onnx.export(model, (x,), str(raw), input_names=["input"], output_names=["output"], opset_version=18)
+        torch.onnx.export(model, tuple(inputs.values()), str(raw), input_names=list(inputs),
+                          output_names=outputs, opset_version=18)
     proto = onnx.load(str(raw))                  # the exporter may write the weights beside, as external data
     proto.ir_version = min(proto.ir_version, 10)
     onnx.save(proto, str(path))
@@ -57,22 +57,30 @@ def export(name: str, path: Path) -> None:
     Path(str(raw) + ".data").unlink(missing_ok=True)
 
 
-def quantize(fp32: Path, path: Path, count: int) -> None:
+def export(name: str, path: Path) -> None:
+    """The float model ``name`` exported to ``path``, input ``input`` float32[1, 3, 224, 224], output
+    ``output``."""
+    import torch
+    torch.manual_seed(0)
+    ctor = getattr(torchvision_models(), MODELS[name])
+    extra = {"aux_logits": False, "init_weights": True} if name == "googlenet" else {}
+    model = ctor(weights=None, **extra).eval()
+    export_module(model, {"input": torch.randn(1, 3, SIZE, SIZE)}, ["output"], path)
+
+
+def quantize(fp32: Path, path: Path, data: list[dict[str, np.ndarray]]) -> None:
     """``fp32`` quantized by quantize_static to ``path``: QDQ, u8 activations, s8 per-channel weights,
-    calibrated on ``count`` standard normal inputs (seed 0)."""
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+    calibrated on ``data`` (a list of feeds)."""
+    import onnx
+
+    from tvm_integration.bench import int8_models
+    int8_models.quantize(onnx.load(str(fp32)), path, data=data)
+
+
+def normal_inputs(shape: tuple[int, ...], count: int) -> list[dict[str, np.ndarray]]:
+    """``count`` feeds of one standard normal input ``input`` of ``shape`` (seed 0)."""
     rng = np.random.default_rng(0)
-    data = [{"input": rng.standard_normal((1, 3, SIZE, SIZE)).astype(np.float32)} for _ in range(count)]
-
-    class Reader(CalibrationDataReader):
-        def __init__(self):
-            self.feeds = iter(data)
-
-        def get_next(self):
-            return next(self.feeds, None)
-
-    quantize_static(str(fp32), str(path), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
-                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+    return [{"input": rng.standard_normal(shape).astype(np.float32)} for _ in range(count)]
 
 
 def main() -> int:
@@ -95,7 +103,7 @@ def main() -> int:
             continue
         start = time.perf_counter()
         export(name, fp32)
-        quantize(fp32, int8, a.calibration)
+        quantize(fp32, int8, normal_inputs((1, 3, SIZE, SIZE), a.calibration))
         print(f"{name}: {int8} ({int8.stat().st_size / 1e6:.1f} MB) and {fp32.name}, "
               f"{time.perf_counter() - start:.0f} s", flush=True)
     return 0

@@ -1,7 +1,7 @@
 """Quantized transformer encoders (issue 32) against onnxruntime: MatMuls of any rank with constant
 weights on the int8 dense, activation x activation MatMuls (Q.K^T, attention.V) on the batched
-operator (ops/batch_matmul.py), both bit-exact with onnxruntime's QLinearMatMul; QLinearSoftmax; whole
-encoders quantized static and dynamic, bit-exact."""
+operator (ops/batch_matmul.py), both bit-exact with onnxruntime's QLinearMatMul; whole encoders
+quantized static and dynamic, bit-exact (QLinearSoftmax alone: test_qlinear_softmax.py)."""
 from __future__ import annotations
 
 import logging
@@ -164,27 +164,6 @@ def test_encoder_against_onnxruntime(tmp_path, per_channel):
             np.testing.assert_array_equal(ours[name], expected[name], err_msg=f"{name} ({op})")
         final = next(iter(model.outputs))
         np.testing.assert_array_equal(ours[final], expected[final])
-
-
-@pytest.mark.parametrize("dtype,shape,x_params,y_params", [
-    ("uint8", (1, 2, 16, 16), (0.030597767, 131), (1 / 255, 0)), ("uint8", (4, 128), (0.1, 100), (1 / 255, 0)),
-    ("int8", (3, 50), (0.004, 0), (1 / 256, -128))], ids=["heads", "long_row", "int8"])
-def test_qlinear_softmax_exact(tmp_path, dtype, shape, x_params, y_params):
-    """DQ -> Softmax -> Q, which onnxruntime runs as QLinearSoftmax (a float exp table indexed by
-    x - max, an in-order float sum, round(e * floor(1 / y_scale) / sum)): equal to it on the whole range."""
-    nodes = [helper.make_node("DequantizeLinear", ["x", "sx", "zx"], ["d"]),
-             helper.make_node("Softmax", ["d"], ["s"], axis=-1), helper.make_node("QuantizeLinear", ["s", "sy", "zy"], ["y"])]
-    inits = [numpy_helper.from_array(np.array(v, t), n) for v, t, n in (
-        (x_params[0], np.float32, "sx"), (x_params[1], dtype, "zx"), (y_params[0], np.float32, "sy"), (y_params[1], dtype, "zy"))]
-    graph = helper.make_graph(nodes, "sm", [helper.make_tensor_value_info("x", TYPES[dtype], shape)],
-                              [helper.make_tensor_value_info("y", TYPES[dtype], shape)], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    path = tmp_path / "sm.onnx"
-    onnx.save(model, str(path))
-    lo, hi = RANGES[dtype]
-    assert_exact(path, lambda r: {"x": r.integers(lo, hi + 1, shape).astype(dtype)})
-    assert "qnn_qlinear_softmax" in model_functions(path)
 
 
 def test_dynamic_encoder_exact(tmp_path):

@@ -1,7 +1,8 @@
 """The float ops a quantized transformer keeps between DequantizeLinear and QuantizeLinear (or, after
 quantize_dynamic, between the integer matmuls): the matmul of two activations, Softmax, Erf/GELU,
-LayerNormalization, and the whole-tensor min/max of DynamicQuantizeLinear. Each but LayerNorm is
-computed as onnxruntime's x86 kernels compute it (bit-exact: tests/test_float_ops.py), and all are
+Tanh, LayerNormalization (layer_norm.py), a mean over the trailing axes (reduce_mean.py), and the
+whole-tensor min/max of DynamicQuantizeLinear. Each is computed as onnxruntime's x86 kernels compute
+it (bit-exact: tests/test_float_ops.py, test_float_onnxruntime_math.py), and all are
 scheduled here (TVM's legalized defaults run them serially: 75 of a 4-layer BERT's 95 ms).
 
 ``legalize_map()`` is the LegalizeOps override bind.py uses; the PrimFuncs it writes carry
@@ -13,7 +14,7 @@ import numpy as np
 import tvm
 from tvm import relax, s_tir, te, tirx
 
-from tvm_integration.qnn import layer_norm, mlas_math
+from tvm_integration.qnn import layer_norm, mlas_math, reduce_mean
 from tvm_integration.qnn.qdq import constant
 from tvm_integration.qnn.schedules import SCHEDULED
 
@@ -60,11 +61,15 @@ def matmul_func(a_shape: tuple[int, ...], b_shape: tuple[int, ...], alpha: float
     0, a K longer than MLAS's block (stride_k) in blocks whose sums are added in order. With
     ``alpha`` (onnxruntime's FusedMatMul): the first block's sum times alpha, each later one added as
     fma(sum, alpha, C). Parallel over batch and row tiles; each tile 4 rows by up to 64 columns held
-    in registers across k."""
+    in registers across k; more than 32 columns not in whole vectors (ViT's 196 keys) over B padded
+    with zero columns to 32-lane tiles, then cut (in scalars: 9x slower)."""
     batch = tuple(int(d) for d in np.broadcast_shapes(a_shape[:-2], b_shape[:-2]))
     m, k, n = a_shape[-2], a_shape[-1], b_shape[-1]
     a = te.placeholder(a_shape, "float32", "a")
     b = te.placeholder(b_shape, "float32", "b")
+    wide = n if n % LANES == 0 or n <= 2 * LANES else -(-n // (2 * LANES)) * 2 * LANES
+    padded = b if wide == n else te.compute((*b_shape[:-1], wide), lambda *i: tirx.Select(
+        i[-1] < n, b[(*i[:-1], tirx.min(i[-1], n - 1))], mlas_math.f32(0.0)), name="padded")
 
     def pick(shape, index):
         own = shape[:-2]
@@ -72,9 +77,9 @@ def matmul_func(a_shape: tuple[int, ...], b_shape: tuple[int, ...], alpha: float
 
     def block_sum(start, size):
         r = te.reduce_axis((0, size), f"k{start}")
-        return te.compute((*batch, m, n), lambda *i: te.sum(
-            a[(*pick(a_shape, i[:-2]), i[-2], r + start)] * b[(*pick(b_shape, i[:-2]), r + start, i[-1])], axis=r),
-            name=f"block{start}")
+        return te.compute((*batch, m, wide), lambda *i: te.sum(
+            a[(*pick(a_shape, i[:-2]), i[-2], r + start)] * padded[(*pick(b_shape, i[:-2]), r + start, i[-1])],
+            axis=r), name=f"block{start}")
 
     def added(partial, block, start):
         if alpha is None:
@@ -90,15 +95,21 @@ def matmul_func(a_shape: tuple[int, ...], b_shape: tuple[int, ...], alpha: float
         partial = te.compute(first.shape, lambda *i: first(*i) * mlas_math.f32(alpha), name="sum0")
     for start, size in blocks[1:]:
         partial = added(partial, block_sum(start, size), start)
+    if wide != n:
+        partial = te.compute((*batch, m, n), partial, name="cut")          # its first n columns
     sch = s_tir.Schedule(te.create_prim_func([a, b, partial]))
-    width = next((w for w in (64, 32, 16) if n % w == 0), None)
+    width = next((w for w in (64, 32, 16) if wide % w == 0), None)
     rows = next(r for r in (4, 2, 1) if m % r == 0)
+    for name in ("padded", "cut") if wide != n else ():
+        sch.parallel(sch.fuse(*sch.get_loops(sch.get_sblock(name))[:-1]))
     for start, _ in blocks:
         _register_tile(sch, sch.get_sblock(f"block{start}"), rows, width)
-        if start or alpha is not None:
+        if start:
             *outer, last = sch.get_loops(sch.get_sblock(f"sum{start}"))
             sch.parallel(sch.fuse(*outer))
             sch.vectorize(last)
+    if alpha is not None:       # the product by alpha as the tile leaves its registers, not another pass
+        sch.reverse_compute_inline(sch.get_sblock("sum0"))
     return sch.mod["main"]
 
 
@@ -124,29 +135,39 @@ def _register_tile(sch, block, rows: int, width: int | None) -> None:
 # -- Softmax over the last axis -----------------------------------------------------------------------
 
 def softmax_func(shape: tuple[int, ...]) -> tirx.PrimFunc:
-    """MLAS's softmax of each row (the last axis): its maximum; exp(x - max) (mlas_math); the sum as
-    the AVX-512 kernel adds, 16 lane sums over the row in order, then halves (8 + 8), pairs, pairs,
-    halves; each exp times float32(1 / sum). Rows parallel, the lanes vectorized."""
-    *rows, d = shape
+    """MLAS's softmax of each row (the last axis): its maximum (over 16 lanes, exact in any order: a
+    chain of scalar maxima took two thirds of the time at rows of 384); exp(x - max) (mlas_math); the
+    sum as the AVX-512 kernel adds, 16 lane sums over the row in order, then halves (8 + 8), pairs,
+    pairs, halves; each exp times float32(1 / sum). Rows parallel, the lanes vectorized."""
+    rows = shape[:-1]
     x = te.placeholder(shape, "float32", "x")
-    r = te.reduce_axis((0, d), "r")
-    top = te.compute(rows, lambda *i: te.max(x[(*i, r)], axis=r), name="top")
+    top_lanes = _lane_reduce(x, te.max, tirx.min_value("float32"), "top_lanes")
+    top = te.compute(rows, lambda *i: _tree(lambda j: top_lanes[(*i, j)], tirx.max), name="top")
     e = te.compute(shape, lambda *i: mlas_math.exp_nonpositive(x[i] + (-top[i[:-1]])), name="e")
-    chunks = (d + LANES - 1) // LANES
-    t = te.reduce_axis((0, chunks), "t")
-    lanes = te.compute((*rows, LANES), lambda *i: te.sum(
-        tirx.Select(t * LANES + i[-1] < d, e[(*i[:-1], tirx.min(t * LANES + i[-1], d - 1))], mlas_math.f32(0.0)),
-        axis=t), name="lanes")
-
-    def total(*i):
-        h = [lanes[(*i, j)] + lanes[(*i, j + 8)] for j in range(8)]
-        pairs = [(h[0] + h[1]) + (h[2] + h[3]), (h[4] + h[5]) + (h[6] + h[7])]
-        return pairs[0] + pairs[1]
-    scale = te.compute(rows, lambda *i: mlas_math.f32(1.0) / total(*i), name="scale")
+    lanes = _lane_reduce(e, te.sum, mlas_math.f32(0.0), "lanes")
+    scale = te.compute(rows, lambda *i: mlas_math.f32(1.0) / _tree(lambda j: lanes[(*i, j)], tirx.Add),
+                       name="scale")
     y = te.compute(shape, lambda *i: e[i] * scale[i[:-1]], name="y")
     sch = s_tir.Schedule(te.create_prim_func([x, y]))
-    _rows_parallel(sch, ["top", "e", "lanes", "scale", "y"], len(rows))
+    _rows_parallel(sch, ["top_lanes", "top", "e", "lanes", "scale", "y"], len(rows))
     return sch.mod["main"]
+
+
+def _lane_reduce(t: te.Tensor, reducer, identity, name: str) -> te.Tensor:
+    """``[..., LANES]``: lane j reduces elements j, j + LANES, ... of each row of ``t`` in order (the
+    row's tail padded with ``identity``)."""
+    *rows, d = (int(v) for v in t.shape)
+    c = te.reduce_axis((0, (d + LANES - 1) // LANES), "c")
+    return te.compute((*rows, LANES), lambda *i: reducer(
+        tirx.Select(c * LANES + i[-1] < d, t[(*i[:-1], tirx.min(c * LANES + i[-1], d - 1))], identity),
+        axis=c), name=name)
+
+
+def _tree(lane, combine):
+    """MLAS's reduction of 16 lanes: halves (j with j + 8), pairs, pairs, halves."""
+    h = [combine(lane(j), lane(j + 8)) for j in range(8)]
+    pairs = [combine(combine(h[0], h[1]), combine(h[2], h[3])), combine(combine(h[4], h[5]), combine(h[6], h[7]))]
+    return combine(*pairs)
 
 
 def _rows_parallel(sch, names: list[str], row_axes: int) -> None:
@@ -246,7 +267,7 @@ def reduce_all_func(shape: tuple[int, ...], kind: str) -> tirx.PrimFunc:
     flattened tensor, then one over them."""
     size = int(np.prod(shape))
     x = te.placeholder(shape, "float32", "x")
-    flat = lambda index: x[tuple(_unravel(index, shape))]
+    flat = lambda index: x[tuple(reduce_mean.unravel(index, shape))]
     reducer, start = (te.max, -np.inf) if kind == "max" else (te.min, np.inf)
     chunks = (size + LANES - 1) // LANES
     t = te.reduce_axis((0, chunks), "t")
@@ -261,14 +282,6 @@ def reduce_all_func(shape: tuple[int, ...], kind: str) -> tirx.PrimFunc:
     sch.reorder(chunk, lane)
     sch.vectorize(lane)
     return sch.mod["main"]
-
-
-def _unravel(index, shape):
-    out = []
-    for d in reversed(shape):
-        out.append(tirx.floormod(index, d))
-        index = tirx.floordiv(index, d)
-    return out[::-1]
 
 
 # -- the LegalizeOps override -------------------------------------------------------------------------
@@ -307,7 +320,8 @@ def _reduce_all(kind):
 
 
 RULES = {"relax.matmul": _matmul, "relax.nn.softmax": _softmax, "relax.erf": _elementwise(mlas_math.erf, "erf"),
-         "relax.nn.gelu": _elementwise(gelu, "gelu"), "relax.max": _reduce_all("max"), "relax.min": _reduce_all("min")}
+         "relax.nn.gelu": _elementwise(gelu, "gelu"), "relax.max": _reduce_all("max"), "relax.min": _reduce_all("min"),
+         "relax.tanh": _elementwise(mlas_math.tanh, "tanh")}
 
 
 def legalize_map() -> dict:
@@ -408,3 +422,20 @@ def onnxruntime_fusions(mod: tvm.IRModule) -> tvm.IRModule:
     mutator = _Fusions(mod)
     mutator.builder_.update_func(mod.get_global_var("main"), mutator.visit_expr(fuse_gelu(mod["main"])))
     return relax.transform.DeadCodeElimination(["main"])(mutator.builder_.finalize())
+
+
+# -- ReduceMean over the last axes (onnxruntime's Eigen sum: reduce_mean.py) -------------------------
+
+def _mean(bb, call):
+    shape = _shape(call.args[0])
+    if shape is None or not shape or not _float32(call):
+        return None
+    axes = sorted({int(a) % len(shape) for a in call.attrs.axis}) if call.attrs.axis is not None else \
+        list(range(len(shape)))
+    if axes != list(range(len(shape) - len(axes), len(shape))):
+        return None
+    return _emit(bb, reduce_mean.mean_func(shape, len(axes), bool(call.attrs.keepdims)), "qsynth_mean", call.args,
+                 _shape(call))
+
+
+RULES["relax.mean"] = _mean

@@ -1,9 +1,10 @@
-"""MLAS's float32 exp and erf (onnxruntime's CPU kernels: Softmax, Erf, Gelu) as TIR expressions, step
-for step, so a compiled op rounds as onnxruntime does. Each ``fma`` is one the AVX-512/FMA3 kernels
-execute (a fused multiply-add, one rounding); every other step rounds on its own.
+"""MLAS's float32 exp, erf and tanh (onnxruntime's CPU kernels: Softmax, Erf, Gelu, Tanh) as TIR
+expressions, step for step, so a compiled op rounds as onnxruntime does. Each ``fma`` is one the
+AVX-512/FMA3 kernels execute (a fused multiply-add, one rounding); every other step rounds on its own.
 
-Constants are MLAS's (compute.cpp ``MlasExpConstants``, erf.cpp ``MlasErfConstants``); the
-polynomials are those of the kernels' vector paths (TransKernelAvx512F.S, ErfKernelFma3.S).
+Constants are MLAS's (compute.cpp ``MlasExpConstants``, erf.cpp ``MlasErfConstants``, tanh.cpp
+``MlasTanhConstants``); the polynomials are those of the kernels' vector paths
+(TransKernelAvx512F.S, ErfKernelFma3.S, the FMA3 tanh kernel).
 """
 from __future__ import annotations
 
@@ -78,3 +79,27 @@ def erf(x):
         p = fma(p, r, c)
     magnitude = tirx.Select(a > ERF_SPLIT, f32(1.0) - power_of_two_times(p, m), small)
     return tirx.Select(x < f32(0.0), -magnitude, magnitude)
+
+
+TANH_RANGE = f32(9.0)
+TANH_ALPHA = [f32(c) for c in (-2.76076847742355e-16, 2.00018790482477e-13, -8.60467152213735e-11,
+                               5.12229709037114e-08, 1.48572235717979e-05, 6.37261928875436e-04,
+                               4.89352455891786e-03)]
+TANH_BETA = [f32(c) for c in (1.19825839466702e-06, 1.18534705686654e-04, 2.26843463243900e-03,
+                              4.89352518554385e-03)]
+
+
+def tanh(x):
+    """MLAS's tanh (tanh.cpp ``MlasTanhConstants``, Eigen's rational function; onnxruntime 1.32 runs
+    its FMA3 kernel on x86, AVX-512 hosts included): x clamped to [-9, 9] as vmaxps / vminps clamp
+    (a NaN passes through), ``x * p(x^2) / q(x^2)`` with both polynomials FMA chains."""
+    x = tirx.Select(-TANH_RANGE > x, -TANH_RANGE, x)
+    x = tirx.Select(TANH_RANGE < x, TANH_RANGE, x)
+    square = x * x
+    p = TANH_ALPHA[0]
+    for c in TANH_ALPHA[1:]:
+        p = fma(p, square, c)
+    q = TANH_BETA[0]
+    for c in TANH_BETA[1:]:
+        q = fma(q, square, c)
+    return x * p / q

@@ -1,0 +1,69 @@
+"""onnxruntime 1.32's ReduceMean over the trailing axes of a float tensor, step for step (its x86-64
+wheel's "KR" fast path: Eigen's vectorized ``sum()`` of each row, then a division), so a model whose
+last op is a float mean (SqueezeNet's head) rounds as onnxruntime does."""
+from __future__ import annotations
+
+import numpy as np
+from tvm import s_tir, te, tirx
+
+from tvm_integration.qnn import mlas_math
+
+PACKET = 4                    # float32 lanes of Eigen's SSE packet in onnxruntime's x86 build
+NEGATIVE_ZERO = mlas_math.f32(-0.0)   # a sum not yet started: -0.0 + x is x for every x, -0.0 included
+
+
+def unravel(index, shape):
+    """The indices of flat element ``index`` of a row-major tensor of ``shape``."""
+    out = []
+    for d in reversed(shape):
+        out.append(tirx.floormod(index, d))
+        index = tirx.floordiv(index, d)
+    return out[::-1]
+
+
+def mean_func(shape: tuple[int, ...], reduced: int, keepdims: bool) -> tirx.PrimFunc:
+    """The mean over the last ``reduced`` axes as onnxruntime's ReduceMean computes it (its "KR" fast
+    path): Eigen's ``sum()`` of each row of N contiguous elements, then divided by N. Eigen starts at
+    the row's first 16-byte-aligned element (row r begins at element r * N of an aligned buffer), sums
+    packets of 4 in two accumulators, adds them and a last odd packet, reduces the lanes
+    (0 + 2) + (1 + 3), then adds the unaligned head and tail in order. Rows parallel."""
+    kept = shape[:len(shape) - reduced]
+    rows, n, pair = int(np.prod(kept)), int(np.prod(shape[len(shape) - reduced:])), 2 * PACKET
+    x = te.placeholder(shape, "float32", "x")
+
+    def at(r, i):
+        return x[tuple(unravel(r * n + tirx.min(i, n - 1), shape))]
+
+    def start(r):
+        return tirx.min(tirx.floormod(-r * n, PACKET), n)
+
+    def packets(r, width):
+        return tirx.floordiv(n - start(r), width) * width
+
+    add = te.comm_reducer(lambda a, b: a + b, lambda dtype: NEGATIVE_ZERO, name="sum_from_negative_zero")
+    t = te.reduce_axis((0, (n + pair - 1) // pair), "t")
+    lanes = te.compute((rows, pair), lambda r, j: add(tirx.Select(
+        t * pair + j < packets(r, pair), at(r, start(r) + t * pair + j), NEGATIVE_ZERO), axis=t), name="lanes")
+
+    def mean(r):
+        first, aligned, paired = start(r), packets(r, PACKET), packets(r, pair)
+        packet = [lanes[r, j] + lanes[r, j + PACKET] for j in range(PACKET)]
+        packet = [tirx.Select(aligned > paired, p + at(r, first + paired + j), p) for j, p in enumerate(packet)]
+        total = (packet[0] + packet[2]) + (packet[1] + packet[3])
+        for k in range(PACKET - 1):
+            total = tirx.Select(k < first, total + at(r, k), total)
+        for k in range(PACKET - 1):
+            total = tirx.Select(first + aligned + k < n, total + at(r, first + aligned + k), total)
+        return total / mlas_math.f32(n)
+
+    def row(index):
+        return sum((i * int(np.prod(kept[a + 1:])) for a, i in enumerate(index[:len(kept)])), tirx.const(0))
+
+    y = te.compute((*kept, *[1] * reduced) if keepdims else kept, lambda *i: mean(row(i)), name="mean")
+    sch = s_tir.Schedule(te.create_prim_func([x, y]))
+    loops = sch.get_loops(sch.get_sblock("mean"))
+    if loops:                 # none for a scalar mean
+        fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
+        sch.parallel(fused)
+        sch.compute_at(sch.get_sblock("lanes"), fused)
+    return sch.mod["main"]
