@@ -36,7 +36,8 @@ from tvm_integration.qnn.integer_op import IntegerOp
 TENSORIZED = "qnn.tensorized"
 TO_NHWC, TO_NCHW = [0, 2, 3, 1], [0, 3, 1, 2]
 LAYOUT_FREE = ("add", "mul", "lookup", "tflite_add", "tflite_mul")  # elementwise, broadcasting: any layout, no layout parameter
-NHWC_OPS = (*LAYOUT_FREE, "max_pool2d", "avg_pool2d", "global_avg_pool", "gather")   # computed in NHWC when their inputs are
+NHWC_OPS = (*LAYOUT_FREE, "max_pool2d", "avg_pool2d", "global_avg_pool", "gather",   # computed in NHWC when
+            "tflite_mean")                                                           # their inputs are
 
 
 class Binder:
@@ -133,7 +134,11 @@ class Binder:
                 all(len(i.ty.shape) == 4 for i in op.inputs):
             inputs = tuple(self.nhwc[i] for i in op.inputs)
             params = op.params if op.kind in LAYOUT_FREE else {**op.params, "layout": "NHWC"}
-            self.set_nhwc(var, replace(op, inputs=inputs, params=params).emit_reference(self.builder))
+            result = replace(op, inputs=inputs, params=params).emit_reference(self.builder)
+            if len(op.out_shape) == 4:
+                self.set_nhwc(var, result)
+            else:                   # a reduction to [b, c] (a MEAN without keepdims): no layout left
+                self.value[var] = self.builder.emit(result)
         elif (moved := self.nhwc_movement(value)) is not None:
             self.set_nhwc(var, moved)
         else:

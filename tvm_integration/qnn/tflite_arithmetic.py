@@ -193,17 +193,25 @@ def mean_params(x_scale, x_zero_point: int, out_scale, out_zero_point: int, coun
     return dict(scale=float(scale), offset=float(offset))
 
 
-def mean(x, *, scale: float, offset: float, out_dtype: str, keepdims: bool):
-    """MEAN over H, W of NCHW ``x``: ``float32(sum) * scale + offset`` rounded half to even, saturated.
-    The product is fenced so LLVM does not contract it with the sum into one FMA (XNNPACK rounds twice)."""
-    b, c, h, w = x.shape
+def mean(x, *, scale: float, offset: float, out_dtype: str, keepdims: bool, layout: str = "NCHW"):
+    """MEAN over H, W of ``x`` (NCHW, or NHWC as bind.py keeps a convolution's output): ``float32(sum) *
+    scale + offset`` rounded half to even, saturated. The product is fenced so LLVM does not contract it
+    with the sum into one FMA (XNNPACK rounds twice). Without ``keepdims`` the output [b, c] is the same
+    in either layout."""
+    nhwc = layout == "NHWC"
+    b, c, h, w = (x.shape[0], x.shape[3], x.shape[1], x.shape[2]) if nhwc else x.shape
     ry, rx = te.reduce_axis((0, h), "ry"), te.reduce_axis((0, w), "rx")
-    total = te.compute((b, c), lambda n, ch: te.sum(x[n, ch, ry, rx].astype("int32"), axis=[ry, rx]), name="sum")
+    total = te.compute((b, c), lambda n, ch: te.sum((x[n, ry, rx, ch] if nhwc else x[n, ch, ry, rx]).astype("int32"),
+                                                    axis=[ry, rx]), name="sum")
 
-    def value(n, ch, *_):
+    def value(n, ch):
         product = total[n, ch].astype("float32") * tirx.const(scale, "float32")
         return round_saturated(fenced(product) + tirx.const(offset, "float32"), QUANT_RANGES[out_dtype], out_dtype)
-    return te.compute((b, c, 1, 1) if keepdims else (b, c), value, name="tflite_mean")
+    if not keepdims:
+        return te.compute((b, c), value, name="tflite_mean")
+    if nhwc:
+        return te.compute((b, 1, 1, c), lambda n, i, j, ch: value(n, ch), name="tflite_mean")
+    return te.compute((b, c, 1, 1), lambda n, ch, i, j: value(n, ch), name="tflite_mean")
 
 
 COMPUTATIONS = {"tflite_add": add, "tflite_avg_pool2d": avg_pool2d, "tflite_mean": mean, "tflite_mul": mul,
