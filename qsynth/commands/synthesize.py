@@ -44,7 +44,8 @@ def synth(isa: Isa = typer.Option(..., help="instruction set"),
           layout: Optional[str] = typer.Option(None, help="bitserial: tile (one dot product per call), acc "
                                                "(K-accumulating loop body) or lanes (avx512, neon: output channels across "
                                                "the lanes, one word of K per step, no lane sums); default: tile, acc "
-                                               "on avx2. int8: rows or k4 for neon u8u8 (umull pseudo-dot or udot)"),
+                                               "on avx2. int8: rows, acc or k4 for neon u8u8 (umull pseudo-dot, umull "
+                                               "+ uadalp lanes kept over K, or udot)"),
           reg_bits: Optional[int] = typer.Option(None, help="bitserial register width (NEON: 64 for D, 128 for Q)"),
           row_bits: Optional[int] = typer.Option(None, help="bitserial tile: packed bits per row when several rows "
                                                  "share a register (NEON: 64 puts two 8-byte rows in each Q register)"),
