@@ -220,6 +220,16 @@ def direct_functions(spec: Int8Spec, function: str, kblocks: int, row_step: int,
     a_dtype, b_dtype = DTYPES[spec.types]
     rows = runs.count * depth // 4
 
+    @T.macro(hygienic=False)
+    def update(vi, vj, a, g, lane):
+        """One product into C[vi, vj]: A's byte ``a`` times B's row ``g``, lane ``lane``."""
+        T.reads(C[vi, vj], A[a], B[g, vj, lane])
+        T.writes(C[vi, vj])
+        if init:
+            with T.init():
+                C[vi, vj] = 0
+        C[vi, vj] = C[vi, vj] + T.Cast("int32", A[a]) * T.Cast("int32", B[g, vj, lane])
+
     @T.prim_func(s_tir=True)
     def desc(A: T.Buffer((span,), a_dtype, offset_factor=1),
              B: T.Buffer((rows, nr, 4), b_dtype, offset_factor=1, strides=[T.int32(), 4, 1]),
@@ -234,24 +244,12 @@ def direct_functions(spec: Int8Spec, function: str, kblocks: int, row_step: int,
                 for i, j, t in T.grid(mr, nr, depth):
                     with T.sblock("update"):
                         vi, vj, vt = T.axis.remap("SSR", [i, j, t])
-                        T.reads(C[vi, vj], A[vi * row_step + vt], B[vt // 4, vj, vt % 4])
-                        T.writes(C[vi, vj])
-                        if init:
-                            with T.init():
-                                C[vi, vj] = 0
-                        C[vi, vj] = C[vi, vj] + T.Cast("int32", A[vi * row_step + vt]) * T.Cast(
-                            "int32", B[vt // 4, vj, vt % 4])
+                        update(vi, vj, vi * row_step + vt, vt // 4, vt % 4)
             else:
                 for r, i, j, t in T.grid(runs.count, mr, nr, depth):
                     with T.sblock("update"):
                         vi, vj, vr, vt = T.axis.remap("SSRR", [i, j, r, t])
-                        T.reads(C[vi, vj], A[runs.offset(vr) + vi * row_step + vt], B[vr * (depth // 4) + vt // 4, vj, vt % 4])
-                        T.writes(C[vi, vj])
-                        if init:
-                            with T.init():
-                                C[vi, vj] = 0
-                        C[vi, vj] = C[vi, vj] + T.Cast("int32", A[runs.offset(vr) + vi * row_step + vt]) * T.Cast(
-                            "int32", B[vr * (depth // 4) + vt // 4, vj, vt % 4])
+                        update(vi, vj, runs.offset(vr) + vi * row_step + vt, vr * (depth // 4) + vt // 4, vt % 4)
 
     @T.prim_func(s_tir=True)
     def impl(A: T.Buffer((span,), a_dtype, offset_factor=1),

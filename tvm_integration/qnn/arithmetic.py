@@ -167,23 +167,34 @@ def lookup(x, table, *, offset: int):
     return te.compute(x.shape, lambda *i: table[x(*i).astype("int32") + offset], name="lookup")
 
 
-def global_avg_pool(x, *, x_zero_point: int, scale: float, out_zero_point: int, out_dtype: str,
-                    layout: str = "NCHW"):
-    """QLinearGlobalAveragePool over H, W of ``x``: ``sum - zx * N`` requantized by ``scale``
-    (= ``x_scale / (y_scale * N)``, computed by the caller in float32)."""
+def channel_sums(x, layout: str) -> tuple[te.Tensor, int]:
+    """(the int32 sum over H, W of each channel of ``x`` in ``layout``, [b, c]; the count summed)."""
     nhwc = layout == "NHWC"
     b, c, h, w = (x.shape[0], x.shape[3], x.shape[1], x.shape[2]) if nhwc else x.shape
     ry, rx = te.reduce_axis((0, h), "ry"), te.reduce_axis((0, w), "rx")
     total = te.compute((b, c), lambda n, ch: te.sum((x[n, ry, rx, ch] if nhwc else x[n, ch, ry, rx]).astype("int32"),
                                                     axis=[ry, rx]), name="sum")
-    count = int(h) * int(w)
+    return total, int(h) * int(w)
+
+
+def per_channel(value, total: te.Tensor, layout: str, name: str) -> te.Tensor:
+    """``value(n, ch)`` as a [b, 1, 1, c] (NHWC) or [b, c, 1, 1] tensor, ``total``'s [b, c] shape."""
+    b, c = total.shape
+    if layout == "NHWC":
+        return te.compute((b, 1, 1, c), lambda n, i, j, ch: value(n, ch), name=name)
+    return te.compute((b, c, 1, 1), lambda n, ch, i, j: value(n, ch), name=name)
+
+
+def global_avg_pool(x, *, x_zero_point: int, scale: float, out_zero_point: int, out_dtype: str,
+                    layout: str = "NCHW"):
+    """QLinearGlobalAveragePool over H, W of ``x``: ``sum - zx * N`` requantized by ``scale``
+    (= ``x_scale / (y_scale * N)``, computed by the caller in float32)."""
+    total, count = channel_sums(x, layout)
 
     def value(n, ch):
         return requantize(total[n, ch] - x_zero_point * count, tirx.const(scale, "float32"), out_zero_point,
                           out_dtype, QUANT_RANGES[out_dtype])
-    if nhwc:
-        return te.compute((b, 1, 1, c), lambda n, i, j, ch: value(n, ch), name="qgap")
-    return te.compute((b, c, 1, 1), lambda n, ch, i, j: value(n, ch), name="qgap")
+    return per_channel(value, total, layout, "qgap")
 
 
 def max_pool2d(x, *, pool, strides, padding, layout: str = "NCHW"):

@@ -30,6 +30,7 @@ import numpy as np
 from tvm import te, tirx
 
 from tvm_integration.ops.output_stage import QUANT_RANGES, fenced, round_saturated, round_to_int
+from tvm_integration.qnn.arithmetic import channel_sums, per_channel
 
 ADD_SCALE_RANGE = (1.0 / 1024.0, 256.0)     # the delegate takes an ADD only if each input/output scale is in it
 
@@ -198,20 +199,14 @@ def mean(x, *, scale: float, offset: float, out_dtype: str, keepdims: bool, layo
     scale + offset`` rounded half to even, saturated. The product is fenced so LLVM does not contract it
     with the sum into one FMA (XNNPACK rounds twice). Without ``keepdims`` the output [b, c] is the same
     in either layout."""
-    nhwc = layout == "NHWC"
-    b, c, h, w = (x.shape[0], x.shape[3], x.shape[1], x.shape[2]) if nhwc else x.shape
-    ry, rx = te.reduce_axis((0, h), "ry"), te.reduce_axis((0, w), "rx")
-    total = te.compute((b, c), lambda n, ch: te.sum((x[n, ry, rx, ch] if nhwc else x[n, ch, ry, rx]).astype("int32"),
-                                                    axis=[ry, rx]), name="sum")
+    total, _ = channel_sums(x, layout)
 
     def value(n, ch):
         product = total[n, ch].astype("float32") * tirx.const(scale, "float32")
         return round_saturated(fenced(product) + tirx.const(offset, "float32"), QUANT_RANGES[out_dtype], out_dtype)
     if not keepdims:
-        return te.compute((b, c), value, name="tflite_mean")
-    if nhwc:
-        return te.compute((b, 1, 1, c), lambda n, i, j, ch: value(n, ch), name="tflite_mean")
-    return te.compute((b, c, 1, 1), lambda n, ch, i, j: value(n, ch), name="tflite_mean")
+        return te.compute(total.shape, value, name="tflite_mean")
+    return per_channel(value, total, layout, "tflite_mean")
 
 
 COMPUTATIONS = {"tflite_add": add, "tflite_avg_pool2d": avg_pool2d, "tflite_mean": mean, "tflite_mul": mul,
