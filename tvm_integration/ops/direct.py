@@ -107,13 +107,16 @@ def build(x: te.Tensor, weight: np.ndarray, stride: tuple[int, int], pads: tuple
 def run_by_run(tile: Tile, run: int, rows: int) -> bool:
     """Whether a flat GEMM (``flat``) runs window row by window row over all its row tiles (column tile
     outermost), each tile's C kept in memory between window rows, so that one window row's weights
-    for a column tile stay in L1 for every row tile: where they take at most half of L1 (48 KB), and
-    there are at least two row tiles to share them. Otherwise each tile's whole dot product reads
-    both operands from L2 again, and L2 bandwidth is the limit: a 32x32 AMX tile over 36 k blocks
-    from L2 runs at 48% of the tdpbusd peak, with B in L1 at 63% (microbenchmark of the kernel on the
-    AMX host). CPU time, one thread, whole dot product vs run by run: C9 77.4 -> 69.4 us, C10 51.1 ->
-    45.2; C12's window row of 48 KB got slower, 108 -> 142 us."""
-    return tile.nr * run <= 24 * 1024 and rows >= 2 * tile.mr
+    for a column tile stay in L1 for every row tile: where they take at most half of L1 (48 KB), a
+    window row is at least 8 K blocks (each call loads and stores its 4 KB of C once), and there are
+    at least two row tiles to share them. Otherwise each tile's whole dot product reads both operands
+    from L2 again, and L2 bandwidth is the limit: a 32x32 AMX tile over 36 k blocks from L2 runs at
+    48% of the tdpbusd peak, with B in L1 at 63% (microbenchmark of the kernel on the AMX host). CPU
+    time, one thread, whole dot product -> run by run (K blocks per window row): C9 80.6 -> 71.2 us
+    (12), 192 channels at 14x14 58.5 -> 50.4 (9), C10 51.2 -> 51.6 (12), 256 channels at 28x28 stride 2
+    104.5 -> 94.6 (12); C7 42.5 -> 55.7 and 128 channels at 14x14 19.8 -> 24.1 (6: slower); C12's
+    window row of 48 KB 108 -> 142."""
+    return tile.nr * run <= 24 * 1024 and run >= 8 * tile.k and rows >= 2 * tile.mr
 
 
 def _schedule(func, tile: Tile, kernel: Kernel | None, run: int, row_step: int, runs: Runs, channels: int,
