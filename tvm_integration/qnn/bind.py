@@ -161,7 +161,7 @@ class Binder:
         return None
 
     def set_nhwc(self, var, nhwc_value):
-        self.nhwc[var] = self.builder.emit(nhwc_value)
+        self.nhwc[var] = nhwc_value if isinstance(nhwc_value, relax.Var) else self.builder.emit(nhwc_value)
         self.value[var] = self.builder.emit(relax.op.permute_dims(self.nhwc[var], TO_NCHW))
 
     def fused_add(self, var, add: IntegerOp) -> bool:
@@ -205,7 +205,15 @@ class Binder:
         cols = self.builder.emit(relax.call_tir(gvars["col_terms"], [b], relax.TensorType((groups, n), "int32")))
         out = self.builder.emit(relax.call_tir(gvars["main"], [a, b, rows, cols],
                                                relax.TensorType(built.out_shape, built.out_dtype)))
-        self.value[var] = self.builder.emit(relax.op.reshape(out, built.result_shape))
+        self.value[var] = self.reshaped(out, built.result_shape)
+
+    def reshaped(self, value: relax.Var, shape) -> relax.Var:
+        """``value`` reshaped to ``shape``, or ``value`` itself where it has that shape already: the VM
+        makes a call for every reshape, identity or not (31 per ResNet-18 inference, most of them
+        an operator's NHWC output to the same NHWC shape)."""
+        if [int(d) for d in value.ty.shape] == [int(d) for d in shape]:
+            return value
+        return self.builder.emit(relax.op.reshape(value, shape))
 
     def tensorized(self, var, op: IntegerOp, residual: ResidualAdd | None = None, residual_value=None):
         weight, bias, *scale = op.constants            # no scale: the int32 accumulator (ConvInteger)
@@ -234,11 +242,11 @@ class Binder:
         self.builder.update_func(gvar, func.with_attr("global_symbol", gvar.name_hint))
         args = [data, *[relax.const(c) for c in built.constants]]
         if residual is not None:
-            args.append(self.builder.emit(relax.op.reshape(residual_value, built.out_shape)))
+            args.append(self.reshaped(residual_value, built.out_shape))
         out = self.builder.emit(relax.call_tir(gvar, args, relax.TensorType(built.out_shape, built.out_dtype)))
-        result = relax.op.reshape(out, built.result_shape)
+        result = self.reshaped(out, built.result_shape)
         if op.kind == "dense":
-            self.value[var] = self.builder.emit(result)
+            self.value[var] = result
         else:
             self.set_nhwc(var, result)
 
