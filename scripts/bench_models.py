@@ -47,6 +47,18 @@ TARGETS = ["- AMX host: ResNet-18 at most 0.4x onnxruntime int8 latency; no AMX:
            "- Compile time of ResNet-18 at most 60 s."]
 OPENVINO_TARGETS = ["- AMX host, 1 thread: ResNet-18 at most 0.8x openvino_int8 latency, MobileNetV2 at most 0.9x; "
                     "host without AMX: both at most 0.9x openvino_int8."]
+# The other whole-model tables, each written by its own script (their models need torch, transformers or
+# TensorFlow to build, and hours to run): listed at the end of models.md so that one file leads to all.
+OTHER_TABLES = [("zoo.md", "scripts/bench_zoo.py", "issue 31: nine torchvision architectures, qsynth next to "
+                 "onnxruntime int8/fp32 and OpenVINO int8, 1 and 2 threads, exactness and where the time goes"),
+                ("transformers.md", "scripts/bench_transformers.py", "issue 32: BERT-base-width encoders (4 and 12 "
+                 "layers, sequence 128 and 384, static and dynamic quantization) and ViT-style encoders, next to "
+                 "onnxruntime int8/fp32 and OpenVINO int8, 1 and 2 threads"),
+                ("tflite_models.md", "scripts/bench_tflite.py", "issue 33: keras.applications as TensorFlow's "
+                 "converter writes them, next to LiteRT, OpenVINO and onnxruntime, 1 and 2 threads"),
+                ("models_arm.md", "scripts/bench_arm_models.py", "issue 34: ResNet-18, MobileNetV2/V3 and the "
+                 "low-bit ResNet-18 compiled for AArch64, estimated cycles on Cortex-A53/A72/A76 next to "
+                 "onnxruntime's aarch64 build")]
 LOWBIT_TARGETS = ["- W1A1 ResNet-18: at least 10x onnxruntime fp32 and at least 2.5x our int8 build, 1 thread."]
 
 
@@ -147,6 +159,8 @@ def markdown(rows: list[dict], command: str) -> str:
                          + f" | {r['max_abs_diff_vs_onnxruntime']:g} | {r['equal_to_numpy']} | "
                          f"{r['onnxruntime_qcdq_ms']:.2f} | {r['compile_s']:.1f} |")
         lines += ["", "Targets (issue 16):", *LOWBIT_TARGETS]
+    lines += ["", "## Other models", "", *(f"- [{name}]({name}) (`python {script}`): {what}."
+                                          for name, script, what in OTHER_TABLES)]
     return "\n".join(lines) + "\n"
 
 
