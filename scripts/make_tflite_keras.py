@@ -14,6 +14,9 @@ representative dataset), with random weights and biases, seeded. Run by make_tfl
   UpSampling2D bilinear (RESIZE_BILINEAR), CONCATENATION;
 * ``branches_int8``: two Dense branches added (the converter's bias-like [32] broadcast ADD), softmax;
 * ``unary_int8``: every int8 value through LOGISTIC, TANH, HARD_SWISH, LEAKY_RELU (one output each);
+* ``swish_int8``, ``swish_uint8`` (uint8 I/O): every 8-bit value of each of three inputs through swish
+  (LOGISTIC, MUL), through a sigmoid that is an output too (the LOGISTIC read twice) times its input, and
+  times its tanh (TANH, MUL), which qsynth folds into one table each;
 * ``shapes_int8``: Dense on a 3-D tensor (FULLY_CONNECTED keep_num_dims), TRANSPOSE, SPLIT, MUL of
   two tensors, average and max pool, MEAN; batch fixed at 1;
 * ``refused_int8``: operators qsynth refuses, all named in one error.
@@ -154,6 +157,23 @@ def unary_int8(tf, keras) -> bytes:
     return _convert(tf, keras, keras.Model(x, ys), [[16, 16, 1]], 17)
 
 
+def _swish(tf, keras, io) -> bytes:
+    """Inputs [16, 16, 1]: every 8-bit value once each; four outputs."""
+    L = keras.layers
+    x, g, t = (keras.Input([16, 16, 1]) for _ in range(3))
+    gate = L.Activation("sigmoid")(g)
+    ys = [L.Activation("swish")(x), gate, L.Multiply()([g, gate]), L.Multiply()([t, L.Activation("tanh")(t)])]
+    return _convert(tf, keras, keras.Model([x, g, t], ys), [[16, 16, 1]] * 3, 20, io=io)
+
+
+def swish_int8(tf, keras) -> bytes:
+    return _swish(tf, keras, tf.int8)
+
+
+def swish_uint8(tf, keras) -> bytes:
+    return _swish(tf, keras, tf.uint8)
+
+
 def shapes_int8(tf, keras) -> bytes:
     L, f = keras.layers, _layers(keras, 18)
     x = keras.Input([8, 8, 6], batch_size=1)
@@ -187,4 +207,5 @@ def _with_keras(make):
 MODELS = {name: _with_keras(make) for name, make in [
     ("mnv2_uint8", mnv2_uint8), ("resnet_int8", resnet_int8), ("effnet_int8", effnet_int8),
     ("mnv3_int8", mnv3_int8), ("resize_int8", resize_int8), ("branches_int8", branches_int8),
-    ("unary_int8", unary_int8), ("shapes_int8", shapes_int8), ("refused_int8", refused_int8)]}
+    ("unary_int8", unary_int8), ("swish_int8", swish_int8), ("swish_uint8", swish_uint8),
+    ("shapes_int8", shapes_int8), ("refused_int8", refused_int8)]}

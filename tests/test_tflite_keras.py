@@ -1,6 +1,7 @@
 """Keras models as TensorFlow 2.21's converter writes them (issue 33; tests/data/tflite/*, written by
 scripts/make_tflite_keras.py) bit for bit against LiteRT's default interpreter, and each elementwise
-table (LOGISTIC, TANH, HARD_SWISH, LEAKY_RELU, RELU, RELU6, QUANTIZE) on every input value."""
+table (LOGISTIC, TANH, HARD_SWISH, LEAKY_RELU, RELU, RELU6, QUANTIZE, and a MUL of a tensor by its table,
+swish, folded into one) on every input value."""
 import struct
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from test_tflite import DATA, litert_outputs, random_feeds, requantized
 from qsynth import cli
 from tvm_integration.qnn import tflite_importer
 from tvm_integration.qnn.importer import ModelError
+from tvm_integration.qnn.integer_op import IntegerOp
 from tvm_integration.qnn.model import compile_model
 
 KERAS = ["mnv2_uint8", "resnet_int8", "effnet_int8", "resize_int8", "branches_int8", "shapes_int8", "unary_int8",
@@ -202,6 +204,46 @@ def test_uint8_edges_every_value(tmp_path, dtype, x):
         (name, (shape, kind)), = model.inputs.items()
         return {name: np.resize(np.arange(np.iinfo(kind).min, np.iinfo(kind).max + 1).astype(kind), shape)}
     assert_exact("QUANTIZE", path, trials=1, feeds=feeds)
+
+
+def integer_ops(path: Path) -> list[str]:
+    """The kinds of the integer ops the importer writes for the model at ``path``, in order."""
+    mod = tflite_importer.load(path).run()
+    return [op.kind for block in mod["main"].body.blocks for binding in block.bindings
+            if (op := IntegerOp.read(binding.value, mod)) is not None]
+
+
+def swap_inputs(op_index: int):
+    """A change: operator ``op_index``'s two inputs in the other order."""
+    def change(content, model):
+        inputs = model.Subgraphs(0).Operators(op_index).InputsAsNumpy()
+        inputs[:] = inputs[::-1].copy()
+    return change
+
+
+def square(op_index: int):
+    """A change: operator ``op_index`` reads its first input twice."""
+    def change(content, model):
+        inputs = model.Subgraphs(0).Operators(op_index).InputsAsNumpy()
+        inputs[1] = inputs[0]
+    return change
+
+
+# swish_int8's operators: #1 MUL(x, LOGISTIC(x)) (swish; x tensor 2, the MUL's output 4), #3 MUL(g, LOGISTIC(g))
+# whose LOGISTIC is a model output too, #5 MUL(t, TANH(t)); swish_uint8 the same between QUANTIZEs from and to uint8
+@pytest.mark.parametrize("name, tensors, changes, lookups", [
+    ("swish_uint8", {}, [], 11),                      # as converted: x a QUANTIZE's output; 3 + 1 + 3 + 4 tables
+    ("swish_uint8", {}, [as_uint8], 11),              # every tensor uint8: XNNPACK's qu8 vmul
+    # x and the swish's output at 2**-5: a_scale * b_scale / y_scale = 2**-8, 7 entries at ties; the gate's MUL
+    # reads LOGISTIC(g) first; t * t instead of t * TANH(t), its output's range widened to [0, 15.3]
+    ("swish_int8", {2: (0.03125, 0), 4: (0.03125, 0), 8: (0.06, -128)}, [swap_inputs(3), square(5)], 4)],
+    ids=["uint8-io", "uint8", "int8-ties-swapped-square"])
+def test_mul_of_tables_of_one_tensor_is_one_exact_table(tmp_path, name, tensors, changes, lookups):
+    """A MUL of x by x or a table of x (swish, x * TANH(x)) is one lookup of x, exact with LiteRT on every value
+    of x: no MUL is left, the LOGISTIC an output reads too stays, and a wrong entry would differ from LiteRT."""
+    path = edit(requantized(name, tensors, tmp_path), *changes)
+    assert integer_ops(path) == ["lookup"] * lookups
+    assert_exact(name, path, trials=1, feeds=every_value)
 
 
 def test_every_unsupported_operator_is_named_at_once():

@@ -4,7 +4,8 @@ add, pools, reshapes, reference convolutions): nothing runs TVM's default serial
 Producers that can be inlined into their consumer are; each remaining block runs its spatial loops
 fused and parallel, and, without a reduction, its innermost 16 (or 8, 4) iterations vectorized (a
 last axis of 17-64 that 16 does not divide: that whole axis);
-with a reduction, the reduction stays innermost, serial.
+with a reduction, the reduction stays innermost, serial (but for an NHWC MEAN's channel sums: the channels
+innermost, vectorized, under the H and W loops).
 An 8-bit lookup on a target with AVX-512 VBMI is rewritten with vpermi2b instead (table_lookup.py), a
 channel gather run by run (gather.py).
 """
@@ -34,8 +35,27 @@ def schedule(func: tirx.PrimFunc, target: Target | None = None) -> tirx.PrimFunc
         except s_tir.ScheduleError:       # a reduction or a multiply-used producer: scheduled on its own
             pass
     for block in sch.get_child_blocks(sch.get_sblock("root")):
-        _parallel_vectorized(sch, block)
+        if not _nhwc_channel_sums(func, sch, block):
+            _parallel_vectorized(sch, block)
     return sch.mod["main"].with_attr(SCHEDULED, True)
+
+
+def _nhwc_channel_sums(func: tirx.PrimFunc, sch, block) -> bool:
+    """An NHWC TFLite MEAN's channel sums (arithmetic.channel_sums, [b, c] over H, W) with the channels
+    innermost, 16 at a time under the H and W loops: one contiguous vector per step; False if not that
+    block. The reduction innermost read one byte per channel at a stride of C (EfficientNetB0's
+    112x112x32 MEAN: 0.140 -> 0.013 ms)."""
+    attrs = func.attrs or {}
+    if attrs.get("qnn.op") != "tflite_mean" or attrs.get("qnn.layout") != "NHWC" or sch.get(block).name_hint != "sum":
+        return False
+    n, channels, ry, rx = sch.get_loops(block)
+    if sch.get(channels).extent.value % VECTOR[0]:
+        return False
+    outer, lanes = sch.split(channels, [None, VECTOR[0]])
+    sch.reorder(outer, ry, rx, lanes)
+    sch.parallel(sch.fuse(n, outer))
+    sch.vectorize(lanes)
+    return True
 
 
 def _parallel_vectorized(sch, block) -> None:

@@ -27,8 +27,10 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import tvm
 from tvm import te, tirx
 
+from isa_specs import host
 from tvm_integration.ops.output_stage import QUANT_RANGES, fenced, round_saturated, round_to_int
 from tvm_integration.qnn.arithmetic import channel_sums, per_channel
 
@@ -207,6 +209,18 @@ def mean(x, *, scale: float, offset: float, out_dtype: str, keepdims: bool, layo
     if not keepdims:
         return te.compute(total.shape, value, name="tflite_mean")
     return per_channel(value, total, layout, "tflite_mean")
+
+
+def evaluate(computation, *arrays: np.ndarray, **params) -> np.ndarray:
+    """``computation(*arrays, **params)`` compiled for this host and run: an op whose operands are known at
+    import (a MUL of two tables of one tensor, tflite_ops.mul) computed by its one definition, as the model
+    would compute it."""
+    inputs = [te.placeholder(a.shape, str(a.dtype), name=f"x{k}") for k, a in enumerate(arrays)]
+    result = computation(*inputs, **params)
+    func = tvm.compile(te.create_prim_func([*inputs, result]), target=tvm.target.Target(host.tvm_target()))
+    out = tvm.runtime.empty([int(d) for d in result.shape], result.dtype)
+    func(*[tvm.runtime.tensor(a) for a in arrays], out)
+    return out.numpy()
 
 
 COMPUTATIONS = {"tflite_add": add, "tflite_avg_pool2d": avg_pool2d, "tflite_mean": mean, "tflite_mul": mul,
