@@ -61,3 +61,12 @@ def test_markdown_has_every_model_failures_and_the_findings():
     assert len({line.count("|") for line in table}) == 1                # every row as many cells as the header
     assert "exit code -11" in md
     assert bench_zoo.FINDINGS[0] + "\ngrouped convolutions pad 8 columns to 32\n" + bench_zoo.FINDINGS[1] in md
+
+
+def test_profiled_when_slower_by_cpu_time_or_not_exact():
+    loaded = {**_row("shufflenet_v2", 1, 8.3, 7.9), "ours_cpu_ms": 2.0, "onnxruntime_int8_cpu_ms": 3.1}
+    assert not bench_zoo.is_slow_or_inexact(loaded)         # wall time at a load of 7 says slower; CPU time not
+    assert bench_zoo.is_slow_or_inexact({**loaded, "ours_cpu_ms": 3.2})
+    assert bench_zoo.is_slow_or_inexact({**loaded, "max_abs_diff": 5e-7})
+    assert bench_zoo.is_slow_or_inexact(_row("googlenet", 2, 8.0, 7.0))     # no CPU time: wall time decides
+    assert not bench_zoo.is_slow_or_inexact({"name": "densenet121", "threads": 1, "error": "exit code -11"})
