@@ -68,10 +68,12 @@ def _parallel_vectorized(sch, block) -> None:
     if spatial == len(kinds) > 2 and all(isinstance(e, tirx.IntImm) for e in extents[-2:]) and \
             extents[-1].value < VECTOR[-1] and extents[-2].value % VECTOR[0] == 0:
         # A few channels innermost (the image written NHWC): vectors along the axis before them,
-        # contiguous in the input, instead of a fused axis cut by div/mod per lane (5x slower)
+        # contiguous in the input, instead of a fused axis cut by div/mod per lane (5x slower); the
+        # channels of each 16 pixels together, so that their 48 output bytes are written at once
+        # (ResNet-18's input quantize, 224x224x3: channels outside the pixels 0.074 ms, inside 0.046)
         *outer, axis, channels = loops
         axis, lanes = sch.split(axis, [None, VECTOR[0]])
-        sch.reorder(channels, axis, lanes)
+        sch.reorder(axis, channels, lanes)
         sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])
         sch.vectorize(lanes)
         return
