@@ -13,7 +13,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:.*has no quantized op")
 
 from tvm_integration import compile_model
 from tvm_integration.bench.models import onnxruntime_session
-from tvm_integration.qnn import float_ops
+from tvm_integration.qnn import float_matmul
 from tvm_integration.qnn.importer import load
 from tvm_integration.qnn.model import lower
 
@@ -48,7 +48,7 @@ def functions(path) -> set[str]:
                          ids=["qk", "av", "k_blocks", "k_blocks_wide", "broadcast_odd"])
 def test_float_matmul_exact(tmp_path, a_shape, b_shape):
     """MLAS's sgemm sums each output as one FMA chain per K block (its block depends on N:
-    float_ops.stride_k); K of 300 and 200 cross blocks, 33 columns take no vector width."""
+    float_matmul.stride_k); K of 300 and 200 cross blocks, 33 columns take no vector width."""
     rng = np.random.default_rng(0)
     path = float_model(tmp_path / "mm.onnx", [helper.make_node("MatMul", ["a", "b"], ["y"])],
                        [("a", a_shape), ("b", b_shape)],
@@ -59,16 +59,48 @@ def test_float_matmul_exact(tmp_path, a_shape, b_shape):
 
 
 def test_stride_k_follows_n():
-    assert [float_ops.stride_k(k, n) for k, n in ((64, 128), (128, 64), (300, 32), (700, 16), (1100, 200))] == \
+    assert [float_matmul.stride_k(k, n) for k, n in ((64, 128), (128, 64), (300, 32), (700, 16), (1100, 200))] == \
         [64, 256, 512, 1024, 128]
+    assert [float_matmul.stride_k(k, n, trans_a=True) for k, n in ((64, 128), (300, 32), (700, 16))] == [64, 128, 128]
 
 
-@pytest.mark.parametrize("shape", [(1, 2, 16, 16), (2, 3, 50), (4, 128)], ids=["heads", "odd_row", "long_row"])
-def test_softmax_exact(tmp_path, shape):
+TRANSPOSE = [0, 2, 1]
+# (A's shape, B's shape as the graph holds them, which are transposed, the scale op and constant)
+FUSED = {"trans_b_mul": ((2, 16, 32), (2, 16, 32), (False, True), "Mul", 0.125),
+         "trans_a_div": ((2, 300, 16), (2, 300, 24), (True, False), "Div", 3.0),
+         "trans_ab_scale_first": ((2, 300, 16), (2, 40, 300), (True, True), "Mul", 0.3),
+         "trans_a_alone": ((2, 300, 16), (2, 300, 24), (True, False), None, None)}
+
+
+@pytest.mark.parametrize("case", FUSED)
+def test_fused_matmul_exact(tmp_path, case):
+    """onnxruntime folds a Transpose of an operand's last two axes into the matmul (transA, transB)
+    and a scalar Mul or Div after it (alpha) into FusedMatMul. A transposed A keeps MLAS's K block at
+    128 where N is small (stride_k: K of 300 is one block of 512 untransposed, three of 128
+    transposed); alpha scales each block's sum (matmul_func)."""
+    a_shape, b_shape, (trans_a, trans_b), scale_op, c = FUSED[case]
+    rng = np.random.default_rng(7)
+    operands = ["at" if trans_a else "a", "bt" if trans_b else "b"]
+    nodes = [helper.make_node("Transpose", [x], [t], perm=TRANSPOSE) for x, t in zip("ab", operands) if x != t]
+    nodes.append(helper.make_node("MatMul", operands, ["m" if scale_op else "y"]))
+    if scale_op:
+        nodes.append(helper.make_node(scale_op, ["c", "m"] if case.endswith("first") else ["m", "c"], ["y"]))
+    m, n = (a_shape[2] if trans_a else a_shape[1]), (b_shape[1] if trans_b else b_shape[2])
+    path = float_model(tmp_path / "fmm.onnx", nodes, [("a", a_shape), ("b", b_shape)], [("c", c)] if c else [],
+                       out_shape=[2, m, n])
+    assert_exact(path, {"a": rng.standard_normal(a_shape).astype(np.float32),
+                        "b": rng.standard_normal(b_shape).astype(np.float32)})
+    assert "qsynth_float_matmul" in functions(path)
+
+
+@pytest.mark.parametrize("shape,axis", [((1, 2, 16, 16), -1), ((2, 3, 50), -1), ((4, 128), -1), ((2, 40, 6), 1)],
+                         ids=["heads", "odd_row", "long_row", "middle_axis"])
+def test_softmax_exact(tmp_path, shape, axis):
     """MLAS's softmax: exp by its polynomial, the AVX-512 kernel's lane sums, times 1 / sum; rows of
-    16, of 50 (a partial vector) and 128; values spread wide enough that some exps underflow."""
+    16, of 50 (a partial vector) and 128; values spread wide enough that some exps underflow. Over an
+    axis not the last (opset 13), onnxruntime swaps it with the last around the kernel."""
     x = (np.random.default_rng(1).standard_normal(shape) * 12).astype(np.float32)
-    path = float_model(tmp_path / "sm.onnx", [helper.make_node("Softmax", ["x"], ["y"], axis=-1)], [("x", shape)])
+    path = float_model(tmp_path / "sm.onnx", [helper.make_node("Softmax", ["x"], ["y"], axis=axis)], [("x", shape)])
     assert_exact(path, {"x": x})
     assert "qsynth_softmax" in functions(path)
 
@@ -111,12 +143,27 @@ def test_whole_tensor_reduction(tmp_path, kind):
     assert f"qsynth_{kind[6:].lower()}" in functions(path)
 
 
-@pytest.mark.parametrize("shape,spread", [((1, 16, 64), (3.0, 0.5)), ((2, 3, 40), (0.01, 100.0)), ((37, 768), (50.0, -3.0))],
-                         ids=["bert_small", "offset", "wide"])
+def test_range_in_one_pass(tmp_path):
+    """DynamicQuantizeLinear's range, the max and the min of one tensor, taken in one pass
+    (float_ops.range_func); each equal to onnxruntime's."""
+    shape = (1, 37, 70)
+    x = np.random.default_rng(4).standard_normal(shape).astype(np.float32)
+    nodes = [helper.make_node("ReduceMax", ["x"], ["high"], keepdims=0),
+             helper.make_node("ReduceMin", ["x"], ["low"], keepdims=0), helper.make_node("Sub", ["high", "low"], ["y"])]
+    path = float_model(tmp_path / "r.onnx", nodes, [("x", shape)], out_shape=[])
+    assert_exact(path, {"x": x})
+    assert "qsynth_range" in functions(path) and not {"qsynth_max", "qsynth_min"} & functions(path)
+
+
+@pytest.mark.parametrize("shape,spread", [((1, 16, 64), (3.0, 0.5)), ((2, 3, 40), (0.01, 100.0)),
+                                         ((37, 768), (50.0, -3.0)), ((3, 37, 36), (0.3, 40.0)),
+                                         ((3, 37, 13), (0.3, 40.0)), ((3, 37, 5), (0.3, 40.0))],
+                         ids=["bert_small", "offset", "wide", "tail_4", "tail_4_1", "short_row"])
 def test_layer_norm_exact(tmp_path, shape, spread):
     """onnxruntime 1.32's LayerNormalization kernel: the mean summed in double lanes, the variance a
     second float pass of FMA lane sums over x - mean (layer_norm.py); a large offset against a small
-    spread is where a one-pass variance would cancel."""
+    spread is where a one-pass variance would cancel. Rows not a multiple of 8: the kernel's tails
+    (36: four squares rounded and added in order; 13: then an FMA), and under 8 its Welford loop."""
     rng = np.random.default_rng(5)
     n = shape[-1]
     path = float_model(tmp_path / "ln.onnx", [helper.make_node("LayerNormalization", ["x", "g", "b"], ["y"], axis=-1,
@@ -126,14 +173,27 @@ def test_layer_norm_exact(tmp_path, shape, spread):
     assert "qsynth_layer_norm" in functions(path)
 
 
-def test_add_layer_norm_as_skip_layer_norm(tmp_path):
+# the nodes before the LayerNormalization of "s": a plain Add, a bias Add before it on either side, and a
+# bias Add after a MatMul (onnxruntime's MatMulAddFusion makes it a Gemm first: SkipLayerNorm without bias)
+SKIP_FORMS = {"no_bias": [("Add", ["a", "b"], "s")],
+              "bias_first": [("Add", ["a", "bias"], "ab"), ("Add", ["ab", "b"], "s")],
+              "bias_second": [("Add", ["a", "bias"], "ab"), ("Add", ["b", "ab"], "s")],
+              "bias_after_matmul": [("MatMul", ["a", "w"], "aw"), ("Add", ["aw", "bias"], "ab"),
+                                    ("Add", ["ab", "b"], "s")]}
+
+
+@pytest.mark.parametrize("form", SKIP_FORMS)
+def test_add_layer_norm_as_skip_layer_norm(tmp_path, form):
     """Add of two [1, S, H] tensors into a LayerNormalization: onnxruntime fuses the pair into
-    SkipLayerNormalization (Welford's running mean and variance in float, no FMA), and so does qsynth."""
-    shape, rng = (1, 16, 64), np.random.default_rng(6)
-    nodes = [helper.make_node("Add", ["a", "b"], ["s"]),
-             helper.make_node("LayerNormalization", ["s", "g", "beta"], ["y"], axis=-1, epsilon=1e-12)]
+    SkipLayerNormalization (Welford's running mean and variance in float, no FMA), a bias Add of a
+    constant [H] before it too, as its last input, added after the two: (a + b) + bias, not the
+    graph's (a + bias) + b. So does qsynth."""
+    shape, rng = (1, 20, 64), np.random.default_rng(6)         # 20 rows: a vector of 16 and 4 alone
+    nodes = [helper.make_node(op, inputs, [out]) for op, inputs, out in SKIP_FORMS[form]] + \
+        [helper.make_node("LayerNormalization", ["s", "g", "beta"], ["y"], axis=-1, epsilon=1e-12)]
     path = float_model(tmp_path / "skip.onnx", nodes, [("a", shape), ("b", shape)],
-                       [("g", 1 + 0.1 * rng.standard_normal(64)), ("beta", 0.1 * rng.standard_normal(64))])
+                       [("g", 1 + 0.1 * rng.standard_normal(64)), ("beta", 0.1 * rng.standard_normal(64)),
+                        ("bias", rng.standard_normal(64)), ("w", rng.standard_normal((64, 64)) * 0.2)])
     assert_exact(path, {"a": (rng.standard_normal(shape) * 3 + 0.5).astype(np.float32),
                         "b": rng.standard_normal(shape).astype(np.float32)})
     assert "qsynth_skip_layer_norm" in functions(path) and "qsynth_layer_norm" not in functions(path)

@@ -31,22 +31,23 @@ CASES = [(128, 0.046, 1 / 256, 0), (196, 0.0476, 0.00392157, 0), (197, 0.031, 1 
 TIE_ROWS, RANDOM_ROWS = 48, 16
 
 
-def softmax_model(path, dtype: str, cases) -> list[str]:
-    """One DQ -> Softmax(last axis) -> Q chain per case, input ``x<i>`` [rows, D] to output ``y<i>``."""
+def softmax_model(path, dtype: str, cases, opset: int = 17, axis: int = -1, shape_of=None) -> list[str]:
+    """One DQ -> Softmax(``axis``) -> Q chain per case, input ``x<i>`` to output ``y<i>`` of
+    ``shape_of(rows, D)`` (default [rows, D])."""
     low = np.iinfo(dtype).min
     nodes, inits, inputs, outputs = [], [], [], []
     for i, (d, sx, sy, zy) in enumerate(cases):
         nodes += [helper.make_node("DequantizeLinear", [f"x{i}", f"sx{i}", f"zx{i}"], [f"d{i}"]),
-                  helper.make_node("Softmax", [f"d{i}"], [f"s{i}"], axis=-1),
+                  helper.make_node("Softmax", [f"d{i}"], [f"s{i}"], axis=axis),
                   helper.make_node("QuantizeLinear", [f"s{i}", f"sy{i}", f"zy{i}"], [f"y{i}"])]
         inits += [numpy_helper.from_array(np.array(v, t), n) for v, t, n in (
             (sx, np.float32, f"sx{i}"), (low + 7, dtype, f"zx{i}"),
             (sy, np.float32, f"sy{i}"), (low + zy, dtype, f"zy{i}"))]
-        shape = [TIE_ROWS + RANDOM_ROWS + 1, d]
+        shape = (shape_of or (lambda rows, d: [rows, d]))(TIE_ROWS + RANDOM_ROWS + 1, d)
         inputs.append(helper.make_tensor_value_info(f"x{i}", TYPES[dtype], shape))
         outputs.append(helper.make_tensor_value_info(f"y{i}", TYPES[dtype], shape))
     model = helper.make_model(helper.make_graph(nodes, "softmax", inputs, outputs, inits),
-                              opset_imports=[helper.make_opsetid("", 17)])
+                              opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = 8
     onnx.save(model, str(path))
     return [o.name for o in outputs]
@@ -100,6 +101,33 @@ def test_qlinear_softmax_exact_at_ties(tmp_path, dtype):
     ours = compile_model(path, threads=1)(feeds)
     for i, name in enumerate(names):
         np.testing.assert_array_equal(ours[name], expected[name], err_msg=f"{dtype}, case {CASES[i]}")
+
+
+# (opset, axis, the input's shape from (rows, D), the tie rows laid out in it)
+LAYOUTS = {"opset11_flattened": (11, 1, lambda rows, d: [rows, 3, d // 3], lambda x: x.reshape(x.shape[0], 3, -1)),
+           "opset13_first_axis": (13, 0, lambda rows, d: [d, rows], lambda x: np.ascontiguousarray(x.T))}
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_qlinear_softmax_at_other_opsets_and_axes(tmp_path, layout):
+    """onnxruntime fuses DQ -> Softmax -> Q into QLinearSoftmax at every opset and axis: at opset 11-12
+    its rows are the input flattened to 2-D from ``axis`` (rows of 384 as [rows, 3, 128]); at 13, over
+    an axis not the last, it swaps that axis with the last around its kernel (rows of 384 down the
+    first axis of [384, rows]); also rows of 198. qsynth moves the reshape or the transposes to the
+    integers; at ties only QLinearSoftmax's arithmetic gives onnxruntime's outputs."""
+    opset, axis, shape_of, laid_out = LAYOUTS[layout]
+    cases = [(384, 0.04625079, 0.00392157, 0), (198, 0.0476, 0.00392157, 0)]
+    path = tmp_path / "softmax.onnx"
+    names = softmax_model(path, "uint8", cases, opset=opset, axis=axis, shape_of=shape_of)
+    functions = {g.name_hint.rstrip("0123456789") for g, f in lower(load(path)).functions.items()
+                 if isinstance(f, tirx.PrimFunc)}
+    assert {f for f in functions if "softmax" in f} == {"qnn_qlinear_softmax"}
+    rng = np.random.default_rng(2)
+    feeds = {f"x{i}": laid_out(inputs("uint8", d, sx, sy, rng)) for i, (d, sx, sy, _) in enumerate(cases)}
+    expected = dict(zip(names, onnxruntime_session(path, 1).run(names, feeds)))
+    ours = compile_model(path, threads=1)(feeds)
+    for name in names:
+        np.testing.assert_array_equal(ours[name], expected[name], err_msg=f"{layout}, {name}")
 
 
 def test_output_scale_whose_reciprocal_overflows_float(tmp_path):

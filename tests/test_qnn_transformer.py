@@ -169,7 +169,8 @@ def test_encoder_against_onnxruntime(tmp_path, per_channel):
 def test_dynamic_encoder_exact(tmp_path):
     """A BERT-style layer quantized by quantize_dynamic: onnxruntime fuses it into MatMulIntegerToFloat,
     DynamicQuantizeMatMul, FusedMatMul (Q.K^T times 1 / sqrt d), SkipLayerNormalization and Gelu;
-    qsynth computes each as that kernel does (the dequantize chain of each integer matmul in one pass), so
+    qsynth computes each as that kernel does (the dequantize chain of each integer matmul in one pass,
+    the same pass as the Gelu or SkipLayerNormalization after it; each input's max and min in one), so
     the output is onnxruntime's bit for bit."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
     seq, hidden = 16, 64
@@ -183,7 +184,8 @@ def test_dynamic_encoder_exact(tmp_path):
         feeds = {"input": rng.standard_normal((1, seq, hidden)).astype(np.float32)}
         np.testing.assert_array_equal(model(feeds)[next(iter(model.outputs))], session.run(None, feeds)[0])
     functions = model_functions(path)
-    assert {"qsynth_skip_layer_norm", "qsynth_layer_norm", "qsynth_float_matmul", "qsynth_gelu", "qsynth_dequantized"} <= functions
+    assert {"qsynth_skip_layer_norm", "qsynth_layer_norm", "qsynth_float_matmul", "qsynth_dequantized_gelu",
+            "qsynth_dequantized", "qsynth_range"} <= functions
 
 
 @pytest.mark.parametrize("x_shape", [(1, 12, 40), (2, 2, 6, 40)], ids=["3d", "4d"])

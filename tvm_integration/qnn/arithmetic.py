@@ -53,6 +53,22 @@ def weight_sums(w: np.ndarray, w_zp: int) -> np.ndarray:
     return (w.reshape(w.shape[0], -1).astype(np.int64) - w_zp).sum(1)
 
 
+def valid_tap_sums(w: np.ndarray, size: tuple[int, int], attrs) -> np.ndarray:
+    """``[1, O, OH, OW]``: per output channel and position, the sum of ``w`` (OIHW) over the taps whose
+    input pixel is inside the unpadded input (what a zero point of the input multiplies)."""
+    (h, wd), (kh, kw) = size, w.shape[2:]
+    (sh, sw), (pt, pl, pb, pr) = [int(s) for s in attrs.strides], [int(p) for p in attrs.padding]
+    oh, ow = (h + pt + pb - kh) // sh + 1, (wd + pl + pr - kw) // sw + 1
+    per_tap = w.sum(1)                                  # [O, KH, KW]: over each group's input channels
+    sums = np.zeros((w.shape[0], oh, ow), np.int64)
+    for i in range(kh):
+        rows = (np.arange(oh) * sh + i - pt >= 0) & (np.arange(oh) * sh + i - pt < h)
+        for j in range(kw):
+            cols = (np.arange(ow) * sw + j - pl >= 0) & (np.arange(ow) * sw + j - pl < wd)
+            sums += per_tap[:, i, j, None, None] * np.outer(rows, cols)
+    return sums[None]
+
+
 def folded_bias(w: np.ndarray, x_zp: int, w_zp: int, bias: np.ndarray | None = None) -> np.ndarray:
     """int32 per output channel: ``bias`` plus the zero-point terms known at compile time,
     ``-zx sum w + K zx zw = -zx sum (w - zw)``."""

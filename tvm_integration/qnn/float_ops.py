@@ -1,5 +1,5 @@
 """The float ops a quantized transformer keeps between DequantizeLinear and QuantizeLinear (or, after
-quantize_dynamic, between the integer matmuls): the matmul of two activations, Softmax, Erf/GELU,
+quantize_dynamic, between the integer matmuls): the matmul of two activations (float_matmul.py), Softmax, Erf/GELU,
 Tanh, LayerNormalization (layer_norm.py), a mean over the trailing axes (reduce_mean.py), and the
 whole-tensor min/max of DynamicQuantizeLinear. Each is computed as onnxruntime's x86 kernels compute
 it (bit-exact: tests/test_float_ops.py, test_float_onnxruntime_math.py), and all are
@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import numpy as np
 import tvm
-from tvm import relax, s_tir, te, tirx
+from tvm import relax, s_tir, te, tirx, topi
 
 from tvm_integration.qnn import layer_norm, mlas_math, reduce_mean
+from tvm_integration.qnn.float_matmul import LANES, matmul_func
 from tvm_integration.qnn.qdq import constant
 from tvm_integration.qnn.schedules import SCHEDULED
-
-LANES = 16                    # float32 lanes of an AVX-512 vector
 
 
 def _shape(expr) -> tuple[int, ...] | None:
@@ -33,103 +32,14 @@ def _float32(call) -> bool:
                if isinstance(a, relax.Expr) and isinstance(a.ty, relax.TensorType))
 
 
-def _emit(bb: relax.BlockBuilder, func: tirx.PrimFunc, name: str, args, out_shape, dtype="float32"):
+def _emit(bb: relax.BlockBuilder, func: tirx.PrimFunc, name: str, args, out_shape, dtype="float32", outputs=1):
+    """The call of ``func`` (scheduled, added to ``bb``'s module as ``name``) on ``args``; with
+    ``outputs`` > 1, a tuple of that many tensors of ``out_shape``."""
     func = func.with_attr(SCHEDULED, True)
     gvar = bb.add_func(func, name)
     bb.update_func(gvar, func.with_attr("global_symbol", gvar.name_hint))
-    return relax.call_tir(gvar, list(args), relax.TensorType(out_shape, dtype))
-
-
-# -- matmul of two float activations ------------------------------------------------------------------
-
-def stride_k(k: int, n: int) -> int:
-    """MLAS sgemm's K block for a K x N operand B: 128 (with N blocks of 128), halved while K fits in
-    half of it (N's block doubled), doubled while N fits in half of N's block (down to 16). Each
-    block's sum is added to C in turn, so the block decides the rounding."""
-    stride_n, stride = 128, 128
-    if n >= k:
-        while stride // 2 >= k:
-            stride_n, stride = stride_n * 2, stride // 2
-    else:
-        while stride_n > 16 and stride_n // 2 >= n:
-            stride_n, stride = stride_n // 2, stride * 2
-    return stride
-
-
-def matmul_func(a_shape: tuple[int, ...], b_shape: tuple[int, ...], alpha: float | None = None) -> tirx.PrimFunc:
-    """``a @ b`` with numpy's broadcasting, as MLAS's sgemm sums: each output one FMA chain over k from
-    0, a K longer than MLAS's block (stride_k) in blocks whose sums are added in order. With
-    ``alpha`` (onnxruntime's FusedMatMul): the first block's sum times alpha, each later one added as
-    fma(sum, alpha, C). Parallel over batch and row tiles; each tile 4 rows by up to 64 columns held
-    in registers across k; more than 32 columns not in whole vectors (ViT's 196 keys) over B padded
-    with zero columns to 32-lane tiles, then cut (in scalars: 9x slower)."""
-    batch = tuple(int(d) for d in np.broadcast_shapes(a_shape[:-2], b_shape[:-2]))
-    m, k, n = a_shape[-2], a_shape[-1], b_shape[-1]
-    a = te.placeholder(a_shape, "float32", "a")
-    b = te.placeholder(b_shape, "float32", "b")
-    wide = n if n % LANES == 0 or n <= 2 * LANES else -(-n // (2 * LANES)) * 2 * LANES
-    padded = b if wide == n else te.compute((*b_shape[:-1], wide), lambda *i: tirx.Select(
-        i[-1] < n, b[(*i[:-1], tirx.min(i[-1], n - 1))], mlas_math.f32(0.0)), name="padded")
-
-    def pick(shape, index):
-        own = shape[:-2]
-        return [0 if d == 1 else i for d, i in zip(own, index[len(index) - len(own):])]
-
-    def block_sum(start, size):
-        r = te.reduce_axis((0, size), f"k{start}")
-        return te.compute((*batch, m, wide), lambda *i: te.sum(
-            a[(*pick(a_shape, i[:-2]), i[-2], r + start)] * padded[(*pick(b_shape, i[:-2]), r + start, i[-1])],
-            axis=r), name=f"block{start}")
-
-    def added(partial, block, start):
-        if alpha is None:
-            return te.compute(partial.shape, lambda *i: partial(*i) + block(*i), name=f"sum{start}")
-        return te.compute(partial.shape, lambda *i: tirx.op.fma(block(*i), mlas_math.f32(alpha), partial(*i)),
-                          name=f"sum{start}")
-
-    stride = stride_k(k, n)
-    blocks = [(s, min(stride, k - s)) for s in range(0, k, stride)]
-    partial = block_sum(*blocks[0])
-    if alpha is not None:
-        first = partial
-        partial = te.compute(first.shape, lambda *i: first(*i) * mlas_math.f32(alpha), name="sum0")
-    for start, size in blocks[1:]:
-        partial = added(partial, block_sum(start, size), start)
-    if wide != n:
-        partial = te.compute((*batch, m, n), partial, name="cut")          # its first n columns
-    sch = s_tir.Schedule(te.create_prim_func([a, b, partial]))
-    width = next((w for w in (64, 32, 16) if wide % w == 0), None)
-    rows = next(r for r in (4, 2, 1) if m % r == 0)
-    for name in ("padded", "cut") if wide != n else ():
-        sch.parallel(sch.fuse(*sch.get_loops(sch.get_sblock(name))[:-1]))
-    for start, _ in blocks:
-        _register_tile(sch, sch.get_sblock(f"block{start}"), rows, width)
-        if start:
-            *outer, last = sch.get_loops(sch.get_sblock(f"sum{start}"))
-            sch.parallel(sch.fuse(*outer))
-            sch.vectorize(last)
-    if alpha is not None:       # the product by alpha as the tile leaves its registers, not another pass
-        sch.reverse_compute_inline(sch.get_sblock("sum0"))
-    return sch.mod["main"]
-
-
-def _register_tile(sch, block, rows: int, width: int | None) -> None:
-    """``rows`` x ``width`` outputs accumulated in registers over the whole reduction (k outermost
-    within the tile, so each output's sum keeps k's order), the tiles parallel."""
-    *outer, i, j, k = sch.get_loops(block)
-    io, ii = sch.split(i, [None, rows])
-    jo, ji = sch.split(j, [None, width or 1])
-    sch.reorder(*outer, io, jo, k, ii, ji)
-    sch.parallel(sch.fuse(*outer, io))
-    acc = sch.cache_write(block, 0, "local")
-    sch.reverse_compute_at(acc, jo)
-    sch.unroll(ii)
-    if width:
-        sch.vectorize(ji)
-        sch.vectorize(sch.get_loops(acc)[-1])
-    init = sch.decompose_reduction(block, k)
-    if width:
-        sch.vectorize(sch.get_loops(init)[-1])
+    out = [relax.TensorType(out_shape, dtype) for _ in range(outputs)]
+    return relax.call_tir(gvar, list(args), out if outputs > 1 else out[0])
 
 
 # -- Softmax over the last axis -----------------------------------------------------------------------
@@ -138,7 +48,8 @@ def softmax_func(shape: tuple[int, ...]) -> tirx.PrimFunc:
     """MLAS's softmax of each row (the last axis): its maximum (over 16 lanes, exact in any order: a
     chain of scalar maxima took two thirds of the time at rows of 384); exp(x - max) (mlas_math); the
     sum as the AVX-512 kernel adds, 16 lane sums over the row in order, then halves (8 + 8), pairs,
-    pairs, halves; each exp times float32(1 / sum). Rows parallel, the lanes vectorized."""
+    pairs, halves; each exp times float32(1 / sum). Rows parallel, the lanes vectorized (a row not
+    a multiple of 16, ViT's 196, in whole vectors and a scalar tail: _rows_parallel)."""
     rows = shape[:-1]
     x = te.placeholder(shape, "float32", "x")
     top_lanes = _lane_reduce(x, te.max, tirx.min_value("float32"), "top_lanes")
@@ -172,7 +83,8 @@ def _tree(lane, combine):
 
 def _rows_parallel(sch, names: list[str], row_axes: int) -> None:
     """Every block under one parallel loop over the rows (the first ``row_axes`` axes, fused), each
-    block's innermost spatial axis vectorized where the row holds whole vectors."""
+    block's innermost spatial axis vectorized: whole vectors, then the rest of an elementwise row in
+    scalars (ViT's 196: LLVM vectorized neither part of the unsplit loop, 2x slower)."""
     last = sch.get_sblock(names[-1])
     loops = sch.get_loops(last)
     row = sch.fuse(*loops[:row_axes]) if row_axes > 1 else loops[0]
@@ -184,7 +96,11 @@ def _rows_parallel(sch, names: list[str], row_axes: int) -> None:
         inner = sch.get_loops(block)[1:]
         kinds = [iv.iter_type for iv in sch.get(block).iter_vars]
         spatial = [loop for loop, kind in zip(inner, kinds[row_axes:]) if kind == 0]
-        if spatial and sch.get(spatial[-1]).extent.value % LANES == 0:
+        extent = sch.get(spatial[-1]).extent.value if spatial else 0
+        if extent > LANES and extent % LANES and all(kind == 0 for kind in kinds):
+            spatial[-1], _ = sch.loop_partition(spatial[-1], [extent - extent % LANES, None])
+            extent -= extent % LANES
+        if spatial and extent % LANES == 0:
             if any(kind != 0 for kind in kinds):       # a reduction: lanes innermost, the sum outside
                 reduction = [loop for loop, kind in zip(inner, kinds[row_axes:]) if kind != 0]
                 sch.reorder(*reduction, spatial[-1])
@@ -201,19 +117,26 @@ def elementwise_func(shape: tuple[int, ...], fn, name: str) -> tirx.PrimFunc:
     return _flat_parallel(te.create_prim_func([x, y]), name, shape)
 
 
-def dequantized_func(shape: tuple[int, ...]) -> tirx.PrimFunc:
-    """quantize_dynamic's output chain of an integer matmul in one pass: ``float32(acc - correction) *
-    scale + bias`` (the correction and bias per column, the scale a run-time scalar), the product
-    rounded before the add as MatMulIntegerToFloat's output stage computes it (a multiply, then an
-    add: no FMA)."""
+def dequantize_chain(shape: tuple[int, ...]):
+    """quantize_dynamic's output chain of an integer matmul, ``float32(acc - correction) * scale + bias``
+    (the correction and bias per column, the scale a run-time scalar), the product rounded before the
+    add as MatMulIntegerToFloat's output stage computes it (a multiply, then an add: no FMA): (its
+    inputs, its value at an index)."""
     n = shape[-1]
     acc = te.placeholder(shape, "int32", "acc")
     correction = te.placeholder((n,), "int32", "correction")
     scale = te.placeholder((), "float32", "scale")
     bias = te.placeholder((n,), "float32", "bias")
-    y = te.compute(shape, lambda *i: layer_norm.rounded((acc[i] - correction[i[-1]]).astype("float32") * scale[()]) +
-                   bias[i[-1]], name="dequantized")
-    return _flat_parallel(te.create_prim_func([acc, correction, scale, bias, y]), "dequantized", shape)
+    return [acc, correction, scale, bias], lambda i: layer_norm.rounded(
+        (acc[i] - correction[i[-1]]).astype("float32") * scale[()]) + bias[i[-1]]
+
+
+def dequantized_func(shape: tuple[int, ...], then=None) -> tirx.PrimFunc:
+    """The dequantize chain (dequantize_chain) in one pass, and ``then`` (an elementwise function:
+    the feed-forward's GELU) of it in the same pass."""
+    inputs, value = dequantize_chain(shape)
+    y = te.compute(shape, lambda *i: value(i) if then is None else then(value(i)), name="dequantized")
+    return _flat_parallel(te.create_prim_func([*inputs, y]), "dequantized", shape)
 
 
 def _flat_parallel(func: tirx.PrimFunc, name: str, shape: tuple[int, ...]) -> tirx.PrimFunc:
@@ -284,6 +207,31 @@ def reduce_all_func(shape: tuple[int, ...], kind: str) -> tirx.PrimFunc:
     return sch.mod["main"]
 
 
+def range_func(shape: tuple[int, ...]) -> tirx.PrimFunc:
+    """The max and the min of every element in one pass (DynamicQuantizeLinear takes both of one
+    tensor): LANES partial maxima and minima over the flattened tensor, then one of each over them."""
+    size = int(np.prod(shape))
+    x = te.placeholder(shape, "float32", "x")
+    extremes = te.comm_reducer(lambda a, b: (tirx.max(a[0], b[0]), tirx.min(a[1], b[1])),
+                               lambda t0, t1: (mlas_math.f32(-np.inf), mlas_math.f32(np.inf)), name="extremes")
+    t = te.reduce_axis((0, (size + LANES - 1) // LANES), "t")
+
+    def lane(j):
+        inside = t * LANES + j < size
+        value = x[tuple(reduce_mean.unravel(tirx.min(t * LANES + j, size - 1), shape))]
+        return extremes((tirx.Select(inside, value, mlas_math.f32(-np.inf)),
+                         tirx.Select(inside, value, mlas_math.f32(np.inf))), axis=t)
+    top, bottom = te.compute((LANES,), lane, name="lanes")
+    j = te.reduce_axis((0, LANES), "j")
+    high = te.compute((), lambda: te.max(top[j], axis=j), name="high")
+    low = te.compute((), lambda: te.min(bottom[j], axis=j), name="low")
+    sch = s_tir.Schedule(te.create_prim_func([x, high, low]))
+    lane_loop, chunk = sch.get_loops(sch.get_sblock("lanes"))
+    sch.reorder(chunk, lane_loop)
+    sch.vectorize(lane_loop)
+    return sch.mod["main"]
+
+
 # -- the LegalizeOps override -------------------------------------------------------------------------
 
 def _matmul(bb, call):
@@ -295,10 +243,18 @@ def _matmul(bb, call):
 
 
 def _softmax(bb, call):
+    """Over the last axis; over another, that axis swapped with the last before and after, as
+    onnxruntime's Softmax kernel transposes (opset 13)."""
     shape = _shape(call.args[0])
-    if shape is None or not _float32(call) or int(call.attrs.axis) not in (-1, len(shape) - 1):
+    if shape is None or not _float32(call):
         return None
-    return _emit(bb, softmax_func(shape), "qsynth_softmax", call.args, shape)
+    axis, swap = int(call.attrs.axis) % len(shape), list(range(len(shape)))
+    if axis == len(shape) - 1:
+        return _emit(bb, softmax_func(shape), "qsynth_softmax", call.args, shape)
+    swap[axis], swap[-1] = swap[-1], axis
+    x = bb.emit(bb.call_te(topi.transpose, call.args[0], swap))
+    y = bb.emit(_emit(bb, softmax_func(tuple(shape[a] for a in swap)), "qsynth_softmax", [x], [shape[a] for a in swap]))
+    return bb.call_te(topi.transpose, y, swap)
 
 
 def _elementwise(fn, name):
@@ -340,7 +296,7 @@ def legalize_map() -> dict:
 def _layer_norm(bb, call):
     shape = _shape(call.args[0])
     axes = [int(a) % len(shape) for a in call.attrs.axes] if shape else None
-    if shape is None or not _float32(call) or axes != [len(shape) - 1] or shape[-1] % layer_norm.SQUARE_LANES or \
+    if shape is None or len(shape) < 2 or not _float32(call) or axes != [len(shape) - 1] or \
             any(_shape(a) != shape[-1:] for a in call.args[1:]):
         return None
     return _emit(bb, layer_norm.layer_norm_func(shape, float(call.attrs.epsilon)), "qsynth_layer_norm", call.args,
@@ -357,20 +313,39 @@ class _Fusions(relax.PyExprMutator):
 
     - ``matmul(a, b)`` divided or multiplied by a scalar constant (MatMulScaleFusion): FusedMatMul,
       the scale its alpha (1 / c in float for a divisor).
-    - ``layer_norm(a + b)`` over the last axis, a and b float32 of one 3-D shape (SkipLayerNormFusion's
-      third form, no bias Add folded in): SkipLayerNormalization.
+    - ``layer_norm(a + b)`` over the last axis, a and b float32 of one 3-D shape, one of them ``c + bias``
+      (a constant [n]) or not (SkipLayerNormFusion's three forms): SkipLayerNormalization, the bias
+      its last input.
     - an integer matmul's dequantize chain, ``float32(acc - c) * scale + bias`` (quantize_dynamic's
-      form): MatMulIntegerToFloat's output stage, one pass instead of four."""
+      form): MatMulIntegerToFloat's output stage, one pass instead of four.
+    - ``matmul(a, b)``, a a transpose of its last two axes (MatmulTransposeFusion: FusedMatMul with
+      transA, whose K blocks differ), in a second pass (``bare_matmuls``) once the scaled ones are
+      fused.
+
+    and, computing the same values in fewer passes: the whole-tensor max and min of one tensor
+    (DynamicQuantizeLinear's range) in one; a dequantize chain in the pass of the GELU or the
+    SkipLayerNormalization that reads it."""
+
+    def __init__(self, mod, bare_matmuls: bool = False):
+        super().__init__(mod)
+        self.bare_matmuls = bare_matmuls
+        self.ranged, self.ranges = _ranged(mod["main"]), {}
 
     def visit_call_(self, call):
-        call = super().visit_call_(call)
+        source, call = call, super().visit_call_(call)
         fused = None
-        if call.op == tvm.ir.Op.get("relax.nn.layer_norm"):
+        if self.bare_matmuls:
+            fused = self._transposed_matmul(call) if call.op == tvm.ir.Op.get("relax.matmul") else None
+        elif call.op in (tvm.ir.Op.get("relax.max"), tvm.ir.Op.get("relax.min")):
+            fused = self._range(source.args[0], call)
+        elif call.op == tvm.ir.Op.get("relax.nn.layer_norm"):
             fused = self._skip_layer_norm(call)
         elif call.op in (tvm.ir.Op.get("relax.divide"), tvm.ir.Op.get("relax.multiply")):
             fused = self._scaled_matmul(call)
         elif call.op == tvm.ir.Op.get("relax.add"):
             fused = self._dequantized(call)
+        elif call.op == tvm.ir.Op.get("relax.nn.gelu"):
+            fused = self._dequantized_gelu(call)
         return call if fused is None else fused
 
     def _bound(self, expr, op: str):
@@ -383,8 +358,43 @@ class _Fusions(relax.PyExprMutator):
                 not _float32(add) or [int(a) % 3 for a in call.attrs.axes] != [2] or \
                 any(_shape(a) != shape[-1:] for a in call.args[1:]):
             return None
-        func = layer_norm.skip_layer_norm_func(shape, float(call.attrs.epsilon))
-        return _emit(self.builder_, func, "qsynth_skip_layer_norm", [*add.args, *call.args[1:]], shape)
+        operands, bias = list(add.args), []
+        for index in (0, 1):          # its first form, then its second: the bias Add an operand of this one
+            inner = self._bound(add.args[index], "relax.add")
+            if inner is not None and _shape(inner.args[0]) == shape and _shape(inner.args[1]) == shape[-1:] and \
+                    constant(inner.args[1]) is not None and _float32(inner) and not self._gemm(inner.args[0]):
+                operands[index], bias = inner.args[0], [inner.args[1]]
+                break
+        for index in (0, 1):          # an operand still to dequantize: in the same pass
+            if (chain := self._dequantize_chain(operands[index])) is not None:
+                func = layer_norm.skip_layer_norm_func(shape, float(call.attrs.epsilon), bool(bias),
+                                                       first=dequantize_chain(shape))
+                return _emit(self.builder_, func, "qsynth_skip_layer_norm", [*chain, operands[1 - index],
+                                                                            *call.args[1:], *bias], shape)
+        func = layer_norm.skip_layer_norm_func(shape, float(call.attrs.epsilon), bias=bool(bias))
+        return _emit(self.builder_, func, "qsynth_skip_layer_norm", [*operands, *call.args[1:], *bias], shape)
+
+    def _dequantize_chain(self, expr):
+        """The inputs of the dequantize chain (dequantized_func, as _dequantized wrote it) ``expr`` is
+        bound to, else None."""
+        value = self.lookup_binding(expr) if isinstance(expr, relax.Var) else None
+        if isinstance(value, relax.Call) and value.op == tvm.ir.Op.get("relax.call_tir") and \
+                value.args[0].name_hint.rstrip("0123456789") == "qsynth_dequantized":
+            return list(value.args[1].fields)
+        return None
+
+    def _dequantized_gelu(self, call):
+        """GELU of a dequantize chain (the feed-forward's first matmul): both in one pass."""
+        chain, shape = self._dequantize_chain(call.args[0]), _shape(call.args[0])
+        if chain is None or shape is None:
+            return None
+        return _emit(self.builder_, dequantized_func(shape, then=gelu), "qsynth_dequantized_gelu", chain, shape)
+
+    def _gemm(self, expr) -> bool:
+        """``expr`` a float matmul by a 2-D operand, whose bias Add onnxruntime 1.32's MatMulAddFusion
+        takes into a Gemm before SkipLayerNormFusion runs (attention's output projection too)."""
+        matmul = self._bound(expr, "relax.matmul")
+        return matmul is not None and len(_shape(matmul.args[1]) or ()) == 2 and _float32(matmul)
 
     def _dequantized(self, call):
         multiply = self._bound(call.args[0], "relax.multiply")
@@ -411,17 +421,58 @@ class _Fusions(relax.PyExprMutator):
                 continue
             c = scale.reshape(-1)[0]
             alpha = float(np.float32(1) / c if divide else c)
-            return _emit(self.builder_, matmul_func(a, b, alpha), "qsynth_float_matmul", matmul.args,
-                         _shape(call.args[index]))
+            return _emit(self.builder_, matmul_func(a, b, alpha, self._transposed_a(matmul)), "qsynth_float_matmul",
+                         matmul.args, _shape(call.args[index]))
         return None
+
+    def _range(self, source, call):
+        """The whole-tensor max or min of a tensor whose other one is taken too: both in one pass."""
+        shape = _shape(call.args[0])
+        if source not in self.ranged or shape is None or not _float32(call):
+            return None
+        if source not in self.ranges:
+            self.ranges[source] = self.builder_.emit(
+                _emit(self.builder_, range_func(shape), "qsynth_range", [call.args[0]], (), outputs=2))
+        return relax.TupleGetItem(self.ranges[source], 0 if call.op == tvm.ir.Op.get("relax.max") else 1)
+
+    def _transposed_a(self, matmul) -> bool:
+        """``a`` a transpose of its last two axes, which MatmulTransposeFusion folds in as transA."""
+        permute, rank = self._bound(matmul.args[0], "relax.permute_dims"), len(_shape(matmul.args[0]) or ())
+        if permute is None or rank < 2:
+            return False
+        axes = list(range(rank))[::-1] if permute.attrs.axes is None else [int(a) for a in permute.attrs.axes]
+        return axes == [*range(rank - 2), rank - 1, rank - 2]
+
+    def _transposed_matmul(self, call):
+        a, b = (_shape(x) for x in call.args)
+        if a is None or b is None or len(b) < 2 or not _float32(call) or not self._transposed_a(call):
+            return None
+        out = (*np.broadcast_shapes(a[:-2], b[:-2]), a[-2], b[-1])
+        return _emit(self.builder_, matmul_func(a, b, trans_a=True), "qsynth_float_matmul", call.args, out)
+
+
+def _ranged(func: relax.Function) -> set:
+    """The tensors of ``func`` whose whole-tensor max and min are both taken (DynamicQuantizeLinear's
+    range)."""
+    kinds: dict = {}
+    for block in func.body.blocks:
+        for binding in block.bindings:
+            value = binding.value
+            if isinstance(value, relax.Call) and value.op in (tvm.ir.Op.get("relax.max"), tvm.ir.Op.get("relax.min")) \
+                    and value.attrs.axis is None and isinstance(value.args[0], relax.Var):
+                kinds.setdefault(value.args[0], set()).add(value.op.name)
+    return {var for var, names in kinds.items() if len(names) == 2}
 
 
 def onnxruntime_fusions(mod: tvm.IRModule) -> tvm.IRModule:
     """The float fusions of onnxruntime's graph optimizer that change what is computed (fuse_gelu,
     _Fusions), applied to ``mod["main"]`` so it rounds as onnxruntime's fused kernels."""
-    mutator = _Fusions(mod)
-    mutator.builder_.update_func(mod.get_global_var("main"), mutator.visit_expr(fuse_gelu(mod["main"])))
-    return relax.transform.DeadCodeElimination(["main"])(mutator.builder_.finalize())
+    for bare_matmuls in (False, True):
+        mutator = _Fusions(mod, bare_matmuls)
+        main = fuse_gelu(mod["main"]) if not bare_matmuls else mod["main"]
+        mutator.builder_.update_func(mod.get_global_var("main"), mutator.visit_expr(main))
+        mod = relax.transform.DeadCodeElimination(["main"])(mutator.builder_.finalize())
+    return mod
 
 
 # -- ReduceMean over the last axes (onnxruntime's Eigen sum: reduce_mean.py) -------------------------

@@ -1,5 +1,6 @@
 """QLinearSoftmax as onnxruntime 1.32's CPU kernel computes it (contrib_ops/cpu/quantization/
-qlinear_softmax.cc; its QDQ transformer turns ``Q(Softmax(DQ(x)))`` over the last axis into it). It
+qlinear_softmax.cc; its QDQ transformer turns ``Q(Softmax(DQ(x)))`` into it at any opset and axis:
+rewrite.py brings each to rows of the last axis, as the kernel does). It
 does not compute the float softmax: a 256-entry float table of exp, shifted by a headroom chosen
 from the row length, indexed by ``x - max + 255``; the row's values summed in float in order; each
 ``round(e * floor(1 / y_scale) / sum) + y_zero_point`` in double, saturated to the output type. The

@@ -21,6 +21,11 @@ def unravel(index, shape):
     return out[::-1]
 
 
+def ravel(index, shape):
+    """The flat element number of ``index`` in a row-major tensor of ``shape``."""
+    return sum((i * int(np.prod(shape[a + 1:])) for a, i in enumerate(index)), tirx.const(0))
+
+
 def mean_func(shape: tuple[int, ...], reduced: int, keepdims: bool) -> tirx.PrimFunc:
     """The mean over the last ``reduced`` axes as onnxruntime's ReduceMean computes it (its "KR" fast
     path): Eigen's ``sum()`` of each row of N contiguous elements, then divided by N. Eigen starts at
@@ -56,10 +61,8 @@ def mean_func(shape: tuple[int, ...], reduced: int, keepdims: bool) -> tirx.Prim
             total = tirx.Select(first + aligned + k < n, total + at(r, first + aligned + k), total)
         return total / mlas_math.f32(n)
 
-    def row(index):
-        return sum((i * int(np.prod(kept[a + 1:])) for a, i in enumerate(index[:len(kept)])), tirx.const(0))
-
-    y = te.compute((*kept, *[1] * reduced) if keepdims else kept, lambda *i: mean(row(i)), name="mean")
+    y = te.compute((*kept, *[1] * reduced) if keepdims else kept, lambda *i: mean(ravel(i[:len(kept)], kept)),
+                   name="mean")
     sch = s_tir.Schedule(te.create_prim_func([x, y]))
     loops = sch.get_loops(sch.get_sblock("mean"))
     if loops:                 # none for a scalar mean

@@ -280,7 +280,7 @@ class QDQToInteger(QDQReader):
             result = relax.op.reshape(self.builder_.emit(result), [*rows[:-1], w.shape[0]])
         if not runtime_zx:
             return result
-        taps = arithmetic.weight_sums(w, w_zp) if core.op.name == "relax.matmul" else valid_tap_sums(
+        taps = arithmetic.weight_sums(w, w_zp) if core.op.name == "relax.matmul" else arithmetic.valid_tap_sums(
             w.astype(np.int64) - w_zp, tuple(int(d) for d in list(x.ty.shape)[2:]), core.attrs)
         term = relax.op.multiply(relax.op.astype(self.visit_expr(zx), "int32"), relax.const(taps.astype(np.int32)))
         return self.builder_.normalize(relax.op.subtract(result, term))
@@ -400,17 +400,35 @@ class QDQToInteger(QDQReader):
         return self.integer("lookup", [x], [evaluate(q).reshape(256)], offset=offset)
 
     def softmax(self, expr, out: QParams):
-        """``Q(softmax(DQ(x)))`` over the last axis, input and output of one 8-bit type: onnxruntime's
-        QLinearSoftmax (qlinear_softmax.py), not the float softmax."""
-        call = self.call(expr, "relax.nn.softmax")
-        data = None if call is None else self.dequantized(call.args[0])
+        """``Q(softmax(DQ(x)))``, input and output of one 8-bit type: onnxruntime's QLinearSoftmax
+        (qlinear_softmax.py) over rows of the last axis, not the float softmax. Over another axis
+        (opset 13) the kernel swaps that axis with the last before and after; at opset 11-12 (imported
+        as reshape(softmax(reshape(DQ(x), [N, D])))) its rows are the flattened [N, D]: both moved to
+        the integers."""
+        unflattened = self.call(expr, "relax.reshape")
+        call = self.call(expr if unflattened is None else unflattened.args[0], "relax.nn.softmax")
+        flattened = None if call is None or unflattened is None else self.call(call.args[0], "relax.reshape")
+        if call is None or (unflattened is None) != (flattened is None):
+            return None
+        data = self.dequantized(call.args[0] if flattened is None else flattened.args[0])
         if data is None or data[1].dtype != out.dtype or data[1].range is not None or out.range is not None or \
-                int(call.attrs.axis) not in (-1, len(expr.ty.shape) - 1) or constant(self.value(data[0])) is not None:
+                constant(self.value(data[0])) is not None:
             return None
         (x_scale, _), (y_scale, y_zero_point) = data[1].scalar("a softmax input"), out.scalar("a softmax output")
-        table = qlinear_softmax.exp_table(x_scale, int(expr.ty.shape[-1]))
-        return self.integer("qlinear_softmax", [data[0]], [table], y_scale=float(y_scale),
-                            out_zero_point=y_zero_point, out_dtype=out.dtype)
+        shape = [int(d) for d in call.ty.shape]
+        axis = int(call.attrs.axis) % len(shape)
+        swap = list(range(len(shape)))
+        swap[axis], swap[-1] = swap[-1], swap[axis]
+        x = self.visit_expr(data[0])
+        if flattened is not None:
+            x = self.builder_.emit(relax.op.reshape(x, shape))
+        if axis != len(shape) - 1:
+            x = self.builder_.emit(relax.op.permute_dims(x, swap))
+        y = self.integer("qlinear_softmax", [x], [qlinear_softmax.exp_table(x_scale, shape[axis])],
+                         y_scale=float(y_scale), out_zero_point=y_zero_point, out_dtype=out.dtype)
+        if axis != len(shape) - 1:
+            y = relax.op.permute_dims(self.builder_.emit(y), swap)
+        return y if flattened is None else relax.op.reshape(self.builder_.emit(y), expr.ty.shape)
 
     def elementwise_input(self, expr):
         """(its DQ call, x, x's QParams) when ``expr`` is an elementwise float function of DQ(x) alone,
@@ -457,22 +475,6 @@ class QDQToInteger(QDQReader):
         if data is None or not data[1].same(out) or constant(self.value(data[0])) is not None:
             return None
         return self.visit_expr(data[0])
-
-
-def valid_tap_sums(w: np.ndarray, size: tuple[int, int], attrs) -> np.ndarray:
-    """``[1, O, OH, OW]``: per output channel and position, the sum of ``w`` (OIHW) over the taps whose
-    input pixel is inside the unpadded input (what a zero point of the input multiplies)."""
-    (h, wd), (kh, kw) = size, w.shape[2:]
-    (sh, sw), (pt, pl, pb, pr) = [int(s) for s in attrs.strides], [int(p) for p in attrs.padding]
-    oh, ow = (h + pt + pb - kh) // sh + 1, (wd + pl + pr - kw) // sw + 1
-    per_tap = w.sum(1)                                  # [O, KH, KW]: over each group's input channels
-    sums = np.zeros((w.shape[0], oh, ow), np.int64)
-    for i in range(kh):
-        rows = (np.arange(oh) * sh + i - pt >= 0) & (np.arange(oh) * sh + i - pt < h)
-        for j in range(kw):
-            cols = (np.arange(ow) * sw + j - pl >= 0) & (np.arange(ow) * sw + j - pl < wd)
-            sums += per_tap[:, i, j, None, None] * np.outer(rows, cols)
-    return sums[None]
 
 
 def evaluate(expr) -> np.ndarray:

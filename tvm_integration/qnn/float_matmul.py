@@ -1,0 +1,107 @@
+"""The matmul of two float activations (a quantized transformer's attention in a QDQ model's float
+ops, onnxruntime's MatMul and FusedMatMul) as MLAS's sgemm sums it: K in MLAS's blocks (``stride_k``),
+each block's sum added to C in turn, so the block decides the rounding (tests/test_float_ops.py)."""
+from __future__ import annotations
+
+import numpy as np
+from tvm import s_tir, te, tirx
+
+from tvm_integration.qnn import mlas_math
+
+LANES = 16                    # float32 lanes of an AVX-512 vector
+
+
+def stride_k(k: int, n: int, trans_a: bool = False) -> int:
+    """MLAS sgemm's K block for a K x N operand B: 128 (with N blocks of 128), halved while K fits in
+    half of it (N's block doubled), doubled while N fits in half of N's block (down to 16) unless A
+    is transposed (``trans_a``: its panel holds the transposed block, so K's block stays). Each
+    block's sum is added to C in turn, so the block decides the rounding."""
+    stride_n, stride = 128, 128
+    if n >= k:
+        while stride // 2 >= k:
+            stride_n, stride = stride_n * 2, stride // 2
+    elif not trans_a:
+        while stride_n > 16 and stride_n // 2 >= n:
+            stride_n, stride = stride_n // 2, stride * 2
+    return stride
+
+
+def matmul_func(a_shape: tuple[int, ...], b_shape: tuple[int, ...], alpha: float | None = None,
+                trans_a: bool = False) -> tirx.PrimFunc:
+    """``a @ b`` with numpy's broadcasting, as MLAS's sgemm sums: each output one FMA chain over k from
+    0, a K longer than MLAS's block (stride_k) in blocks whose sums are added in order. With
+    ``alpha`` (onnxruntime's FusedMatMul): the first block's sum times alpha, each later one added as
+    fma(sum, alpha, C); ``trans_a``: ``a`` is the transpose FusedMatMul's transA reads (its blocks).
+    Parallel over batch and row tiles; each tile 4 rows by up to 64 columns held in registers across
+    k; more than 32 columns not in whole vectors (ViT's 196 keys) over B padded with zero columns to
+    32-lane tiles (in scalars: 9x slower), each tile writing its first n columns (of one K block;
+    else a second pass cuts them: ViT's Q.K^T took 30% longer)."""
+    batch = tuple(int(d) for d in np.broadcast_shapes(a_shape[:-2], b_shape[:-2]))
+    m, k, n = a_shape[-2], a_shape[-1], b_shape[-1]
+    a = te.placeholder(a_shape, "float32", "a")
+    b = te.placeholder(b_shape, "float32", "b")
+    wide = n if n % LANES == 0 or n <= 2 * LANES else -(-n // (2 * LANES)) * 2 * LANES
+    padded = b if wide == n else te.compute((*b_shape[:-1], wide), lambda *i: tirx.Select(
+        i[-1] < n, b[(*i[:-1], tirx.min(i[-1], n - 1))], mlas_math.f32(0.0)), name="padded")
+
+    def pick(shape, index):
+        own = shape[:-2]
+        return [0 if d == 1 else i for d, i in zip(own, index[len(index) - len(own):])]
+
+    def block_sum(start, size):
+        r = te.reduce_axis((0, size), f"k{start}")
+        return te.compute((*batch, m, wide), lambda *i: te.sum(
+            a[(*pick(a_shape, i[:-2]), i[-2], r + start)] * padded[(*pick(b_shape, i[:-2]), r + start, i[-1])],
+            axis=r), name=f"block{start}")
+
+    def added(partial, block, start):
+        if alpha is None:
+            return te.compute(partial.shape, lambda *i: partial(*i) + block(*i), name=f"sum{start}")
+        return te.compute(partial.shape, lambda *i: tirx.op.fma(block(*i), mlas_math.f32(alpha), partial(*i)),
+                          name=f"sum{start}")
+
+    stride = stride_k(k, n, trans_a)
+    blocks = [(s, min(stride, k - s)) for s in range(0, k, stride)]
+    partial = block_sum(*blocks[0])
+    if alpha is not None:
+        first = partial
+        partial = te.compute(first.shape, lambda *i: first(*i) * mlas_math.f32(alpha), name="sum0")
+    for start, size in blocks[1:]:
+        partial = added(partial, block_sum(start, size), start)
+    if wide != n:
+        partial = te.compute((*batch, m, n), partial, name="cut")          # its first n columns
+    sch = s_tir.Schedule(te.create_prim_func([a, b, partial]))
+    width = next((w for w in (64, 32, 16) if wide % w == 0), None)
+    rows = next(r for r in (4, 2, 1) if m % r == 0)
+    for name in ("padded", "cut")[:1 + (len(blocks) > 1)] if wide != n else ():
+        sch.parallel(sch.fuse(*sch.get_loops(sch.get_sblock(name))[:-1]))
+    for start, _ in blocks:
+        _register_tile(sch, sch.get_sblock(f"block{start}"), rows, width)
+        if start:
+            *outer, last = sch.get_loops(sch.get_sblock(f"sum{start}"))
+            sch.parallel(sch.fuse(*outer))
+            sch.vectorize(last)
+    if alpha is not None:       # the product by alpha as the tile leaves its registers, not another pass
+        sch.reverse_compute_inline(sch.get_sblock("sum0"))
+    if wide != n and len(blocks) == 1:      # each tile writes its first n columns, no second pass
+        sch.reverse_compute_inline(sch.get_sblock("cut"))
+    return sch.mod["main"]
+
+
+def _register_tile(sch, block, rows: int, width: int | None) -> None:
+    """``rows`` x ``width`` outputs accumulated in registers over the whole reduction (k outermost
+    within the tile, so each output's sum keeps k's order), the tiles parallel."""
+    *outer, i, j, k = sch.get_loops(block)
+    io, ii = sch.split(i, [None, rows])
+    jo, ji = sch.split(j, [None, width or 1])
+    sch.reorder(*outer, io, jo, k, ii, ji)
+    sch.parallel(sch.fuse(*outer, io))
+    acc = sch.cache_write(block, 0, "local")
+    sch.reverse_compute_at(acc, jo)
+    sch.unroll(ii)
+    if width:
+        sch.vectorize(ji)
+        sch.vectorize(sch.get_loops(acc)[-1])
+    init = sch.decompose_reduction(block, k)
+    if width:
+        sch.vectorize(sch.get_loops(init)[-1])
