@@ -63,6 +63,8 @@ def int8(isa: str, types: str, layout: str) -> dict:
     if isa == "neon" and layout == "k4":
         dot = {"s8s8": "sdot.4s_laneq", "u8s8": "sudot.4s_laneq", "u8u8": "udot.4s_laneq"}[types]
         return {"row": ops(*[f"{dot}#{g}" for g in range(4)])}
+    if isa == "neon" and layout == "acc" and types == "s8s7":     # vget_low: the D view, no instruction
+        return {"dot": ops("smull.8h", "smlal2.8h", "sadalp.4s", "dup.1d_low_s8")}
     if isa == "neon" and layout == "acc":
         return {"dot": ops("umull.8h", "uadalp.4s", "add.4s")}
     if isa == "neon" and types == "u8u8":

@@ -5,8 +5,9 @@
   stage: how products land in acc's lanes is the synthesizer's choice (umull/umull2/uadalp, or
   smull/smlal2); ``reduce``: (acc_i0 … acc_i,nr-1, c_i) → c_i + per-column lane sums (addp tree).
 * ``acc`` layout (v8.0 NEON, lanes kept over the K loop): ``dot``: (a_i, b_j, c_ij) → c_ij' exactly,
-  c_ij's four int32 lanes each taking the products of two bytes in eight (umull, uadalp); no reduction
-  in the tile: its K loop sums the lanes across once.
+  c_ij's four int32 lanes each taking the products of two bytes in eight (umull, uadalp; s8s7:
+  smull, smlal2, sadalp over 16 bytes, B's range keeping two products in an int16 lane); no
+  reduction in the tile: its K loop sums the lanes across once.
 * ``k4`` / ``k4b`` layouts (sdot/sudot by element, vpdpbusd, vpmaddubsw+vpmaddwd): ``row``:
   (c_i, a_i…, b_0…) → c_i' exactly, one register of C: instantiated per row and, in k4b, per
   column block.
@@ -76,7 +77,8 @@ def stages(spec: Int8Spec, isa) -> list[Stage]:
         one = _sub_spec(spec, 1, 1)
         names, bits, ranges = one.input_names, one.input_bits, one.lane_ranges()
         dot = _problem("dot", isa, names, bits, ranges, one.output_bits, one.reference, {})
-        return [Stage(dot, lambda n: LinearSketch(isa, menu["dot"], bits, n), range(1, 2 * spec.k // 8 + 1),
+        # per 8 bytes of K at most a multiply, a widening accumulate and a register view (vget_low)
+        return [Stage(dot, lambda n: LinearSketch(isa, menu["dot"], bits, n), range(1, 3 * spec.k // 8 + 1),
                       in_ranges=ranges)]
     if spec.layout == "tile":
         one = _sub_spec(spec, 16, 16)

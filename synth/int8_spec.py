@@ -9,7 +9,7 @@ from isa_specs.lanes import total
 from synth.spec import _bounded, _check
 from synth.tiles import INT8_TILES
 
-INT8_TYPES = ("u8s8", "u7s8", "s8s8", "u8u8", "s16")
+INT8_TYPES = ("u8s8", "u7s8", "s8s8", "s8s7", "u8u8", "s16")
 LAYOUTS = ("rows", "k4", "k4b", "tile", "acc")
 
 
@@ -17,8 +17,10 @@ LAYOUTS = ("rows", "k4", "k4b", "tile", "acc")
 class Int8Spec:
     """An int8 GEMM tile: ``C[i][j] += sum_t A[i][t] * B[j][t]`` for i < mr, j < nr, t < k, in int32
     with wrap-around. ``types``: operand signedness (``u8s8``: A unsigned, B signed; ``u7s8``: A in
-    [0, 127], the range in which vpmaddubsw cannot saturate; ``s16``: int16 elements, QNN's ARMv8
-    legalization). ``layout``, the register layout chosen by the schedule:
+    [0, 127], the range in which vpmaddubsw cannot saturate; ``s8s7``: A signed, B in [-127, 127], a
+    sign and 7 bits of magnitude (onnxruntime's symmetric int8 weights), the range in which two
+    products fit one int16 lane, |a b + a' b'| <= 2 * 128 * 127 (MLAS's smull + smlal, then sadalp);
+    ``s16``: int16 elements, QNN's ARMv8 legalization). ``layout``, the register layout chosen by the schedule:
 
     * ``rows``: ``a{i}`` = row i of A (k elements), ``b{j}`` = column j of B, ``c{i}`` = nr int32;
     * ``k4``:   ``a{i}`` = row i of A (k bytes), ``b{g}`` = for each column j the 4 bytes
@@ -30,8 +32,10 @@ class Int8Spec:
       ``b{c}_{g}`` = rows 16g..16g+15 of the k4-packed B (k/4 rows of nr·4 bytes), bytes 64c..64c+63
       (columns 16c..16c+15); ``c{r}_{c}`` = C rows 16r.., columns 16c.. (16 × 16 int32).
     * ``acc``:  ``a{i}``, ``b{j}`` as in rows; ``c{i}_{j}`` = 4 int32 lanes of partial sums of C[i][j],
-      lane l taking the products of t with (t // 2) % 4 == l (umull's pairs, widened by uadalp): a K
-      loop keeps these lanes over the whole depth and sums them across once at its end.
+      lane l taking the products of t with (t // 2) % 4 == l (umull's pairs, widened by uadalp; with
+      k = 16, smull's and smlal2's products t and t + 8 added in one int16 lane first, then pairs
+      widened by sadalp): a K loop keeps these lanes over the whole depth and sums them across once
+      at its end.
     """
     isa: str
     types: str
@@ -108,8 +112,8 @@ class Int8Spec:
 
     @property
     def signed(self) -> tuple[bool, bool]:
-        return {"u8s8": (False, True), "u7s8": (False, True), "s8s8": (True, True), "u8u8": (False, False),
-                "s16": (True, True)}[self.types]
+        return {"u8s8": (False, True), "u7s8": (False, True), "s8s8": (True, True), "s8s7": (True, True),
+                "u8u8": (False, False), "s16": (True, True)}[self.types]
 
     @property
     def inputs(self) -> list[tuple[str, int]]:
@@ -201,7 +205,7 @@ class Int8Spec:
         e = self.elem_bits
         bounds = lambda signed: (-(1 << (e - 1)), (1 << (e - 1)) - 1) if signed else (0, (1 << e) - 1)
         a_lo, a_hi = (0, 127) if self.types == "u7s8" else bounds(self.signed[0])
-        b_lo, b_hi = bounds(self.signed[1])
+        b_lo, b_hi = (-127, 127) if self.types == "s8s7" else bounds(self.signed[1])
         out = []
         for name, _ in self.inputs:
             if name.startswith("a"):

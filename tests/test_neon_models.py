@@ -1,9 +1,10 @@
 """Whole quantized models for AArch64 (issue 34 step 2): ``compile_model(..., target="neon", mcpu=...)``
 puts every integer conv2d and dense on the NEON int8 operators (ops/neon_int8.py), exports the library
 with the cross gcc and runs it under qemu-aarch64 with TVM's AArch64 runtime (ops/cross_model.py):
-bit-exact with onnxruntime, on a v8.0 core (Cortex-A53: the umull/uadalp rows tile) and a dotprod core
-(Cortex-A76: sdot), MobileNetV2's depthwise layers on the core's vectorized TIR. ``qsynth compile/run
---target neon --mcpu``, and its bad input, one line each."""
+bit-exact with onnxruntime, on a v8.0 core (Cortex-A53, A72: onnxruntime's symmetric weights, all in
+[-127, 127], on the smull/smlal2/sadalp acc tile) and a dotprod core (Cortex-A76: sdot), MobileNetV2's
+depthwise layers on the core's vectorized TIR. ``qsynth compile/run --target neon --mcpu``, and its bad
+input, one line each."""
 import subprocess
 
 import numpy as np
@@ -17,7 +18,7 @@ from tvm_integration.ops import cross, cross_model  # noqa: E402
 MISSING = cross_model.missing_tools()
 pytestmark = [pytest.mark.qemu,
               pytest.mark.skipif(MISSING is not None, reason=f"AArch64 models run under qemu: {MISSING}")]
-V8 = ("umull", "uadalp")        # the acc tile's instructions
+V8 = ("smull", "smlal2", "sadalp")        # the s8 x s7 acc tile's instructions
 
 
 @pytest.fixture(scope="module")

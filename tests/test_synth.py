@@ -195,6 +195,27 @@ def test_a_wrong_popcount_split_is_refused():
         synthesize_stage(stage, time.monotonic() + 120, np.random.default_rng(0))
 
 
+def test_s8s7_precondition_is_what_makes_smull_smlal_sound():
+    """MLAS's smull + smlal2 + sadalp dot (two products added in an int16 lane) is proved on the s8s7
+    domain, B in [-127, 127], by the linear forms; with B's -128 allowed (s8s8) they cannot prove it,
+    and it is wrong: two products of -128 x -128 make 32768, which wraps in the int16 lane."""
+    from synth import int8
+    body = [Instr(Op("dup.1d_low_s8"), (0,)), Instr(Op("dup.1d_low_s8"), (1,)), Instr(Op("smull.8h"), (3, 4)),
+            Instr(Op("smlal2.8h"), (5, 0, 1)), Instr(Op("sadalp.4s"), (2, 6))]
+    problems = {types: int8.stages(Int8Spec("neon", types, "acc", 4, 4, 16), get_isa("neon"))[0].problem
+                for types in ("s8s7", "s8s8")}
+    [program] = {Program("neon", tuple(p.input_names), tuple(p.input_bits), tuple(body), (7,))
+                 for p in problems.values()}
+    assert Int8Spec.for_isa("neon", "s8s7").lane_ranges()[4].lo == -127                  # b0
+    assert problems["s8s7"].fast_prove(program).result == "proved"
+    assert problems["s8s8"].fast_prove(program) is None
+    a = b = np.full((1, 16), 0x80, np.uint8)                    # every lane -128
+    x = _bits([a, b, np.zeros((1, 16), np.uint8)], [128] * 3)
+    got = NUMPY.to_bytes(problems["s8s8"].run(NUMPY, program, x)[0], 1).view("<i4")
+    want = NUMPY.to_bytes(problems["s8s8"].spec(NUMPY, x)[0], 1).view("<i4")
+    assert want.tolist() == [[4 * 16384] * 4] and got.tolist() == [[-4 * 16384] * 4]  # int16 lanes: 32768 -> -32768
+
+
 @pytest.mark.parametrize("path", cache.entries(), ids=lambda p: p.stem)
 def test_committed_cache_entry_reproves(path):
     results = verify(cache.read(path))

@@ -1,11 +1,11 @@
 """NEON int8 operators (issue 34 step 1): conv2d (NHWC: 1x1, 3x3, the 7x7 stride-2 stem, stride 1 and 2,
 padding with a zero point, depthwise) and dense on the cache's proved NEON int8 tiles, built for
 AArch64 and run under qemu-aarch64 (tvm_integration/ops/cross.py; marked ``qemu``), bit-exact against
-numpy with the output stage fused: every tile family (v8.0 umull/uadalp acc tile, dotprod sdot,
-i8mm sudot), u8 inputs of 128 and more, s8 inputs, tile remainders in rows, columns and K, and
-requantize ties (a scale 2^-j, accumulators at 2^(j-1) mod 2^j, rounded half to even); the fused
-residual add (onnxruntime's QLinearAdd) and grouped convolutions. qemu's ``-cpu max`` runs every
-family, whichever core the operator is built for."""
+numpy with the output stage fused: every tile family (v8.0 umull/uadalp acc tile, its smull/smlal2/
+sadalp form for weights in [-127, 127], dotprod sdot, i8mm sudot), u8 inputs of 128 and more, s8
+inputs, tile remainders in rows, columns and K, and requantize ties (a scale 2^-j, accumulators at
+2^(j-1) mod 2^j, rounded half to even); the fused residual add (onnxruntime's QLinearAdd) and grouped
+convolutions. qemu's ``-cpu max`` runs every family, whichever core the operator is built for."""
 import numpy as np
 import pytest
 
@@ -43,6 +43,14 @@ def requantized(acc, bias, scale, zero_point):
     return np.clip(np.rint((acc + bias).astype(np.float32) * np.float32(scale)) + zero_point, 0, 255).astype(np.uint8)
 
 
+def weights(rng, shape, family):
+    """Random int8 weights with both extremes of the family's domain (v8s7: [-127, 127]) present."""
+    lo = -127 if family == "v8s7" else -128
+    w = rng.integers(lo, 128, shape).astype(np.int8)
+    w.flat[:2] = (lo, 127)
+    return w
+
+
 def data(rng, shape, dtype):
     """Random values over the whole range, with the extremes (0 and 255, -128 and 127) present."""
     x = rng.integers(0, 256, shape)
@@ -56,6 +64,9 @@ CONVS = [
     ("v8", "int8", (8, 8, 16), (20, 1, 1), 2, 0, 0, False),        # 1x1 stride 2, s8 input
     ("v8", "uint8", (15, 15, 3), (8, 7, 7), 2, 3, 7, True),        # the stem: 21-byte runs in 24; zero point 7
     ("v8", "int8", (15, 15, 3), (8, 7, 7), 2, 3, 7, False),        # s8 stem: the rounding bytes zero after +128
+    ("v8s7", "uint8", (9, 10, 8), (12, 3, 3), 1, 1, 0, True),      # 24-byte runs in 32: K rounding; ties
+    ("v8s7", "int8", (8, 8, 16), (20, 1, 1), 2, 0, 0, False),      # 1x1 stride 2, s8 input
+    ("v8s7", "uint8", (15, 15, 3), (8, 7, 7), 2, 3, 7, True),      # the stem: 21-byte runs in 32; zero point 7
     ("dotprod", "uint8", (11, 9, 24), (6, 3, 3), 2, 1, 128, True),  # stride 2; K 216 of 16-byte blocks
     ("dotprod", "uint8", (15, 15, 3), (16, 7, 7), 2, 3, 0, False),  # the stem on sdot
     ("i8mm", "uint8", (6, 7, 32), (12, 3, 3), 1, 1, 0, True),
@@ -69,8 +80,7 @@ def test_conv2d_matches_numpy(family, dtype, hwc, okk, stride, pad, pad_value, r
     rng = np.random.default_rng(34)
     x = data(rng, (1, *hwc), dtype)
     o, kh, kw = okk
-    w = rng.integers(-128, 128, (o, hwc[2], kh, kw)).astype(np.int8)
-    w.flat[:2] = (-128, 127)
+    w = weights(rng, (o, hwc[2], kh, kw), family)
     bias = rng.integers(-5000, 5000, o).astype(np.int32)
     if dtype == "int8":
         pad_value -= 128 if pad_value >= 128 else 0
@@ -89,12 +99,13 @@ def test_conv2d_matches_numpy(family, dtype, hwc, okk, stride, pad, pad_value, r
 
 
 @pytest.mark.parametrize("family, dtype", [pytest.param(f, d, marks=qemu, id=f"{f}-{d}")
-                                           for f, d in (("v8", "uint8"), ("dotprod", "int8"), ("i8mm", "uint8"))])
+                                           for f, d in (("v8", "uint8"), ("v8s7", "uint8"), ("dotprod", "int8"),
+                                                        ("i8mm", "uint8"))])
 def test_dense_matches_numpy(family, dtype):
     """m = 3 rows (one partial row tile), N = 10 (a partial column tile), K = 37 (partial K block)."""
     rng = np.random.default_rng(35)
     x = data(rng, (3, 37), dtype)
-    w = rng.integers(-128, 128, (10, 37)).astype(np.int8)
+    w = weights(rng, (10, 37), family)
     bias = rng.integers(-5000, 5000, 10).astype(np.int32)
     op = ops.dense(w, 3, dtype, OutputStage(bias=bias), family=family)
     np.testing.assert_array_equal(op(x), x.astype(np.int64) @ w.astype(np.int64).T + bias)
@@ -133,6 +144,20 @@ def test_bad_core_and_family_are_one_clear_error():
         neon_int8.core_family("cortex-a999")
     with pytest.raises(SelectionError, match="accepted: i8mm, dotprod, v8"):
         neon_int8.tile_for(family="sve")
+    with pytest.raises(ValueError, match=r"weight of -128 is outside the int8_s8s7_acc_4x4x16_neon tile's domain"):
+        ops.build_dense(np.array([[-128, 3]], np.int8), 2, family="v8s7")
+
+
+def test_v8_cores_take_the_s8s7_tile_for_symmetric_weights():
+    """onnxruntime's symmetric int8 weights lie in [-127, 127]: on a v8.0 core they take the smull/smlal2
+    tile; one -128 keeps the layer on the u8 x u8 tile; dotprod cores keep sdot."""
+    symmetric, full = np.array([[-127, 127]], np.int8), np.array([[-128, 127]], np.int8)
+    assert neon_int8.tile_for("cortex-a53", weights=symmetric).intrin == "qsynth_int8_s8s7_acc_4x4x16_neon"
+    assert neon_int8.tile_for("cortex-a72", weights=symmetric).spec.types == "s8s7"
+    assert neon_int8.tile_for("cortex-a53", weights=full).spec.types == "u8u8"
+    assert neon_int8.tile_for("cortex-a53").spec.types == "u8u8"
+    assert neon_int8.tile_for("cortex-a76", weights=symmetric).spec.types == "s8s8"
+    assert neon_int8.tile_for(family="v8", weights=symmetric).spec.types == "u8u8"     # a family named is kept
 
 
 def qlinear_add(a, b, ratio_a, ratio_b, fixed, clamp):
@@ -143,7 +168,8 @@ def qlinear_add(a, b, ratio_a, ratio_b, fixed, clamp):
 
 @pytest.mark.parametrize("family, groups, residual", [
     pytest.param(f, g, r, marks=qemu, id=f"{f}-g{g}{'-residual' if r else ''}")
-    for f, g, r in (("v8", 1, True), ("dotprod", 1, True), ("v8", 2, False), ("dotprod", 4, True), ("i8mm", 2, False))])
+    for f, g, r in (("v8", 1, True), ("dotprod", 1, True), ("v8", 2, False), ("v8s7", 2, True), ("dotprod", 4, True),
+                    ("i8mm", 2, False))])
 def test_conv2d_residual_add_and_groups(family, groups, residual):
     """A 3x3 conv (10 rows of pixels, stride 1) with its output requantized and, with ``residual``, added to
     a residual tensor as ResNet's shortcut adds are (the result as QLinearAdd's second operand);
@@ -151,7 +177,7 @@ def test_conv2d_residual_add_and_groups(family, groups, residual):
     rng = np.random.default_rng(37)
     x = data(rng, (1, 7, 6, 16), "uint8")
     o = 12 if groups != 4 else 16
-    w = rng.integers(-128, 128, (o, 16 // groups, 3, 3)).astype(np.int8)
+    w = weights(rng, (o, 16 // groups, 3, 3), family)
     bias = rng.integers(-5000, 5000, o).astype(np.int32)
     scale = rng.uniform(2e-4, 1e-3, o).astype(np.float32)
     acc = conv_reference(x, w, 1, 1, 0, groups=groups)

@@ -1,6 +1,7 @@
 """The cache's proved NEON int8 tiles as TVM uses them, and which one a core gets (issue 34 step 1).
 
-Three families, chosen by what the target core's LLVM model has (``tile_for``):
+Three families, chosen by what the target core's LLVM model has (``tile_for``); v8.0 cores have two
+tiles, chosen by the layer's weights:
 
 * ``i8mm`` (Neoverse-N2, Cortex-A710, ...): ``int8_u8s8_k4_4x4x16_neon``, sudot by element: u8
   activations times s8 weights, as the x86 VNNI tiles;
@@ -13,15 +14,21 @@ Three families, chosen by what the target core's LLVM model has (``tile_for``):
   NEON instructions per 128 MACs): both operands unsigned, so the weights enter as their codes
   ``w + 128`` (u8), and the K loop around the tile (``ACC_KLOOP``) computes ``C += A B + R``, R one
   int32 per row: the operator passes ``-128 * sum_k a``, each packed row summed once
-  (ops/neon_int8.py), not once per column tile.
+  (ops/neon_int8.py), not once per column tile;
+* v8.0 with every weight in [-127, 127] (``v8s7``; onnxruntime's symmetric quantization):
+  ``int8_s8s7_acc_4x4x16_neon``, MLAS's s8 x s8 form: smull and smlal2 add two products into each
+  int16 lane (|a b + a' b'| <= 2 * 128 * 127 < 2^15, the tile's B precondition), sadalp widens pairs
+  into the same four int32 lanes per output: 48 NEON instructions per 256 MACs where the u8 x u8 tile
+  takes 64. The activations enter shifted by -128 as on the sdot tile; no R.
 
 The k4 tiles are ``kernels.int8.Kernel`` (their ``_kloop``, the same memory image as x86's: A rows of
 the whole depth, B as ``k/4`` rows of ``nr*4`` bytes); their LLVM IR is re-declared for exactly the
 features they need (``bitserial.kernel_ir``) so that it inlines into a module for an older core. The
 acc tile has no ``_kloop`` in emit/: ``AccTile`` appends one (``ACC_KLOOP``) that keeps the tile's
-lanes in a local array across the K blocks (registers, after inlining) and adds their sums, with R,
-to C once (that wrapper is tested under qemu, not proved; each call of the tile in it is). Its B
-image is ``k/8`` blocks of ``nr`` rows of 8 bytes: for each block, column j's 8 weights.
+lanes in a local array across the K blocks (registers, after inlining) and adds their sums (with R
+on the u8 x u8 tile) to C once (that wrapper is tested under qemu, not proved; each call of the tile
+in it is). Its B image is ``k/8`` (s8s7: ``k/16``) blocks of ``nr`` rows of k bytes: for each block,
+column j's k weights.
 """
 from __future__ import annotations
 
@@ -29,6 +36,7 @@ import dataclasses
 import functools
 from dataclasses import dataclass
 
+import numpy as np
 import tvm
 from tvm import s_tir
 from tvm.script import tirx as T
@@ -49,38 +57,47 @@ FAMILIES = {
     "i8mm": ("int8_u8s8_k4_4x4x16_neon", 0, False),
     "dotprod": ("int8_s8s8_k4_4x4x16_neon", -128, False),
     "v8": ("int8_u8u8_acc_4x4x8_neon", 0, True),
+    "v8s7": ("int8_s8s7_acc_4x4x16_neon", -128, False),
 }
 WEIGHT_SHIFT = 128      # s8 weights -> u8 codes for the u8 x u8 tiles
 
 ACC_KLOOP = """
-/* qsynth (tvm_integration/kernels/neon_int8.py): C += A B + R over kblocks k blocks with the acc
- * tile, R one int32 per row (B: the weights' u8 codes w + 128, R: -128 times A's row sums): the
- * tile's four int32 lanes per output kept in a local array (registers once inlined) over the whole
- * K, summed across (addv) and added to C, with R, once at the end. Block kb: A at a + kb*K (rows
- * a_stride apart), B at b + kb*b_block (column j's K bytes at + j*K). */
-void {fn}_kloop_acc(const void *a, int a_stride, const void *b, int b_block, int32_t *c, int c_stride, int kblocks,
-                    const int32_t *r);
-void {fn}_kloop_acc(const void *a, int a_stride, const void *b, int b_block, int32_t *c, int c_stride, int kblocks,
-                    const int32_t *r) {{
+/* qsynth (tvm_integration/kernels/neon_int8.py): C += A B over kblocks k blocks with the acc tile
+ * (on the u8 x u8 tile C += A B + R, R one int32 per row: B holds the weights' u8 codes w + 128, R is
+ * -128 times A's row sums): the tile's four int32 lanes per output kept in a local array (registers
+ * once inlined) over the whole K, summed across (addv) and added to C once at the end. Block kb: A at
+ * a + kb*K (rows a_stride apart), B at b + kb*b_block (column j's K bytes at + j*K). */
+void {fn}_kloop_acc(const void *a, int a_stride, const void *b, int b_block, int32_t *c, int c_stride,
+                    int kblocks{r_param});
+void {fn}_kloop_acc(const void *a, int a_stride, const void *b, int b_block, int32_t *c, int c_stride,
+                    int kblocks{r_param}) {{
   int32_t acc[{mr} * {nr} * 4] = {{0}};
   const uint8_t *rows = (const uint8_t *)a;
-  for (int kb = 0; kb < kblocks; ++kb)
+{unroll}  for (int kb = 0; kb < kblocks; ++kb)
     {fn}(rows + (ptrdiff_t)kb * {k}, a_stride, (const uint8_t *)b + (ptrdiff_t)kb * b_block, {k}, acc, {nr} * 4);
   for (int i = 0; i < {mr}; ++i)
-    for (int j = 0; j < {nr}; ++j) c[i * c_stride + j] += vaddvq_s32(vld1q_s32(acc + (i * {nr} + j) * 4)) + r[i];
+    for (int j = 0; j < {nr}; ++j) c[i * c_stride + j] += vaddvq_s32(vld1q_s32(acc + (i * {nr} + j) * 4)){r_sum};
 }}
 """
+ACC_ROW_SUMS = {"r_sum": " + r[i]", "r_param": ", const int32_t *r"}      # the u8 x u8 tile's R
+# The s8 x s7 tile's K loop is kept rolled: unrolled (LLVM took 3 blocks an iteration), its 16 int16
+# products of each block stay live across blocks and spill; ResNet-18 C6 on Cortex-A53, llvm-mca cycles
+# per MAC of the operator: 0.41 unrolled, 0.29 rolled. The u8 x u8 tile's is left to LLVM (rolled: 0.44
+# against 0.38).
+ROLLED = "#pragma clang loop unroll(disable)\n"
 
 
 @dataclass(frozen=True)
 class AccTile(int8.Kernel):
-    """The acc-layout tile with its K loop (``ACC_KLOOP``: ``C += A B + R``, B the weights' u8 codes),
-    as an ``int8.Kernel`` whose K-loop TensorIntrin is ``acc_functions``'."""
+    """The acc-layout tile with its K loop (``ACC_KLOOP``: ``C += A B + R`` on the u8 x u8 tile, B the
+    weights' u8 codes; ``C += A B`` on the s8 x s7 one), as an ``int8.Kernel`` whose K-loop
+    TensorIntrin is ``acc_functions``'."""
 
     def loop_intrin(self, kblocks: int) -> str:
         name = f"{self.intrin}_x{kblocks}"
         if name not in int8._REGISTERED:
-            s_tir.TensorIntrin.register(name, *acc_functions(self.spec, self.function, kblocks), override=True)
+            s_tir.TensorIntrin.register(name, *acc_functions(self.spec, self.function, kblocks,
+                                                             adds_row_sums(self.spec)), override=True)
             int8._REGISTERED.add(name)
         return name
 
@@ -90,13 +107,21 @@ def group(kernel) -> int:
     return kernel.spec.k if kernel.spec.layout == "acc" else 4
 
 
-def acc_functions(spec: Int8Spec, function: str, kblocks: int):
-    """(description, implementation) of ``kblocks`` k blocks of an acc tile's K loop, ``C += A B + R``:
-    A ``mr`` rows of the depth, B ``kblocks`` blocks of ``nr`` rows of ``k`` u8 weight codes, R one int32
-    per row (added at the first k), C ``mr x nr`` int32."""
+def adds_row_sums(spec: Int8Spec) -> bool:
+    """Whether an acc tile's K loop adds R: unsigned B, the weights entering as their codes w + 128."""
+    return not spec.signed[1]
+
+
+def acc_functions(spec: Int8Spec, function: str, kblocks: int, row_sums: bool):
+    """(description, implementation) of ``kblocks`` k blocks of an acc tile's K loop, ``C += A B + R``
+    (``row_sums``) or ``C += A B``: A ``mr`` rows of the depth, B ``kblocks`` blocks of ``nr`` rows of
+    ``k`` weights (u8 codes on the u8 x u8 tile), R one int32 per row (added at the first k), C
+    ``mr x nr`` int32."""
     mr, nr, k = spec.mr, spec.nr, spec.k
     depth = kblocks * k
     a_dtype, b_dtype = int8.DTYPES[spec.types]
+    if not row_sums:
+        return _acc_functions_without_rows(mr, nr, k, kblocks, a_dtype, b_dtype, function)
 
     @T.prim_func(s_tir=True)
     def desc(A: T.Buffer((mr, depth), a_dtype, offset_factor=1, strides=[T.int32(), 1]),
@@ -126,6 +151,35 @@ def acc_functions(spec: Int8Spec, function: str, kblocks: int):
     return desc, impl
 
 
+def _acc_functions_without_rows(mr: int, nr: int, k: int, kblocks: int, a_dtype: str, b_dtype: str, function: str):
+    """acc_functions' ``C += A B`` (no R: the weights enter as they are)."""
+    depth = kblocks * k
+
+    @T.prim_func(s_tir=True)
+    def desc(A: T.Buffer((mr, depth), a_dtype, offset_factor=1, strides=[T.int32(), 1]),
+             B: T.Buffer((kblocks, nr, k), b_dtype, offset_factor=1, strides=[T.int32(), k, 1]),
+             C: T.Buffer((mr, nr), "int32", offset_factor=1, strides=[T.int32(), 1])) -> None:
+        with T.sblock("root"):
+            T.reads(C[0:mr, 0:nr], A[0:mr, 0:depth], B[0:kblocks, 0:nr, 0:k])
+            T.writes(C[0:mr, 0:nr])
+            for i, j, t in T.grid(mr, nr, depth):
+                with T.sblock("update"):
+                    vi, vj, vt = T.axis.remap("SSR", [i, j, t])
+                    C[vi, vj] = C[vi, vj] + T.Cast("int32", A[vi, vt]) * T.Cast("int32", B[vt // k, vj, vt % k])
+
+    @T.prim_func(s_tir=True)
+    def impl(A: T.Buffer((mr, depth), a_dtype, offset_factor=1, strides=[T.int32(), 1]),
+             B: T.Buffer((kblocks, nr, k), b_dtype, offset_factor=1, strides=[T.int32(), k, 1]),
+             C: T.Buffer((mr, nr), "int32", offset_factor=1, strides=[T.int32(), 1])) -> None:
+        with T.sblock("root"):
+            T.reads(C[0:mr, 0:nr], A[0:mr, 0:depth], B[0:kblocks, 0:nr, 0:k])
+            T.writes(C[0:mr, 0:nr])
+            T.evaluate(T.call_extern("int32", function, A.access_ptr("r"), A.strides[0], B.access_ptr("r"),
+                                     B.strides[0], C.access_ptr("rw"), C.strides[0], kblocks))
+
+    return desc, impl
+
+
 @functools.cache
 def neon_tiles() -> dict[str, object]:
     """family -> its proved tile (re-proved on this machine by ``int8.proved_entries``), for the
@@ -146,7 +200,9 @@ def _acc_tile(entry: dict) -> AccTile:
     spec = spec_from_key(entry["spec"])
     m = kernel_model(entry)
     fn = function_name(entry)
-    source = extern_source(m) + ACC_KLOOP.format(fn=fn, mr=spec.mr, nr=spec.nr, k=spec.k)
+    rows = ACC_ROW_SUMS if adds_row_sums(spec) else dict.fromkeys(ACC_ROW_SUMS, "")
+    unroll = "" if adds_row_sums(spec) else ROLLED
+    source = extern_source(m) + ACC_KLOOP.format(fn=fn, mr=spec.mr, nr=spec.nr, k=spec.k, unroll=unroll, **rows)
     cmd = [*compiler_command("neon", "clang", m["features"]), "-S", "-emit-llvm"]
     ir = cached_compile(cmd, source, "kernel-neon-acc-{}.ll").read_text()
     features = tuple(m["features"])
@@ -163,16 +219,25 @@ def core_family(mcpu: str | None) -> str:
     return "i8mm" if features.has_matmul_i8 else "dotprod" if features.has_dotprod else "v8"
 
 
-def tile_for(mcpu: str | None = None, family: str | None = None):
+def tile_for(mcpu: str | None = None, family: str | None = None, weights: np.ndarray | None = None):
     """The tile an int8 NEON operator uses on ``mcpu`` (its family by ``core_family``), or the given
-    ``family``'s (FAMILIES: i8mm, dotprod, udot, v8)."""
-    family = family or core_family(mcpu)
+    ``family``'s (FAMILIES). On a v8.0 core, constant ``weights`` all in [-127, 127] (onnxruntime's
+    symmetric quantization) take the s8 x s7 tile when the cache holds it, others the u8 x u8 one."""
+    if family is None:
+        family = core_family(mcpu)
+        if family == "v8" and weights is not None and symmetric(weights) and "v8s7" in neon_tiles():
+            family = "v8s7"
     if family not in FAMILIES:
         raise SelectionError(f"unknown NEON int8 tile family {family!r}; accepted: {', '.join(FAMILIES)}")
     tiles = neon_tiles()
     if family not in tiles:
         raise SelectionError(f"no proved {FAMILIES[family][0]} in the kernel cache (qsynth synth --isa neon --kind int8)")
     return tiles[family]
+
+
+def symmetric(weights: np.ndarray) -> bool:
+    """Every weight in [-127, 127]: the s8 x s7 tile's B domain (two products fit an int16 lane)."""
+    return int(weights.min(initial=0)) >= -127
 
 
 def offsets(family: str) -> tuple[int, bool]:

@@ -5,16 +5,22 @@ The GEMM is gemm.py's (per image: ``acc[p, n] = sum_k A[p, k] * W[n, k]``, A pac
 run time, the tile's K loop tensorized, the output stage after each (row tile, column tile)), in the
 NEON tile's operand types:
 
-* the activations enter the tile's A type with an offset ``s`` (u8 data on the s8 x s8 sdot tile:
-  ``s = -128``; s8 data on a u8 tile: ``s = +128``), and ``-s * sum_k w`` per column goes into the
-  bias at compile time;
+* the activations enter the tile's A type with an offset ``s`` (u8 data on the s8 x s8 sdot tile and
+  the s8 x s7 acc tile: ``s = -128``; s8 data on a u8 tile: ``s = +128``), and ``-s * sum_k w`` per
+  column goes into the bias at compile time. Exact: with ``a' = a + s`` (the packing's shift, ``x ^
+  0x80`` for s = -128, a' a byte of the tile's A type), ``sum_k a w = sum_k a' w - s sum_k w``, an
+  identity of integers; the tile computes ``sum_k a' w`` modulo 2^32 and the bias the second term,
+  so the accumulator is the true sum modulo 2^32, which is the sum itself while |sum| < 2^31 (K up to
+  2^31 / 255 / 128 = 65793 bytes). On the s8 x s7 tile (v8.0 cores, ``tile_for``: every constant
+  weight in [-127, 127]) a' is any s8 and w within the tile's proved domain: its B precondition is the
+  weights' range, checked here, and A's is the whole s8 range;
 * on the u8 x u8 acc tile (umull/uadalp) the weights enter as their u8 codes ``w + 128``: the GEMM
   written with ``w = code - 128`` is ``A codes - 128 sum_k a``; each packed row tile's sums are taken
   once (``row_sums``, before its column tiles) and the tile's K loop adds them in as it stores C
   (kernels/neon_int8.py: ``C += A B + R``); packed bytes whose weight code is 0 (K padding, a run's
   rounding) must then be 0 too;
-* B is the tile's image: ``k/4`` rows of ``nr*4`` bytes (k4) or ``k/8`` blocks of ``nr`` rows of 8
-  bytes (acc), zero beyond the real columns and k positions.
+* B is the tile's image: ``k/4`` rows of ``nr*4`` bytes (k4) or ``k/8`` (s8s7: ``k/16``) blocks of
+  ``nr`` rows of k bytes (acc), zero beyond the real columns and k positions.
 
 conv2d: im2col along window rows, as conv2d.py's one-group path: for each kh the ``kw*C`` bytes of a
 window row are one run of the padded NHWC input, rounded up to whole K steps (the run's tail reads
@@ -67,7 +73,7 @@ def build_conv2d(weight: np.ndarray, input_shape, stride=1, padding=0, groups: i
                  use_kernel: bool = True, pad_value: int = 0) -> Built:
     """The scheduled conv2d (conv2d's arguments), not yet compiled; input NHWC, weights int8 OIHW."""
     _check(weight, 4, data_dtype)
-    kernel = neon_int8.tile_for(mcpu, family)
+    kernel = _tile(weight, mcpu, family)
     stride = conv2d_ops.pair(stride)
     (b, c, _, _), (oh, ow), pads = conv2d_ops.conv_geometry(input_shape, "NHWC", weight.shape, stride, padding)
     o, cg, kh, kw = weight.shape
@@ -102,7 +108,7 @@ def build_dense(weight: np.ndarray, m: int, data_dtype: str = "uint8", stage: Ou
                 mcpu: str | None = None, family: str | None = None, use_kernel: bool = True) -> Built:
     """The scheduled dense layer (dense's arguments), not yet compiled; weights int8 ``[N, K]``."""
     _check(weight, 2, data_dtype)
-    kernel = neon_int8.tile_for(mcpu, family)
+    kernel = _tile(weight, mcpu, family)
     if not use_kernel:
         plain = dense_ops.build_dense(weight, m, data_dtype, stage, use_kernel=False, kernel=_k4_shape(kernel))
         return dataclasses.replace(plain, target=neon_int8.neon_target(mcpu))
@@ -142,6 +148,15 @@ def _check(weight: np.ndarray, ndim: int, data_dtype: str) -> None:
         raise ValueError(f"weight must be int8 with {ndim} dimensions, got {weight.dtype}{list(weight.shape)}")
     if data_dtype not in ("uint8", "int8"):
         raise ValueError(f"data_dtype must be uint8 or int8, got {data_dtype!r}")
+
+
+def _tile(weight: np.ndarray, mcpu: str | None, family: str | None):
+    """The core's (or ``family``'s) tile for these weights; the s8 x s7 tile only for weights it is proved on."""
+    kernel = neon_int8.tile_for(mcpu, family, weight)
+    if kernel.spec.types == "s8s7" and not neon_int8.symmetric(weight):
+        raise ValueError(f"a weight of -128 is outside the {kernel.intrin.removeprefix('qsynth_')} tile's domain "
+                         "(weights in [-127, 127]); use family v8")
+    return kernel
 
 
 def _k4_shape(kernel):

@@ -117,7 +117,7 @@ def _neon_int8(op: IntegerOp, mcpu: str | None) -> tuple[str, str]:
     core = mcpu or "a generic v8.0 core"
     if op.depthwise:
         return "depthwise", f"direct vectorized TIR for {core} (ops/depthwise.py)"
-    name = neon_int8.tile_for(mcpu).intrin.removeprefix("qsynth_")
+    name = neon_int8.tile_for(mcpu, weights=op.constants[0]).intrin.removeprefix("qsynth_")
     if op.kind == "dense":
         return "int8", name
     return "int8", f"{name} ({'one GEMM per group' if op.params['groups'] > 1 else 'im2col along window rows'})"
