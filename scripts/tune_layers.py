@@ -3,25 +3,29 @@
 (tvm_integration/tuning_logs/<uarch>-<tag>.json): the ResNet-18 layers of the layer benchmark (C2-C12) and
 every tensorized convolution and dense of the built-in models as the QNN pipeline compiles them.
 Each candidate tile is compiled, its output compared with the others' on random data, and timed
-(median of ``--trials`` rounds that run every candidate in turn, one thread).
+by CPU time, one thread (the least of ``--trials`` rounds that run a batch of every candidate in
+turn). ``--models ""``: the benchmark layers alone.
 
-    TVM_NUM_THREADS=1 python scripts/tune_layers.py [--models resnet18,mobilenet_v2] [--trials 9]
+    python scripts/tune_layers.py [--models resnet18,mobilenet_v2] [--trials 9]
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
+import os
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
 
+os.environ["TVM_NUM_THREADS"] = "1"      # CPU time of this thread is the operator's
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import tvm  # noqa: E402
-
 from tvm_integration.bench.layers import LAYERS, Layer  # noqa: E402
+from tvm_integration.bench.timing import batch_timer  # noqa: E402
 from tvm_integration.kernels import selection, tuning  # noqa: E402
 from tvm_integration.ops.conv2d import build_conv2d, conv_geometry, pair  # noqa: E402
 from tvm_integration.ops.dense import build_dense  # noqa: E402
@@ -80,7 +84,9 @@ def candidates_of(kind: str, args: tuple):
 
 
 def measure(kind: str, args: tuple, candidates, trials: int) -> dict[str, float]:
-    """Median ms per candidate tile, after checking that all compute the same output. The output stage
+    """Least CPU ms per call of each candidate tile over ``trials`` batches, after checking that all
+    compute the same output: on the shared 2-vCPU host wall-clock medians tripled under load (C6's
+    6x64 VNNI tile 1.15 ms by wall clock, 0.34 ms by CPU time). The output stage
     is the models' (bias, per-channel requantize to u8): its vector shape depends on the tile, and it
     decides some layers (a 1x1 56x56x64: 6x64 0.094 ms, 7x64 0.105; equal with an int32 output)."""
     rng = np.random.default_rng(1)
@@ -100,9 +106,9 @@ def measure(kind: str, args: tuple, candidates, trials: int) -> dict[str, float]
     if any(not np.array_equal(o, outputs[0]) for o in outputs):
         raise AssertionError(f"{key_of(kind, args)}: the candidate tiles disagree")
     # interleaved rounds: a burst of load on the shared machine hits every candidate alike
-    runs = [(op.module.time_evaluator("main", tvm.cpu(), number=5, repeat=1), op.args(x)) for op in ops]
-    samples = [[timer(*args).results[0] for timer, args in runs] for _ in range(trials)]
-    return {k.intrin: float(np.median([round_[i] for round_ in samples])) * 1e3 for i, k in enumerate(candidates)}
+    timers = [batch_timer(functools.partial(op.module["main"], *op.args(x)), clock=time.thread_time) for op in ops]
+    samples = [[timer() for timer in timers] for _ in range(trials)]
+    return {k.intrin: min(round_[i] for round_ in samples) * 1e3 for i, k in enumerate(candidates)}
 
 
 def main() -> int:

@@ -28,6 +28,20 @@ def test_log_records_fastest_and_choose_reads_it(tmp_path):
     assert tuning.choose("other", candidates, 96, 128, path) is expected
 
 
+def test_choose_takes_the_fastest_logged_candidate_when_the_winner_is_not_one(tmp_path):
+    """An operator built for VNNI on the AMX host: the log's winner, an AMX tile, is no candidate, so
+    the fastest VNNI tile the log timed is taken, not the least-padding one."""
+    path = tmp_path / "uarch.json"
+    candidates = selection.int8_candidates("avx512")
+    padding_first = tuning.least_padding(candidates, 56, 64)
+    slower, faster = [k for k in candidates if k is not padding_first][:2]
+    times = {"qsynth_int8_u8s8_tile_32x32x64_amx": 0.1, slower.intrin: 0.5, faster.intrin: 0.3,
+             padding_first.intrin: 0.4}
+    tuning.record("conv", times, path)
+    assert tuning.choose("conv", candidates, 56, 64, path) is faster
+    assert tuning.choose("untimed", candidates, 56, 64, path) is padding_first
+
+
 def test_corrupt_log_is_an_error(tmp_path):
     path = tmp_path / "uarch.json"
     path.write_text("{ not json")

@@ -11,7 +11,7 @@ from hypothesis import given, settings, strategies as st  # noqa: E402
 from tvm_integration.kernels import int8, selection, tuning  # noqa: E402
 from tvm_integration.ops import direct  # noqa: E402
 from tvm_integration.ops.conv2d import build_conv2d, conv2d, space_to_depth  # noqa: E402
-from tvm_integration.ops.gemm import Tile  # noqa: E402
+from tvm_integration.ops.gemm import Tile, weights_outer  # noqa: E402
 from tvm_integration.ops.dense import dense  # noqa: E402
 from tvm_integration.ops.output_stage import FixedPointRequantize, OutputStage, ScaleRequantize  # noqa: E402
 
@@ -153,6 +153,22 @@ def test_direct_conv2d_reads_the_padded_input_in_place(kernel):
         for use_kernel in (True, False):
             op = conv2d(w, shape, "NHWC", stride, 1, 1, dtype, kernel=kernel, use_kernel=use_kernel, pad_value=pad_value)
             assert np.array_equal(op(x), want)
+
+
+@pytest.mark.parametrize("kernel", selection.int8_candidates("host"), ids=lambda k: f"{k.spec.mr}x{k.spec.nr}x{k.spec.k}")
+def test_direct_conv2d_with_many_more_columns_than_rows_runs_column_tiles_outermost(kernel):
+    """Output rows of whole row tiles and 4x more columns than pixels (ResNet-18's 7x7x512 layers):
+    each column tile over every row tile (gemm.weights_outer), each tile's output stage after it;
+    three column tiles, the last partly padding, batch 2, requantized."""
+    mr, nr, c = kernel.spec.mr, kernel.spec.nr, 16
+    o = max(12 * mr, 2 * nr) + 3
+    shape = (2, 3, mr, c)
+    x, w = random(shape, "uint8"), random((o, c, 3, 3), "int8")
+    assert not direct.flat(Tile.of(kernel), mr) and weights_outer(3 * mr, -(-o // nr) * nr)
+    stage = OutputStage(bias=RNG.integers(-5000, 5000, o).astype(np.int32), requantize=ScaleRequantize(0.002, 3, "uint8"))
+    acc = conv_reference(x, w, "NHWC", 1, 1, 1) + stage.bias
+    op = conv2d(w, shape, "NHWC", 1, 1, 1, "uint8", stage, kernel=kernel)
+    assert np.array_equal(op(x), requantize_onnxruntime(acc, 0.002, 3, 0, 255))
 
 
 @pytest.mark.parametrize("stride", (1, 2))

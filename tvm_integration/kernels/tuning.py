@@ -15,9 +15,11 @@ wastes the least padding, ``round_up(rows, mr) * round_up(cols, nr)`` (ties: the
 the longer K block). The rule is only a default, which is why the log exists
 (``scripts/tune_layers.py``): on Zen 4 the 14x16 tile wins most layers though 64-column tiles pad no
 more (its 896-byte accumulator tile lives on the stack, no workspace call per tile), by 1.3-2.8x on
-MobileNetV2's 16-32-channel ones.
+MobileNetV2's 16-32-channel ones. An operator built for an ISA other than the logged winner's (VNNI
+on the AMX host, whose log names AMX tiles for the deep layers) takes the fastest tile the log timed
+for it.
 
-The log is a JSON object ``{shape key: {"kernel": intrin, "ms": {intrin: median ms}}}``, written
+The log is a JSON object ``{shape key: {"kernel": intrin, "ms": {intrin: ms per call}}}``, written
 atomically under a file lock; a log that does not parse is an error naming the file, never ignored.
 """
 from __future__ import annotations
@@ -84,12 +86,16 @@ def least_padding(candidates: list[Kernel], rows: int, cols: int, depth: int = 1
 
 def choose(key: str, candidates: list[Kernel], rows: int, cols: int, path: Path | None = None,
            depth: int = 1) -> Kernel:
-    """The logged tile for ``key`` when it is among ``candidates``, else the least-padding one of the
-    first candidate's ISA (``selection.int8_candidates`` puts the preferred family first)."""
-    logged = read_log(path or log_path()).get(key, {}).get("kernel")
+    """The logged tile for ``key`` when it is among ``candidates``; else the fastest logged one of the
+    first candidate's ISA (``selection.int8_candidates`` puts the preferred family first): an operator
+    built for an explicit ISA, e.g. VNNI on the AMX host, whose logged winner is an AMX tile; else
+    that family's least-padding tile."""
+    entry = read_log(path or log_path()).get(key, {})
     by_name = {k.intrin: k for k in candidates}
     family = [k for k in candidates if k.spec.isa == candidates[0].spec.isa]
-    return by_name.get(logged) or least_padding(family, rows, cols, depth)
+    timed = [k for k in family if k.intrin in entry.get("ms", {})]
+    return (by_name.get(entry.get("kernel")) or min(timed, key=lambda k: entry["ms"][k.intrin], default=None)
+            or least_padding(family, rows, cols, depth))
 
 
 def conv2d_key(input_shape, layout: str, weight_shape, stride, padding, groups: int, data_dtype: str) -> str:
