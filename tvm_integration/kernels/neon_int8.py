@@ -201,7 +201,7 @@ def _acc_tile(entry: dict) -> AccTile:
     m = kernel_model(entry)
     fn = function_name(entry)
     rows = ACC_ROW_SUMS if adds_row_sums(spec) else dict.fromkeys(ACC_ROW_SUMS, "")
-    unroll = "" if adds_row_sums(spec) else ROLLED
+    unroll = ROLLED if spec.types == "s8s7" else ""
     source = extern_source(m) + ACC_KLOOP.format(fn=fn, mr=spec.mr, nr=spec.nr, k=spec.k, unroll=unroll, **rows)
     cmd = [*compiler_command("neon", "clang", m["features"]), "-S", "-emit-llvm"]
     ir = cached_compile(cmd, source, "kernel-neon-acc-{}.ll").read_text()
