@@ -28,13 +28,17 @@ def tvm_seconds(module, args, trials: int) -> float:
 
 def batch_timer(fn, batch_s: float = 0.005, clock=time.perf_counter):
     """A function timing one batch of ``fn`` calls (about ``batch_s`` long) by ``clock`` (as for
-    ``median_seconds``) and returning seconds per call."""
+    ``median_seconds``) and returning seconds per call. Each batch starts with one untimed call, as
+    TVM's time evaluator does before every repeat of ours: interleaved with other runtimes, a batch's
+    first call finds the caches holding another model's weights (OpenVINO's ResNet-18, timed in
+    batches of two without it: 3.44 ms; by itself in a loop: 2.39)."""
     fn()
     t0 = clock()
     fn()
     calls = max(1, round(batch_s / max(clock() - t0, 1e-7)))
 
     def run() -> float:
+        fn()
         t0 = clock()
         for _ in range(calls):
             fn()
