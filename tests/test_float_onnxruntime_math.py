@@ -1,7 +1,7 @@
-"""Tanh and ReduceMean as onnxruntime's CPU kernels compute them (issues 31/32: BERT's pooler ends in
-Tanh, SqueezeNet's head in ReduceMean, both after the last DequantizeLinear), bit for bit against
-onnxruntime: MLAS's rational tanh (mlas_math.tanh) and Eigen's vectorized sum of each plane
-(reduce_mean.mean_func)."""
+"""Tanh, ReduceMean and GlobalAveragePool as onnxruntime's CPU kernels compute them (issues 31/32: BERT's
+pooler ends in Tanh, SqueezeNet's head in ReduceMean, both after the last DequantizeLinear), bit for
+bit against onnxruntime: MLAS's rational tanh (mlas_math.tanh), Eigen's vectorized sum of each plane
+(reduce_mean.mean_func) and MLAS's global pooling kernel (reduce_mean.global_pool_func)."""
 from __future__ import annotations
 
 import numpy as np
@@ -29,17 +29,23 @@ def test_tanh_exact_everywhere(tmp_path):
     assert "qsynth_tanh" in functions(path)
 
 
-def dequantized_mean_model(path, shape, axes, keepdims):
+def dequantized_mean_model(path, shape, axes, keepdims, op="ReduceMean", quantized_out=False):
     """SqueezeNet's head: a uint8 tensor dequantized, then a float ReduceMean (onnxruntime allocates the
-    dequantized tensor, so its planes sit where Eigen's alignment says)."""
+    dequantized tensor, so its planes sit where Eigen's alignment says), or ``op`` GlobalAveragePool;
+    ``quantized_out``: the mean quantized again (QDQ), as the tensor after it."""
     out_shape = [1 if a in axes else d for a, d in enumerate(shape)] if keepdims else \
         [d for a, d in enumerate(shape) if a not in axes]
+    attrs = dict(axes=list(axes), keepdims=keepdims) if op == "ReduceMean" else {}
     nodes = [helper.make_node("DequantizeLinear", ["x", "scale", "zero"], ["f"]),
-             helper.make_node("ReduceMean", ["f"], ["y"], axes=list(axes), keepdims=keepdims)]
+             helper.make_node(op, ["f"], ["m" if quantized_out else "y"], **attrs)]
+    if quantized_out:
+        nodes += [helper.make_node("QuantizeLinear", ["m", "out_scale", "zero"], ["q"]),
+                  helper.make_node("DequantizeLinear", ["q", "out_scale", "zero"], ["y"])]
     graph = helper.make_graph(nodes, "m", [helper.make_tensor_value_info("x", TensorProto.UINT8, shape)],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, out_shape)],
                               [numpy_helper.from_array(np.array(0.0371, np.float32), "scale"),
-                               numpy_helper.from_array(np.array(117, np.uint8), "zero")])
+                               numpy_helper.from_array(np.array(117, np.uint8), "zero"),
+                               numpy_helper.from_array(np.array(0.0097, np.float32), "out_scale")])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.save(model, str(path))
@@ -59,3 +65,29 @@ def test_reduce_mean_exact(tmp_path, shape, axes, keepdims):
     path = dequantized_mean_model(tmp_path / "mean.onnx", shape, axes, keepdims)
     assert_exact(path, {"x": x})
     assert "qsynth_mean" in functions(path)
+
+
+@pytest.mark.parametrize("shape", [(1, 10, 13, 13), (1, 7, 7, 7), (2, 6, 5, 3), (1, 4, 32, 32), (1, 3, 1, 1),
+                                   (1, 5, 1, 3)], ids=["13x13", "7x7", "batch_2", "32x32", "1x1", "1x3"])
+def test_global_average_pool_exact(tmp_path, shape):
+    """A float GlobalAveragePool after the last DequantizeLinear: MLAS's global pooling kernel, one
+    4-lane sum from each plane's first element, the tail after; planes of 169, 49, 15, 1024, 1 and 3
+    elements (none, or only the tail, in the vector loop)."""
+    x = np.random.default_rng(8).integers(0, 256, shape, dtype=np.uint8)
+    path = dequantized_mean_model(tmp_path / "gap.onnx", shape, (2, 3), 1, op="GlobalAveragePool")
+    assert_exact(path, {"x": x})
+    assert "qsynth_global_pool" in functions(path)
+
+
+def test_a_quantized_reduce_mean_stays_a_float_mean_between_dq_and_q(tmp_path):
+    """onnxruntime fuses DQ -> GlobalAveragePool -> Q into QLinearGlobalAveragePool, but not DQ ->
+    ReduceMean over H and W -> Q, which the frontend makes the same mean: the ReduceMean stays a float
+    mean (Eigen's sum) then quantized, the pool an integer op."""
+    x = np.random.default_rng(9).integers(0, 256, (1, 16, 7, 7), dtype=np.uint8)
+    mean = dequantized_mean_model(tmp_path / "mean.onnx", x.shape, (2, 3), 1, quantized_out=True)
+    assert_exact(mean, {"x": x})
+    assert "qsynth_mean" in functions(mean)
+    pool = dequantized_mean_model(tmp_path / "pool.onnx", x.shape, (2, 3), 1, op="GlobalAveragePool",
+                                  quantized_out=True)
+    assert_exact(pool, {"x": x})
+    assert "qsynth_global_pool" not in functions(pool)

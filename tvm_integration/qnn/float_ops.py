@@ -1,6 +1,6 @@
 """The float ops a quantized transformer keeps between DequantizeLinear and QuantizeLinear (or, after
 quantize_dynamic, between the integer matmuls): the matmul of two activations (float_matmul.py), Softmax, Erf/GELU,
-Tanh, LayerNormalization (layer_norm.py), a mean over the trailing axes (reduce_mean.py), and the
+Tanh, LayerNormalization (layer_norm.py), ReduceMean and GlobalAveragePool (reduce_mean.py), and the
 whole-tensor min/max of DynamicQuantizeLinear. Each is computed as onnxruntime's x86 kernels compute
 it (bit-exact: tests/test_float_ops.py, test_float_onnxruntime_math.py), and all are
 scheduled here (TVM's legalized defaults run them serially: 75 of a 4-layer BERT's 95 ms).
@@ -475,7 +475,7 @@ def onnxruntime_fusions(mod: tvm.IRModule) -> tvm.IRModule:
     return mod
 
 
-# -- ReduceMean over the last axes (onnxruntime's Eigen sum: reduce_mean.py) -------------------------
+# -- ReduceMean over the last axes (Eigen's sum) and GlobalAveragePool (MLAS's): reduce_mean.py -------
 
 def _mean(bb, call):
     shape = _shape(call.args[0])
@@ -489,4 +489,12 @@ def _mean(bb, call):
                  _shape(call))
 
 
+def _global_pool(bb, call):
+    """A float GlobalAveragePool: the importer's ``adaptive_avg_pool2d`` to 1x1, NCHW."""
+    shape, size = _shape(call.args[0]), [int(d) for d in call.attrs.output_size or []]
+    ok = shape is not None and len(shape) == 4 and size == [1, 1] and call.attrs.layout == "NCHW" and _float32(call)
+    return _emit(bb, reduce_mean.global_pool_func(shape), "qsynth_global_pool", call.args, _shape(call)) if ok else None
+
+
 RULES["relax.mean"] = _mean
+RULES["relax.nn.adaptive_avg_pool2d"] = _global_pool

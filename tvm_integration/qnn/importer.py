@@ -242,6 +242,18 @@ def _named(converter):
     return Named
 
 
+class GlobalAveragePool(onnx_frontend.OnnxOpConverter):
+    """A 4-D GlobalAveragePool as ``adaptive_avg_pool2d`` to 1x1 rather than the frontend's mean over
+    axes 2 and 3, which a ReduceMean over them also becomes: onnxruntime fuses a quantized
+    GlobalAveragePool (rewrite.py) but not a ReduceMean, and computes the two float means in different
+    orders (reduce_mean.py)."""
+    @classmethod
+    def _impl_v1(cls, bb, inputs, attr, params):
+        if len(inputs[0].ty.shape) != 4:
+            return onnx_frontend.GlobalAveragePool._impl_v1(bb, inputs, attr, params)
+        return relax.op.nn.adaptive_avg_pool2d(inputs[0], output_size=[1, 1])
+
+
 LAYER_NAMES: dict[str, str] = {}      # Relax variable name -> ONNX node name, for the named layers
 LAYERS = ("Conv", "MatMul", "Gemm", "ConvInteger", "MatMulInteger")
 
@@ -249,7 +261,8 @@ CONVERTERS = {"Clip": IntegerClip, "QuantizeLinear": QuantizeLinear, "Dequantize
               "ConvInteger": ConvInteger, "QLinearConv": QLinearConv, "QLinearMatMul": QLinearMatMul, "QGemm": QGemm,
               "QLinearAdd": _binary(relax.op.add, lambda a: a.add_runtime),
               "QLinearMul": _binary(relax.op.multiply, lambda a: a.mul_runtime),
-              "QLinearGlobalAveragePool": _unary(lambda bb, x, attr: relax.op.mean(x, axis=[2, 3], keepdims=True)), "QLinearConcat": QLinearConcat,
+              "GlobalAveragePool": GlobalAveragePool, "QLinearConcat": QLinearConcat,
+              "QLinearGlobalAveragePool": _unary(lambda bb, x, attr: GlobalAveragePool._impl_v1(bb, [x], attr, None)),
               "QLinearLeakyRelu": _unary(lambda bb, x, attr: relax.op.nn.leakyrelu(x, attr.get("alpha", 0.01))),
               "QLinearSigmoid": _unary(lambda bb, x, attr: relax.op.sigmoid(x)),
               "QLinearAveragePool": _unary(lambda bb, x, attr: onnx_frontend.AveragePool._impl_v1(

@@ -1,6 +1,7 @@
-"""onnxruntime 1.32's ReduceMean over the trailing axes of a float tensor, step for step (its x86-64
-wheel's "KR" fast path: Eigen's vectorized ``sum()`` of each row, then a division), so a model whose
-last op is a float mean (SqueezeNet's head) rounds as onnxruntime does."""
+"""The float means onnxruntime 1.32's x86-64 wheel computes, step for step, so that a model whose last
+op is one rounds as onnxruntime does: ReduceMean over the trailing axes (its "KR" fast path: Eigen's
+vectorized ``sum()`` of each row, then a division; SqueezeNet's head), and GlobalAveragePool (MLAS's
+global pooling kernel, in another order)."""
 from __future__ import annotations
 
 import numpy as np
@@ -69,4 +70,33 @@ def mean_func(shape: tuple[int, ...], reduced: int, keepdims: bool) -> tirx.Prim
         fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
         sch.parallel(fused)
         sch.compute_at(sch.get_sblock("lanes"), fused)
+    return sch.mod["main"]
+
+
+def global_pool_func(shape: tuple[int, ...]) -> tirx.PrimFunc:
+    """GlobalAveragePool of an NC... tensor as MLAS's global pooling kernel computes it
+    (onnxruntime/core/mlas/lib/pooling.cpp, ``MlasPoolGlobalKernel``): per plane of N elements, one
+    4-lane accumulator from +0.0 over elements 0..4*floor(N/4) (lane j takes every element 4t + j), the
+    lanes added (0 + 2) + (1 + 3) (``MlasReduceAddFloat32x4`` on SSE), the tail added in order, then
+    divided by N; output ``[.., .., 1, ..]``. Planes parallel."""
+    planes, n = int(np.prod(shape[:2])), int(np.prod(shape[2:]))
+    x = te.placeholder(shape, "float32", "x")
+
+    def at(p, i):
+        return x[tuple(unravel(p * n + tirx.min(i, n - 1), shape))]
+    whole = n // PACKET * PACKET
+    t = te.reduce_axis((0, max(whole // PACKET, 1)), "t")
+    lanes = te.compute((planes, PACKET), lambda p, j: te.sum(tirx.Select(
+        t * PACKET < whole, at(p, t * PACKET + j), mlas_math.f32(0.0)), axis=t), name="lanes")
+
+    def mean(p):
+        total = (lanes[p, 0] + lanes[p, 2]) + (lanes[p, 1] + lanes[p, 3])
+        for k in range(whole, n):
+            total = total + at(p, k)
+        return total / mlas_math.f32(n)
+    y = te.compute((*shape[:2], *[1] * (len(shape) - 2)), lambda b, c, *_: mean(b * shape[1] + c), name="mean")
+    sch = s_tir.Schedule(te.create_prim_func([x, y]))
+    fused = sch.fuse(*sch.get_loops(sch.get_sblock("mean")))
+    sch.parallel(fused)
+    sch.compute_at(sch.get_sblock("lanes"), fused)
     return sch.mod["main"]

@@ -17,7 +17,7 @@ replaced by one integer op when onnxruntime computes it as one (its QDQ fusions)
   tensors, constant weights; any rank of input for MatMulInteger) -> ``conv2d`` / ``dense`` with an
   int32 output; an input zero point
   computed at run time (dynamic quantization) is subtracted after the op (``integer_accumulate``);
-* ``Q(DQ(a) + DQ(b))`` -> ``add``; ``Q(DQ(a) * DQ(b))`` -> ``mul``; ``Q(mean_hw(DQ(x)))`` -> ``global_avg_pool``;
+* ``Q(DQ(a) + DQ(b))`` -> ``add``; ``Q(DQ(a) * DQ(b))`` -> ``mul``; ``Q(GlobalAveragePool(DQ(x)))`` -> ``global_avg_pool``;
   ``Q(avg_pool2d(DQ(x)))`` -> ``avg_pool2d`` (a window the size of the input, unpadded: ``global_avg_pool``,
   as onnxruntime falls back to);
 * ``Q(f(DQ(x)))`` for an elementwise float function ``f`` of one 8-bit tensor (Sigmoid, HardSwish,
@@ -323,10 +323,10 @@ class QDQToInteger(QDQReader):
                             out_zero_point=zc, out_dtype=out.dtype, clamp=list(out.bounds))
 
     def global_avg_pool(self, expr, out: QParams):
-        mean = self.call(expr, "relax.mean")
-        if mean is None or [int(a) for a in mean.attrs.axis] != [2, 3] or not mean.attrs.keepdims:
+        pool = self.call(expr, "relax.nn.adaptive_avg_pool2d")     # the importer's GlobalAveragePool
+        if pool is None or [int(d) for d in pool.attrs.output_size] != [1, 1] or pool.attrs.layout != "NCHW":
             return None
-        data = self.dequantized(mean.args[0])
+        data = self.dequantized(pool.args[0])
         return None if data is None or len(data[0].ty.shape) != 4 else self.global_pool(data, out)
 
     def global_pool(self, data, out: QParams):
