@@ -5,7 +5,8 @@ numpy with the output stage fused: every tile family (v8.0 umull/uadalp acc tile
 sadalp form for weights in [-127, 127], dotprod sdot, i8mm sudot), u8 inputs of 128 and more, s8
 inputs, tile remainders in rows, columns and K, and requantize ties (a scale 2^-j, accumulators at
 2^(j-1) mod 2^j, rounded half to even); the fused residual add (onnxruntime's QLinearAdd) and grouped
-convolutions. qemu's ``-cpu max`` runs every family, whichever core the operator is built for."""
+convolutions; a 3-channel stem's whole window packed as one run; the depthwise register tiles for NEON.
+qemu's ``-cpu max`` runs every family, whichever core the operator is built for."""
 import numpy as np
 import pytest
 
@@ -98,6 +99,23 @@ def test_conv2d_matches_numpy(family, dtype, hwc, okk, stride, pad, pad_value, r
     np.testing.assert_array_equal(op(x), expected)
 
 
+@pytest.mark.parametrize("family, dtype, pad_value", [pytest.param(*case, marks=qemu, id=f"{case[0]}-{case[1]}")
+                                                      for case in (("v8", "uint8", 9), ("v8s7", "int8", -5))])
+def test_small_channel_window_packs_whole(family, dtype, pad_value):
+    """A 3x3 stride-2 stem on 3 channels (odd 13x11 input, padding 1): its whole 27-byte window is one run
+    of K, rounded once to the tile's K step (32), not each 9-byte window row to a step (48); on the u8 x u8
+    tile the 5 rounding bytes are zero in A (its row sums count them)."""
+    rng = np.random.default_rng(39)
+    x = data(rng, (1, 13, 11, 3), dtype)
+    w = weights(rng, (8, 3, 3, 3), family)
+    bias = rng.integers(-5000, 5000, 8).astype(np.int32)
+    built = ops.build_conv2d(w, x.shape, 2, 1, data_dtype=dtype, stage=OutputStage(bias=bias), family=family,
+                             pad_value=pad_value)
+    blocks, group = built.constants[0].shape[2], built.constants[0].shape[4]
+    assert blocks * group == 32
+    np.testing.assert_array_equal(built.compile()(x), conv_reference(x, w, 2, 1, pad_value) + bias)
+
+
 @pytest.mark.parametrize("family, dtype", [pytest.param(f, d, marks=qemu, id=f"{f}-{d}")
                                            for f, d in (("v8", "uint8"), ("v8s7", "uint8"), ("dotprod", "int8"),
                                                         ("i8mm", "uint8"))])
@@ -128,6 +146,26 @@ def test_depthwise_and_plain_baseline_for_the_core(stride):
         np.testing.assert_array_equal(plain(x), conv_reference(x, w, 1, 1))
 
 
+@pytest.mark.parametrize("hwc, stride, dtype", [pytest.param(*case, marks=qemu, id=f"{case[0][0]}x{case[0][2]}s{case[1]}")
+                                                for case in (((8, 8, 32), 1, "uint8"), ((13, 13, 24), 2, "int8"))])
+def test_depthwise_register_tiles(hwc, stride, dtype):
+    """NEON_DEPTHWISE_TILES' two main shapes, requantized: 4 columns x 16 channels (a row of 8), and 7
+    columns x 8 channels (24 channels, a row of 7 at stride 2 with padding)."""
+    rng = np.random.default_rng(40)
+    x = data(rng, (1, *hwc), dtype)
+    c = hwc[2]
+    w = rng.integers(-128, 128, (c, 1, 3, 3)).astype(np.int8)
+    bias = rng.integers(-3000, 3000, c).astype(np.int32)
+    scale = rng.uniform(2e-3, 8e-3, c).astype(np.float32)
+    pad_value = -7 if dtype == "int8" else 5
+    stage = OutputStage(bias=bias, requantize=ScaleRequantize(scale, 120, "uint8"))
+    op = ops.conv2d(w, x.shape, stride, 1, groups=c, data_dtype=dtype, stage=stage, mcpu="cortex-a72",
+                    pad_value=pad_value)
+    expected = requantized(conv_reference(x, w, stride, 1, pad_value, groups=c), bias, scale, 120)
+    assert ((expected == 0) | (expected == 255)).mean() < 0.5
+    np.testing.assert_array_equal(op(x), expected)
+
+
 def test_each_core_gets_its_tile_family():
     assert neon_int8.core_family("cortex-a53") == neon_int8.core_family("cortex-a72") == "v8"
     assert neon_int8.core_family("cortex-a76") == neon_int8.core_family("neoverse-n1") == "dotprod"
@@ -150,8 +188,17 @@ def test_bad_core_and_family_are_one_clear_error():
 
 def test_v8_cores_take_the_s8s7_tile_for_symmetric_weights():
     """onnxruntime's symmetric int8 weights lie in [-127, 127]: on a v8.0 core they take the smull/smlal2
-    tile; one -128 keeps the layer on the u8 x u8 tile; dotprod cores keep sdot."""
-    symmetric, full = np.array([[-127, 127]], np.int8), np.array([[-128, 127]], np.int8)
+    tile; one -128 keeps the layer on the u8 x u8 tile; dotprod cores keep sdot. A depth the s8 x s7
+    tile's 16-byte K steps would round up by a third (24 to 32) takes the u8 x u8 tile's 8-byte ones on
+    the cores whose K-loop costs are known, a 3-channel 7x7 window (147 bytes: 152 against 160) only on
+    Cortex-A72, where the two tiles' K loops cost the same per byte."""
+    symmetric, full = np.tile(np.int8([-127, 127]), (1, 16)), np.tile(np.int8([-128, 127]), (1, 16))
+    shallow = np.full((144, 24, 1, 1), 127, np.int8)
+    assert neon_int8.tile_for("cortex-a53", weights=shallow).spec.types == "u8u8"
+    assert neon_int8.tile_for("cortex-a72", weights=shallow).spec.types == "u8u8"
+    stem = np.full((64, 3, 7, 7), -127, np.int8)
+    assert neon_int8.tile_for("cortex-a53", weights=stem).spec.types == "s8s7"
+    assert neon_int8.tile_for("cortex-a72", weights=stem).spec.types == "u8u8"
     assert neon_int8.tile_for("cortex-a53", weights=symmetric).intrin == "qsynth_int8_s8s7_acc_4x4x16_neon"
     assert neon_int8.tile_for("cortex-a72", weights=symmetric).spec.types == "s8s7"
     assert neon_int8.tile_for("cortex-a53", weights=full).spec.types == "u8u8"

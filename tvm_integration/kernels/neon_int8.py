@@ -50,6 +50,7 @@ from synth.kernel import spec_from_key
 from synth.int8_spec import Int8Spec
 from tvm_integration.kernels import int8
 from tvm_integration.kernels.bitserial import kernel_ir
+from tvm_integration.kernels.packing import round_up
 from tvm_integration.kernels.selection import SelectionError, aarch64_target
 
 # family -> (cache kernel name, the activation offset into the tile's A type, weights offset to u8)
@@ -65,8 +66,9 @@ ACC_KLOOP = """
 /* qsynth (tvm_integration/kernels/neon_int8.py): C += A B over kblocks k blocks with the acc tile
  * (on the u8 x u8 tile C += A B + R, R one int32 per row: B holds the weights' u8 codes w + 128, R is
  * -128 times A's row sums): the tile's four int32 lanes per output kept in a local array (registers
- * once inlined) over the whole K, summed across (addv) and added to C once at the end. Block kb: A at
- * a + kb*K (rows a_stride apart), B at b + kb*b_block (column j's K bytes at + j*K). */
+ * once inlined) over the whole K, summed across by pairwise adds (addp, four outputs a vector) and added
+ * to C once at the end. Block kb: A at a + kb*K (rows a_stride apart), B at b + kb*b_block (column j's
+ * K bytes at + j*K). */
 void {fn}_kloop_acc(const void *a, int a_stride, const void *b, int b_block, int32_t *c, int c_stride,
                     int kblocks{r_param});
 void {fn}_kloop_acc(const void *a, int a_stride, const void *b, int b_block, int32_t *c, int c_stride,
@@ -76,10 +78,14 @@ void {fn}_kloop_acc(const void *a, int a_stride, const void *b, int b_block, int
 {unroll}  for (int kb = 0; kb < kblocks; ++kb)
     {fn}(rows + (ptrdiff_t)kb * {k}, a_stride, (const uint8_t *)b + (ptrdiff_t)kb * b_block, {k}, acc, {nr} * 4);
   for (int i = 0; i < {mr}; ++i)
-    for (int j = 0; j < {nr}; ++j) c[i * c_stride + j] += vaddvq_s32(vld1q_s32(acc + (i * {nr} + j) * 4)){r_sum};
+    for (int j = 0; j < {nr}; j += 4) {{
+      const int32_t *t = acc + (i * {nr} + j) * 4;
+      int32x4_t sums = vpaddq_s32(vpaddq_s32(vld1q_s32(t), vld1q_s32(t + 4)), vpaddq_s32(vld1q_s32(t + 8), vld1q_s32(t + 12)));
+      vst1q_s32(c + i * c_stride + j, vaddq_s32(vld1q_s32(c + i * c_stride + j), sums{r_sum}));
+    }}
 }}
 """
-ACC_ROW_SUMS = {"r_sum": " + r[i]", "r_param": ", const int32_t *r"}      # the u8 x u8 tile's R
+ACC_ROW_SUMS = {"r_sum": " + vdupq_n_s32(r[i])", "r_param": ", const int32_t *r"}      # the u8 x u8 tile's R
 # The s8 x s7 tile's K loop is kept rolled: unrolled (LLVM took 3 blocks an iteration), its 16 int16
 # products of each block stay live across blocks and spill; ResNet-18 C6 on Cortex-A53, llvm-mca cycles
 # per MAC of the operator: 0.41 unrolled, 0.29 rolled. The u8 x u8 tile's is left to LLVM (rolled: 0.44
@@ -198,6 +204,8 @@ def neon_tiles() -> dict[str, object]:
 
 def _acc_tile(entry: dict) -> AccTile:
     spec = spec_from_key(entry["spec"])
+    if spec.nr % 4:
+        raise ValueError(f"{entry['name']}: ACC_KLOOP sums four columns a vector, not {spec.nr}")
     m = kernel_model(entry)
     fn = function_name(entry)
     rows = ACC_ROW_SUMS if adds_row_sums(spec) else dict.fromkeys(ACC_ROW_SUMS, "")
@@ -219,14 +227,28 @@ def core_family(mcpu: str | None) -> str:
     return "i8mm" if features.has_matmul_i8 else "dotprod" if features.has_dotprod else "v8"
 
 
+# llvm-mca cycles per K byte of a v8.0 tile's K loop (4x4 outputs) on the cores whose two tiles differ in
+# it, from the hottest K-loop block of a 28x28x256->64 1x1 layer built for the core (the u8 x u8 tile's
+# block of 4 K steps: 169 cycles per 32 bytes on Cortex-A53, one 8-byte step 16.2 on A72; the s8 x s7
+# tile's 16-byte step 65.0 and 32.2).
+V8_CYCLES_PER_BYTE = {"cortex-a53": {"v8": 5.28, "v8s7": 4.06}, "cortex-a72": {"v8": 2.03, "v8s7": 2.01}}
+
+
 def tile_for(mcpu: str | None = None, family: str | None = None, weights: np.ndarray | None = None):
     """The tile an int8 NEON operator uses on ``mcpu`` (its family by ``core_family``), or the given
     ``family``'s (FAMILIES). On a v8.0 core, constant ``weights`` all in [-127, 127] (onnxruntime's
-    symmetric quantization) take the s8 x s7 tile when the cache holds it, others the u8 x u8 one."""
+    symmetric quantization) take the s8 x s7 tile when the cache holds it, others the u8 x u8 one; on
+    a core of V8_CYCLES_PER_BYTE the u8 x u8 tile where the GEMM's depth (``weights``' but the first
+    axis: cg kh kw of a conv2d, whose packing rounds it once) in its 8-byte steps costs fewer
+    estimated cycles than in the s8 x s7 tile's 16-byte ones (a depth of 24: 24 bytes against 32)."""
     if family is None:
         family = core_family(mcpu)
         if family == "v8" and weights is not None and symmetric(weights) and "v8s7" in neon_tiles():
             family = "v8s7"
+            costs = V8_CYCLES_PER_BYTE.get(mcpu)
+            if costs and "v8" in neon_tiles():
+                depth = int(np.prod(weights.shape[1:]))
+                family = min(("v8s7", "v8"), key=lambda f: round_up(depth, neon_tiles()[f].spec.k) * costs[f])
     if family not in FAMILIES:
         raise SelectionError(f"unknown NEON int8 tile family {family!r}; accepted: {', '.join(FAMILIES)}")
     tiles = neon_tiles()

@@ -10,10 +10,15 @@ from tvm_integration.ops.output_stage import OutputStage, placeholders
 
 VECTOR_WIDTHS = (16, 8, 4, 2, 1)
 COLUMNS = (8, 7, 4, 2, 1)     # output columns per register tile, the first that divides the row
+# (vector width, output columns) of the register tile, the first whose both divide: the widest vector,
+# then the most columns
+REGISTER_TILES = tuple((w, c) for w in VECTOR_WIDTHS for c in COLUMNS)
 
 
-def build(x: te.Tensor, layout: str, weight: np.ndarray, stride, pads, out_hw, stage: OutputStage, pad_value: int = 0):
-    """``(mod, constants, out_shape)``; ``main(data, weights, *stage params, out)``."""
+def build(x: te.Tensor, layout: str, weight: np.ndarray, stride, pads, out_hw, stage: OutputStage, pad_value: int = 0,
+          tiles=REGISTER_TILES):
+    """``(mod, constants, out_shape)``; ``main(data, weights, *stage params, out)``; ``tiles``: the
+    register tiles to choose from (REGISTER_TILES' form), for a target with another register file."""
     c, kh, kw = weight.shape[0], weight.shape[2], weight.shape[3]
     oh, ow = out_hw
     if layout == "NCHW":
@@ -48,7 +53,7 @@ def build(x: te.Tensor, layout: str, weight: np.ndarray, stride, pads, out_hw, s
                          name="output")
     func = te.create_prim_func([x, w, *params.values(), out])
     constants = [np.ascontiguousarray(weight[:, 0].transpose(1, 2, 0) if nhwc else weight[:, 0]), *values.values()]
-    return _schedule(func, layout), constants, (b, c, oh, ow) if layout == "NCHW" else (b, oh, ow, c)
+    return _schedule(func, layout, tiles), constants, (b, c, oh, ow) if layout == "NCHW" else (b, oh, ow, c)
 
 
 def padded_value(x, layout, n, ch, i, j, pad_value: int = 0):
@@ -57,7 +62,7 @@ def padded_value(x, layout, n, ch, i, j, pad_value: int = 0):
     return tirx.if_then_else(tirx.all(i >= 0, i < h, j >= 0, j < w), value, tirx.const(pad_value, x.dtype))
 
 
-def _schedule(func, layout: str):
+def _schedule(func, layout: str, tiles):
     """Registers hold a tile of up to 8 output columns x one vector of the innermost axis while the
     KH x KW taps accumulate into it; the padding is computed inside the tap loop (inlined), not as a
     separate pass over the input."""
@@ -66,9 +71,8 @@ def _schedule(func, layout: str):
     acc = sch.get_sblock("acc")
     n, d1, d2, d3, ry, rx = sch.get_loops(acc)
     extent = int(sch.get(d3).extent)                # NCHW: output columns; NHWC: channels
-    width = next(v for v in VECTOR_WIDTHS if extent % v == 0)
+    width, columns = next((w, c) for w, c in tiles if extent % w == 0 and int(sch.get(d2).extent) % c == 0)
     i0, i1 = sch.split(d3, [None, width])
-    columns = next(v for v in COLUMNS if int(sch.get(d2).extent) % v == 0)
     j0, j1 = sch.split(d2, [None, columns])
     sch.reorder(n, d1, j0, i0, ry, rx, j1, i1)
     sch.parallel(sch.fuse(n, d1))

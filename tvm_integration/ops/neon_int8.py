@@ -25,8 +25,11 @@ NEON tile's operand types:
 conv2d: im2col along window rows, as conv2d.py's one-group path: for each kh the ``kw*C`` bytes of a
 window row are one run of the padded NHWC input, rounded up to whole K steps (the run's tail reads
 the next pixels, whose weights are zero; on the u8 x u8 tile those bytes are packed as zero, see
-above). Grouped convolutions: one GEMM per group, k = (kh, kw, the group's channels), as conv2d.py's
-grouped path. Depthwise convolutions take depthwise.py's vectorized TIR (built for the core). A
+above). Where that rounding wastes K steps (few channels: a 3x3 window on 3 channels packs 27 bytes
+in 48), the window rows are packed back to back instead and K is rounded once (27 in 32), each row
+one vector copy. Grouped convolutions: one GEMM per group, k = (kh, kw, the group's channels), as
+conv2d.py's grouped path. Depthwise convolutions take depthwise.py's vectorized TIR (built for the
+core, with register tiles for NEON's register file: NEON_DEPTHWISE_TILES). A
 residual add (output_stage.ResidualAdd) is fused as in gemm.py: the function then reads the residual
 tensor, in the output's shape, after the stage's parameters (``op(x, residual)``). ``use_kernel=False`` (the plain-TIR baseline): conv2d.py's own plain-TIR schedule of the
 same tile shape, built for the core.
@@ -54,6 +57,15 @@ from tvm_integration.ops.operator import Built
 from tvm_integration.ops.output_stage import OutputStage, placeholders
 
 
+# depthwise.py's register tiles (channels a vector, output columns) for NEON's 32 registers: at most 16
+# int32 accumulators (4 columns x 16 channels), a vector of 8 channels where 7 columns are the choice
+# (a 7- or 14-pixel row). MobileNetV2's depthwise layers on Cortex-A72, llvm-mca Mcycles, depthwise.py's
+# default tiles (8 columns x 16 channels: 32 accumulators, spilled) against these: 112x112x32 2.72 / 1.72,
+# stride 2 on 112x112x96 1.86 / 1.27, 14x14x384 0.44 / 0.35, 7x7x960 0.22 / 0.19.
+NEON_DEPTHWISE_TILES = ((16, 4), (16, 2), (8, 7), (8, 4), (8, 2), (16, 1), (8, 1), (4, 4), (2, 4), (1, 4),
+                        (4, 1), (2, 1), (1, 1))
+
+
 def conv2d(weight: np.ndarray, input_shape, stride=1, padding=0, groups: int = 1, data_dtype: str = "uint8",
            stage: OutputStage = OutputStage(), mcpu: str | None = None, family: str | None = None,
            use_kernel: bool = True, pad_value: int = 0):
@@ -78,6 +90,8 @@ def build_conv2d(weight: np.ndarray, input_shape, stride=1, padding=0, groups: i
     (b, c, _, _), (oh, ow), pads = conv2d_ops.conv_geometry(input_shape, "NHWC", weight.shape, stride, padding)
     o, cg, kh, kw = weight.shape
     depthwise_conv = cg == 1 and o == groups and groups > 1
+    if use_kernel and depthwise_conv:
+        return _depthwise(weight, tuple(input_shape), stride, pads, (oh, ow), data_dtype, stage, mcpu, pad_value)
     if not use_kernel or depthwise_conv:     # conv2d.py's plain TIR (baseline) or depthwise.py's, for the core
         plain = conv2d_ops.build_conv2d(weight, tuple(input_shape), "NHWC", stride, padding, groups, data_dtype, stage,
                                         use_kernel=False, pad_value=pad_value, kernel=_k4_shape(kernel))
@@ -87,19 +101,21 @@ def build_conv2d(weight: np.ndarray, input_shape, stride=1, padding=0, groups: i
                         pad_value)
     tile = Tile.of(kernel)
     run = kw * c
-    step = round_up(run, tile.k)
+    whole = round_up(kh * run, tile.k) < kh * round_up(run, tile.k)    # the whole window one run: fewer K steps
+    step = run if whole else round_up(run, tile.k)
     rows_in, cols_in = (oh - 1) * stride[0] + kh, (ow - 1) * stride[1] + kw + -(-(step - run) // c)
     x = te.placeholder(tuple(input_shape), data_dtype, name="data")
     padded = te.compute((b, rows_in, cols_in * c), lambda bi, i, jc: depthwise.padded_value(
         x, "NHWC", bi, jc % c, i - pads[0], jc // c - pads[1], pad_value), name="pad")
 
     def element(bi, g, p, k):
-        return padded[bi, p // ow * stride[0] + k // step, p % ow * stride[1] * c + k % step]
+        i = tirx.min(k // step, kh - 1)         # the packing's K beyond the window repeats its last row (A 0 there)
+        return padded[bi, p // ow * stride[0] + i, p % ow * stride[1] * c + k % step]
     rows = np.zeros((o, kh, step), np.int8)
     rows[:, :, :run] = weight.transpose(0, 2, 3, 1).reshape(o, kh, run)
     gemm = Gemm(b, 1, oh * ow, o, kh * step)
     mod, constants = build_gemm(gemm, x, element, rows.reshape(1, o, kh * step), stage, kernel, (kh, step),
-                                in_run=None if step == run else lambda k: k % step < run)
+                                in_run=None if step == run else lambda k: k % step < run, segment=step if whole else None)
     return Built(mod, constants, (b, oh * ow, 1, o), stage.out_dtype, tuple(input_shape), data_dtype, (b, oh, ow, o),
                  neon_int8.neon_target(mcpu, kernel))
 
@@ -143,6 +159,18 @@ def _grouped(weight: np.ndarray, input_shape, stride, pads, out_hw, groups: int,
                  (b, oh, ow, o), neon_int8.neon_target(mcpu, kernel))
 
 
+def _depthwise(weight: np.ndarray, input_shape, stride, pads, out_hw, data_dtype: str, stage: OutputStage, mcpu,
+               pad_value: int) -> Built:
+    """depthwise.py's vectorized TIR with NEON_DEPTHWISE_TILES, built for the core."""
+    if stage.residual:
+        raise ValueError("a residual add is not fused into a depthwise convolution")
+    x = te.placeholder(input_shape, data_dtype, name="data")
+    mod, constants, out_shape = depthwise.build(x, "NHWC", weight, stride, pads, out_hw, stage, pad_value,
+                                                NEON_DEPTHWISE_TILES)
+    return Built(mod, constants, out_shape, stage.out_dtype, input_shape, data_dtype, out_shape,
+                 neon_int8.neon_target(mcpu))
+
+
 def _check(weight: np.ndarray, ndim: int, data_dtype: str) -> None:
     if weight.dtype != np.int8 or weight.ndim != ndim:
         raise ValueError(f"weight must be int8 with {ndim} dimensions, got {weight.dtype}{list(weight.shape)}")
@@ -165,13 +193,15 @@ def _k4_shape(kernel):
 
 
 def build_gemm(gemm: Gemm, data: te.Tensor, element, weights: np.ndarray, stage: OutputStage, kernel,
-               depth_loops: tuple[int, ...], in_run=None):
+               depth_loops: tuple[int, ...], in_run=None, segment: int | None = None):
     """``(mod, constants)`` of ``main(data, weights, *stage params, out)``, or ``main(data, weights,
     *stage params, residual, out)`` when the stage adds a residual (in the output's shape, as
     gemm.py's); out ``[b, rows, groups, cols]``; ``weights`` int8 ``[groups, cols, depth]``;
     ``in_run(k)`` (Python or TIR): whether k is a weight rather than a run's rounding (zero weights),
     None: every k is. A tile of unsigned weight codes (w + 128, the offset taken off through A's row
-    sums) would count A at a rounding position, so A is zero there after its own shift."""
+    sums) would count A at a rounding position, so A is zero there after its own shift. ``segment``:
+    the packing copies each row's K as whole runs of this many k (the whole-window packing's window
+    rows, one vector each), each packed row rounded up to whole runs (A zero beyond the depth)."""
     family = neon_int8.family_of(kernel)
     shift, unsigned_w = neon_int8.offsets(family)
     signed = data.dtype == "int8"
@@ -186,7 +216,8 @@ def build_gemm(gemm: Gemm, data: te.Tensor, element, weights: np.ndarray, stage:
         inside = tirx.all(p < gemm.rows, k < gemm.depth, *([in_run(k)] if in_run and unsigned_w else []))
         return tirx.if_then_else(inside, a_shifted(element(b, g, p, k)), tirx.const(0, a_dtype))
     groups = gemm.groups
-    packed = te.compute((gemm.batch, groups, pp // tile.mr, tile.mr, kp),
+    kpack = round_up(kp, segment) if segment else kp
+    packed = te.compute((gemm.batch, groups, pp // tile.mr, tile.mr, kpack),
                         lambda b, g, p0, p1, kk: a_value(b, g, p0 * tile.mr + p1, kk), name="pack")
     w = te.placeholder((groups, npad // tile.nr, kp // grp, tile.nr, grp), b_dtype, name="weights")
     k = te.reduce_axis((0, kp), name="k")
@@ -213,7 +244,8 @@ def build_gemm(gemm: Gemm, data: te.Tensor, element, weights: np.ndarray, stage:
     real = np.array([bool(in_run(k)) if in_run else True for k in range(gemm.depth)])
     codes = weights.astype(np.int16) + neon_int8.WEIGHT_SHIFT * real[None, None, :] if unsigned_w else weights
     constants = [pack(codes.astype(b_dtype), tile.nr, tile.k, grp), *values.values()]
-    return _schedule(func, tile, kernel, depth_loops if kp == gemm.depth else ()), constants
+    loops = (kpack // segment, segment) if segment else depth_loops if kp == gemm.depth else ()
+    return _schedule(func, tile, kernel, loops), constants
 
 
 def pack(w: np.ndarray, nr: int, k_multiple: int, grp: int) -> np.ndarray:
@@ -228,7 +260,10 @@ def pack(w: np.ndarray, nr: int, k_multiple: int, grp: int) -> np.ndarray:
 def _schedule(func, tile: Tile, kernel, depth_loops: tuple[int, ...]):
     """Loops ``(b, p0) | n0 | p1 n1 k``: the outer loop parallel, the packing (and the packed rows'
     sums) per row tile before its column tiles, the inner three one call of the tile's K loop, the
-    output stage after each column tile."""
+    output stage after each column tile, or with an even number of them after each pair (the pair's two
+    K loops unrolled, then one output stage of its 2 nr columns, which LLVM schedules as one; MobileNetV2's
+    1x1 layers, llvm-mca Mcycles one tile / pairs: 112x112x16->96 5.27 / 4.89 on Cortex-A72, 11.0 / 8.4
+    on Cortex-A53; 7x7x320->1280 3.58 / 2.92 and 6.97 / 6.28)."""
     sch = s_tir.Schedule(func)
     stages = {sch.get(b).name_hint for b in sch.get_child_blocks(sch.get_sblock("root"))}
     if "pad" in stages:
@@ -238,6 +273,9 @@ def _schedule(func, tile: Tile, kernel, depth_loops: tuple[int, ...]):
     p0, p1 = sch.split(p, [None, tile.mr])
     n0, n1 = sch.split(n, [None, tile.nr])
     sch.reorder(b, g, p0, n0, p1, n1, k)
+    pair = None
+    if int(sch.get(n0).extent) % 2 == 0:     # column tiles in pairs: two K loops, one output stage of both
+        n0, pair = sch.split(n0, [None, 2])
     outer = sch.fuse(b, g, p0)
     sch.parallel(outer)
     output = sch.get_sblock("output")
@@ -253,4 +291,6 @@ def _schedule(func, tile: Tile, kernel, depth_loops: tuple[int, ...]):
     init = sch.decompose_reduction(block, p1)
     tensorize_tile(sch, outer, p1, kernel.loop_intrin(int(sch.get(k).extent) // tile.k), kernel)
     sch.vectorize(sch.get_loops(init)[-1])
+    if pair is not None:
+        sch.unroll(pair)
     return sch.mod
