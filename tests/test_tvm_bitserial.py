@@ -435,13 +435,15 @@ def test_output_stage_requantizes_the_bitserial_result(isa, kernel, config):
     np.testing.assert_array_equal(got, np.clip(np.rint(acc * scale) + 100, 0, 255).astype(np.uint8))
 
 
-@needs_avx512
-@pytest.mark.parametrize("levels, layout", [(1, "NHWC"), (3, "NHWC"), (3, "NCHW")])
-def test_low_bit_requantization_of_a_hybrid_layer_equals_the_float_formula(levels, layout):
+@pytest.mark.parametrize("isa, kernel, levels, layout", [
+    on(isa, "default", levels, layout, id=f"{levels}-{layout}") for isa, levels, layout in [
+        ("avx512", 1, "NHWC"), ("avx512", 3, "NHWC"), ("avx512", 3, "NCHW"), ("neon", 1, "NHWC"), ("neon", 3, "NCHW")]])
+def test_low_bit_requantization_of_a_hybrid_layer_equals_the_float_formula(isa, kernel, levels, layout):
     """A hybrid layer (channels last: on the unipolar lanes tile, 2S - T) requantized to a few levels,
-    as a low-bit model's layers are: numpy's float32 formula (MLAS: acc + bias in int32, times the
-    scale in float32, rounded half to even, plus the zero point, clamped), for scales of both signs,
-    zero, and ties (power-of-two scales on odd sums)."""
+    as a low-bit model's layers are (the operator compares integer thresholds, ops/thresholds.py):
+    numpy's float32 formula (MLAS: acc + bias in int32, times the scale in float32, rounded half to
+    even, plus the zero point, clamped), for scales of both signs, zero, and ties (power-of-two
+    scales on odd sums)."""
     config = Config(1, 1, "hybrid")
     rng = np.random.default_rng(9)
     w = random_weights(rng, config, (40, 70, 3, 3))
@@ -451,7 +453,7 @@ def test_low_bit_requantization_of_a_hybrid_layer_equals_the_float_formula(level
     bias = rng.integers(-60, 60, 40).astype(np.int32)
     stage = OutputStage(bias=bias, clamp=(-1, levels - 1), requantize=ScaleRequantize(scale, 1, "int8"))
     xin = x if layout == "NHWC" else np.ascontiguousarray(x.transpose(0, 3, 1, 2))
-    got = bitserial_conv2d(w, xin.shape, config, 1, 1, stage, isa="avx512", layout=layout)(xin)
+    got = bitserial_conv2d(w, xin.shape, config, 1, 1, stage, isa=isa, layout=layout)(xin)
     acc = (conv_reference(x, w, 1, 1) + bias).astype(np.int32)
     want = np.clip(np.rint(acc.astype(np.float32) * scale) + 1, -1, levels - 1).astype(np.int8)
     np.testing.assert_array_equal(got if layout == "NHWC" else got.transpose(0, 2, 3, 1), want)
@@ -527,3 +529,26 @@ def test_block_cycles_of_a_dependency_chain():
     spread = mca.Block(0, ("add x0, x0, #0x1", "add x1, x1, #0x1", "add x2, x2, #0x1", "add x3, x3, #0x1"), 1)
     dependent, independent = mca.block_cycles([chain, spread], "cortex-a53")
     assert 3.9 <= dependent <= 4.1 and independent <= 2.6
+
+
+@pytest.mark.qemu
+@needs_neon
+@needs_llvm
+@pytest.mark.parametrize("clamp, most", [((0, 1), 3.0), ((-128, 127), 7.0)])
+def test_neon_output_stage_cycles_per_output(clamp, most):
+    """Cortex-A53 llvm-mca cycles, per output, of the blocks that requantize a 3x3 A1W1 hybrid layer
+    (8x8x64 -> 64): to one bit the operator compares integer thresholds (no float conversion left),
+    to int8 it converts 32 channels of a column together. Both took 11 when each column's 8 channels
+    were requantized in a chain of their own (bitserial_gemm.OUTPUT_CHANNELS)."""
+    config = Config(1, 1, "hybrid")
+    rng = np.random.default_rng(0)
+    w = random_weights(rng, config, (64, 64, 3, 3))
+    x = rng.integers(0, 2, (1, 8, 8, 64)).astype(np.uint8)
+    stage = OutputStage(bias=rng.integers(-20, 20, 64).astype(np.int32), clamp=clamp, requantize=ScaleRequantize(
+        rng.uniform(0.01, 0.1, 64).astype(np.float32), 0, "uint8" if clamp[0] == 0 else "int8"))
+    blocks = mca.profile(bitserial_conv2d(w, x.shape, config, 1, 1, stage, isa="neon"), x)
+    converts = any(i.startswith(("scvtf", "fcvtzs")) for b in blocks for i in b.instructions)
+    assert converts == (clamp[0] < 0)
+    requantizing = [(b, c) for b, c in zip(blocks, mca.block_cycles(blocks, "cortex-a53"))
+                    if any(i.startswith(("fcvtzs", "cmge", "cmgt")) for i in b.instructions)]
+    assert requantizing and sum(b.runs * c for b, c in requantizing) / (8 * 8 * 64) <= most

@@ -6,20 +6,23 @@ The bitserial GEMM (bitserial_gemm.py) over an im2col of packed words: the input
 run time along its channels into ``[B, H, W, abits, C/64]`` (each element packed once; NCHW read
 in place, a word's 64 bits a channel plane apart), the weights at compile time the same way per tap (``[O, wbits,
 KH*KW*C/64]``, each tap's channels padded to whole words with zero bits); row p = (b, oh, ow), word
-t = (kh, kw, channel word), and zero words where the window leaves the input (padding with the
+t = (kh, kw, channel word). The padding is packed with the input, as zero words around it (the
 encoding's zero: a zero activation has no bits set, so it adds nothing for unipolar and bipolar
-weights alike). NCHW writes the output channels first, from the same GEMM.
+weights alike), so a window reads its words without bounds checks (which cost ~30 cycles a word
+on Cortex-A53: 3.2 M llvm-mca cycles of a W1A1 ResNet-18). NCHW writes the output channels first,
+from the same GEMM.
 """
 from __future__ import annotations
 
 import numpy as np
-from tvm import te, tirx
+from tvm import te
 
 from tvm_integration.kernels.bitpack import Packing
 from tvm_integration.kernels.bitserial import WORD
 from tvm_integration.kernels.selection import bitserial_kernel, bitserial_target
 from tvm_integration.ops.operator import Built, Operator
 from tvm_integration.ops.bitserial_gemm import Config, build
+from tvm_integration.ops import depthwise
 from tvm_integration.ops.conv2d import LAYOUTS, conv_geometry, pair
 from tvm_integration.ops.output_stage import OutputStage
 
@@ -50,21 +53,17 @@ def build_bitserial_conv2d(weight: np.ndarray, input_shape: tuple[int, int, int,
         raise ValueError(f"weight {list(weight.shape)} does not fit {c} input channels")
     x = te.placeholder(tuple(input_shape), "uint8", name="data")
     channels = Packing(axis=3, bit_axis=3, word=WORD)         # NHWC -> [B, H, W, bits, C words]
-    if layout == "NHWC":
-        planes = channels.te(x, config.abits, vector=True)
-    else:                                                     # NCHW read as NHWC (inlined into the packing)
-        nhwc = te.compute((b, h, w, c), lambda bi, i, j, ch: x[bi, ch, i, j], name="nhwc")
-        planes = channels.te(nhwc, config.abits, unrolled=True)
-    at = lambda bi, i, j, plane, word: planes[bi, i, j, plane, word]
+    nhwc = x
+    if any(pads) or layout == "NCHW":        # the padded NHWC view of the input, inlined into the packing
+        top, left, bottom, right = pads
+        nhwc = te.compute((b, h + top + bottom, w + left + right, c), lambda bi, i, j, ch: depthwise.padded_value(
+            x, layout, bi, ch, i - top, j - left), name="padded")
+    planes = channels.te(nhwc, config.abits, vector=layout == "NHWC", unrolled=layout == "NCHW")
     cw = channels.words(c)
 
     def window_word(p, plane, t):
         bi, pix = p // (oh * ow), p % (oh * ow)
-        ih = pix // ow * stride[0] + t // (kw * cw) - pads[0]
-        iw = pix % ow * stride[1] + t // cw % kw - pads[1]
-        inside = tirx.all(ih >= 0, ih < h, iw >= 0, iw < w)
-        word = at(bi, tirx.max(tirx.min(ih, h - 1), 0), tirx.max(tirx.min(iw, w - 1), 0), plane, t % cw)
-        return tirx.if_then_else(inside, word, tirx.const(0, WORD))
+        return planes[bi, pix // ow * stride[0] + t // (kw * cw), pix % ow * stride[1] + t // cw % kw, plane, t % cw]
 
     taps = config.weight_codes(weight).transpose(0, 2, 3, 1)                   # [O, KH, KW, C]
     weight_planes = channels.numpy(taps, config.wbits).reshape(o, kh * kw, config.wbits, cw)
@@ -75,3 +74,4 @@ def build_bitserial_conv2d(weight: np.ndarray, input_shape: tuple[int, int, int,
     out_shape, result_shape = ((b * oh * ow, o), (b, oh, ow, o)) if layout == "NHWC" else ((b, o, oh * ow), (b, o, oh, ow))
     return Built(mod, constants, out_shape, stage.out_dtype, tuple(input_shape), "uint8", result_shape,
                  bitserial_target(isa))
+

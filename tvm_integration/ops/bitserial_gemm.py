@@ -7,7 +7,7 @@ hybrid (odd values in [-(2**wbits - 1), 2**wbits - 1], i.e. ±1 bit-planes), the
 * The activations are bit-packed at run time inside the operator, once (dense: each row; conv2d:
   each pixel's channels, so a 3x3 window packs each input element once, not nine times), then
   gathered per column tile by the operator's index map into ``Ap[p, k, t]`` (conv2d: the window's
-  words, zero words outside the input: the padding's zero).
+  words; the padding is packed with the input, as zero words).
 * K is padded with zero bits (conv2d: each tap's channels to whole words, then K to whole kernel
   blocks); zero activation bits add nothing in either encoding, whatever the padded weights hold.
 * A tile whose lanes are narrower than a dot product over the whole K can reach (NEON: 16 bits) runs
@@ -40,6 +40,7 @@ from tvm import s_tir, te, tirx
 from tvm_integration.kernels.bitserial import (WORD, WORD_TILE_WORDS, BitserialKernel, dot_term, plane_shift,
                                                planes_and_word, register, unipolar_twin, word_kernels)
 from tvm_integration.ops.output_stage import OutputStage, placeholders
+from tvm_integration.ops.thresholds import REACH, thresholds
 from tvm_integration.kernels.packing import round_up
 
 ENCODINGS = ("unipolar", "hybrid")
@@ -140,14 +141,18 @@ def build(rows: int, data: te.Tensor, input_planes: te.Tensor, activation_word, 
         q = te.reduce_axis((0, chunk_count), "q")
         acc = te.compute((pp, npad), lambda p, c: te.sum(part[q, p, c].astype("int32"), axis=q), name="chunks")
         total = lambda p, c: acc[p, c]
-    values = stage.channel_params(1, n, npad)
+    largest = raw_words * 64 * ((1 << config.abits) - 1) * ((1 << config.wbits) - 1)   # |dot product| bound
+    levels = thresholds(stage, n) if largest < REACH else None
+    values = levels.channel_params(npad) if levels else stage.channel_params(1, n, npad)
     params = placeholders(values)
+    result = (lambda acc, c: levels.expression(acc, params, c)) if levels else \
+        (lambda acc, c: stage.expression(acc, params, 0, c))
     if batch is None:
-        out = te.compute((rows, n), lambda p, c: stage.expression(total(p, c), params, 0, c), name="output")
+        out = te.compute((rows, n), lambda p, c: result(total(p, c), c), name="output")
     else:
         per = rows // batch
         row = (lambda b, q: q) if batch == 1 else (lambda b, q: b * per + q)
-        out = te.compute((batch, n, per), lambda b, c, q: stage.expression(total(row(b, q), c), params, 0, c),
+        out = te.compute((batch, n, per), lambda b, c, q: result(total(row(b, q), c), c),
                          name="output")
     func = te.create_prim_func([data, w, *params.values(), out])
     constants = [tile_weights(weight_planes, tile_rows, words, kernel), *values.values()]
@@ -248,13 +253,16 @@ def schedule_folded(func, input_planes: str, tile_rows: int, tile_cols: int, ker
     """As ``schedule`` for a hybrid layer on a unipolar tile (``build``'s fold, NHWC and dense): the
     output stage reads the columns (their activation sums), so the loops are the output's, (p0 | c0 |
     p1 c1), and the GEMM and the columns are computed at them (the GEMM's own loops with the output
-    moved under them would need the columns under p0 first, and the columns the output first)."""
+    moved under them would need the columns under p0 first, and the columns the output first).
+    c1 spans ``output_tiles`` of the tile's channel blocks, the GEMM runs them one after the other
+    and the output stage then has that many independent vectors per column."""
     sch = s_tir.Schedule(func)
     _pack_in_parallel(sch, sch.get_sblock(input_planes))
     output = sch.get_sblock("output")
     p, c = sch.get_loops(output)
+    tiles = output_tiles(tile_rows, -(-int(sch.get(c).extent) // tile_rows))
     p0, p1 = sch.split(p, [None, tile_cols])
-    c0, c1 = sch.split(c, [None, tile_rows])
+    c0, c1 = sch.split(c, [None, tile_rows * tiles])
     sch.reorder(p0, c0, p1, c1)
     sch.parallel(p0)
     sch.vectorize(c1)
@@ -263,11 +271,27 @@ def schedule_folded(func, input_planes: str, tile_rows: int, tile_cols: int, ker
     columns = sch.get_sblock("columns")
     sch.compute_at(columns, p0)
     sch.vectorize(sch.get_loops(columns)[-1])
-    first = sch.get_loops(block)[2]                 # p0 c0 | ax0 ax1 r
+    first, channels = sch.get_loops(block)[2:4]              # p0 c0 | ax0 ax1 [r]
+    if tiles > 1:
+        tile, _ = sch.split(channels, [tiles, tile_rows])
+        sch.reorder(tile, first)
     sch.decompose_reduction(block, first)
     sch.tensorize(first, register(kernel, words, unit_loop=False))
     sch.annotate(p0, "pragma_import_llvm", kernel.llvm_ir)
     return sch.mod
+
+
+# Output channels whose output stage runs as one block: the NEON lanes tiles' 4 or 8 channels (one or
+# two vectors) left a column's requantization a chain of dependent instructions the in-order Cortex-A53
+# waits on (W1A1 ResNet-18: 25.2 of 89.3 M llvm-mca cycles of its bitserial layers; 32 channels: 9.7 of
+# 75.1 M). An AVX-512 lanes tile's 32 channels are one block already.
+OUTPUT_CHANNELS = 32
+
+
+def output_tiles(tile_rows: int, tiles: int) -> int:
+    """How many of a layer's ``tiles`` channel tiles of ``tile_rows`` rows one output-stage block
+    spans: the most of 4, 2, 1 that divides them within ``OUTPUT_CHANNELS``."""
+    return next(k for k in (4, 2, 1) if tiles % k == 0 and k * tile_rows <= max(OUTPUT_CHANNELS, tile_rows))
 
 
 def schedule_chunks(func, input_planes: str, tile_rows: int, tile_cols: int, kernel: BitserialKernel, chunk: int,
@@ -335,14 +359,22 @@ def _pack_in_parallel(sch, block, nchw: bool = False):
         flags = f"{sch.get(block).name_hint}_bits"
         if any(sch.get(b).name_hint == flags for b in sch.get_producers(block)):
             # the vector packing (bitpack.Packing.te(vector=True)): each word's booleans under it
+            _inline_views(sch, sch.get_sblock(flags))
             sch.compute_at(sch.get_sblock(flags), loops[-1])
             sch.vectorize(sch.get_loops(sch.get_sblock(flags))[-1])
         else:
             sch.unroll(loops[-1])
         return
-    for view in sch.get_producers(block):
-        sch.compute_inline(view)
+    _inline_views(sch, block)
     bi, i, j, plane, word = sch.get_loops(block)
     sch.reorder(plane, word, j)
     sch.parallel(sch.fuse(bi, i))
     sch.vectorize(j)
+
+
+def _inline_views(sch, block) -> None:
+    """The elementwise tensors the packing reads the input through (bitserial_conv2d's padding, NCHW's
+    NHWC view) inlined into it, so that it reads the input itself."""
+    while views := sch.get_producers(block):
+        for view in views:
+            sch.compute_inline(view)
