@@ -5,7 +5,8 @@ numpy with the output stage fused: every tile family (v8.0 umull/uadalp acc tile
 sadalp form for weights in [-127, 127], dotprod sdot, i8mm sudot), u8 inputs of 128 and more, s8
 inputs, tile remainders in rows, columns and K, and requantize ties (a scale 2^-j, accumulators at
 2^(j-1) mod 2^j, rounded half to even); the fused residual add (onnxruntime's QLinearAdd) and grouped
-convolutions; a 3-channel stem's whole window packed as one run; the depthwise register tiles for NEON.
+convolutions; a 3-channel stem's whole window packed as one run; the depthwise register tiles for NEON;
+the AArch64 form of the requantize at its edges (ties at the bounds, values beyond int16 and int32).
 qemu's ``-cpu max`` runs every family, whichever core the operator is built for."""
 import numpy as np
 import pytest
@@ -254,3 +255,35 @@ def test_dense_residual_add(family):
     shortcut = data(rng, (5, 9), "int8")
     expected = qlinear_add(result, shortcut, np.float32(1.5), np.float32(0.5), np.float32(2.25), (-128, 127))
     np.testing.assert_array_equal(op(x, shortcut), expected)
+
+
+@pytest.mark.parametrize("out_dtype, zero_point, clamp", [
+    pytest.param(*case, marks=qemu, id=f"{case[0]}-z{case[1]}{'-clamp' if case[2] else ''}")
+    for case in (("uint8", 128, None), ("uint8", 3, (10, 200)), ("int8", -5, None))])
+def test_requantize_edges_on_aarch64(out_dtype, zero_point, clamp):
+    """The AArch64 requantize (OutputStage.aarch64: frintn, a saturating fcvtzs, the clamp in int16) at
+    its edges against numpy: per-channel scales putting ``acc + bias`` at ties (x.5, half to even) next
+    to both bounds, beyond int16 (a conversion that wrapped would land inside the bounds), far beyond
+    int32 and at float32 infinity (saturated, then clamped), both signs. ``acc[p, n] = p`` (identity
+    weights, one row per u8 value) plus the channel's bias: each channel sweeps 256 consecutive sums."""
+    lo, hi = {"uint8": (0, 255), "int8": (-128, 127)}[out_dtype]
+    lo, hi = (max(lo, clamp[0]), min(hi, clamp[1])) if clamp else (lo, hi)
+    low, high = lo - zero_point, hi - zero_point
+    scale_bias = [(0.5, 2 * low - 40), (0.5, 2 * high - 200),        # ties around each bound
+                  (1.0, 2**16 + low - 100), (1.0, -2**16 + high - 100),   # int16 wraps back into the bounds
+                  (2.0**40, -128), (2.0**100, 2**30 - 128), (2.0**100, -2**30),   # beyond int32; +-inf
+                  (0.3, -100)]
+    scale = np.float32([s for s, _ in scale_bias])
+    bias = np.int32([b for _, b in scale_bias])
+    n = len(scale_bias)
+    x = np.repeat(np.arange(256, dtype=np.uint8)[:, None], n, axis=1)
+    stage = OutputStage(bias=bias, requantize=ScaleRequantize(scale, zero_point, out_dtype), clamp=clamp)
+    op = ops.dense(np.eye(n, dtype=np.int8), 256, "uint8", stage, mcpu="cortex-a72")
+    with np.errstate(over="ignore"):
+        y = (x.astype(np.int32) + bias).astype(np.float32) * scale
+    expected = np.clip(np.rint(y) + zero_point, lo, hi).astype(out_dtype)
+    small = y[np.abs(y) < 2**10]
+    assert (small % 1 == 0.5).sum() >= 256 and (np.abs(y) > 2**31).sum() >= 256 and np.isinf(y).sum() >= 256
+    assert (expected == lo).any() and (expected == hi).any() and ((expected > lo) & (expected < hi)).any()
+    np.testing.assert_array_equal(op(x), expected)
+    assert "frintx" not in op.assembly and "frintn" in op.assembly       # the AArch64 form, not lrint's

@@ -1,5 +1,6 @@
 """int8 conv2d (NHWC) and dense for AArch64 on the proved NEON int8 tiles (kernels/neon_int8.py), with
-the output stage fused; built for a core (``mcpu``) and run under qemu-aarch64 (cross.py).
+the output stage fused (its requantize in AArch64's form: output_stage.OutputStage.aarch64); built for a
+core (``mcpu``) and run under qemu-aarch64 (cross.py).
 
 The GEMM is gemm.py's (per image: ``acc[p, n] = sum_k A[p, k] * W[n, k]``, A packed per row tile at
 run time, the tile's K loop tensorized, the output stage after each (row tile, column tile)), in the
@@ -85,6 +86,7 @@ def build_conv2d(weight: np.ndarray, input_shape, stride=1, padding=0, groups: i
                  use_kernel: bool = True, pad_value: int = 0) -> Built:
     """The scheduled conv2d (conv2d's arguments), not yet compiled; input NHWC, weights int8 OIHW."""
     _check(weight, 4, data_dtype)
+    stage = dataclasses.replace(stage, aarch64=True)     # its requantize in AArch64's cheaper form
     kernel = _tile(weight, mcpu, family)
     stride = conv2d_ops.pair(stride)
     (b, c, _, _), (oh, ow), pads = conv2d_ops.conv_geometry(input_shape, "NHWC", weight.shape, stride, padding)
@@ -124,6 +126,7 @@ def build_dense(weight: np.ndarray, m: int, data_dtype: str = "uint8", stage: Ou
                 mcpu: str | None = None, family: str | None = None, use_kernel: bool = True) -> Built:
     """The scheduled dense layer (dense's arguments), not yet compiled; weights int8 ``[N, K]``."""
     _check(weight, 2, data_dtype)
+    stage = dataclasses.replace(stage, aarch64=True)
     kernel = _tile(weight, mcpu, family)
     if not use_kernel:
         plain = dense_ops.build_dense(weight, m, data_dtype, stage, use_kernel=False, kernel=_k4_shape(kernel))

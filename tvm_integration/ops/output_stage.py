@@ -10,7 +10,9 @@ Two requantizations, each bit-exact to the runtime it comes from:
   (both round half away from zero), plus the zero point, saturated.
 
 Scales, multipliers and shifts are per output channel (a scalar is broadcast). Without a
-requantization the output is the int32 accumulator plus bias.
+requantization the output is the int32 accumulator plus bias. ``ScaleRequantize`` has two exact forms
+of the same result: x86's (clamp in float32, then ``lrint``) and AArch64's (``OutputStage.aarch64``:
+round, a saturating conversion, then clamp in integers), each the cheaper on its target.
 """
 from __future__ import annotations
 
@@ -71,12 +73,15 @@ def qlinear_add(a, b, ratio_a: float, ratio_b: float, fixed: float, out_dtype: s
 class OutputStage:
     """``bias``: int32 per output channel; ``relu``: clamp below at the output's zero (the zero point
     when requantized); ``clamp``: (lo, hi) in the output's integer domain; ``residual``: a quantized
-    add applied to the requantized result (the operator then reads a second tensor)."""
+    add applied to the requantized result (the operator then reads a second tensor); ``aarch64``: a
+    ScaleRequantize without a residual add in the form cheaper on AArch64 (``_saturated_result``, the
+    same result), set by the operators built for an Arm core (ops/neon_int8.py)."""
     bias: np.ndarray | None = None
     requantize: ScaleRequantize | FixedPointRequantize | None = None
     relu: bool = False
     clamp: tuple[int, int] | None = None
     residual: ResidualAdd | None = None
+    aarch64: bool = False
 
     def __post_init__(self):
         if self.requantize is not None and self.requantize.out_dtype not in ("uint8", "int8"):
@@ -129,19 +134,43 @@ class OutputStage:
                                             residual)
         return self.residual.expression(self._result(acc, p, g, n), residual)
 
+    @staticmethod
+    def _product(acc, p: dict, g, n):
+        """ScaleRequantize's float32 value: ``float32(acc + bias) * scale``."""
+        return (acc + p["bias"][g, n]).astype("float32") * p["scale"][g, n]
+
     def _clamped_product(self, acc, p: dict, g, n):
-        """ScaleRequantize before rounding and the zero point: ``float32(acc + bias) * scale`` clamped
-        to the output's range less the zero point. The bounds are integers, so clamping before
-        rounding gives what rounding first would."""
+        """ScaleRequantize before rounding and the zero point: the product clamped to the output's
+        range less the zero point. The bounds are integers, so clamping before rounding gives what
+        rounding first would."""
         lo, hi = self.bounds()
         zero = self.requantize.zero_point
-        y = (acc + p["bias"][g, n]).astype("float32") * p["scale"][g, n]
-        return tirx.max(tirx.min(y, float(hi - zero)), float(lo - zero))
+        return tirx.max(tirx.min(self._product(acc, p, g, n), float(hi - zero)), float(lo - zero))
+
+    def _saturated_result(self, acc, p: dict, g, n):
+        """ScaleRequantize on AArch64: the product rounded half to even (frintn), converted with
+        saturation (``llvm.fptosi.sat``: fcvtzs, defined for every input, unlike lrint), then clamped
+        in integers: two floating-point operations after the multiply instead of four (fmin, fmax,
+        frintx, fcvtzs) on the two FP/ASIMD pipes the K loop's multiplies need too. Exact for every
+        input: the bounds are integers, so clamping after rounding equals clamping before, and a
+        saturated value clamps to the same bound. The clamp runs on int16 lanes (saturated to int16
+        first, sqxtn; the bounds less the zero point fit), which LLVM turns into saturating narrows
+        (and an eor for the zero point 128) where the bounds are the output type's. MobileNetV2 on
+        Cortex-A72, llvm-mca Mcycles, x86's form / clamped in int32 / this: 112x112x16->96 4.89 /
+        4.45 / 3.98, depthwise 112x112x32 1.72 / - / 1.47."""
+        lo, hi = self.bounds()
+        zero = self.requantize.zero_point
+        value = tirx.call_llvm_pure_intrin("int32", "llvm.fptosi.sat", round_half_even(self._product(acc, p, g, n)))
+        short = tirx.max(tirx.min(value, 2**15 - 1), -2**15).astype("int16")
+        clamped = tirx.max(tirx.min(short, tirx.const(hi - zero, "int16")), tirx.const(lo - zero, "int16"))
+        return (clamped + tirx.const(zero, "int16")).astype(self.result_dtype)
 
     def _result(self, acc, p: dict, g, n):
         lo, hi = self.bounds()
         x = acc + p["bias"][g, n]
         rq = self.requantize
+        if isinstance(rq, ScaleRequantize) and self.aarch64:
+            return self._saturated_result(acc, p, g, n)
         if isinstance(rq, ScaleRequantize):
             return (round_to_int(self._clamped_product(acc, p, g, n)) + rq.zero_point).astype(self.result_dtype)
         if isinstance(rq, FixedPointRequantize):
