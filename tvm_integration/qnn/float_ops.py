@@ -14,7 +14,7 @@ import numpy as np
 import tvm
 from tvm import relax, s_tir, te, tirx, topi
 
-from tvm_integration.qnn import layer_norm, mlas_math, reduce_mean
+from tvm_integration.qnn import importer, layer_norm, mlas_math, reduce_mean
 from tvm_integration.qnn.float_matmul import LANES, matmul_func
 from tvm_integration.qnn.qdq import constant
 from tvm_integration.qnn.schedules import SCHEDULED
@@ -491,8 +491,8 @@ def _mean(bb, call):
 
 def _global_pool(bb, call):
     """A float GlobalAveragePool: the importer's ``adaptive_avg_pool2d`` to 1x1, NCHW."""
-    shape, size = _shape(call.args[0]), [int(d) for d in call.attrs.output_size or []]
-    ok = shape is not None and len(shape) == 4 and size == [1, 1] and call.attrs.layout == "NCHW" and _float32(call)
+    shape = _shape(call.args[0])
+    ok = shape is not None and len(shape) == 4 and importer.is_global_average_pool(call) and _float32(call)
     return _emit(bb, reduce_mean.global_pool_func(shape), "qsynth_global_pool", call.args, _shape(call)) if ok else None
 
 

@@ -254,6 +254,12 @@ class GlobalAveragePool(onnx_frontend.OnnxOpConverter):
         return relax.op.nn.adaptive_avg_pool2d(inputs[0], output_size=[1, 1])
 
 
+def is_global_average_pool(call) -> bool:
+    """Whether a ``relax.nn.adaptive_avg_pool2d`` call is a GlobalAveragePool as the converter above
+    writes it (to 1x1, NCHW)."""
+    return [int(d) for d in call.attrs.output_size or []] == [1, 1] and call.attrs.layout == "NCHW"
+
+
 LAYER_NAMES: dict[str, str] = {}      # Relax variable name -> ONNX node name, for the named layers
 LAYERS = ("Conv", "MatMul", "Gemm", "ConvInteger", "MatMulInteger")
 

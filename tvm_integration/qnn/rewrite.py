@@ -59,7 +59,7 @@ from tvm_integration.qnn import (
     qlinear_softmax,
     schedules,
 )
-from tvm_integration.qnn.importer import ModelError
+from tvm_integration.qnn.importer import ModelError, is_global_average_pool
 from tvm_integration.qnn.integer_op import IntegerOp
 from tvm_integration.qnn.qdq import QDQReader, QParams, constant
 
@@ -323,8 +323,8 @@ class QDQToInteger(QDQReader):
                             out_zero_point=zc, out_dtype=out.dtype, clamp=list(out.bounds))
 
     def global_avg_pool(self, expr, out: QParams):
-        pool = self.call(expr, "relax.nn.adaptive_avg_pool2d")     # the importer's GlobalAveragePool
-        if pool is None or [int(d) for d in pool.attrs.output_size] != [1, 1] or pool.attrs.layout != "NCHW":
+        pool = self.call(expr, "relax.nn.adaptive_avg_pool2d")
+        if pool is None or not is_global_average_pool(pool):
             return None
         data = self.dequantized(pool.args[0])
         return None if data is None or len(data[0].ty.shape) != 4 else self.global_pool(data, out)
