@@ -74,4 +74,3 @@ def build_bitserial_conv2d(weight: np.ndarray, input_shape: tuple[int, int, int,
     out_shape, result_shape = ((b * oh * ow, o), (b, oh, ow, o)) if layout == "NHWC" else ((b, o, oh * ow), (b, o, oh, ow))
     return Built(mod, constants, out_shape, stage.out_dtype, tuple(input_shape), "uint8", result_shape,
                  bitserial_target(isa))
-

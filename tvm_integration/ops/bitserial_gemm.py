@@ -59,6 +59,11 @@ class Config:
         if self.encoding not in ENCODINGS:
             raise ValueError(f"encoding must be one of {', '.join(ENCODINGS)}, got {self.encoding!r}")
 
+    @property
+    def most_per_bit(self) -> int:
+        """The largest magnitude one bit of K adds to a dot product: (2**abits - 1)(2**wbits - 1)."""
+        return (2 ** self.abits - 1) * (2 ** self.wbits - 1)
+
     def weight_codes(self, w: np.ndarray) -> np.ndarray:
         """Weights as the unsigned bit-plane codes the kernel reads: unipolar as they are; hybrid
         v = sum_j 2**j (2 b_j - 1) = 2u - (2**wbits - 1), so u = (v + 2**wbits - 1) / 2."""
@@ -141,8 +146,7 @@ def build(rows: int, data: te.Tensor, input_planes: te.Tensor, activation_word, 
         q = te.reduce_axis((0, chunk_count), "q")
         acc = te.compute((pp, npad), lambda p, c: te.sum(part[q, p, c].astype("int32"), axis=q), name="chunks")
         total = lambda p, c: acc[p, c]
-    largest = raw_words * 64 * ((1 << config.abits) - 1) * ((1 << config.wbits) - 1)   # |dot product| bound
-    levels = thresholds(stage, n) if largest < REACH else None
+    levels = thresholds(stage, n) if raw_words * 64 * config.most_per_bit < REACH else None
     values = levels.channel_params(npad) if levels else stage.channel_params(1, n, npad)
     params = placeholders(values)
     result = (lambda acc, c: levels.expression(acc, params, c)) if levels else \
@@ -171,8 +175,7 @@ def chunks(kernel: BitserialKernel, config: Config, words: int) -> tuple[int, in
     if kernel.lanes:                  # 64-bit lanes, the dot product added to int32: exact for any K of a layer
         return 1, words
     top = 2 ** kernel.spec.out_bits - 1 if config.encoding == "unipolar" else 2 ** (kernel.spec.out_bits - 1) - 1
-    per_bit = (2 ** config.abits - 1) * (2 ** config.wbits - 1)
-    most = top // per_bit // 64 // kernel.block_words          # blocks per chunk
+    most = top // config.most_per_bit // 64 // kernel.block_words          # blocks per chunk
     if most < 1:
         raise ValueError(f"{kernel.spec.name}: one block of K can exceed its {kernel.spec.out_bits}-bit lanes")
     blocks = -(-words // kernel.block_words)
