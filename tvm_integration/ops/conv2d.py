@@ -82,8 +82,6 @@ def build_conv2d(weight: np.ndarray, input_shape: tuple[int, ...], layout: str =
     result_shape = (b, o, oh, ow) if layout == "NCHW" else (b, oh, ow, o)
     x = te.placeholder(tuple(input_shape), data_dtype, name="data")
     if cg == 1 and o == groups:
-        if stage.residual:
-            raise ValueError("a residual add is not fused into a depthwise convolution")
         mod, constants, out_shape = depthwise.build(x, layout, weight, stride, pads, (oh, ow), stage, pad_value)
         return Built(mod, constants, out_shape, stage.out_dtype, input_shape, data_dtype, result_shape,
                      selection.int8_target())

@@ -19,6 +19,8 @@ def build(x: te.Tensor, layout: str, weight: np.ndarray, stride, pads, out_hw, s
           tiles=REGISTER_TILES):
     """``(mod, constants, out_shape)``; ``main(data, weights, *stage params, out)``; ``tiles``: the
     register tiles to choose from (REGISTER_TILES' form), for a target with another register file."""
+    if stage.residual:
+        raise ValueError("a residual add is not fused into a depthwise convolution")
     c, kh, kw = weight.shape[0], weight.shape[2], weight.shape[3]
     oh, ow = out_hw
     if layout == "NCHW":

@@ -165,8 +165,6 @@ def _grouped(weight: np.ndarray, input_shape, stride, pads, out_hw, groups: int,
 def _depthwise(weight: np.ndarray, input_shape, stride, pads, out_hw, data_dtype: str, stage: OutputStage, mcpu,
                pad_value: int) -> Built:
     """depthwise.py's vectorized TIR with NEON_DEPTHWISE_TILES, built for the core."""
-    if stage.residual:
-        raise ValueError("a residual add is not fused into a depthwise convolution")
     x = te.placeholder(input_shape, data_dtype, name="data")
     mod, constants, out_shape = depthwise.build(x, "NHWC", weight, stride, pads, out_hw, stage, pad_value,
                                                 NEON_DEPTHWISE_TILES)
