@@ -72,6 +72,7 @@ def test_extremes_on_amx(kernel):
 
 CONVS = [  # layout, C, O, kernel, stride, padding, groups, dtype, H=W
     ("NHWC", 64, 64, 3, 1, 1, 1, "uint8", 14),
+    ("NHWC", 64, 64, 3, 1, 1, 1, "uint8", 32),     # rows of whole tiles, column tiles first (direct.columns_first)
     ("NHWC", 64, 128, 3, 2, 1, 1, "int8", 14),
     ("NHWC", 192, 40, 3, 1, 1, 1, "uint8", 14),    # window rows of 9 K blocks: direct.run_by_run
     ("NHWC", 64, 40, 1, 1, 0, 1, "uint8", 9),

@@ -155,16 +155,22 @@ def test_direct_conv2d_reads_the_padded_input_in_place(kernel):
             assert np.array_equal(op(x), want)
 
 
+@pytest.mark.parametrize("wide", (True, False), ids=("many-columns", "weights-beyond-l1"))
 @pytest.mark.parametrize("kernel", selection.int8_candidates("host"), ids=lambda k: f"{k.spec.mr}x{k.spec.nr}x{k.spec.k}")
-def test_direct_conv2d_with_many_more_columns_than_rows_runs_column_tiles_outermost(kernel):
-    """Output rows of whole row tiles and 4x more columns than pixels (ResNet-18's 7x7x512 layers):
-    each column tile over every row tile (gemm.weights_outer), each tile's output stage after it;
-    three column tiles, the last partly padding, batch 2, requantized."""
-    mr, nr, c = kernel.spec.mr, kernel.spec.nr, 16
-    o = max(12 * mr, 2 * nr) + 3
-    shape = (2, 3, mr, c)
+def test_direct_conv2d_runs_column_tiles_outermost(kernel, wide):
+    """Output rows of whole row tiles, column tiles outermost (direct.columns_first), each tile's
+    output stage after it, batch 2, requantized: with 4x more columns than pixels (ResNet-18's 7x7x512
+    layers, gemm.weights_outer; three column tiles, the last partly padding), and with weights beyond
+    half of L1 (64 channels, two column tiles and a part, enough output rows that the columns are
+    fewer than 4x the pixels)."""
+    mr, nr = kernel.spec.mr, kernel.spec.nr
+    c, o = (16, max(12 * mr, 2 * nr) + 3) if wide else (64, 2 * nr + 3)
+    npad = -(-o // nr) * nr
+    rows = 3 if wide else npad // (4 * mr) + 1
+    shape = (2, rows, mr, c)
     x, w = random(shape, "uint8"), random((o, c, 3, 3), "int8")
-    assert not direct.flat(Tile.of(kernel), mr) and weights_outer(3 * mr, -(-o // nr) * nr)
+    assert not direct.flat(Tile.of(kernel), mr) and direct.columns_first(Tile.of(kernel), 9 * c, npad, rows * mr)
+    assert weights_outer(rows * mr, npad) == wide
     stage = OutputStage(bias=RNG.integers(-5000, 5000, o).astype(np.int32), requantize=ScaleRequantize(0.002, 3, "uint8"))
     acc = conv_reference(x, w, "NHWC", 1, 1, 1) + stage.bias
     op = conv2d(w, shape, "NHWC", 1, 1, 1, "uint8", stage, kernel=kernel)
