@@ -16,7 +16,7 @@ from isa_specs.lanes import NUMPY
 from sketches import menus
 from sketches.program import Instr, Op, Program
 from synth import bitserial, cache, trust
-from synth.kernel import synthesize, verify
+from synth.kernel import synthesize
 from synth.proof import prove_equal
 from synth.int8_spec import Int8Spec
 from synth.spec import BitserialSpec, SpecError
@@ -218,8 +218,10 @@ def test_s8s7_precondition_is_what_makes_smull_smlal_sound():
 
 @pytest.mark.parametrize("path", cache.entries(), ids=lambda p: p.stem)
 def test_committed_cache_entry_reproves(path):
-    results = verify(cache.read(path))
-    assert all(r["result"] in ("proved", "passed") for r in results), results
+    """Every committed entry re-proves here, through this run's trust store (conftest.py): an entry
+    that another test loaded earlier in the run, and so re-proved, is not proved twice (the suite
+    spent about 85 s of its 15 minutes proving the host's 160 entries a second time)."""
+    assert trust.load(path)["content_hash"] == cache.read(path)["content_hash"]
 
 
 def test_tampered_entry_is_detected_and_named(tmp_path):
