@@ -113,9 +113,9 @@ def columns_first(tile: Tile, depth: int, npad: int, pixels: int) -> bool:
     (``depth`` x ``nr`` bytes) fits in three quarters of it. Then that column tile stays in L1 while
     the row tiles pass, and the few input rows their windows share stay there too; row tiles first
     read all the weights from L2 again for every row tile, at L2's bandwidth (4 KB of tile loads per 4
-    ``tdpbusd``). AMX host, CPU time, one thread, rows first -> columns first (least of 60): C2 94 ->
-    87 us, C4 48 -> 46, C6 84 -> 80 (36 KB per column tile); on the same host's VNNI tiles C2, C4 and
-    C6 (72 KB per column tile, rows first) within 1-3%."""
+    ``tdpbusd``). AMX host, CPU time, one thread, rows first -> columns first (least of 80): C2 97 ->
+    86 us, C4 53 -> 49, C6 78 -> 76 (36 KB per column tile); column tiles first on the same host's
+    VNNI tiles took C2, C4 and C6 0-4% less (C6's 72 KB per column tile stays rows first)."""
     return weights_outer(pixels, npad) or depth * npad > L1_BYTES // 2 and depth * tile.nr <= 3 * L1_BYTES // 4
 
 
