@@ -167,6 +167,47 @@ def test_depthwise_register_tiles(hwc, stride, dtype):
     np.testing.assert_array_equal(op(x), expected)
 
 
+@pytest.mark.parametrize("hwc, k, stride, dtype", [
+    pytest.param(*case, marks=qemu, id=f"{case[0][0]}x{case[0][2]}k{case[1]}s{case[2]}")
+    for case in (((9, 16, 24), 3, 1, "uint8"), ((8, 8, 8), 3, 1, "int8"), ((11, 9, 16), 5, 2, "uint8"))])
+def test_depthwise_tap_pairs(hwc, k, stride, dtype):
+    """Weights in [-127, 127] take the tap pairs (depthwise.py: two s8 products summed in int16 by smull
+    and smlal, u8 data shifted by -128; at stride 1 a pass writes the padded input first, at stride 2 the
+    window reads it speculatively): exact at the int16 sums' extremes (a corner of 0s or -128s under
+    weights of -127, and of 255s or 127s under 127), with an odd number of taps (9, 25), the padding's
+    value, requantized."""
+    rng = np.random.default_rng(41)
+    x = data(rng, (1, *hwc), dtype)
+    c = hwc[2]
+    w = rng.integers(-127, 128, (c, 1, k, k)).astype(np.int8)
+    w[:4], w[4:8] = -127, 127
+    x[0, :k, :k], x[0, -k:, -k:] = x.min(), x.max()
+    bias = rng.integers(-3000, 3000, c).astype(np.int32)
+    scale = rng.uniform(2e-4, 8e-4, c).astype(np.float32)
+    pad_value = -7 if dtype == "int8" else 5
+    stage = OutputStage(bias=bias, requantize=ScaleRequantize(scale, 120, "uint8"))
+    op = ops.conv2d(w, x.shape, stride, k // 2, groups=c, data_dtype=dtype, stage=stage, mcpu="cortex-a72",
+                    pad_value=pad_value)
+    assert "smull" in op.assembly and "smlal" in op.assembly
+    acc = conv_reference(x, w, stride, k // 2, pad_value, groups=c)
+    assert np.abs(acc).max() > 2**15                  # past int16: the pairs' sums are widened in time
+    expected = requantized(acc, bias, scale, 120)
+    assert ((expected == 0) | (expected == 255)).mean() < 0.5
+    np.testing.assert_array_equal(op(x), expected)
+
+
+def test_tap_pairs_refuse_what_int16_cannot_hold():
+    """The tap pairs' int16 sums need every weight in [-127, 127] (and NHWC, 8 channels a vector): one
+    clear error otherwise."""
+    from tvm import te
+
+    from tvm_integration.ops import depthwise
+    x = te.placeholder((1, 6, 6, 8), "uint8", name="data")
+    w = np.full((8, 1, 3, 3), -128, np.int8)
+    with pytest.raises(ValueError, match="tap pairs need"):
+        depthwise.build(x, "NHWC", w, (1, 1), (1, 1, 1, 1), (6, 6), OutputStage(), pairs=True)
+
+
 def test_each_core_gets_its_tile_family():
     assert neon_int8.core_family("cortex-a53") == neon_int8.core_family("cortex-a72") == "v8"
     assert neon_int8.core_family("cortex-a76") == neon_int8.core_family("neoverse-n1") == "dotprod"

@@ -1,11 +1,24 @@
 """Depthwise int8 conv2d in plain vectorized TIR: one channel per group leaves nothing for a GEMM
 tile (one column of 48), so each output is a KH*KW multiply-add in int32, vectorized along the
-contiguous axis (channels in NHWC, output columns in NCHW), parallel over output rows."""
+contiguous axis (channels in NHWC, output columns in NCHW), parallel over output rows.
+
+``pairs`` (AArch64, NHWC, channels a multiple of 8, every weight in [-127, 127]; ops/neon_int8.py): the
+taps two at a time, each pair's two products summed in int16 and that sum added to the int32
+accumulator, as the s8 x s7 NEON tile does: ``smull``, ``smlal`` and ``saddw`` on 8 channels, half the
+widening multiplies of the int32 form (``smlal`` of 4 lanes). The data enters as s8 (u8 data shifted by
+-128, ``x ^ 0x80``, as the padded input is read; ``128 sum w`` per channel into the bias), so ``|a b +
+a' b'| <= 2 * 128 * 127 < 2^15``: exact. An odd last tap is multiplied alone. MobileNetV2's depthwise
+layers, llvm-mca Mcycles, int32 form / pairs (with _schedule's pad pass at stride 1 and
+``padded_value``'s speculative read at stride 2; scripts/mca_neon_depthwise.py): on Cortex-A72
+112x112x32 1.69 / 1.27, 112x112x96 at stride 2 1.17 / 1.02, 14x14x384 0.40 / 0.23, the 17 layers 10.26 /
+7.18; on Cortex-A53 the 17 layers 25.56 / 14.60."""
 from __future__ import annotations
 
 import numpy as np
 from tvm import s_tir, te, tirx
 
+from tvm_integration.kernels.neon_int8 import symmetric
+from tvm_integration.ops.gemm import parallel_rows
 from tvm_integration.ops.output_stage import OutputStage, placeholders
 
 VECTOR_WIDTHS = (16, 8, 4, 2, 1)
@@ -13,16 +26,23 @@ COLUMNS = (8, 7, 4, 2, 1)     # output columns per register tile, the first that
 # (vector width, output columns) of the register tile, the first whose both divide: the widest vector,
 # then the most columns
 REGISTER_TILES = tuple((w, c) for w in VECTOR_WIDTHS for c in COLUMNS)
+SMULL = "llvm.aarch64.neon.smull"        # 8 x s8 * 8 x s8 -> 8 x s16: the tap pairs' products
+PAIR_TILES = tuple((8, c) for c in COLUMNS)   # smull's 8 channels a vector: 8 columns x 8 channels first
+PAD_VECTOR = 8                            # the pad pass's copies: the tap pairs' channels come in 8s
 
 
 def build(x: te.Tensor, layout: str, weight: np.ndarray, stride, pads, out_hw, stage: OutputStage, pad_value: int = 0,
-          tiles=REGISTER_TILES):
+          tiles=REGISTER_TILES, pairs: bool = False):
     """``(mod, constants, out_shape)``; ``main(data, weights, *stage params, out)``; ``tiles``: the
-    register tiles to choose from (REGISTER_TILES' form), for a target with another register file."""
+    register tiles to choose from (REGISTER_TILES' form), for a target with another register file;
+    ``pairs``: the taps' products summed two at a time in int16 (above), on PAIR_TILES."""
     if stage.residual:
         raise ValueError("a residual add is not fused into a depthwise convolution")
+    if pairs and not (layout == "NHWC" and weight.shape[0] % 8 == 0 and symmetric(weight)):
+        raise ValueError("tap pairs need NHWC, channels a multiple of 8 and every weight in [-127, 127]")
     c, kh, kw = weight.shape[0], weight.shape[2], weight.shape[3]
     oh, ow = out_hw
+    pad_pass = pairs and tuple(stride) == (1, 1)        # the padded input written once (_schedule)
     if layout == "NCHW":
         b, _, h, wd = x.shape
         shape = (b, c, h + pads[0] + pads[2], wd + pads[1] + pads[3])
@@ -30,7 +50,9 @@ def build(x: te.Tensor, layout: str, weight: np.ndarray, stride, pads, out_hw, s
     else:
         b, h, wd, _ = x.shape
         shape = (b, h + pads[0] + pads[2], wd + pads[1] + pads[3], c)
-        padded = te.compute(shape, lambda n, i, j, ch: padded_value(x, layout, n, ch, i - pads[0], j - pads[1], pad_value), name="pad")
+        shifted = _signed if pairs and x.dtype == "uint8" else lambda v: v
+        padded = te.compute(shape, lambda n, i, j, ch: shifted(padded_value(
+            x, layout, n, ch, i - pads[0], j - pads[1], pad_value, speculative=pairs and not pad_pass)), name="pad")
     # NHWC vectorizes along channels: the weights [KH, KW, C], one vector load per tap (as [C, KH, KW]
     # each tap's vector was 16 byte inserts, 2/3 of the run time); NCHW broadcasts one weight per tap
     nhwc = layout == "NHWC"
@@ -44,6 +66,11 @@ def build(x: te.Tensor, layout: str, weight: np.ndarray, stride, pads, out_hw, s
         return te.sum(value.astype("int32") * tap.astype("int32"), axis=[ry, rx])
 
     values = stage.channel_params(c, 1, 1)
+    weight_image = weight[:, 0].transpose(1, 2, 0) if nhwc else weight[:, 0]
+    if pairs:
+        product, w, weight_image = _tap_pairs(padded, weight, stride)
+        if x.dtype == "uint8":           # a = a' + 128: sum a w = sum a' w + 128 sum w
+            values["bias"] = values["bias"] + (128 * weight.reshape(c, -1).sum(1, dtype=np.int32)).reshape(-1, 1)
     params = placeholders(values)
     if layout == "NCHW":
         acc = te.compute((b, c, oh, ow), product, name="acc")
@@ -54,29 +81,72 @@ def build(x: te.Tensor, layout: str, weight: np.ndarray, stride, pads, out_hw, s
         out = te.compute((b, oh, ow, c), lambda n, y, xx, ch: stage.expression(acc[n, y, xx, ch], params, ch, 0),
                          name="output")
     func = te.create_prim_func([x, w, *params.values(), out])
-    constants = [np.ascontiguousarray(weight[:, 0].transpose(1, 2, 0) if nhwc else weight[:, 0]), *values.values()]
-    return _schedule(func, layout, tiles), constants, (b, c, oh, ow) if layout == "NCHW" else (b, oh, ow, c)
+    constants = [np.ascontiguousarray(weight_image), *values.values()]
+    mod = _schedule(func, layout, PAIR_TILES if pairs else tiles, pad_pass)
+    return mod, constants, (b, c, oh, ow) if layout == "NCHW" else (b, oh, ow, c)
 
 
-def padded_value(x, layout, n, ch, i, j, pad_value: int = 0):
+def _signed(v):
+    """A u8 value as the s8 ``v - 128``: its top bit flipped."""
+    return tirx.reinterpret("int8", v ^ tirx.const(0x80, "uint8"))
+
+
+def _tap_pairs(padded: te.Tensor, weight: np.ndarray, stride):
+    """The NHWC accumulator over tap pairs of the s8 ``padded`` input: ``(product, weights placeholder,
+    weights image)``, the weights ``[pairs, 2, C]`` (tap 2t + u of pair t, row-major over the window;
+    zero past the last, which is not multiplied: the unrolled pairs' Select is constant)."""
+    c, kh, kw = weight.shape[0], weight.shape[2], weight.shape[3]
+    taps = kh * kw
+    image = np.zeros((-(-taps // 2) * 2, c), np.int8)
+    image[:taps] = weight[:, 0].reshape(c, taps).T
+    image = image.reshape(-1, 2, c)
+    w = te.placeholder(image.shape, "int8", name="weights")
+    t = te.reduce_axis((0, image.shape[0]), name="t")
+
+    def term(n, ch, y, xx, u):
+        tap = tirx.min(2 * t + u, taps - 1)         # past the last tap: that tap's pixel (not multiplied)
+        value = padded[n, y * stride[0] + tap // kw, xx * stride[1] + tap % kw, ch]
+        return tirx.call_llvm_pure_intrin("int16", SMULL, value, w[t, u, ch])
+
+    def product(n, ch, y, xx):
+        second = tirx.Select(2 * t + 1 < taps, term(n, ch, y, xx, 1), tirx.const(0, "int16"))
+        return te.sum((term(n, ch, y, xx, 0) + second).astype("int32"), axis=t)
+    return product, w, image
+
+
+def padded_value(x, layout, n, ch, i, j, pad_value: int = 0, speculative: bool = False):
+    """``x`` at (i, j), or ``pad_value`` outside it; ``speculative``: read at the nearest pixel inside
+    and select, a vector select instead of a branch (the tap pairs at stride 2, inlined: MobileNetV2's
+    112x112x96 1.09 -> 1.01 Mcycles on Cortex-A72)."""
     h, w = (x.shape[2], x.shape[3]) if layout == "NCHW" else (x.shape[1], x.shape[2])
+    inside = tirx.all(i >= 0, i < h, j >= 0, j < w)
+    if speculative:
+        i, j = tirx.max(tirx.min(i, h - 1), 0), tirx.max(tirx.min(j, w - 1), 0)
     value = x[n, ch, i, j] if layout == "NCHW" else x[n, i, j, ch]
-    return tirx.if_then_else(tirx.all(i >= 0, i < h, j >= 0, j < w), value, tirx.const(pad_value, x.dtype))
+    pad = tirx.const(pad_value, x.dtype)
+    return tirx.Select(inside, value, pad) if speculative else tirx.if_then_else(inside, value, pad)
 
 
-def _schedule(func, layout: str, tiles):
+def _schedule(func, layout: str, tiles, pad_pass: bool = False):
     """Registers hold a tile of up to 8 output columns x one vector of the innermost axis while the
     KH x KW taps accumulate into it; the padding is computed inside the tap loop (inlined), not as a
-    separate pass over the input."""
+    separate pass over the input, but with ``pad_pass`` (the tap pairs at stride 1): there the window's
+    bounds tests, a branch per tap and column, cost more than one vectorized pass writing the padded
+    input (MobileNetV2's stride-1 depthwise layers on Cortex-A72, llvm-mca Mcycles when this was chosen,
+    inlined / pass: 112x112x32 1.46 / 1.32, 56x56x144 1.66 / 1.41, 14x14x384 0.27 / 0.24; at stride 2, a
+    quarter of the outputs for the same input, the pass costs more than it saves: 112x112x96 1.09 / 1.11)."""
     sch = s_tir.Schedule(func)
-    sch.compute_inline(sch.get_sblock("pad"))
+    if pad_pass:
+        parallel_rows(sch, sch.get_sblock("pad"), PAD_VECTOR)
+    else:
+        sch.compute_inline(sch.get_sblock("pad"))
     acc = sch.get_sblock("acc")
-    n, d1, d2, d3, ry, rx = sch.get_loops(acc)
+    n, d1, d2, d3, *taps = sch.get_loops(acc)           # taps: ry, rx, or the tap pairs
     extent = int(sch.get(d3).extent)                # NCHW: output columns; NHWC: channels
     width, columns = next((w, c) for w, c in tiles if extent % w == 0 and int(sch.get(d2).extent) % c == 0)
     i0, i1 = sch.split(d3, [None, width])
     j0, j1 = sch.split(d2, [None, columns])
-    sch.reorder(n, d1, j0, i0, ry, rx, j1, i1)
+    sch.reorder(n, d1, j0, i0, *taps, j1, i1)
     sch.parallel(sch.fuse(n, d1))
     output = sch.get_sblock("output")
     sch.reverse_compute_at(output, i0)
@@ -84,7 +154,9 @@ def _schedule(func, layout: str, tiles):
     if width > 1:
         sch.vectorize(i1)
         sch.vectorize(sch.get_loops(output)[-1])
-    init = sch.decompose_reduction(acc, ry)
+    if len(taps) == 1:
+        sch.unroll(taps[0])                            # the pairs' taps: constant offsets, no div/mod
+    init = sch.decompose_reduction(acc, taps[0])
     if width > 1:
         sch.vectorize(sch.get_loops(init)[-1])
     return sch.mod

@@ -7,14 +7,14 @@ last axis of 17-64 that 16 does not divide: that whole axis);
 with a reduction, the reduction stays innermost, serial (but for an NHWC MEAN's channel sums: the channels
 innermost, vectorized, under the H and W loops).
 An 8-bit lookup on a target with AVX-512 VBMI is rewritten with vpermi2b instead (table_lookup.py), a
-channel gather run by run (gather.py).
+channel gather run by run (gather.py), the image's quantize on AArch64 without a division (neon_quantize.py).
 """
 from __future__ import annotations
 
 from tvm import s_tir, tirx
 from tvm.target import Target
 
-from tvm_integration.qnn import gather, table_lookup
+from tvm_integration.qnn import gather, neon_quantize, table_lookup
 
 VECTOR = (16, 8, 4)
 SCHEDULED = "qnn.scheduled"
@@ -25,6 +25,8 @@ def schedule(func: tirx.PrimFunc, target: Target | None = None) -> tirx.PrimFunc
     lookup's form); None (rewrite.evaluate's compile-time tables): the portable schedule."""
     if target is not None and table_lookup.applies(func, target):
         return table_lookup.vectorized(func).with_attr(SCHEDULED, True)
+    if target is not None and neon_quantize.applies(func, target):
+        return neon_quantize.scheduled(func).with_attr(SCHEDULED, True)
     if gather.applies(func):
         return gather.scheduled(func).with_attr(SCHEDULED, True)
     sch = s_tir.Schedule(func)
