@@ -52,6 +52,7 @@ from tvm_integration.ops.gemm import (
     Tile,
     output_tensor,
     parallel_rows,
+    run_pieces,
     tensorize_tile,
 )
 from tvm_integration.ops.operator import Built
@@ -291,11 +292,7 @@ def _schedule(func, tile: Tile, kernel, depth_loops: tuple[int, ...]):
     sch.compute_at(pack, outer)
     depth = sch.get_loops(pack)[-1]
     runs = depth_loops if len(depth_loops) > 1 else (None, tile.k)
-    # a run in register-sized pieces: LLVM built a whole run of 576 bytes (a 1x1 layer's channels) byte by
-    # byte through the stack (MobileNetV2 on Cortex-A72, llvm-mca: 56.0 -> 55.4 Mcycles)
-    piece = next((v for v in PACK_VECTORS if runs[-1] % v == 0), runs[-1])
-    pieces = [runs[-1] // piece, piece] if runs[-1] > piece else [piece]
-    sch.vectorize(sch.split(depth, list(runs[:-1]) + pieces)[-1])
+    sch.vectorize(sch.split(depth, list(runs[:-1]) + run_pieces(runs[-1], PACK_VECTORS))[-1])
     init = sch.decompose_reduction(block, p1)
     tensorize_tile(sch, outer, p1, kernel.loop_intrin(int(sch.get(k).extent) // tile.k), kernel)
     sch.vectorize(sch.get_loops(init)[-1])
