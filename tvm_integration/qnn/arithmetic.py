@@ -272,7 +272,8 @@ def avg_pool2d(x, *, pool, strides, padding, out_size, count_include_pad: bool, 
 def quantize(x, *, scale: float, zero_point: int, out_dtype: str, layout: str = "same"):
     """QuantizeLinear (per tensor): ``x / scale`` clamped to the range less the zero point, rounded
     half to even, plus the zero point. ``layout="NHWC"``: an NCHW ``x`` is written NHWC (the first
-    convolution's layout) in the same pass."""
+    convolution's layout) in the same pass. On AArch64 the image's quantize is neon_quantize.py's
+    equal form, without the division."""
     lo, hi = QUANT_RANGES[out_dtype]
 
     def value(*i):
