@@ -12,6 +12,8 @@ from tvm import te, tirx
 
 from isa_specs import host
 from tvm_integration.bench import int8_models
+from tvm_integration.kernels.selection import aarch64_target
+from tvm_integration.ops import cross
 from tvm_integration.qnn import arithmetic, schedules, table_lookup
 from tvm_integration.qnn.importer import load
 from tvm_integration.qnn.model import lower
@@ -59,6 +61,26 @@ def test_lookup_equals_numpy(target, x_dtype, y_dtype, shape):
     np.testing.assert_array_equal(y.numpy(), table[x.astype(np.int32) + OFFSET[x_dtype]])
 
 
+@pytest.mark.qemu
+@pytest.mark.skipif(cross.missing_tools() is not None, reason=f"AArch64 operators run under qemu: {cross.missing_tools()}")
+@pytest.mark.parametrize("x_dtype, y_dtype", [("uint8", "uint8"), ("uint8", "int8"), ("int8", "uint8"), ("int8", "int8")])
+def test_lookup_on_aarch64_equals_numpy(x_dtype, y_dtype):
+    """tbl over the table's first 64 bytes and tbx over each next 64 (table_lookup._tbl), under qemu:
+    every index value, both signs of x and of the table, a tail of 5 elements past the 16-byte
+    vectors."""
+    shape = (1, 7, 9, 5)
+    rng = np.random.default_rng(7)
+    x = every_value(shape, x_dtype, rng)
+    info = np.iinfo(y_dtype)
+    table = rng.integers(info.min, info.max + 1, 256).astype(y_dtype)
+    target = tvm.target.Target(aarch64_target("cortex-a72"))
+    executable = tvm.compile(tvm.IRModule({"main": schedules.schedule(lookup_func(shape, x_dtype, y_dtype), target)}),
+                             target=target)
+    op = cross.QemuOperator(executable, [table], shape, y_dtype, shape, x_dtype, shape)
+    assert re.search(r"\btbl\b", op.assembly) and re.search(r"\btbx\b", op.assembly)
+    np.testing.assert_array_equal(op(x), table[x.astype(np.int32) + OFFSET[x_dtype]])
+
+
 @pytest.mark.parametrize("x_dtype", ["uint8", "int8"])
 @pytest.mark.parametrize("target, vector", [pytest.param(HOST, True, marks=needs_vbmi, id="vbmi"),
                                             pytest.param(WITHOUT_VBMI, False, id="fallback")])
@@ -70,11 +92,12 @@ def test_the_vbmi_build_is_vpermi2b(target, vector, x_dtype):
 @pytest.mark.parametrize("target, vbmi", [
     ({"kind": "llvm", "mcpu": "x86-64-v4"}, False),
     ({"kind": "llvm", "mtriple": "x86_64-linux-gnu", "mattr": ["+avx512vbmi"]}, True),
-    ({"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mattr": ["+neon"]}, False),
+    ({"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mattr": ["+neon"]}, True),      # tbl and tbx
     (WITHOUT_VBMI, False),
     (HOST, host.missing("avx512vbmi", ()) is None)])
 def test_the_target_features_decide(target, vbmi):
-    """LLVM's knowledge of the target's ``mcpu`` and ``mattr``, never a CPU name, picks the form."""
+    """LLVM's knowledge of the target's ``mcpu`` and ``mattr``, never a CPU name, picks the form (every
+    AArch64 core has NEON's table lookups)."""
     assert table_lookup.applies(lookup_func((64,), "uint8", "uint8"), tvm.target.Target(target)) == vbmi
 
 

@@ -179,7 +179,8 @@ def mul(a, b, *, a_zero_point: int, b_zero_point: int, ratio: float, out_zero_po
 
 def lookup(x, table, *, offset: int):
     """``table[x + offset]``: an 8-bit tensor through a 256-entry table (``offset`` 128 for int8).
-    A byte gather as written; table_lookup.py's vpermi2b form where the target has AVX-512 VBMI."""
+    A byte gather as written; table_lookup.py's vpermi2b form where the target has AVX-512 VBMI,
+    its tbl/tbx form on AArch64."""
     return te.compute(x.shape, lambda *i: table[x(*i).astype("int32") + offset], name="lookup")
 
 

@@ -6,8 +6,9 @@ fused and parallel, and, without a reduction, its innermost 16 (or 8, 4) iterati
 last axis of 17-64 that 16 does not divide: that whole axis);
 with a reduction, the reduction stays innermost, serial (but for an NHWC MEAN's channel sums: the channels
 innermost, vectorized, under the H and W loops).
-An 8-bit lookup on a target with AVX-512 VBMI is rewritten with vpermi2b instead (table_lookup.py), a
-channel gather run by run (gather.py), the image's quantize on AArch64 without a division (neon_quantize.py).
+An 8-bit lookup on a target with AVX-512 VBMI is rewritten with vpermi2b instead, on AArch64 with tbl and
+tbx (table_lookup.py), a channel gather run by run (gather.py), the image's quantize on AArch64 without a
+division (neon_quantize.py).
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ def schedule(func: tirx.PrimFunc, target: Target | None = None) -> tirx.PrimFunc
     """``func`` scheduled for the LLVM ``target`` the model is built for (its features decide the
     lookup's form); None (rewrite.evaluate's compile-time tables): the portable schedule."""
     if target is not None and table_lookup.applies(func, target):
-        return table_lookup.vectorized(func).with_attr(SCHEDULED, True)
+        return table_lookup.vectorized(func, target).with_attr(SCHEDULED, True)
     if target is not None and neon_quantize.applies(func, target):
         return neon_quantize.scheduled(func).with_attr(SCHEDULED, True)
     if gather.applies(func):
