@@ -24,7 +24,10 @@ DRIVER = Path(__file__).with_name("qemu_driver.c")
 _DL_CODES = {"i": 0, "u": 1, "f": 2, "b": 6}
 
 
-def is_aarch64(target: dict | str) -> bool:
+def is_aarch64(target) -> bool:
+    """Whether ``target`` is AArch64: a TVM Target (LLVM's reading of it), or a target's dict or string."""
+    if hasattr(target, "attrs"):
+        return bool(target.attrs.get("feature.is_aarch64", False))
     return "aarch64" in str(target.get("mtriple", "") if isinstance(target, dict) else target)
 
 

@@ -28,6 +28,7 @@ from tvm import tirx
 from tvm.script import tirx as T
 from tvm.target import Target
 
+from tvm_integration.ops.cross import is_aarch64
 from tvm_integration.ops.output_stage import QUANT_RANGES
 
 PIXELS = 16                 # pixels per vector: one 16-byte register of each channel's outputs
@@ -40,7 +41,7 @@ def applies(func: tirx.PrimFunc, target: Target) -> bool:
     attrs = func.attrs or {}
     shape = func.params[0].ty.shape
     return attrs.get("qnn.op") == "quantize" and attrs.get("qnn.layout") == "NHWC" and \
-        bool(target.attrs.get("feature.is_aarch64", False)) and len(shape) == 4 and int(shape[1]) in CHANNELS
+        is_aarch64(target) and len(shape) == 4 and int(shape[1]) in CHANNELS
 
 
 def scheduled(func: tirx.PrimFunc) -> tirx.PrimFunc:

@@ -22,21 +22,19 @@ from tvm import tirx
 from tvm.script import tirx as T
 from tvm.target import Target, codegen
 
+from tvm_integration.ops.cross import is_aarch64
+
 LANES = 64
 VPERMI2B = "llvm.x86.avx512.vpermi2var.qi.512"
 NEON_LANES = 16
 TBL4, TBX4 = "llvm.aarch64.neon.tbl4", "llvm.aarch64.neon.tbx4"
 
 
-def aarch64(target: Target) -> bool:
-    return bool(target.attrs.get("feature.is_aarch64", False))
-
-
 def applies(func: tirx.PrimFunc, target: Target) -> bool:
     """``func`` is a QNN lookup and ``target`` has ``vpermi2b`` (decided by LLVM from its ``mcpu``
     and ``mattr``) or is AArch64."""
     return bool(func.attrs and func.attrs.get("qnn.op") == "lookup") and target.kind.name == "llvm" and \
-        (aarch64(target) or bool(codegen.target_has_features("avx512vbmi", target)))
+        (is_aarch64(target) or bool(codegen.target_has_features("avx512vbmi", target)))
 
 
 def vectorized(func: tirx.PrimFunc, target: Target) -> tirx.PrimFunc:
@@ -46,7 +44,7 @@ def vectorized(func: tirx.PrimFunc, target: Target) -> tirx.PrimFunc:
     offset = int(func.attrs["qnn.offset"])
     if (x.dtype, offset) not in (("uint8", 0), ("int8", 128)) or int(table.shape[0]) != 256:
         raise ValueError(f"not an 8-bit lookup: {x.dtype} x, {table.shape} table, offset {offset}")
-    form = _tbl if aarch64(target) else _vbmi
+    form = _tbl if is_aarch64(target) else _vbmi
     return form(tuple(int(d) for d in x.shape), x.dtype, y.dtype, offset).with_attrs(func.attrs)
 
 
