@@ -31,6 +31,12 @@ PAIR_TILES = tuple((8, c) for c in COLUMNS)   # smull's 8 channels a vector: 8 c
 PAD_VECTOR = 8                            # the pad pass's copies: the tap pairs' channels come in 8s
 
 
+def tap_pairs_fit(layout: str, weight: np.ndarray) -> bool:
+    """Whether ``build`` can take the tap pairs: NHWC, channels in PAIR_TILES' 8s, every weight in
+    [-127, 127] (two s8 products then fit an int16)."""
+    return layout == "NHWC" and weight.shape[0] % PAIR_TILES[0][0] == 0 and symmetric(weight)
+
+
 def build(x: te.Tensor, layout: str, weight: np.ndarray, stride, pads, out_hw, stage: OutputStage, pad_value: int = 0,
           tiles=REGISTER_TILES, pairs: bool = False):
     """``(mod, constants, out_shape)``; ``main(data, weights, *stage params, out)``; ``tiles``: the
@@ -38,7 +44,7 @@ def build(x: te.Tensor, layout: str, weight: np.ndarray, stride, pads, out_hw, s
     ``pairs``: the taps' products summed two at a time in int16 (above), on PAIR_TILES."""
     if stage.residual:
         raise ValueError("a residual add is not fused into a depthwise convolution")
-    if pairs and not (layout == "NHWC" and weight.shape[0] % 8 == 0 and symmetric(weight)):
+    if pairs and not tap_pairs_fit(layout, weight):
         raise ValueError("tap pairs need NHWC, channels a multiple of 8 and every weight in [-127, 127]")
     c, kh, kw = weight.shape[0], weight.shape[2], weight.shape[3]
     oh, ow = out_hw

@@ -169,9 +169,8 @@ def _depthwise(weight: np.ndarray, input_shape, stride, pads, out_hw, data_dtype
     """depthwise.py's vectorized TIR with NEON_DEPTHWISE_TILES, built for the core; weights in [-127, 127]
     (onnxruntime's symmetric quantization) on channels in 8s take its tap pairs, summed in int16."""
     x = te.placeholder(input_shape, data_dtype, name="data")
-    pairs = neon_int8.symmetric(weight) and weight.shape[0] % 8 == 0
     mod, constants, out_shape = depthwise.build(x, "NHWC", weight, stride, pads, out_hw, stage, pad_value,
-                                                NEON_DEPTHWISE_TILES, pairs=pairs)
+                                                NEON_DEPTHWISE_TILES, pairs=depthwise.tap_pairs_fit("NHWC", weight))
     return Built(mod, constants, out_shape, stage.out_dtype, input_shape, data_dtype, out_shape,
                  neon_int8.neon_target(mcpu))
 
