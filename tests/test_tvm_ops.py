@@ -155,6 +155,19 @@ def test_direct_conv2d_reads_the_padded_input_in_place(kernel):
             assert np.array_equal(op(x), want)
 
 
+@pytest.mark.parametrize("ksize", (1, 3), ids=("im2col", "direct"))
+@pytest.mark.parametrize("kernel", {k.spec.isa: k for k in reversed(selection.int8_candidates("host", depth=576))}.values(),
+                         ids=lambda k: k.intrin)
+def test_tensorized_tile_does_not_zero_its_output_in_memory(kernel, ksize):
+    """The kernels start from zeroed tiles (gemm.tensorize_tile): the tensorized block keeps no init,
+    which would zero C in memory before every call, and the product is still exact."""
+    shape = (1, 14, 14, 64)
+    x, w = random(shape, "uint8"), random((32, 64, ksize, ksize), "int8")
+    assert "T.init()" not in build_conv2d(w, shape, "NHWC", 1, ksize // 2, kernel=kernel).mod.script()
+    op = conv2d(w, shape, "NHWC", 1, ksize // 2, 1, "uint8", kernel=kernel)
+    assert np.array_equal(op(x), conv_reference(x, w, "NHWC", 1, ksize // 2, 1))
+
+
 @pytest.mark.parametrize("wide", (True, False), ids=("many-columns", "weights-beyond-l1"))
 @pytest.mark.parametrize("kernel", selection.int8_candidates("host"), ids=lambda k: f"{k.spec.mr}x{k.spec.nr}x{k.spec.k}")
 def test_direct_conv2d_runs_column_tiles_outermost(kernel, wide):

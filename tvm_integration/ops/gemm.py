@@ -121,9 +121,29 @@ def output_tensor(shape, stage: OutputStage, params: dict, accumulator):
 
 
 def tensorize_tile(sch, outer, loop, intrin: str, kernel: Kernel):
-    """Tensorize ``loop`` (the tile's rows) with ``intrin`` and have LLVM inline the kernel's IR."""
-    sch.tensorize(loop, intrin)
+    """Tensorize ``loop`` (the tile's rows) with ``intrin`` and have LLVM inline the kernel's IR.
+    An intrinsic that does not read C (``product_functions``, ``direct_functions``: the kernel starts
+    from zeroed tiles) leaves the tensorized block without its init: tensorize replaces only the body
+    of the block that blockize makes, and the init it keeps zeroed C in memory before every call (a
+    4 KB memset per 32x32 AMX tile). AMX host, CPU time, one thread, least of 100, with -> without:
+    C2 77.6 -> 73.6 us, C3 31.1 -> 28.7, C4 41.9 -> 39.1, C6 67.4 -> 64.7, C12 134.6 -> 125.4; the VNNI
+    tiles within 1%."""
+    block = sch.blockize(loop)
+    sch.tensorize(block, intrin)
+    desc = s_tir.TensorIntrin.get(intrin).desc.body.block
+    if not any(read.source.same_as(desc.writes[0].source) for read in desc.reads):
+        _drop_init(sch, block)
     sch.annotate(outer, "pragma_import_llvm", kernel.llvm_ir)
+
+
+def _drop_init(sch, block) -> None:
+    """``block`` without its init (the schedule has no primitive for it: replaced in its state)."""
+    old = sch.get(block)
+    if old.init is None:
+        return
+    new = s_tir.SBlock(old.iter_vars, old.reads, old.writes, old.name_hint, old.body, None, old.alloc_buffers,
+                       old.match_buffers, old.annotations)
+    sch.state.replace(sch.get_sref(block), new, {old: new})
 
 
 def run_pieces(run: int, vectors: tuple[int, ...]) -> list[int]:
