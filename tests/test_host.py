@@ -95,6 +95,25 @@ def test_only_the_first_processor_is_read():
     assert host.parse_cpuinfo(text).uarch == "skylake"
 
 
+@pytest.mark.parametrize("name,fast", [("zen4", True), ("sapphirerapids", True), ("amx_model167", True),
+                                       ("skylake", False)])
+def test_vnni_hosts_fold_the_depthwise_taps_into_vpdpwssd(name, fast):
+    """With VNNI the target asks LLVM for fast-dpwssd (host.target_of), and a depthwise layer's taps
+    compile to vpdpwssd, not vpmaddwd and vpaddd (compiled for the recorded host, not run)."""
+    from tvm import te
+    from tvm_integration.ops import depthwise
+    from tvm_integration.ops.output_stage import OutputStage
+    target = host.target_of(host.parse_cpuinfo(cpuinfo(name)))
+    assert (host.FAST_DPWSSD in target["mattr"]) == fast
+    if fast:
+        weight = np.random.default_rng(0).integers(-128, 128, (32, 1, 3, 3)).astype(np.int8)
+        mod, _, _ = depthwise.build(te.placeholder((1, 16, 16, 32), "uint8", name="x"), "NHWC", weight, (1, 1),
+                                    (1, 1, 1, 1), (16, 16), OutputStage())
+        lib = tvm.compile(mod, target=tvm.target.Target({"mtriple": TRIPLE, **target}))
+        asm = (lib.mod.imports[0] if lib.mod.imports else lib.mod).inspect_source("asm")
+        assert asm.count("vpdpwssd") > asm.count("vpmaddwd"), (asm.count("vpdpwssd"), asm.count("vpmaddwd"))
+
+
 @pytest.mark.parametrize("name,level,extra,absent", [
     ("zen4", "x86-64-v4", {"+avx512vnni", "+avx512vpopcntdq", "+avx512bitalg"}, {"+amx-int8", "+avxvnni"}),
     ("sapphirerapids", "x86-64-v4", {"+amx-int8", "+avxvnni", "+avx512vnni"}, set()),
