@@ -1,6 +1,8 @@
 """Depthwise int8 conv2d in plain vectorized TIR: one channel per group leaves nothing for a GEMM
 tile (one column of 48), so each output is a KH*KW multiply-add in int32, vectorized along the
-contiguous axis (channels in NHWC, output columns in NCHW), parallel over output rows.
+contiguous axis (channels in NHWC, output columns in NCHW), parallel over output rows. On x86 the u8 x
+s8 products are ``vpmaddwd``s, and on a VNNI host each with its add one ``vpdpwssd`` (the target's
+``fast-dpwssd``: isa_specs/host.py ``target_of``).
 
 ``pairs`` (AArch64, NHWC, channels a multiple of 8, every weight in [-127, 127]; ops/neon_int8.py): the
 taps two at a time, each pair's two products summed in int16 and that sum added to the int32
