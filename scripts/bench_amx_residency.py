@@ -62,7 +62,7 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < a_size * a_copies; i++) a[i] = (uint8_t)(i * 7);
   for (size_t i = 0; i < b_size * b_copies; i++) b[i] = (int8_t)(uint8_t)(i * 3);
   if (calls == 0) {
-    KRUNS(a, kblocks * 64, 64, 1, 1, 0, 0, b, 128, c, 32, kblocks, 0);
+    KRUNS(a, kblocks * 64, 64, 1, 1, 0, 0, b, 128, c, 32, kblocks, 0, 0, 0);
     for (int i = 0; i < 32 * 32; i++) printf("%d%c", c[i], i == 32 * 32 - 1 ? '\n' : ' ');
     return 0;
   }
@@ -71,7 +71,7 @@ int main(int argc, char **argv) {
     double start = cpu_seconds();
     for (long i = 0; i < calls; i++)
       KRUNS(a + (i % a_copies) * a_size, kblocks * 64, 64, 1, 1, 0, 0, b + (i % b_copies) * b_size, 128, c, 32,
-            kblocks, 0);
+            kblocks, 0, 0, 0);
     double seconds = (cpu_seconds() - start) / calls;
     if (seconds < best) best = seconds;
   }

@@ -57,11 +57,14 @@ void {f}_kloop_amx(const void *a, int a_stride, int a_block, const void *b, int 
   {f}_kloop(a, a_stride, a_block, b, b_stride, c, c_stride, kblocks);
 }}
 void {f}_kruns_amx(const void *a, int a_stride, int a_block, int runs, int planes, ptrdiff_t plane_step,
-                   ptrdiff_t run_step, const void *b, int b_stride, int32_t *c, int c_stride, int kblocks, int accumulate);
+                   ptrdiff_t run_step, const void *b, int b_stride, int32_t *c, int c_stride, int kblocks, int accumulate,
+                   int next_part, int next_parts);
 void {f}_kruns_amx(const void *a, int a_stride, int a_block, int runs, int planes, ptrdiff_t plane_step,
-                   ptrdiff_t run_step, const void *b, int b_stride, int32_t *c, int c_stride, int kblocks, int accumulate) {{
+                   ptrdiff_t run_step, const void *b, int b_stride, int32_t *c, int c_stride, int kblocks, int accumulate,
+                   int next_part, int next_parts) {{
   {f}_keep_contract();
-  {f}_kruns(a, a_stride, a_block, runs, planes, plane_step, run_step, b, b_stride, c, c_stride, kblocks, accumulate);
+  {f}_kruns(a, a_stride, a_block, runs, planes, plane_step, run_step, b, b_stride, c, c_stride, kblocks, accumulate,
+            next_part, next_parts);
 }}
 """
 

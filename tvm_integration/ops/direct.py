@@ -30,7 +30,7 @@ from __future__ import annotations
 import numpy as np
 from tvm import s_tir, te
 
-from tvm_integration.kernels.int8 import Kernel, Runs
+from tvm_integration.kernels.int8 import Kernel, Prefetch, Runs
 from tvm_integration.ops import depthwise
 from tvm_integration.ops.gemm import Tile, output_tensor, stage_params, tensorize_tile, weights_outer
 from tvm_integration.ops.output_stage import OutputStage
@@ -101,7 +101,8 @@ def build(x: te.Tensor, weight: np.ndarray, stride: tuple[int, int], pads: tuple
     out, residual = output_tensor((b, oh, ow, o), stage, params, lambda bi, i, j, n: (at(bi, i, j, n), 0, n))
     func = te.create_prim_func([x, w, *params.values(), *([residual] if residual is not None else []), out])
     constants = [pack_weights(weights, tile.nr, tile.k), *values.values()]
-    return _schedule(func, tile, kernel, run, sw * c, runs, c, (planes * plane_rows, wp * c)), constants, (b, oh, ow, o)
+    return (_schedule(func, tile, kernel, run, sw * c, runs, c, (planes * plane_rows, wp * c), sh * wp * c), constants,
+            (b, oh, ow, o))
 
 
 L1_BYTES = 48 * 1024   # the data cache of one core of the AMX hosts (Sapphire Rapids and later)
@@ -135,7 +136,7 @@ def run_by_run(tile: Tile, run: int, rows: int) -> bool:
 
 
 def _schedule(func, tile: Tile, kernel: Kernel | None, run: int, row_step: int, runs: Runs, channels: int,
-              padded_rows: tuple[int, int]):
+              padded_rows: tuple[int, int], out_row_step: int):
     """Loops ``(b, oh, ow0) | n0 | kh | ow1 n1 t``, or ``(b, n0, oh) | ow0 | kh | ow1 n1 t`` with 4x
     more columns than pixels (``gemm.weights_outer``: a column tile's weights stay in L2 for every row
     tile instead of all the weights streaming once per output row; ResNet-18's C12 on the AMX host's
@@ -153,9 +154,12 @@ def _schedule(func, tile: Tile, kernel: Kernel | None, run: int, row_step: int, 
     block = sch.get_sblock("gemm")
     loops = sch.get_loops(block)
     by_run = len(loops) == 5 and kernel is not None and run_by_run(tile, run, int(sch.get(loops[1]).extent))
+    npad = int(sch.get(loops[-3]).extent)
     if len(loops) == 5:                                  # flat
         b, q, n, r, t = loops
-        columns_outer = weights_outer(int(sch.get(q).extent), int(sch.get(n).extent))
+        columns_outer = weights_outer(int(sch.get(q).extent), npad)
+        # the row tiles sharing a column tile's weights (run by run: one window row's) fetch the next ones
+        prefetch = Prefetch(int(sch.get(q).extent) // tile.mr, "C") if by_run or columns_outer else None
         j0, j1 = sch.split(q, [None, tile.mr])
         n0, n1 = sch.split(n, [None, tile.nr])
         if by_run:
@@ -173,8 +177,10 @@ def _schedule(func, tile: Tile, kernel: Kernel | None, run: int, row_step: int, 
         sch.vectorize(on)
     else:
         b, i, j, n, r, t = loops
-        columns_outer = columns_first(tile, runs.count * run, int(sch.get(n).extent),
-                                      int(sch.get(i).extent) * int(sch.get(j).extent))
+        columns_outer = columns_first(tile, runs.count * run, npad, int(sch.get(i).extent) * int(sch.get(j).extent))
+        # as flat, where an output row is one row tile (the deep layers): the row's offset in A numbers it
+        one_tile = int(sch.get(j).extent) == tile.mr
+        prefetch = Prefetch(int(sch.get(i).extent), "A", out_row_step) if columns_outer and one_tile else None
         j0, j1 = sch.split(j, [None, tile.mr])
         n0, n1 = sch.split(n, [None, tile.nr])
         if columns_outer:   # threads split (column tile, output row) pairs, column tiles outermost
@@ -196,8 +202,8 @@ def _schedule(func, tile: Tile, kernel: Kernel | None, run: int, row_step: int, 
     elif by_run:        # C zeroed in memory once, then one window row per kernel call
         init = sch.decompose_reduction(block, r)
         sch.vectorize(sch.get_loops(init)[-1])
-        tensorize_tile(sch, outer, j1, kernel.direct_intrin(run // tile.k, row_step, Runs(1, 1, 0, 0), init=False),
-                       kernel)
+        tensorize_tile(sch, outer, j1, kernel.direct_intrin(run // tile.k, row_step, Runs(1, 1, 0, 0), init=False,
+                                                            prefetch=prefetch), kernel)
     else:
-        tensorize_tile(sch, outer, r, kernel.direct_intrin(run // tile.k, row_step, runs), kernel)
+        tensorize_tile(sch, outer, r, kernel.direct_intrin(run // tile.k, row_step, runs, prefetch=prefetch), kernel)
     return sch.mod

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 from tvm import s_tir, te, tirx
 
-from tvm_integration.kernels.int8 import Kernel
+from tvm_integration.kernels.int8 import Kernel, Prefetch
 from tvm_integration.ops.output_stage import OutputStage, placeholders
 from tvm_integration.kernels.packing import pack_weights, round_up, shift_compensation, unsigned_activation
 
@@ -212,7 +212,9 @@ def schedule(func, tile: Tile, kernel: Kernel | None, order: str, depth_loops: t
         sch.reorder(p1, k1, n1)
         sch.unroll(p1)
     else:
-        tensorize_tile(sch, outer, p1, kernel.product_intrin(int(sch.get(k).extent) // tile.k), kernel)
+        # the row tiles sharing a column tile's weights fetch the next ones (A packed whole: its offset numbers them)
+        prefetch = Prefetch(int(sch.get(p0).extent), "A") if weights_outer else None
+        tensorize_tile(sch, outer, p1, kernel.product_intrin(int(sch.get(k).extent) // tile.k, prefetch), kernel)
     return sch.mod
 
 
