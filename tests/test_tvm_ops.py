@@ -168,18 +168,21 @@ def test_tensorized_tile_does_not_zero_its_output_in_memory(kernel, ksize):
     assert np.array_equal(op(x), conv_reference(x, w, "NHWC", 1, ksize // 2, 1))
 
 
-@pytest.mark.parametrize("wide", (True, False), ids=("many-columns", "weights-beyond-l1"))
+@pytest.mark.parametrize("case", ("many-columns", "weights-beyond-l1", "weights-streamed"))
 @pytest.mark.parametrize("kernel", selection.int8_candidates("host"), ids=lambda k: f"{k.spec.mr}x{k.spec.nr}x{k.spec.k}")
-def test_direct_conv2d_runs_column_tiles_outermost(kernel, wide):
+def test_direct_conv2d_runs_column_tiles_outermost(kernel, case):
     """Output rows of whole row tiles, column tiles outermost (direct.columns_first), each tile's
     output stage after it, batch 2, requantized: with 4x more columns than pixels (ResNet-18's 7x7x512
-    layers, gemm.weights_outer; three column tiles, the last partly padding), and with weights beyond
+    layers, gemm.weights_outer; three column tiles, the last partly padding), with weights beyond
     half of L1 (64 channels, two column tiles and a part, enough output rows that the columns are
-    fewer than 4x the pixels)."""
+    fewer than 4x the pixels), and with weights beyond direct.STREAMED_BYTES (ResNet-18's 14x14x256)."""
     mr, nr = kernel.spec.mr, kernel.spec.nr
-    c, o = (16, max(12 * mr, 2 * nr) + 3) if wide else (64, 2 * nr + 3)
+    wide = case == "many-columns"
+    c, o = {"many-columns": (16, max(12 * mr, 2 * nr) + 3), "weights-beyond-l1": (64, 2 * nr + 3),
+            "weights-streamed": (128, max(256, 2 * nr) + 3)}[case]
     npad = -(-o // nr) * nr
     rows = 3 if wide else npad // (4 * mr) + 1
+    assert (9 * c * npad > direct.STREAMED_BYTES) == (case == "weights-streamed")
     shape = (2, rows, mr, c)
     x, w = random(shape, "uint8"), random((o, c, 3, 3), "int8")
     assert not direct.flat(Tile.of(kernel), mr) and direct.columns_first(Tile.of(kernel), 9 * c, npad, rows * mr)

@@ -106,6 +106,7 @@ def build(x: te.Tensor, weight: np.ndarray, stride: tuple[int, int], pads: tuple
 
 
 L1_BYTES = 48 * 1024   # the data cache of one core of the AMX hosts (Sapphire Rapids and later)
+STREAMED_BYTES = 256 * 1024   # weights that take a core 20 us or more to read from memory (12 GB/s)
 
 
 def columns_first(tile: Tile, depth: int, npad: int, pixels: int) -> bool:
@@ -116,8 +117,14 @@ def columns_first(tile: Tile, depth: int, npad: int, pixels: int) -> bool:
     read all the weights from L2 again for every row tile, at L2's bandwidth (4 KB of tile loads per 4
     ``tdpbusd``). AMX host, CPU time, one thread, rows first -> columns first (least of 80): C2 97 ->
     86 us, C4 53 -> 49, C6 78 -> 76 (36 KB per column tile); column tiles first on the same host's
-    VNNI tiles took C2, C4 and C6 0-4% less (C6's 72 KB per column tile stays rows first)."""
-    return weights_outer(pixels, npad) or depth * npad > L1_BYTES // 2 and depth * tile.nr <= 3 * L1_BYTES // 4
+    VNNI tiles took C2, C4 and C6 0-4% less (C6's 72 KB per column tile stays rows first).
+    Also where the weights pass ``STREAMED_BYTES``: inside a model they come from memory, and rows
+    first the first row tile waited for all of them, where columns first its calls fetch the next
+    column tile's while they compute (kernels/int8.py ``Prefetch``). ResNet-18 built for VNNI on the
+    AMX host (14x32 tile), per operator inside the model: the 14x14x256 layers 392, 386, 388 -> 321,
+    316, 322 us; the whole model side by side with OpenVINO held to VNNI 0.874x -> 0.856x."""
+    return (weights_outer(pixels, npad) or depth * npad > STREAMED_BYTES
+            or depth * npad > L1_BYTES // 2 and depth * tile.nr <= 3 * L1_BYTES // 4)
 
 
 def run_by_run(tile: Tile, run: int, rows: int) -> bool:
