@@ -151,7 +151,8 @@ def _schedule(func, tile: Tile, kernel: Kernel | None, run: int, row_step: int, 
     ``(b, q0) | n0 | kh | q1 n1 t``, or ``(b, n0) | kh | q0 | q1 n1 t`` run by run), the fused outer
     loop parallel, the inner four (three) one kernel call; the padding stage parallel over input rows,
     a vector copy per pixel; the output stage after each (row tile, column tile), or (flat) in a pass
-    of its own over the output rows."""
+    of its own over the output rows. Where consecutive calls share a column tile's weights (column
+    tiles outer, run by run), they fetch the next one's between them (kernels/int8.py ``Prefetch``)."""
     sch = s_tir.Schedule(func)
     pad = sch.get_sblock("pad")
     b, f = sch.get_loops(pad)
