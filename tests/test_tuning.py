@@ -23,9 +23,40 @@ def test_log_records_fastest_and_choose_reads_it(tmp_path):
     assert json.loads(path.read_text())["dense m5 n7 k9 uint8"]["kernel"] == names[-1]
     assert tuning.choose("dense m5 n7 k9 uint8", candidates, 5, 7, path).intrin == names[-1]
     # a shape not in the log: the tile with the least padding
-    expected = min(candidates, key=lambda k: (-(-96 // k.spec.mr) * k.spec.mr * -(-128 // k.spec.nr) * k.spec.nr,
-                                              -k.spec.nr, -k.spec.k))
-    assert tuning.choose("other", candidates, 96, 128, path) is expected
+    chosen = tuning.choose("other", candidates, 96, 128, path)
+    padded = {k: -(-96 // k.spec.mr) * k.spec.mr * -(-128 // k.spec.nr) * k.spec.nr for k in candidates}
+    assert padded[chosen] == min(padded.values())
+
+
+def _avx512_tile(shape: str):
+    return next(k for k in selection.int8_candidates("avx512") if f"_{shape}_" in k.intrin)
+
+
+def test_untuned_shapes_take_the_largest_tile_whose_registers_fit():
+    """A 56x56 64-channel layer, which no AVX-512 tile but 8x48 pads: 14x32 (28 accumulators, 2 B and
+    a broadcast A in the 32 zmm registers), not 7x64 (the same accumulators, one register short) nor
+    the smaller 8x32 and 14x16; where only 7x64 pads nothing (7x7x512), padding still comes first."""
+    candidates = selection.int8_candidates("avx512")
+    assert tuning.least_padding(candidates, 56 * 56, 64, 576) is _avx512_tile("14x32x16")
+    assert tuning.least_padding(candidates, 7 * 7, 512, 4608) is _avx512_tile("7x64x16")
+
+
+def test_the_tiles_said_to_spill_are_those_whose_k_loop_spills(tmp_path):
+    """tuning.spills against the compiler: each AVX-512 tile tensorized into a small conv2d, built, and
+    its K loop (the run of vpdpbusd) read in the disassembly: a tile said to fit has no zmm stack
+    access there and reads no operand from memory; one said to spill has either."""
+    import subprocess
+    rng = np.random.default_rng(3)
+    w = rng.integers(-128, 128, (64, 64, 3, 3)).astype(np.int8)
+    for kernel in selection.int8_candidates("avx512"):
+        library = tmp_path / f"{kernel.intrin}.so"
+        conv2d(w, (1, 14, 14, 64), "NHWC", 1, 1, 1, "uint8", kernel=kernel).module.export_library(str(library))
+        asm = subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(library)], capture_output=True, text=True,
+                             check=True).stdout.splitlines()
+        dots = [i for i, line in enumerate(asm) if "vpdpbusd" in line]
+        loop = asm[dots[0]:dots[-1] + 1]
+        overflow = sum("%rsp" in line and "zmm" in line or "vpdpbusd" in line and "(" in line for line in loop)
+        assert (overflow > 0) == tuning.spills(kernel), (kernel.intrin, overflow)
 
 
 def test_choose_takes_the_fastest_logged_candidate_when_the_winner_is_not_one(tmp_path):

@@ -31,6 +31,7 @@ from pathlib import Path
 from filelock import FileLock
 
 from isa_specs import host
+from isa_specs.features import REGISTER_FILES
 from synth.files import write_atomically
 from tvm_integration.kernels.int8 import Kernel
 from tvm_integration.kernels.packing import round_up
@@ -75,13 +76,28 @@ def record(key: str, times_ms: dict[str, float], path: Path) -> str:
     return best
 
 
+def spills(kernel: Kernel) -> bool:
+    """Whether a register tile (``k4b``: ``mr`` rows of accumulators, the B registers of a k step and
+    one broadcast A) needs more vector registers than its ISA has: the compiler then reloads and
+    stores accumulators every k step (the AVX-512 7x64 tile, 33 of 32: 82% of the ``vpdpbusd`` peak
+    from L1 on the AMX host, where 14x32 of the same 28 accumulators reaches 95%)."""
+    spec = kernel.spec
+    if spec.layout != "k4b" or spec.isa not in REGISTER_FILES:
+        return False
+    per_row = spec.nr * 32 // REGISTER_FILES[spec.isa].bits
+    return (spec.mr + 1) * per_row + 1 > REGISTER_FILES[spec.isa].count
+
+
 def least_padding(candidates: list[Kernel], rows: int, cols: int, depth: int = 1) -> Kernel:
     """The tile that pads the output least, then the reduction depth (the AMX tiles' K blocks of 64
-    and 256 bytes), then the widest, then the deepest K block, but for AMX the shallowest: the 64-byte
-    one ran as fast or faster on every ResNet-18 layer, also where 256 divides the depth (docs/amx.md)."""
+    and 256 bytes), then one whose registers fit (``spills``), then the largest (fewest loads per
+    product: from L1 on the AMX host, AVX-512 14x32 95% of the peak, 8x48 92%, 6x64 91%, 7x48 90%,
+    8x32 83%, 14x16 72%; scripts/bench_kernels.py), the widest, then the deepest K block, but for AMX
+    the shallowest: the 64-byte one ran as fast or faster on every ResNet-18 layer, also where 256
+    divides the depth (docs/amx.md)."""
     return min(candidates, key=lambda k: (round_up(rows, k.spec.mr) * round_up(cols, k.spec.nr),
-                                          round_up(depth, k.spec.k), -k.spec.nr,
-                                          k.spec.k if k.spec.layout == "tile" else -k.spec.k))
+                                          round_up(depth, k.spec.k), spills(k), -k.spec.mr * k.spec.nr,
+                                          -k.spec.nr, k.spec.k if k.spec.layout == "tile" else -k.spec.k))
 
 
 def choose(key: str, candidates: list[Kernel], rows: int, cols: int, path: Path | None = None,
