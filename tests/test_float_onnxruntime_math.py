@@ -12,7 +12,12 @@ from onnx import TensorProto, helper, numpy_helper
 pytest.importorskip("onnxruntime")
 pytestmark = pytest.mark.filterwarnings("ignore:.*has no quantized op")
 
-from test_float_ops import assert_exact, float_model, functions
+import tvm  # noqa: E402
+from tvm import relax  # noqa: E402
+
+from test_float_ops import assert_exact, float_model, functions  # noqa: E402
+from tvm_integration.qnn.importer import load  # noqa: E402
+from tvm_integration.qnn.model import lower  # noqa: E402
 
 
 def test_tanh_exact_everywhere(tmp_path):
@@ -91,3 +96,40 @@ def test_a_quantized_reduce_mean_stays_a_float_mean_between_dq_and_q(tmp_path):
                                   quantized_out=True)
     assert_exact(pool, {"x": x})
     assert "qsynth_global_pool" not in functions(pool)
+
+
+def image_mean_model(path, shape):
+    """A squeeze-and-excitation's pooling: the float image quantized (which the pipeline holds NHWC),
+    dequantized, ReduceMean over H and W, quantized again."""
+    nodes = [helper.make_node("QuantizeLinear", ["x", "scale", "zero"], ["q"]),
+             helper.make_node("DequantizeLinear", ["q", "scale", "zero"], ["f"]),
+             helper.make_node("ReduceMean", ["f"], ["m"], axes=[2, 3], keepdims=1),
+             helper.make_node("QuantizeLinear", ["m", "out_scale", "zero"], ["p"]),
+             helper.make_node("DequantizeLinear", ["p", "out_scale", "zero"], ["y"])]
+    graph = helper.make_graph(nodes, "m", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [shape[0], shape[1], 1, 1])],
+                              [numpy_helper.from_array(np.array(0.0371, np.float32), "scale"),
+                               numpy_helper.from_array(np.array(117, np.uint8), "zero"),
+                               numpy_helper.from_array(np.array(0.0097, np.float32), "out_scale")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+@pytest.mark.parametrize("shape", [(1, 32, 13, 13), (1, 104, 7, 7), (2, 20, 6, 6), (1, 3, 9, 9)],
+                         ids=["16_lanes", "8_lanes_odd_planes", "4_lanes_batch_2", "scalar"])
+def test_a_mean_over_an_image_held_nhwc_reads_it_in_place(tmp_path, shape):
+    """The image is NHWC in the pipeline: dequantized and averaged there (reduce_mean.mean_func's NHWC
+    form, channels across the vector lanes), never transposed, in Eigen's order per plane as before:
+    planes of 169, 49 (heads and tails that vary with the channel), 36 and 81 elements, 32, 104, 20
+    and 3 channels."""
+    x = (np.random.default_rng(10).random(shape, dtype=np.float32) * 9).astype(np.float32)
+    path = image_mean_model(tmp_path / "se.onnx", shape)
+    assert_exact(path, {"x": x})
+    main = lower(load(path, allow_float=True))["main"]
+    called = {b.value.args[0].name_hint: [int(d) for d in b.var.ty.shape] for b in main.body.blocks[0].bindings
+              if isinstance(b.value, relax.Call) and isinstance(b.value.args[0], tvm.ir.GlobalVar)}
+    assert any(name.startswith("qsynth_mean") for name in called), called
+    # what is transposed is the [b, c] means alone, not the image
+    assert all(np.prod(out) == shape[0] * shape[1] for name, out in called.items() if name.startswith("transpose")), called

@@ -56,7 +56,9 @@ class Binder:
         if len(blocks) != 1 or not isinstance(blocks[0], relax.DataflowBlock):
             raise ModelError("the imported model's main function is not one dataflow block (control flow?)")
         self.ops = {b.var: IntegerOp.read(b.value, self.mod) for b in blocks[0].bindings}
-        self.fusable = self.residual_convolutions(blocks[0].bindings, main.body.body)
+        uses = _uses(blocks[0].bindings, main.body.body)
+        self.fusable = self.residual_convolutions(uses)
+        self.pooled = self.pooled_dequantizes(blocks[0].bindings, uses)
         # a matmul of activations reads its operands in the model's layout (an attention's probabilities)
         self.matmul_operands = {i for op in self.ops.values() if op is not None and op.kind == "batch_matmul"
                                 for i in op.inputs}
@@ -88,26 +90,25 @@ class Binder:
             self.nhwc[var] = self.builder.emit(relax.op.permute_dims(self.substitute(var), TO_NHWC))
         return self.nhwc[var]
 
-    def residual_convolutions(self, bindings, output) -> set:
+    def residual_convolutions(self, uses: Counter) -> set:
         """The tensorized convolutions whose only reader is a quantized add of two tensors."""
-        uses = Counter()
-
-        def count(expr):
-            if isinstance(expr, relax.Var):
-                uses[expr] += 1
-            elif isinstance(expr, (relax.Tuple, relax.Call)):
-                for e in (expr.fields if isinstance(expr, relax.Tuple) else expr.args):
-                    count(e)
-        for binding in bindings:
-            count(binding.value)
-        count(output)
-
         def requantized_convolution(var):
             op = self.ops.get(var)
             return (op is not None and op.kind == "conv2d" and op.tensorized and not op.depthwise
                     and len(op.constants) == 3)           # weight, bias, scale: a requantized result
         return {i for op in self.ops.values() if op is not None and op.kind == "add" and len(op.inputs) == 2
                 for i in op.inputs if uses[i] == 1 and requantized_convolution(i)}
+
+    def pooled_dequantizes(self, bindings, uses: Counter) -> set:
+        """The per-tensor dequantizes of 4-D tensors whose only reader is a float mean over H and W (a
+        squeeze-and-excitation's pooling, float_ops.nhwc_mean): computed NHWC, as their image is held
+        (x86 only: the mean rounds as onnxruntime's x86 kernel)."""
+        if self.isa == "neon":
+            return set()
+        means = Counter(b.value.args[0] for b in bindings if isinstance(b.value, relax.Call)
+                        and b.value.op == tvm.ir.Op.get("relax.mean") and isinstance(b.value.args[0], relax.Var))
+        return {var for var, op in self.ops.items() if op is not None and op.kind == "dequantize"
+                and len(op.out_shape) == 4 and means[var] == uses[var] > 0}
 
     def bind(self, binding):
         var, value = binding.var, binding.value
@@ -139,15 +140,20 @@ class Binder:
                 self.set_nhwc(var, result)
             else:                   # a reduction to [b, c] (a MEAN without keepdims): no layout left
                 self.value[var] = self.builder.emit(result)
+        elif var in self.pooled and op.inputs[0] in self.nhwc:
+            self.set_nhwc(var, replace(op, inputs=(self.nhwc[op.inputs[0]],)).emit_reference(self.builder))
         elif (moved := self.nhwc_movement(value)) is not None:
             self.set_nhwc(var, moved)
         else:
             self.value[var] = self.builder.emit(self.substitute(value))
 
     def nhwc_movement(self, value):
-        """A concat along the channels or a resize of tensors that are NHWC already, in NHWC; else None."""
+        """A concat along the channels, a resize, or a float mean over H and W (float_ops.nhwc_mean) of
+        tensors that are NHWC already, in NHWC; else None."""
         if not (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op)):
             return None
+        if value.op.name == "relax.mean" and value.args[0] in self.pooled and value.args[0] in self.nhwc:
+            return float_ops.nhwc_mean(self.builder, value, self.nhwc[value.args[0]])
         if value.op.name == "relax.concat" and isinstance(value.args[0], relax.Tuple):
             fields = value.args[0].fields
             if all(f in self.nhwc and len(f.ty.shape) == 4 for f in fields) and int(value.attrs.axis) % 4 == 1:
@@ -249,6 +255,22 @@ class Binder:
             self.value[var] = result
         else:
             self.set_nhwc(var, result)
+
+
+def _uses(bindings, output) -> Counter:
+    """How many times each variable is read by ``bindings`` and ``output``."""
+    uses = Counter()
+
+    def count(expr):
+        if isinstance(expr, relax.Var):
+            uses[expr] += 1
+        elif isinstance(expr, (relax.Tuple, relax.Call)):
+            for e in (expr.fields if isinstance(expr, relax.Tuple) else expr.args):
+                count(e)
+    for binding in bindings:
+        count(binding.value)
+    count(output)
+    return uses
 
 
 def model_target(isa: str = "host", mcpu: str | None = None) -> dict:

@@ -489,6 +489,19 @@ def _mean(bb, call):
                  _shape(call))
 
 
+def nhwc_mean(bb, call, image):
+    """``call``, a float ReduceMean over H and W (keepdims) of an NCHW image, computed on ``image``, the
+    same image held NHWC, summed in onnxruntime's order (``reduce_mean.mean_func``'s NHWC form):
+    ``[b, 1, 1, c]``; None for any other call. A squeeze-and-excitation's pooling then reads the
+    image in place instead of a transpose of it (EfficientNet-B0's 112x112x32, 56x56x96 and 56x56x144)."""
+    shape = _shape(call.args[0])
+    if shape is None or len(shape) != 4 or not _float32(call) or not call.attrs.keepdims or call.attrs.axis is None:
+        return None
+    if sorted({int(a) % 4 for a in call.attrs.axis}) != [2, 3]:
+        return None
+    return _emit(bb, reduce_mean.mean_func(shape, 2, True, "NHWC"), "qsynth_mean", [image], (shape[0], 1, 1, shape[1]))
+
+
 def _global_pool(bb, call):
     """A float GlobalAveragePool: the importer's ``adaptive_avg_pool2d`` to 1x1, NCHW."""
     shape = _shape(call.args[0])

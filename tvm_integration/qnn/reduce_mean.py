@@ -27,18 +27,29 @@ def ravel(index, shape):
     return sum((i * int(np.prod(shape[a + 1:])) for a, i in enumerate(index)), tirx.const(0))
 
 
-def mean_func(shape: tuple[int, ...], reduced: int, keepdims: bool) -> tirx.PrimFunc:
+def mean_func(shape: tuple[int, ...], reduced: int, keepdims: bool, layout: str = "NCHW") -> tirx.PrimFunc:
     """The mean over the last ``reduced`` axes as onnxruntime's ReduceMean computes it (its "KR" fast
     path): Eigen's ``sum()`` of each row of N contiguous elements, then divided by N. Eigen starts at
     the row's first 16-byte-aligned element (row r begins at element r * N of an aligned buffer), sums
     packets of 4 in two accumulators, adds them and a last odd packet, reduces the lanes
-    (0 + 2) + (1 + 3), then adds the unaligned head and tail in order. Rows parallel."""
+    (0 + 2) + (1 + 3), then adds the unaligned head and tail in order. Rows parallel. ``layout="NHWC"``
+    (``shape`` the model's NCHW, ``reduced`` 2): the same sums of the image held NHWC, read in place
+    (a squeeze-and-excitation's pooling: no transpose of the image first); the result ``[b, 1, 1, c]``
+    with ``keepdims``, the same bytes as ``[b, c, 1, 1]``."""
     kept = shape[:len(shape) - reduced]
     rows, n, pair = int(np.prod(kept)), int(np.prod(shape[len(shape) - reduced:])), 2 * PACKET
-    x = te.placeholder(shape, "float32", "x")
+    if layout == "NHWC":
+        b, c, h, w = shape
+        x = te.placeholder((b, h, w, c), "float32", "x")
 
-    def at(r, i):
-        return x[tuple(unravel(r * n + tirx.min(i, n - 1), shape))]
+        def at(r, i):
+            i = tirx.min(i, n - 1)
+            return x[r // c, i // w, i % w, r % c]
+    else:
+        x = te.placeholder(shape, "float32", "x")
+
+        def at(r, i):
+            return x[tuple(unravel(r * n + tirx.min(i, n - 1), shape))]
 
     def start(r):
         return tirx.min(tirx.floormod(-r * n, PACKET), n)
@@ -62,11 +73,28 @@ def mean_func(shape: tuple[int, ...], reduced: int, keepdims: bool) -> tirx.Prim
             total = tirx.Select(first + aligned + k < n, total + at(r, first + aligned + k), total)
         return total / mlas_math.f32(n)
 
-    y = te.compute((*kept, *[1] * reduced) if keepdims else kept, lambda *i: mean(ravel(i[:len(kept)], kept)),
-                   name="mean")
+    if layout == "NHWC":
+        y = te.compute((shape[0], 1, 1, shape[1]) if keepdims else kept, lambda bi, *i: mean(bi * shape[1] + i[-1]),
+                       name="mean")
+    else:
+        y = te.compute((*kept, *[1] * reduced) if keepdims else kept, lambda *i: mean(ravel(i[:len(kept)], kept)),
+                       name="mean")
     sch = s_tir.Schedule(te.create_prim_func([x, y]))
     loops = sch.get_loops(sch.get_sblock("mean"))
-    if loops:                 # none for a scalar mean
+    width = next((v for v in (16, 8, 4) if shape[1] % v == 0), None) if layout == "NHWC" else None
+    if width and keepdims:    # channels across the vector lanes, each lane one row's sums in its order
+        *outer, channels = loops
+        group, lane = sch.split(channels, [None, width])
+        group = sch.fuse(*outer, group)
+        sch.parallel(group)
+        sch.vectorize(lane)
+        lanes = sch.get_sblock("lanes")
+        sch.transform_layout(lanes, ("write", 0), lambda r, j: (j, r))     # each sum's rows contiguous
+        sch.compute_at(lanes, group)
+        row, j, t = sch.get_loops(lanes)[-3:]
+        sch.reorder(t, j, row)
+        sch.vectorize(row)
+    elif loops:               # none for a scalar mean
         fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
         sch.parallel(fused)
         sch.compute_at(sch.get_sblock("lanes"), fused)
