@@ -29,7 +29,7 @@ from tvm_integration.ops import neon_int8 as neon_ops
 from tvm_integration.ops.conv2d import build_conv2d
 from tvm_integration.ops.dense import build_dense
 from tvm_integration.ops.output_stage import OutputStage, ResidualAdd, requantization
-from tvm_integration.qnn import bitserial_layer, float_ops, schedules
+from tvm_integration.qnn import bitserial_layer, float_ops, reduce_mean, schedules
 from tvm_integration.qnn.importer import ModelError
 from tvm_integration.qnn.integer_op import IntegerOp
 
@@ -101,7 +101,7 @@ class Binder:
 
     def pooled_dequantizes(self, bindings, uses: Counter) -> set:
         """The per-tensor dequantizes of 4-D tensors whose only reader is a float mean over H and W (a
-        squeeze-and-excitation's pooling, float_ops.nhwc_mean): computed NHWC, as their image is held
+        squeeze-and-excitation's pooling, reduce_mean.mean): computed NHWC, as their image is held
         (x86 only: the mean rounds as onnxruntime's x86 kernel)."""
         if self.isa == "neon":
             return set()
@@ -148,12 +148,12 @@ class Binder:
             self.value[var] = self.builder.emit(self.substitute(value))
 
     def nhwc_movement(self, value):
-        """A concat along the channels, a resize, or a float mean over H and W (float_ops.nhwc_mean) of
+        """A concat along the channels, a resize, or a float mean over H and W (reduce_mean.mean) of
         tensors that are NHWC already, in NHWC; else None."""
         if not (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op)):
             return None
         if value.op.name == "relax.mean" and value.args[0] in self.pooled and value.args[0] in self.nhwc:
-            return float_ops.nhwc_mean(self.builder, value, self.nhwc[value.args[0]])
+            return reduce_mean.mean(self.builder, value, self.nhwc[value.args[0]])
         if value.op.name == "relax.concat" and isinstance(value.args[0], relax.Tuple):
             fields = value.args[0].fields
             if all(f in self.nhwc and len(f.ty.shape) == 4 for f in fields) and int(value.attrs.axis) % 4 == 1:

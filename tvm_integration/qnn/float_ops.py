@@ -14,32 +14,10 @@ import numpy as np
 import tvm
 from tvm import relax, s_tir, te, tirx, topi
 
-from tvm_integration.qnn import importer, layer_norm, mlas_math, reduce_mean
+from tvm_integration.qnn import layer_norm, mlas_math, reduce_mean
+from tvm_integration.qnn.float_calls import emit, float32, shape_of
 from tvm_integration.qnn.float_matmul import LANES, matmul_func
 from tvm_integration.qnn.qdq import constant
-from tvm_integration.qnn.schedules import SCHEDULED
-
-
-def _shape(expr) -> tuple[int, ...] | None:
-    shape = expr.ty.shape if isinstance(expr.ty, relax.TensorType) else None
-    if shape is None or not all(isinstance(d, tirx.IntImm) for d in shape):
-        return None
-    return tuple(int(d) for d in shape)
-
-
-def _float32(call) -> bool:
-    return all(isinstance(a.ty, relax.TensorType) and str(a.ty.dtype) == "float32" for a in call.args
-               if isinstance(a, relax.Expr) and isinstance(a.ty, relax.TensorType))
-
-
-def _emit(bb: relax.BlockBuilder, func: tirx.PrimFunc, name: str, args, out_shape, dtype="float32", outputs=1):
-    """The call of ``func`` (scheduled, added to ``bb``'s module as ``name``) on ``args``; with
-    ``outputs`` > 1, a tuple of that many tensors of ``out_shape``."""
-    func = func.with_attr(SCHEDULED, True)
-    gvar = bb.add_func(func, name)
-    bb.update_func(gvar, func.with_attr("global_symbol", gvar.name_hint))
-    out = [relax.TensorType(out_shape, dtype) for _ in range(outputs)]
-    return relax.call_tir(gvar, list(args), out if outputs > 1 else out[0])
 
 
 # -- Softmax over the last axis -----------------------------------------------------------------------
@@ -235,43 +213,43 @@ def range_func(shape: tuple[int, ...]) -> tirx.PrimFunc:
 # -- the LegalizeOps override -------------------------------------------------------------------------
 
 def _matmul(bb, call):
-    a, b = (_shape(x) for x in call.args)
-    if a is None or b is None or len(a) < 2 or len(b) < 2 or not _float32(call):
+    a, b = (shape_of(x) for x in call.args)
+    if a is None or b is None or len(a) < 2 or len(b) < 2 or not float32(call):
         return None
     out = (*np.broadcast_shapes(a[:-2], b[:-2]), a[-2], b[-1])
-    return _emit(bb, matmul_func(a, b), "qsynth_float_matmul", call.args, out)
+    return emit(bb, matmul_func(a, b), "qsynth_float_matmul", call.args, out)
 
 
 def _softmax(bb, call):
     """Over the last axis; over another, that axis swapped with the last before and after, as
     onnxruntime's Softmax kernel transposes (opset 13)."""
-    shape = _shape(call.args[0])
-    if shape is None or not _float32(call):
+    shape = shape_of(call.args[0])
+    if shape is None or not float32(call):
         return None
     axis, swap = int(call.attrs.axis) % len(shape), list(range(len(shape)))
     if axis == len(shape) - 1:
-        return _emit(bb, softmax_func(shape), "qsynth_softmax", call.args, shape)
+        return emit(bb, softmax_func(shape), "qsynth_softmax", call.args, shape)
     swap[axis], swap[-1] = swap[-1], axis
     x = bb.emit(bb.call_te(topi.transpose, call.args[0], swap))
-    y = bb.emit(_emit(bb, softmax_func(tuple(shape[a] for a in swap)), "qsynth_softmax", [x], [shape[a] for a in swap]))
+    y = bb.emit(emit(bb, softmax_func(tuple(shape[a] for a in swap)), "qsynth_softmax", [x], [shape[a] for a in swap]))
     return bb.call_te(topi.transpose, y, swap)
 
 
 def _elementwise(fn, name):
     def legalize(bb, call):
-        shape = _shape(call.args[0])
-        if shape is None or not _float32(call):
+        shape = shape_of(call.args[0])
+        if shape is None or not float32(call):
             return None
-        return _emit(bb, elementwise_func(shape, fn, name), "qsynth_" + name, call.args, shape)
+        return emit(bb, elementwise_func(shape, fn, name), "qsynth_" + name, call.args, shape)
     return legalize
 
 
 def _reduce_all(kind):
     def legalize(bb, call):
-        shape = _shape(call.args[0])
-        if shape is None or not _float32(call) or call.attrs.axis is not None or not shape:
+        shape = shape_of(call.args[0])
+        if shape is None or not float32(call) or call.attrs.axis is not None or not shape:
             return None
-        return _emit(bb, reduce_all_func(shape, kind), f"qsynth_{kind}", call.args, ())
+        return emit(bb, reduce_all_func(shape, kind), f"qsynth_{kind}", call.args, ())
     return legalize
 
 
@@ -294,12 +272,12 @@ def legalize_map() -> dict:
 # -- LayerNormalization and onnxruntime's SkipLayerNormalization fusion (layer_norm.py) ---------------
 
 def _layer_norm(bb, call):
-    shape = _shape(call.args[0])
+    shape = shape_of(call.args[0])
     axes = [int(a) % len(shape) for a in call.attrs.axes] if shape else None
-    if shape is None or len(shape) < 2 or not _float32(call) or axes != [len(shape) - 1] or \
-            any(_shape(a) != shape[-1:] for a in call.args[1:]):
+    if shape is None or len(shape) < 2 or not float32(call) or axes != [len(shape) - 1] or \
+            any(shape_of(a) != shape[-1:] for a in call.args[1:]):
         return None
-    return _emit(bb, layer_norm.layer_norm_func(shape, float(call.attrs.epsilon)), "qsynth_layer_norm", call.args,
+    return emit(bb, layer_norm.layer_norm_func(shape, float(call.attrs.epsilon)), "qsynth_layer_norm", call.args,
                  shape)
 
 
@@ -353,26 +331,26 @@ class _Fusions(relax.PyExprMutator):
         return value if isinstance(value, relax.Call) and value.op == tvm.ir.Op.get(op) else None
 
     def _skip_layer_norm(self, call):
-        add, shape = self._bound(call.args[0], "relax.add"), _shape(call.args[0])
-        if add is None or shape is None or len(shape) != 3 or any(_shape(a) != shape for a in add.args) or \
-                not _float32(add) or [int(a) % 3 for a in call.attrs.axes] != [2] or \
-                any(_shape(a) != shape[-1:] for a in call.args[1:]):
+        add, shape = self._bound(call.args[0], "relax.add"), shape_of(call.args[0])
+        if add is None or shape is None or len(shape) != 3 or any(shape_of(a) != shape for a in add.args) or \
+                not float32(add) or [int(a) % 3 for a in call.attrs.axes] != [2] or \
+                any(shape_of(a) != shape[-1:] for a in call.args[1:]):
             return None
         operands, bias = list(add.args), []
         for index in (0, 1):          # its first form, then its second: the bias Add an operand of this one
             inner = self._bound(add.args[index], "relax.add")
-            if inner is not None and _shape(inner.args[0]) == shape and _shape(inner.args[1]) == shape[-1:] and \
-                    constant(inner.args[1]) is not None and _float32(inner) and not self._gemm(inner.args[0]):
+            if inner is not None and shape_of(inner.args[0]) == shape and shape_of(inner.args[1]) == shape[-1:] and \
+                    constant(inner.args[1]) is not None and float32(inner) and not self._gemm(inner.args[0]):
                 operands[index], bias = inner.args[0], [inner.args[1]]
                 break
         for index in (0, 1):          # an operand still to dequantize: in the same pass
             if (chain := self._dequantize_chain(operands[index])) is not None:
                 func = layer_norm.skip_layer_norm_func(shape, float(call.attrs.epsilon), bool(bias),
                                                        first=dequantize_chain(shape))
-                return _emit(self.builder_, func, "qsynth_skip_layer_norm", [*chain, operands[1 - index],
+                return emit(self.builder_, func, "qsynth_skip_layer_norm", [*chain, operands[1 - index],
                                                                             *call.args[1:], *bias], shape)
         func = layer_norm.skip_layer_norm_func(shape, float(call.attrs.epsilon), bias=bool(bias))
-        return _emit(self.builder_, func, "qsynth_skip_layer_norm", [*operands, *call.args[1:], *bias], shape)
+        return emit(self.builder_, func, "qsynth_skip_layer_norm", [*operands, *call.args[1:], *bias], shape)
 
     def _dequantize_chain(self, expr):
         """The inputs of the dequantize chain (dequantized_func, as _dequantized wrote it) ``expr`` is
@@ -385,16 +363,16 @@ class _Fusions(relax.PyExprMutator):
 
     def _dequantized_gelu(self, call):
         """GELU of a dequantize chain (the feed-forward's first matmul): both in one pass."""
-        chain, shape = self._dequantize_chain(call.args[0]), _shape(call.args[0])
+        chain, shape = self._dequantize_chain(call.args[0]), shape_of(call.args[0])
         if chain is None or shape is None:
             return None
-        return _emit(self.builder_, dequantized_func(shape, then=gelu), "qsynth_dequantized_gelu", chain, shape)
+        return emit(self.builder_, dequantized_func(shape, then=gelu), "qsynth_dequantized_gelu", chain, shape)
 
     def _gemm(self, expr) -> bool:
         """``expr`` a float matmul by a 2-D operand, whose bias Add onnxruntime 1.32's MatMulAddFusion
         takes into a Gemm before SkipLayerNormFusion runs (attention's output projection too)."""
         matmul = self._bound(expr, "relax.matmul")
-        return matmul is not None and len(_shape(matmul.args[1]) or ()) == 2 and _float32(matmul)
+        return matmul is not None and len(shape_of(matmul.args[1]) or ()) == 2 and float32(matmul)
 
     def _dequantized(self, call):
         multiply = self._bound(call.args[0], "relax.multiply")
@@ -402,11 +380,11 @@ class _Fusions(relax.PyExprMutator):
         subtract = None if cast is None else self._bound(cast.args[0], "relax.subtract")
         if subtract is None or str(cast.ty.dtype) != "float32" or str(subtract.ty.dtype) != "int32":
             return None
-        shape = _shape(call.args[0])
-        if shape is None or _shape(subtract.args[0]) != shape or _shape(subtract.args[1]) != shape[-1:] or \
-                _shape(multiply.args[1]) != () or _shape(call.args[1]) != shape[-1:] or not _float32(call):
+        shape = shape_of(call.args[0])
+        if shape is None or shape_of(subtract.args[0]) != shape or shape_of(subtract.args[1]) != shape[-1:] or \
+                shape_of(multiply.args[1]) != () or shape_of(call.args[1]) != shape[-1:] or not float32(call):
             return None
-        return _emit(self.builder_, dequantized_func(shape), "qsynth_dequantized",
+        return emit(self.builder_, dequantized_func(shape), "qsynth_dequantized",
                      [*subtract.args, multiply.args[1], call.args[1]], shape)
 
     def _scaled_matmul(self, call):
@@ -414,41 +392,41 @@ class _Fusions(relax.PyExprMutator):
         for index in ((0,) if divide else (0, 1)):
             matmul, scale = self._bound(call.args[index], "relax.matmul"), constant(call.args[1 - index])
             if matmul is None or scale is None or scale.size != 1 or scale.dtype != np.float32 or \
-                    scale.ndim > len(_shape(call.args[index]) or ()):
+                    scale.ndim > len(shape_of(call.args[index]) or ()):
                 continue
-            a, b = (_shape(x) for x in matmul.args)
-            if a is None or b is None or len(a) < 2 or len(b) < 2 or not _float32(matmul):
+            a, b = (shape_of(x) for x in matmul.args)
+            if a is None or b is None or len(a) < 2 or len(b) < 2 or not float32(matmul):
                 continue
             c = scale.reshape(-1)[0]
             alpha = float(np.float32(1) / c if divide else c)
-            return _emit(self.builder_, matmul_func(a, b, alpha, self._transposed_a(matmul)), "qsynth_float_matmul",
-                         matmul.args, _shape(call.args[index]))
+            return emit(self.builder_, matmul_func(a, b, alpha, self._transposed_a(matmul)), "qsynth_float_matmul",
+                         matmul.args, shape_of(call.args[index]))
         return None
 
     def _range(self, source, call):
         """The whole-tensor max or min of a tensor whose other one is taken too: both in one pass."""
-        shape = _shape(call.args[0])
-        if source not in self.ranged or shape is None or not _float32(call):
+        shape = shape_of(call.args[0])
+        if source not in self.ranged or shape is None or not float32(call):
             return None
         if source not in self.ranges:
             self.ranges[source] = self.builder_.emit(
-                _emit(self.builder_, range_func(shape), "qsynth_range", [call.args[0]], (), outputs=2))
+                emit(self.builder_, range_func(shape), "qsynth_range", [call.args[0]], (), outputs=2))
         return relax.TupleGetItem(self.ranges[source], 0 if call.op == tvm.ir.Op.get("relax.max") else 1)
 
     def _transposed_a(self, matmul) -> bool:
         """``a`` a transpose of its last two axes, which MatmulTransposeFusion folds in as transA."""
-        permute, rank = self._bound(matmul.args[0], "relax.permute_dims"), len(_shape(matmul.args[0]) or ())
+        permute, rank = self._bound(matmul.args[0], "relax.permute_dims"), len(shape_of(matmul.args[0]) or ())
         if permute is None or rank < 2:
             return False
         axes = list(range(rank))[::-1] if permute.attrs.axes is None else [int(a) for a in permute.attrs.axes]
         return axes == [*range(rank - 2), rank - 1, rank - 2]
 
     def _transposed_matmul(self, call):
-        a, b = (_shape(x) for x in call.args)
-        if a is None or b is None or len(b) < 2 or not _float32(call) or not self._transposed_a(call):
+        a, b = (shape_of(x) for x in call.args)
+        if a is None or b is None or len(b) < 2 or not float32(call) or not self._transposed_a(call):
             return None
         out = (*np.broadcast_shapes(a[:-2], b[:-2]), a[-2], b[-1])
-        return _emit(self.builder_, matmul_func(a, b, trans_a=True), "qsynth_float_matmul", call.args, out)
+        return emit(self.builder_, matmul_func(a, b, trans_a=True), "qsynth_float_matmul", call.args, out)
 
 
 def _ranged(func: relax.Function) -> set:
@@ -475,39 +453,5 @@ def onnxruntime_fusions(mod: tvm.IRModule) -> tvm.IRModule:
     return mod
 
 
-# -- ReduceMean over the last axes (Eigen's sum) and GlobalAveragePool (MLAS's): reduce_mean.py -------
-
-def _mean(bb, call):
-    shape = _shape(call.args[0])
-    if shape is None or not shape or not _float32(call):
-        return None
-    axes = sorted({int(a) % len(shape) for a in call.attrs.axis}) if call.attrs.axis is not None else \
-        list(range(len(shape)))
-    if axes != list(range(len(shape) - len(axes), len(shape))):
-        return None
-    return _emit(bb, reduce_mean.mean_func(shape, len(axes), bool(call.attrs.keepdims)), "qsynth_mean", call.args,
-                 _shape(call))
-
-
-def nhwc_mean(bb, call, image):
-    """``call``, a float ReduceMean over H and W (keepdims) of an NCHW image, computed on ``image``, the
-    same image held NHWC, summed in onnxruntime's order (``reduce_mean.mean_func``'s NHWC form):
-    ``[b, 1, 1, c]``; None for any other call. A squeeze-and-excitation's pooling then reads the
-    image in place instead of a transpose of it (EfficientNet-B0's 112x112x32, 56x56x96 and 56x56x144)."""
-    shape = _shape(call.args[0])
-    if shape is None or len(shape) != 4 or not _float32(call) or not call.attrs.keepdims or call.attrs.axis is None:
-        return None
-    if sorted({int(a) % 4 for a in call.attrs.axis}) != [2, 3]:
-        return None
-    return _emit(bb, reduce_mean.mean_func(shape, 2, True, "NHWC"), "qsynth_mean", [image], (shape[0], 1, 1, shape[1]))
-
-
-def _global_pool(bb, call):
-    """A float GlobalAveragePool: the importer's ``adaptive_avg_pool2d`` to 1x1, NCHW."""
-    shape = _shape(call.args[0])
-    ok = shape is not None and len(shape) == 4 and importer.is_global_average_pool(call) and _float32(call)
-    return _emit(bb, reduce_mean.global_pool_func(shape), "qsynth_global_pool", call.args, _shape(call)) if ok else None
-
-
-RULES["relax.mean"] = _mean
-RULES["relax.nn.adaptive_avg_pool2d"] = _global_pool
+RULES["relax.mean"] = reduce_mean.mean
+RULES["relax.nn.adaptive_avg_pool2d"] = reduce_mean.global_pool

@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 from tvm import s_tir, te, tirx
 
-from tvm_integration.qnn import mlas_math
+from tvm_integration.qnn import importer, mlas_math
+from tvm_integration.qnn.float_calls import emit, float32, shape_of
 
 PACKET = 4                    # float32 lanes of Eigen's SSE packet in onnxruntime's x86 build
 NEGATIVE_ZERO = mlas_math.f32(-0.0)   # a sum not yet started: -0.0 + x is x for every x, -0.0 included
@@ -128,3 +129,31 @@ def global_pool_func(shape: tuple[int, ...]) -> tirx.PrimFunc:
     sch.parallel(fused)
     sch.compute_at(sch.get_sblock("lanes"), fused)
     return sch.mod["main"]
+
+
+# -- the rules float_ops.py's LegalizeOps override takes for relax.mean and adaptive_avg_pool2d ---------
+
+def mean(bb, call, image=None):
+    """A float ReduceMean over trailing axes (``mean_func``); with ``image`` (bind.py: the same NCHW
+    image held NHWC, a squeeze-and-excitation's pooling) one over H and W (keepdims) read from it in
+    place, ``[b, 1, 1, c]``, instead of a transpose of it (EfficientNet-B0's 112x112x32, 56x56x96 ...);
+    else None."""
+    shape = shape_of(call.args[0])
+    if shape is None or not shape or not float32(call):
+        return None
+    axes = sorted({int(a) % len(shape) for a in call.attrs.axis}) if call.attrs.axis is not None else \
+        list(range(len(shape)))
+    if image is not None:
+        nhwc = len(shape) == 4 and axes == [2, 3] and call.attrs.keepdims
+        return emit(bb, mean_func(shape, 2, True, "NHWC"), "qsynth_mean", [image], (shape[0], 1, 1, shape[1])) \
+            if nhwc else None
+    if axes != list(range(len(shape) - len(axes), len(shape))):
+        return None
+    return emit(bb, mean_func(shape, len(axes), bool(call.attrs.keepdims)), "qsynth_mean", call.args, shape_of(call))
+
+
+def global_pool(bb, call):
+    """A float GlobalAveragePool (``global_pool_func``): the importer's ``adaptive_avg_pool2d`` to 1x1, NCHW."""
+    shape = shape_of(call.args[0])
+    ok = shape is not None and len(shape) == 4 and importer.is_global_average_pool(call) and float32(call)
+    return emit(bb, global_pool_func(shape), "qsynth_global_pool", call.args, shape_of(call)) if ok else None
