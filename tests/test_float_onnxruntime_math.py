@@ -34,19 +34,22 @@ def test_tanh_exact_everywhere(tmp_path):
     assert "qsynth_tanh" in functions(path)
 
 
-def dequantized_mean_model(path, shape, axes, keepdims, op="ReduceMean", quantized_out=False):
+def dequantized_mean_model(path, shape, axes, keepdims, op="ReduceMean", quantized_out=False, quantized_in=False):
     """SqueezeNet's head: a uint8 tensor dequantized, then a float ReduceMean (onnxruntime allocates the
     dequantized tensor, so its planes sit where Eigen's alignment says), or ``op`` GlobalAveragePool;
-    ``quantized_out``: the mean quantized again (QDQ), as the tensor after it."""
+    ``quantized_out``: the mean quantized again (QDQ), as the tensor after it; ``quantized_in``: a float
+    input quantized first (an image the pipeline then holds NHWC: a squeeze-and-excitation's pooling)."""
     out_shape = [1 if a in axes else d for a, d in enumerate(shape)] if keepdims else \
         [d for a, d in enumerate(shape) if a not in axes]
     attrs = dict(axes=list(axes), keepdims=keepdims) if op == "ReduceMean" else {}
-    nodes = [helper.make_node("DequantizeLinear", ["x", "scale", "zero"], ["f"]),
-             helper.make_node(op, ["f"], ["m" if quantized_out else "y"], **attrs)]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "scale", "zero"], ["xq"])] if quantized_in else []
+    nodes += [helper.make_node("DequantizeLinear", ["xq" if quantized_in else "x", "scale", "zero"], ["f"]),
+              helper.make_node(op, ["f"], ["m" if quantized_out else "y"], **attrs)]
     if quantized_out:
         nodes += [helper.make_node("QuantizeLinear", ["m", "out_scale", "zero"], ["q"]),
                   helper.make_node("DequantizeLinear", ["q", "out_scale", "zero"], ["y"])]
-    graph = helper.make_graph(nodes, "m", [helper.make_tensor_value_info("x", TensorProto.UINT8, shape)],
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT if quantized_in else TensorProto.UINT8, shape)
+    graph = helper.make_graph(nodes, "m", [x],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, out_shape)],
                               [numpy_helper.from_array(np.array(0.0371, np.float32), "scale"),
                                numpy_helper.from_array(np.array(117, np.uint8), "zero"),
@@ -98,25 +101,6 @@ def test_a_quantized_reduce_mean_stays_a_float_mean_between_dq_and_q(tmp_path):
     assert "qsynth_global_pool" not in functions(pool)
 
 
-def image_mean_model(path, shape):
-    """A squeeze-and-excitation's pooling: the float image quantized (which the pipeline holds NHWC),
-    dequantized, ReduceMean over H and W, quantized again."""
-    nodes = [helper.make_node("QuantizeLinear", ["x", "scale", "zero"], ["q"]),
-             helper.make_node("DequantizeLinear", ["q", "scale", "zero"], ["f"]),
-             helper.make_node("ReduceMean", ["f"], ["m"], axes=[2, 3], keepdims=1),
-             helper.make_node("QuantizeLinear", ["m", "out_scale", "zero"], ["p"]),
-             helper.make_node("DequantizeLinear", ["p", "out_scale", "zero"], ["y"])]
-    graph = helper.make_graph(nodes, "m", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [shape[0], shape[1], 1, 1])],
-                              [numpy_helper.from_array(np.array(0.0371, np.float32), "scale"),
-                               numpy_helper.from_array(np.array(117, np.uint8), "zero"),
-                               numpy_helper.from_array(np.array(0.0097, np.float32), "out_scale")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save(model, str(path))
-    return path
-
-
 @pytest.mark.parametrize("shape", [(1, 32, 13, 13), (1, 104, 7, 7), (2, 20, 6, 6), (1, 3, 9, 9)],
                          ids=["16_lanes", "8_lanes_odd_planes", "4_lanes_batch_2", "scalar"])
 def test_a_mean_over_an_image_held_nhwc_reads_it_in_place(tmp_path, shape):
@@ -125,7 +109,7 @@ def test_a_mean_over_an_image_held_nhwc_reads_it_in_place(tmp_path, shape):
     planes of 169, 49 (heads and tails that vary with the channel), 36 and 81 elements, 32, 104, 20
     and 3 channels."""
     x = (np.random.default_rng(10).random(shape, dtype=np.float32) * 9).astype(np.float32)
-    path = image_mean_model(tmp_path / "se.onnx", shape)
+    path = dequantized_mean_model(tmp_path / "se.onnx", shape, (2, 3), 1, quantized_out=True, quantized_in=True)
     assert_exact(path, {"x": x})
     main = lower(load(path, allow_float=True))["main"]
     called = {b.value.args[0].name_hint: [int(d) for d in b.var.ty.shape] for b in main.body.blocks[0].bindings
