@@ -278,7 +278,7 @@ def _layer_norm(bb, call):
             any(shape_of(a) != shape[-1:] for a in call.args[1:]):
         return None
     return emit(bb, layer_norm.layer_norm_func(shape, float(call.attrs.epsilon)), "qsynth_layer_norm", call.args,
-                 shape)
+                shape)
 
 
 RULES["relax.nn.layer_norm"] = _layer_norm
@@ -348,7 +348,7 @@ class _Fusions(relax.PyExprMutator):
                 func = layer_norm.skip_layer_norm_func(shape, float(call.attrs.epsilon), bool(bias),
                                                        first=dequantize_chain(shape))
                 return emit(self.builder_, func, "qsynth_skip_layer_norm", [*chain, operands[1 - index],
-                                                                            *call.args[1:], *bias], shape)
+                                                                           *call.args[1:], *bias], shape)
         func = layer_norm.skip_layer_norm_func(shape, float(call.attrs.epsilon), bias=bool(bias))
         return emit(self.builder_, func, "qsynth_skip_layer_norm", [*operands, *call.args[1:], *bias], shape)
 
@@ -385,7 +385,7 @@ class _Fusions(relax.PyExprMutator):
                 shape_of(multiply.args[1]) != () or shape_of(call.args[1]) != shape[-1:] or not float32(call):
             return None
         return emit(self.builder_, dequantized_func(shape), "qsynth_dequantized",
-                     [*subtract.args, multiply.args[1], call.args[1]], shape)
+                    [*subtract.args, multiply.args[1], call.args[1]], shape)
 
     def _scaled_matmul(self, call):
         divide = call.op == tvm.ir.Op.get("relax.divide")
@@ -400,7 +400,7 @@ class _Fusions(relax.PyExprMutator):
             c = scale.reshape(-1)[0]
             alpha = float(np.float32(1) / c if divide else c)
             return emit(self.builder_, matmul_func(a, b, alpha, self._transposed_a(matmul)), "qsynth_float_matmul",
-                         matmul.args, shape_of(call.args[index]))
+                        matmul.args, shape_of(call.args[index]))
         return None
 
     def _range(self, source, call):
