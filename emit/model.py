@@ -17,7 +17,7 @@ from sketches.program import Program
 from synth.kernel import spec_from_key
 
 # int8 kernels that get a ``_kloop`` (the K loop of a GEMM around the step): byte elements, B in k groups
-KLOOP_LAYOUTS, BYTE_TYPES = ("k4", "k4b"), ("u8s8", "u7s8", "s8s8", "u8u8")
+KLOOP_LAYOUTS, BYTE_TYPES = ("k4", "k4b"), ("u8s8", "u7s8", "s8s8", "s8s7", "u8u8")
 
 
 def kernel_model(entry: dict) -> dict:

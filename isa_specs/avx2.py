@@ -81,6 +81,20 @@ def madd(B, a, b):
     return lanewise(B, 32, lane, a, b)
 
 
+def abs_(B, a, esize):
+    """VPABS{B,W,D}: dst[i] := ABS(a[i]) as an unsigned element (ABS(-2^(esize-1)) = 2^(esize-1))."""
+    return lanewise(B, esize, lambda x: B.ite(B.slt(x, B.const(0, esize)), B.sub(B.const(0, esize), x), x), a)
+
+
+def sign(B, a, b, esize):
+    """VPSIGN{B,W,D}: dst[i] := -a[i] IF b[i] < 0, 0 IF b[i] = 0, ELSE a[i] (negation wrapping:
+    -(-2^(esize-1)) = -2^(esize-1))."""
+    def lane(x, y):
+        zero = B.const(0, esize)
+        return B.ite(B.slt(y, zero), B.sub(zero, x), B.ite(B.eq(y, zero), zero, x))
+    return lanewise(B, esize, lane, a, b)
+
+
 def dpbusd(B, src, a, b):
     """VPDPBUSD, per 32-bit lane: dst := src + SUM_{j<4} ZeroExtend(a.byte[j]) * SignExtend(b.byte[j]),
     wrapping (no saturation)."""
@@ -211,6 +225,14 @@ INSTRUCTIONS = (
         Form("ymm", "__m256i _mm256_sad_epu8(__m256i a, __m256i b)"),
         Form("xmm", "__m128i _mm_sad_epu8(__m128i a, __m128i b)"),
     ), feature="avx2", ref=f"{_SDM} PSADBW; Intrinsics Guide _mm256_sad_epu8", commutative=True),
+    Instruction("vpabsb", abs_, (
+        Form("ymm", "__m256i _mm256_abs_epi8(__m256i a)", {"esize": 8}),
+        Form("xmm", "__m128i _mm_abs_epi8(__m128i a)", {"esize": 8}),
+    ), feature="avx2", ref=f"{_SDM} PABSB/PABSW/PABSD/PABSQ; Intrinsics Guide _mm256_abs_epi8"),
+    Instruction("vpsignb", sign, (
+        Form("ymm", "__m256i _mm256_sign_epi8(__m256i a, __m256i b)", {"esize": 8}),
+        Form("xmm", "__m128i _mm_sign_epi8(__m128i a, __m128i b)", {"esize": 8}),
+    ), feature="avx2", ref=f"{_SDM} PSIGNB/PSIGNW/PSIGND; Intrinsics Guide _mm256_sign_epi8"),
     Instruction("vpmaddubsw", maddubs, (
         Form("ymm", "__m256i _mm256_maddubs_epi16(__m256i a, __m256i b)"),
         Form("xmm", "__m128i _mm_maddubs_epi16(__m128i a, __m128i b)"),

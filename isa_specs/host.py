@@ -6,8 +6,9 @@ instruction checks, the peak probes, the kernel benchmarks and the TVM targets. 
 tells apart are the rows of ``features.py``."""
 from __future__ import annotations
 
+import os
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 
 from isa_specs.features import AARCH64, X86
@@ -102,13 +103,44 @@ def parse_cpuinfo(text: str) -> HostModel:
                      uarch is not None, flags)
 
 
+# The x86 features (``features.X86`` names, comma-separated) the host model may use, a subset of what
+# the CPU shows: ``avx2`` makes any x86-64 host an AVX2-only one (Zen 2/3, Haswell to Comet Lake),
+# ``avx2,avx512f,avx512bw,avx512vl`` a Skylake-SP without VNNI. The code then runs natively: no emulation.
+FEATURES_VARIABLE = "QSYNTH_HOST_FEATURES"
+
+
+class HostFeaturesError(ValueError):
+    """``QSYNTH_HOST_FEATURES`` names a feature that is unknown or that the CPU does not show."""
+
+
+def restricted(m: HostModel, features: str) -> HostModel:
+    """``m`` showing only the x86 features named in ``features`` (its other flags, e.g. fma, kept)."""
+    names = [n.strip() for n in features.split(",") if n.strip()]
+    unknown = [n for n in names if n not in X86]
+    if unknown:
+        raise HostFeaturesError(f"{FEATURES_VARIABLE}: unknown x86 feature(s) {', '.join(unknown)}; "
+                                f"accepted: {', '.join(X86)}")
+    absent = [n for n in names if X86[n].cpuinfo not in m.flags]
+    if absent:
+        raise HostFeaturesError(f"{FEATURES_VARIABLE}: this CPU does not show {', '.join(absent)} "
+                                f"(the variable can only take features away)")
+    shown = {X86[n].cpuinfo for n in names}
+    if "amx-int8" in names:
+        shown.add(X86["amx-tile"].cpuinfo)
+    feature_flags = {f.cpuinfo for f in X86.values()}
+    return replace(m, flags=frozenset(f for f in m.flags if f not in feature_flags or f in shown))
+
+
 @cache
 def model() -> HostModel:
+    """The host as /proc/cpuinfo shows it, less what ``QSYNTH_HOST_FEATURES`` takes away."""
     try:
         with open("/proc/cpuinfo") as f:
-            return parse_cpuinfo(f.read())
+            m = parse_cpuinfo(f.read())
     except OSError:
-        return parse_cpuinfo("")
+        m = parse_cpuinfo("")
+    features = os.environ.get(FEATURES_VARIABLE)
+    return restricted(m, features) if features is not None else m
 
 
 def cpu_flags() -> frozenset[str]:

@@ -39,8 +39,19 @@ class Lin:
 
     @staticmethod
     def variable(name, lo: int, hi: int) -> "Lin":
-        """A variable's key carries its own range, so any sub-sum's interval can be recomputed."""
+        """A variable's key carries its own range, so any sub-sum's interval can be recomputed; one
+        whose range is a single value is that constant."""
+        if lo == hi:
+            return Lin.constant(lo)
         return Lin((((name, lo, hi), 1),), 0, lo, hi)
+
+    def factored(self) -> tuple["Lin", int]:
+        """``(x, s)`` with this form ``s * x``, ``x`` one variable, where it is one; else ``(self, 1)``:
+        products are named by their factors up to sign and scale, so (-a)(-b) is a·b."""
+        if self.const or len(self.coeffs) != 1:
+            return self, 1
+        (key, s), = self.coeffs
+        return Lin(((key, 1),), 0, key[1], key[2]), s
 
     def __add__(self, o: "Lin") -> "Lin":
         small, big = sorted((self.coeffs, o.coeffs), key=len)
@@ -232,10 +243,12 @@ class LinearBackend:
         if fa.v.is_const:
             return (Field(fa.w, fb.v.scale(fa.v.const)),)
         # product of two variables: an atom named by the exact operand forms, whatever the field width
-        # (pattern(a)·pattern(b) ≡ va·vb mod 2**w), so umull's 16-bit and the spec's 32-bit products agree
-        corners = [x * y for x in (fa.v.lo, fa.v.hi) for y in (fb.v.lo, fb.v.hi)]
-        key = tuple(sorted([(fa.v.coeffs, fa.v.const), (fb.v.coeffs, fb.v.const)]))
-        return (Field(fa.w, Lin.variable(("mul", key), min(corners), max(corners))),)
+        # (pattern(a)·pattern(b) ≡ va·vb mod 2**w), so umull's 16-bit and the spec's 32-bit products agree;
+        # a scaled variable's scale is taken out first (vpsignb's -b times vpabsb's -a is a·b)
+        (x, sx), (y, sy) = fa.v.factored(), fb.v.factored()
+        corners = [p * q for p in (x.lo, x.hi) for q in (y.lo, y.hi)]
+        key = tuple(sorted([(x.coeffs, x.const), (y.coeffs, y.const)]))
+        return (Field(fa.w, Lin.variable(("mul", key), min(corners), max(corners)).scale(sx * sy)),)
 
     def zext(self, a, w):
         f = _single(a)

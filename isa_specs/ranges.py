@@ -3,6 +3,7 @@ proof all derive from one description, so they cannot disagree."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import product
 
 import numpy as np
 import z3
@@ -65,15 +66,29 @@ def precondition(ranges, constants):
     return pre
 
 
-def linear_inputs(names, bits, ranges, constants):
-    """Inputs for the linear-form backend: one variable per ranged lane."""
+def linear_inputs(names, bits, ranges, constants, case: dict | None = None):
+    """Inputs for the linear-form backend: one variable per ranged lane; ``case`` narrows lanes,
+    ``{(input index, lane index): (lo, hi)}`` (one of ``sign_cases``)."""
     out = []
+    case = case or {}
     for idx, (name, b, r) in enumerate(zip(names, bits, ranges)):
         if idx in constants:
             out.append(LINEAR.const(constants[idx], b))
         elif r is None:      # any bits: one variable per byte
             out.append(tuple(Field(8, Lin.variable((name, i), 0, 255)) for i in range(b // 8)))
         else:
-            out.append(tuple(Field(r.lane_bits, Lin.variable((name, r.lane_index(i)), r.lo, r.hi))
+            out.append(tuple(Field(r.lane_bits, Lin.variable((name, r.lane_index(i)),
+                                                             *case.get((idx, r.lane_index(i)), (r.lo, r.hi))))
                              for i in range(b // r.lane_bits)))
     return out
+
+
+def sign_cases(bits, ranges, split: list[int]):
+    """Every combination of sign (negative, zero, positive) of the independent lanes of the inputs
+    ``split`` whose range holds both signs: cases covering the whole domain, in each of which an
+    instruction that reads a lane's sign (vpsignb, vpabsb) is linear."""
+    lanes = [(idx, i, ranges[idx]) for idx in split for i in range((ranges[idx].repeat or bits[idx]) //
+                                                                    ranges[idx].lane_bits)
+             if ranges[idx].lo < 0 < ranges[idx].hi]
+    parts = [[(r.lo, -1), (0, 0), (1, r.hi)] for _, _, r in lanes]
+    return [{(idx, i): part for (idx, i, _), part in zip(lanes, choice)} for choice in product(*parts)]

@@ -79,6 +79,12 @@ def int8(isa: str, types: str, layout: str) -> dict:
         return {"row": ops("vpdpbusd.zmm", "vpaddd.zmm")}
     if isa == "avx2" and types == "u8s8":
         return {"row": ops("vpdpbusd.ymm", "vpaddd.ymm")}
+    if isa == "avx2" and types == "s8s7":
+        # exact without VNNI: vpmaddubsw(|a|, sign(b, a)) multiplies a * b in pairs that cannot saturate
+        # (|a b + a' b'| <= 2 * 128 * 127), vpmaddwd by ones widens them (synth/int8.py's two parts)
+        return {"constants": {"ones16": int.from_bytes(b"\x01\x00" * 16, "little")}, "sign_cases": ("a",),
+                "pairs": ops("vpabsb.ymm", "vpsignb.ymm", "vpmaddubsw.ymm"),
+                "widen": ops("vpmaddwd.ymm", "vpaddd.ymm", "vpaddw.ymm")}
     if isa == "avx2" and types == "u7s8":
         return {"constants": {"ones16": int.from_bytes(b"\x01\x00" * 16, "little")}, "multiplies_in_pairs": True,
                 "row": ops("vpmaddubsw.ymm", "vpmaddwd.ymm", "vpaddd.ymm", "vpaddw.ymm")}

@@ -17,22 +17,26 @@
 from __future__ import annotations
 
 from isa_specs.lanes import total
-from isa_specs.ranges import precondition, sample
+from isa_specs.ranges import LaneRange, precondition, sample
 from sketches import menus
 from sketches.chain import ChainSketch
 from sketches.linear import LinearSketch
 from synth.cegis import Problem
 from synth.proof import linear_prover
 from synth.int8_spec import Int8Spec
-from synth.stages import Stage, StageUse
+from synth.spec import _check
+from synth.stages import Composite, Stage, StageUse
 
 
-def _problem(name, isa, names, bits, ranges, out_bits, spec, constants, observe=None):
+def _problem(name, isa, names, bits, ranges, out_bits, spec, constants, observe=None, split=()):
+    """``split``: the prefixes of the inputs whose lanes the proof takes sign by sign (the menu's
+    ``sign_cases``: instructions that read an operand's sign)."""
     problem = Problem(name, isa, names, bits, out_bits, spec,
                       sample=lambda rng, n: sample(bits, ranges, constants, rng, n),
                       pre=precondition(ranges, constants), observe=observe)
     problem.ranges, problem.constants = ranges, constants
-    problem.fast_prove = linear_prover(problem, ranges, constants, [32] * len(out_bits) if not observe else [32])
+    problem.fast_prove = linear_prover(problem, ranges, constants, [32] * len(out_bits) if not observe else [32],
+                                       tuple(i for i, n in enumerate(names) if n.startswith(split) and split))
     return problem
 
 
@@ -92,10 +96,49 @@ def stages(spec: Int8Spec, isa) -> list[Stage]:
     ranges = one.lane_ranges() + [None] * len(cnames)
     cidx = {len(one.input_names) + i: v for i, v in enumerate(consts.values())}
     row = _problem("row", isa, names, bits, ranges, one.output_bits,
-                   lambda B, x: one.reference(B, x[:len(one.input_names)]), cidx)
+                   lambda B, x: one.reference(B, x[:len(one.input_names)]), cidx, split=menu.get("sign_cases", ()))
+    if "pairs" in menu:
+        return [_paired_row(spec, isa, menu, row, ranges)]
     make = (lambda n: LinearSketch(isa, menu["row"], bits, n)) if menu.get("multiplies_in_pairs") else \
         (lambda n: ChainSketch(isa, menu["row"], bits, names.index(one.input_names[-1]), n))
     return [Stage(row, make, range(1, 3 * spec.k // 4 + 3), in_ranges=ranges)]
+
+
+def _paired_row(spec: Int8Spec, isa, menu: dict, row, ranges) -> Stage:
+    """The k4b row of one k group (k = 4) as a ``Composite`` of two parts, each minimised by CEGIS on
+    its own (the whole five-instruction row did not finish in 10 minutes): ``pairs`` (a, b) -> the
+    sixteen int16 sums of two products, a[2l] b[2l] + a[2l+1] b[2l+1], exact in the spec's ranges;
+    ``widen`` (c, p, constants) -> c + the two pair sums of each int32 lane. The assembled row is
+    proved against the row's own spec (its sign cases), so the split is checked, never assumed."""
+    _check(spec.k == 4, f"the {spec.isa} {spec.types} tile takes one k group of 4 bytes per block, got k = {spec.k}")
+    consts = menu.get("constants", {})
+    v = spec.output_bits[0]
+    a_range, b_range = ranges[0], ranges[1]
+
+    def pairs_spec(B, x):
+        a, b = B.lanes(x[0], 8), B.lanes(x[1], 8)
+        prod = [B.mul(B.sext(p, 16), B.sext(q, 16)) for p, q in zip(a, b)]
+        return [B.join([B.add(prod[2 * l], prod[2 * l + 1]) for l in range(len(prod) // 2)])]
+    pairs = _problem("pairs", isa, ["a", "b"], [v, v], [a_range, b_range], [v], pairs_spec, {}, split=("a",))
+    pair_range = LaneRange(16, -(1 << 15), (1 << 15) - 1)
+    w_names, w_bits = ["c", "p", *consts], [v, v, *[v] * len(consts)]
+    w_ranges = [None, pair_range, *[None] * len(consts)]
+
+    def widen_spec(B, x):
+        p = B.lanes(x[1], 16)
+        return [B.join([B.add(c, B.add(B.sext(p[2 * l], 32), B.sext(p[2 * l + 1], 32)))
+                        for l, c in enumerate(B.lanes(x[0], 32))])]
+    widen = _problem("widen", isa, w_names, w_bits, w_ranges, [v], widen_spec,
+                     {2 + i: c for i, c in enumerate(consts.values())})
+    parts = {"pairs": Stage(pairs, lambda n: LinearSketch(isa, menu["pairs"], [v, v], n), range(1, 4),
+                            in_ranges=[a_range, b_range]),
+             "widen": Stage(widen, lambda n: LinearSketch(isa, menu["widen"], w_bits, n), range(1, 3),
+                            in_ranges=w_ranges)}
+    names = row.input_names
+    a, b, c = (next(n for n in names if n.startswith(x)) for x in "abc")
+    uses = [StageUse("pairs", [a, b], ["p"]), StageUse("widen", [c, "p", *consts], ["c_out"])]
+    composite = Composite(parts, uses, ["c_out"])
+    return Stage(row, lambda n: composite, range(1, 2), in_ranges=ranges)
 
 
 def assemble(spec: Int8Spec):

@@ -12,7 +12,7 @@ import z3
 
 from isa_specs.lanes import Z3
 from isa_specs.linear_forms import LINEAR, Unknown, lanes_equal
-from isa_specs.ranges import linear_inputs
+from isa_specs.ranges import linear_inputs, sign_cases
 
 SOLVER = f"z3 {z3.get_version_string()}"
 
@@ -62,21 +62,31 @@ def prove_equal(problem, program, deadline: float):
     return ob, [model.eval(x, model_completion=True).as_long() for x in xs]
 
 
-def linear_prover(problem, ranges, constants, out_lane_bits: list[int]):
+def linear_prover(problem, ranges, constants, out_lane_bits: list[int], split: tuple[int, ...] = ()):
     """``fast_prove`` for reduction-like stages: program and spec have the same linear forms lane
-    for lane (mod 2**w), so they are equal on every input within the ranges."""
+    for lane (mod 2**w), so they are equal on every input within the ranges. ``split``: inputs whose
+    lanes are taken case by case, by sign (``ranges.sign_cases``): the proof holds in every case."""
+    def equal(case) -> bool:
+        xs = linear_inputs(problem.input_names, problem.input_bits, ranges, constants, case)
+        got = problem.run(LINEAR, program_now, xs)
+        want = problem.spec(LINEAR, xs)
+        return len(got) == len(want) == len(out_lane_bits) and all(
+            lanes_equal(g, w, lb) for g, w, lb in zip(got, want, out_lane_bits))
+
+    cases = sign_cases(problem.input_bits, ranges, list(split)) if split else [None]
+
     def prove(program):
-        t0 = time.monotonic()
+        nonlocal program_now
+        t0, program_now = time.monotonic(), program
         try:
-            xs = linear_inputs(problem.input_names, problem.input_bits, ranges, constants)
-            got = problem.run(LINEAR, program, xs)
-            want = problem.spec(LINEAR, xs)
-            ok = len(got) == len(want) == len(out_lane_bits) and all(lanes_equal(g, w, lb) for g, w, lb in zip(got, want, out_lane_bits))
+            ok = all(equal(case) for case in cases)
         except Unknown:
             return None
         if not ok:
             return None
-        return Obligation(f"{problem.name}: program = spec (no lane overflow)", "linear-forms", "proved",
+        how = f", {len(cases)} sign cases" if split else ""
+        return Obligation(f"{problem.name}: program = spec (no lane overflow{how})", "linear-forms", "proved",
                           round(time.monotonic() - t0, 4))
+    program_now = None
     return prove
 

@@ -331,3 +331,36 @@ def test_recorded_hosts_targets_build_the_vnni_baseline(name):
     from scripts import tvm_baselines as tb
     target = host.target_of(host.parse_cpuinfo(cpuinfo(name)))
     assert tb.int8_vnni_x86(12, 16, 64, target=target).module is not None
+
+
+@pytest.mark.parametrize("name,features,has,lacks", [
+    ("sapphirerapids", "avx2", {"avx2", "fma"}, {"avx512f", "avx512_vnni", "avx_vnni", "amx_int8", "amx_tile"}),
+    ("zen4", "avx2", {"avx2", "fma"}, {"avx512f", "avx512bw", "avx512_vnni"}),
+    ("sapphirerapids", "avx2,avx512f,avx512bw,avx512vl", {"avx512f", "avx512bw", "avx512vl"},
+     {"avx512_vnni", "avx_vnni", "amx_int8"}),
+    ("sapphirerapids", "avx2,amx-int8", {"amx_int8", "amx_tile"}, {"avx512f"}),
+    ("zen3", "avx2", {"avx2", "fma"}, {"avx512f"})])
+def test_host_features_variable_takes_features_away(name, features, has, lacks):
+    """QSYNTH_HOST_FEATURES: an Intel or Zen 4 host becomes an AVX2-only one (or a Skylake-SP without
+    VNNI): its flags lose the x86 features not named, keep the rest, and LLVM's target loses them too."""
+    m = host.restricted(host.parse_cpuinfo(cpuinfo(name)), features)
+    assert has <= m.flags and not lacks & m.flags
+    enabled = llvm_features(host.target_of(m))
+    assert {"avx2"} <= enabled and not {"avx512f", "avx512vnni", "avxvnni", "amx-int8"} & enabled - set(features.split(","))
+
+
+@pytest.mark.parametrize("features,says", [
+    ("avx512f", "does not show avx512f"), ("avx3", "unknown x86 feature(s) avx3")])
+def test_host_features_variable_only_takes_known_features_away(features, says):
+    with pytest.raises(host.HostFeaturesError, match=re.escape(says)):
+        host.restricted(host.parse_cpuinfo(cpuinfo("zen3")), features)
+
+
+def test_live_host_model_reads_the_variable(monkeypatch):
+    monkeypatch.setenv(host.FEATURES_VARIABLE, "avx2")
+    host.model.cache_clear()
+    try:
+        assert host.lacks("avx512f", host.cpu_flags()) and host.lacks("avx2", host.cpu_flags()) is None
+    finally:
+        monkeypatch.undo()
+        host.model.cache_clear()

@@ -24,6 +24,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 from tvm import s_tir
 from tvm.script import tirx as T
 
@@ -96,6 +97,15 @@ class Kernel:
     @property
     def a_dtype(self) -> str:
         return DTYPES[self.spec.types][0]
+
+    def admits(self, weights: np.ndarray | None) -> bool:
+        """Whether the tile's proved precondition holds for ``weights`` (B, known at compile time; None:
+        B is computed at run time, so only a tile defined on every int8 B): the s8s7 tiles need B in
+        [-127, 127], the range in which their pairs of products cannot saturate."""
+        lo = next(r.lo for n, r in zip(self.spec.input_names, self.spec.lane_ranges()) if n.startswith("b"))
+        if lo == -128:
+            return True
+        return weights is not None and (weights.size == 0 or int(weights.min()) >= lo)
 
     @property
     def b_dtype(self) -> str:

@@ -15,10 +15,19 @@ import numpy as np
 ACTIVATION_SHIFT = 128
 
 
-def unsigned_activation(x, signed: bool, dtype: str = "uint8"):
-    """TIR: activation ``x`` as vpdpbusd's unsigned operand, in ``dtype``: shifted by
-    ``ACTIVATION_SHIFT`` when ``signed`` (int8)."""
-    return ((x.astype("int32") + ACTIVATION_SHIFT) if signed else x).astype(dtype)
+def activation_shift(data_dtype: str, a_dtype: str) -> int:
+    """What the packing adds to each activation to give the kernel's A operand: +128 for int8 data
+    into an unsigned A (vpdpbusd, tdpbusd), -128 for uint8 data into a signed A (the AVX2 s8s7 tile's
+    vpsignb reads A's sign), else 0. Either is ``x ^ 0x80`` on the byte."""
+    signed = {"uint8": False, "int8": True}
+    return 0 if signed[data_dtype] == signed[a_dtype] else ACTIVATION_SHIFT if signed[data_dtype] else -ACTIVATION_SHIFT
+
+
+def kernel_activation(x, data_dtype: str, dtype: str):
+    """TIR: activation ``x`` (of ``data_dtype``) as the kernel's A operand of ``dtype``, shifted by
+    ``activation_shift``."""
+    shift = activation_shift(data_dtype, dtype)
+    return ((x.astype("int32") + shift) if shift else x).astype(dtype)
 
 
 def round_up(x: int, multiple: int) -> int:
@@ -47,9 +56,9 @@ def folded_weight_matrix(w: np.ndarray, fold: tuple[int, int], step: int) -> np.
     return np.pad(rows, ((0, 0), (0, 0), (0, step - run))).reshape(1, o, kh2 * step)
 
 
-def shift_compensation(w: np.ndarray) -> np.ndarray:
-    """int32 ``[g, n]`` to add to the accumulators of shifted (signed) activations: -128 * sum_k w."""
-    return (-ACTIVATION_SHIFT * w.astype(np.int64).sum(axis=2)).astype(np.int32)
+def shift_compensation(w: np.ndarray, shift: int) -> np.ndarray:
+    """int32 ``[g, n]`` to add to the accumulators of activations shifted by ``shift``: -shift * sum_k w."""
+    return (-shift * w.astype(np.int64).sum(axis=2)).astype(np.int32)
 
 
 def conv_weight_matrix(w: np.ndarray, groups: int) -> np.ndarray:

@@ -1,7 +1,9 @@
 """Which tile an operator is built with, and for which LLVM target: the one place an ISA is chosen.
 
 int8: ``isa="host"`` takes the best ISA the host executes, AVX-512 VNNI > AVX-VNNI > AVX2, read from
-the host's CPU flags (isa_specs.host), never from a CPU name; on a host with AMX (and the tile data
+the host's CPU flags (isa_specs.host), never from a CPU name; without VNNI, the AVX2 s8s7 tiles, exact
+on u8 and s8 activations (shifted to s8 when packed) for weights in [-127, 127], which an operator
+checks on its constant weights (``Kernel.admits``; else it runs plain TIR); on a host with AMX (and the tile data
 permission), an operator of reduction depth 64 bytes or more takes the AMX tile instead
 (``amx_pays``). Bitserial: ``isa="host"``
 takes AVX-512, else AVX2; NEON tiles are built for AArch64 and run under qemu (ops/cross.py), never
@@ -10,6 +12,8 @@ Which of an ISA's tile shapes an int8 operator takes per shape is tuning.py's ch
 ``int8_candidates``.
 """
 from __future__ import annotations
+
+import numpy as np
 
 from isa_specs import host
 from tvm_integration.kernels import amx_runtime, int8
@@ -43,9 +47,20 @@ def usable(kernel: int8.Kernel | BitserialKernel) -> str | None:
     return why
 
 
+# Tile types exact on every activation: u8s8, and s8s7 (A signed, so u8 activations are shifted by
+# -128 when packed; B in [-127, 127], checked on the weights). u7s8 assumes A < 128, so it is not one.
+EXACT_TYPES = ("u8s8", "s8s7")
+
+
 def _u8s8_kernels(isa: str) -> list[int8.Kernel]:
-    """The isa's u8 x s8 tiles valid on every u8 (u7s8 assumes A < 128, so it is not one)."""
-    return [k for k in int8.proved_kernels(isa) if k.spec.types == "u8s8"]
+    """The isa's tiles exact on every u8 and s8 activation (``EXACT_TYPES``)."""
+    return [k for k in int8.proved_kernels(isa) if k.spec.types in EXACT_TYPES]
+
+
+def admitted(candidates: list[int8.Kernel], weights: np.ndarray | None) -> list[int8.Kernel]:
+    """The candidates whose precondition ``weights`` satisfy (``Kernel.admits``), else all of them:
+    the operator then runs the chosen tile's shape in plain TIR."""
+    return [k for k in candidates if k.admits(weights)] or candidates
 
 
 def int8_kernel(isa: str = "host") -> int8.Kernel:

@@ -112,6 +112,7 @@ def build_batch_matmul(a: Operand, b: Operand, za: int, zb: int, scale: float, o
     batch, m, k, n = geometry(a, b)
     groups = int(np.prod(batch)) if batch else 1
     kernel = kernel_for(a, b, isa)
+    use_kernel = use_kernel and kernel.admits(None)      # B is computed at run time
     tile = Tile.of(kernel)
     gemm = Gemm(1, groups, m, n, k)
     pp, npad, kp = gemm.padded(tile)

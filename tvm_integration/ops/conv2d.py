@@ -88,8 +88,9 @@ def build_conv2d(weight: np.ndarray, input_shape: tuple[int, ...], layout: str =
 
     key = tuning.conv2d_key(input_shape, layout, weight.shape, stride, pads, groups, data_dtype)
     depth = cg * kh * kw
-    kernel = kernel or tuning.choose(key, selection.int8_candidates(isa, depth, groups), oh * ow, o // groups,
-                                     depth=depth)
+    kernel = kernel or tuning.choose(key, selection.admitted(selection.int8_candidates(isa, depth, groups), weight),
+                                     oh * ow, o // groups, depth=depth)
+    use_kernel = use_kernel and kernel.admits(weight)
     tile = Tile.of(kernel)
     if direct.applies(tile, weight.shape, c, layout, groups):
         mod, constants, out_shape = direct.build(x, weight, stride, pads, (oh, ow), stage, tile,

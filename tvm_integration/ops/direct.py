@@ -34,7 +34,7 @@ from tvm_integration.kernels.int8 import Kernel, Prefetch, Runs
 from tvm_integration.ops import depthwise
 from tvm_integration.ops.gemm import Tile, output_tensor, stage_params, tensorize_tile, weights_outer
 from tvm_integration.ops.output_stage import OutputStage
-from tvm_integration.kernels.packing import conv_weight_matrix, pack_weights, round_up, unsigned_activation
+from tvm_integration.kernels.packing import activation_shift, conv_weight_matrix, kernel_activation, pack_weights, round_up
 
 
 def applies(tile: Tile, weight_shape, channels: int, layout: str, groups: int) -> bool:
@@ -67,15 +67,15 @@ def build(x: te.Tensor, weight: np.ndarray, stride: tuple[int, int], pads: tuple
     plane_rows = -(-hp // planes)
     if rows:   # the last row tile's windows run past the padded input: rows of padding after it
         plane_rows = max(plane_rows, -(-((rows - 1 + (kh - 1) // sh * wq) * sw * c + run) // (wp * c)))
-    signed = x.dtype == "int8"
+    a_dtype = kernel.a_dtype if kernel else "uint8"
 
     def pad_value_at(bi, f):
         """Byte ``f`` of the planes: channel, padded column and row (plane ``p``'s ``i``-th row is
         padded row ``i * planes + p``)."""
         row = f // (wp * c)
         padded_row = row % plane_rows * planes + row // plane_rows
-        return unsigned_activation(depthwise.padded_value(
-            x, "NHWC", bi, f % c, padded_row - pads[0], f // c % wp - pads[1], pad_value), signed)
+        return kernel_activation(depthwise.padded_value(
+            x, "NHWC", bi, f % c, padded_row - pads[0], f // c % wp - pads[1], pad_value), str(x.dtype), a_dtype)
     # the padded input as one flat run of bytes: a window row is one run of it in either order
     padded = te.compute((b, planes * plane_rows * wp * c), pad_value_at, name="pad")
 
@@ -97,7 +97,7 @@ def build(x: te.Tensor, weight: np.ndarray, stride: tuple[int, int], pads: tuple
         acc = te.compute((b, oh, owp, npad), lambda bi, i, j, n: te.sum(
             product(bi, runs.offset(r) + (i * sh * wp + j * sw) * c, n), axis=[r, t]), name="gemm")
         at = lambda bi, i, j, n: acc[bi, i, j, n]  # noqa: E731
-    values, params = stage_params(stage, weights, npad, signed)
+    values, params = stage_params(stage, weights, npad, activation_shift(str(x.dtype), a_dtype))
     out, residual = output_tensor((b, oh, ow, o), stage, params, lambda bi, i, j, n: (at(bi, i, j, n), 0, n))
     func = te.create_prim_func([x, w, *params.values(), *([residual] if residual is not None else []), out])
     constants = [pack_weights(weights, tile.nr, tile.k), *values.values()]

@@ -2,8 +2,8 @@
 ``acc[b, g, p, n] = sum_k A[b, g, p, k] * W[g, n, k]``, then the output stage.
 
 * A (``pack``) is built at run time inside the operator from the input tensor by the operator's own
-  index map (dense: the rows; conv2d: im2col with the padding), shifted to unsigned for signed
-  inputs, zero-padded to whole tiles; it is computed per row tile, right before the tile's K loops.
+  index map (dense: the rows; conv2d: im2col with the padding), shifted to the kernel's A type
+  (packing.activation_shift), zero-padded to whole tiles; it is computed per row tile, right before the tile's K loops.
 * W arrives packed into the kernel's layout (kernels/packing.py), zero-padded to whole tiles.
 * The output stage (output_stage.py) runs per (row tile, column tile) right after its K loop, while
   the int32 tile is in cache, and writes only the real rows and columns: ``rows`` order
@@ -23,7 +23,7 @@ from tvm import s_tir, te, tirx
 
 from tvm_integration.kernels.int8 import Kernel, Prefetch
 from tvm_integration.ops.output_stage import OutputStage, placeholders
-from tvm_integration.kernels.packing import pack_weights, round_up, shift_compensation, unsigned_activation
+from tvm_integration.kernels.packing import activation_shift, kernel_activation, pack_weights, round_up, shift_compensation
 
 ORDERS = ("rows", "channels")
 VECTOR_BYTES = 64                # one AVX-512 register: the packing's widest copy
@@ -67,12 +67,11 @@ def build(gemm: Gemm, data: te.Tensor, element, weights: np.ndarray, stage: Outp
     if order not in ORDERS:
         raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
     pp, npad, kp = gemm.padded(tile)
-    signed = data.dtype == "int8"
     a_dtype = kernel.a_dtype if kernel else "uint8"
 
     def a_value(b, g, p, k):
         inside = tirx.all(p < gemm.rows, k < gemm.depth)
-        return tirx.if_then_else(inside, unsigned_activation(element(b, g, p, k), signed, a_dtype), tirx.const(0, a_dtype))
+        return tirx.if_then_else(inside, kernel_activation(element(b, g, p, k), str(data.dtype), a_dtype), tirx.const(0, a_dtype))
 
     # A row-major, each row tile's mr rows of the whole depth: the packing copies whole input runs
     # (a conv's window row of channels) at once.
@@ -84,7 +83,7 @@ def build(gemm: Gemm, data: te.Tensor, element, weights: np.ndarray, stage: Outp
         packed[b, g, p // tile.mr, p % tile.mr, k].astype("int32") * w[g, n // tile.nr, k // 4, n % tile.nr, k % 4].astype("int32"), axis=k),
         name="gemm")
 
-    values, params = stage_params(stage, weights, npad, signed)
+    values, params = stage_params(stage, weights, npad, activation_shift(str(data.dtype), a_dtype))
     if order == "rows":
         out, residual = output_tensor((gemm.batch, gemm.rows, gemm.groups, gemm.cols), stage, params,
                                       lambda b, p, g, n: (acc[b, g, p, n], g, n))
@@ -99,13 +98,13 @@ def build(gemm: Gemm, data: te.Tensor, element, weights: np.ndarray, stage: Outp
     return schedule(func, tile, kernel, order, depth_loops if exact else (), fold_run, weights_outer(pp, npad)), constants
 
 
-def stage_params(stage: OutputStage, weights: np.ndarray, npad: int, signed: bool):
+def stage_params(stage: OutputStage, weights: np.ndarray, npad: int, shift: int):
     """The output stage's per-channel constants ``[groups, npad]`` and their placeholders; with
-    signed (shifted) activations the bias carries the shift's compensation."""
+    activations shifted by ``shift`` (packing.activation_shift) the bias carries its compensation."""
     groups, cols, _ = weights.shape
     values = stage.channel_params(groups, cols, npad)
-    if signed:
-        values["bias"] = values["bias"] + np.pad(shift_compensation(weights), ((0, 0), (0, npad - cols)))
+    if shift:
+        values["bias"] = values["bias"] + np.pad(shift_compensation(weights, shift), ((0, 0), (0, npad - cols)))
     return values, placeholders(values)
 
 
