@@ -81,9 +81,9 @@ def test_unknown_core_is_refused():
 
 def test_onnxruntime_aarch64_equals_onnxruntime_here(mlp, ort_dir):
     from tvm_integration.bench import ort_aarch64
-    from tvm_integration.bench.models import onnxruntime_session
+    from tvm_integration.bench.models import reference_session
     x = (np.random.default_rng(0).standard_normal((4, 64)) * 2).astype(np.float32)
-    session = onnxruntime_session(mlp, 1)
+    session = reference_session(mlp)
     names = [o.name for o in session.get_outputs()]
     (ours,), blocks = ort_aarch64.run(mlp, {"input": x}, names, "cortex-a53", lib_dir=ort_dir)
     np.testing.assert_array_equal(ours, session.run(None, {"input": x})[0])

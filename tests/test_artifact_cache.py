@@ -24,7 +24,7 @@ pytest.importorskip("onnxruntime")
 
 from qsynth.cli import main  # noqa: E402
 from tvm_integration.bench import int8_models  # noqa: E402
-from tvm_integration.bench.models import onnxruntime_session  # noqa: E402
+from tvm_integration.bench.models import reference_session  # noqa: E402
 from tvm_integration.qnn import artifacts, model as qnn_model  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,7 +50,7 @@ def setup(tmp_path, monkeypatch):
 
 
 def expected(path, x):
-    return onnxruntime_session(path, 1).run(None, {"input": x})[0]
+    return reference_session(path).run(None, {"input": x})[0]
 
 
 def artifact(folder: Path) -> tuple[Path, Path]:

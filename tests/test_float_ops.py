@@ -12,7 +12,7 @@ ort = pytest.importorskip("onnxruntime")
 pytestmark = pytest.mark.filterwarnings("ignore:.*has no quantized op")
 
 from tvm_integration import compile_model
-from tvm_integration.bench.models import onnxruntime_session
+from tvm_integration.bench.models import reference_session
 from tvm_integration.qnn import float_matmul
 from tvm_integration.qnn.importer import load
 from tvm_integration.qnn.model import lower
@@ -32,7 +32,7 @@ def float_model(path, nodes, inputs, constants=(), out_shape=None):
 
 def assert_exact(path, feeds):
     model = compile_model(path, threads=1, allow_float=True)
-    expected = onnxruntime_session(path, 1).run(None, feeds)[0]
+    expected = reference_session(path).run(None, feeds)[0]
     ours = model(feeds)["y"]
     assert ours.shape == expected.shape
     np.testing.assert_array_equal(ours, expected)

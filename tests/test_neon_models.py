@@ -34,8 +34,8 @@ def models(tmp_path_factory):
 
 
 def reference(path, feeds):
-    from tvm_integration.bench.models import onnxruntime_session
-    return onnxruntime_session(path, 1).run(None, feeds)
+    from tvm_integration.bench.models import reference_session
+    return reference_session(path).run(None, feeds)
 
 
 def random_feeds(model, seed=0):

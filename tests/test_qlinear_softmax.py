@@ -17,7 +17,7 @@ ort = pytest.importorskip("onnxruntime")
 from tvm import tirx  # noqa: E402
 
 from tvm_integration import compile_model  # noqa: E402
-from tvm_integration.bench.models import onnxruntime_session  # noqa: E402
+from tvm_integration.bench.models import reference_session  # noqa: E402
 from tvm_integration.qnn.importer import load  # noqa: E402
 from tvm_integration.qnn.model import lower  # noqa: E402
 
@@ -97,7 +97,7 @@ def test_qlinear_softmax_exact_at_ties(tmp_path, dtype):
     assert {f for f in functions if "softmax" in f} == {"qnn_qlinear_softmax"}
     rng = np.random.default_rng(0)
     feeds = {f"x{i}": inputs(dtype, d, sx, sy, rng) for i, (d, sx, sy, _) in enumerate(CASES)}
-    expected = dict(zip(names, onnxruntime_session(path, 1).run(names, feeds)))
+    expected = dict(zip(names, reference_session(path).run(names, feeds)))
     ours = compile_model(path, threads=1)(feeds)
     for i, name in enumerate(names):
         np.testing.assert_array_equal(ours[name], expected[name], err_msg=f"{dtype}, case {CASES[i]}")
@@ -124,7 +124,7 @@ def test_qlinear_softmax_at_other_opsets_and_axes(tmp_path, layout):
     assert {f for f in functions if "softmax" in f} == {"qnn_qlinear_softmax"}
     rng = np.random.default_rng(2)
     feeds = {f"x{i}": laid_out(inputs("uint8", d, sx, sy, rng)) for i, (d, sx, sy, _) in enumerate(cases)}
-    expected = dict(zip(names, onnxruntime_session(path, 1).run(names, feeds)))
+    expected = dict(zip(names, reference_session(path).run(names, feeds)))
     ours = compile_model(path, threads=1)(feeds)
     for name in names:
         np.testing.assert_array_equal(ours[name], expected[name], err_msg=f"{layout}, {name}")
@@ -139,6 +139,6 @@ def test_output_scale_whose_reciprocal_overflows_float(tmp_path):
     rng = np.random.default_rng(1)
     x = np.full((TIE_ROWS + RANDOM_ROWS + 1, 128), 255, np.uint8)
     x[:, 1:] = rng.integers(70, 90, (x.shape[0], 127))
-    expected = onnxruntime_session(path, 1).run([name], {"x0": x})[0]
+    expected = reference_session(path).run([name], {"x0": x})[0]
     assert 0 < np.count_nonzero((expected > 0) & (expected < 255))
     np.testing.assert_array_equal(compile_model(path, threads=1)({"x0": x})[name], expected)

@@ -15,7 +15,7 @@ ort = pytest.importorskip("onnxruntime")
 from tvm import tirx  # noqa: E402
 
 from tvm_integration.bench import int8_models  # noqa: E402
-from tvm_integration.bench.models import onnxruntime_session, random_inputs  # noqa: E402
+from tvm_integration.bench.models import reference_session, random_inputs  # noqa: E402
 from tvm_integration.qnn.bind import TENSORIZED  # noqa: E402
 from tvm_integration.qnn.importer import ModelError, load  # noqa: E402
 from tvm_integration import CompiledModel, compile_model  # noqa: E402  (the documented entry point)
@@ -41,7 +41,7 @@ CASES = [("resnet", "qdq_per_channel"), ("resnet", "qoperator"), ("resnet", "qdq
 
 def assert_bit_exact(path, runs=3, seed=0, **compile_args):
     model = compile_model(path, threads=1, **compile_args)
-    session = onnxruntime_session(path, 1)
+    session = reference_session(path)
     rng = np.random.default_rng(seed)
     for _ in range(runs):
         feeds = random_inputs(model.inputs, rng)
@@ -64,7 +64,7 @@ def test_every_stage_is_bit_exact(tmp_path):
     from tvm import relax
     path = int8_models.quantize(TINY["resnet"](), tmp_path / "r.onnx", weights="u8", per_channel=False)
     model = load(path)
-    session = onnxruntime_session(path, 1)
+    session = reference_session(path)
     feeds = {"input": np.random.default_rng(3).standard_normal((1, 3, 32, 32)).astype(np.float32)}
     expected = session.run(None, feeds)[0]
     for stage in ("rewrite", "legalize"):
@@ -227,7 +227,7 @@ def test_qlinearadd_fixed_part_as_onnxruntime(tmp_path):
     onnx.save(model, str(tmp_path / "add.onnx"))
     compiled = compile_model(tmp_path / "add.onnx", threads=1)
     a, b = (g.astype(np.uint8).ravel() for g in np.meshgrid(np.arange(256), np.arange(256), indexing="ij"))
-    expected = onnxruntime_session(tmp_path / "add.onnx", 1).run(None, {"a": a, "b": b})[0]
+    expected = reference_session(tmp_path / "add.onnx").run(None, {"a": a, "b": b})[0]
     np.testing.assert_array_equal(compiled({"a": a, "b": b})["y"], expected)
 
 
@@ -269,7 +269,7 @@ def test_qlinearmul_as_onnxruntime(tmp_path, form, dtype, params, b_shape):
     a = np.repeat((np.arange(256) + lo).astype(dtype)[:, None], 256, 1).reshape(1, 1, 256, 256)
     b = np.repeat((np.arange(256) + lo).astype(dtype)[None, :], 256, 0).reshape(1, 1, 256, 256)
     b = b if b_shape[-1] == 256 else a[..., :1][..., ::-1, :].copy()
-    expected = onnxruntime_session(path, 1).run(None, {"a": a, "b": b})[0]
+    expected = reference_session(path).run(None, {"a": a, "b": b})[0]
     np.testing.assert_array_equal(compile_model(path, threads=1)({"a": a, "b": b})["y"], expected)
 
 
@@ -295,7 +295,7 @@ def test_mul_by_a_quantized_constant_as_onnxruntime(tmp_path, c_shape, constant_
     path = tmp_path / "mul.onnx"
     onnx.save(model, str(path))
     x = np.broadcast_to(np.arange(256, dtype=np.uint8)[None, None, :, None], shape).copy()
-    expected = onnxruntime_session(path, 1).run(None, {"x": x})[0]
+    expected = reference_session(path).run(None, {"x": x})[0]
     np.testing.assert_array_equal(compile_model(path, threads=1)({"x": x})["y"], expected)
 
 
@@ -324,7 +324,7 @@ def test_cli_run_compile_and_errors(tmp_path, capsys, monkeypatch):
     np.save(tmp_path / "x.npy", x)
     assert main(["run", str(path), "--input", str(tmp_path / "x.npy"), "--output", str(tmp_path / "y.npy"),
                  "--threads", "1"]) == 0
-    expected = onnxruntime_session(path, 1).run(None, {"input": x})[0]
+    expected = reference_session(path).run(None, {"input": x})[0]
     np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), expected)
     assert len(list((tmp_path / "cache" / "qsynth" / "models").glob("*.so"))) == 1   # kept for the next run
     assert main(["run", str(path), "--input", f"input={tmp_path / 'x.npy'}", "--output", str(tmp_path / "y2.npy"),
@@ -419,7 +419,7 @@ def test_elementwise_ops_are_exact_lookup_tables(tmp_path, op, attrs, dtype):
              if isinstance(f, tirx.PrimFunc) and f.attrs and "qnn.op" in f.attrs]
     assert kinds == ["lookup"]
     x = (np.arange(256) + lo).astype(dtype).reshape(1, 1, 16, 16)
-    expected = onnxruntime_session(tmp_path / "f.onnx", 1).run(None, {"x": x})[0]
+    expected = reference_session(tmp_path / "f.onnx").run(None, {"x": x})[0]
     np.testing.assert_array_equal(compile_model(tmp_path / "f.onnx", threads=1)({"x": x})["y"], expected)
 
 
@@ -450,7 +450,7 @@ def test_qdq_average_pool_as_onnxruntime(tmp_path, attrs, dtype):
     model.ir_version = int8_models.IR_VERSION
     onnx.save(model, str(tmp_path / "p.onnx"))
     x = np.random.default_rng(3).integers(lo, lo + 256, (1, 8, 16, 16)).astype(dtype)
-    expected = onnxruntime_session(tmp_path / "p.onnx", 1).run(None, {"x": x})[0]
+    expected = reference_session(tmp_path / "p.onnx").run(None, {"x": x})[0]
     np.testing.assert_array_equal(compile_model(tmp_path / "p.onnx", threads=1)({"x": x})["y"], expected)
 
 
@@ -476,7 +476,7 @@ def test_qdq_max_pool_is_the_integer_op(tmp_path, size, attrs):
              if isinstance(f, tirx.PrimFunc) and f.attrs and "qnn.op" in f.attrs]
     assert kinds == ["max_pool2d"]
     x = np.random.default_rng(6).integers(0, 256, (1, 8, size, size)).astype(np.uint8)
-    expected = onnxruntime_session(tmp_path / "p.onnx", 1).run(None, {"x": x})[0]
+    expected = reference_session(tmp_path / "p.onnx").run(None, {"x": x})[0]
     np.testing.assert_array_equal(compile_model(tmp_path / "p.onnx", threads=1)({"x": x})["y"], expected)
 
 
@@ -498,7 +498,7 @@ def test_qoperator_unary_ops(tmp_path, op, attrs):
     model.ir_version = int8_models.IR_VERSION
     onnx.save(model, str(tmp_path / "u.onnx"))
     x = np.random.default_rng(0).integers(0, 256, (1, 8, 16, 16)).astype(np.uint8)       # every u8 value
-    expected = onnxruntime_session(tmp_path / "u.onnx", 1).run(None, {"x": x})[0].astype(int)
+    expected = reference_session(tmp_path / "u.onnx").run(None, {"x": x})[0].astype(int)
     np.testing.assert_array_equal(compile_model(tmp_path / "u.onnx", threads=1)({"x": x})["y"].astype(int), expected)
 
 

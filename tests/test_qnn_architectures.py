@@ -26,7 +26,7 @@ from onnx import helper, numpy_helper
 ort = pytest.importorskip("onnxruntime")
 
 from tvm_integration.bench import int8_models  # noqa: E402
-from tvm_integration.bench.models import onnxruntime_session, random_inputs  # noqa: E402
+from tvm_integration.bench.models import reference_session, random_inputs  # noqa: E402
 from tvm_integration.qnn.model import compile_model  # noqa: E402
 
 logging.getLogger("root").setLevel(logging.ERROR)      # quantize_static's pre-processing advice
@@ -103,7 +103,7 @@ MODELS = {"shufflenet_v2": shufflenet_v2, "densenet": densenet}
 def test_architecture_compiles_bit_exact_with_onnxruntime(tmp_path, name):
     path = int8_models.quantize(MODELS[name](), tmp_path / f"{name}.onnx")
     model = compile_model(path, threads=1)
-    session = onnxruntime_session(path, 1)
+    session = reference_session(path)
     rng = np.random.default_rng(0)
     for _ in range(3):
         feeds = random_inputs(model.inputs, rng)

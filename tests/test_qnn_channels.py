@@ -14,7 +14,7 @@ from tvm import te, tirx
 
 from isa_specs import host
 from tvm_integration.bench import int8_models
-from tvm_integration.bench.models import onnxruntime_session, random_inputs
+from tvm_integration.bench.models import reference_session, random_inputs
 from tvm_integration.qnn import gather
 from tvm_integration.qnn.importer import load
 from tvm_integration.qnn.model import compile_model, lower
@@ -129,7 +129,7 @@ def test_batch_norm_between_dq_and_q_is_exact_for_every_value(tmp_path, dtype, r
     assert op_kinds(path) == ["gather"]
     x = np.stack([rng.permutation(256) for _ in range(c)]).reshape(1, c, 16, 16) + lo
     x = x.astype(dtype)
-    expected = onnxruntime_session(path, 1).run(None, {"x": x})[0]
+    expected = reference_session(path).run(None, {"x": x})[0]
     np.testing.assert_array_equal(compile_model(path, threads=1)({"x": x})["y"], expected)
 
 
@@ -181,7 +181,7 @@ def test_channel_chains_are_one_gather_each_and_exact(tmp_path, build, gathers):
     assert kinds.count("gather") == gathers
     assert set(kinds) <= {"gather", "conv2d", "lookup", "quantize", "dequantize"}, kinds
     model = compile_model(path, threads=1)
-    session = onnxruntime_session(path, 1)
+    session = reference_session(path)
     rng = np.random.default_rng(0)
     for _ in range(3):
         feeds = random_inputs(model.inputs, rng)

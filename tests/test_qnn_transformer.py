@@ -18,7 +18,7 @@ from tvm import tirx  # noqa: E402
 from transformer_models import calibration, encoder  # noqa: E402
 from tvm_integration import compile_model  # noqa: E402
 from tvm_integration.bench import int8_models  # noqa: E402
-from tvm_integration.bench.models import onnxruntime_session  # noqa: E402
+from tvm_integration.bench.models import reference_session  # noqa: E402
 from tvm_integration.qnn.importer import load  # noqa: E402
 from tvm_integration.qnn.model import lower  # noqa: E402
 
@@ -58,7 +58,7 @@ def near(rng, zero_point, dtype, shape, spread):
 
 def assert_exact(path, feeds_of, runs=3):
     model = compile_model(path, threads=1)
-    session = onnxruntime_session(path, 1)
+    session = reference_session(path)
     rng = np.random.default_rng(0)
     for _ in range(runs):
         feeds = feeds_of(rng)
@@ -154,7 +154,7 @@ def test_encoder_against_onnxruntime(tmp_path, per_channel):
     assert str(bound["main"]).count("R.call_tir(transpose") == 1
     path, names = quantized_tensors(source, tmp_path / "enc_all.onnx")
     model = compile_model(path, threads=1)
-    session = onnxruntime_session(path, 1)
+    session = reference_session(path)
     rng = np.random.default_rng(0)
     for _ in range(3):
         feeds = {"input": rng.standard_normal((1, seq, hidden)).astype(np.float32)}
@@ -178,7 +178,7 @@ def test_dynamic_encoder_exact(tmp_path):
     quantize_dynamic(str(tmp_path / "f.onnx"), str(tmp_path / "d.onnx"), weight_type=QuantType.QInt8)
     path = tmp_path / "d.onnx"
     model = compile_model(path, threads=1)
-    session = onnxruntime_session(path, 1)
+    session = reference_session(path)
     rng = np.random.default_rng(0)
     for _ in range(3):
         feeds = {"input": rng.standard_normal((1, seq, hidden)).astype(np.float32)}

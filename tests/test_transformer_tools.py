@@ -17,7 +17,7 @@ ort = pytest.importorskip("onnxruntime")
 from qsynth.cli import main  # noqa: E402
 from transformer_models import calibration, encoder  # noqa: E402
 from tvm_integration.bench import int8_models  # noqa: E402
-from tvm_integration.bench.models import onnxruntime_session  # noqa: E402
+from tvm_integration.bench.models import reference_session  # noqa: E402
 from tvm_integration.qnn.importer import load  # noqa: E402
 from tvm_integration.qnn.inspect import layers  # noqa: E402
 
@@ -76,7 +76,7 @@ def test_ids_and_mask_through_compile_run_and_inspect(models, tmp_path, capsys):
     np.save(tmp_path / "mask.npy", mask)
     feeds = ["--input", f"input_ids={tmp_path / 'ids.npy'}", "--input", f"attention_mask={tmp_path / 'mask.npy'}"]
     assert main(["run", str(path), *feeds, "--output", str(tmp_path / "y.npy")]) == 0
-    want = onnxruntime_session(path, 1).run(None, {"input_ids": ids, "attention_mask": mask})[0]
+    want = reference_session(path).run(None, {"input_ids": ids, "attention_mask": mask})[0]
     np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), want)
     assert main(["inspect", str(path)]) == 0
     assert capsys.readouterr().out.count("batch_matmul") == 2

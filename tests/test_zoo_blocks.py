@@ -20,7 +20,7 @@ import pytest
 
 from qsynth.cli import main
 from tvm_integration.bench import inputs
-from tvm_integration.bench.models import onnxruntime_session, random_inputs
+from tvm_integration.bench.models import reference_session, random_inputs
 from tvm_integration.qnn.model import compile_model
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,7 +41,7 @@ def compared(name: str) -> list[tuple[dict, dict]]:
     """(ours, onnxruntime's) outputs, name -> array, on RUNS random inputs: the fixture compiled once
     per process for all its outputs' tests."""
     model = compile_model(path(name), threads=1)
-    session = onnxruntime_session(path(name), 1)
+    session = reference_session(path(name))
     ranges = inputs.ranges(onnx.load(str(path(name))))
     rng = np.random.default_rng(31)
     runs = []

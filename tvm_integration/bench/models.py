@@ -41,11 +41,27 @@ def side_by_side_ms(model, feeds, baselines: dict, trials: int) -> dict[str, flo
     return {k: v * 1e3 for k, v in seconds.items()}
 
 
-def onnxruntime_session(path, threads: int):
+# onnxruntime's session option for its exact U8S8 integer kernels on x86 hosts without VNNI: by default
+# MLAS multiplies u8 x s8 with vpmaddubsw, whose int16 sum of two products saturates (its documentation
+# says so), and ResNet-18's logits differ from the exact result in about 200 of 1000 on a Zen 3 host
+# (docs/measurements.md). On VNNI hosts both settings are exact.
+EXACT_OPTION = ("session.x64quantprecision", "1")
+
+
+def onnxruntime_session(path, threads: int, exact: bool = False):
+    """onnxruntime on ``path``: its default (what a user times), or ``exact``: the reference every
+    bit-exactness check compares with (``EXACT_OPTION``)."""
     import onnxruntime as ort
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
+    if exact:
+        options.add_session_config_entry(*EXACT_OPTION)
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def reference_session(path, threads: int = 1):
+    """The exact integer reference: onnxruntime with ``EXACT_OPTION``."""
+    return onnxruntime_session(path, threads, exact=True)
 
 
 def litert_runner(path, threads: int):

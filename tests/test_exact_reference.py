@@ -1,0 +1,58 @@
+"""The exact integer reference. onnxruntime's default U8S8 kernels on an x86 host without VNNI multiply
+with vpmaddubsw, whose int16 sum of two u8 x s8 products saturates; its ``session.x64quantprecision``
+mode is exact. Every bit-exactness check compares with that mode (bench/models.reference_session), and
+this file checks the mode itself against numpy's integer product, and our compiled model against both,
+on a MatMulInteger whose every output saturates vpmaddubsw: u8 activations in [200, 255], weight pairs
+of 127."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from isa_specs import host
+from tvm_integration.bench.models import onnxruntime_session, reference_session
+from tvm_integration.qnn.model import compile_model
+
+M, K, N = 4, 64, 32
+
+
+def saturating_matmul(path):
+    """``y = MatMulInteger(x, W)``: x u8 [M, K] at run time, W int8 [K, N] of 127 (every pair 254 x 127 > 2^15)."""
+    weight = numpy_helper.from_array(np.full((K, N), 127, np.int8), "W")
+    graph = helper.make_graph([helper.make_node("MatMulInteger", ["x", "W"], ["y"])], "saturating",
+                              [helper.make_tensor_value_info("x", TensorProto.UINT8, [M, K])],
+                              [helper.make_tensor_value_info("y", TensorProto.INT32, [M, N])], [weight])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return np.full((K, N), 127, np.int64)
+
+
+@pytest.fixture(scope="module")
+def case(tmp_path_factory):
+    path = tmp_path_factory.mktemp("mmi") / "saturating.onnx"
+    weight = saturating_matmul(path)
+    x = np.random.default_rng(0).integers(200, 256, (M, K), dtype=np.uint8)
+    return path, x, x.astype(np.int64) @ weight
+
+
+def test_reference_mode_equals_numpys_integer_product(case):
+    path, x, want = case
+    np.testing.assert_array_equal(reference_session(path).run(None, {"x": x})[0], want)
+
+
+def test_compiled_model_equals_numpys_integer_product(case):
+    path, x, want = case
+    model = compile_model(path)
+    np.testing.assert_array_equal(model({"x": x})[model.outputs[0]], want)
+
+
+@pytest.mark.skipif(any(host.lacks(f, host.cpu_flags()) is None for f in host.VNNI),
+                    reason="with VNNI onnxruntime's default multiplies with vpdpbusd, which does not saturate")
+def test_onnxruntime_default_saturates_without_vnni(case):
+    """Why the reference is the exact mode: on this host the default is wrong in every output."""
+    path, x, want = case
+    got = onnxruntime_session(path, 1).run(None, {"x": x})[0]
+    assert (got != want).all()
