@@ -164,7 +164,8 @@ def bench_source(entry: dict, spec, work: dict, trials: int, inner: int, dump: b
     else:
         sa, sb = spec.signed
         fields |= {"mr": spec.mr, "nr": spec.nr, "k": spec.k, "a_type": "int8_t" if sa else "uint8_t",
-                   "b_type": "int8_t" if sb else "uint8_t", "a_mask": "0x7f" if spec.types == "u7s8" else "0xff"}
+                   "b_type": "int8_t" if sb else "uint8_t", "a_mask": "0x7f" if spec.types == "u7s8" else "0xff",
+                   "b_low": -127 if spec.types == "s8s7" else None}
     return _TEMPLATES.get_template("bench_x86.c.j2").render(**fields)
 
 

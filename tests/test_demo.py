@@ -115,26 +115,26 @@ def old_cpu() -> host.HostModel:
     return host.parse_cpuinfo((DATA / "cpuinfo_skylake.txt").read_text().replace(" avx2 ", " "))
 
 
-def test_a_host_without_avx2_skips_with_the_reason(monkeypatch, capsys):
+def test_a_host_without_avx2_says_so_in_one_line_and_exits_2(monkeypatch, capsys):
     monkeypatch.setattr(host, "model", old_cpu)
-    assert cli.main(["demo", "--quick"]) == 0
-    out = capsys.readouterr().out
-    assert "skipped   avx2: host CPU lacks avx2, avx_vnni" in out
-    assert "model     skipped: no u8 x s8 kernel this host runs" in out
-    assert "layer     skipped: no bitserial tile" in out and "host CPU lacks avx2" in out
-    assert "library   0 kernels this host runs" in out
+    assert cli.main(["demo", "--quick"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "host CPU lacks avx2" in err and "need x86-64 with AVX2" in err
 
 
-def test_an_avx2_only_host_says_what_it_lacks(monkeypatch, capsys):
-    """The recorded Skylake i7-6700K: AVX2 without VNNI, so no u8 x s8 tile for the int8 operator."""
+def test_an_avx2_only_host_runs_the_model_exactly(monkeypatch, capsys):
+    """The recorded Skylake i7-6700K: AVX2 without VNNI, so the int8 operators take the exact AVX2 s8s7
+    tiles, and the model is bit-exact with onnxruntime's exact mode."""
     skylake = host.parse_cpuinfo((DATA / "cpuinfo_skylake.txt").read_text())
     monkeypatch.setattr(host, "model", lambda: skylake)
     assert cli.main(["demo", "--quick"]) == 0
     out = capsys.readouterr().out
     assert "host      Intel(R) Core(TM) i7-6700K CPU @ 4.00GHz: skylake" in out
-    assert "skipped   avx2: host CPU lacks avx_vnni" in out and "skipped   amx: host CPU lacks amx_int8" in out
+    assert "partly    avx2: not avxvnni (host CPU lacks avx_vnni)" in out
+    assert "skipped   amx: host CPU lacks amx_int8" in out
     assert "avx512_vnni" in out.split("skipped   avx512: ")[1].splitlines()[0]
-    assert "model     skipped: no u8 x s8 kernel this host runs" in out
+    assert "bit-exact with onnxruntime's exact mode" in out and "int8_s8s7_k4b_" in out
+    assert "onnxruntime_int8 (its default): " in out
     n_avx2 = sum(e["spec"]["isa"] == "avx2" and not any("vpdpbusd" in line for line in e["program_text"])
                  for e in cache_entries().values())          # AVX-VNNI's instruction: not on this host
     assert f"library   {n_avx2} kernels this host runs ({n_avx2} avx2)" in out

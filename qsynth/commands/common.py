@@ -52,3 +52,13 @@ def print_json(obj) -> None:
 
 
 JSON_HELP = "print the result as JSON on stdout"
+
+
+def require_avx2() -> None:
+    """UsageError unless this host runs AVX2, the least every x86 kernel of qsynth needs (x86-64-v3:
+    Haswell, Zen 1 and later)."""
+    from isa_specs import host
+    why = host.lacks("avx2", host.cpu_flags())
+    if why:
+        raise UsageError(f"this host cannot run qsynth's x86 kernels: {why} (they need x86-64 with AVX2: "
+                         "Intel Haswell, AMD Zen or later)")

@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, List, Literal, Optional
 
 import typer
 
-from qsynth.commands.common import JSON_HELP, UsageError, WorkFailed, int8_kernel_here, positive, print_json
+from qsynth.commands.common import JSON_HELP, UsageError, WorkFailed, int8_kernel_here, positive, print_json, \
+    require_avx2
 from qsynth.progress import spinner
 
 if TYPE_CHECKING:
@@ -100,6 +101,8 @@ def _runs_here(target: str) -> None:
     """``run`` executes what it builds: an explicit target whose kernels this host cannot run (``--target
     amx`` without AMX) is refused up front, in one line, instead of a crash in the first tile call;
     ``compile`` builds for it (a library for another machine)."""
+    if target == "host":
+        require_avx2()
     if target not in ("host", "neon"):      # neon: _arm
         int8_kernel_here("target", target, f"; qsynth compile --target {target} builds the library for a machine "
                                            "that can")
@@ -173,13 +176,16 @@ def bench_model(model: str = MODEL,
         print_json(row)
         return 0
     reference = row["reference"]
+    exact = " (its exact mode)" if reference == "onnxruntime" else ""
     print(f"{row['model']} on {row['host']}, {row['threads']} thread(s); compiled in {row['compile_s']:.1f} s; "
-          f"largest difference from {reference}: {row[f'max_abs_diff_vs_{reference}']:g}")
-    print(f"  {'ours':18} {row['ours_ms']:9.2f} ms")
+          f"largest difference from {reference}{exact}: {row[f'max_abs_diff_vs_{reference}']:g}")
+    print(f"  {'ours':24} {row['ours_ms']:9.2f} ms")
     for name, ms in row["baselines"].items():
-        print(f"  {name:18} {ms:9.2f} ms   speedup {row['speedups'][name]:.2f}x")
+        print(f"  {name:24} {ms:9.2f} ms   speedup {row['speedups'][name]:.2f}x")
+    from tvm_integration.bench.openvino_baseline import describe, differences
+    if "onnxruntime_int8_default" in row:
+        print(f"onnxruntime_int8 (its default): {differences(row['onnxruntime_int8_default'])}")
     if "openvino" in row:
-        from tvm_integration.bench.openvino_baseline import describe
         print("\n".join(describe(name, report) for name, report in row["openvino"].items()))
     return 0
 

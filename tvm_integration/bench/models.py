@@ -4,8 +4,9 @@ given, OpenVINO on the same quantized model (openvino_baseline.py: its default a
 only, each in a worker process) and TVM 0.27's own import of the quantized model (which runs conv and
 matmul in float between quantize and dequantize, unscheduled). A TFLite model's baselines are LiteRT's
 default interpreter (XNNPACK) on it and on its float original when given. Every time is a median, ours
-and the runtimes' side by side (``timing.side_by_side``); our output and OpenVINO's are compared with
-the reference runtime's on the same input first. Used by ``qsynth bench-model``, ``qsynth demo`` and
+and the runtimes' side by side (``timing.side_by_side``); our output, OpenVINO's and onnxruntime's
+default's are compared with the reference runtime's on the same input first (for ONNX models
+onnxruntime's exact mode, also timed: its default saturates on x86 hosts without VNNI). Used by ``qsynth bench-model``, ``qsynth demo`` and
 scripts/bench_models.py."""
 from __future__ import annotations
 
@@ -129,18 +130,24 @@ def bench_model(path: str | Path, fp32: str | Path | None = None, threads: int =
     feeds = {name: given[name] if name in given else drawn[name] for name in model.inputs}
     reference = "litert" if tflite else "onnxruntime"
 
-    def runner(model_path, inputs):
-        """A run function on the model at ``model_path`` in a new session of the reference runtime."""
+    def runner(model_path, inputs, exact=False):
+        """A run function on the model at ``model_path`` in a new session of the reference runtime
+        (``exact``: onnxruntime's exact mode, ``EXACT_OPTION``)."""
         if tflite:
             run, _ = litert_runner(model_path, threads)
         else:
-            run = functools.partial(onnxruntime_session(model_path, threads).run, None)
+            run = functools.partial(onnxruntime_session(model_path, threads, exact).run, None)
         return lambda: run(inputs)
-    expected = runner(path, feeds)()
+    expected = runner(path, feeds, exact=True)()
     ours = model(feeds)
     diff = max(float(np.max(np.abs(ours[n].astype(np.float64) - e.astype(np.float64)))) if e.size else 0.0
                for n, e in zip(model.outputs, expected))
     runs = {f"{reference}_int8": lambda: runner(path, feeds)}
+    default = None
+    if not tflite:        # the default's own answers, and its exact mode timed beside it
+        default = openvino_baseline.compare(dict(zip(model.outputs, runner(path, feeds)())),
+                                            dict(zip(model.outputs, expected)), openvino_baseline.output_scales(path))
+        runs[f"{reference}_int8_exact"] = lambda: runner(path, feeds, exact=True)
     if fp32 is not None:
         float_feeds = random_inputs(litert_runner(fp32, threads)[1], rng) if tflite else feeds
         runs[f"{reference}_fp32"] = lambda: runner(fp32, float_feeds)
@@ -154,5 +161,6 @@ def bench_model(path: str | Path, fp32: str | Path | None = None, threads: int =
         baselines["tvm_default"] = tvm_own_ms(path, feeds, tvm_trials)
     row = {"model": path.name, "threads": threads, "host": host.model().uarch, "ours_ms": ours_ms,
            "baselines": baselines, "speedups": {k: v / ours_ms for k, v in baselines.items()},
-           "reference": reference, f"max_abs_diff_vs_{reference}": diff, "compile_s": compile_s}
+           "reference": reference, f"max_abs_diff_vs_{reference}": diff,
+           "compile_s": compile_s, **({} if default is None else {f"{reference}_int8_default": default})}
     return row if openvino is None else dict(row, openvino=openvino)

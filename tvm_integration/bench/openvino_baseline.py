@@ -126,16 +126,19 @@ def output_scales(path: Path) -> dict[str, float]:
 
 
 def compare(outputs: dict[str, np.ndarray], expected: dict[str, np.ndarray], scales: dict[str, float]) -> dict:
-    """The largest |OpenVINO - onnxruntime| over the outputs, absolute and in quantization steps of each
-    output (None when an output has no DequantizeLinear scale); Unavailable if an output is missing."""
-    absolute, steps = 0.0, 0.0
+    """The largest |outputs - expected| (the exact reference's) over the outputs, absolute and in
+    quantization steps of each output (None when an output has no DequantizeLinear scale), and how
+    many of the values differ at all; Unavailable if an output is missing."""
+    absolute, steps, differing, compared = 0.0, 0.0, 0, 0
     for name, want in expected.items():
         if name not in outputs:
-            raise Unavailable(f"OpenVINO's outputs do not include {name!r} (it named {sorted(outputs)})")
-        diff = float(np.max(np.abs(outputs[name].astype(np.float64) - want.astype(np.float64)))) if want.size else 0.0
-        absolute = max(absolute, diff)
-        steps = None if steps is None or name not in scales else max(steps, diff / scales[name])
-    return {"max_abs_diff": absolute, "max_diff_steps": None if steps is None else round(steps, 3)}
+            raise Unavailable(f"the outputs do not include {name!r} (it named {sorted(outputs)})")
+        diff = np.abs(outputs[name].astype(np.float64) - want.astype(np.float64))
+        absolute = max(absolute, float(diff.max()) if want.size else 0.0)
+        differing, compared = differing + int(np.count_nonzero(diff)), compared + want.size
+        steps = None if steps is None or name not in scales else max(steps, absolute / scales[name])
+    return {"max_abs_diff": absolute, "max_diff_steps": None if steps is None else round(steps, 3),
+            "differing": differing, "compared": compared}
 
 
 def baselines(path: str | Path, feeds: dict[str, np.ndarray], expected: dict[str, np.ndarray],
@@ -167,11 +170,17 @@ def describe(name: str, report: dict) -> str:
     """One line of a configuration's report, for the commands' text output."""
     if "unavailable" in report:
         return f"{name}: unavailable: {report['unavailable']}"
+    return (f"{name}: OpenVINO {report['version']}, {', '.join(report['primitives']) or 'no conv/matmul'}; "
+            + differences(report))
+
+
+def differences(report: dict) -> str:
+    """``compare``'s report in words."""
     steps = report["max_diff_steps"]
     diff = (f"{steps:g} step{'' if steps == 1 else 's'} of the output's scale" if steps is not None
             else f"{report['max_abs_diff']:g} (absolute)")
-    return (f"{name}: OpenVINO {report['version']}, {', '.join(report['primitives']) or 'no conv/matmul'}; "
-            f"largest difference from onnxruntime {diff}")
+    return (f"{report['differing']} of {report['compared']} outputs differ from the exact result"
+            + (f", by up to {diff}" if report["differing"] else ""))
 
 
 def _serve(path: str, threads: int, feeds_path: str, out_path: str) -> int:

@@ -98,14 +98,19 @@ class Kernel:
     def a_dtype(self) -> str:
         return DTYPES[self.spec.types][0]
 
+    @property
+    def b_min(self) -> int:
+        """The least B element the tile is proved for: -127 for the s8s7 tiles, whose pairs of products
+        cannot saturate in that range; else -128."""
+        return next(r.lo for n, r in zip(self.spec.input_names, self.spec.lane_ranges()) if n.startswith("b"))
+
     def admits(self, weights: np.ndarray | None) -> bool:
-        """Whether the tile's proved precondition holds for ``weights`` (B, known at compile time; None:
-        B is computed at run time, so only a tile defined on every int8 B): the s8s7 tiles need B in
-        [-127, 127], the range in which their pairs of products cannot saturate."""
-        lo = next(r.lo for n, r in zip(self.spec.input_names, self.spec.lane_ranges()) if n.startswith("b"))
-        if lo == -128:
+        """Whether the tile's precondition holds for ``weights`` (B known at compile time; None: B is
+        computed at run time, so only a tile defined on every int8 B). A layer it does not admit runs
+        the tile on its weights raised to ``b_min`` and adds the rest apart (packing.raised)."""
+        if self.b_min == -128:
             return True
-        return weights is not None and (weights.size == 0 or int(weights.min()) >= lo)
+        return weights is not None and (weights.size == 0 or int(weights.min()) >= self.b_min)
 
     @property
     def b_dtype(self) -> str:

@@ -56,6 +56,33 @@ def folded_weight_matrix(w: np.ndarray, fold: tuple[int, int], step: int) -> np.
     return np.pad(rows, ((0, 0), (0, 0), (0, step - run))).reshape(1, o, kh2 * step)
 
 
+def raised(w: np.ndarray, lo: int, n_padded: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """``w[g, n, k]`` with every weight below ``lo`` raised to it, for a tile proved for B in [lo, 127]
+    (the AVX2 s8s7 tiles: -127), and what was taken away, ``w - lo`` at those k, as a sparse
+    correction: ``fix_index`` and ``fix_amount``, ``[g, n_padded, S]`` int32, for each column the k and
+    amount of each raised weight, padded with amount 0 to the largest count S. A layer quantized to
+    [-128, 127] (PyTorch's default) has few weights of -128, so the correction reads a few activations
+    per output where the tile reads them all."""
+    low = w < lo
+    counts = low.sum(axis=2)
+    g, n, _ = w.shape
+    index = np.zeros((g, n_padded, max(1, int(counts.max()))), np.int32)
+    amount = np.zeros_like(index)
+    for gi, ni in zip(*np.nonzero(counts)):
+        ks = np.flatnonzero(low[gi, ni])
+        index[gi, ni, :len(ks)], amount[gi, ni, :len(ks)] = ks, w[gi, ni, ks].astype(np.int32) - lo
+    return np.maximum(w, lo).astype(np.int8), {"fix_index": index, "fix_amount": amount}
+
+
+def correction(params: dict, g, n, activation):
+    """TIR: the sparse correction of ``raised`` for output column (g, n): the sum over its raised weights
+    of their amount times ``activation(k)`` (int32, the activation the weight multiplies), or 0."""
+    if "fix_index" not in params:
+        return 0
+    index, amount = params["fix_index"], params["fix_amount"]
+    return sum(amount[g, n, s] * activation(index[g, n, s]) for s in range(int(index.shape[2])))
+
+
 def shift_compensation(w: np.ndarray, shift: int) -> np.ndarray:
     """int32 ``[g, n]`` to add to the accumulators of activations shifted by ``shift``: -shift * sum_k w."""
     return (-shift * w.astype(np.int64).sum(axis=2)).astype(np.int32)

@@ -90,7 +90,6 @@ def build_conv2d(weight: np.ndarray, input_shape: tuple[int, ...], layout: str =
     depth = cg * kh * kw
     kernel = kernel or tuning.choose(key, selection.admitted(selection.int8_candidates(isa, depth, groups), weight),
                                      oh * ow, o // groups, depth=depth)
-    use_kernel = use_kernel and kernel.admits(weight)
     tile = Tile.of(kernel)
     if direct.applies(tile, weight.shape, c, layout, groups):
         mod, constants, out_shape = direct.build(x, weight, stride, pads, (oh, ow), stage, tile,
@@ -114,14 +113,24 @@ def build_conv2d(weight: np.ndarray, input_shape: tuple[int, ...], layout: str =
         # Unpadded NHWC, the window never leaving the input: the "padded" input is the input itself,
         # a view inlined into the packing (a copy first took 12-20% of a 1x1 layer's time: C3, C5, C8, C11)
         inside = not any(pads) and rows_in * fh <= h and cols_in * fw <= w and layout == "NHWC"
-        padded = te.compute((b, rows_in * fh, cols_in * fw * c), lambda bi, i, jc: depthwise.padded_value(
-            x, layout, bi, jc % c, i - pads[0], jc // c - pads[1], pad_value), name="view" if inside else "pad")
-        if (fh, fw) != (1, 1):            # pixel (i * fh + di, j * fw + dj) to row i, column j, channel (di, dj, c)
-            padded = te.compute((b, rows_in, cols_in * c2), lambda bi, i, jc: padded[
-                bi, i * fh + jc % c2 // (fw * c), jc // c2 * fw * c + jc % (fw * c)], name="fold")
 
-        def element(bi, g, p, k):
-            return padded[bi, p // ow * steps[0] + k // step, p % ow * steps[1] * c2 + k % step]
+        def pad_at(bi, i, jc):
+            return depthwise.padded_value(x, layout, bi, jc % c, i - pads[0], jc // c - pads[1], pad_value)
+
+        def fold_at(at):
+            """pixel (i * fh + di, j * fw + dj) to row i, column j, channel (di, dj, c)"""
+            if (fh, fw) == (1, 1):
+                return at
+            return lambda bi, i, jc: at(bi, i * fh + jc % c2 // (fw * c), jc // c2 * fw * c + jc % (fw * c))
+        padded = te.compute((b, rows_in * fh, cols_in * fw * c), pad_at, name="view" if inside else "pad")
+        if (fh, fw) != (1, 1):
+            padded = te.compute((b, rows_in, cols_in * c2), fold_at(lambda bi, i, jc: padded[bi, i, jc]), name="fold")
+
+        def element(bi, g, p, k, at=lambda bi, i, jc: padded[bi, i, jc]):
+            return at(bi, p // ow * steps[0] + k // step, p % ow * steps[1] * c2 + k % step)
+
+        def raw_element(bi, g, p, k):
+            return element(bi, g, p, k, fold_at(pad_at))
         matrix = folded_weight_matrix(weight, fold, step)
         depth_loops, fold_run = (kh2, step), fw * c
     else:
@@ -130,17 +139,21 @@ def build_conv2d(weight: np.ndarray, input_shape: tuple[int, ...], layout: str =
         padded = te.compute((b, hp, wp, c), lambda bi, i, j, ch: depthwise.padded_value(
             x, layout, bi, ch, i - pads[0], j - pads[1], pad_value), name="pad")
 
-        def element(bi, g, p, k):
+        def element(bi, g, p, k, at=lambda bi, i, j, ch: padded[bi, i, j, ch]):
             ih = p // ow * stride[0] + k // (kw * cg)
             iw = p % ow * stride[1] + k // cg % kw
-            return padded[bi, ih, iw, g * cg + k % cg]
+            return at(bi, ih, iw, g * cg + k % cg)
+
+        def raw_element(bi, g, p, k):
+            return element(bi, g, p, k, lambda bi, i, j, ch: depthwise.padded_value(
+                x, layout, bi, ch, i - pads[0], j - pads[1], pad_value))
         matrix = conv_weight_matrix(weight, groups)
         depth_loops, fold_run = (kh, kw, cg), None
 
     gemm = Gemm(b, groups, oh * ow, o // groups, matrix.shape[2])
     order = "channels" if layout == "NCHW" else "rows"
     mod, constants = build(gemm, x, element, matrix, stage, order, tile, kernel if use_kernel else None, depth_loops,
-                           fold_run)
+                           fold_run, raw_element)
     out_shape = (b, groups, o // groups, oh * ow) if layout == "NCHW" else (b, oh * ow, groups, o // groups)
     return Built(mod, constants, out_shape, stage.out_dtype, input_shape, data_dtype, result_shape,
                  selection.int8_target(kernel))

@@ -26,7 +26,6 @@ def build_dense(weight: np.ndarray, m: int, data_dtype: str = "uint8", stage: Ou
     n, k = weight.shape
     kernel = kernel or tuning.choose(tuning.dense_key(m, n, k, data_dtype),
                                      selection.admitted(selection.int8_candidates(isa, k), weight), m, n, depth=k)
-    use_kernel = use_kernel and kernel.admits(weight)
     x = te.placeholder((m, k), data_dtype, name="data")
     mod, constants = build(Gemm(1, 1, m, n, k), x, lambda b, g, p, t: x[p, t], weight[None], stage, "rows",
                            Tile.of(kernel), kernel if use_kernel else None)

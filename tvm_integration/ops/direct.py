@@ -34,7 +34,8 @@ from tvm_integration.kernels.int8 import Kernel, Prefetch, Runs
 from tvm_integration.ops import depthwise
 from tvm_integration.ops.gemm import Tile, output_tensor, stage_params, tensorize_tile, weights_outer
 from tvm_integration.ops.output_stage import OutputStage
-from tvm_integration.kernels.packing import activation_shift, conv_weight_matrix, kernel_activation, pack_weights, round_up
+from tvm_integration.kernels.packing import (activation_shift, conv_weight_matrix, correction, kernel_activation,
+                                             pack_weights, raised, round_up)
 
 
 def applies(tile: Tile, weight_shape, channels: int, layout: str, groups: int) -> bool:
@@ -97,8 +98,17 @@ def build(x: te.Tensor, weight: np.ndarray, stride: tuple[int, int], pads: tuple
         acc = te.compute((b, oh, owp, npad), lambda bi, i, j, n: te.sum(
             product(bi, runs.offset(r) + (i * sh * wp + j * sw) * c, n), axis=[r, t]), name="gemm")
         at = lambda bi, i, j, n: acc[bi, i, j, n]  # noqa: E731
-    values, params = stage_params(stage, weights, npad, activation_shift(str(x.dtype), a_dtype))
-    out, residual = output_tensor((b, oh, ow, o), stage, params, lambda bi, i, j, n: (at(bi, i, j, n), 0, n))
+    shift = activation_shift(str(x.dtype), a_dtype)
+    weights, fix = raised(weights, kernel.b_min, npad) if kernel and not kernel.admits(weights) else (weights, {})
+    values, params = stage_params(stage, weights, npad, shift, fix)
+
+    def total(bi, i, j, n):
+        """The accumulator and the correction of raised weights (k = (kh, kw, c)), read from the input."""
+        def activation(k):
+            return depthwise.padded_value(x, "NHWC", bi, k % c, i * sh + k // run - pads[0],
+                                          j * sw + k // c % kw - pads[1], pad_value).astype("int32")
+        return at(bi, i, j, n) + correction(params, 0, n, activation)
+    out, residual = output_tensor((b, oh, ow, o), stage, params, lambda bi, i, j, n: (total(bi, i, j, n), 0, n))
     func = te.create_prim_func([x, w, *params.values(), *([residual] if residual is not None else []), out])
     constants = [pack_weights(weights, tile.nr, tile.k), *values.values()]
     return (_schedule(func, tile, kernel, run, sw * c, runs, c, (planes * plane_rows, wp * c), sh * wp * c), constants,

@@ -23,7 +23,8 @@ from tvm import s_tir, te, tirx
 
 from tvm_integration.kernels.int8 import Kernel, Prefetch
 from tvm_integration.ops.output_stage import OutputStage, placeholders
-from tvm_integration.kernels.packing import activation_shift, kernel_activation, pack_weights, round_up, shift_compensation
+from tvm_integration.kernels.packing import (activation_shift, correction, kernel_activation, pack_weights, raised,
+                                             round_up, shift_compensation)
 
 ORDERS = ("rows", "channels")
 VECTOR_BYTES = 64                # one AVX-512 register: the packing's widest copy
@@ -56,14 +57,17 @@ class Gemm:
 
 
 def build(gemm: Gemm, data: te.Tensor, element, weights: np.ndarray, stage: OutputStage, order: str,
-          tile: Tile, kernel: Kernel | None, depth_loops: tuple[int, ...] = (), fold_run: int | None = None):
+          tile: Tile, kernel: Kernel | None, depth_loops: tuple[int, ...] = (), fold_run: int | None = None,
+          raw_element=None):
     """The scheduled module and its constant arguments: ``(mod, params)``; the compiled function is
     called as ``main(data, *params, out)``, or ``main(data, *params, residual, out)`` when the stage
     adds a residual (``residual`` in the output's shape). ``element(b, g, p, k)`` is A's element (input dtype; called
     only for p < rows, k < depth), read from ``data`` or a tensor computed from it. ``weights``: int8
     ``[groups, cols, depth]``. ``depth_loops``: the extents k is made of, outermost first (conv2d:
     kh, kw, c), so that the packing's address arithmetic folds into loops when c is whole k steps.
-    ``fold_run``: the bytes of the input each run of the ``fold`` stage (conv2d.py) copies."""
+    ``fold_run``: the bytes of the input each run of the ``fold`` stage (conv2d.py) copies.
+    ``raw_element``: ``element`` read from ``data`` itself (default: ``element``), for the output stage's
+    correction of weights the tile does not admit (packing.raised), which no packing stage may feed."""
     if order not in ORDERS:
         raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
     pp, npad, kp = gemm.padded(tile)
@@ -83,26 +87,31 @@ def build(gemm: Gemm, data: te.Tensor, element, weights: np.ndarray, stage: Outp
         packed[b, g, p // tile.mr, p % tile.mr, k].astype("int32") * w[g, n // tile.nr, k // 4, n % tile.nr, k % 4].astype("int32"), axis=k),
         name="gemm")
 
-    values, params = stage_params(stage, weights, npad, activation_shift(str(data.dtype), a_dtype))
+    weights, fix = raised(weights, kernel.b_min, npad) if kernel and not kernel.admits(weights) else (weights, {})
+    values, params = stage_params(stage, weights, npad, activation_shift(str(data.dtype), a_dtype), fix)
+
+    def total(b, g, p, n):
+        return acc[b, g, p, n] + correction(params, g, n, lambda k: (raw_element or element)(b, g, p, k).astype("int32"))
     if order == "rows":
         out, residual = output_tensor((gemm.batch, gemm.rows, gemm.groups, gemm.cols), stage, params,
-                                      lambda b, p, g, n: (acc[b, g, p, n], g, n))
+                                      lambda b, p, g, n: (total(b, g, p, n), g, n))
     elif stage.residual:
         raise ValueError("a residual add is fused in the rows (NHWC, dense) order only")
     else:
         out, residual = output_tensor((gemm.batch, gemm.groups, gemm.cols, gemm.rows), stage, params,
-                                      lambda b, g, n, p: (acc[b, g, p, n], g, n))
+                                      lambda b, g, n, p: (total(b, g, p, n), g, n))
     func = te.create_prim_func([data, w, *params.values(), *([residual] if residual is not None else []), out])
     constants = [pack_weights(weights, tile.nr, tile.k), *values.values()]
     exact = kp == gemm.depth and depth_loops and depth_loops[-1] % tile.k == 0
     return schedule(func, tile, kernel, order, depth_loops if exact else (), fold_run, weights_outer(pp, npad)), constants
 
 
-def stage_params(stage: OutputStage, weights: np.ndarray, npad: int, shift: int):
+def stage_params(stage: OutputStage, weights: np.ndarray, npad: int, shift: int, fix: dict | None = None):
     """The output stage's per-channel constants ``[groups, npad]`` and their placeholders; with
-    activations shifted by ``shift`` (packing.activation_shift) the bias carries its compensation."""
+    activations shifted by ``shift`` (packing.activation_shift) the bias carries its compensation;
+    ``fix``: the sparse correction's constants (packing.raised), after them."""
     groups, cols, _ = weights.shape
-    values = stage.channel_params(groups, cols, npad)
+    values = stage.channel_params(groups, cols, npad) | (fix or {})
     if shift:
         values["bias"] = values["bias"] + np.pad(shift_compensation(weights, shift), ((0, 0), (0, npad - cols)))
     return values, placeholders(values)
