@@ -24,8 +24,7 @@ from sketches.linear import LinearSketch
 from synth.cegis import Problem
 from synth.proof import linear_prover
 from synth.int8_spec import Int8Spec
-from synth.spec import _check
-from synth.stages import Composite, Stage, StageUse
+from synth.stages import Stage, StageUse
 
 
 def _problem(name, isa, names, bits, ranges, out_bits, spec, constants, observe=None, split=()):
@@ -95,34 +94,34 @@ def stages(spec: Int8Spec, isa) -> list[Stage]:
     names, bits = one.input_names + cnames, one.input_bits + cbits
     ranges = one.lane_ranges() + [None] * len(cnames)
     cidx = {len(one.input_names) + i: v for i, v in enumerate(consts.values())}
-    row = _problem("row", isa, names, bits, ranges, one.output_bits,
-                   lambda B, x: one.reference(B, x[:len(one.input_names)]), cidx, split=menu.get("sign_cases", ()))
     if "pairs" in menu:
-        return [_paired_row(spec, isa, menu, row, ranges)]
+        return _pair_stages(spec, isa, menu, ranges)
+    row = _problem("row", isa, names, bits, ranges, one.output_bits,
+                   lambda B, x: one.reference(B, x[:len(one.input_names)]), cidx)
     make = (lambda n: LinearSketch(isa, menu["row"], bits, n)) if menu.get("multiplies_in_pairs") else \
         (lambda n: ChainSketch(isa, menu["row"], bits, names.index(one.input_names[-1]), n))
     return [Stage(row, make, range(1, 3 * spec.k // 4 + 3), in_ranges=ranges)]
 
 
-def _paired_row(spec: Int8Spec, isa, menu: dict, row, ranges) -> Stage:
-    """The k4b row of one k group (k = 4) as a ``Composite`` of two parts, each minimised by CEGIS on
-    its own (the whole five-instruction row did not finish in 10 minutes): ``pairs`` (a, b) -> the
-    sixteen int16 sums of two products, a[2l] b[2l] + a[2l+1] b[2l+1], exact in the spec's ranges;
-    ``widen`` (c, p, constants) -> c + the two pair sums of each int32 lane. The assembled row is
-    proved against the row's own spec (its sign cases), so the split is checked, never assumed."""
-    _check(spec.k == 4, f"the {spec.isa} {spec.types} tile takes one k group of 4 bytes per block, got k = {spec.k}")
+def _pair_stages(spec: Int8Spec, isa, menu: dict, ranges) -> list[Stage]:
+    """The k4b tile of the AVX2 s8s7 kind in two stages, each minimised by CEGIS on its own (a whole
+    five-instruction row of one k group did not finish in 10 minutes): ``pairs`` (a, b) -> the sixteen
+    int16 sums of two products a[2l] b[2l] + a[2l+1] b[2l+1] of one k group, exact in the spec's
+    ranges (proved case by case by the sign of A's lanes); ``widen`` (c, p, constants) -> c + the two
+    pair sums of each int32 lane. ``assemble`` chains them over the k groups of every row and column
+    block, and the kernel is proved by composing the two specs (synth/stages.py)."""
     consts = menu.get("constants", {})
     v = spec.output_bits[0]
-    a_range, b_range = ranges[0], ranges[1]
+    a_range, b_range = ranges[0], ranges[spec.k // 4]      # one row's inputs: a{x} for each k group, then b
 
     def pairs_spec(B, x):
         a, b = B.lanes(x[0], 8), B.lanes(x[1], 8)
         prod = [B.mul(B.sext(p, 16), B.sext(q, 16)) for p, q in zip(a, b)]
         return [B.join([B.add(prod[2 * l], prod[2 * l + 1]) for l in range(len(prod) // 2)])]
-    pairs = _problem("pairs", isa, ["a", "b"], [v, v], [a_range, b_range], [v], pairs_spec, {}, split=("a",))
-    pair_range = LaneRange(16, -(1 << 15), (1 << 15) - 1)
+    pairs = _problem("pairs", isa, ["a", "b"], [v, v], [a_range, b_range], [v], pairs_spec, {},
+                     split=menu.get("sign_cases", ()))
     w_names, w_bits = ["c", "p", *consts], [v, v, *[v] * len(consts)]
-    w_ranges = [None, pair_range, *[None] * len(consts)]
+    w_ranges = [None, LaneRange(16, -(1 << 15), (1 << 15) - 1), *[None] * len(consts)]
 
     def widen_spec(B, x):
         p = B.lanes(x[1], 16)
@@ -130,20 +129,15 @@ def _paired_row(spec: Int8Spec, isa, menu: dict, row, ranges) -> Stage:
                         for l, c in enumerate(B.lanes(x[0], 32))])]
     widen = _problem("widen", isa, w_names, w_bits, w_ranges, [v], widen_spec,
                      {2 + i: c for i, c in enumerate(consts.values())})
-    parts = {"pairs": Stage(pairs, lambda n: LinearSketch(isa, menu["pairs"], [v, v], n), range(1, 4),
-                            in_ranges=[a_range, b_range]),
-             "widen": Stage(widen, lambda n: LinearSketch(isa, menu["widen"], w_bits, n), range(1, 3),
-                            in_ranges=w_ranges)}
-    names = row.input_names
-    a, b, c = (next(n for n in names if n.startswith(x)) for x in "abc")
-    uses = [StageUse("pairs", [a, b], ["p"]), StageUse("widen", [c, "p", *consts], ["c_out"])]
-    composite = Composite(parts, uses, ["c_out"])
-    return Stage(row, lambda n: composite, range(1, 2), in_ranges=ranges)
+    return [Stage(pairs, lambda n: LinearSketch(isa, menu["pairs"], [v, v], n), range(1, 4),
+                  in_ranges=[a_range, b_range]),
+            Stage(widen, lambda n: LinearSketch(isa, menu["widen"], w_bits, n), range(1, 3), in_ranges=w_ranges)]
 
 
 def assemble(spec: Int8Spec):
     """(uses, output names, constants) of the whole tile."""
-    menu_consts = menus.int8(spec.isa, spec.types, spec.layout).get("constants", {})
+    menu = menus.int8(spec.isa, spec.types, spec.layout)
+    menu_consts = menu.get("constants", {})
     bits = 128 if spec.layout == "rows" else spec.output_bits[0]
     consts = {n: (v % (1 << bits), bits) for n, v in menu_consts.items()}
     cn = list(consts)
@@ -167,8 +161,16 @@ def assemble(spec: Int8Spec):
             uses.append(StageUse("reduce", [*accs, f"c{i}"], [f"c{i}_out"]))
         elif spec.layout == "k4":
             uses.append(StageUse("row", [f"a{i}", *[f"b{x}" for x in range(g)], f"c{i}", *cn], [f"c{i}_out"]))
+        elif "pairs" in menu:     # _pair_stages, chained over the k groups
+            for c in range(spec.column_blocks):
+                acc = f"c{i}_{c}"
+                for x in range(g):
+                    uses.append(StageUse("pairs", [f"a{i}_{x}", f"b{x}_{c}"], [f"p{i}_{c}_{x}"]))
+                    out = f"c{i}_{c}_out" if x == g - 1 else f"c{i}_{c}_{x}"
+                    uses.append(StageUse("widen", [acc, f"p{i}_{c}_{x}", *cn], [out]))
+                    acc = out
         else:
             for c in range(spec.column_blocks):
                 uses.append(StageUse("row", [*[f"a{i}_{x}" for x in range(g)], *[f"b{x}_{c}" for x in range(g)],
                                              f"c{i}_{c}", *cn], [f"c{i}_{c}_out"]))
-    return uses, [u.outputs[0] for u in uses if u.stage != "dot"], consts
+    return uses, [u.outputs[0] for u in uses if u.outputs[0].endswith("_out")], consts
