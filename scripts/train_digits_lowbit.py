@@ -251,10 +251,8 @@ def reference_outputs(path: Path, form: str, x: np.ndarray) -> np.ndarray:
         for xb in batches(x):
             outputs.append(execute_onnx(wrapper, {name_in: xb})[name_out])
     else:
-        import onnxruntime as ort
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = 1
-        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        from tvm_integration.bench.models import reference_session
+        session = reference_session(path)    # exact: the default saturates vpmaddubsw without VNNI
         for xb in batches(x):
             outputs.append(session.run(None, {session.get_inputs()[0].name: xb})[0])
     return np.concatenate(outputs)[:len(x)]

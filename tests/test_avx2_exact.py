@@ -72,41 +72,56 @@ def test_operands_that_saturate_vpmaddubsw_are_exact(avx2_only):
     np.testing.assert_array_equal(out, conv_reference(x, w, "NHWC", 1, 1, 1))
 
 
-def row_problem():
+def pairs_problem():
+    """The tile's first stage: (a, b) -> the int16 sums of two products of one k group."""
     spec = Int8Spec.for_isa("avx2", "s8s7", 4, 16)
-    return int8_stages.stages(spec, get_isa("avx2"))[0].problem
+    problem = int8_stages.stages(spec, get_isa("avx2"))[0].problem
+    assert problem.name == "pairs" and list(problem.input_names) == ["a", "b"]
+    return problem
 
 
 def program(problem, sign_of: int, take_abs: bool = True) -> Program:
-    """The row's program (a, b, c, ones16 are registers 0-3): |a| (or a), sign(b, ``sign_of``),
-    vpmaddubsw, vpmaddwd by ones, vpaddd."""
+    """The synthesized stage (a, b are registers 0, 1): |a| as vpsignb(a, a) (or 2a), vpsignb(b,
+    register ``sign_of``), vpmaddubsw."""
     body = (Instr(Op.parse("vpsignb.ymm"), (0, 0)) if take_abs else Instr(Op.parse("vpaddb.ymm"), (0, 0)),
-            Instr(Op.parse("vpsignb.ymm"), (1, sign_of)), Instr(Op.parse("vpmaddubsw.ymm"), (4, 5)),
-            Instr(Op.parse("vpmaddwd.ymm"), (6, 3)), Instr(Op.parse("vpaddd.ymm"), (2, 7)))
-    return Program("avx2", tuple(problem.input_names), tuple(problem.input_bits), body, (8,))
+            Instr(Op.parse("vpsignb.ymm"), (1, sign_of)), Instr(Op.parse("vpmaddubsw.ymm"), (2, 3)))
+    return Program("avx2", tuple(problem.input_names), tuple(problem.input_bits), body, (4,))
 
 
-def test_the_sign_case_proof_proves_the_row_and_refuses_mutants():
-    """The linear-form prover splits A's broadcast lanes by sign (81 cases): the synthesized row is
-    proved in under a second (Z3 did not finish in 600 s); a row signing B by itself, or multiplying
-    2a instead of |a|, is refuted."""
-    problem = row_problem()
+def test_the_sign_case_proof_proves_the_stage_and_refuses_mutants():
+    """The linear-form prover splits A's broadcast lanes by sign (81 cases): the synthesized stage is
+    proved in under a second (Z3 did not finish a row of it in 600 s); a stage signing B by itself, or
+    multiplying 2a instead of |a|, is refuted."""
+    problem = pairs_problem()
     assert prove_stage(problem, program(problem, 0), 1e18).result == "proved"
     assert prove_stage(problem, program(problem, 1), 1e18).result != "proved"
     assert prove_stage(problem, program(problem, 0, take_abs=False), 1e18).result != "proved"
 
 
-def test_weights_of_minus_128_break_the_row_so_the_operator_raises_them():
-    """Why the tile's spec has B in [-127, 127]: vpsignb negates -128 to -128, so with a < 0 the row is
-    off by -256 |a| (numpy run of the proved program on such an input)."""
+def test_weights_of_minus_128_break_the_stage_so_the_operator_raises_them():
+    """Why the tile's spec has B in [-127, 127]: vpsignb negates -128 to -128, so where a < 0 the pair
+    sum is off by -256 |a| (numpy run of the proved stage on such an input)."""
     from isa_specs.lanes import NUMPY
-    problem = row_problem()
-    a = np.tile(np.array([-1, 2, 3, 4], np.int8), (1, 8)).view(np.uint8)
+    problem = pairs_problem()
+    a = np.tile(np.array([-1, 2, 3, 4], np.int8), 8).view(np.uint8)[None]
     b = np.full((1, 32), -128, np.int8).view(np.uint8)
-    c, ones = np.zeros((1, 32), np.uint8), np.tile(np.array([1, 0], np.uint8), (1, 16))
-    ins = [NUMPY.from_bytes(v, 256) for v in (a, b, c, ones)]
-    got = problem.run(NUMPY, program(problem, 0), ins)[0]
-    want = problem.spec(NUMPY, ins)[0]
-    got, want = (NUMPY.to_bytes(v, 1).view(np.int32)[0] for v in (got, want))
-    np.testing.assert_array_equal(want, np.full(8, -128 * (-1 + 2 + 3 + 4)))
-    np.testing.assert_array_equal(got - want, np.full(8, -256))
+    ins = [NUMPY.from_bytes(v, 256) for v in (a, b)]
+    got, want = (NUMPY.to_bytes(v[0], 1).view(np.int16)[0] for v in (problem.run(NUMPY, program(problem, 0), ins),
+                                                                     problem.spec(NUMPY, ins)))
+    np.testing.assert_array_equal(want, np.tile([-128, -896], 8))
+    np.testing.assert_array_equal(got - want, np.tile([-256, 0], 8))
+
+
+def test_a_quantized_model_is_exact_on_the_avx2_tiles(avx2_only, tmp_path):
+    """The whole model path on an AVX2-only host model: a ResNet-style model quantized by onnxruntime,
+    compiled onto the s8s7 tiles, equals onnxruntime's exact mode on every output."""
+    from tvm_integration.bench import int8_models
+    from tvm_integration.bench.models import random_inputs, reference_session
+    from tvm_integration.qnn.model import compile_model
+    path = int8_models.quantize(int8_models.resnet(32, (8, 16, 16, 32), 10), tmp_path / "tiny.int8.onnx")
+    model = compile_model(path)
+    session = reference_session(path)
+    rng = np.random.default_rng(0)
+    for _ in range(2):
+        feeds = random_inputs(model.inputs, rng)
+        np.testing.assert_array_equal(model(feeds)[model.outputs[0]], session.run(None, feeds)[0])

@@ -14,6 +14,7 @@ datasets = pytest.importorskip("sklearn.datasets")
 ort = pytest.importorskip("onnxruntime")
 
 from tvm_integration.bench import int8_models  # noqa: E402
+from tvm_integration.bench.models import reference_session  # noqa: E402
 from tvm_integration.qnn.model import compile_model  # noqa: E402
 
 
@@ -93,7 +94,7 @@ def test_digits_cnn_int8_keeps_accuracy_and_matches_onnxruntime(tmp_path):
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
     fp32 = ort.InferenceSession(float_model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    int8 = ort.InferenceSession(str(int8_path), options, providers=["CPUExecutionProvider"])
+    int8 = reference_session(int8_path)      # exact: the default saturates vpmaddubsw without VNNI
     ours = compile_model(int8_path, threads=1)
     predicted = {"fp32": [], "onnxruntime_int8": [], "ours": []}
     for i in test_idx:

@@ -174,11 +174,11 @@ def test_direct_conv2d_runs_column_tiles_outermost(kernel, case):
     """Output rows of whole row tiles, column tiles outermost (direct.columns_first), each tile's
     output stage after it, batch 2, requantized: with 4x more columns than pixels (ResNet-18's 7x7x512
     layers, gemm.weights_outer; three column tiles, the last partly padding), with weights beyond
-    half of L1 (64 channels, two column tiles and a part, enough output rows that the columns are
+    half of L1 (64 channels, 51 or more columns: two and a part of the 16-wide tiles, enough output rows that the columns are
     fewer than 4x the pixels), and with weights beyond direct.STREAMED_BYTES (ResNet-18's 14x14x256)."""
     mr, nr = kernel.spec.mr, kernel.spec.nr
     wide = case == "many-columns"
-    c, o = {"many-columns": (16, max(12 * mr, 2 * nr) + 3), "weights-beyond-l1": (64, 2 * nr + 3),
+    c, o = {"many-columns": (16, max(12 * mr, 2 * nr) + 3), "weights-beyond-l1": (64, max(2 * nr, 48) + 3),
             "weights-streamed": (128, max(256, 2 * nr) + 3)}[case]
     npad = -(-o // nr) * nr
     rows = 3 if wide else npad // (4 * mr) + 1

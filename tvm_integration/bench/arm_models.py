@@ -26,7 +26,7 @@ import onnx
 
 from tvm_integration.bench import inputs as model_inputs
 from tvm_integration.bench import mca, ort_aarch64, qemu_blocks
-from tvm_integration.bench.models import onnxruntime_session, random_inputs
+from tvm_integration.bench.models import random_inputs, reference_session
 from tvm_integration.bench.neon_int8_layers import is_multiply
 from tvm_integration.ops import cross_model
 
@@ -91,7 +91,7 @@ def bench_arm_model(path: str | Path, core: str, fp32: str | Path | None = None,
     runner = model.runner()
     ours, blocks = _measured(runner, model.checked(feeds), core, threads, work / "qsynth.txt")
     columns["qsynth"] = cycles(blocks, core) | by_function(blocks, core, runner.library, runner.code_maps)
-    reference = onnxruntime_session(path, 1).run(None, feeds)
+    reference = reference_session(path).run(None, feeds)
     theirs, blocks = ort_aarch64.run(path, feeds, model.outputs, core, threads)
     columns["onnxruntime_int8"] = cycles(blocks, core)
     if fp32 is not None:
