@@ -10,6 +10,7 @@ onnxruntime's exact mode, also timed: its default saturates on x86 hosts without
 scripts/bench_models.py."""
 from __future__ import annotations
 
+import collections
 import functools
 import os
 import time
@@ -50,25 +51,51 @@ EXACT_OPTION = ("session.x64quantprecision", "1")
 
 
 def onnxruntime_session(path, threads: int, exact: bool = False):
-    """onnxruntime on ``path``: its default (what a user times), or ``exact``: the reference every
-    bit-exactness check compares with (``EXACT_OPTION``)."""
+    """onnxruntime on ``path`` (or a serialized model): its default (what a user times), or ``exact``:
+    the reference every bit-exactness check compares with (``EXACT_OPTION``)."""
     import onnxruntime as ort
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     if exact:
         options.add_session_config_entry(*EXACT_OPTION)
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(path if isinstance(path, bytes) else str(path), options,
+                                providers=["CPUExecutionProvider"])
 
 
 def reference_session(path, threads: int = 1):
-    """The exact integer reference: onnxruntime with ``EXACT_OPTION``. That mode registers no kernel for
-    int8 (signed) activations (QLinearConv, QLinearMatMul with int8 inputs: NOT_IMPLEMENTED on the Zen 3
-    host); such a model takes the default session, whose S8S8 kernels do not take the U8S8 path."""
-    from onnxruntime.capi.onnxruntime_pybind11_state import NotImplemented as NoKernel
+    """The exact integer reference: onnxruntime with ``EXACT_OPTION``. Two gaps of that mode
+    (onnxruntime 1.32, docs/measurements.md): a model with an initializer that two nodes read fails
+    to initialize ("AddInitializerWithOrtValue ... Attempt to replace the existing tensor"), so it runs
+    on a copy where each reader has its own (``unshared_initializers``); and the mode registers no kernel
+    for int8 (signed) activations (QLinearConv, QLinearMatMul: NOT_IMPLEMENTED), so such a model takes
+    the default session, whose S8S8 kernels do not take the saturating U8S8 path."""
+    from onnxruntime.capi.onnxruntime_pybind11_state import Fail, NotImplemented as NoKernel
     try:
         return onnxruntime_session(path, threads, exact=True)
     except NoKernel:
         return onnxruntime_session(path, threads)
+    except Fail as e:
+        if "Attempt to replace the existing tensor" not in str(e):
+            raise
+        return onnxruntime_session(unshared_initializers(onnx.load(str(path))).SerializeToString(), threads, True)
+
+
+def unshared_initializers(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``model`` in which every initializer read by more than one node input is copied, one
+    per reader: the same computation, which onnxruntime's exact mode initializes."""
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    graph = model.graph
+    by_name = {t.name: t for t in graph.initializer}
+    readers = collections.Counter(x for node in graph.node for x in node.input if x in by_name)
+    for n, node in enumerate(graph.node):
+        for j, name in enumerate(node.input):
+            if readers.get(name, 0) > 1:
+                copy = onnx.TensorProto()
+                copy.CopyFrom(by_name[name])
+                copy.name = f"{name}__reader{n}_{j}"
+                graph.initializer.append(copy)
+                node.input[j] = copy.name
+    return model
 
 
 def litert_runner(path, threads: int):
