@@ -115,8 +115,18 @@ def openvino_steps(row: dict) -> str:
     return f"{max(steps):g}" if steps else "-"
 
 
+def wrong(row: dict) -> str:
+    """How many outputs onnxruntime's default and OpenVINO get wrong: "default / OpenVINO of N"."""
+    default = row.get("onnxruntime_int8_default")
+    if default is None:
+        return "-"
+    ov = [r["differing"] for r in row.get("openvino", {}).values() if "differing" in r]
+    return f"{default['differing']} / {max(ov) if ov else '-'} of {default['compared']}"
+
+
 def markdown(rows: list[dict], command: str) -> str:
-    names = ["onnxruntime_int8", "onnxruntime_fp32", "openvino_int8", "openvino_int8_vnni", "tvm_default"]
+    names = ["onnxruntime_int8", "onnxruntime_int8_exact", "onnxruntime_fp32", "openvino_int8", "openvino_int8_vnni",
+             "tvm_default"]
     unavailable = sorted({f"{name} ({r['threads']} thread(s)): {report['unavailable']}" for r in rows
                           for name, report in r.get("openvino", {}).items() if "unavailable" in report})
     lines = ["# Whole models through the QNN pipeline, batch 1", "",
@@ -127,15 +137,18 @@ def markdown(rows: list[dict], command: str) -> str:
              "matmul in float, default schedules). openvino_int8: OpenVINO's CPU plugin on the same QDQ file "
              "(`compile_model(path, \"CPU\", {INFERENCE_NUM_THREADS: n, PERFORMANCE_HINT: LATENCY})`), "
              "openvino_int8_vnni: the same with `ONEDNN_MAX_CPU_ISA=AVX512_CORE_VNNI` (AMX hosts only), each in a "
-             "worker process timed in turn with ours. diff: largest |ours - onnxruntime| on the output (0: "
-             "bit-exact); OpenVINO steps: largest |OpenVINO - onnxruntime| in steps of the output's quantization "
-             "scale (OpenVINO is not bit-exact). The machine's 2 cores are shared with other jobs: expect noise.",
-             "", "| model | threads | ours ms | " + " | ".join(names) + " | diff | OpenVINO steps | compile s |",
-             "|---|---|---|" + "---|" * len(names) + "---|---|---|"]
+             "worker process timed in turn with ours. onnxruntime_int8_exact: onnxruntime with "
+             "`session.x64quantprecision` = 1, the exact reference (its default saturates `vpmaddubsw` on x86 hosts "
+             "without VNNI). diff: largest |ours - the exact reference| on the output (0: bit-exact); wrong: outputs "
+             "of onnxruntime's default / OpenVINO that differ from the exact reference; OpenVINO steps: largest "
+             "|OpenVINO - the exact reference| in steps of the output's quantization scale. The machine's 2 cores "
+             "are shared with other jobs: expect noise.",
+             "", "| model | threads | ours ms | " + " | ".join(names) + " | diff | wrong | OpenVINO steps | compile s |",
+             "|---|---|---|" + "---|" * len(names) + "---|---|---|---|"]
     for r in (r for r in rows if r["name"] not in LOWBIT):
         cells = [f"{r['baselines'][n]:.2f} ({r['speedups'][n]:.2f}x)" if n in r["baselines"] else "-" for n in names]
         lines.append(f"| {r['name']} | {r['threads']} | {r['ours_ms']:.2f} | " + " | ".join(cells)
-                     + f" | {r['max_abs_diff_vs_onnxruntime']:g} | {openvino_steps(r)} | {r['compile_s']:.1f} |")
+                     + f" | {r['max_abs_diff_vs_onnxruntime']:g} | {wrong(r)} | {openvino_steps(r)} | {r['compile_s']:.1f} |")
     if unavailable:
         lines += ["", "OpenVINO unavailable: " + "; ".join(unavailable)]
     lines += ["", "Targets (issue 15):", *TARGETS, "", "Targets (issue 30):", *OPENVINO_TARGETS]
