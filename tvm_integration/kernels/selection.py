@@ -3,7 +3,8 @@
 int8: ``isa="host"`` takes the best ISA the host executes, AVX-512 VNNI > AVX-VNNI > AVX2, read from
 the host's CPU flags (isa_specs.host), never from a CPU name; without VNNI, the AVX2 s8s7 tiles, exact
 on u8 and s8 activations (shifted to s8 when packed) for weights in [-127, 127], which an operator
-checks on its constant weights (``Kernel.admits``; else it runs plain TIR); on a host with AMX (and the tile data
+checks on its constant weights (``Kernel.admits``; weights of -128 are raised for the tile and the
+rest added apart, ``packing.raised``); on a host with AMX (and the tile data
 permission), an operator of reduction depth 64 bytes or more takes the AMX tile instead
 (``amx_pays``). Bitserial: ``isa="host"``
 takes AVX-512, else AVX2; NEON tiles are built for AArch64 and run under qemu (ops/cross.py), never
@@ -59,7 +60,8 @@ def _u8s8_kernels(isa: str) -> list[int8.Kernel]:
 
 def admitted(candidates: list[int8.Kernel], weights: np.ndarray | None) -> list[int8.Kernel]:
     """The candidates whose precondition ``weights`` satisfy (``Kernel.admits``), else all of them:
-    the operator then runs the chosen tile's shape in plain TIR."""
+    the operator then runs the chosen tile on its weights raised into the tile's range and adds the
+    rest apart (``packing.raised``)."""
     return [k for k in candidates if k.admits(weights)] or candidates
 
 
