@@ -89,9 +89,10 @@ def spills(kernel: Kernel) -> bool:
 
 
 # Registers a k4b row holds besides its accumulators, B and the broadcast A: the AVX2 s8s7 tile's ones
-# constant, |a|, sign(b, a) and their pair sums. Its 6x16 tile (18 registers) ran at 36.6 G MAC/s from
-# L1 where 5x16 (16) ran at 52.4 (Zen 3 host, scripts/bench_kernels.py --isa avx2 --configs s8s7, loaded).
-ROW_EXTRAS = {"s8s7": 4}
+# constant, |a|, and one temporary its sign(b, a), pair sums and their widening pass through. Its 6x16
+# tile (18 registers) ran at 36.6 G MAC/s from L1 where 5x16 (16) ran at 52.4 (Zen 3 host,
+# scripts/bench_kernels.py --isa avx2 --configs s8s7, loaded); at k = 16, quiet: 5x16 54.9, 10x8 40.3.
+ROW_EXTRAS = {"s8s7": 3}
 
 
 def least_padding(candidates: list[Kernel], rows: int, cols: int, depth: int = 1) -> Kernel:
