@@ -66,9 +66,9 @@ def linear_prover(problem, ranges, constants, out_lane_bits: list[int], split: t
     """``fast_prove`` for reduction-like stages: program and spec have the same linear forms lane
     for lane (mod 2**w), so they are equal on every input within the ranges. ``split``: inputs whose
     lanes are taken case by case, by sign (``ranges.sign_cases``): the proof holds in every case."""
-    def equal(case) -> bool:
+    def equal(program, case) -> bool:
         xs = linear_inputs(problem.input_names, problem.input_bits, ranges, constants, case)
-        got = problem.run(LINEAR, program_now, xs)
+        got = problem.run(LINEAR, program, xs)
         want = problem.spec(LINEAR, xs)
         return len(got) == len(want) == len(out_lane_bits) and all(
             lanes_equal(g, w, lb) for g, w, lb in zip(got, want, out_lane_bits))
@@ -76,10 +76,9 @@ def linear_prover(problem, ranges, constants, out_lane_bits: list[int], split: t
     cases = sign_cases(problem.input_bits, ranges, list(split)) if split else [None]
 
     def prove(program):
-        nonlocal program_now
-        t0, program_now = time.monotonic(), program
+        t0 = time.monotonic()
         try:
-            ok = all(equal(case) for case in cases)
+            ok = all(equal(program, case) for case in cases)
         except Unknown:
             return None
         if not ok:
@@ -87,6 +86,5 @@ def linear_prover(problem, ranges, constants, out_lane_bits: list[int], split: t
         how = f", {len(cases)} sign cases" if split else ""
         return Obligation(f"{problem.name}: program = spec (no lane overflow{how})", "linear-forms", "proved",
                           round(time.monotonic() - t0, 4))
-    program_now = None
     return prove
 

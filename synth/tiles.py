@@ -38,7 +38,7 @@ INT8_TILES = {
     # its load mix reaches 92% of the register-only peak from L1, 6x32's (8 per 12) 86%, 12x16's
     # (13 per 12) 78% (scripts/peak_x86.c)
     ("avx512", "u8s8", "k4b"): (8, 48, 16),   # vpdpbusd zmm
-    # exact on every AVX2 host: vpabsb + vpsignb + vpmaddubsw + vpmaddwd, A signed (u8 activations
+    # exact on every AVX2 host: vpsignb (|a| and sign(b, a)) + vpmaddubsw + vpmaddwd, A signed (u8 activations
     # shifted by -128 when packed), weights in [-127, 127]; 4 rows x 2 registers of C and 2 of B beside
     # the ones, a broadcast, its absolute value and two products fit the 16 ymm
     ("avx2", "s8s7", "k4b"): (4, 16, 4),

@@ -5,8 +5,6 @@ result, on weights of -128 (raised to -127 for the tile, the rest added apart) a
 which vpmaddubsw's int16 pair sums saturate (onnxruntime's and OpenVINO's answers there are wrong)."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -19,8 +17,6 @@ from tests.test_tvm_ops import CONVS, conv_reference, dense_reference
 from tvm_integration.kernels import selection
 from tvm_integration.ops.conv2d import conv2d
 from tvm_integration.ops.dense import dense
-
-CPUINFO = Path(__file__).parent / "data" / "cpuinfo_zen3.txt"
 
 
 @pytest.fixture

@@ -62,8 +62,11 @@ def raised(w: np.ndarray, lo: int, n_padded: int) -> tuple[np.ndarray, dict[str,
     correction: ``fix_index`` and ``fix_amount``, ``[g, n_padded, S]`` int32, for each column the k and
     amount of each raised weight, padded with amount 0 to the largest count S. A layer quantized to
     [-128, 127] (PyTorch's default) has few weights of -128, so the correction reads a few activations
-    per output where the tile reads them all."""
+    per output where the tile reads them all. Weights already in range come back as they are, with no
+    correction."""
     low = w < lo
+    if not low.any():
+        return w, {}
     counts = low.sum(axis=2)
     g, n, _ = w.shape
     index = np.zeros((g, n_padded, max(1, int(counts.max()))), np.int32)

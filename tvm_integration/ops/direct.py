@@ -99,7 +99,7 @@ def build(x: te.Tensor, weight: np.ndarray, stride: tuple[int, int], pads: tuple
             product(bi, runs.offset(r) + (i * sh * wp + j * sw) * c, n), axis=[r, t]), name="gemm")
         at = lambda bi, i, j, n: acc[bi, i, j, n]  # noqa: E731
     shift = activation_shift(str(x.dtype), a_dtype)
-    weights, fix = raised(weights, kernel.b_min, npad) if kernel and not kernel.admits(weights) else (weights, {})
+    weights, fix = raised(weights, kernel.b_min, npad) if kernel else (weights, {})
     values, params = stage_params(stage, weights, npad, shift, fix)
 
     def total(bi, i, j, n):

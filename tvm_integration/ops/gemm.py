@@ -87,7 +87,7 @@ def build(gemm: Gemm, data: te.Tensor, element, weights: np.ndarray, stage: Outp
         packed[b, g, p // tile.mr, p % tile.mr, k].astype("int32") * w[g, n // tile.nr, k // 4, n % tile.nr, k % 4].astype("int32"), axis=k),
         name="gemm")
 
-    weights, fix = raised(weights, kernel.b_min, npad) if kernel and not kernel.admits(weights) else (weights, {})
+    weights, fix = raised(weights, kernel.b_min, npad) if kernel else (weights, {})
     values, params = stage_params(stage, weights, npad, activation_shift(str(data.dtype), a_dtype), fix)
 
     def total(b, g, p, n):
