@@ -376,28 +376,30 @@ def check_kloop(driver: KernelDriver, samples: int, rng: np.random.Generator) ->
     doms = domains(spec)                                  # the spec's element ranges of A and B
     first = [next(n for n in spec.input_names if n.startswith(x)) for x in "ab"]
     (lo_a, hi_a), (lo_b, hi_b) = [(doms[n].lo, doms[n].hi + 1) for n in first]
+    e, q = spec.elem_bits // 8, spec.group              # bytes per element; elements per k group
+    types = {(1, False): np.uint8, (1, True): np.int8, (2, True): np.int16}
     for kblocks, n, blocked in ((1, 4, False), (2, 4, True), (5, 2, False), (3, 2, True)):
-        k = kblocks * spec.k
+        k = kblocks * spec.k                              # strides and sizes below in elements
         if blocked:
             a_stride = spec.k + int(rng.integers(0, MAX_PAD))
             a_block = spec.mr * a_stride + int(rng.integers(0, MAX_PAD))
         else:
             a_stride, a_block = k + int(rng.integers(0, MAX_PAD)), spec.k
-        a_bytes = (kblocks - 1) * a_block + (spec.mr - 1) * a_stride + spec.k
-        b_stride, c_stride = 4 * spec.nr + int(rng.integers(0, MAX_PAD)), spec.nr + int(rng.integers(0, 4))
-        a = rng.integers(lo_a, hi_a, (n, a_bytes)).astype(np.int8 if sa else np.uint8)
-        b = rng.integers(lo_b, hi_b, (n, k // 4, b_stride)).astype(np.int8 if sb else np.uint8)
+        a_size = (kblocks - 1) * a_block + (spec.mr - 1) * a_stride + spec.k
+        b_stride, c_stride = q * spec.nr + int(rng.integers(0, MAX_PAD)), spec.nr + int(rng.integers(0, 4))
+        a = rng.integers(lo_a, hi_a, (n, a_size)).astype(types[e, sa])
+        b = rng.integers(lo_b, hi_b, (n, k // q, b_stride)).astype(types[e, sb])
         a[0], b[0] = lo_a, lo_b                               # -128 x -128 (or 0 x 0) everywhere
         a[-1], b[-1] = hi_a - 1, hi_b - 1                     # the largest products everywhere
         c = rng.integers(-2**31, 2**31, (n, spec.mr, c_stride)).astype(np.int32)
         misalign = int(rng.integers(0, MAX_PAD))
-        head = [n, kblocks, a_stride, a_block, a_bytes, b_stride, c_stride, misalign]
+        head = [n, kblocks, a_stride * e, a_block * e, a_size * e, b_stride * e, c_stride, misalign]
         payload = np.array(head, "<u4").tobytes() + b"".join(
             a[r].tobytes() + b[r].tobytes() + c[r].tobytes() for r in range(n))
         got = np.frombuffer(run_binary(driver.isa, binary, payload, "kloop driver"), np.int32).reshape(c.shape)
         kb, i, t = np.meshgrid(np.arange(kblocks), np.arange(spec.mr), np.arange(spec.k), indexing="ij")
         a_matrix = a[:, kb * a_block + i * a_stride + t].transpose(0, 2, 1, 3).reshape(n, spec.mr, k)
-        bt = b[:, :, :4 * spec.nr].reshape(n, k // 4, spec.nr, 4).transpose(0, 2, 1, 3).reshape(n, spec.nr, k)
+        bt = b[:, :, :q * spec.nr].reshape(n, k // q, spec.nr, q).transpose(0, 2, 1, 3).reshape(n, spec.nr, k)
         dot = np.einsum("rik,rjk->rij", a_matrix.astype(np.int64), bt.astype(np.int64))
         want = c.copy()
         want[:, :, :spec.nr] = ((c[:, :, :spec.nr].astype(np.int64) + dot) & 0xFFFFFFFF).astype(np.uint32).view(np.int32)

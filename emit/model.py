@@ -16,8 +16,9 @@ from isa_specs.instruction import CType
 from sketches.program import Program
 from synth.kernel import spec_from_key
 
-# int8 kernels that get a ``_kloop`` (the K loop of a GEMM around the step): byte elements, B in k groups
-KLOOP_LAYOUTS, BYTE_TYPES = ("k4", "k4b"), ("u8s8", "u7s8", "s8s8", "s8s7", "u8u8")
+# int8 kernels that get a ``_kloop`` (the K loop of a GEMM around the step): byte elements or 8-bit data
+# widened to int16 (w16), B in k groups of one 32-bit lane per column
+KLOOP_LAYOUTS, KLOOP_TYPES = ("k4", "k4b"), ("u8s8", "u7s8", "s8s8", "s8s7", "u8u8", "w16")
 
 
 def kernel_model(entry: dict) -> dict:
@@ -48,10 +49,10 @@ def kernel_model(entry: dict) -> dict:
         held = len(lay.outputs) if spec.kind == "int8" and spec.layout == "acc" else 0
         steps = (body_steps(program, live, forms, types, loads, REGISTER_FILES[isa.name].count - held)
                  + output_steps(program, isa, lay, types))
-        if spec.kind == "int8" and spec.layout in KLOOP_LAYOUTS and spec.types in BYTE_TYPES:
+        if spec.kind == "int8" and spec.layout in KLOOP_LAYOUTS and spec.types in KLOOP_TYPES:
             kloop = {}
     if kloop is not None:
-        kloop["b_block_rows"] = spec.k // 4
+        kloop["b_block_rows"] = spec.k // spec.group
     features = {insn.feature for k, (insn, _) in enumerate(forms) if len(program.inputs) + k in live}
     if isa.name == "neon":
         features.add("neon")

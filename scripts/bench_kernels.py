@@ -34,6 +34,7 @@ from sketches.program import Program  # noqa: E402
 from synth.files import write_atomically  # noqa: E402
 from synth.kernel import spec_from_key  # noqa: E402
 from emit.convention import function_name, layout  # noqa: E402
+from emit.model import KLOOP_LAYOUTS, KLOOP_TYPES  # noqa: E402
 from emit.harness import KernelDriver, gemv_reference, selected_entries  # noqa: E402
 from emit.library import emit_entry, extern_source, header  # noqa: E402
 from emit.model import kernel_model  # noqa: E402
@@ -163,9 +164,12 @@ def bench_source(entry: dict, spec, work: dict, trials: int, inner: int, dump: b
                    "lane": layout(spec).lane_type, "hybrid": spec.encoding == "hybrid", "gemv": spec.layout == "acc"}
     else:
         sa, sb = spec.signed
-        fields |= {"mr": spec.mr, "nr": spec.nr, "k": spec.k, "a_type": "int8_t" if sa else "uint8_t",
-                   "b_type": "int8_t" if sb else "uint8_t", "a_mask": "0x7f" if spec.types == "u7s8" else "0xff",
-                   "b_low": -127 if spec.types == "s8s7" else None}
+        byte = {False: "uint8_t", True: "int8_t"}
+        wide = spec.types == "w16"             # 8-bit data widened: u8 activations, s8 weights in int16
+        fields |= {"mr": spec.mr, "nr": spec.nr, "k": spec.k, "group": spec.group, "kloop": spec.layout in (*KLOOP_LAYOUTS, "tile") and spec.types in KLOOP_TYPES,
+                   "a_type": "int16_t" if wide else byte[sa], "b_type": "int16_t" if wide else byte[sb],
+                   "a_data": "uint8_t" if wide else byte[sa], "b_data": "int8_t" if wide else byte[sb],
+                   "a_mask": "0x7f" if spec.types == "u7s8" else "0xff", "b_low": -127 if spec.types == "s8s7" else None}
     return _TEMPLATES.get_template("bench_x86.c.j2").render(**fields)
 
 

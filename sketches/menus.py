@@ -85,6 +85,10 @@ def int8(isa: str, types: str, layout: str) -> dict:
         return {"constants": {"ones16": int.from_bytes(b"\x01\x00" * 16, "little")}, "sign_cases": ("a",),
                 "pairs": ops("vpabsb.ymm", "vpsignb.ymm", "vpmaddubsw.ymm"),
                 "widen": ops("vpmaddwd.ymm", "vpaddd.ymm", "vpaddw.ymm")}
+    if isa == "avx2" and types == "w16":
+        # exact for every int8 operand: both widened to int16 ahead of the kernel (B when packed at
+        # compile time, A when packed at run time), vpmaddwd multiplies each lane's pair into int32
+        return {"group": ops("vpmaddwd.ymm", "vpaddd.ymm")}
     if isa == "avx2" and types == "u7s8":
         return {"constants": {"ones16": int.from_bytes(b"\x01\x00" * 16, "little")}, "multiplies_in_pairs": True,
                 "row": ops("vpmaddubsw.ymm", "vpmaddwd.ymm", "vpaddd.ymm", "vpaddw.ymm")}

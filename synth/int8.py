@@ -8,7 +8,8 @@
   c_ij's four int32 lanes each taking the products of two bytes in eight (umull, uadalp; s8s7:
   smull, smlal2, sadalp over 16 bytes, B's range keeping two products in an int16 lane); no
   reduction in the tile: its K loop sums the lanes across once.
-* ``k4`` / ``k4b`` layouts (sdot/sudot by element, vpdpbusd, vpmaddubsw+vpmaddwd): ``row``:
+* ``k4`` / ``k4b`` layouts (sdot/sudot by element, vpdpbusd, vpmaddubsw+vpmaddwd; int16 elements,
+  vpmaddwd + vpaddd: ``group``, one k group, chained): ``row``:
   (c_i, a_i…, b_0…) → c_i' exactly, one register of C: instantiated per row and, in k4b, per
   column block.
 * ``tile`` (AMX): ``tile``: one 16 × 16 accumulator tile over k, (a_g…, b_g…, c) → c' exactly,
@@ -96,6 +97,8 @@ def stages(spec: Int8Spec, isa) -> list[Stage]:
     cidx = {len(one.input_names) + i: v for i, v in enumerate(consts.values())}
     if "pairs" in menu:
         return _pair_stages(spec, isa, menu, ranges)
+    if "group" in menu:
+        return _group_stages(spec, isa, menu, ranges)
     row = _problem("row", isa, names, bits, ranges, one.output_bits,
                    lambda B, x: one.reference(B, x[:len(one.input_names)]), cidx)
     make = (lambda n: LinearSketch(isa, menu["row"], bits, n)) if menu.get("multiplies_in_pairs") else \
@@ -112,7 +115,7 @@ def _pair_stages(spec: Int8Spec, isa, menu: dict, ranges) -> list[Stage]:
     block, and the kernel is proved by composing the two specs (synth/stages.py)."""
     consts = menu.get("constants", {})
     v = spec.output_bits[0]
-    a_range, b_range = ranges[0], ranges[spec.k // 4]      # one row's inputs: a{x} for each k group, then b
+    a_range, b_range = ranges[0], ranges[spec.k // spec.group]      # one row's inputs: a{x} for each k group, then b
 
     def pairs_spec(B, x):
         a, b = B.lanes(x[0], 8), B.lanes(x[1], 8)
@@ -134,6 +137,22 @@ def _pair_stages(spec: Int8Spec, isa, menu: dict, ranges) -> list[Stage]:
             Stage(widen, lambda n: LinearSketch(isa, menu["widen"], w_bits, n), range(1, 3), in_ranges=w_ranges)]
 
 
+def _group_stages(spec: Int8Spec, isa, menu: dict, ranges) -> list[Stage]:
+    """The k4b tile of int16 elements (``w16``) as one stage per k group, ``group``: (c, a, b) -> c plus,
+    in each int32 lane, the two products of its int16 pairs (a[2l] b[2l] + a[2l+1] b[2l+1], exact: 9-bit
+    operands), chained over the k groups of every row and column block by ``assemble``."""
+    v = spec.output_bits[0]
+    names, bits = ["c", "a", "b"], [v, v, v]
+    in_ranges = [None, ranges[0], ranges[spec.k // spec.group]]
+
+    def group_spec(B, x):
+        a, b = B.lanes(x[1], 16), B.lanes(x[2], 16)
+        prod = [B.mul(B.sext(p, 32), B.sext(q, 32)) for p, q in zip(a, b)]
+        return [B.join([B.add(c, B.add(prod[2 * l], prod[2 * l + 1])) for l, c in enumerate(B.lanes(x[0], 32))])]
+    group = _problem("group", isa, names, bits, in_ranges, [v], group_spec, {})
+    return [Stage(group, lambda n: LinearSketch(isa, menu["group"], bits, n), range(1, 3), in_ranges=in_ranges)]
+
+
 def assemble(spec: Int8Spec):
     """(uses, output names, constants) of the whole tile."""
     menu = menus.int8(spec.isa, spec.types, spec.layout)
@@ -151,7 +170,7 @@ def assemble(spec: Int8Spec):
                 for i in range(spec.mr) for j in range(spec.nr)]
         return uses, [u.outputs[0] for u in uses], consts
     uses = []
-    g = spec.k // 4
+    g = spec.k // spec.group
     for i in range(spec.mr):
         if spec.layout == "rows":
             accs = []
@@ -168,6 +187,13 @@ def assemble(spec: Int8Spec):
                     uses.append(StageUse("pairs", [f"a{i}_{x}", f"b{x}_{c}"], [f"p{i}_{c}_{x}"]))
                     out = f"c{i}_{c}_out" if x == g - 1 else f"c{i}_{c}_{x}"
                     uses.append(StageUse("widen", [acc, f"p{i}_{c}_{x}", *cn], [out]))
+                    acc = out
+        elif "group" in menu:     # _group_stages, chained over the k groups
+            for c in range(spec.column_blocks):
+                acc = f"c{i}_{c}"
+                for x in range(g):
+                    out = f"c{i}_{c}_out" if x == g - 1 else f"c{i}_{c}_{x}"
+                    uses.append(StageUse("group", [acc, f"a{i}_{x}", f"b{x}_{c}"], [out]))
                     acc = out
         else:
             for c in range(spec.column_blocks):

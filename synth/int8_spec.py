@@ -9,7 +9,7 @@ from isa_specs.lanes import total
 from synth.spec import _bounded, _check
 from synth.tiles import INT8_TILES
 
-INT8_TYPES = ("u8s8", "u7s8", "s8s8", "s8s7", "u8u8", "s16")
+INT8_TYPES = ("u8s8", "u7s8", "s8s8", "s8s7", "u8u8", "s16", "w16")
 LAYOUTS = ("rows", "k4", "k4b", "tile", "acc")
 
 
@@ -20,12 +20,15 @@ class Int8Spec:
     [0, 127], the range in which vpmaddubsw cannot saturate; ``s8s7``: A signed, B in [-127, 127], a
     sign and 7 bits of magnitude (onnxruntime's symmetric int8 weights), the range in which two
     products fit one int16 lane, |a b + a' b'| <= 2 * 128 * 127 (MLAS's smull + smlal, then sadalp);
-    ``s16``: int16 elements, QNN's ARMv8 legalization). ``layout``, the register layout chosen by the schedule:
+    ``s16``: int16 elements, QNN's ARMv8 legalization; ``w16``: int16 elements holding 8-bit data widened
+    (u8 or s8 activations, s8 weights: any 9-bit signed value), exact for every int8 operand on AVX2
+    by vpmaddwd, with no precondition on the weights). ``layout``, the register layout chosen by the schedule:
 
     * ``rows``: ``a{i}`` = row i of A (k elements), ``b{j}`` = column j of B, ``c{i}`` = nr int32;
     * ``k4``:   ``a{i}`` = row i of A (k bytes), ``b{g}`` = for each column j the 4 bytes
       ``B[j][4g..4g+3]`` (the sdot/vpdpbusd packing), ``c{i}``;
-    * ``k4b``:  as k4, but ``a{i}_{g}`` holds ``A[i][4g..4g+3]`` broadcast to every 32-bit lane, and
+    * ``k4b``:  as k4, but ``a{i}_{g}`` holds ``A[i][4g..4g+3]`` broadcast to every 32-bit lane (int16
+      elements: ``A[i][2g..2g+1]``, and B in groups of two; ``group``), and
       the nr columns span ``nr / lanes`` vector registers (column block ``c``: columns
       ``c*lanes..``): ``b{g}_{c}`` and ``c{i}_{c}``;
     * ``tile``: AMX tiles of 16 rows × 64 bytes: ``a{r}_{g}`` = A rows 16r..16r+15, bytes 64g..64g+63;
@@ -48,7 +51,7 @@ class Int8Spec:
         _check(self.types in INT8_TYPES, f"--types must be one of {', '.join(INT8_TYPES)}, got {self.types!r}")
         _check(self.layout in LAYOUTS, f"layout must be one of {', '.join(LAYOUTS)}, got {self.layout!r}")
         _check(self.mr >= 1 and self.nr >= 1, f"--mr and --nr must be positive, got {self.mr}, {self.nr}")
-        step = {"rows": 1, "acc": 8}.get(self.layout, 4)
+        step = {"rows": 1, "acc": 8}.get(self.layout, self.group)
         _check(self.k % step == 0, f"k must be a multiple of {step}, got {self.k}")
         _check(self.layout != "tile" or (self.mr % 16, self.nr % 16, self.k % 64) == (0, 0, 0),
                f"AMX tiles need mr, nr multiples of 16 and k of 64, got {self.mr}x{self.nr}x{self.k}")
@@ -62,6 +65,11 @@ class Int8Spec:
     def column_blocks(self) -> int:
         """k4b: vector registers per row of C; other layouts: 1."""
         return self.nr // self.block_columns
+
+    @property
+    def group(self) -> int:
+        """k4 / k4b / tile: the elements of one k group, one 32-bit lane per column (4 bytes, 2 int16)."""
+        return 32 // self.elem_bits
 
     @property
     def block_columns(self) -> int:
@@ -101,7 +109,7 @@ class Int8Spec:
 
     @property
     def elem_bits(self) -> int:
-        return 16 if self.types == "s16" else 8
+        return 16 if self.types in ("s16", "w16") else 8
 
     @property
     def name(self) -> str:
@@ -113,12 +121,12 @@ class Int8Spec:
     @property
     def signed(self) -> tuple[bool, bool]:
         return {"u8s8": (False, True), "u7s8": (False, True), "s8s8": (True, True), "s8s7": (True, True),
-                "u8u8": (False, False), "s16": (True, True)}[self.types]
+                "u8u8": (False, False), "s16": (True, True), "w16": (True, True)}[self.types]
 
     @property
     def inputs(self) -> list[tuple[str, int]]:
         """(name, bits) of every input register, in order."""
-        e, g = self.elem_bits, self.k // 4
+        e, g = self.elem_bits, self.k // self.group
         if self.layout == "tile":
             tile, rs, cs, gs = 16 * 64 * 8, range(self.mr // 16), range(self.nr // 16), range(self.k // 64)
             return ([(f"a{r}_{x}", tile) for r in rs for x in gs] + [(f"b{c}_{x}", tile) for c in cs for x in gs]
@@ -164,10 +172,10 @@ class Int8Spec:
             C = [[lanes[f"c{i // 16}_{j // 16}"][i % 16 * 16 + j % 16] for j in range(self.nr)] for i in range(self.mr)]
             return A, Bm, C
         if self.layout == "k4b":
-            L = self.block_columns
-            packed = {n: B.lanes(v, 8) for n, v in x.items() if n[0] == "b"}
-            Bm = [[packed[f"b{t // 4}_{j // L}"][j % L * 4 + t % 4] for t in range(self.k)] for j in range(self.nr)]
-            A = [[B.lanes(x[f"a{i}_{t // 4}"], 8)[t % 4] for t in range(self.k)] for i in range(self.mr)]
+            L, q = self.block_columns, self.group
+            packed = {n: B.lanes(v, e) for n, v in x.items() if n[0] == "b"}
+            Bm = [[packed[f"b{t // q}_{j // L}"][j % L * q + t % q] for t in range(self.k)] for j in range(self.nr)]
+            A = [[B.lanes(x[f"a{i}_{t // q}"], e)[t % q] for t in range(self.k)] for i in range(self.mr)]
             C = [[B.lanes(x[f"c{i}_{j // L}"], 32)[j % L] for j in range(self.nr)] for i in range(self.mr)]
             return A, Bm, C
         C = [B.lanes(x[f"c{i}"], 32) for i in range(self.mr)]
@@ -204,8 +212,9 @@ class Int8Spec:
         from isa_specs.ranges import LaneRange
         e = self.elem_bits
         bounds = lambda signed: (-(1 << (e - 1)), (1 << (e - 1)) - 1) if signed else (0, (1 << e) - 1)
-        a_lo, a_hi = (0, 127) if self.types == "u7s8" else bounds(self.signed[0])
-        b_lo, b_hi = (-127, 127) if self.types == "s8s7" else bounds(self.signed[1])
+        nine_bits = (-256, 255)          # w16: 8-bit data, u8 or s8, widened
+        a_lo, a_hi = (0, 127) if self.types == "u7s8" else nine_bits if self.types == "w16" else bounds(self.signed[0])
+        b_lo, b_hi = (-127, 127) if self.types == "s8s7" else nine_bits if self.types == "w16" else bounds(self.signed[1])
         out = []
         for name, _ in self.inputs:
             if name.startswith("a"):

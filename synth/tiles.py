@@ -42,6 +42,9 @@ INT8_TILES = {
     # shifted by -128 when packed), weights in [-127, 127]; 4 rows x 2 registers of C and 2 of B beside
     # the ones, a broadcast, its absolute value and two products fit the 16 ymm
     ("avx2", "s8s7", "k4b"): (4, 16, 4),
+    # exact on every AVX2 host for any int8 weights: int16 operands (8-bit data widened when packed),
+    # vpmaddwd + vpaddd; 6 rows x 2 registers of C, 2 of B, a broadcast and a product fill the 16 ymm
+    ("avx2", "w16", "k4b"): (6, 16, 8),
     ("avx2", "u7s8", "k4b"): (6, 8, 4),       # vpmaddubsw + vpmaddwd, activations < 128 (no saturation)
     ("avx2", "u8s8", "k4b"): (12, 8, 4),      # AVX-VNNI vpdpbusd ymm (16 ymm registers)
     # AMX: 2x2 accumulator tiles (a tdpbusd's latency covers ~4 issues), A and B tiles loaded once per

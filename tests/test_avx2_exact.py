@@ -1,8 +1,10 @@
 """Exact int8 on x86 hosts without VNNI (AVX2 only: AMD Zen 1-3, Intel Haswell to Comet Lake). The host
 model is made AVX2-only (``host.restricted``, what QSYNTH_HOST_FEATURES=avx2 does), so these run the
-AVX2 s8s7 tiles natively on every x86-64 host of the pool: the operators against numpy's integer
-result, on weights of -128 (raised to -127 for the tile, the rest added apart) and on operands at
-which vpmaddubsw's int16 pair sums saturate (onnxruntime's and OpenVINO's answers there are wrong)."""
+AVX2 tiles natively on every x86-64 host of the pool, both kinds: s8s7 (vpsignb + vpmaddubsw on bytes)
+and w16 (vpmaddwd on operands widened to int16): the operators against numpy's integer result, on
+weights of -128 (s8s7: raised to -127 for the tile, the rest added apart; w16: as they are) and on
+operands at which vpmaddubsw's int16 pair sums saturate (onnxruntime's and OpenVINO's answers there
+are wrong)."""
 from __future__ import annotations
 
 import numpy as np
@@ -13,20 +15,24 @@ from sketches.program import Instr, Op, Program
 from synth import int8 as int8_stages
 from synth.int8_spec import Int8Spec
 from synth.stages import prove_stage
+from tests.test_qnn_transformer import qlinear_matmul
 from tests.test_tvm_ops import CONVS, conv_reference, dense_reference
 from tvm_integration.kernels import selection
 from tvm_integration.ops.conv2d import conv2d
 from tvm_integration.ops.dense import dense
 
 
+TYPES = ("s8s7", "w16")          # the exact AVX2 tile kinds
+
+
 @pytest.fixture
 def avx2_only(monkeypatch):
-    """This host, less every x86 feature but AVX2 (all hosts of the pool have it)."""
+    """This host, less every x86 feature but AVX2 (all hosts of the pool have it): its tiles by kind."""
     live = host.model()
     monkeypatch.setattr(host, "model", lambda: host.restricted(live, "avx2"))
-    kernel = selection.int8_kernel("host")
-    assert kernel.spec.isa == "avx2" and kernel.spec.types == "s8s7"
-    return kernel
+    candidates = selection.int8_candidates("host")
+    assert {k.spec.isa for k in candidates} == {"avx2"} and {k.spec.types for k in candidates} == set(TYPES)
+    return {t: next(k for k in candidates if k.spec.types == t) for t in TYPES}
 
 
 def weights(shape, rng, minus_128: float):
@@ -36,36 +42,61 @@ def weights(shape, rng, minus_128: float):
     return w
 
 
+@pytest.mark.parametrize("types", TYPES)
 @pytest.mark.parametrize("minus_128", [0.0, 0.02])
 @pytest.mark.parametrize("layout,c,o,ksize,stride,pad,groups,dtype", CONVS)
-def test_conv2d_on_the_avx2_tiles(avx2_only, layout, c, o, ksize, stride, pad, groups, dtype, minus_128):
+def test_conv2d_on_the_avx2_tiles(avx2_only, layout, c, o, ksize, stride, pad, groups, dtype, minus_128, types):
     rng = np.random.default_rng(7)
     shape = (1, c, 9, 9) if layout == "NCHW" else (1, 9, 9, c)
     lo, hi = (0, 256) if dtype == "uint8" else (-128, 128)
     x = rng.integers(lo, hi, shape).astype(dtype)
     w = weights((o, c // groups, ksize, ksize), rng, minus_128)
-    out = conv2d(w, shape, layout, stride, pad, groups, dtype)(x)
+    out = conv2d(w, shape, layout, stride, pad, groups, dtype, kernel=avx2_only[types])(x)
     np.testing.assert_array_equal(out, conv_reference(x, w, layout, stride, pad, groups))
 
 
+@pytest.mark.parametrize("types", TYPES)
 @pytest.mark.parametrize("minus_128", [0.0, 0.02, 1.0])
 @pytest.mark.parametrize("dtype", ["uint8", "int8"])
-def test_dense_on_the_avx2_tiles(avx2_only, dtype, minus_128):
+def test_dense_on_the_avx2_tiles(avx2_only, dtype, minus_128, types):
     rng = np.random.default_rng(3)
     lo, hi = (0, 256) if dtype == "uint8" else (-128, 128)
     x = rng.integers(lo, hi, (13, 70)).astype(dtype)
     w = weights((40, 70), rng, minus_128)
-    np.testing.assert_array_equal(dense(w, 13, dtype)(x), dense_reference(x, w))
+    np.testing.assert_array_equal(dense(w, 13, dtype, kernel=avx2_only[types])(x), dense_reference(x, w))
 
 
-def test_operands_that_saturate_vpmaddubsw_are_exact(avx2_only):
+@pytest.mark.parametrize("types", TYPES)
+def test_operands_that_saturate_vpmaddubsw_are_exact(avx2_only, types):
     """u8 activations of 200-255 against same-sign weight pairs of 127 and -128: every pair sum of
     vpmaddubsw(x, w) passes int16 (255 * 127 * 2 = 64770)."""
     rng = np.random.default_rng(1)
     x = rng.integers(200, 256, (1, 7, 7, 64)).astype(np.uint8)
     w = np.where(rng.random((32, 64, 3, 3)) < 0.5, 127, -128).astype(np.int8)
-    out = conv2d(w, x.shape, "NHWC", 1, 1)(x)
+    out = conv2d(w, x.shape, "NHWC", 1, 1, kernel=avx2_only[types])(x)
     np.testing.assert_array_equal(out, conv_reference(x, w, "NHWC", 1, 1, 1))
+
+
+@pytest.mark.parametrize("a_dtype,b_dtype", [("uint8", "int8"), ("int8", "int8"), ("uint8", "uint8")])
+def test_batch_matmul_of_two_activations_runs_on_the_w16_tile(avx2_only, tmp_path, a_dtype, b_dtype):
+    """B computed at run time (attention's Q.K^T) has no compile-time weights to check, so only a tile
+    exact on every int8 B may run it: the w16 tile. A QLinearMatMul on full-range operands equals
+    numpy's integer result (onnxruntime 1.32's u8 x s8 QLinearMatMul saturates on a host without VNNI,
+    in its exact mode too: 185 of these 512 outputs differ on the Zen 3 host, by up to 119)."""
+    from tvm_integration.ops.batch_matmul import Operand, kernel_for
+    from tvm_integration.qnn.model import compile_model
+    a_shape, b_shape = (1, 2, 16, 32), (1, 2, 32, 16)
+    assert kernel_for(Operand(a_shape, a_dtype), Operand(b_shape, b_dtype)).spec.types == "w16"
+    za, zb, zy = (131 if a_dtype == "uint8" else -7), (118 if b_dtype == "uint8" else 5), (128 if a_dtype == "uint8" else 0)
+    path = qlinear_matmul(tmp_path / "m.onnx", a_shape, a_dtype, b_shape, b_dtype, (1 / 64, za, 1 / 64, zb, 1 / 16, zy, a_dtype))
+    model = compile_model(path, threads=1)
+    full = {"uint8": (0, 256), "int8": (-128, 128)}
+    rng = np.random.default_rng(0)
+    for _ in range(2):
+        a, b = rng.integers(*full[a_dtype], a_shape).astype(a_dtype), rng.integers(*full[b_dtype], b_shape).astype(b_dtype)
+        acc = np.matmul(a.astype(np.int64) - za, b.astype(np.int64) - zb)
+        want = np.clip(np.round(acc.astype(np.float32) * np.float32(1 / 256)) + zy, *full[a_dtype][:1], full[a_dtype][1] - 1)
+        np.testing.assert_array_equal(model({"a": a, "b": b})["y"], want)
 
 
 def pairs_problem():
@@ -110,7 +141,8 @@ def test_weights_of_minus_128_break_the_stage_so_the_operator_raises_them():
 
 def test_a_quantized_model_is_exact_on_the_avx2_tiles(avx2_only, tmp_path):
     """The whole model path on an AVX2-only host model: a ResNet-style model quantized by onnxruntime,
-    compiled onto the s8s7 tiles, equals onnxruntime's exact mode on every output."""
+    compiled onto the AVX2 tiles (the tuning log's or the untuned choice per layer), equals onnxruntime's
+    exact mode on every output."""
     from tvm_integration.bench import int8_models
     from tvm_integration.bench.models import random_inputs, reference_session
     from tvm_integration.qnn.model import compile_model

@@ -11,7 +11,9 @@ schedule first asks for it (``Kernel.loop_intrin``).
 
 Memory image shared by the ``k4`` and ``k4b`` layouts (emit/): A is ``kblocks`` blocks of
 ``mr`` rows of ``k`` bytes (row i of block kb at ``a + kb*a_block + i*a_stride``; a GEMM packs A
-row-major, so ``a_block = k`` and ``a_stride`` is the row's length); B is ``kblocks*k/4`` rows of ``nr*4`` bytes (for each column the four bytes of one k group),
+row-major, so ``a_block = k`` and ``a_stride`` is the row's length); B is ``kblocks*k/4`` rows of ``nr*4`` bytes (for each column the four bytes of one k group;
+int16 elements (w16): k groups of two, each 4 bytes, and every offset and stride in TIR's elements is twice
+as many bytes in the kernel's arguments),
 row g at ``b + g*b_stride``; C is ``mr`` rows of ``nr`` int32. The AMX ``tile`` layout has the same
 image (each 16-row tile loaded with its stride), so its tiles tensorize the same loops; the function
 they call is ``amx_runtime``'s wrapper around the ``_kloop``, which keeps the run-time contract. The
@@ -39,9 +41,9 @@ from tvm_integration.kernels import amx_runtime
 log = logging.getLogger(__name__)
 
 # Element types of A and B per Int8Spec.types. u7s8 is u8 data with the precondition A < 128, s8s7 s8
-# data with B > -128.
+# data with B > -128, w16 8-bit data of either sign widened to int16.
 DTYPES = {"u8s8": ("uint8", "int8"), "u7s8": ("uint8", "int8"), "s8s8": ("int8", "int8"), "s8s7": ("int8", "int8"),
-          "u8u8": ("uint8", "uint8")}
+          "u8u8": ("uint8", "uint8"), "w16": ("int16", "int16")}
 K4_LAYOUTS = ("k4", "k4b", "tile")
 _REGISTERED: set[str] = set()     # TensorIntrin names registered in this process
 
@@ -101,20 +103,25 @@ class Kernel:
     @property
     def b_min(self) -> int:
         """The least B element the tile is proved for: -127 for the s8s7 tiles, whose pairs of products
-        cannot saturate in that range; else -128."""
+        cannot saturate in that range; -128 for byte tiles; -256 for the int16 ones (w16)."""
         return next(r.lo for n, r in zip(self.spec.input_names, self.spec.lane_ranges()) if n.startswith("b"))
 
     def admits(self, weights: np.ndarray | None) -> bool:
         """Whether the tile's precondition holds for ``weights`` (B known at compile time; None: B is
         computed at run time, so only a tile defined on every int8 B). A layer it does not admit runs
         the tile on its weights raised to ``b_min`` and adds the rest apart (packing.raised)."""
-        if self.b_min == -128:
+        if self.b_min <= -128:
             return True
         return weights is not None and (weights.size == 0 or int(weights.min()) >= self.b_min)
 
     @property
     def b_dtype(self) -> str:
         return DTYPES[self.spec.types][1]
+
+    @property
+    def group(self) -> int:
+        """B's k group: the elements of one column in a 32-bit lane (packing.pack_weights)."""
+        return self.spec.group
 
 
 def proved_entries(isa: str, root: Path = cache.ROOT) -> list[dict]:
@@ -138,31 +145,31 @@ def loop_functions(spec: Int8Spec, function: str, kblocks: int):
     ``mr`` rows of the whole depth (row i at ``A.strides[0]`` bytes from row i - 1, as a GEMM packs
     it: one contiguous copy per input run); the implementation calls the kernel's ``_kloop``
     ``function`` with k blocks ``k`` bytes apart."""
-    mr, nr, k = spec.mr, spec.nr, spec.k
+    mr, nr, k, q, e = spec.mr, spec.nr, spec.k, spec.group, spec.elem_bits // 8
     depth = kblocks * k
     a_dtype, b_dtype = DTYPES[spec.types]
 
     @T.prim_func(s_tir=True)
     def desc(A: T.Buffer((mr, depth), a_dtype, offset_factor=1, strides=[T.int32(), 1]),
-             B: T.Buffer((depth // 4, nr, 4), b_dtype, offset_factor=1, strides=[T.int32(), 4, 1]),
+             B: T.Buffer((depth // q, nr, q), b_dtype, offset_factor=1, strides=[T.int32(), q, 1]),
              C: T.Buffer((mr, nr), "int32", offset_factor=1, strides=[T.int32(), 1])) -> None:
         with T.sblock("root"):
-            T.reads(C[0:mr, 0:nr], A[0:mr, 0:depth], B[0:depth // 4, 0:nr, 0:4])
+            T.reads(C[0:mr, 0:nr], A[0:mr, 0:depth], B[0:depth // q, 0:nr, 0:q])
             T.writes(C[0:mr, 0:nr])
             for i, j, t in T.grid(mr, nr, depth):
                 with T.sblock("update"):
                     vi, vj, vt = T.axis.remap("SSR", [i, j, t])
-                    C[vi, vj] = C[vi, vj] + T.Cast("int32", A[vi, vt]) * T.Cast("int32", B[vt // 4, vj, vt % 4])
+                    C[vi, vj] = C[vi, vj] + T.Cast("int32", A[vi, vt]) * T.Cast("int32", B[vt // q, vj, vt % q])
 
     @T.prim_func(s_tir=True)
     def impl(A: T.Buffer((mr, depth), a_dtype, offset_factor=1, strides=[T.int32(), 1]),
-             B: T.Buffer((depth // 4, nr, 4), b_dtype, offset_factor=1, strides=[T.int32(), 4, 1]),
+             B: T.Buffer((depth // q, nr, q), b_dtype, offset_factor=1, strides=[T.int32(), q, 1]),
              C: T.Buffer((mr, nr), "int32", offset_factor=1, strides=[T.int32(), 1])) -> None:
         with T.sblock("root"):
-            T.reads(C[0:mr, 0:nr], A[0:mr, 0:depth], B[0:depth // 4, 0:nr, 0:4])
+            T.reads(C[0:mr, 0:nr], A[0:mr, 0:depth], B[0:depth // q, 0:nr, 0:q])
             T.writes(C[0:mr, 0:nr])
-            T.evaluate(T.call_extern("int32", function, A.access_ptr("r"), A.strides[0], k,
-                                     B.access_ptr("r"), B.strides[0], C.access_ptr("rw"), C.strides[0], kblocks))
+            T.evaluate(T.call_extern("int32", function, A.access_ptr("r"), A.strides[0] * e, k * e,
+                                     B.access_ptr("r"), B.strides[0] * e, C.access_ptr("rw"), C.strides[0], kblocks))
 
     return desc, impl
 
@@ -204,35 +211,35 @@ def product_functions(spec: Int8Spec, function: str, kblocks: int, prefetch: Pre
     """(description, implementation) as ``loop_functions``'s over the whole dot product, C = A·B (the
     block's init and its update): the kernel's ``_kruns``, one run, starts from zeroed tiles, so C is
     neither zeroed in memory nor loaded (a 1x1 layer's few k blocks waited for those stores)."""
-    mr, nr, k = spec.mr, spec.nr, spec.k
+    mr, nr, k, q, e = spec.mr, spec.nr, spec.k, spec.group, spec.elem_bits // 8
     depth = kblocks * k
     a_dtype, b_dtype = DTYPES[spec.types]
 
     @T.prim_func(s_tir=True)
     def desc(A: T.Buffer((mr, depth), a_dtype, offset_factor=1, strides=[T.int32(), 1]),
-             B: T.Buffer((depth // 4, nr, 4), b_dtype, offset_factor=1, strides=[T.int32(), 4, 1]),
+             B: T.Buffer((depth // q, nr, q), b_dtype, offset_factor=1, strides=[T.int32(), q, 1]),
              C: T.Buffer((mr, nr), "int32", offset_factor=1, strides=[T.int32(), 1])) -> None:
         with T.sblock("root"):
-            T.reads(A[0:mr, 0:depth], B[0:depth // 4, 0:nr, 0:4])
+            T.reads(A[0:mr, 0:depth], B[0:depth // q, 0:nr, 0:q])
             T.writes(C[0:mr, 0:nr])
             for i, j, t in T.grid(mr, nr, depth):
                 with T.sblock("update"):
                     vi, vj, vt = T.axis.remap("SSR", [i, j, t])
-                    T.reads(C[vi, vj], A[vi, vt], B[vt // 4, vj, vt % 4])
+                    T.reads(C[vi, vj], A[vi, vt], B[vt // q, vj, vt % q])
                     T.writes(C[vi, vj])
                     with T.init():
                         C[vi, vj] = 0
-                    C[vi, vj] = C[vi, vj] + T.Cast("int32", A[vi, vt]) * T.Cast("int32", B[vt // 4, vj, vt % 4])
+                    C[vi, vj] = C[vi, vj] + T.Cast("int32", A[vi, vt]) * T.Cast("int32", B[vt // q, vj, vt % q])
 
     @T.prim_func(s_tir=True)
     def impl(A: T.Buffer((mr, depth), a_dtype, offset_factor=1, strides=[T.int32(), 1]),
-             B: T.Buffer((depth // 4, nr, 4), b_dtype, offset_factor=1, strides=[T.int32(), 4, 1]),
+             B: T.Buffer((depth // q, nr, q), b_dtype, offset_factor=1, strides=[T.int32(), q, 1]),
              C: T.Buffer((mr, nr), "int32", offset_factor=1, strides=[T.int32(), 1])) -> None:
         with T.sblock("root"):
-            T.reads(A[0:mr, 0:depth], B[0:depth // 4, 0:nr, 0:4])
+            T.reads(A[0:mr, 0:depth], B[0:depth // q, 0:nr, 0:q])
             T.writes(C[0:mr, 0:nr])
-            T.evaluate(T.call_extern("int32", function, A.access_ptr("r"), A.strides[0], k, 1, 1, T.int64(0),
-                                     T.int64(0), B.access_ptr("r"), B.strides[0], C.access_ptr("w"), C.strides[0],
+            T.evaluate(T.call_extern("int32", function, A.access_ptr("r"), A.strides[0] * e, k * e, 1, 1, T.int64(0),
+                                     T.int64(0), B.access_ptr("r"), B.strides[0] * e, C.access_ptr("w"), C.strides[0],
                                      kblocks, 0, *next_arguments(prefetch, A, C, mr)))
 
     return desc, impl
@@ -265,13 +272,13 @@ def direct_functions(spec: Int8Spec, function: str, kblocks: int, row_step: int,
     zeroed tiles (C is not read: no zeroing in memory, whose stores a tile load right after waits
     for) and keeps them through all the runs. ``init=False``: C += A·B, C loaded first (one window row
     of a dot product that ops/direct.py's ``run_by_run`` splits by window row)."""
-    mr, nr, k = spec.mr, spec.nr, spec.k
+    mr, nr, k, q, e = spec.mr, spec.nr, spec.k, spec.group, spec.elem_bits // 8
     depth = kblocks * k
     # TVM bounds the offsets' two terms apart, and the declared region must equal its bound
     last = (min(runs.planes, runs.count) - 1) * runs.plane_step + (runs.count - 1) // runs.planes * runs.run_step
     span = last + (mr - 1) * row_step + depth
     a_dtype, b_dtype = DTYPES[spec.types]
-    rows = runs.count * depth // 4
+    rows = runs.count * depth // q
 
     @T.macro(hygienic=False)
     def update(vi, vj, a, g, lane):
@@ -285,38 +292,38 @@ def direct_functions(spec: Int8Spec, function: str, kblocks: int, row_step: int,
 
     @T.prim_func(s_tir=True)
     def desc(A: T.Buffer((span,), a_dtype, offset_factor=1),
-             B: T.Buffer((rows, nr, 4), b_dtype, offset_factor=1, strides=[T.int32(), 4, 1]),
+             B: T.Buffer((rows, nr, q), b_dtype, offset_factor=1, strides=[T.int32(), q, 1]),
              C: T.Buffer((mr, nr), "int32", offset_factor=1, strides=[T.int32(), 1])) -> None:
         with T.sblock("root"):
             if init:
-                T.reads(A[0:span], B[0:rows, 0:nr, 0:4])
+                T.reads(A[0:span], B[0:rows, 0:nr, 0:q])
             else:
-                T.reads(C[0:mr, 0:nr], A[0:span], B[0:rows, 0:nr, 0:4])
+                T.reads(C[0:mr, 0:nr], A[0:span], B[0:rows, 0:nr, 0:q])
             T.writes(C[0:mr, 0:nr])
             if runs.count == 1:            # one run, as a k chunk of a longer dot product: no run loop to match
                 for i, j, t in T.grid(mr, nr, depth):
                     with T.sblock("update"):
                         vi, vj, vt = T.axis.remap("SSR", [i, j, t])
-                        update(vi, vj, vi * row_step + vt, vt // 4, vt % 4)
+                        update(vi, vj, vi * row_step + vt, vt // q, vt % q)
             else:
                 for r, i, j, t in T.grid(runs.count, mr, nr, depth):
                     with T.sblock("update"):
                         vi, vj, vr, vt = T.axis.remap("SSRR", [i, j, r, t])
-                        update(vi, vj, runs.offset(vr) + vi * row_step + vt, vr * (depth // 4) + vt // 4, vt % 4)
+                        update(vi, vj, runs.offset(vr) + vi * row_step + vt, vr * (depth // q) + vt // q, vt % q)
 
     @T.prim_func(s_tir=True)
     def impl(A: T.Buffer((span,), a_dtype, offset_factor=1),
-             B: T.Buffer((rows, nr, 4), b_dtype, offset_factor=1, strides=[T.int32(), 4, 1]),
+             B: T.Buffer((rows, nr, q), b_dtype, offset_factor=1, strides=[T.int32(), q, 1]),
              C: T.Buffer((mr, nr), "int32", offset_factor=1, strides=[T.int32(), 1])) -> None:
         with T.sblock("root"):
             if init:
-                T.reads(A[0:span], B[0:rows, 0:nr, 0:4])
+                T.reads(A[0:span], B[0:rows, 0:nr, 0:q])
             else:
-                T.reads(C[0:mr, 0:nr], A[0:span], B[0:rows, 0:nr, 0:4])
+                T.reads(C[0:mr, 0:nr], A[0:span], B[0:rows, 0:nr, 0:q])
             T.writes(C[0:mr, 0:nr])
-            T.evaluate(T.call_extern("int32", function, A.access_ptr("r"), row_step, k, runs.count, runs.planes,
-                                     T.int64(runs.plane_step), T.int64(runs.run_step), B.access_ptr("r"),
-                                     B.strides[0], C.access_ptr("w" if init else "rw"), C.strides[0], kblocks,
+            T.evaluate(T.call_extern("int32", function, A.access_ptr("r"), row_step * e, k * e, runs.count, runs.planes,
+                                     T.int64(runs.plane_step * e), T.int64(runs.run_step * e), B.access_ptr("r"),
+                                     B.strides[0] * e, C.access_ptr("w" if init else "rw"), C.strides[0], kblocks,
                                      0 if init else 1, *next_arguments(prefetch, A, C, mr)))
 
     return desc, impl

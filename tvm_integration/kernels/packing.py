@@ -3,7 +3,7 @@
 A k4-image kernel (int8.py) reads B as ``k/4`` rows of ``nr*4`` bytes: for each of the ``nr``
 output columns the four weights of one k group (AVX-512 VNNI: one int32 lane per column, four k
 bytes per lane). A weight matrix ``W[g, n, k]`` (output column n of group g) becomes
-``Wp[g, n // nr, k // 4, n % nr, k % 4]``, zero-padded to whole tiles: zero weights make the padded
+``Wp[g, n // nr, k // 4, n % nr, k % 4]`` (int16 tiles: groups of 2), zero-padded to whole tiles: zero weights make the padded
 columns and k positions contribute nothing, whatever the (run-time packed) activations hold there.
 """
 from __future__ import annotations
@@ -18,7 +18,9 @@ ACTIVATION_SHIFT = 128
 def activation_shift(data_dtype: str, a_dtype: str) -> int:
     """What the packing adds to each activation to give the kernel's A operand: +128 for int8 data
     into an unsigned A (vpdpbusd, tdpbusd), -128 for uint8 data into a signed A (the AVX2 s8s7 tile's
-    vpsignb reads A's sign), else 0. Either is ``x ^ 0x80`` on the byte."""
+    vpsignb reads A's sign), else 0 (an int16 A holds either). Either is ``x ^ 0x80`` on the byte."""
+    if a_dtype == "int16":
+        return 0
     signed = {"uint8": False, "int8": True}
     return 0 if signed[data_dtype] == signed[a_dtype] else ACTIVATION_SHIFT if signed[data_dtype] else -ACTIVATION_SHIFT
 
@@ -34,13 +36,14 @@ def round_up(x: int, multiple: int) -> int:
     return -(-x // multiple) * multiple
 
 
-def pack_weights(w: np.ndarray, nr: int, k_multiple: int) -> np.ndarray:
-    """``w[g, n, k]`` (int8) -> ``[g, Np/nr, Kp/4, nr, 4]``, N padded to nr and K to ``k_multiple``."""
+def pack_weights(w: np.ndarray, nr: int, k_multiple: int, group: int = 4, dtype: str = "int8") -> np.ndarray:
+    """``w[g, n, k]`` (int8) -> ``[g, Np/nr, Kp/group, nr, group]`` of ``dtype`` (the tile's B: k groups of
+    four bytes, or of two int16 for the w16 tiles), N padded to nr and K to ``k_multiple``."""
     g, n, k = w.shape
     np_, kp = round_up(n, nr), round_up(k, k_multiple)
-    padded = np.zeros((g, np_, kp), dtype=w.dtype)
+    padded = np.zeros((g, np_, kp), dtype=dtype)
     padded[:, :n, :k] = w
-    return np.ascontiguousarray(padded.reshape(g, np_ // nr, nr, kp // 4, 4).transpose(0, 1, 3, 2, 4))
+    return np.ascontiguousarray(padded.reshape(g, np_ // nr, nr, kp // group, group).transpose(0, 1, 3, 2, 4))
 
 
 def folded_weight_matrix(w: np.ndarray, fold: tuple[int, int], step: int) -> np.ndarray:

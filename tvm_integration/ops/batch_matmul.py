@@ -7,9 +7,9 @@ the operand is ``permute_dims(tensor, axes)``), read through the index map, neve
 Q.K^T reads K ``[1, S, h, d]`` with axes ``(0, 2, 3, 1)``, and B's packing (four consecutive k per
 column) then copies runs of d bytes.
 
-On the tiles (u8 x s8, ops/gemm.py's schedule and TensorIntrin): one group per batch element; A packed
-per row tile as gemm packs it (signed: ``a + 128``), B packed at run time into the tile's layout
-(kernels/packing.py's, unsigned: ``b - 128``). With A' and B' the tile's operands, ``ca = za + sa``,
+On the tiles (u8 x s8, or int16 w16: ops/gemm.py's schedule and TensorIntrin): one group per batch
+element; A packed per row tile as gemm packs it (signed into u8: ``a + 128``), B packed at run time into
+the tile's layout (kernels/packing.py's; unsigned into s8: ``b - 128``; int16 tiles: no shift). With A' and B' the tile's operands, ``ca = za + sa``,
 ``cb = zb - sb`` (``sa``, ``sb`` the shifts),
 ``sum (a - za)(b - zb) = sum A'B' - cb sum_k A' - ca sum_k B' + K ca cb``: a row term (``-cb`` times
 the input's row sums) and a column term, both computed at run time, added before the requantization
@@ -24,7 +24,7 @@ import tvm
 from tvm import s_tir, te, tirx
 
 from tvm_integration.kernels import selection, tuning
-from tvm_integration.kernels.packing import ACTIVATION_SHIFT, round_up
+from tvm_integration.kernels.packing import activation_shift, round_up
 from tvm_integration.ops.gemm import Gemm, Tile, schedule
 from tvm_integration.ops.output_stage import round_to_int
 
@@ -99,12 +99,13 @@ class BuiltMatmul:
 
 
 def kernel_for(a: Operand, b: Operand, isa: str = "host"):
-    """The int8 tile the operator runs ``a @ b`` on (kernels/tuning.py's choice for its shape); also
+    """The int8 tile the operator runs ``a @ b`` on (kernels/tuning.py's choice for its shape among the
+    tiles exact on every int8 B, which is computed at run time: on AVX2-only hosts the w16 ones); also
     what ``qsynth inspect`` names."""
     batch, m, k, n = geometry(a, b)
     groups = int(np.prod(batch)) if batch else 1
-    return tuning.choose(f"batch_matmul g{groups} m{m} n{n} k{k} {a.dtype}", selection.int8_candidates(isa, k), m, n,
-                         depth=k)
+    return tuning.choose(f"batch_matmul g{groups} m{m} n{n} k{k} {a.dtype}",
+                         selection.admitted(selection.int8_candidates(isa, k), None), m, n, depth=k)
 
 
 def build_batch_matmul(a: Operand, b: Operand, za: int, zb: int, scale: float, out_zp: int, out_dtype: str,
@@ -118,10 +119,9 @@ def build_batch_matmul(a: Operand, b: Operand, za: int, zb: int, scale: float, o
     pp, npad, kp = gemm.padded(tile)
     xa = te.placeholder(a.shape, a.dtype, name="a")
     xb = te.placeholder(b.shape, b.dtype, name="b")
-    sa = ACTIVATION_SHIFT if a.dtype == "int8" else 0
-    sb = ACTIVATION_SHIFT if b.dtype == "uint8" else 0
+    a_dtype, b_dtype = (kernel.a_dtype, kernel.b_dtype) if use_kernel else ("uint8", "int8")
+    sa, sb = activation_shift(a.dtype, a_dtype), -activation_shift(b.dtype, b_dtype)
     ca, cb = za + sa, zb - sb
-    a_dtype = kernel.a_dtype if use_kernel else "uint8"
 
     def a_at(g, p, t):
         return a.element(xa, batch, batch_index(g, batch), p, t)
@@ -132,14 +132,15 @@ def build_batch_matmul(a: Operand, b: Operand, za: int, zb: int, scale: float, o
     packed = te.compute((1, groups, pp // tile.mr, tile.mr, kp), lambda _, g, p0, p1, t: tirx.if_then_else(
         tirx.all(p0 * tile.mr + p1 < m, t < k), (a_at(g, p0 * tile.mr + p1, t).astype("int32") + sa).astype(a_dtype),
         tirx.const(0, a_dtype)), name="pack")
-    w = te.compute((groups, npad // tile.nr, kp // 4, tile.nr, 4), lambda g, n0, k0, n1, k1: tirx.if_then_else(
-        tirx.all(n0 * tile.nr + n1 < n, k0 * 4 + k1 < k),
-        (b_at(g, k0 * 4 + k1, n0 * tile.nr + n1).astype("int32") - sb).astype("int8"), tirx.const(0, "int8")),
+    q = tile.group
+    w = te.compute((groups, npad // tile.nr, kp // q, tile.nr, q), lambda g, n0, k0, n1, k1: tirx.if_then_else(
+        tirx.all(n0 * tile.nr + n1 < n, k0 * q + k1 < k),
+        (b_at(g, k0 * q + k1, n0 * tile.nr + n1).astype("int32") - sb).astype(b_dtype), tirx.const(0, b_dtype)),
         name="weights")
     r = te.reduce_axis((0, kp), name="k")
     acc = te.compute((1, groups, pp, npad), lambda _, g, p, c: te.sum(
         packed[0, g, p // tile.mr, p % tile.mr, r].astype("int32")
-        * w[g, c // tile.nr, r // 4, c % tile.nr, r % 4].astype("int32"), axis=r), name="gemm")
+        * w[g, c // tile.nr, r // q, c % tile.nr, r % q].astype("int32"), axis=r), name="gemm")
     fixed = k * (ca * cb - cb * sa + ca * sb)
     ra, rb = te.placeholder(a.shape, a.dtype, name="a"), te.placeholder(b.shape, b.dtype, name="b")
     # -cb times A's row sums, -ca times B's column sums: each over k, read along the tensor's

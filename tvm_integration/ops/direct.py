@@ -35,7 +35,7 @@ from tvm_integration.ops import depthwise
 from tvm_integration.ops.gemm import Tile, output_tensor, stage_params, tensorize_tile, weights_outer
 from tvm_integration.ops.output_stage import OutputStage
 from tvm_integration.kernels.packing import (activation_shift, conv_weight_matrix, correction, kernel_activation,
-                                             pack_weights, raised, round_up)
+                                             raised, round_up)
 
 
 def applies(tile: Tile, weight_shape, channels: int, layout: str, groups: int) -> bool:
@@ -81,13 +81,14 @@ def build(x: te.Tensor, weight: np.ndarray, stride: tuple[int, int], pads: tuple
     padded = te.compute((b, planes * plane_rows * wp * c), pad_value_at, name="pad")
 
     weights = conv_weight_matrix(weight, 1)              # k = (kh, kw, c): window row kh is one run
-    w = te.placeholder((1, npad // tile.nr, kh * run // 4, tile.nr, 4), "int8", name="weights")
+    q = tile.group
+    w = te.placeholder((1, npad // tile.nr, kh * run // q, tile.nr, q), tile.b_dtype, name="weights")
     r = te.reduce_axis((0, kh), name="r")
     t = te.reduce_axis((0, run), name="t")
 
     def product(bi, start, n):
         return (padded[bi, start + t].astype("int32")
-                * w[0, n // tile.nr, r * (run // 4) + t // 4, n % tile.nr, t % 4].astype("int32"))
+                * w[0, n // tile.nr, r * (run // q) + t // q, n % tile.nr, t % q].astype("int32"))
     if rows:
         runs = Runs(kh, planes, plane_rows * wp * c, wq * sw * c)
         acc = te.compute((b, rows, npad), lambda bi, q, n: te.sum(
@@ -110,7 +111,7 @@ def build(x: te.Tensor, weight: np.ndarray, stride: tuple[int, int], pads: tuple
         return at(bi, i, j, n) + correction(params, 0, n, activation)
     out, residual = output_tensor((b, oh, ow, o), stage, params, lambda bi, i, j, n: (total(bi, i, j, n), 0, n))
     func = te.create_prim_func([x, w, *params.values(), *([residual] if residual is not None else []), out])
-    constants = [pack_weights(weights, tile.nr, tile.k), *values.values()]
+    constants = [tile.packed_weights(weights), *values.values()]
     return (_schedule(func, tile, kernel, run, sw * c, runs, c, (planes * plane_rows, wp * c), sh * wp * c), constants,
             (b, oh, ow, o))
 

@@ -36,10 +36,16 @@ class Tile:
     mr: int
     nr: int
     k: int
+    group: int = 4           # B's k group (packing.pack_weights): four bytes, or two int16
+    b_dtype: str = "int8"
 
     @staticmethod
     def of(kernel: Kernel) -> "Tile":
-        return Tile(kernel.spec.mr, kernel.spec.nr, kernel.spec.k)
+        return Tile(kernel.spec.mr, kernel.spec.nr, kernel.spec.k, kernel.group, kernel.b_dtype)
+
+    def packed_weights(self, weights: np.ndarray) -> np.ndarray:
+        """``weights[g, n, k]`` in the tile's layout (packing.pack_weights)."""
+        return pack_weights(weights, self.nr, self.k, self.group, self.b_dtype)
 
 
 @dataclass(frozen=True)
@@ -81,10 +87,11 @@ def build(gemm: Gemm, data: te.Tensor, element, weights: np.ndarray, stage: Outp
     # (a conv's window row of channels) at once.
     packed = te.compute((gemm.batch, gemm.groups, pp // tile.mr, tile.mr, kp),
                         lambda b, g, p0, p1, kk: a_value(b, g, p0 * tile.mr + p1, kk), name="pack")
-    w = te.placeholder((gemm.groups, npad // tile.nr, kp // 4, tile.nr, 4), "int8", name="weights")
+    q = tile.group
+    w = te.placeholder((gemm.groups, npad // tile.nr, kp // q, tile.nr, q), tile.b_dtype, name="weights")
     k = te.reduce_axis((0, kp), name="k")
     acc = te.compute((gemm.batch, gemm.groups, pp, npad), lambda b, g, p, n: te.sum(
-        packed[b, g, p // tile.mr, p % tile.mr, k].astype("int32") * w[g, n // tile.nr, k // 4, n % tile.nr, k % 4].astype("int32"), axis=k),
+        packed[b, g, p // tile.mr, p % tile.mr, k].astype("int32") * w[g, n // tile.nr, k // q, n % tile.nr, k % q].astype("int32"), axis=k),
         name="gemm")
 
     weights, fix = raised(weights, kernel.b_min, npad) if kernel else (weights, {})
@@ -101,7 +108,7 @@ def build(gemm: Gemm, data: te.Tensor, element, weights: np.ndarray, stage: Outp
         out, residual = output_tensor((gemm.batch, gemm.groups, gemm.cols, gemm.rows), stage, params,
                                       lambda b, g, n, p: (total(b, g, p, n), g, n))
     func = te.create_prim_func([data, w, *params.values(), *([residual] if residual is not None else []), out])
-    constants = [pack_weights(weights, tile.nr, tile.k), *values.values()]
+    constants = [tile.packed_weights(weights), *values.values()]
     exact = kp == gemm.depth and depth_loops and depth_loops[-1] % tile.k == 0
     return schedule(func, tile, kernel, order, depth_loops if exact else (), fold_run, weights_outer(pp, npad)), constants
 
