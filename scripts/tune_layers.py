@@ -77,10 +77,12 @@ def key_of(kind: str, args: tuple) -> str:
 
 def candidates_of(kind: str, args: tuple):
     """The tiles the operator chooses among (selection.int8_candidates: on an AMX host, the AMX tiles
-    and the VNNI ones for the operators deep enough for AMX)."""
+    and the VNNI ones for the operators deep enough for AMX; those whose precondition the weights
+    meet, ``selection.admitted``, as the operators take them)."""
     weight = args[0]
     groups = 1 if kind == "dense" else args[4]
-    return selection.int8_candidates("host", int(np.prod(weight.shape[1:])), groups)
+    matrix = weight.reshape(weight.shape[0], -1)
+    return selection.admitted(selection.int8_candidates("host", int(np.prod(weight.shape[1:])), groups), matrix)
 
 
 def measure(kind: str, args: tuple, candidates, trials: int) -> dict[str, float]:
