@@ -89,7 +89,8 @@ def x86_flags(spec) -> list[str]:
 
 # The probes of peak_x86.c and the CPU feature (isa_specs.features.X86 key) each one executes.
 PROBES = {"vpdpbusd_zmm": "avx512vnni", "vpopcntq_zmm": "avx512vpopcntdq", "vpdpbusd_ymm_vex": "avxvnni",
-          "vpdpbusd_zmm_mix_6x32": "avx512vnni", "vpdpbusd_zmm_mix_8x48": "avx512vnni", "tdpbusd": "amx-int8"}
+          "vpdpbusd_zmm_mix_6x32": "avx512vnni", "vpdpbusd_zmm_mix_8x48": "avx512vnni", "tdpbusd": "amx-int8",
+          "vpmaddwd_ymm": "avx2", "vpmaddubsw_ymm": "avx2"}
 
 
 def probe_skips(flags: frozenset[str]) -> dict[str, str]:
@@ -140,6 +141,8 @@ def peak_of(spec) -> tuple[str, str, int] | None:
         return "tdpbusd", "tdpbusd", 16 * 16 * 64
     if spec.isa == "avx512":
         return "vpdpbusd zmm", "vpdpbusd_zmm", 64
+    if spec.types != "u8s8":        # the exact AVX2 tiles: the multiply pipes' bound, 16 MACs per multiply
+        return "vpmaddwd ymm (16 MACs)", "vpmaddwd_ymm", 16
     return "vpdpbusd ymm (AVX-VNNI)", "vpdpbusd_ymm_vex", 32
 
 

@@ -5,8 +5,8 @@ run, onnxruntime int8 (a one-conv QDQ model quantized by onnxruntime: u8 activat
 weights) and fp32, OpenVINO on the same int8 model (and on AMX hosts OpenVINO held to VNNI), TVM 0.27's
 own lowering of the integer conv (R.nn.conv2d(u8, s8, out_dtype=int32),
 legalized, default pipeline), and our schedule with the kernel replaced by plain TIR. Every time is
-the median of ``--trials`` runs; the vpdpbusd zmm peak (scripts/peak_x86.c) is probed before each
-layer. Our output is checked against numpy in the same run.
+the median of ``--trials`` runs; the peak of the tile's multiply (scripts/peak_x86.c: vpdpbusd zmm, or
+vpmaddwd ymm for the exact AVX2 tiles) is probed before each layer. Our output is checked against numpy in the same run.
 
     python scripts/bench_layers.py [--layers C2,C6] [--threads 1,2] [--trials 9] [--out benchmarks]
 """
@@ -38,7 +38,8 @@ def markdown(rows: list[dict], meta: dict) -> str:
     lines = ["# ResNet-18 conv layers, int8, batch 1", "",
              f"Host: {meta['host']}; kernels: {meta['kernel']}; {meta['command']}", "",
              "Ours: NHWC conv2d + bias + requantize to u8, tensorized with the cached kernel. Times: median ms; "
-             "x = baseline time / ours. % peak: of one core's vpdpbusd zmm rate (probed before each row) "
+             "x = baseline time / ours. % peak: of one core's rate of the tile's multiply (probed before each row: "
+             "vpdpbusd zmm, 64 MACs, for the VNNI tiles; vpmaddwd ymm, 16 MACs, for the exact AVX2 ones) "
              "times the threads. The machine's 2 cores are shared with other jobs: expect noise, most at 2 threads. "
              "openvino_int8: OpenVINO's CPU plugin on the onnxruntime int8 model (LATENCY hint, the row's threads); "
              "openvino_int8_vnni: the same with ONEDNN_MAX_CPU_ISA=AVX512_CORE_VNNI (AMX hosts only); each in a worker "

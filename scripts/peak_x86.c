@@ -43,6 +43,15 @@ static void dpbusd_ymm_vex(void) {
                      "%{vex%} vpdpbusd %%ymm15, %%ymm14, %%ymm8\n\t%{vex%} vpdpbusd %%ymm15, %%ymm14, %%ymm9\n\t"
                      "%{vex%} vpdpbusd %%ymm15, %%ymm14, %%ymm10\n\t%{vex%} vpdpbusd %%ymm15, %%ymm14, %%ymm11\n\t" ::: CLOBBER);
 }
+/* AVX2 (every x86-64 host of the pool): the two multiplies of the exact int8 tiles without VNNI, 16 MACs
+ * each (vpmaddwd: 8 lanes of two int16 products; vpmaddubsw: 16 lanes of two byte products) */
+#define Y12(op) op " %%ymm15, %%ymm14, %%ymm0\n\t" op " %%ymm15, %%ymm14, %%ymm1\n\t" op " %%ymm15, %%ymm14, %%ymm2\n\t" \
+  op " %%ymm15, %%ymm14, %%ymm3\n\t" op " %%ymm15, %%ymm14, %%ymm4\n\t" op " %%ymm15, %%ymm14, %%ymm5\n\t" \
+  op " %%ymm15, %%ymm14, %%ymm6\n\t" op " %%ymm15, %%ymm14, %%ymm7\n\t" op " %%ymm15, %%ymm14, %%ymm8\n\t" \
+  op " %%ymm15, %%ymm14, %%ymm9\n\t" op " %%ymm15, %%ymm14, %%ymm10\n\t" op " %%ymm15, %%ymm14, %%ymm11\n\t"
+static void maddwd_ymm(void) { for (long i = 0; i < N; i++) __asm__ volatile(Y12("vpmaddwd") ::: CLOBBER); }
+static void maddubsw_ymm(void) { for (long i = 0; i < N; i++) __asm__ volatile(Y12("vpmaddubsw") ::: CLOBBER); }
+
 /* The load mix of a register-blocked vpdpbusd tile, from L1, without loop or C traffic: per 4-byte k
  * group, the B columns' zmm loads and one A broadcast per row (vpbroadcastd m32). It bounds what a
  * kernel of that shape can reach below the register-only peak. */
@@ -96,6 +105,7 @@ static const struct { const char *name; void (*fn)(void); double count; } PROBES
   {"vpdpbusd_ymm_vex", dpbusd_ymm_vex, 12.0 * N},
   {"vpdpbusd_zmm_mix_6x32", mix_6x32, 48.0 * (N / 4)}, {"vpdpbusd_zmm_mix_8x48", mix_8x48, 96.0 * (N / 4)},
   {"tdpbusd", tdpbusd, 4.0 * (N / 24)},
+  {"vpmaddwd_ymm", maddwd_ymm, 12.0 * N}, {"vpmaddubsw_ymm", maddubsw_ymm, 12.0 * N},
 };
 #define NPROBES (sizeof PROBES / sizeof PROBES[0])
 

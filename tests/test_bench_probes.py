@@ -23,7 +23,8 @@ def test_probes_skipped_on_recorded_hosts():
     assert bk.probe_skips(flags("zen4")) == {"vpdpbusd_ymm_vex": "host CPU lacks avx_vnni",
                                              "tdpbusd": "host CPU lacks amx_int8"}
     assert bk.probe_skips(flags("sapphirerapids")) == {}
-    assert set(bk.probe_skips(flags("skylake"))) == set(bk.PROBES)
+    assert set(bk.probe_skips(flags("skylake"))) == set(bk.PROBES) - {"vpmaddwd_ymm", "vpmaddubsw_ymm"}   # AVX2 only
+    assert set(bk.probe_skips(flags("zen3"))) == set(bk.PROBES) - {"vpmaddwd_ymm", "vpmaddubsw_ymm"}
 
 
 def test_peak_of_a_skipped_probe_gives_the_reason():
@@ -34,6 +35,14 @@ def test_peak_of_a_skipped_probe_gives_the_reason():
                                                         "peak_skipped": "host CPU lacks amx_int8"}
     got = bk.peak_fields(spec, 100.0, {"tdpbusd": 1e9}, {})
     assert got["peak_rate"] == 16 * 16 * 64 and got["fraction_of_peak"] == pytest.approx(100 / (16 * 16 * 64))
+
+
+@pytest.mark.parametrize("types", ["s8s7", "w16"])
+def test_the_exact_avx2_tiles_are_measured_against_the_multiply_pipes(types):
+    """Without VNNI a tile's bound is the multiply pipes: vpmaddwd (or vpmaddubsw) a second, 16 MACs each."""
+    from synth.int8_spec import Int8Spec
+    got = bk.peak_fields(Int8Spec.for_isa("avx2", types), 50.0, {"vpmaddwd_ymm": 6.4e9}, {})
+    assert got["peak_instruction"].startswith("vpmaddwd") and got["peak_rate"] == pytest.approx(102.4)
 
 
 def test_peak_program_runs_only_the_named_probes(tmp_path):

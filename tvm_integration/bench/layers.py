@@ -4,8 +4,8 @@ onnxruntime int8 (a one-conv QDQ model quantized by onnxruntime: u8 activations,
 weights) and fp32, OpenVINO on the same int8 model (openvino_baseline.py; see ``OPENVINO_NOTE``), TVM
 0.27's own lowering of the integer conv (R.nn.conv2d(u8, s8, out_dtype=int32),
 legalized, default pipeline), and our schedule with the kernel replaced by plain TIR. Every time is
-the median of ``trials`` runs, ours, onnxruntime's and OpenVINO's side by side (``timing.side_by_side``); the vpdpbusd
-zmm peak (scripts/peak_x86.c) is probed before the layer; our output is checked against numpy in the
+the median of ``trials`` runs, ours, onnxruntime's and OpenVINO's side by side (``timing.side_by_side``); the peak
+of the tile's multiply instruction (``peak_instruction``, scripts/peak_x86.c) is probed before the layer; our output is checked against numpy in the
 same run. Used by ``qsynth bench-layer`` and
 scripts/bench_layers.py. The thread count is TVM's (TVM_NUM_THREADS, read when its pool starts).
 """
@@ -161,14 +161,27 @@ def openvino_runners(layer: Layer, threads: int, int8: Path) -> tuple[dict, dict
     return openvino_baseline.baselines(int8, x, {"y": expected[0]}, threads)
 
 
-def peak_gmacs(probe: Path) -> float:
-    """vpdpbusd zmm (64 MACs each) per second, in G MAC/s, measured now."""
-    rate = json.loads(subprocess.run([str(probe), "vpdpbusd_zmm"], capture_output=True, text=True, check=True).stdout)
-    return rate["vpdpbusd_zmm"] * 64 / 1e9
+def peak_instruction(kernel) -> tuple[str, int] | None:
+    """(scripts/peak_x86.c probe, MACs per instruction) of the bound the layer is compared with: a VNNI
+    tile's vpdpbusd zmm; an exact AVX2 tile's multiply pipes (vpmaddwd ymm, 16 MACs: the s8s7 and w16 rows
+    issue two multiplies per 32 MACs at best); None for other kernels."""
+    if "avx512vnni" in kernel.features:
+        return "vpdpbusd_zmm", 64
+    if kernel.spec.isa == "avx2" and kernel.spec.types in ("s8s7", "w16"):
+        return "vpmaddwd_ymm", 16
+    return None
 
 
-def bench(layer: Layer, threads: int, trials: int, probe: Path | None, directory: Path, ours, plain) -> dict:
-    peak = peak_gmacs(probe) if probe else None
+def peak_gmacs(probe: Path, instruction: tuple[str, int]) -> float:
+    """The ``instruction`` probe's rate times its MACs, in G MAC/s, measured now."""
+    name, macs = instruction
+    rate = json.loads(subprocess.run([str(probe), name], capture_output=True, text=True, check=True).stdout)
+    return rate[name] * macs / 1e9
+
+
+def bench(layer: Layer, threads: int, trials: int, probe: tuple[Path, tuple[str, int]] | None, directory: Path,
+          ours, plain) -> dict:
+    peak = peak_gmacs(*probe) if probe else None
     args = ours.args(layer.x)
     correct = bool(np.array_equal(ours(layer.x), layer.reference()))
     models = onnxruntime_models(layer, directory)
@@ -194,9 +207,9 @@ def bench_layer(name: str, threads: int, trials: int, isa: str = "host") -> dict
     kernel = layer.kernel(isa)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        probe = tmp / "peak"
-        have_probe = "avx512vnni" in kernel.features and selection.usable(kernel) is None and subprocess.run(
+        probe, instruction = tmp / "peak", peak_instruction(kernel)
+        have_probe = instruction and selection.usable(kernel) is None and subprocess.run(
             ["gcc", "-O2", "-o", str(probe), str(PEAK_PROBE)], capture_output=True).returncode == 0
         plain = layer.ours(use_kernel=False, isa=isa) if threads == 1 else None
-        row = bench(layer, threads, trials, probe if have_probe else None, tmp, layer.ours(isa=isa), plain)
+        row = bench(layer, threads, trials, (probe, instruction) if have_probe else None, tmp, layer.ours(isa=isa), plain)
     return dict(row, kernel=kernel.intrin)
