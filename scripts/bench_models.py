@@ -38,6 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 from synth.files import write_atomically  # noqa: E402
 from tvm_integration.bench.int8_models import BUILT_IN, write_pair  # noqa: E402
+from tvm_integration.bench.provenance import commit  # noqa: E402
 
 LOWBIT = {"resnet18_w1a1": (1, 1), "resnet18_w2a2": (2, 2)}      # name: (abits, wbits)
 MODELS = (*BUILT_IN, *LOWBIT)
@@ -212,10 +213,10 @@ def main() -> int:
             rows += [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
     lowbit_speedups(rows)
     load = " / ".join(f"{v:.2f}" for v in os.getloadavg())
-    command = (f"`python scripts/bench_models.py --models {a.models} --threads {a.threads} --trials {a.trials}`; "
-               f"load average (1/5/15 min) at the start: {load_start}, at the end: {load}")
+    command = (f"`python scripts/bench_models.py --models {a.models} --threads {a.threads} --trials {a.trials}` at "
+               f"{commit()}; load average (1/5/15 min) at the start: {load_start}, at the end: {load}")
     a.out.mkdir(parents=True, exist_ok=True)
-    write_atomically(a.out / "models.json", json.dumps({"command": command, "rows": rows}, indent=1))
+    write_atomically(a.out / "models.json", json.dumps({"command": command, "commit": commit(), "rows": rows}, indent=1))
     write_atomically(a.out / "models.md", markdown(rows, command))
     print(markdown(rows, command))
     return 0
