@@ -38,6 +38,9 @@ INT8_TILES = {
     # its load mix reaches 92% of the register-only peak from L1, 6x32's (8 per 12) 86%, 12x16's
     # (13 per 12) 78% (scripts/peak_x86.c)
     ("avx512", "u8s8", "k4b"): (8, 48, 16),   # vpdpbusd zmm
+    # AVX-512BW without VNNI (Skylake-SP/X): the w16 row (vpmaddwd + vpaddd) on zmm, exact for any int8;
+    # 12 rows x 2 registers of C, 2 of B, a broadcast and a product: 28 of the 32 zmm
+    ("avx512", "w16", "k4b"): (12, 32, 8),
     # exact on every AVX2 host: vpsignb (|a| and sign(b, a)) + vpmaddubsw + vpmaddwd, A signed (u8 activations
     # shifted by -128 when packed), weights in [-127, 127]; 4 rows x 2 registers of C and 2 of B beside
     # the ones, a broadcast, its absolute value and two products fit the 16 ymm

@@ -7,6 +7,8 @@ operands at which vpmaddubsw's int16 pair sums saturate (onnxruntime's and OpenV
 are wrong)."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -153,3 +155,18 @@ def test_a_quantized_model_is_exact_on_the_avx2_tiles(avx2_only, tmp_path):
     for _ in range(2):
         feeds = random_inputs(model.inputs, rng)
         np.testing.assert_array_equal(model(feeds)[model.outputs[0]], session.run(None, feeds)[0])
+
+
+@pytest.mark.parametrize("name,features,isa,types", [
+    ("zen4", None, "avx512", {"u8s8"}),                                         # VNNI
+    ("sapphirerapids", "avx2,avx512f,avx512bw,avx512vl", "avx512", {"w16"}),      # a Skylake-SP: AVX-512BW, no VNNI
+    ("zen3", None, "avx2", set(TYPES)),
+    ("skylake", None, "avx2", set(TYPES))])
+def test_recorded_hosts_select_an_exact_int8_tile(monkeypatch, name, features, isa, types):
+    """Which tile family each recorded host's int8 operators take (QSYNTH_HOST_FEATURES's restriction for
+    the Skylake-SP): VNNI where there is VNNI, else the w16 tiles on zmm where AVX-512BW is, else the
+    AVX2 tiles of both exact kinds; never the saturating vpmaddubsw alone (u7s8)."""
+    recorded = host.parse_cpuinfo((Path(__file__).parent / "data" / f"cpuinfo_{name}.txt").read_text())
+    monkeypatch.setattr(host, "model", lambda: host.restricted(recorded, features) if features else recorded)
+    candidates = selection.int8_candidates("host")
+    assert {k.spec.isa for k in candidates} == {isa} and {k.spec.types for k in candidates} == types

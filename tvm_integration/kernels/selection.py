@@ -1,10 +1,11 @@
 """Which tile an operator is built with, and for which LLVM target: the one place an ISA is chosen.
 
-int8: ``isa="host"`` takes the best ISA the host executes, AVX-512 VNNI > AVX-VNNI > AVX2, read from
-the host's CPU flags (isa_specs.host), never from a CPU name; without VNNI, the AVX2 s8s7 tiles, exact
-on u8 and s8 activations (shifted to s8 when packed) for weights in [-127, 127], which an operator
-checks on its constant weights (``Kernel.admits``; weights of -128 are raised for the tile and the
-rest added apart, ``packing.raised``); on a host with AMX (and the tile data
+int8: ``isa="host"`` takes the best ISA the host executes, AVX-512 VNNI > AVX-VNNI > AVX-512BW > AVX2,
+read from the host's CPU flags (isa_specs.host), never from a CPU name; without VNNI, the exact w16
+tiles (int16 operands: AVX-512BW's on zmm, Skylake-SP; AVX2's on ymm) and, on AVX2, the s8s7 tiles,
+exact on u8 and s8 activations (shifted to s8 when packed) for weights in [-127, 127], which an
+operator checks on its constant weights (``Kernel.admits``; weights of -128 are raised for the tile and
+the rest added apart, ``packing.raised``); on a host with AMX (and the tile data
 permission), an operator of reduction depth 64 bytes or more takes the AMX tile instead
 (``amx_pays``). Bitserial: ``isa="host"``
 takes AVX-512, else AVX2; NEON tiles are built for AArch64 and run under qemu (ops/cross.py), never
@@ -21,7 +22,7 @@ from tvm_integration.kernels import amx_runtime, int8
 from tvm_integration.kernels.bitserial import CROSS, BitserialKernel, gemm_kernels, word_kernels
 
 # Preference order of the u8 x s8 tiles: the cache's ISA name and the kernel's distinguishing feature.
-INT8_PREFERENCE = (("avx512", "avx512vnni"), ("avx2", "avxvnni"), ("avx2", "avx2"))
+INT8_PREFERENCE = (("avx512", "avx512vnni"), ("avx2", "avxvnni"), ("avx512", "avx512bw"), ("avx2", "avx2"))
 INT8_ISAS = ("amx", "avx512", "avx2")
 BITSERIAL_ISAS = ("avx512", "avx2")       # preference order on x86 hosts
 AMX_MIN_DEPTH = 64                        # one 64-byte K block of the 32x32x64 AMX tile
