@@ -49,8 +49,9 @@ def usable(kernel: int8.Kernel | BitserialKernel) -> str | None:
     return why
 
 
-# Tile types exact on every activation: u8s8, and s8s7 (A signed, so u8 activations are shifted by
-# -128 when packed; B in [-127, 127], checked on the weights). u7s8 assumes A < 128, so it is not one.
+# Tile types exact on every activation: u8s8, w16 (8-bit data of either sign widened to int16), and s8s7
+# (A signed, so u8 activations are shifted by -128 when packed; B in [-127, 127], checked on the
+# weights). u7s8 assumes A < 128, so it is not one.
 EXACT_TYPES = ("u8s8", "s8s7", "w16")
 
 
