@@ -52,8 +52,8 @@ def synth(isa: Isa = typer.Option(..., help="instruction set"),
           types: str = typer.Option("u8s8", help="int8: operand types, u8u8, s16, s8s8, s8s7, u8s8, u7s8 or w16"),
           mr: Optional[int] = typer.Option(None, help="int8 tile rows (default: the ISA's tile)"),
           nr: Optional[int] = typer.Option(None, help="int8 tile columns (default: the ISA's tile)"),
-          k: Optional[int] = typer.Option(None, callback=positive, help="int8 k4/k4b tiles: bytes of K per kernel "
-                                          "block, a multiple of 4; AMX tiles: a multiple of 64 up to 256 (default: "
+          k: Optional[int] = typer.Option(None, callback=positive, help="int8 k4/k4b tiles: elements of K per "
+                                          "kernel block, a multiple of the k group (4 bytes; w16: 2 int16); AMX tiles: a multiple of 64 up to 256 (default: "
                                           "the ISA's; a GEMM's depth is padded to whole blocks)"),
           cost: Literal["length", "latency"] = typer.Option("length", help="what to minimise"),
           timeout: float = typer.Option(600.0, callback=positive_seconds, help="seconds"),
