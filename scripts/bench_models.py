@@ -194,7 +194,7 @@ def main() -> int:
     if unknown:
         ap.error(f"unknown models {sorted(unknown)}; accepted: {', '.join(MODELS)}")
     rows = []
-    load_start = " / ".join(f"{v:.2f}" for v in os.getloadavg())
+    load_start, measured = " / ".join(f"{v:.2f}" for v in os.getloadavg()), commit()      # the code the workers load
     with tempfile.TemporaryDirectory() as directory:
         logging.getLogger("root").setLevel(logging.ERROR)      # quantize_static's pre-processing advice
         for name in a.models.split(","):
@@ -214,9 +214,9 @@ def main() -> int:
     lowbit_speedups(rows)
     load = " / ".join(f"{v:.2f}" for v in os.getloadavg())
     command = (f"`python scripts/bench_models.py --models {a.models} --threads {a.threads} --trials {a.trials}` at "
-               f"{commit()}; load average (1/5/15 min) at the start: {load_start}, at the end: {load}")
+               f"{measured}; load average (1/5/15 min) at the start: {load_start}, at the end: {load}")
     a.out.mkdir(parents=True, exist_ok=True)
-    write_atomically(a.out / "models.json", json.dumps({"command": command, "commit": commit(), "rows": rows}, indent=1))
+    write_atomically(a.out / "models.json", json.dumps({"command": command, "commit": measured, "rows": rows}, indent=1))
     write_atomically(a.out / "models.md", markdown(rows, command))
     print(markdown(rows, command))
     return 0
