@@ -42,9 +42,9 @@ INT8_TILES = {
     # 12 rows x 2 registers of C, 2 of B, a broadcast and a product: 28 of the 32 zmm
     ("avx512", "w16", "k4b"): (12, 32, 8),
     # exact on every AVX2 host: vpsignb (|a| and sign(b, a)) + vpmaddubsw + vpmaddwd, A signed (u8 activations
-    # shifted by -128 when packed), weights in [-127, 127]; 4 rows x 2 registers of C and 2 of B beside
-    # the ones, a broadcast, its absolute value and two products fit the 16 ymm
-    ("avx2", "s8s7", "k4b"): (4, 16, 4),
+    # shifted by -128 when packed), weights in [-127, 127]; 5 rows x 2 registers of C and 2 of B beside
+    # the ones, a broadcast, its absolute value and a temporary fill the 16 ymm (tuning.ROW_EXTRAS)
+    ("avx2", "s8s7", "k4b"): (5, 16, 8),
     # exact on every AVX2 host for any int8 weights: int16 operands (8-bit data widened when packed),
     # vpmaddwd + vpaddd; 6 rows x 2 registers of C, 2 of B, a broadcast and a product fill the 16 ymm
     ("avx2", "w16", "k4b"): (6, 16, 8),
