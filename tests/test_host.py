@@ -257,7 +257,8 @@ def runnable_on(name: str, library) -> tuple[set, dict]:
 
 def test_library_on_recorded_hosts(library):
     """Which x86 kernels each recorded CPU runs, by what their names say they use: AMX kernels end in
-    _amx, AVX2 u8s8 int8 is vpdpbusd ymm (AVX-VNNI; u7s8 is vpmaddubsw, AVX2), AVX-512 needs F + VPOPCNTDQ or VNNI."""
+    _amx, AVX2 u8s8 int8 is vpdpbusd ymm (AVX-VNNI; u7s8 is vpmaddubsw, AVX2), AVX-512 needs F + VPOPCNTDQ, VNNI or
+    BW (the w16 tiles)."""
     names = {k["name"] for k in library if k["isa"] != "neon"}
     amx = {n for n in names if n.endswith("_amx")}
     avxvnni = {n for n in names if n.startswith("int8_u8s8") and n.endswith("_avx2")}
@@ -270,7 +271,7 @@ def test_library_on_recorded_hosts(library):
     assert runnable_on("sapphirerapids", library) == runnable_on("amx_model167", library) == (names, {})
     ok, why = runnable_on("skylake", library)
     assert ok == names - amx - avxvnni - avx512 and set(why) == amx | avxvnni | avx512
-    assert {why[n] for n in avx512} == {"host CPU lacks avx512f", "host CPU lacks avx512_vnni"}
+    assert {why[n] for n in avx512} == {"host CPU lacks avx512f", "host CPU lacks avx512_vnni", "host CPU lacks avx512bw"}
 
 
 def test_isas_on_recorded_hosts(library):

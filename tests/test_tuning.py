@@ -122,12 +122,12 @@ def test_machines_reporting_one_model_number_do_not_share_a_log():
     assert tuning.log_path("x") == tuning.LOGS / "x.json"
 
 
-@pytest.mark.parametrize("machine,isas", [("zen4", ("avx512",)), ("amx_model167", ("amx", "avx512"))])
+@pytest.mark.parametrize("machine,isas", [("zen4", ("avx512",)), ("amx_model167", ("amx", "avx512")), ("zen3", ("avx2",))])
 def test_committed_logs_are_found_by_their_hosts(machine, isas):
     """Every committed log is the log of a recorded host (Zen 4's: the benchmarks' tiles; the AMX
-    Xeon's: AMX or VNNI per shape), so such a host reads it; every tile it names is a proved candidate
+    Xeon's: AMX or VNNI per shape; Zen 3's: s8s7 or w16 per shape), so such a host reads it; every tile it names is a proved candidate
     of that host's ISAs and ``choose`` returns it."""
-    assert {p.stem for p in tuning.LOGS.glob("*.json")} == {tuning.log_name(recorded(m)) for m in ("zen4", "amx_model167")}
+    assert {p.stem for p in tuning.LOGS.glob("*.json")} == {tuning.log_name(recorded(m)) for m in ("zen4", "amx_model167", "zen3")}
     path = tuning.log_path(tuning.log_name(recorded(machine)))
     log = tuning.read_log(path)
     candidates = [k for isa in isas for k in selection.int8_candidates(isa)]

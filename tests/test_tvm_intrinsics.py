@@ -19,7 +19,7 @@ def _vnni_entry() -> dict:
 
 
 def test_every_proved_k4_tile_of_an_isa_is_registered():
-    kernels = {k.intrin: k for k in proved_kernels("avx512")}
+    kernels = {k.intrin: k for k in proved_kernels("avx512") if k.spec.types == "u8s8"}
     shapes = {(8, 48, 16), (6, 64, 16), (7, 64, 16), (7, 48, 16), (14, 16, 16), (14, 32, 16), (8, 32, 16), (14, 16, 4)}
     assert sorted(kernels) == sorted(f"qsynth_int8_u8s8_k4b_{mr}x{nr}x{kb}_avx512" for mr, nr, kb in shapes)
     for (mr, nr, kb) in shapes:
@@ -29,6 +29,19 @@ def test_every_proved_k4_tile_of_an_isa_is_registered():
         desc = tvm.s_tir.TensorIntrin.get(k.loop_intrin(3)).desc.script()      # 3 k blocks
         for buffer in (f'T.Buffer(({mr}, {3 * kb}), "uint8"', f'T.Buffer(({3 * kb // 4}, {nr}, 4), "int8"',
                        f'T.Buffer(({mr}, {nr}), "int32"'):
+            assert buffer in desc
+
+
+@pytest.mark.parametrize("isa", ["avx2", "avx512"])
+def test_the_w16_tiles_describe_int16_operands_in_k_groups_of_two(isa):
+    """A w16 tile's TensorIntrin reads A and B as int16, B's k groups two elements wide (packing.pack_weights
+    with group 2), whatever the host runs: the description is built on every host."""
+    tiles = [k for k in proved_kernels(isa) if k.spec.types == "w16"]
+    assert tiles
+    for k in tiles:
+        assert (k.a_dtype, k.b_dtype, k.group, k.b_min) == ("int16", "int16", 2, -256) and k.admits(None)
+        desc = tvm.s_tir.TensorIntrin.get(k.loop_intrin(3)).desc.script()      # 3 k blocks
+        for buffer in (f'T.Buffer(({k.spec.mr}, {3 * k.spec.k}), "int16"', f'T.Buffer(({3 * k.spec.k // 2}, {k.spec.nr}, 2), "int16"'):
             assert buffer in desc
 
 
