@@ -132,15 +132,20 @@ def restricted(m: HostModel, features: str) -> HostModel:
 
 
 @cache
-def model() -> HostModel:
-    """The host as /proc/cpuinfo shows it, less what ``QSYNTH_HOST_FEATURES`` takes away."""
+def cpu_model() -> HostModel:
+    """The host as /proc/cpuinfo shows it: what other libraries on it (onnxruntime's MLAS) dispatch on."""
     try:
         with open("/proc/cpuinfo") as f:
-            m = parse_cpuinfo(f.read())
+            return parse_cpuinfo(f.read())
     except OSError:
-        m = parse_cpuinfo("")
+        return parse_cpuinfo("")
+
+
+@cache
+def model() -> HostModel:
+    """The host as /proc/cpuinfo shows it, less what ``QSYNTH_HOST_FEATURES`` takes away."""
     features = os.environ.get(FEATURES_VARIABLE)
-    return restricted(m, features) if features is not None else m
+    return restricted(cpu_model(), features) if features is not None else cpu_model()
 
 
 def cpu_flags() -> frozenset[str]:

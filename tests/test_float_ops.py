@@ -93,16 +93,33 @@ def test_fused_matmul_exact(tmp_path, case):
     assert "qsynth_float_matmul" in functions(path)
 
 
-@pytest.mark.parametrize("shape,axis", [((1, 2, 16, 16), -1), ((2, 3, 50), -1), ((4, 128), -1), ((2, 40, 6), 1)],
-                         ids=["heads", "odd_row", "long_row", "middle_axis"])
-def test_softmax_exact(tmp_path, shape, axis):
-    """MLAS's softmax: exp by its polynomial, the AVX-512 kernel's lane sums, times 1 / sum; rows of
-    16, of 50 (a partial vector) and 128; values spread wide enough that some exps underflow. Over an
-    axis not the last (opset 13), onnxruntime swaps it with the last around the kernel."""
-    x = (np.random.default_rng(1).standard_normal(shape) * 12).astype(np.float32)
+@pytest.mark.parametrize("shape,axis,spread", [((1, 2, 16, 16), -1, 12), ((2, 3, 50), -1, 12), ((4, 128), -1, 12),
+                                               ((2, 40, 6), 1, 12), ((4, 64, 128), -1, 3)],
+                         ids=["heads", "odd_row", "long_row", "middle_axis", "attention"])
+def test_softmax_exact(tmp_path, shape, axis, spread):
+    """MLAS's softmax: exp by its polynomial, the sum-exp kernel's lane sums in this CPU's vector width
+    (AVX-512F 16, FMA3 8: mlas_math.float_lanes), times 1 / sum; rows of 16, of 50 (a partial vector)
+    and 128; values spread wide enough that some exps underflow, or (attention's 256 rows of 128) close
+    enough that every lane adds to the sum and the lanes' order decides its rounding (the AVX-512 order
+    on the Zen 3 host, FMA3's: 63 994 of 196 608 outputs off by an ulp). Over an axis not the last
+    (opset 13), onnxruntime swaps it with the last around the kernel."""
+    x = (np.random.default_rng(1).standard_normal(shape) * spread).astype(np.float32)
     path = float_model(tmp_path / "sm.onnx", [helper.make_node("Softmax", ["x"], ["y"], axis=axis)], [("x", shape)])
     assert_exact(path, {"x": x})
     assert "qsynth_softmax" in functions(path)
+
+
+@pytest.mark.parametrize("name,lanes", [("zen3", 8), ("skylake", 8), ("zen4", 16), ("sapphirerapids", 16)])
+def test_mlas_float_lanes_follow_the_cpu_flags_not_the_host_features_switch(monkeypatch, name, lanes):
+    """MLAS dispatches on the CPU's own flags: AVX-512F's kernels where it has them, FMA3's else, also
+    when QSYNTH_HOST_FEATURES=avx2 makes qsynth's host model AVX2-only."""
+    from pathlib import Path
+    from isa_specs import host
+    from tvm_integration.qnn import mlas_math
+    recorded = host.parse_cpuinfo((Path(__file__).parent / "data" / f"cpuinfo_{name}.txt").read_text())
+    monkeypatch.setattr(host, "cpu_model", lambda: recorded)
+    monkeypatch.setattr(host, "model", lambda: host.restricted(recorded, "avx2"))
+    assert mlas_math.float_lanes() == lanes
 
 
 def test_erf_exact_everywhere(tmp_path):

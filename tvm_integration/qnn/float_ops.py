@@ -22,19 +22,21 @@ from tvm_integration.qnn.qdq import constant
 
 # -- Softmax over the last axis -----------------------------------------------------------------------
 
-def softmax_func(shape: tuple[int, ...]) -> tirx.PrimFunc:
-    """MLAS's softmax of each row (the last axis): its maximum (over 16 lanes, exact in any order: a
+def softmax_func(shape: tuple[int, ...], lanes: int | None = None) -> tirx.PrimFunc:
+    """MLAS's softmax of each row (the last axis): its maximum (over ``lanes``, exact in any order: a
     chain of scalar maxima took two thirds of the time at rows of 384); exp(x - max) (mlas_math); the
-    sum as the AVX-512 kernel adds, 16 lane sums over the row in order, then halves (8 + 8), pairs,
-    pairs, halves; each exp times float32(1 / sum). Rows parallel, the lanes vectorized (a row not
-    a multiple of 16, ViT's 196, in whole vectors and a scalar tail: _rows_parallel)."""
+    sum as MLAS's sum-exp kernel adds on this CPU (``mlas_math.float_lanes``: AVX-512F 16, FMA3 8), one
+    lane sum per vector lane over the row in order, then the lanes' tree (``_tree``); each exp times
+    float32(1 / sum). Rows parallel, the lanes vectorized (a row not a multiple of 16, ViT's 196, in whole
+    vectors and a scalar tail: _rows_parallel)."""
+    lanes = lanes or mlas_math.float_lanes()
     rows = shape[:-1]
     x = te.placeholder(shape, "float32", "x")
-    top_lanes = _lane_reduce(x, te.max, tirx.min_value("float32"), "top_lanes")
-    top = te.compute(rows, lambda *i: _tree(lambda j: top_lanes[(*i, j)], tirx.max), name="top")
+    top_lanes = _lane_reduce(x, te.max, tirx.min_value("float32"), "top_lanes", lanes)
+    top = te.compute(rows, lambda *i: _tree(lambda j: top_lanes[(*i, j)], tirx.max, lanes), name="top")
     e = te.compute(shape, lambda *i: mlas_math.exp_nonpositive(x[i] + (-top[i[:-1]])), name="e")
-    lanes = _lane_reduce(e, te.sum, mlas_math.f32(0.0), "lanes")
-    scale = te.compute(rows, lambda *i: mlas_math.f32(1.0) / _tree(lambda j: lanes[(*i, j)], tirx.Add),
+    sums = _lane_reduce(e, te.sum, mlas_math.f32(0.0), "lanes", lanes)
+    scale = te.compute(rows, lambda *i: mlas_math.f32(1.0) / _tree(lambda j: sums[(*i, j)], tirx.Add, lanes),
                        name="scale")
     y = te.compute(shape, lambda *i: e[i] * scale[i[:-1]], name="y")
     sch = s_tir.Schedule(te.create_prim_func([x, y]))
@@ -42,19 +44,20 @@ def softmax_func(shape: tuple[int, ...]) -> tirx.PrimFunc:
     return sch.mod["main"]
 
 
-def _lane_reduce(t: te.Tensor, reducer, identity, name: str) -> te.Tensor:
-    """``[..., LANES]``: lane j reduces elements j, j + LANES, ... of each row of ``t`` in order (the
+def _lane_reduce(t: te.Tensor, reducer, identity, name: str, lanes: int = LANES) -> te.Tensor:
+    """``[..., lanes]``: lane j reduces elements j, j + lanes, ... of each row of ``t`` in order (the
     row's tail padded with ``identity``)."""
     *rows, d = (int(v) for v in t.shape)
-    c = te.reduce_axis((0, (d + LANES - 1) // LANES), "c")
-    return te.compute((*rows, LANES), lambda *i: reducer(
-        tirx.Select(c * LANES + i[-1] < d, t[(*i[:-1], tirx.min(c * LANES + i[-1], d - 1))], identity),
+    c = te.reduce_axis((0, (d + lanes - 1) // lanes), "c")
+    return te.compute((*rows, lanes), lambda *i: reducer(
+        tirx.Select(c * lanes + i[-1] < d, t[(*i[:-1], tirx.min(c * lanes + i[-1], d - 1))], identity),
         axis=c), name=name)
 
 
-def _tree(lane, combine):
-    """MLAS's reduction of 16 lanes: halves (j with j + 8), pairs, pairs, halves."""
-    h = [combine(lane(j), lane(j + 8)) for j in range(8)]
+def _tree(lane, combine, lanes: int = LANES):
+    """MLAS's reduction of a vector's lanes: AVX-512F's 16, halves (j with j + 8), pairs, pairs, halves;
+    FMA3's 8 (two vhaddps, then the 128-bit halves), pairs, pairs, halves."""
+    h = [combine(lane(j), lane(j + 8)) for j in range(8)] if lanes == 16 else [lane(j) for j in range(8)]
     pairs = [combine(combine(h[0], h[1]), combine(h[2], h[3])), combine(combine(h[4], h[5]), combine(h[6], h[7]))]
     return combine(*pairs)
 

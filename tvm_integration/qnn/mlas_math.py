@@ -8,6 +8,7 @@ Constants are MLAS's (compute.cpp ``MlasExpConstants``, erf.cpp ``MlasErfConstan
 """
 from __future__ import annotations
 
+from isa_specs import host
 from tvm import tirx
 from tvm.tirx.op import fma
 
@@ -34,6 +35,13 @@ def power_of_two_times(p, m):
     biased = tirx.Cast("int32", m) + 64 + 127
     scale = tirx.reinterpret("float32", tirx.shift_left(tirx.max(biased, 1), 23))
     return p * scale * f32(2.0 ** -64)
+
+
+def float_lanes() -> int:
+    """The float32 lanes of MLAS's vector kernels on this CPU (its sum-exp kernel accumulates one vector
+    of them over a row): AVX-512F's 16 where the CPU has it, else FMA3's 8. Read from the CPU's own
+    flags, which onnxruntime dispatches on, whatever QSYNTH_HOST_FEATURES takes from qsynth's host model."""
+    return 16 if "avx512f" in host.cpu_model().flags else 8
 
 
 def exp_nonpositive(x):
