@@ -69,6 +69,39 @@ def test_an_unreadable_npy_is_a_read_error_naming_the_file(mlp, tmp_path, capsys
     assert not (tmp_path / "y.npy").exists()
 
 
+def test_npy_headers_bytes_and_folders_are_named_for_what_they_are(mlp, tmp_path, capsys):
+    """Issue 46: a header claiming [100000, 100000, 100000] was a MemoryError (an internal error, exit 1),
+    random bytes were "pickled (object) data", a folder as the model "no such file"."""
+    with open(tmp_path / "huge.npy", "wb") as f:
+        np.lib.format.write_array_header_1_0(f, {"descr": "<f4", "fortran_order": False,
+                                                 "shape": (100000, 100000, 100000)})
+        f.write(bytes(64))
+    (tmp_path / "random.npy").write_bytes(np.random.default_rng(0).bytes(200))
+    y = str(tmp_path / "y.npy")
+    refused(["run", str(mlp), "--input", str(tmp_path / "huge.npy"), "--output", y], capsys,
+            "claims a float32 array of shape [100000, 100000, 100000]", "but holds 64")
+    refused(["run", str(mlp), "--input", str(tmp_path / "random.npy"), "--output", y], capsys,
+            "is not a .npy file")
+    refused(["run", str(tmp_path), "--input", str(mlp.parent / "x.npy"), "--output", y], capsys,
+            "is a directory; give the model file")
+    assert not (tmp_path / "y.npy").exists()
+
+
+def test_an_input_path_may_hold_an_equals_sign(mlp, tmp_path, capsys):
+    """``NAME=PATH`` is split at the first ``=`` only where NAME is an input; a model's only input may
+    be given by a path holding ``=`` alone too."""
+    folder = tmp_path / "a=b"
+    folder.mkdir()
+    np.save(folder / "x.npy", np.random.default_rng(1).standard_normal((4, 64)).astype(np.float32))
+    outputs = []
+    for spec in (str(folder / "x.npy"), f"input={folder / 'x.npy'}"):
+        assert main(["run", str(mlp), "--input", spec, "--output", str(tmp_path / "y.npy")]) == 0
+        outputs.append(np.load(tmp_path / "y.npy"))
+    np.testing.assert_array_equal(*outputs)
+    refused(["run", str(mlp), "--input", f"nope={folder / 'x.npy'}", "--output", str(tmp_path / "y.npy")], capsys,
+            "cannot read a .npy array from nope=")
+
+
 @pytest.mark.parametrize("bad", [np.nan, np.inf])
 def test_nan_or_infinity_in_an_input_is_refused(mlp, tmp_path, capsys, bad):
     x = np.zeros((4, 64), np.float32)

@@ -34,7 +34,18 @@ if TYPE_CHECKING:
     import numpy as np
 
 TARGETS = ("host", "avx512", "avx2", "amx", "neon")
-MODEL = typer.Argument(..., help="a pre-quantized ONNX model (QDQ or QOperator) or a full-integer TFLite model")
+def _model_file(value: str) -> str:
+    """The MODEL argument names a file (bad usage, exit 2, otherwise)."""
+    path = Path(value)
+    if path.is_dir():
+        raise typer.BadParameter(f"{value} is a directory; give the model file")
+    if not path.is_file():
+        raise typer.BadParameter(f"{value}: no such file" if not path.exists() else f"{value} is not a regular file")
+    return value
+
+
+MODEL = typer.Argument(..., help="a pre-quantized ONNX model (QDQ or QOperator) or a full-integer TFLite model",
+                       callback=_model_file)
 TARGET = typer.Option("host", help="which kernels to compile for")
 Target = Literal[TARGETS]
 THREADS = typer.Option(None, callback=positive, help="TVM threads (default: TVM's)")
@@ -73,7 +84,7 @@ def run(model: str = MODEL,
     from tvm_integration.qnn.artifacts import compiled_model
     from tvm_integration.qnn.model import compile_model, input_specs
     model_path = Path(model)
-    out = _output(output, "--output", [model_path, *(Path(spec.rpartition("=")[2]) for spec in input)])
+    out = _output(output, "--output", [model_path, *(Path(spec.partition("=")[2] or spec) for spec in input)])
     _runs_here(target)
     _arm(target, mcpu, run=True)
     if profile and target == "neon":
@@ -258,22 +269,8 @@ def _inputs(specs: list[str], names: list[str], model: Path | None = None) -> di
     from tvm_integration.qnn.importer import ModelError
     feeds = {}
     for spec in specs:
-        name, _, path = spec.rpartition("=")
-        if not name:
-            if len(names) != 1:
-                raise ModelError(f"--input {spec}: the model takes {len(names)} inputs ({', '.join(names)}); "
-                                 "give each as NAME=PATH.npy")
-            name = names[0]
-        if name not in names:
-            raise ModelError(f"--input {spec}: the model has no input {name!r}; it takes {', '.join(names)}")
-        try:
-            with open(path, "rb") as f:
-                x = np.load(f, allow_pickle=False)
-        except (OSError, ValueError, EOFError, SyntaxError) as e:
-            raise UsageError(f"--input {spec}: cannot read a .npy array from {path} "
-                             f"({' '.join((str(e) or type(e).__name__).split())})")
-        if not isinstance(x, np.ndarray):
-            raise UsageError(f"--input {spec}: {path} is a .npz archive, not a .npy array")
+        name, path = _input_name(spec, names)
+        x = _read_npy(spec, path)
         if x.dtype.kind in "fc" and not (finite := np.isfinite(x)).all():
             raise UsageError(f"--input {spec}: input {name!r} holds {np.size(finite) - np.count_nonzero(finite)} "
                              "NaN or infinite value(s); qsynth refuses them (a quantized model's result for them "
@@ -282,6 +279,54 @@ def _inputs(specs: list[str], names: list[str], model: Path | None = None) -> di
     if model is not None and model.suffix != ".tflite":
         _ids_in_range(feeds, model)
     return feeds
+
+
+def _input_name(spec: str, names: list[str]) -> tuple[str, str]:
+    """``--input`` ``NAME=PATH`` split at its first ``=`` when NAME is one of the model's inputs, else the
+    whole of ``spec`` is the path of a model's only input (a path may hold ``=``); ModelError otherwise."""
+    from tvm_integration.qnn.importer import ModelError
+    name, sep, path = spec.partition("=")
+    if sep and name in names:
+        return name, path
+    if len(names) == 1:
+        return names[0], spec
+    if sep:
+        raise ModelError(f"--input {spec}: the model has no input {name!r}; it takes {', '.join(names)}")
+    raise ModelError(f"--input {spec}: the model takes {len(names)} inputs ({', '.join(names)}); give each as "
+                     "NAME=PATH.npy")
+
+
+def _read_npy(spec: str, path: str):
+    """The array of the .npy file at ``path``, or UsageError naming it: not a file, not a .npy (numpy's
+    own message for bytes without its magic string is about pickled data), or a header whose shape needs
+    more bytes than the file holds (numpy allocated that first: a header of [100000, 100000, 100000]
+    raised MemoryError, an internal error)."""
+    import numpy as np
+    p = Path(path)
+    if p.is_dir():
+        raise UsageError(f"--input {spec}: {path} is a directory; give a .npy file")
+    try:
+        with open(p, "rb") as f:
+            head = f.read(6)
+            if head[:2] == b"PK":
+                raise UsageError(f"--input {spec}: {path} is a .npz archive, not a .npy array")
+            if head != b"\x93NUMPY":
+                raise UsageError(f"--input {spec}: {path} is not a .npy file (it does not start with numpy's "
+                                 "magic string)")
+            f.seek(0)
+            version = np.lib.format.read_magic(f)
+            read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
+                np.lib.format.read_array_header_2_0         # 2.0; 3.0 (utf-8 names) is refused as a ValueError
+            shape, _, dtype = read_header(f)
+            need = int(np.prod(shape, dtype=object)) * dtype.itemsize
+            if dtype.hasobject or need > os.fstat(f.fileno()).st_size - f.tell():
+                raise UsageError(f"--input {spec}: {path} claims a {dtype} array of shape {list(shape)} "
+                                 f"({need} bytes) but holds {os.fstat(f.fileno()).st_size - f.tell()}")
+            f.seek(0)
+            return np.load(f, allow_pickle=False)
+    except (OSError, ValueError, EOFError, SyntaxError) as e:
+        raise UsageError(f"--input {spec}: cannot read a .npy array from {path} "
+                         f"({' '.join((str(e) or type(e).__name__).split())})")
 
 
 def _ids_in_range(feeds: dict[str, np.ndarray], model: Path) -> None:

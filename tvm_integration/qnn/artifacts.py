@@ -28,7 +28,6 @@ import hashlib
 import json
 import os
 import shutil
-import stat
 import sys
 import tempfile
 import time
@@ -36,17 +35,12 @@ from pathlib import Path
 
 from filelock import FileLock
 
+from synth import files
+from synth.files import BadArtifact, UnsafeFolder, own_file, sidecar_hash  # noqa: F401 (UnsafeFolder: qsynth.commands.qnn catches it)
+
 FORMAT = 1
 STALE_S = 3600
 WORKSPACE_PREFIX = ".work-"
-
-
-class UnsafeFolder(RuntimeError):
-    """The cache folder is not private to this user: nothing is loaded from it or written to it."""
-
-
-class BadArtifact(RuntimeError):
-    """An artifact that must not be loaded (damaged, foreign, or not matching its sidecar)."""
 
 
 def compiled_model(path: str | Path, target: str = "host", threads: int | None = None,
@@ -81,26 +75,8 @@ def root() -> Path:
 
 def private_folder(folder: Path | None = None) -> Path:
     """``folder`` (default ``root()``), created mode 0700 if missing; ``UnsafeFolder`` unless it is
-    private to this user (see the module's docstring)."""
-    folder = folder or root()
-    try:
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        folder = folder.parent.resolve() / folder.name
-        folder.mkdir(mode=0o700, exist_ok=True)
-        st = os.lstat(folder)
-    except OSError as e:
-        raise UnsafeFolder(f"{folder}: {e.strerror}")
-    if not stat.S_ISDIR(st.st_mode):
-        raise UnsafeFolder(f"{folder} is not a directory")
-    if st.st_uid != os.getuid():
-        raise UnsafeFolder(f"{folder} is owned by uid {st.st_uid}, not this user")
-    if st.st_mode & 0o022:
-        raise UnsafeFolder(f"{folder} is writable by other users (mode {stat.S_IMODE(st.st_mode):o})")
-    for parent in folder.parents:
-        st = os.stat(parent)
-        if st.st_uid not in (0, os.getuid()) or (st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX):
-            raise UnsafeFolder(f"{parent}, above {folder.name}, can be changed by other users")
-    return folder
+    private to this user (``synth.files.private_folder``)."""
+    return files.private_folder(folder or root())
 
 
 def key(model: Path, target: str) -> str:
@@ -126,36 +102,17 @@ def warn(message: str) -> None:
     print(f"qsynth: warning: compiled-model cache: {message}", file=sys.stderr)
 
 
-def _sidecar_hash(sidecar: dict) -> str:
-    rest = {k: v for k, v in sidecar.items() if k != "sidecar_sha256"}
-    return hashlib.sha256(json.dumps(rest, sort_keys=True).encode()).hexdigest()
-
-
-def _own_file(path: Path) -> bytes:
-    """The bytes of ``path``, read without following a link; BadArtifact unless it is a regular file of
-    this user's that nobody else can write."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)      # a FIFO must not block
-    except OSError as e:
-        raise BadArtifact(f"{path.name}: {e.strerror}")
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
-            raise BadArtifact(f"{path.name} is not a regular file of this user's that only it can write")
-        return f.read()
-
-
 def check(folder: Path, name: str) -> dict:
     """The sidecar of artifact ``name`` once its library matches it; BadArtifact otherwise."""
     try:
-        sidecar = json.loads(_own_file(folder / f"{name}.json"))
+        sidecar = json.loads(own_file(folder / f"{name}.json"))
     except ValueError as e:
         raise BadArtifact(f"{name}.json is not JSON ({e})")
-    if not isinstance(sidecar, dict) or sidecar.get("sidecar_sha256") != _sidecar_hash(sidecar):
+    if not isinstance(sidecar, dict) or sidecar.get("sidecar_sha256") != sidecar_hash(sidecar):
         raise BadArtifact(f"{name}.json is damaged or edited (its own hash does not match)")
     if sidecar.get("format") != FORMAT or sidecar.get("key") != name:
         raise BadArtifact(f"{name}.json is not a format-{FORMAT} sidecar of key {name}")
-    library = _own_file(folder / f"{name}.so")
+    library = own_file(folder / f"{name}.so")
     if len(library) != sidecar.get("size") or hashlib.sha256(library).hexdigest() != sidecar.get("sha256"):
         raise BadArtifact(f"{name}.so does not match the digest its sidecar records (truncated or replaced)")
     return sidecar
@@ -179,7 +136,7 @@ def store(folder: Path, name: str, library: Path, signature: dict) -> None:
     """Move ``library`` (built inside ``folder``) into place as artifact ``name`` with its sidecar."""
     data = library.read_bytes()
     sidecar = dict(signature, format=FORMAT, key=name, size=len(data), sha256=hashlib.sha256(data).hexdigest())
-    sidecar["sidecar_sha256"] = _sidecar_hash(sidecar)
+    sidecar["sidecar_sha256"] = sidecar_hash(sidecar)
     os.chmod(library, 0o600)
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=WORKSPACE_PREFIX, suffix=".json")
     with os.fdopen(fd, "w") as f:

@@ -33,6 +33,18 @@ class ModelError(ValueError):
     """The model cannot be compiled by this pipeline; the message says why and what is accepted."""
 
 
+def model_file(path: str | Path) -> Path:
+    """``path`` once it is a regular file, or ModelError saying what it is instead."""
+    path = Path(path)
+    if path.is_dir():
+        raise ModelError(f"{path} is a directory; give the model file")
+    if not path.exists():
+        raise ModelError(f"{path}: no such file")
+    if not path.is_file():
+        raise ModelError(f"{path} is not a regular file")
+    return path
+
+
 def _dq(x, scale, zero_point, axis=1):
     axis = min(axis, max(x.ty.ndim - 1, 0))
     if zero_point is None:
@@ -293,9 +305,7 @@ def supported_ops() -> set[str]:
 
 def load(path: str | Path, allow_float: bool = False) -> onnx.ModelProto:
     """The checked model at ``path``, or ModelError."""
-    path = Path(path)
-    if not path.is_file():
-        raise ModelError(f"{path}: no such file")
+    path = model_file(path)
     try:
         model = onnx.load(str(path))
         onnx.checker.check_model(model)

@@ -32,7 +32,7 @@ from tvm import relax
 
 from tvm_integration.qnn import bind, legalize, tflite_arithmetic as ta, tflite_ops
 from tvm_integration.qnn.arithmetic import folded_bias
-from tvm_integration.qnn.importer import ModelError
+from tvm_integration.qnn.importer import ModelError, model_file
 from tvm_integration.qnn.integer_op import IntegerOp
 
 TO_NCHW, TO_NHWC = [0, 3, 1, 2], [0, 2, 3, 1]
@@ -63,9 +63,7 @@ class Tensor:
 def read(path: str | Path):
     """The checked flatbuffer model at ``path``, or ModelError."""
     tfl = _tflite()
-    path = Path(path)
-    if not path.is_file():
-        raise ModelError(f"{path}: no such file")
+    path = model_file(path)
     buf = path.read_bytes()
     if len(buf) < 8 or buf[4:8] != b"TFL3":
         raise ModelError(f"{path} is not a valid TFLite model (no TFL3 identifier)")
