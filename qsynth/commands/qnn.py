@@ -282,13 +282,14 @@ def _inputs(specs: list[str], names: list[str], model: Path | None = None) -> di
 
 
 def _input_name(spec: str, names: list[str]) -> tuple[str, str]:
-    """``--input`` ``NAME=PATH`` split at its first ``=`` when NAME is one of the model's inputs, else the
-    whole of ``spec`` is the path of a model's only input (a path may hold ``=``); ModelError otherwise."""
+    """``--input`` ``NAME=PATH`` split at its first ``=`` when NAME is one of the model's inputs; else, for
+    a model's only input, the whole of ``spec`` where that file exists (a path may hold ``=``) or holds
+    no ``=``; ModelError otherwise, naming the inputs."""
     from tvm_integration.qnn.importer import ModelError
     name, sep, path = spec.partition("=")
     if sep and name in names:
         return name, path
-    if len(names) == 1:
+    if len(names) == 1 and (not sep or Path(spec).exists()):
         return names[0], spec
     if sep:
         raise ModelError(f"--input {spec}: the model has no input {name!r}; it takes {', '.join(names)}")
