@@ -21,8 +21,8 @@ class Int8Spec:
     sign and 7 bits of magnitude (onnxruntime's symmetric int8 weights), the range in which two
     products fit one int16 lane, |a b + a' b'| <= 2 * 128 * 127 (MLAS's smull + smlal, then sadalp);
     ``s16``: int16 elements, QNN's ARMv8 legalization; ``w16``: int16 elements holding 8-bit data widened
-    (u8 or s8 activations, s8 weights: any 9-bit signed value), exact for every int8 operand on AVX2
-    by vpmaddwd, with no precondition on the weights). ``layout``, the register layout chosen by the schedule:
+    (u8 or s8 activations, s8 weights: any 9-bit signed value), exact for every int8 operand on AVX2 and
+    AVX-512BW by vpmaddwd, with no precondition on the weights). ``layout``, the register layout chosen by the schedule:
 
     * ``rows``: ``a{i}`` = row i of A (k elements), ``b{j}`` = column j of B, ``c{i}`` = nr int32;
     * ``k4``:   ``a{i}`` = row i of A (k bytes), ``b{g}`` = for each column j the 4 bytes
