@@ -3,7 +3,7 @@ extensions its instructions do not use) and compiles cached by content under the
 directory, so a kernel, driver or IR module is built once per content and toolchain.
 
 The build directory holds what later runs (drivers) or is compiled into models (kernel IR): it is used
-only while private to this user (``synth.files.private_folder``), and each output is checked against
+only while private to this user (``isa_specs.derived_files``), and each output is checked against
 the digest recorded when it was written before every use; an edited, truncated, linked or planted one
 is removed with one warning line and rebuilt (issue 46: a ``sed`` on a cached ``.ll`` changed a model's
 outputs silently)."""
@@ -11,19 +11,14 @@ from __future__ import annotations
 
 import hashlib
 import subprocess
-import sys
-import tempfile
 from pathlib import Path
-
-from filelock import FileLock
 
 from emit import EmitError
 from emit.amx_runtime import EMULATED_FEATURES
 from isa_specs import check, get_isa
 from isa_specs.check import ToolchainError
 from isa_specs.features import FEATURES
-from synth.files import (TEMP_PREFIX, BadArtifact, UnsafeFolder, check_digested, digest_sidecar, private_folder,
-                         remove_digested, store_digested)
+from isa_specs.derived_files import cached_build
 
 COMPILERS = ("gcc", "clang")
 
@@ -62,39 +57,19 @@ def build(source: str, isa_name: str, compiler: str, features=None, emulated: bo
     return cached_compile(cmd, source, f"kernel-{isa_name}-{compiler}-{{}}")
 
 
-def build_folder() -> Path:
-    """The build directory (``QSYNTH_BUILD_DIR``, default ``~/.cache/qsynth/build``), private to this user."""
-    try:
-        return private_folder(check.CACHE_DIR)
-    except UnsafeFolder as e:
-        raise ToolchainError(f"build directory refused: {e}; set QSYNTH_BUILD_DIR to a folder only you can "
-                             "write") from e
-
-
 def cached_compile(cmd: list[str], source: str, name: str) -> Path:
     """``cmd`` run on ``source`` once per content: the output is ``name`` (``{}`` the content key) in the
-    build directory, with the digest it was written with checked before it is returned (under a lock)."""
-    output = build_folder() / name.format(hashlib.sha256((source + " ".join(cmd)).encode()).hexdigest()[:20])
-    with FileLock(str(output) + ".lock"):
-        if output.is_symlink() or output.exists() or digest_sidecar(output).exists():
-            try:
-                check_digested(output)
-                return output
-            except BadArtifact as e:
-                print(f"qsynth: warning: build directory: {e}; removed it, building anew", file=sys.stderr)
-                remove_digested(output)
-        _run_compiler(cmd, source, output)
-    return output
+    build directory, with the digest it was written with checked before it is returned."""
+    output = check.build_folder() / name.format(hashlib.sha256((source + " ".join(cmd)).encode()).hexdigest()[:20])
+    return cached_build(output, lambda path: _run_compiler(cmd, source, path), "build directory")
 
 
 def _run_compiler(cmd: list[str], source: str, output: Path) -> None:
-    with tempfile.TemporaryDirectory(dir=output.parent, prefix=TEMP_PREFIX) as tmp:
-        src, tmp_out = Path(tmp) / "kernel.c", Path(tmp) / "out"
-        src.write_text(source)
-        try:
-            proc = subprocess.run([*cmd, "-o", str(tmp_out), str(src)], capture_output=True, text=True)
-        except FileNotFoundError as e:
-            raise ToolchainError(f"compiler {cmd[0]} not found: {e}") from e
-        if proc.returncode != 0:
-            raise ToolchainError(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
-        store_digested(tmp_out, output)
+    src = output.with_name("kernel.c")
+    src.write_text(source)
+    try:
+        proc = subprocess.run([*cmd, "-o", str(output), str(src)], capture_output=True, text=True)
+    except FileNotFoundError as e:
+        raise ToolchainError(f"compiler {cmd[0]} not found: {e}") from e
+    if proc.returncode != 0:
+        raise ToolchainError(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")

@@ -11,7 +11,6 @@ import hashlib
 import math
 import os
 import subprocess
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +19,7 @@ import numpy as np
 import z3
 
 from isa_specs import host
+from isa_specs.derived_files import UnsafeFolder, cached_build, private_folder
 from isa_specs.instruction import CType, Form, Instruction, evaluate
 from isa_specs.isa import ISA
 from isa_specs.lanes import NUMPY, Z3, mask
@@ -114,9 +114,9 @@ class Harness:
         source = _TEMPLATES.get_template("harness.c.j2").render(isa=isa, cases=cases, amx=amx)
         tc = isa.toolchain
         key = hashlib.sha256((source + tc.cc + " ".join(tc.cflags)).encode()).hexdigest()[:20]
-        self.binary = CACHE_DIR / f"harness-{isa.name}-{key}"
-        if not self.binary.exists():
-            _compile(isa, source, self.binary)
+        # run from the build directory: checked against the digest it was written with first
+        self.binary = cached_build(build_folder() / f"harness-{isa.name}-{key}",
+                                   lambda path: _compile(isa, source, path), "build directory")
 
     def run(self, requests: list[tuple[int, np.ndarray]]) -> list[np.ndarray]:
         """``requests``: (case index, (n, input_bytes) uint8) → list of (n, result_bytes) outputs."""
@@ -133,6 +133,16 @@ class Harness:
         return outs
 
 
+def build_folder() -> Path:
+    """The build directory (``QSYNTH_BUILD_DIR``, default ``~/.cache/qsynth/build``) of harnesses, kernels
+    and their IR, private to this user (``derived_files.private_folder``), else ToolchainError."""
+    try:
+        return private_folder(CACHE_DIR)
+    except UnsafeFolder as e:
+        raise ToolchainError(f"build directory refused: {e}; set QSYNTH_BUILD_DIR to a folder only you can "
+                             "write") from e
+
+
 def run_binary(isa: ISA, binary: Path, payload: bytes, what: str) -> bytes:
     """Run a test binary for ``isa`` (natively or under its emulator) on ``payload``; its stdout."""
     cmd = [*isa.toolchain.runner, str(binary)]
@@ -147,18 +157,14 @@ def run_binary(isa: ISA, binary: Path, payload: bytes, what: str) -> bytes:
 
 def _compile(isa: ISA, source: str, binary: Path) -> None:
     tc = isa.toolchain
-    binary.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        src = Path(tmp) / "harness.c"
-        src.write_text(source)
-        tmp_bin = Path(tmp) / "harness"
-        try:
-            proc = subprocess.run([tc.cc, *tc.cflags, "-o", str(tmp_bin), str(src)], capture_output=True, text=True)
-        except FileNotFoundError as e:
-            raise ToolchainError(f"compiler {tc.cc} not found: install {' '.join(tc.apt_packages)}") from e
-        if proc.returncode != 0:
-            raise ToolchainError(f"{isa.name} harness failed to compile:\n{proc.stderr[-3000:]}")
-        os.replace(tmp_bin, binary)   # atomic: a half-written binary is never run
+    src = binary.with_name("harness.c")
+    src.write_text(source)
+    try:
+        proc = subprocess.run([tc.cc, *tc.cflags, "-o", str(binary), str(src)], capture_output=True, text=True)
+    except FileNotFoundError as e:
+        raise ToolchainError(f"compiler {tc.cc} not found: install {' '.join(tc.apt_packages)}") from e
+    if proc.returncode != 0:
+        raise ToolchainError(f"{isa.name} harness failed to compile:\n{proc.stderr[-3000:]}")
 
 
 # ---------------------------------------------------------------- comparison

@@ -77,3 +77,18 @@ def test_an_unchanged_output_is_reused(build, capsys):
     stamp = path.stat().st_mtime_ns
     assert toolchain.cached_compile(CMD, SOURCE, "test-{}.ll") == path and path.stat().st_mtime_ns == stamp
     assert capsys.readouterr().err == ""
+
+
+def test_a_replaced_instruction_harness_is_not_run(build, capsys):
+    """The instruction harness (isa_specs/check.py) is a program the differential test runs: one replaced
+    by another program (here a shell script that would print a marker) is rebuilt, never run."""
+    from isa_specs import get_isa
+    from isa_specs.check import Case, Harness
+    isa = get_isa("avx2")
+    insn = next(i for i in isa.instructions if i.mnemonic == "vpaddd")
+    cases = [Case(insn, form, None) for form in insn.forms]
+    first = Harness(isa, cases).binary
+    first.write_text("#!/bin/sh\necho planted\n")
+    again = Harness(isa, cases)
+    assert again.binary == first and b"planted" not in first.read_bytes()
+    assert "does not match the digest" in capsys.readouterr().err

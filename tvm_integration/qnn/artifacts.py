@@ -35,8 +35,8 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from synth import files
-from synth.files import BadArtifact, UnsafeFolder, own_file, sidecar_hash  # noqa: F401 (UnsafeFolder: qsynth.commands.qnn catches it)
+from isa_specs import derived_files
+from isa_specs.derived_files import BadArtifact, UnsafeFolder, own_file, sidecar_hash  # noqa: F401 (UnsafeFolder: qsynth.commands.qnn catches it)
 
 FORMAT = 1
 STALE_S = 3600
@@ -75,8 +75,8 @@ def root() -> Path:
 
 def private_folder(folder: Path | None = None) -> Path:
     """``folder`` (default ``root()``), created mode 0700 if missing; ``UnsafeFolder`` unless it is
-    private to this user (``synth.files.private_folder``)."""
-    return files.private_folder(folder or root())
+    private to this user (``isa_specs.derived_files.private_folder``)."""
+    return derived_files.private_folder(folder or root())
 
 
 def key(model: Path, target: str) -> str:
