@@ -98,13 +98,17 @@ ROW_EXTRAS = {"s8s7": 3, "w16": 1}
 
 def least_padding(candidates: list[Kernel], rows: int, cols: int, depth: int = 1) -> Kernel:
     """The tile that pads the output least, then the reduction depth (the AMX tiles' K blocks of 64
-    and 256 bytes), then one whose registers fit (``spills``), then the largest (fewest loads per
+    and 256 bytes), then one whose registers fit (``spills``), then, without VNNI, a w16 tile before an
+    s8s7 one (two multiplies per 32 MACs against three; Zen 3, BERT's dense layers of 128 rows, CPU time,
+    s8s7 4x16x16 / w16 4x16x2: 768x768 1.249 / 1.020 ms, 3072x768 4.99 / 4.03, 768x3072 4.93 / 3.99; the
+    tuning log keeps s8s7 where it measured faster), then the largest (fewest loads per
     product: from L1 on the AMX host, AVX-512 14x32 95% of the peak, 8x48 92%, 6x64 91%, 7x48 90%,
     8x32 83%, 14x16 72%; scripts/bench_kernels.py), the widest, then the deepest K block, but for AMX
     the shallowest: the 64-byte one ran as fast or faster on every ResNet-18 layer, also where 256
     divides the depth (docs/amx.md)."""
     return min(candidates, key=lambda k: (round_up(rows, k.spec.mr) * round_up(cols, k.spec.nr),
-                                          round_up(depth, k.spec.k), spills(k), -k.spec.mr * k.spec.nr,
+                                          round_up(depth, k.spec.k), spills(k), k.spec.types == "s8s7",
+                                          -k.spec.mr * k.spec.nr,
                                           -k.spec.nr, k.spec.k if k.spec.layout == "tile" else -k.spec.k))
 
 
