@@ -5,6 +5,7 @@ file is never used (issue 46). The lowest package holds it: the instruction harn
 first such files."""
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -20,6 +21,7 @@ from filelock import FileLock
 # The name of a temporary file beside its target: readers of a folder written this way skip such names
 # (synth/cache.py), since a writer killed between its write and its rename leaves one behind.
 TEMP_PREFIX = ".tmp-"
+
 
 class UnsafeFolder(RuntimeError):
     """The folder is not private to this user: nothing is loaded from it or written to it."""
@@ -77,12 +79,17 @@ def digest_sidecar(path: Path) -> Path:
     return path.with_name(path.name + ".sha256.json")
 
 
+def sealed(data: bytes, **fields) -> dict:
+    """A sidecar of ``data``: ``fields``, its size and SHA-256, and the sidecar's own hash."""
+    sidecar = dict(fields, size=len(data), sha256=hashlib.sha256(data).hexdigest())
+    sidecar["sidecar_sha256"] = sidecar_hash(sidecar)
+    return sidecar
+
+
 def store_digested(built: Path, path: Path) -> None:
     """Move ``built`` (a file in ``path``'s folder) to ``path``, mode 0600 or 0700 as it was executable,
     with a sidecar of its size and SHA-256 written first (a reader that finds the file also finds it)."""
-    data = built.read_bytes()
-    sidecar = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-    sidecar["sidecar_sha256"] = sidecar_hash(sidecar)
+    sidecar = sealed(built.read_bytes())
     os.chmod(built, 0o700 if os.stat(built).st_mode & 0o100 else 0o600)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=TEMP_PREFIX, suffix=".json")
     with os.fdopen(fd, "w") as f:
@@ -91,28 +98,37 @@ def store_digested(built: Path, path: Path) -> None:
     os.replace(built, path)
 
 
-def check_digested(path: Path) -> None:
-    """BadArtifact unless ``path`` and its sidecar are this user's own files and the file has the size
-    and SHA-256 the sidecar recorded when ``store_digested`` wrote it."""
+def check_digested(path: Path, sidecar_path: Path | None = None) -> dict:
+    """The sidecar (``sidecar_path``, default ``digest_sidecar(path)``) once it and ``path`` are this
+    user's own files, it is intact and ``path`` has the size and SHA-256 it recorded (``sealed``);
+    BadArtifact otherwise."""
+    sidecar_path = sidecar_path or digest_sidecar(path)
     try:
-        sidecar = json.loads(own_file(digest_sidecar(path)))
+        sidecar = json.loads(own_file(sidecar_path))
     except ValueError as e:
-        raise BadArtifact(f"{digest_sidecar(path).name} is not JSON ({e})")
+        raise BadArtifact(f"{sidecar_path.name} is not JSON ({e})")
     if not isinstance(sidecar, dict) or sidecar.get("sidecar_sha256") != sidecar_hash(sidecar):
-        raise BadArtifact(f"{digest_sidecar(path).name} is damaged or edited (its own hash does not match)")
+        raise BadArtifact(f"{sidecar_path.name} is damaged or edited (its own hash does not match)")
     data = own_file(path)
     if len(data) != sidecar.get("size") or hashlib.sha256(data).hexdigest() != sidecar.get("sha256"):
         raise BadArtifact(f"{path.name} does not match the digest recorded when it was written (edited, "
                           "truncated or replaced)")
+    return sidecar
+
+
+def delete(path: Path) -> None:
+    """``path`` gone, whatever it is (a directory's contents too, a link's target not)."""
+    with contextlib.suppress(FileNotFoundError):
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
 
 
 def remove_digested(path: Path) -> None:
-    """``path`` and its sidecar gone, whatever they are (a link itself, not its target)."""
+    """``path`` and its sidecar gone, whatever they are."""
     for p in (path, digest_sidecar(path)):
-        if p.is_dir() and not p.is_symlink():
-            shutil.rmtree(p, ignore_errors=True)
-        else:
-            p.unlink(missing_ok=True)
+        delete(p)
 
 
 def cached_build(output: Path, build: Callable[[Path], None], what: str) -> Path:

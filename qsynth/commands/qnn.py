@@ -319,10 +319,10 @@ def _read_npy(spec: str, path: str):
             read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
                 np.lib.format.read_array_header_2_0         # 2.0; 3.0 (utf-8 names) is refused as a ValueError
             shape, _, dtype = read_header(f)
-            need = int(np.prod(shape, dtype=object)) * dtype.itemsize
-            if dtype.hasobject or need > os.fstat(f.fileno()).st_size - f.tell():
+            need, holds = int(np.prod(shape, dtype=object)) * dtype.itemsize, os.fstat(f.fileno()).st_size - f.tell()
+            if dtype.hasobject or need > holds:
                 raise UsageError(f"--input {spec}: {path} claims a {dtype} array of shape {list(shape)} "
-                                 f"({need} bytes) but holds {os.fstat(f.fileno()).st_size - f.tell()}")
+                                 f"({need} bytes) but holds {holds}")
             f.seek(0)
             return np.load(f, allow_pickle=False)
     except (OSError, ValueError, EOFError, SyntaxError) as e:

@@ -36,7 +36,7 @@ from pathlib import Path
 from filelock import FileLock
 
 from isa_specs import derived_files
-from isa_specs.derived_files import BadArtifact, UnsafeFolder, own_file, sidecar_hash  # noqa: F401 (UnsafeFolder: qsynth.commands.qnn catches it)
+from isa_specs.derived_files import BadArtifact, UnsafeFolder, check_digested, delete, sealed  # noqa: F401 (UnsafeFolder: qsynth.commands.qnn catches it)
 
 FORMAT = 1
 STALE_S = 3600
@@ -103,40 +103,22 @@ def warn(message: str) -> None:
 
 
 def check(folder: Path, name: str) -> dict:
-    """The sidecar of artifact ``name`` once its library matches it; BadArtifact otherwise."""
-    try:
-        sidecar = json.loads(own_file(folder / f"{name}.json"))
-    except ValueError as e:
-        raise BadArtifact(f"{name}.json is not JSON ({e})")
-    if not isinstance(sidecar, dict) or sidecar.get("sidecar_sha256") != sidecar_hash(sidecar):
-        raise BadArtifact(f"{name}.json is damaged or edited (its own hash does not match)")
+    """The sidecar of artifact ``name`` once its library matches it (``derived_files.check_digested``) and
+    it names this format and key; BadArtifact otherwise."""
+    sidecar = check_digested(folder / f"{name}.so", folder / f"{name}.json")
     if sidecar.get("format") != FORMAT or sidecar.get("key") != name:
         raise BadArtifact(f"{name}.json is not a format-{FORMAT} sidecar of key {name}")
-    library = own_file(folder / f"{name}.so")
-    if len(library) != sidecar.get("size") or hashlib.sha256(library).hexdigest() != sidecar.get("sha256"):
-        raise BadArtifact(f"{name}.so does not match the digest its sidecar records (truncated or replaced)")
     return sidecar
 
 
 def remove(folder: Path, name: str) -> None:
     for path in (folder / f"{name}.so", folder / f"{name}.json"):
-        _delete(path)
-
-
-def _delete(path: Path) -> None:
-    """``path`` gone, whatever it is (a directory's contents too, a link's target not)."""
-    with contextlib.suppress(FileNotFoundError):
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path)
-        else:
-            path.unlink()
+        delete(path)
 
 
 def store(folder: Path, name: str, library: Path, signature: dict) -> None:
     """Move ``library`` (built inside ``folder``) into place as artifact ``name`` with its sidecar."""
-    data = library.read_bytes()
-    sidecar = dict(signature, format=FORMAT, key=name, size=len(data), sha256=hashlib.sha256(data).hexdigest())
-    sidecar["sidecar_sha256"] = sidecar_hash(sidecar)
+    sidecar = sealed(library.read_bytes(), **signature, format=FORMAT, key=name)
     os.chmod(library, 0o600)
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=WORKSPACE_PREFIX, suffix=".json")
     with os.fdopen(fd, "w") as f:
@@ -178,4 +160,4 @@ def sweep(folder: Path, age: float = STALE_S) -> None:
     for path in folder.glob(WORKSPACE_PREFIX + "*"):
         with contextlib.suppress(OSError):
             if time.time() - path.lstat().st_mtime > age:
-                _delete(path)
+                delete(path)

@@ -44,7 +44,7 @@ def softmax_func(shape: tuple[int, ...], lanes: int | None = None) -> tirx.PrimF
     return sch.mod["main"]
 
 
-def _lane_reduce(t: te.Tensor, reducer, identity, name: str, lanes: int = LANES) -> te.Tensor:
+def _lane_reduce(t: te.Tensor, reducer, identity, name: str, lanes: int) -> te.Tensor:
     """``[..., lanes]``: lane j reduces elements j, j + lanes, ... of each row of ``t`` in order (the
     row's tail padded with ``identity``)."""
     *rows, d = (int(v) for v in t.shape)
@@ -54,7 +54,7 @@ def _lane_reduce(t: te.Tensor, reducer, identity, name: str, lanes: int = LANES)
         axis=c), name=name)
 
 
-def _tree(lane, combine, lanes: int = LANES):
+def _tree(lane, combine, lanes: int):
     """MLAS's reduction of a vector's lanes: AVX-512F's 16, halves (j with j + 8), pairs, pairs, halves;
     FMA3's 8 (two vhaddps, then the 128-bit halves), pairs, pairs, halves."""
     h = [combine(lane(j), lane(j + 8)) for j in range(8)] if lanes == 16 else [lane(j) for j in range(8)]
