@@ -19,7 +19,7 @@ import numpy as np
 import z3
 
 from isa_specs import host
-from isa_specs.derived_files import UnsafeFolder, cached_build, private_folder
+from isa_specs.derived_files import UnsafeFolder, cache_root, cached_build, private_folder
 from isa_specs.instruction import CType, Form, Instruction, evaluate
 from isa_specs.isa import ISA
 from isa_specs.lanes import NUMPY, Z3, mask
@@ -27,7 +27,6 @@ from isa_specs.lanes import NUMPY, Z3, mask
 _TEMPLATES = jinja2.Environment(
     loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
     trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined)
-CACHE_DIR = Path(os.environ.get("QSYNTH_BUILD_DIR", Path.home() / ".cache" / "qsynth" / "build"))
 
 
 class ToolchainError(RuntimeError):
@@ -137,7 +136,7 @@ def build_folder() -> Path:
     """The build directory (``QSYNTH_BUILD_DIR``, default ``~/.cache/qsynth/build``) of harnesses, kernels
     and their IR, private to this user (``derived_files.private_folder``), else ToolchainError."""
     try:
-        return private_folder(CACHE_DIR)
+        return private_folder(Path(os.environ.get("QSYNTH_BUILD_DIR") or cache_root() / "build"))
     except UnsafeFolder as e:
         raise ToolchainError(f"build directory refused: {e}; set QSYNTH_BUILD_DIR to a folder only you can "
                              "write") from e

@@ -31,6 +31,16 @@ class BadArtifact(RuntimeError):
     """A derived file that must not be used (damaged, foreign, or not matching its sidecar)."""
 
 
+def cache_root() -> Path:
+    """``$XDG_CACHE_HOME/qsynth`` (default ``~/.cache/qsynth``): where every derived file is kept."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "qsynth"
+
+
+def cache_folder(name: str) -> Path:
+    """The folder ``name`` of ``cache_root()``, private to this user (``private_folder``)."""
+    return private_folder(cache_root() / name)
+
+
 def private_folder(folder: Path) -> Path:
     """``folder``, created mode 0700 if missing; ``UnsafeFolder`` unless it is a directory (not a link)
     owned by this user that nobody else can write, under folders each owned by this user or root and
@@ -48,11 +58,17 @@ def private_folder(folder: Path) -> Path:
         raise UnsafeFolder(f"{folder} is owned by uid {st.st_uid}, not this user")
     if st.st_mode & 0o022:
         raise UnsafeFolder(f"{folder} is writable by other users (mode {stat.S_IMODE(st.st_mode):o})")
-    for parent in folder.parents:
+    safe_parents(folder)
+    return folder
+
+
+def safe_parents(path: Path) -> None:
+    """``UnsafeFolder`` unless every folder above ``path`` is owned by this user or root and writable by
+    others only with the sticky bit (so nobody else can rename ``path`` away and put another in its place)."""
+    for parent in path.parents:
         st = os.stat(parent)
         if st.st_uid not in (0, os.getuid()) or (st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX):
-            raise UnsafeFolder(f"{parent}, above {folder.name}, can be changed by other users")
-    return folder
+            raise UnsafeFolder(f"{parent}, above {path.name}, can be changed by other users")
 
 
 def own_file(path: Path) -> bytes:

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
+from isa_specs import derived_files
 from synth import cache
 from synth.files import write_atomically
 
@@ -53,10 +54,26 @@ def fingerprint() -> str:
 
 
 def _stamps() -> dict:
-    try:
-        return json.loads(store_path().read_text())
-    except (OSError, ValueError):
+    """The stamps, none when the store is missing or unreadable; ignored (every entry re-proved, one warning)
+    unless the store is this user's own file that nobody else can change, since a stamp is what makes an
+    entry load unproved."""
+    path = store_path()
+    if not os.path.lexists(path):
         return {}
+    try:
+        derived_files.safe_parents(path)
+        stamps = json.loads(derived_files.own_file(path))
+    except (derived_files.UnsafeFolder, derived_files.BadArtifact) as e:
+        _warn_once(f"qsynth: warning: trust store {path} ignored, every kernel entry is re-proved: {e}")
+        return {}
+    except ValueError:
+        return {}
+    return stamps if isinstance(stamps, dict) else {}
+
+
+@memoize
+def _warn_once(message: str) -> None:
+    print(message, file=sys.stderr)
 
 
 def stamped(entry: dict, stamps: dict | None = None) -> bool:

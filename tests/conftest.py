@@ -21,9 +21,9 @@ os.environ.setdefault("QSYNTH_MODEL_CACHE", os.path.join(
 
 @pytest.fixture(scope="module")
 def lib_dir():
-    """TVM's AArch64 runtime libraries for models run under qemu (ops/cross_model.py), fetched once."""
+    """TVM's AArch64 runtime libraries for models run under qemu (ops/cross_model.py), fetched once: a
+    host without qemu or the cross gcc skips, a failed fetch fails."""
     from tvm_integration.ops import cross_model
-    try:
-        return cross_model.runtime()
-    except RuntimeError as error:        # no registry here, nothing cached
-        pytest.skip(f"no AArch64 TVM runtime: {error}")
+    if (why := cross_model.missing_tools()) is not None:
+        pytest.skip(f"cannot run AArch64 programs here: {why}")
+    return cross_model.runtime()

@@ -19,7 +19,7 @@ CMD = ["clang", "-O1", "-S", "-emit-llvm", "-x", "c"]
 @pytest.fixture
 def build(tmp_path, monkeypatch):
     folder = tmp_path / "build"
-    monkeypatch.setattr(check, "CACHE_DIR", folder)
+    monkeypatch.setenv("QSYNTH_BUILD_DIR", str(folder))
     return folder
 
 

@@ -37,7 +37,7 @@ def test_integer_model_bit_exact(tmp_path, lib_dir):
         helper.make_node("Sub", ["mm", "y"], ["out2"]),
     ], [info("x", TensorProto.UINT8, [5, 24]), info("y", TensorProto.INT32, [5, 10])],
         [info("out", TensorProto.INT32, [5, 10]), info("out2", TensorProto.INT32, [5, 10])], {"W": w})
-    model = cross_model.CrossModel(cross_model.export(mod, tmp_path / "m.so", mcpu="cortex-a53"), lib_dir)
+    model = cross_model.CrossModel(cross_model.export(mod, tmp_path / "m.so", mcpu="cortex-a53"))
     x = rng.integers(0, 256, (5, 24)).astype(np.uint8)
     y = rng.integers(-20000, 20000, (5, 10)).astype(np.int32)
     out, out2 = model(x, y)
@@ -66,7 +66,7 @@ def test_float_cnn_matches_host_build(tmp_path, lib_dir):
          "B": rng.standard_normal((6, 64)).astype(np.float32)})
     x = rng.standard_normal((1, 3, 8, 8)).astype(np.float32)
     y = rng.standard_normal((1, 4, 4, 4)).astype(np.float32)
-    arm = cross_model.CrossModel(cross_model.export(mod, tmp_path / "m.so"), lib_dir)(x, y)
+    arm = cross_model.CrossModel(cross_model.export(mod, tmp_path / "m.so"))(x, y)
     vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
     host = [t.numpy() for t in vm["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(y))]
     assert [a.shape for a in arm] == [(1, 6), ()]
@@ -78,7 +78,7 @@ def test_wrong_input_is_one_clear_error(tmp_path, lib_dir):
     info = helper.make_tensor_value_info
     mod = relax_module([helper.make_node("Add", ["x", "x"], ["out"])], [info("x", TensorProto.INT32, [3])],
                        [info("out", TensorProto.INT32, [3])], {})
-    model = cross_model.CrossModel(cross_model.export(mod, tmp_path / "m.so"), lib_dir)
+    model = cross_model.CrossModel(cross_model.export(mod, tmp_path / "m.so"))
     np.testing.assert_array_equal(model(np.arange(3, dtype=np.int32))[0], [0, 2, 4])
     with pytest.raises(RuntimeError, match="the model failed under qemu.*main"):
         model(np.arange(4, dtype=np.int32))
@@ -112,5 +112,5 @@ def test_neon_int8_operator_inside_a_relax_model(tmp_path, lib_dir):
     library = cross_model.export(bb.get(), tmp_path / "m.so", target=built.target)
     code = subprocess.run([cross.CC.replace("gcc", "objdump"), "-d", str(library)], capture_output=True, text=True).stdout
     assert "umull" in code and "uadalp" in code
-    (arm,) = cross_model.CrossModel(library, lib_dir)(x, shortcut.reshape(built.out_shape))
+    (arm,) = cross_model.CrossModel(library)(x, shortcut.reshape(built.out_shape))
     np.testing.assert_array_equal(arm, built.compile()(x, shortcut))

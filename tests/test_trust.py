@@ -129,6 +129,25 @@ def test_stamped_entry_loads_without_reproving(tmp_path, monkeypatch):
     assert not trust.stamped(cache.read(path))                       # a changed verifier re-proves
 
 
+@pytest.mark.parametrize("exposure", ["store writable by others", "folder writable by others"])
+def test_stamps_others_can_change_are_ignored(tmp_path, monkeypatch, capsys, exposure):
+    """A stamp makes an entry load unproved, so a store another user could have written is not read."""
+    store = tmp_path / "shared" / "trust.json"
+    monkeypatch.setenv("QSYNTH_TRUST", str(store))
+    path = cache.entries()[0]
+    trust.load(path)                                                 # proved, then stamped
+    assert trust.stamped(cache.read(path))
+    if exposure.startswith("store"):
+        store.chmod(0o666)
+    else:
+        store.parent.chmod(0o777)
+    proved = []
+    monkeypatch.setattr("synth.kernel.verify", lambda entry: proved.append(entry["name"]) or [])
+    assert not trust.stamped(cache.read(path))
+    assert trust.load(path) == cache.read(path) and proved == [cache.read(path)["name"]]
+    assert f"trust store {store} ignored" in capsys.readouterr().err
+
+
 class _Finalized:
     """Cyclic garbage whose finalizer, run in any process but the one that made it, leaves a file named
     by that process's id: a stand-in for the onnxruntime session a test had dropped, whose destructor

@@ -9,8 +9,8 @@
     qsynth inspect w2a2.onnx [--target host] [--json]     (or MODEL.tflite)
 
 ``run`` compiles once and keeps the library in a private, checked cache (``~/.cache/qsynth/models``,
-``tvm_integration.qnn.artifacts``), so the next run loads it; ``--target neon`` compiles for AArch64
-each time (in a private workspace, nothing kept) and runs under qemu-aarch64 (ops/cross_model.py).
+``tvm_integration.qnn.artifacts``), so the next run loads it; ``--target neon`` keeps its AArch64
+library there too (keyed by the core as well) and runs it under qemu-aarch64 (ops/cross_model.py).
 A model the pipeline refuses is a ``ModelError``, one line and exit 1 (qsynth/cli.py); bad input (an
 unreadable or non-finite ``.npy``, an output that would overwrite the model or an input, or is a
 directory) is a ``UsageError``, one line and exit 2. No output file is written unless the whole
@@ -62,7 +62,7 @@ def compile(model: str = MODEL,
     """Compile a pre-quantized ONNX or TFLite model to a library (--target neon: for AArch64, with the cross gcc)."""
     from tvm_integration.qnn.model import compile_model
     out = _output(output, "-o", [Path(model)], also=[Path(output + ".json")])
-    _arm(target, mcpu, run=False)
+    _arm(target, mcpu)
     with spinner(f"compiling {model}"), _private_temporary_files():
         compiled = compile_model(model, target=target, threads=threads, allow_float=allow_float, mcpu=mcpu)
         compiled.save(out)
@@ -82,23 +82,18 @@ def run(model: str = MODEL,
     cache, ~/.cache/qsynth/models, and checked before it is loaded again; --target neon: compiled for AArch64
     and run under qemu-aarch64)."""
     from tvm_integration.qnn.artifacts import compiled_model
-    from tvm_integration.qnn.model import compile_model, input_specs
+    from tvm_integration.qnn.model import input_specs
     model_path = Path(model)
     out = _output(output, "--output", [model_path, *(Path(spec.partition("=")[2] or spec) for spec in input)])
     _runs_here(target)
-    _arm(target, mcpu, run=True)
+    _arm(target, mcpu)
     if profile and target == "neon":
         raise UsageError("--profile: a model for --target neon runs under qemu, whose speed is not the core's; "
                          "nothing to profile")
     with spinner(f"running {model}"):
         feeds = _inputs(input, list(input_specs(model_path, allow_float=allow_float)), model_path)
-        if target == "neon":            # the artifact cache keeps host libraries only
-            with _private_temporary_files():
-                outputs = compile_model(model_path, target=target, threads=threads, allow_float=allow_float,
-                                        mcpu=mcpu)(feeds)
-        else:
-            compiled = compiled_model(model_path, target=target, threads=threads, allow_float=allow_float)
-            outputs = compiled(feeds)
+        compiled = compiled_model(model_path, target=target, threads=threads, allow_float=allow_float, mcpu=mcpu)
+        outputs = compiled(feeds)
         _save_outputs(outputs, out)
         times = compiled.profile(feeds) if profile else None
     if times is not None:
@@ -119,23 +114,20 @@ def _runs_here(target: str) -> None:
                                            "that can")
 
 
-def _arm(target: str, mcpu: str | None, run: bool) -> None:
+def _arm(target: str, mcpu: str | None) -> None:
     """``--mcpu`` names a core LLVM knows, and only with ``--target neon``; ``--target neon`` needs the
-    cross gcc (and, to run, qemu-aarch64 and TVM's AArch64 runtime): each refused in one line, up front
-    (a bad option: UsageError; a tool this host lacks: WorkFailed)."""
-    import shutil
-    from tvm_integration.ops import cross, cross_model
+    cross gcc, qemu-aarch64 and TVM's AArch64 runtime (compile too: it asks that runtime whether it
+    defines every function the library calls): each refused in one line, up front (a bad option:
+    UsageError; a tool this host lacks: WorkFailed)."""
+    from tvm_integration.ops import cross_model
     if not _core(target, mcpu):
         return
-    why = cross_model.missing_tools() if run else \
-        None if shutil.which(cross.CC) else f"{cross.CC} not installed (apt-get install gcc-aarch64-linux-gnu)"
-    if why is not None:
+    if (why := cross_model.missing_tools()) is not None:
         raise WorkFailed(f"--target neon: {why}")
-    if run:
-        try:
-            cross_model.runtime()
-        except RuntimeError as e:        # no registry here, nothing cached
-            raise WorkFailed(f"--target neon: no AArch64 TVM runtime: {' '.join(str(e).split())[:300]}")
+    try:
+        cross_model.runtime()
+    except RuntimeError as e:        # no registry here, nothing cached
+        raise WorkFailed(f"--target neon: no AArch64 TVM runtime: {' '.join(str(e).split())[:300]}")
 
 
 def _core(target: str, mcpu: str | None) -> bool:
@@ -214,7 +206,7 @@ def _bench_arm(model: str, fp32: str | None, threads: int, input: list[str] | No
         qemu_blocks.root(mcpu)              # and qemu models
     except ValueError as e:
         raise UsageError(f"--mcpu {mcpu}: {e}")
-    _arm("neon", mcpu, run=True)
+    _arm("neon", mcpu)
     if Path(model).suffix == ".tflite":
         raise UsageError("--target neon: an ONNX model (the baseline is onnxruntime's AArch64 build)")
     try:
@@ -266,7 +258,6 @@ def _inputs(specs: list[str], names: list[str], model: Path | None = None) -> di
     quantized model's result for them is not defined (onnxruntime's own depends on its kernels, and ours
     differed from it on 509 of 1000 outputs), so no result is better than a wrong one (docs/operators.md)."""
     import numpy as np
-    from tvm_integration.qnn.importer import ModelError
     feeds = {}
     for spec in specs:
         name, path = _input_name(spec, names)

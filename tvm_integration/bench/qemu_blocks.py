@@ -23,6 +23,8 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
+from isa_specs import derived_files
+from synth.files import write_atomically
 from tvm_integration.bench import mca
 from tvm_integration.ops import cross_model
 
@@ -34,41 +36,49 @@ CORES = {"cortex-a35": (0xd04, _V80), "cortex-a53": (0xd03, _V80), "cortex-a57":
          "cortex-a72": (0xd08, _V80), "cortex-a76": (0xd0b, _V82), "neoverse-n1": (0xd0c, _V82)}
 
 
-def _cache() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "qsynth"
-
-
 def plugin() -> Path:
-    """block_counter.c built for this host (kept under a name holding the source's hash)."""
+    """block_counter.c built for this host, kept in a private folder under a name holding the source's
+    hash, and checked against its digest before each use (a plugin is code qemu loads)."""
     source = PLUGIN.read_bytes()
-    built = _cache() / "qemu-plugin" / f"block_counter-{hashlib.sha256(source).hexdigest()[:12]}.so"
-    if not built.exists():
-        built.parent.mkdir(parents=True, exist_ok=True)
-        partial = built.with_suffix(f".{os.getpid()}")
-        proc = subprocess.run(["cc", "-O2", "-shared", "-fPIC", str(PLUGIN), "-o", str(partial)], capture_output=True,
+    built = _folder("qemu-plugin") / f"block_counter-{hashlib.sha256(source).hexdigest()[:12]}.so"
+
+    def build(out: Path) -> None:
+        proc = subprocess.run(["cc", "-O2", "-shared", "-fPIC", str(PLUGIN), "-o", str(out)], capture_output=True,
                               text=True)
         if proc.returncode:
             raise RuntimeError(f"building the qemu plugin failed: {proc.stderr.strip()[-1500:]}")
-        partial.replace(built)
-    return built
+    return derived_files.cached_build(built, build, "qemu plugin")
 
 
 def root(core: str) -> Path:
-    """The guest's root for ``core``: the cross gcc's libraries, and a /proc/cpuinfo naming the core."""
+    """The guest's root for ``core``: the cross gcc's libraries, and a /proc/cpuinfo naming the core, in a
+    private folder, checked (and put right) on every call."""
     if core not in CORES:
         raise ValueError(f"core {core!r}: qemu-aarch64 models {', '.join(CORES)}; estimates need one of them")
     part, features = CORES[core]
-    where = _cache() / f"aarch64-root-{core}"
-    cpuinfo = where / "proc" / "cpuinfo"
-    if not cpuinfo.exists():
-        cpuinfo.parent.mkdir(parents=True, exist_ok=True)
-        if not (where / "lib").exists():
-            (where / "lib").symlink_to(cross_model.SYSROOT / "lib")
-        partial = cpuinfo.with_suffix(f".{os.getpid()}")
-        partial.write_text(f"processor\t: 0\nBogoMIPS\t: 50.00\nFeatures\t: {features}\nCPU implementer\t: 0x41\n"
-                           f"CPU architecture: 8\nCPU variant\t: 0x0\nCPU part\t: {part:#x}\nCPU revision\t: 0\n\n")
-        partial.replace(cpuinfo)
+    where = _folder(f"aarch64-root-{core}")
+    lib = where / "lib"
+    if not (lib.is_symlink() and Path(os.readlink(lib)) == cross_model.SYSROOT / "lib"):
+        derived_files.delete(lib)
+        lib.symlink_to(cross_model.SYSROOT / "lib")
+    cpuinfo = derived_files.private_folder(where / "proc") / "cpuinfo"
+    text = (f"processor\t: 0\nBogoMIPS\t: 50.00\nFeatures\t: {features}\nCPU implementer\t: 0x41\n"
+            f"CPU architecture: 8\nCPU variant\t: 0x0\nCPU part\t: {part:#x}\nCPU revision\t: 0\n\n")
+    try:
+        intact = derived_files.own_file(cpuinfo) == text.encode()
+    except derived_files.BadArtifact:
+        intact = False
+    if not intact:
+        derived_files.delete(cpuinfo)
+        write_atomically(cpuinfo, text)
     return where
+
+
+def _folder(name: str) -> Path:
+    try:
+        return derived_files.cache_folder(name)
+    except derived_files.UnsafeFolder as e:
+        raise RuntimeError(f"qemu's folder refused: {e}")
 
 
 def qemu_options(core: str, counts: Path) -> tuple[str, ...]:

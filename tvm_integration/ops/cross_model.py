@@ -4,10 +4,10 @@ cross.py runs one operator's object with a runtime-free driver; a whole model ne
 (its bytecode, constants, memory planning, tuples), which is TVM's C++ runtime. That runtime is
 published for AArch64 in the registry's wheels: ``apache-tvm`` (``tvm/lib/libtvm_runtime.so``) and
 ``apache-tvm-ffi`` (``tvm_ffi/lib/libtvm_ffi.so``) for ``manylinux_2_28_aarch64``, the versions this
-host's Python has installed. ``runtime()`` fetches them once with ``pip download`` into
-``$XDG_CACHE_HOME/qsynth/aarch64-tvm-<versions>/`` (``QSYNTH_AARCH64_TVM``: a directory already
-holding both libraries) and links model_driver.c against them with the cross gcc (the C API of
-tvm-ffi is enough: this host has no AArch64 C++ compiler).
+host's Python has installed. ``runtime()`` fetches them once with ``pip download`` into the private
+folder ``$XDG_CACHE_HOME/qsynth/aarch64-<versions>/``, and ``driver()`` links model_driver.c against
+them with the cross gcc (the C API of tvm-ffi is enough: this host has no AArch64 C++ compiler); both
+are checked against their digests before every use (wheels.py).
 
 * ``export(mod, path, mcpu)``: ``tvm.compile`` the Relax module for the AArch64 target
   (kernels/selection.py ``aarch64_target``) and ``export_library`` it with the cross gcc: one shared
@@ -24,22 +24,21 @@ bench/mca.py).
 from __future__ import annotations
 
 import importlib.metadata
-import os
+import re
 import shutil
 import subprocess
 import tempfile
 import weakref
-import zipfile
 from pathlib import Path
 
 import numpy as np
 
+from isa_specs import derived_files
 from tvm_integration.kernels.selection import aarch64_target
-from tvm_integration.ops import cross
+from tvm_integration.ops import cross, wheels
 
 SYSROOT = Path("/usr/aarch64-linux-gnu")
 DRIVER = Path(__file__).with_name("model_driver.c")
-PLATFORM = "manylinux_2_28_aarch64"
 # wheel project -> the library it holds, as a path inside the wheel
 LIBRARIES = {"apache-tvm": "tvm/lib/libtvm_runtime.so", "apache-tvm-ffi": "tvm_ffi/lib/libtvm_ffi.so"}
 
@@ -55,66 +54,31 @@ def missing_tools() -> str | None:
     return None
 
 
-def _versions() -> dict[str, str]:
-    return {project: importlib.metadata.version(project) for project in LIBRARIES}
+def runtime() -> Path:
+    """The private folder holding libtvm_runtime.so and libtvm_ffi.so for AArch64 (the host's versions),
+    each checked against its digest, and fetched from the registry when missing or damaged (wheels.py);
+    RuntimeError when it cannot be."""
+    versions = {project: importlib.metadata.version(project) for project in LIBRARIES}
+    try:
+        folder = derived_files.cache_folder("aarch64-" + "-".join(f"{p}{v}" for p, v in versions.items()))
+    except derived_files.UnsafeFolder as e:
+        raise RuntimeError(f"AArch64 TVM runtime folder refused: {e}")
+    for project, member in LIBRARIES.items():
+        wheels.library(folder, project, versions[project], lambda name, member=member: name == member,
+                       Path(member).name)
+    return folder
 
 
-def runtime_dir() -> Path:
-    """Where the AArch64 runtime libraries are (or will be) kept."""
-    if explicit := os.environ.get("QSYNTH_AARCH64_TVM"):
-        return Path(explicit)
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "qsynth"
-    return cache / ("aarch64-" + "-".join(f"{p}{v}" for p, v in _versions().items()))
-
-
-def runtime(fetch: bool = True) -> Path:
-    """The directory holding libtvm_runtime.so and libtvm_ffi.so for AArch64, fetched from the registry
-    (``pip download``, the host's versions) when missing and ``fetch``; RuntimeError when it cannot."""
-    where = runtime_dir()
-    if all((where / Path(lib).name).exists() for lib in LIBRARIES.values()):
-        return where
-    if not fetch or os.environ.get("QSYNTH_AARCH64_TVM"):
-        raise RuntimeError(f"no AArch64 TVM runtime in {where} (libtvm_runtime.so, libtvm_ffi.so)")
-    with tempfile.TemporaryDirectory(prefix="qsynth-wheels-") as tmp:
-        for project, version in _versions().items():
-            cmd = ["pip", "download", "--no-deps", "--only-binary=:all:", "--platform", PLATFORM,
-                   f"{project}=={version}", "-d", tmp]
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-            if proc.returncode:
-                raise RuntimeError(f"{' '.join(cmd)} failed: {proc.stderr.strip()[-1500:]}")
-        staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=_parent(where)))
-        for project, member in LIBRARIES.items():
-            wheel = next(Path(tmp).glob(project.replace("-", "_") + "-*.whl"))
-            with zipfile.ZipFile(wheel) as z:
-                (staging / Path(member).name).write_bytes(z.read(member))
-        if where.exists():
-            shutil.rmtree(staging)
-        else:
-            staging.rename(where)       # whole, or not at all (another process may be fetching too)
-    return where
-
-
-def _parent(path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return path.parent
-
-
-def driver(lib_dir: Path | None = None) -> Path:
-    """model_driver.c linked against the AArch64 runtime (kept next to it, rebuilt when the source changes)."""
-    lib_dir = lib_dir or runtime()
-    binary = lib_dir / "model_driver"
-    sources = [DRIVER, DRIVER.with_name("npy.h"), DRIVER.with_name("measure.h")]
-    if binary.exists() and all(binary.stat().st_mtime >= s.stat().st_mtime for s in sources):
-        return binary
+def driver() -> Path:
+    """model_driver.c linked against the AArch64 runtime (kept beside it, checked with it before each use,
+    rebuilt when a source or library changes)."""
+    lib_dir = runtime()
     include = Path(__import__("tvm_ffi").__file__).parent / "include"
-    partial = lib_dir / f".model_driver.{os.getpid()}"
-    cmd = [cross.CC, "-O2", f"-I{include}", str(DRIVER), "-o", str(partial), f"-L{lib_dir}", "-Wl,--no-as-needed",
-           "-ltvm_ffi", "-ltvm_runtime", f"-Wl,-rpath-link,{SYSROOT / 'lib'}"]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode:
-        raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
-    partial.replace(binary)
-    return binary
+    sources = [DRIVER, DRIVER.with_name("npy.h"), DRIVER.with_name("measure.h")]
+    libraries = [lib_dir / Path(member).name for member in LIBRARIES.values()]
+    return wheels.linked(lib_dir, "model_driver", sources, libraries, lambda out: [
+        cross.CC, "-O2", f"-I{include}", str(DRIVER), "-o", str(out), f"-L{lib_dir}", "-Wl,--no-as-needed",
+        "-ltvm_ffi", "-ltvm_runtime", f"-Wl,-rpath-link,{SYSROOT / 'lib'}"])
 
 
 def export(mod, path: str | Path, mcpu: str | None = None, target: dict | None = None) -> Path:
@@ -129,24 +93,40 @@ def export(mod, path: str | Path, mcpu: str | None = None, target: dict | None =
     return Path(path)
 
 
+def missing_functions(executable) -> list[str]:
+    """The functions a VM executable compiled for AArch64 calls that neither its own code nor TVM's
+    AArch64 runtime defines (the runtime's registry, asked under qemu: model_driver.c --missing). The
+    host's TVM holds its compiler's functions too (``relax.run.unique``), the published runtime does not."""
+    called = re.findall(r"^@(\S+) packed_func;$", executable.as_text(), re.MULTILINE)
+    wanted = [name for name in dict.fromkeys(called) if not executable.mod.implements_function(name, True)]
+    if not wanted:
+        return []
+    binary = driver()
+    proc = subprocess.run([*cross.QEMU, "-L", str(SYSROOT), "-E", f"LD_LIBRARY_PATH={binary.parents[1]}",
+                           str(binary), "--missing", *wanted], capture_output=True, text=True, timeout=600)
+    if proc.returncode:
+        raise RuntimeError(f"asking the AArch64 runtime for its functions failed (exit {proc.returncode}): "
+                           f"{proc.stderr.strip()[-1500:]}")
+    return proc.stdout.split()
+
+
 class CrossModel:
     """An exported AArch64 model library, run under qemu: ``model(*inputs)`` -> the list of outputs."""
 
-    def __init__(self, library: str | Path, lib_dir: Path | None = None):
+    def __init__(self, library: str | Path):
         if (why := missing_tools()) is not None:
             raise RuntimeError(f"cannot run an AArch64 model here: {why}")
         self.library = Path(library).resolve()
-        self.lib_dir = Path(lib_dir or runtime()).resolve()
-        self.driver = driver(self.lib_dir)
         self._dir = Path(tempfile.mkdtemp(prefix="qsynth-aarch64-model-"))
         weakref.finalize(self, shutil.rmtree, self._dir, True)
 
     def command(self, inputs: list[Path], out_prefix: Path, qemu_options: tuple[str, ...] = (),
                 measure: bool = False) -> list[str]:
         """The qemu command line running the model on the .npy files ``inputs`` (``measure``: the driver's
-        --measure, model_driver.c)."""
-        return [*cross.QEMU, "-L", str(SYSROOT), "-E", f"LD_LIBRARY_PATH={self.lib_dir}", *qemu_options,
-                str(self.driver), *(["--measure"] if measure else []), str(self.library), str(out_prefix),
+        --measure, model_driver.c), once the runtime and the driver have been checked."""
+        binary = driver()
+        return [*cross.QEMU, "-L", str(SYSROOT), "-E", f"LD_LIBRARY_PATH={binary.parents[1]}", *qemu_options,
+                str(binary), *(["--measure"] if measure else []), str(self.library), str(out_prefix),
                 *map(str, inputs)]
 
     @property

@@ -3,14 +3,17 @@
  * aarch64 wheels) and no Python: tvm_integration/ops/cross_model.py builds and runs it.
  *
  *   model_driver [--measure] LIBRARY OUT_PREFIX [IN.npy ...]
+ *   model_driver --missing NAME ...
  *
  * loads LIBRARY (ffi.ModuleLoadFromFile), makes its VM (vm_load_executable, vm_initialization on the
  * CPU with the pooled allocator, as tvm.relax.VirtualMachine does), calls "main" on the inputs (NumPy
  * .npy files, C order, little endian) and writes the outputs, a tuple's leaves in order, to
  * OUT_PREFIX0.npy, OUT_PREFIX1.npy, ... It uses only tvm-ffi's C API (this host has no AArch64 C++
  * compiler). --measure: run "main" once more between two marks and write the code's mappings to
- * OUT_PREFIXmaps.txt (measure.h: one inference costed by bench/qemu_blocks.py). Exit status: 0, 1 when
- * TVM raised an error (printed), 2 on bad usage or files. */
+ * OUT_PREFIXmaps.txt (measure.h: one inference costed by bench/qemu_blocks.py). --missing: print the
+ * NAMEs this runtime registers no global function for, a line each (what a model compiled for it may
+ * call: cross_model.missing_functions). Exit status: 0, 1 when TVM raised an error (printed), 2 on bad
+ * usage or files. */
 #include <dlpack/dlpack.h>
 #include <tvm/ffi/c_api.h>
 #include <stdint.h>
@@ -143,7 +146,19 @@ static int write_outputs(const char *prefix, TVMFFIAny value, int index) {
   exit(2);
 }
 
+static int print_missing(int n, char **names) {
+  for (int i = 0; i < n; ++i) {
+    TVMFFIByteArray bytes = {names[i], strlen(names[i])};
+    TVMFFIObjectHandle f = NULL;
+    if (TVMFFIFunctionGetGlobal(&bytes, &f)) fail_raised(names[i]);
+    if (f) TVMFFIObjectDecRef(f);
+    else printf("%s\n", names[i]);
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
+  if (argc > 1 && !strcmp(argv[1], "--missing")) return print_missing(argc - 2, argv + 2);
   int measure = argc > 1 && !strcmp(argv[1], "--measure");
   argv += measure, argc -= measure;
   if (argc < 3) { fprintf(stderr, "usage: %s [--measure] LIBRARY OUT_PREFIX [IN.npy ...]\n", argv[0]); return 2; }

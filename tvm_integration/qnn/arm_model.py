@@ -28,27 +28,47 @@ class ArmModel(CompiledModel):
     """CompiledModel's interface (inputs, outputs, ``model(feeds)``, ``save``, ``signature``) for an
     AArch64 executable."""
 
-    def __init__(self, executable, inputs: dict, outputs: list[str], target: dict, threads: int | None = None):
-        self.executable, self.target = executable, target
+    def __init__(self, executable, inputs: dict, outputs: list[str], target: dict, threads: int | None = None,
+                 library: Path | None = None):
+        self.executable, self.target, self.library = executable, target, library
         self.inputs = {name: (tuple(shape), dtype) for name, (shape, dtype) in inputs.items()}
         self.outputs = list(outputs)
         self.threads = threads
         self._runner = None
 
+    @staticmethod
+    def load(path: str | Path, threads: int | None = None, signature: dict | None = None) -> "ArmModel":
+        """The AArch64 library at ``path`` with ``signature`` (default: read from ``path`` + ``.json``), as
+        ``save`` wrote them; run from there, never loaded into this process."""
+        path = Path(path)
+        if signature is None:
+            signature = CompiledModel.signature_of(path)
+        return ArmModel(None, {n: (tuple(s), d) for n, (s, d) in signature["inputs"].items()}, signature["outputs"],
+                        signature.get("target"), threads, path)
+
+    def signature(self) -> dict:
+        return {**super().signature(), "target": self.target}
+
     def export(self, library: str | Path) -> None:
-        """The AArch64 library alone at ``library``, linked with the cross gcc."""
-        cross_model.export(self.executable, library)
+        """The AArch64 library alone at ``library``, linked with the cross gcc (a copy of it, once loaded)."""
+        if self.executable is None:
+            shutil.copyfile(self.library, library)
+        else:
+            cross_model.export(self.executable, library)
 
     def runner(self) -> cross_model.CrossModel:
-        """The exported library under qemu (exported once, into a temporary directory of its own;
-        RuntimeError, one line, when qemu, the cross gcc or the AArch64 runtime is missing)."""
+        """The library under qemu (a loaded one from where it is, a compiled one exported once into a temporary
+        directory of its own; RuntimeError, one line, when qemu, the cross gcc or the AArch64 runtime is missing)."""
         if self._runner is None:
             if (why := cross_model.missing_tools()) is not None:
                 raise RuntimeError(f"cannot run an AArch64 model here: {why}")
-            folder = Path(tempfile.mkdtemp(prefix="qsynth-arm-model-"))
-            weakref.finalize(self, shutil.rmtree, folder, True)
-            self.export(folder / "model.so")
-            self._runner = cross_model.CrossModel(folder / "model.so")
+            library = self.library
+            if library is None:
+                folder = Path(tempfile.mkdtemp(prefix="qsynth-arm-model-"))
+                weakref.finalize(self, shutil.rmtree, folder, True)
+                library = folder / "model.so"
+                self.export(library)
+            self._runner = cross_model.CrossModel(library)
         return self._runner
 
     def __call__(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -44,24 +44,27 @@ WORKSPACE_PREFIX = ".work-"
 
 
 def compiled_model(path: str | Path, target: str = "host", threads: int | None = None,
-                   allow_float: bool = False):
-    """The model at ``path`` compiled for ``target``: the cached library once it checks out, else a new
-    compile, stored for the next run (in memory only when the folder is not private)."""
+                   allow_float: bool = False, mcpu: str | None = None):
+    """The model at ``path`` compiled for ``target`` (``neon``: for the AArch64 core ``mcpu``): the cached
+    library once it checks out, else a new compile, stored for the next run (in memory only when the
+    folder is not private)."""
+    from tvm_integration.qnn.arm_model import ArmModel
     from tvm_integration.qnn.model import CompiledModel, compile_model
     try:
         folder = private_folder()
     except UnsafeFolder as e:
         warn(f"{e}; compiling in memory, keeping nothing")
-        return compile_model(path, target, threads, allow_float)
-    name = key(Path(path), target)
+        return compile_model(path, target, threads, allow_float, mcpu)
+    name = key(Path(path), target if mcpu is None else f"{target}:{mcpu}")
     with lock(folder, name), workspace(folder) as work:
         if any(os.path.lexists(folder / f"{name}{suffix}") for suffix in (".so", ".json")):
             try:
-                return CompiledModel.load(folder / f"{name}.so", threads, check(folder, name))
+                loader = ArmModel.load if target == "neon" else CompiledModel.load
+                return loader(folder / f"{name}.so", threads, check(folder, name))
             except BadArtifact as e:
                 warn(f"{e}; removed it, compiling anew")
                 remove(folder, name)
-        model = compile_model(path, target, threads, allow_float)
+        model = compile_model(path, target, threads, allow_float, mcpu)
         model.export(work / "model.so")
         store(folder, name, work / "model.so", model.signature())
         return model

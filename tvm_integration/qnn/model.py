@@ -79,9 +79,14 @@ def compile_model(path: str | Path, target: str = "host", threads: int | None = 
         mod, inputs, outputs = lower(model, target, mcpu=mcpu), importer.input_specs(model), \
             [o.name for o in model.graph.output]
     if target == "neon":
+        from tvm_integration.ops import cross_model
         from tvm_integration.qnn.arm_model import ArmModel
-        return ArmModel(tvm.compile(mod, target=tvm.target.Target(build_target)), inputs, outputs, build_target,
-                        threads)
+        executable = tvm.compile(mod, target=tvm.target.Target(build_target))
+        if missing := cross_model.missing_functions(executable):
+            raise ModelError(f"TVM's AArch64 runtime has no {', '.join(missing)}, which this model needs (TVM "
+                             "defines it in its compiler, not in the runtime it publishes for AArch64); the "
+                             "library would fail when run there")
+        return ArmModel(executable, inputs, outputs, build_target, threads)
     executable = tvm.compile(mod, target=tvm.target.Target(selection.int8_target(selection.int8_kernel(target))))
     return CompiledModel(executable, inputs, outputs, threads)
 
@@ -183,16 +188,21 @@ class CompiledModel:
         write_atomically(Path(str(path) + ".json"), json.dumps(self.signature()))
 
     @staticmethod
+    def signature_of(path: Path) -> dict:
+        """The signature ``save`` wrote beside the library at ``path``; ModelError when either is missing."""
+        meta = Path(str(path) + ".json")
+        if not path.is_file() or not meta.is_file():
+            raise ModelError(f"{path}: no compiled model there (needs {path.name} and {meta.name})")
+        return json.loads(meta.read_text())
+
+    @staticmethod
     def load(path: str | Path, threads: int | None = None, signature: dict | None = None) -> "CompiledModel":
         """The library at ``path``, with ``signature`` (default: read from ``path`` + ``.json``). Loading
         runs the library's code: load only what you wrote (``qsynth run`` checks its cache first,
         ``artifacts.py``)."""
         path = Path(path)
         if signature is None:
-            meta = Path(str(path) + ".json")
-            if not path.is_file() or not meta.is_file():
-                raise ModelError(f"{path}: no compiled model there (needs {path.name} and {meta.name})")
-            signature = json.loads(meta.read_text())
+            signature = CompiledModel.signature_of(path)
         inputs = {n: (tuple(s), d) for n, (s, d) in signature["inputs"].items()}
         with _without_tvm_debug_lines():
             library = tvm.runtime.load_module(str(path))
