@@ -51,13 +51,20 @@ def test_the_cache_is_read_once_per_process(monkeypatch):
     assert proved_kernels("avx512") is first
 
 
-def test_neon_tiles_and_the_amx_tiles():
+def test_neon_tiles_and_every_amx_tile():
     assert {k.spec.types for k in proved_kernels("neon")} == {"u8s8", "s8s8", "u8u8"}
-    amx = {k.spec.types: k for k in proved_kernels("amx")}
-    assert sorted(amx) == ["s8s8", "u8s8"]
-    for k in amx.values():       # the operator calls the run-time wrapper (kernels/amx_runtime.py)
+    amx = proved_kernels("amx")
+    # tdpbusd (u8s8) and tdpbssd (s8s8), each a 32x32 tile over k blocks of 64 and of 256
+    assert sorted((k.spec.types, k.spec.k) for k in amx) == [("s8s8", 64), ("s8s8", 256), ("u8s8", 64), ("u8s8", 256)]
+    for k in amx:       # the operator calls the run-time wrapper (kernels/amx_runtime.py)
+        a_dtype = {"u8s8": "uint8", "s8s8": "int8"}[k.spec.types]
+        assert (k.spec.mr, k.spec.nr, k.a_dtype, k.b_dtype) == (32, 32, a_dtype, "int8")
         assert k.function.endswith("_kloop_amx") and f"@{k.function}(" in k.llvm_ir
-        assert (k.spec.mr, k.spec.nr, k.spec.k) == (32, 32, 256)
+        desc = tvm.s_tir.TensorIntrin.get(k.loop_intrin(3)).desc.script()      # 3 k blocks
+        kb = k.spec.k
+        for buffer in (f'T.Buffer((32, {3 * kb}), "{a_dtype}"', f'T.Buffer(({3 * kb // 4}, 32, 4), "int8"',
+                       'T.Buffer((32, 32), "int32"'):
+            assert buffer in desc, (k.intrin, buffer)
 
 
 def test_a_tampered_or_unproved_entry_is_never_registered(tmp_path):
