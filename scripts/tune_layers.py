@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """Tune the int8 operators' tile per shape on this host and write the tuning log
 (tvm_integration/tuning_logs/<uarch>-<tag>.json): the ResNet-18 layers of the layer benchmark (C2-C12) and
-every tensorized convolution and dense of the built-in models as the QNN pipeline compiles them.
+every tensorized convolution and dense of the named models as the QNN pipeline compiles them: the
+built-in CNNs (int8_models) and the encoders of scripts/bench_transformers.py (bert_l4_s128_static, ...).
 Each candidate tile is compiled, its output compared with the others' on random data, and timed
 by CPU time, one thread (the least of ``--trials`` rounds that run a batch of every candidate in
 turn). ``--models ""``: the benchmark layers alone.
 
-    python scripts/tune_layers.py [--models resnet18,mobilenet_v2] [--trials 9]
+    python scripts/tune_layers.py [--models resnet18,mobilenet_v2,bert_l4_s128_static] [--trials 9] [--no-layers]
 """
 from __future__ import annotations
 
@@ -32,15 +33,24 @@ from tvm_integration.ops.dense import build_dense  # noqa: E402
 from tvm_integration.ops.output_stage import OutputStage, ScaleRequantize  # noqa: E402
 
 
-def model_shapes(name: str) -> list[tuple]:
-    """(kind, arguments) of every tensorized op of a built-in model, as qnn/bind.py builds them."""
+def quantized_model(name: str, directory: Path) -> Path:
+    """The int8 ONNX file of a built-in model (tvm_integration/bench/int8_models.py) or of an encoder of
+    scripts/bench_transformers.py, written into ``directory``."""
+    from scripts import bench_transformers
     from tvm_integration.bench import int8_models
+    if name in bench_transformers.MODELS:
+        bench_transformers.build(directory, name)
+        return directory / f"{name}.int8.onnx"
+    return Path(int8_models.write_pair(name, directory)[0])
+
+
+def model_shapes(name: str) -> list[tuple]:
+    """(kind, arguments) of every tensorized op of a model, as qnn/bind.py builds them."""
     from tvm_integration.qnn.importer import load
     from tvm_integration.qnn.integer_op import IntegerOp
     from tvm_integration.qnn.model import lower
     with tempfile.TemporaryDirectory() as directory:
-        int8, _ = int8_models.write_pair(name, directory)
-        mod = lower(load(int8), stage="legalize")
+        mod = lower(load(quantized_model(name, Path(directory))), stage="legalize")
     shapes = []
     for binding in mod["main"].body.blocks[0].bindings:
         op = IntegerOp.read(binding.value, mod)
@@ -117,12 +127,14 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="resnet18,mobilenet_v2")
     ap.add_argument("--trials", type=int, default=9)
+    ap.add_argument("--no-layers", action="store_true", help="the models' shapes only, not the benchmark layers")
     a = ap.parse_args()
     logging.getLogger("root").setLevel(logging.ERROR)
     path = tuning.log_path()
     # the models' layers first: a benchmark layer of the same shape (and key) has random weights, -128
     # among them, which only the w16 tiles admit, so it would time those alone for the model's layer too
-    shapes = [s for name in a.models.split(",") if name for s in model_shapes(name)] + layer_shapes()
+    shapes = [s for name in a.models.split(",") if name for s in model_shapes(name)]
+    shapes += [] if a.no_layers else layer_shapes()
     seen = set()
     for kind, args in shapes:
         key = key_of(kind, args)
