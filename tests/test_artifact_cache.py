@@ -179,10 +179,38 @@ def test_a_killed_compile_leaves_nothing_behind(setup, tmp_path, command):
     assert not list(folder.glob(artifacts.WORKSPACE_PREFIX + "*"))
 
 
-def test_key(tmp_path):
-    """The key follows the model's bytes and the target, and nothing that varies between runs."""
+KEY = """
+import sys
+from pathlib import Path
+from tvm_integration.qnn import artifacts
+print(artifacts.key(Path(sys.argv[1]), "host"))
+"""
+
+
+def test_key(tmp_path, monkeypatch):
+    """The key follows the model's bytes, the target, the host and the compiler's sources, and nothing
+    that varies between runs: not the model's path, the process, or where the sources sit."""
+    import emit
+    from isa_specs import host
     a, b = tmp_path / "a.onnx", tmp_path / "b.onnx"
     a.write_bytes(b"model a")
     b.write_bytes(b"model b")
-    assert artifacts.key(a, "host") == artifacts.key(a, "host")
-    assert len({artifacts.key(a, "host"), artifacts.key(b, "host"), artifacts.key(a, "avx2")}) == 3
+    (tmp_path / "elsewhere").mkdir()
+    copy = Path(shutil.copy(a, tmp_path / "elsewhere" / "m.onnx"))
+    key = artifacts.key(a, "host")
+    assert artifacts.key(copy, "host") == key
+    another_process = subprocess.run([sys.executable, "-c", KEY, str(copy)], env=dict(os.environ, PYTHONPATH=str(ROOT)),
+                                     capture_output=True, text=True, check=True).stdout.strip()
+    assert another_process == key
+    assert len({key, artifacts.key(b, "host"), artifacts.key(a, "avx2")}) == 3
+    with monkeypatch.context() as m:
+        m.setattr(host, "tvm_target", lambda: {"kind": "llvm", "mcpu": "another-host"})
+        assert artifacts.key(a, "host") != key
+
+    sources = Path(shutil.copytree(Path(emit.__file__).parent, tmp_path / "emit",
+                                   ignore=shutil.ignore_patterns("__pycache__")))
+    monkeypatch.setattr(emit, "__file__", str(sources / "__init__.py"))
+    assert artifacts.key(a, "host") == key
+    with (sources / "steps.py").open("a") as f:
+        f.write("# an edit of the compiler\n")
+    assert artifacts.key(a, "host") != key
