@@ -81,7 +81,7 @@ class ArmModel(CompiledModel):
 
     def time(self, feeds, repeat: int = 10) -> float:
         raise ModelError("an AArch64 model runs under qemu, whose speed is not the core's: it is not timed "
-                         "(estimated cycles: tvm_integration/mca.py)")
+                         "(estimated cycles: qsynth bench-model --target neon, tvm_integration/bench/mca.py)")
 
     def profile(self, feeds, repeat: int = 5):
         raise ModelError("an AArch64 model runs under qemu, whose speed is not the core's: --profile does not "
