@@ -228,10 +228,17 @@ def _models(models) -> dict:
     lines += _table(["model", "threads", "qsynth ms", *(f"{b} ms" for b in baselines), "max diff vs onnxruntime",
                      "compile s"],
                     [[r["name"], r["threads"], f"{r['ours_ms']:.2f}",
-                      *(f"{r['baselines'][b]:.2f}" if b in r["baselines"] else None for b in baselines),
+                      *(_baseline_cell(r, b) for b in baselines),
                       f"{r['max_abs_diff_vs_onnxruntime']:g}", f"{r['compile_s']:.0f}"] for r in rows])
     fig = figures.grouped_bars(groups, series, "Model latency (lower is better)", "ms per inference (log)", log=True)
     return _section(title, lines, {"models_latency.png": fig})
+
+
+def _baseline_cell(row: dict, name: str) -> str | None:
+    """A baseline's ms, "refused: REASON" where its runtime refused the model, or None (not run)."""
+    if row["baselines"].get(name) is not None:
+        return f"{row['baselines'][name]:.2f}"
+    return f"refused: {row['refused'][name]}" if name in row.get("refused", {}) else None
 
 
 def _pareto(accuracy) -> dict:

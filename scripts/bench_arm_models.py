@@ -121,6 +121,17 @@ def kloop_lines(rows: list[dict]) -> list[str]:
             *out] if out else []
 
 
+def cell(row: dict, name: str) -> str:
+    """A baseline column's cell: its Mcycles and ratio, "refused: REASON" where TVM's own import refused
+    the model, or "-" where it did not run."""
+    column = row["columns"].get(name)
+    if column is None:
+        return "-"
+    if column["cycles"] is None:
+        return f"refused: {column['refused']}"
+    return f"{column['cycles'] / 1e6:.1f} ({row['ratios'][name]:.2f}x)"
+
+
 def markdown(run: dict) -> str:
     order = {name: i for i, name in enumerate(MODELS)}
     rows = sorted(run["rows"], key=lambda r: (order.get(r["model"], len(order)), r["core"]))
@@ -149,8 +160,7 @@ def markdown(run: dict) -> str:
            "| diff host / aarch64 |",
            "|---|---|---|" + "---|" * len(names) + "---|---|---|"]
     for r in rows:
-        cells = [f"{r['columns'][n]['cycles'] / 1e6:.1f} ({r['ratios'][n]:.2f}x)" if n in r["columns"] else "-"
-                 for n in names]
+        cells = [cell(r, n) for n in names]
         ours, theirs = parts(r["columns"]["qsynth"]), parts(r["columns"]["onnxruntime_int8"])
         diff = f"{r['max_abs_diff_vs_onnxruntime']:g} / {r['max_abs_diff_vs_onnxruntime_aarch64']:.3g}"
         out.append(f"| {r['model']} | {r['core']} | {r['columns']['qsynth']['cycles'] / 1e6:.1f} | "

@@ -125,6 +125,16 @@ def wrong(row: dict) -> str:
     return f"{default['differing']} / {max(ov) if ov else '-'} of {default['compared']}"
 
 
+def cell(row: dict, name: str) -> str:
+    """A baseline's cell: its ms and speedup, "refused: REASON" where its runtime refused the model (TVM's
+    own import of a QOperator model), or "-" where it did not run."""
+    if name not in row["baselines"]:
+        return "-"
+    if row["baselines"][name] is None:
+        return f"refused: {row['refused'][name]}"
+    return f"{row['baselines'][name]:.2f} ({row['speedups'][name]:.2f}x)"
+
+
 def markdown(rows: list[dict], command: str) -> str:
     names = ["onnxruntime_int8", "onnxruntime_int8_exact", "onnxruntime_fp32", "openvino_int8", "openvino_int8_vnni",
              "tvm_default"]
@@ -135,7 +145,8 @@ def markdown(rows: list[dict], command: str) -> str:
              "Ours: the QDQ model imported into Relax, rewritten to integer arithmetic, legalized and dispatched "
              "to the tensorized int8 operators (tvm_integration/qnn). Times: median ms; x = baseline / ours "
              "(above 1: we are faster). tvm_default: TVM 0.27's own import of the same quantized model (conv and "
-             "matmul in float, default schedules). openvino_int8: OpenVINO's CPU plugin on the same QDQ file "
+             "matmul in float, default schedules; \"refused: ...\" where it has no converter for the model's "
+             "QOperator ops). openvino_int8: OpenVINO's CPU plugin on the same QDQ file "
              "(`compile_model(path, \"CPU\", {INFERENCE_NUM_THREADS: n, PERFORMANCE_HINT: LATENCY})`), "
              "openvino_int8_vnni: the same with `ONEDNN_MAX_CPU_ISA=AVX512_CORE_VNNI` (AMX hosts only), each in a "
              "worker process timed in turn with ours. onnxruntime_int8_exact: onnxruntime with "
@@ -147,7 +158,7 @@ def markdown(rows: list[dict], command: str) -> str:
              "", "| model | threads | ours ms | " + " | ".join(names) + " | diff | wrong | OpenVINO steps | compile s |",
              "|---|---|---|" + "---|" * len(names) + "---|---|---|---|"]
     for r in (r for r in rows if r["name"] not in LOWBIT):
-        cells = [f"{r['baselines'][n]:.2f} ({r['speedups'][n]:.2f}x)" if n in r["baselines"] else "-" for n in names]
+        cells = [cell(r, n) for n in names]
         lines.append(f"| {r['name']} | {r['threads']} | {r['ours_ms']:.2f} | " + " | ".join(cells)
                      + f" | {r['max_abs_diff_vs_onnxruntime']:g} | {wrong(r)} | {openvino_steps(r)} | {r['compile_s']:.1f} |")
     if unavailable:

@@ -184,7 +184,8 @@ def bench_model(model: str = MODEL,
           f"largest difference from {reference}{exact}: {row[f'max_abs_diff_vs_{reference}']:g}")
     print(f"  {'ours':24} {row['ours_ms']:9.2f} ms")
     for name, ms in row["baselines"].items():
-        print(f"  {name:24} {ms:9.2f} ms   speedup {row['speedups'][name]:.2f}x")
+        print(f"  {name:24} refused: {row['refused'][name]}" if ms is None else
+              f"  {name:24} {ms:9.2f} ms   speedup {row['speedups'][name]:.2f}x")
     from tvm_integration.bench.openvino_baseline import describe, differences
     if "onnxruntime_int8_default" in row:
         print(f"onnxruntime_int8 (its default): {differences(row['onnxruntime_int8_default'])}")
@@ -224,6 +225,9 @@ def _bench_arm(model: str, fp32: str | None, threads: int, input: list[str] | No
           f"{threads} thread(s); largest difference from onnxruntime: {row['max_abs_diff_vs_onnxruntime']:g} "
           f"(this host), {row['max_abs_diff_vs_onnxruntime_aarch64']:g} (its AArch64 build)")
     for name, column in row["columns"].items():
+        if column["cycles"] is None:
+            print(f"  {name:18} refused: {column['refused']}")
+            continue
         ratio = f"   ratio {row['ratios'][name]:.2f}x" if name in row["ratios"] else ""
         top = ", ".join(f"{lib} {c / 1e6:.1f}" for lib, c in list(column["by_library"].items())[:3])
         print(f"  {name:18} {column['cycles'] / 1e6:9.2f} Mcycles{ratio}   ({top})")
@@ -237,7 +241,7 @@ def inspect(model: str = MODEL, target: Target = TARGET, allow_float: bool = ALL
     """Each conv/dense layer's and MatMul's precision (AxWy, encoding; float32), operator and kernel, without
     compiling."""
     from tvm_integration.qnn.importer import load
-    from tvm_integration.qnn.inspect import layers, table
+    from tvm_integration.qnn.report import layers, table
     _core(target, mcpu)
     rows = layers(Path(model) if Path(model).suffix == ".tflite" else load(model, allow_float=allow_float), target,
                   mcpu)

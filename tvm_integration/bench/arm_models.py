@@ -26,7 +26,7 @@ import onnx
 
 from tvm_integration.bench import inputs as model_inputs
 from tvm_integration.bench import mca, ort_aarch64, qemu_blocks
-from tvm_integration.bench.models import random_inputs, reference_session
+from tvm_integration.bench.models import Refused, random_inputs, reference_session, tvm_own_import
 from tvm_integration.bench.neon_int8_layers import is_multiply
 from tvm_integration.ops import cross_model
 
@@ -69,16 +69,16 @@ def _measured(runner: cross_model.CrossModel, arrays: list[np.ndarray], core: st
 
 
 def tvm_default(path: Path, core: str, folder: Path) -> cross_model.CrossModel:
-    """TVM 0.27's own Relax import of the model, built for the core by default (no qsynth operator)."""
-    from tvm.relax.frontend.onnx import from_onnx
-    mod = from_onnx(onnx.load(str(path)), keep_params_in_input=False)
-    return cross_model.CrossModel(cross_model.export(mod, folder / "tvm_default.so", mcpu=core))
+    """TVM 0.27's own Relax import of the model, built for the core by default (no qsynth operator), or
+    models.Refused."""
+    return cross_model.CrossModel(cross_model.export(tvm_own_import(path), folder / "tvm_default.so", mcpu=core))
 
 
 def bench_arm_model(path: str | Path, core: str, fp32: str | Path | None = None, with_tvm_default: bool = False,
                     feeds: dict[str, np.ndarray] | None = None, threads: int = 1) -> dict:
-    """The row: each column's estimated cycles on ``core`` (``cycles``) and ``ratios`` (ours / theirs:
-    below 1 ours needs fewer), and whether our outputs equal onnxruntime's, here and under qemu."""
+    """The row: each column's estimated cycles on ``core`` (``cycles``; None and ``refused``, the reason,
+    when TVM's own import refuses the model) and ``ratios`` (ours / theirs: below 1 ours needs fewer),
+    and whether our outputs equal onnxruntime's, here and under qemu."""
     from tvm_integration.qnn.model import compile_model
     qemu_blocks.root(core)                                  # a core qemu does not model: ValueError, first
     path, start = Path(path), time.perf_counter()
@@ -99,9 +99,12 @@ def bench_arm_model(path: str | Path, core: str, fp32: str | Path | None = None,
         _, blocks = ort_aarch64.run(fp32, feeds, names, core, threads)
         columns["onnxruntime_fp32"] = cycles(blocks, core)
     if with_tvm_default:
-        _, blocks = _measured(tvm_default(path, core, work), list(feeds.values()), core, threads,
-                              work / "tvm_default.txt")
-        columns["tvm_default"] = cycles(blocks, core)
+        try:
+            _, blocks = _measured(tvm_default(path, core, work), list(feeds.values()), core, threads,
+                                  work / "tvm_default.txt")
+            columns["tvm_default"] = cycles(blocks, core)
+        except Refused as e:
+            columns["tvm_default"] = {"cycles": None, "refused": str(e)}
     shutil.rmtree(work)
 
     def largest_difference(a, b):
@@ -109,7 +112,8 @@ def bench_arm_model(path: str | Path, core: str, fp32: str | Path | None = None,
                    for x, y in zip(a, b, strict=True))
     ours_cycles = columns["qsynth"]["cycles"]
     return {"model": path.name, "core": core, "threads": threads, "columns": columns,
-            "ratios": {name: ours_cycles / c["cycles"] for name, c in columns.items() if name != "qsynth"},
+            "ratios": {name: ours_cycles / c["cycles"] for name, c in columns.items()
+                       if name != "qsynth" and c["cycles"] is not None},
             "max_abs_diff_vs_onnxruntime": largest_difference(ours, reference),
             "max_abs_diff_vs_onnxruntime_aarch64": largest_difference(ours, theirs),
             "onnxruntime_aarch64_vs_host": largest_difference(theirs, reference),

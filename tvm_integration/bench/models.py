@@ -135,10 +135,24 @@ def random_inputs(specs: dict, rng: np.random.Generator, ranges: dict | None = N
     return feeds
 
 
-def tvm_own_ms(path, feeds, trials: int) -> float:
-    """TVM 0.27's own Relax import and default build of the quantized model."""
+class Refused(Exception):
+    """TVM's own import refuses the model (QOperator ops it has no converter for): its column records
+    the reason instead of a time."""
+
+
+def tvm_own_import(path):
+    """TVM 0.27's own Relax import of the quantized model at ``path``, with TVM's converters only (ours
+    are given to our importer per call, qnn/importer.py), or Refused with TVM's reason."""
     from tvm.relax.frontend.onnx import from_onnx
-    mod = from_onnx(onnx.load(str(path)), keep_params_in_input=False)
+    try:
+        return from_onnx(onnx.load(str(path)), keep_params_in_input=False)
+    except NotImplementedError as e:        # tvm.error.OpNotImplemented: an op without a converter
+        raise Refused(str(e).strip().splitlines()[0]) from e
+
+
+def tvm_own_ms(path, feeds, trials: int) -> float:
+    """TVM 0.27's own Relax import and default build of the quantized model (Refused: no time)."""
+    mod = tvm_own_import(path)
     vm = relax.VirtualMachine(tvm.compile(mod, target=tvm.target.Target(host.tvm_target())), tvm.cpu())
     args = [tvm.runtime.tensor(v) for v in feeds.values()]
     return median_ms(lambda: vm["main"](*args), trials)
@@ -150,7 +164,8 @@ def bench_model(path: str | Path, fp32: str | Path | None = None, threads: int =
     """The row, on ``feeds`` (name -> array) and random values the model accepts for the inputs they
     leave out (``random_inputs`` in the ``inputs.ranges`` of an ONNX model); ``openvino`` (ONNX models)
     reports each OpenVINO configuration (openvino_baseline.baselines): its difference from onnxruntime,
-    or why it is unavailable."""
+    or why it is unavailable; a baseline that refuses the model has time None and its reason in
+    ``refused`` (name -> reason), and no speedup."""
     path = Path(path)
     start = time.perf_counter()
     model = compile_model(path, threads=threads)
@@ -190,10 +205,15 @@ def bench_model(path: str | Path, fp32: str | Path | None = None, threads: int =
         runs |= more
     baselines = side_by_side_ms(model, feeds, runs, trials)
     ours_ms = baselines.pop("ours")
+    refused = {}
     if with_tvm_own and not tflite:
-        baselines["tvm_default"] = tvm_own_ms(path, feeds, tvm_trials)
+        try:
+            baselines["tvm_default"] = tvm_own_ms(path, feeds, tvm_trials)
+        except Refused as e:
+            baselines["tvm_default"], refused["tvm_default"] = None, str(e)
     row = {"model": path.name, "threads": threads, "host": host.model().uarch, "ours_ms": ours_ms,
-           "baselines": baselines, "speedups": {k: v / ours_ms for k, v in baselines.items()},
+           "baselines": baselines, "refused": refused,
+           "speedups": {k: v / ours_ms for k, v in baselines.items() if v is not None},
            "reference": reference, f"max_abs_diff_vs_{reference}": diff,
            "compile_s": compile_s, **({} if default is None else {f"{reference}_int8_default": default})}
     return row if openvino is None else dict(row, openvino=openvino)
