@@ -9,11 +9,8 @@ import subprocess
 import numpy as np
 import pytest
 
-pytest.importorskip("tvm")
-pytest.importorskip("onnxruntime")
-
-from tvm_integration.bench import mca, qemu_blocks  # noqa: E402
-from tvm_integration.ops import cross, cross_model  # noqa: E402
+from tvm_integration.bench import mca, qemu_blocks
+from tvm_integration.ops import cross, cross_model
 
 MISSING = cross_model.missing_tools() or mca.missing_tools()
 pytestmark = [pytest.mark.qemu,

@@ -20,12 +20,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytest.importorskip("onnxruntime")
-
-from qsynth.cli import main  # noqa: E402
-from tvm_integration.bench import int8_models  # noqa: E402
-from tvm_integration.bench.models import reference_session  # noqa: E402
-from tvm_integration.qnn import artifacts, model as qnn_model  # noqa: E402
+from qsynth.cli import main
+from tvm_integration.bench import int8_models
+from tvm_integration.bench.models import reference_session
+from tvm_integration.qnn import artifacts, model as qnn_model
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -6,9 +6,8 @@ import sys
 
 import pytest
 
-pytest.importorskip("onnxruntime")
-from isa_specs import host  # noqa: E402
-from tvm_integration.kernels import selection  # noqa: E402
+from isa_specs import host
+from tvm_integration.kernels import selection
 
 
 def _qsynth(*argv):

@@ -81,7 +81,8 @@ def test_sweep_on_ray_without_ray_is_one_line_and_nothing_written(tmp_path, monk
 
 
 def test_sweep_on_ray_at_an_address_nobody_listens_on_is_one_line(tmp_path, monkeypatch, capsys):
-    pytest.importorskip("ray", reason="Ray is not installed (pip install 'qsynth[cluster]')")
+    pytest.importorskip("ray", reason="Ray is not installed (pip install 'qsynth[cluster]')",
+                        exc_type=ModuleNotFoundError)
     from synth import cache
     monkeypatch.setattr(cache, "ROOT", tmp_path / "cache")
     argv = ["sweep", "--executor", "ray", "--address", "127.0.0.1:1", "--isa", "neon", "--configs",

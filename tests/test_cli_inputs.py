@@ -12,10 +12,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-ort = pytest.importorskip("onnxruntime")
-
-from qsynth.cli import main  # noqa: E402
-from tvm_integration.bench import inputs, int8_models, models  # noqa: E402
+from qsynth.cli import main
+from tvm_integration.bench import inputs, int8_models, models
 
 
 @pytest.fixture(scope="module")

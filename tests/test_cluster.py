@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'qsynth[cluster]'; scripts/bootstrap.sh "
-                                        "installs it)")
+                                        "installs it)", exc_type=ModuleNotFoundError)
 
 from sketches.program import Program  # noqa: E402
 from qsynth import cluster  # noqa: E402

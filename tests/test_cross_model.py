@@ -6,13 +6,9 @@ a tuple of outputs (one 0-d), integer arithmetic checked bit for bit against num
 against TVM's host build."""
 import numpy as np
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 
-pytest.importorskip("tvm")
-onnx = pytest.importorskip("onnx")
-
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
-
-from tvm_integration.ops import cross_model  # noqa: E402
+from tvm_integration.ops import cross_model
 
 MISSING = cross_model.missing_tools()
 pytestmark = [pytest.mark.qemu, pytest.mark.skipif(MISSING is not None, reason=f"AArch64 models run under qemu: {MISSING}")]

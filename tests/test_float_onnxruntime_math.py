@@ -9,7 +9,6 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-pytest.importorskip("onnxruntime")
 pytestmark = pytest.mark.filterwarnings("ignore:.*has no quantized op")
 
 import tvm  # noqa: E402

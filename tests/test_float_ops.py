@@ -8,7 +8,6 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-ort = pytest.importorskip("onnxruntime")
 pytestmark = pytest.mark.filterwarnings("ignore:.*has no quantized op")
 
 from tvm_integration import compile_model

@@ -14,14 +14,12 @@ import subprocess
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 
-pytest.importorskip("tvm")
-ort = pytest.importorskip("onnxruntime")
-
-from helpers_lowbit import conv, dense, float_dense, make, reference  # noqa: E402
-from tvm_integration.bench.lowbit_models import resnet_lowbit  # noqa: E402
-from tvm_integration.ops import cross, cross_model  # noqa: E402
+from helpers_lowbit import conv, dense, float_dense, make, reference
+from tvm_integration.bench.lowbit_models import resnet_lowbit
+from tvm_integration.ops import cross, cross_model
 
 MISSING = cross_model.missing_tools()
 pytestmark = [pytest.mark.qemu,

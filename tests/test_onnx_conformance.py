@@ -33,15 +33,14 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+import onnx
+import onnxruntime as ort
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 
-ort = pytest.importorskip("onnxruntime")
-onnx = pytest.importorskip("onnx")
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
-
-from qsynth.commands.qnn import _inputs  # noqa: E402
-from tvm_integration.qnn.importer import ModelError  # noqa: E402
-from tvm_integration.qnn.model import compile_model, input_specs  # noqa: E402
+from qsynth.commands.qnn import _inputs
+from tvm_integration.qnn.importer import ModelError
+from tvm_integration.qnn.model import compile_model, input_specs
 
 NODE_TESTS = {"QuantizeLinear": "quantizelinear", "DequantizeLinear": "dequantizelinear",
               "QLinearConv": "qlinearconv", "QLinearMatMul": "qlinearmatmul", "ConvInteger": "convinteger",

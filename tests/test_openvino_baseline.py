@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import openvino as ov
 import pytest
 from onnx import TensorProto, helper
 
@@ -62,7 +63,6 @@ def test_vnni_only_is_run_where_amx_is(cpuinfo, expected):
 
 
 def test_runs_and_reports_its_difference_from_onnxruntime(tiny):
-    ov = pytest.importorskip("openvino", reason="OpenVINO is a dependency (pyproject.toml): pip install -e .")
     feeds = feeds_of()
     expected = onnxruntime_outputs(tiny, feeds)
     runs, report = openvino_baseline.baselines(tiny, feeds, expected, threads=1)
@@ -104,7 +104,6 @@ def test_openvino_that_cannot_load_is_reported_unavailable(tiny, tmp_path, monke
 
 
 def test_a_model_openvino_cannot_read_is_reported_unavailable(tmp_path):
-    pytest.importorskip("openvino", reason="OpenVINO is a dependency (pyproject.toml): pip install -e .")
     node = helper.make_node("Frobnicate", ["x"], ["y"], domain="qsynth.test")
     graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
@@ -122,7 +121,6 @@ def _bench_model(path: Path, *argv: str, env=None) -> subprocess.CompletedProces
 
 
 def test_bench_model_lists_openvino_among_the_baselines(tiny):
-    pytest.importorskip("openvino", reason="OpenVINO is a dependency (pyproject.toml): pip install -e .")
     proc = _bench_model(tiny, "--json")
     assert proc.returncode == 0, proc.stderr[-2000:]
     row = json.loads(proc.stdout)

@@ -11,15 +11,12 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from tvm import tirx
 
-ort = pytest.importorskip("onnxruntime")
-
-from tvm import tirx  # noqa: E402
-
-from tvm_integration import compile_model  # noqa: E402
-from tvm_integration.bench.models import reference_session  # noqa: E402
-from tvm_integration.qnn.importer import load  # noqa: E402
-from tvm_integration.qnn.model import lower  # noqa: E402
+from tvm_integration import compile_model
+from tvm_integration.bench.models import reference_session
+from tvm_integration.qnn.importer import load
+from tvm_integration.qnn.model import lower
 
 TYPES = {"uint8": TensorProto.UINT8, "int8": TensorProto.INT8}
 # (row length, x scale, y scale, y zero point as an offset from the type's lowest value): quantize_static's

@@ -9,18 +9,15 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from tvm import tirx
 
-ort = pytest.importorskip("onnxruntime")
-
-from tvm import tirx  # noqa: E402
-
-from tvm_integration.bench import int8_models  # noqa: E402
-from tvm_integration.bench.models import reference_session, random_inputs  # noqa: E402
-from tvm_integration.qnn.bind import TENSORIZED  # noqa: E402
-from tvm_integration.qnn.importer import ModelError, load  # noqa: E402
-from tvm_integration import CompiledModel, compile_model  # noqa: E402  (the documented entry point)
-from tvm_integration.qnn.model import lower  # noqa: E402
-from tvm_integration.qnn.schedules import SCHEDULED  # noqa: E402
+from tvm_integration.bench import int8_models
+from tvm_integration.bench.models import reference_session, random_inputs
+from tvm_integration.qnn.bind import TENSORIZED
+from tvm_integration.qnn.importer import ModelError, load
+from tvm_integration import CompiledModel, compile_model  # the documented entry point
+from tvm_integration.qnn.model import lower
+from tvm_integration.qnn.schedules import SCHEDULED
 
 logging.getLogger("root").setLevel(logging.ERROR)      # quantize_static's pre-processing advice
 

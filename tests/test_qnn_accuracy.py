@@ -7,15 +7,16 @@ import logging
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-datasets = pytest.importorskip("sklearn.datasets")
-ort = pytest.importorskip("onnxruntime")
+from tvm_integration.bench import int8_models
+from tvm_integration.bench.models import reference_session
+from tvm_integration.qnn.model import compile_model
 
-from tvm_integration.bench import int8_models  # noqa: E402
-from tvm_integration.bench.models import reference_session  # noqa: E402
-from tvm_integration.qnn.model import compile_model  # noqa: E402
+datasets = pytest.importorskip("sklearn.datasets", reason="scikit-learn is not installed (pip install -e '.[test]')",
+                              exc_type=ModuleNotFoundError)
 
 
 def im2col(x, k=3, stride=1):

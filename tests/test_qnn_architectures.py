@@ -23,11 +23,9 @@ import onnx
 import pytest
 from onnx import helper, numpy_helper
 
-ort = pytest.importorskip("onnxruntime")
-
-from tvm_integration.bench import int8_models  # noqa: E402
-from tvm_integration.bench.models import reference_session, random_inputs  # noqa: E402
-from tvm_integration.qnn.model import compile_model  # noqa: E402
+from tvm_integration.bench import int8_models
+from tvm_integration.bench.models import reference_session, random_inputs
+from tvm_integration.qnn.model import compile_model
 
 logging.getLogger("root").setLevel(logging.ERROR)      # quantize_static's pre-processing advice
 

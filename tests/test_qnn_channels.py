@@ -19,8 +19,6 @@ from tvm_integration.qnn import gather
 from tvm_integration.qnn.importer import load
 from tvm_integration.qnn.model import compile_model, lower
 
-ort = pytest.importorskip("onnxruntime")
-
 logging.getLogger("root").setLevel(logging.ERROR)      # quantize_static's pre-processing advice
 
 

@@ -10,17 +10,14 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from tvm import tirx
 
-ort = pytest.importorskip("onnxruntime")
-
-from tvm import tirx  # noqa: E402
-
-from transformer_models import calibration, encoder  # noqa: E402
-from tvm_integration import compile_model  # noqa: E402
-from tvm_integration.bench import int8_models  # noqa: E402
-from tvm_integration.bench.models import reference_session  # noqa: E402
-from tvm_integration.qnn.importer import load  # noqa: E402
-from tvm_integration.qnn.model import lower  # noqa: E402
+from transformer_models import calibration, encoder
+from tvm_integration import compile_model
+from tvm_integration.bench import int8_models
+from tvm_integration.bench.models import reference_session
+from tvm_integration.qnn.importer import load
+from tvm_integration.qnn.model import lower
 
 logging.getLogger("root").setLevel(logging.ERROR)      # quantize_static's pre-processing advice
 RANGES = {"uint8": (0, 255), "int8": (-128, 127)}

@@ -11,13 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tflite
+from ai_edge_litert import interpreter as litert
 
-litert = pytest.importorskip("ai_edge_litert.interpreter", reason="LiteRT is not installed (pip install -e .)")
-
-from qsynth import cli  # noqa: E402
-from tvm_integration.bench.models import bench_model  # noqa: E402
-from tvm_integration.qnn.importer import ModelError  # noqa: E402
-from tvm_integration.qnn.model import compile_model  # noqa: E402
+from qsynth import cli
+from tvm_integration.bench.models import bench_model
+from tvm_integration.qnn.importer import ModelError
+from tvm_integration.qnn.model import compile_model
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data" / "tflite"
@@ -176,7 +175,8 @@ def test_bench_model_baseline_is_litert():
 def test_tensorflow_conversion_reproduces_the_fixtures(tmp_path):
     """scripts/make_tflite_models.py with TensorFlow (tensorflow-cpu 2.21) writes the committed
     fixtures byte for byte."""
-    pytest.importorskip("tensorflow", reason="pip install tensorflow-cpu==2.21.0")
+    pytest.importorskip("tensorflow", reason="TensorFlow is not installed (pip install tensorflow-cpu==2.21.0)",
+                        exc_type=ModuleNotFoundError)
     subprocess.run([sys.executable, str(ROOT / "scripts" / "make_tflite_models.py"), "-o", str(tmp_path)],
                    check=True, capture_output=True)
     written = sorted(p.name for p in tmp_path.glob("*.tflite"))

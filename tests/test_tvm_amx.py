@@ -7,16 +7,14 @@ import subprocess
 import numpy as np
 import pytest
 
-pytest.importorskip("tvm")
+from test_tvm_ops import conv_reference, dense_reference, requantize_onnxruntime
 
-from test_tvm_ops import conv_reference, dense_reference, requantize_onnxruntime  # noqa: E402
-
-from emit.model import kernel_model  # noqa: E402
-from emit.toolchain import compiler_command  # noqa: E402
-from tvm_integration.kernels import amx_runtime, int8, selection  # noqa: E402
-from tvm_integration.ops.conv2d import conv2d  # noqa: E402
-from tvm_integration.ops.dense import dense  # noqa: E402
-from tvm_integration.ops.output_stage import OutputStage, ScaleRequantize  # noqa: E402
+from emit.model import kernel_model
+from emit.toolchain import compiler_command
+from tvm_integration.kernels import amx_runtime, int8, selection
+from tvm_integration.ops.conv2d import conv2d
+from tvm_integration.ops.dense import dense
+from tvm_integration.ops.output_stage import OutputStage, ScaleRequantize
 
 ENTRIES = {e["name"]: e for e in int8.proved_entries("amx")}
 TILES = [k for k in int8.proved_kernels("amx") if k.spec.types == "u8s8"]

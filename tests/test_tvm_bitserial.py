@@ -13,24 +13,21 @@ import functools
 
 import numpy as np
 import pytest
+import tvm
 
-pytest.importorskip("tvm")
-
-import tvm  # noqa: E402
-
-from emit import harness as emit_cli  # noqa: E402
-from emit.harness import check_entry  # noqa: E402
-from isa_specs import host  # noqa: E402
-from synth.spec import BitserialSpec, SpecError  # noqa: E402
-from tvm_integration.bench import mca  # noqa: E402
-from tvm_integration.kernels.bitpack import Packing  # noqa: E402
-from tvm_integration.kernels.bitserial import gemm_kernels, word_kernels  # noqa: E402
-from tvm_integration.kernels.selection import SelectionError, bitserial_kernel  # noqa: E402
-from tvm_integration.ops import cross  # noqa: E402
-from tvm_integration.ops.bitserial_conv2d import bitserial_conv2d  # noqa: E402
-from tvm_integration.ops.bitserial_dense import bitserial_dense, build_bitserial_dense  # noqa: E402
-from tvm_integration.ops.bitserial_gemm import Config, chunks, tile_for  # noqa: E402
-from tvm_integration.ops.output_stage import OutputStage, ScaleRequantize  # noqa: E402
+from emit import harness as emit_cli
+from emit.harness import check_entry
+from isa_specs import host
+from synth.spec import BitserialSpec, SpecError
+from tvm_integration.bench import mca
+from tvm_integration.kernels.bitpack import Packing
+from tvm_integration.kernels.bitserial import gemm_kernels, word_kernels
+from tvm_integration.kernels.selection import SelectionError, bitserial_kernel
+from tvm_integration.ops import cross
+from tvm_integration.ops.bitserial_conv2d import bitserial_conv2d
+from tvm_integration.ops.bitserial_dense import bitserial_dense, build_bitserial_dense
+from tvm_integration.ops.bitserial_gemm import Config, chunks, tile_for
+from tvm_integration.ops.output_stage import OutputStage, ScaleRequantize
 
 CPU_FEATURE = {"avx512": "avx512vpopcntdq", "avx2": "avx2"}
 

@@ -3,12 +3,11 @@ process and cache root."""
 import json
 
 import pytest
+import tvm
 
-tvm = pytest.importorskip("tvm")
-
-from synth import cache  # noqa: E402
-from tvm_integration.kernels import int8  # noqa: E402
-from tvm_integration.kernels.int8 import proved_entries, proved_kernels  # noqa: E402
+from synth import cache
+from tvm_integration.kernels import int8
+from tvm_integration.kernels.int8 import proved_entries, proved_kernels
 
 VNNI = "int8_u8s8_k4b_8x48x16_avx512"
 

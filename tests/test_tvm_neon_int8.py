@@ -11,8 +11,6 @@ qemu's ``-cpu max`` runs every family, whichever core the operator is built for.
 import numpy as np
 import pytest
 
-pytest.importorskip("tvm")
-
 from tvm_integration.kernels import neon_int8
 from tvm_integration.kernels.selection import SelectionError
 from tvm_integration.ops import cross

@@ -3,17 +3,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
-pytest.importorskip("tvm")
-
-from hypothesis import given, settings, strategies as st  # noqa: E402
-
-from tvm_integration.kernels import int8, selection, tuning  # noqa: E402
-from tvm_integration.ops import direct  # noqa: E402
-from tvm_integration.ops.conv2d import build_conv2d, conv2d, space_to_depth  # noqa: E402
-from tvm_integration.ops.gemm import Tile, weights_outer  # noqa: E402
-from tvm_integration.ops.dense import dense  # noqa: E402
-from tvm_integration.ops.output_stage import FixedPointRequantize, OutputStage, ScaleRequantize  # noqa: E402
+from tvm_integration.kernels import int8, selection, tuning
+from tvm_integration.ops import direct
+from tvm_integration.ops.conv2d import build_conv2d, conv2d, space_to_depth
+from tvm_integration.ops.gemm import Tile, weights_outer
+from tvm_integration.ops.dense import dense
+from tvm_integration.ops.output_stage import FixedPointRequantize, OutputStage, ScaleRequantize
 
 try:
     HOST_KERNEL = selection.int8_kernel("host")

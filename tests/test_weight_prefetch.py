@@ -9,19 +9,16 @@ import subprocess
 
 import numpy as np
 import pytest
+import tvm
+from tvm import tirx
 
-pytest.importorskip("tvm")
-
-import tvm  # noqa: E402
-from tvm import tirx  # noqa: E402
-
-from emit.convention import function_name  # noqa: E402
-from emit.library import emit_entry  # noqa: E402
-from emit.toolchain import compiler_command  # noqa: E402
-from tvm_integration.kernels import int8, selection  # noqa: E402
-from tvm_integration.ops import direct  # noqa: E402
-from tvm_integration.ops.conv2d import build_conv2d  # noqa: E402
-from tvm_integration.ops.gemm import Tile  # noqa: E402
+from emit.convention import function_name
+from emit.library import emit_entry
+from emit.toolchain import compiler_command
+from tvm_integration.kernels import int8, selection
+from tvm_integration.ops import direct
+from tvm_integration.ops.conv2d import build_conv2d
+from tvm_integration.ops.gemm import Tile
 
 RNG = np.random.default_rng(5)
 LOWERING = ("LowerInitBlock", "PlanAndUpdateBufferAllocationLocation", "ConvertBlocksToOpaque",
