@@ -13,8 +13,8 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
-pytest.importorskip("sklearn.datasets")
-ort = pytest.importorskip("onnxruntime")
+pytest.importorskip("sklearn.datasets", reason="scikit-learn is not installed (pip install -e '.[test]')",
+                   exc_type=ModuleNotFoundError)
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "tests" / "data" / "lowbit"
@@ -113,7 +113,7 @@ def test_w1a1_qonnx_has_bipolar_weights_and_unsigned_1_bit_activations():
 @pytest.mark.parametrize("config, form", [("W2A2", "qcdq"), ("fp32", "fp32"), ("W1A1", "qonnx")])
 def test_reference_executor_reproduces_the_committed_top1(config, form, held_out):
     if form == "qonnx":
-        pytest.importorskip("qonnx")
+        pytest.importorskip("qonnx", reason="qonnx is not installed (pip install -e '.[test]')", exc_type=ModuleNotFoundError)
     x, y = held_out
     name = "digits_fp32.onnx" if form == "fp32" else f"digits_{config.lower()}_{form}.onnx"
     top1 = float(np.mean(reference_predictions(MODELS / name, form, x) == y))
@@ -153,7 +153,7 @@ def fold_wide_quants(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str,
 
 @pytest.mark.parametrize("config", ["W1A1", "W2A2"])
 def test_folded_bias_quants_leave_the_qonnx_executor_outputs_unchanged(config, held_out):
-    pytest.importorskip("qonnx")
+    pytest.importorskip("qonnx", reason="qonnx is not installed (pip install -e '.[test]')", exc_type=ModuleNotFoundError)
     from qonnx.core.modelwrapper import ModelWrapper
     from qonnx.core.onnx_exec import execute_onnx
     from qonnx.transformation.infer_shapes import InferShapes
@@ -174,7 +174,7 @@ def test_w1a1_qonnx_through_qsynth_equals_the_qonnx_executor(held_out):
     """The Brevitas W1A1 export (bipolar weights, binary activations, 32-bit bias Quants) compiled by
     qsynth: logits equal to qonnx's executor on every test image, so the committed top-1; the
     classifier (DQ -> Flatten -> Gemm) on the int8 dense, the inner convolutions bitserial."""
-    pytest.importorskip("qonnx")
+    pytest.importorskip("qonnx", reason="qonnx is not installed (pip install -e '.[test]')", exc_type=ModuleNotFoundError)
     from tvm_integration.qnn.importer import load
     from tvm_integration.qnn.inspect import layers
     path = MODELS / "digits_w1a1_qonnx.onnx"

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 
 from tvm_integration.bench.lowbit_models import conv_int, resnet_lowbit
 
-ort = pytest.importorskip("onnxruntime")
 SMALL = dict(size=32, widths=(8, 16, 32, 64), classes=10)
 PRECISION = {(1, 1): "A1W1 hybrid (bipolar)", (2, 2): "A2W2 unipolar"}
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 
 from helpers_lowbit import conv, conv_int, dense, float_dense, make, reference
@@ -18,7 +19,6 @@ from tvm_integration.qnn import bitserial_layer, lowbit
 from tvm_integration.qnn.importer import ModelError
 from tvm_integration.qnn.integer_op import IntegerOp
 
-ort = pytest.importorskip("onnxruntime")
 SHAPE = (1, 3, 8, 8)
 
 
@@ -50,7 +50,7 @@ SPECS = {
 
 def executor(form: str, model: onnx.ModelProto, path):
     if form == "qonnx":
-        pytest.importorskip("qonnx")
+        pytest.importorskip("qonnx", reason="qonnx is not installed (pip install -e '.[test]')", exc_type=ModuleNotFoundError)
         from qonnx.core.modelwrapper import ModelWrapper
         from qonnx.core.onnx_exec import execute_onnx
         from qonnx.transformation.infer_shapes import InferShapes

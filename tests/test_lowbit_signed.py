@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
@@ -26,7 +27,6 @@ from tvm_integration.qnn import bitserial_layer, precision
 from tvm_integration.qnn.importer import ModelError
 from tvm_integration.qnn.integer_op import IntegerOp
 
-ort = pytest.importorskip("onnxruntime")
 QONNX = "qonnx.custom_op.general"
 SHAPE = (1, 4, 6, 6)
 DENSE = 8
@@ -124,7 +124,7 @@ class Model:
 
     def reference(self, path):
         if self.form == "qonnx":
-            pytest.importorskip("qonnx")
+            pytest.importorskip("qonnx", reason="qonnx is not installed (pip install -e '.[test]')", exc_type=ModuleNotFoundError)
             from qonnx.core.modelwrapper import ModelWrapper
             from qonnx.core.onnx_exec import execute_onnx
             from qonnx.transformation.infer_shapes import InferShapes
