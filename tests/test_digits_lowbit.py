@@ -176,7 +176,7 @@ def test_w1a1_qonnx_through_qsynth_equals_the_qonnx_executor(held_out):
     classifier (DQ -> Flatten -> Gemm) on the int8 dense, the inner convolutions bitserial."""
     pytest.importorskip("qonnx", reason="qonnx is not installed (pip install -e '.[test]')", exc_type=ModuleNotFoundError)
     from tvm_integration.qnn.importer import load
-    from tvm_integration.qnn.inspect import layers
+    from tvm_integration.qnn.report import layers
     path = MODELS / "digits_w1a1_qonnx.onnx"
     assert [(r.kind, r.operator) for r in layers(load(path))] == [
         ("conv2d", "int8"), ("conv2d", "bitserial"), ("conv2d", "bitserial"), ("dense", "int8")]

@@ -43,7 +43,7 @@ def test_equal_to_onnxruntime_and_the_integer_network(built):
 
 def test_inner_layers_are_bitserial_and_the_ends_int8(built):
     from tvm_integration.qnn.importer import load
-    from tvm_integration.qnn.inspect import layers
+    from tvm_integration.qnn.report import layers
     config, path, *_ = built
     rows = {r.layer: r for r in layers(load(path))}
     assert str(rows.pop("stem").precision) == "A8W8 int8" and str(rows.pop("fc").precision).startswith("A8W8")

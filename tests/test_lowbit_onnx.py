@@ -84,7 +84,7 @@ def test_equal_to_reference_executor_and_numpy(compiled):
 
 def test_layers_take_the_operators_their_precision_says(compiled):
     from tvm_integration.qnn.importer import load
-    from tvm_integration.qnn.inspect import layers
+    from tvm_integration.qnn.report import layers
     form, path, *_ = compiled
     rows = layers(load(path))
     assert [(r.layer, str(r.precision), r.operator) for r in rows] == SPECS[form][1]

@@ -150,7 +150,7 @@ CASES = [  # (form, abits, wbits, narrow, per_channel)
                          ids=[f"{f}-A{a}W{w}-{'narrow' if n else 'full'}{'-pc' if p else ''}" for f, a, w, n, p in CASES])
 def test_signed_weights_bitexact(tmp_path, form, abits, wbits, narrow, per_channel):
     from tvm_integration.qnn.importer import load
-    from tvm_integration.qnn.inspect import layers
+    from tvm_integration.qnn.report import layers
     from tvm_integration.qnn.model import compile_model
     built = Model(form, abits, wbits, narrow, per_channel, seed=abits * 10 + wbits + 2 * narrow)
     path = tmp_path / f"{form}.onnx"

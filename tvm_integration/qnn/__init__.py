@@ -12,6 +12,6 @@ kernels, bit-exact with onnxruntime. Its stages, in order, one module each:
     model.py      compile_model(): the stages, the build, and the compiled model (run, save, load)
     artifacts.py  the private, checked cache of compiled models qsynth run loads
 
-A TFLite model enters at legalize (tflite_importer.py, tflite_arithmetic.py); inspect.py reports
+A TFLite model enters at legalize (tflite_importer.py, tflite_arithmetic.py); report.py reports
 each layer's precision and kernel (``qsynth inspect``).
 """
