@@ -6,17 +6,14 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
+import tvm
 from onnx import TensorProto, helper, numpy_helper
+from tvm.relax.frontend import onnx as frontend
+from tvm.relax.frontend.onnx import onnx_frontend
 
-pytest.importorskip("onnxruntime")
-
-import tvm  # noqa: E402
-from tvm.relax.frontend import onnx as frontend  # noqa: E402
-from tvm.relax.frontend.onnx import onnx_frontend  # noqa: E402
-
-from scripts import bench_arm_models, bench_models  # noqa: E402
-from tvm_integration.bench import int8_models, models  # noqa: E402
-from tvm_integration.qnn.model import compile_model  # noqa: E402
+from scripts import bench_arm_models, bench_models
+from tvm_integration.bench import int8_models, models
+from tvm_integration.qnn.model import compile_model
 
 REFUSAL = "The following operators are not supported for frontend ONNX: QLinearConv"
 
