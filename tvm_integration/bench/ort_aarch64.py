@@ -29,10 +29,7 @@ def runtime() -> Path:
     """The private folder holding onnxruntime's AArch64 library, checked against its digest, fetched from
     the registry when missing or damaged (ops/wheels.py); RuntimeError when it cannot be."""
     version = importlib.metadata.version("onnxruntime")
-    try:
-        folder = derived_files.cache_folder(f"aarch64-onnxruntime{version}")
-    except derived_files.UnsafeFolder as e:
-        raise RuntimeError(f"AArch64 onnxruntime folder refused: {e}")
+    folder = derived_files.cache_folder(f"aarch64-onnxruntime{version}")
     wheels.library(folder, "onnxruntime", version, lambda name: Path(name).name == f"libonnxruntime.so.{version}",
                    LIBRARY)
     return folder

@@ -40,7 +40,7 @@ def plugin() -> Path:
     """block_counter.c built for this host, kept in a private folder under a name holding the source's
     hash, and checked against its digest before each use (a plugin is code qemu loads)."""
     source = PLUGIN.read_bytes()
-    built = _folder("qemu-plugin") / f"block_counter-{hashlib.sha256(source).hexdigest()[:12]}.so"
+    built = derived_files.cache_folder("qemu-plugin") / f"block_counter-{hashlib.sha256(source).hexdigest()[:12]}.so"
 
     def build(out: Path) -> None:
         proc = subprocess.run(["cc", "-O2", "-shared", "-fPIC", str(PLUGIN), "-o", str(out)], capture_output=True,
@@ -56,7 +56,7 @@ def root(core: str) -> Path:
     if core not in CORES:
         raise ValueError(f"core {core!r}: qemu-aarch64 models {', '.join(CORES)}; estimates need one of them")
     part, features = CORES[core]
-    where = _folder(f"aarch64-root-{core}")
+    where = derived_files.cache_folder(f"aarch64-root-{core}")
     lib = where / "lib"
     if not (lib.is_symlink() and Path(os.readlink(lib)) == cross_model.SYSROOT / "lib"):
         derived_files.delete(lib)
@@ -72,13 +72,6 @@ def root(core: str) -> Path:
         derived_files.delete(cpuinfo)
         write_atomically(cpuinfo, text)
     return where
-
-
-def _folder(name: str) -> Path:
-    try:
-        return derived_files.cache_folder(name)
-    except derived_files.UnsafeFolder as e:
-        raise RuntimeError(f"qemu's folder refused: {e}")
 
 
 def qemu_options(core: str, counts: Path) -> tuple[str, ...]:

@@ -57,12 +57,9 @@ def missing_tools() -> str | None:
 def runtime() -> Path:
     """The private folder holding libtvm_runtime.so and libtvm_ffi.so for AArch64 (the host's versions),
     each checked against its digest, and fetched from the registry when missing or damaged (wheels.py);
-    RuntimeError when it cannot be."""
+    RuntimeError when it cannot be (UnsafeFolder: the folder is not private)."""
     versions = {project: importlib.metadata.version(project) for project in LIBRARIES}
-    try:
-        folder = derived_files.cache_folder("aarch64-" + "-".join(f"{p}{v}" for p, v in versions.items()))
-    except derived_files.UnsafeFolder as e:
-        raise RuntimeError(f"AArch64 TVM runtime folder refused: {e}")
+    folder = derived_files.cache_folder("aarch64-" + "-".join(f"{p}{v}" for p, v in versions.items()))
     for project, member in LIBRARIES.items():
         wheels.library(folder, project, versions[project], lambda name, member=member: name == member,
                        Path(member).name)
