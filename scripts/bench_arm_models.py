@@ -12,7 +12,8 @@ core, every block of its measured inference costed once by llvm-mca's model of t
                                        [--update]
 
 ``--update`` re-runs only the given rows and keeps the others of ``OUT/models_arm.json``; every row
-records the command that measured it, and the table names each.
+records the run that measured it (provenance.record), and the table prints each. A core is costed on the
+scheduling model mca.STAND_IN gives it, named in the table (core_models.py).
 """
 from __future__ import annotations
 
@@ -22,7 +23,6 @@ import logging
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import onnx
@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from synth.files import write_atomically  # noqa: E402
-from tvm_integration.bench import mca  # noqa: E402
+from tvm_integration.bench import core_models, mca, provenance  # noqa: E402
 from tvm_integration.bench.arm_models import bench_arm_model  # noqa: E402
 from tvm_integration.bench.int8_models import write_pair  # noqa: E402
 from tvm_integration.bench.lowbit_models import resnet_lowbit  # noqa: E402
@@ -39,7 +39,7 @@ from tvm_integration.ops import cross  # noqa: E402
 
 LOWBIT = {"resnet18_w1a1": (1, 1), "resnet18_w2a2": (2, 2)}      # name: (abits, wbits)
 MODELS = ("resnet18", "mobilenet_v2", "mobilenet_v3", *LOWBIT)
-CORES = ("cortex-a53", "cortex-a72", "cortex-a76")
+CORES = core_models.REPORTED
 TARGETS = ["- ResNet-18 int8 on Cortex-A53: at most 0.7x onnxruntime int8's cycles, and at least 3.9x fewer "
            "than fp32 (at most 0.256x onnxruntime fp32).",
            "- MobileNetV2 int8 on Cortex-A53 and A72: at most 0.8x onnxruntime int8's cycles.",
@@ -97,15 +97,6 @@ def lowbit_lines(rows: list[dict]) -> list[str]:
             "int8):", *out] if out else []
 
 
-def earlier_commands(run: dict) -> list[str]:
-    """The rows an earlier run measured (``--update`` kept them), by its command."""
-    by_command: dict[str, list[str]] = {}
-    for r in run["rows"]:
-        if r["command"] != run["command"]:
-            by_command.setdefault(r["command"], []).append(f"{r['model']}/{r['core']}")
-    return [f"Rows kept from an earlier run, `{c}`: {', '.join(rows)}." for c, rows in by_command.items()]
-
-
 def kloop_lines(rows: list[dict]) -> list[str]:
     """Each row's compiled model split into its K loops (blocks with a vector multiply) and the rest,
     with its largest function (arm_models.by_function)."""
@@ -154,8 +145,8 @@ def markdown(run: dict) -> str:
             "onnxruntime| over the output (the model's float logits; 0: bit-exact), against onnxruntime on this "
             "host and against its AArch64 build under qemu (which rounds some requantizations differently from "
             "its x86 build: its own difference from the host's is the same figure when ours is 0)."),
-           "", f"Command: `{run['command']}`, {run['seconds']:.0f} s.", *earlier_commands(run), "",
-           "| model | core | qsynth Mcycles | " + " | ".join(f"{n} Mcycles (ratio)" for n in names)
+           "", *provenance.lines(rows, lambda r: f"{r['model']}/{r['core']}"), "",
+           "| model | core (llvm-mca's scheduling model) | qsynth Mcycles | " + " | ".join(f"{n} Mcycles (ratio)" for n in names)
            + " | qsynth model / runtime / libc Mcycles | onnxruntime_int8 library / libc Mcycles "
            "| diff host / aarch64 |",
            "|---|---|---|" + "---|" * len(names) + "---|---|---|"]
@@ -163,7 +154,8 @@ def markdown(run: dict) -> str:
         cells = [cell(r, n) for n in names]
         ours, theirs = parts(r["columns"]["qsynth"]), parts(r["columns"]["onnxruntime_int8"])
         diff = f"{r['max_abs_diff_vs_onnxruntime']:g} / {r['max_abs_diff_vs_onnxruntime_aarch64']:.3g}"
-        out.append(f"| {r['model']} | {r['core']} | {r['columns']['qsynth']['cycles'] / 1e6:.1f} | "
+        out.append(f"| {r['model']} | {core_models.label(r['core'], r.get('mca_cpu', r['core']))} | "
+                   f"{r['columns']['qsynth']['cycles'] / 1e6:.1f} | "
                    + " | ".join(cells) + f" | {ours['model'] / 1e6:.1f} / {ours['runtime'] / 1e6:.1f} / "
                    f"{ours['libc'] / 1e6:.1f} | {theirs['model'] / 1e6:.1f} / {theirs['libc'] / 1e6:.1f} | {diff} |")
     out += lowbit_lines(rows)
@@ -188,16 +180,17 @@ def main() -> int:
     ap.add_argument("--update", action="store_true", help="keep the rows of OUT/models_arm.json not re-run here")
     a = ap.parse_args()
     logging.getLogger("root").setLevel(logging.ERROR)      # quantize_static's pre-processing advice
-    start, rows = time.perf_counter(), []
-    command = "python scripts/bench_arm_models.py " + " ".join(sys.argv[1:])
+    record, rows = provenance.record(threads=1), []
     with tempfile.TemporaryDirectory(prefix="qsynth-arm-models-") as tmp:
         for name in a.models.split(","):
             int8, fp32 = model_pair(name, Path(tmp))
             for core in a.cores.split(","):
                 row = bench_arm_model(int8, core, fp32, with_tvm_default=a.tvm_default)
-                rows.append(dict(row, model=name, command=command))
+                rows.append(dict(row, model=name))
                 print(json.dumps(rows[-1]), flush=True)
-    run = {"command": command, "seconds": time.perf_counter() - start, "tools": tools(), "rows": rows}
+    record = provenance.finished(record)
+    rows = [dict(r, run=record) for r in rows]
+    run = {"run": record, "tools": tools(), "rows": rows}
     if a.update and (a.out / "models_arm.json").exists():
         done = {(r["model"], r["core"]) for r in rows}
         earlier = json.loads((a.out / "models_arm.json").read_text())["rows"]

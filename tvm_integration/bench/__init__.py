@@ -7,4 +7,6 @@
     models.py            a whole model next to onnxruntime or LiteRT (``qsynth bench-model``)
     int8_models.py       ResNet-18, MobileNetV2/V3, a SiLU FPN, an MLP: float ONNX, quantized by onnxruntime
     lowbit_models.py     ResNet-18 with 1-3-bit layers, QCDQ, and the integer network it computes
+    core_models.py       which LLVM scheduling model costs each Arm core (llvm-mca's resources name it)
+    provenance.py        every benchmark's record: commit, command, host, threads, load, date
 """

@@ -77,7 +77,8 @@ def tvm_default(path: Path, core: str, folder: Path) -> cross_model.CrossModel:
 def bench_arm_model(path: str | Path, core: str, fp32: str | Path | None = None, with_tvm_default: bool = False,
                     feeds: dict[str, np.ndarray] | None = None, threads: int = 1) -> dict:
     """The row: each column's estimated cycles on ``core`` (``cycles``; None and ``refused``, the reason,
-    when TVM's own import refuses the model) and ``ratios`` (ours / theirs: below 1 ours needs fewer),
+    when TVM's own import refuses the model; ``mca_cpu``: the -mcpu whose model costed them) and
+    ``ratios`` (ours / theirs: below 1 ours needs fewer),
     and whether our outputs equal onnxruntime's, here and under qemu."""
     from tvm_integration.qnn.model import compile_model
     qemu_blocks.root(core)                                  # a core qemu does not model: ValueError, first
@@ -111,7 +112,7 @@ def bench_arm_model(path: str | Path, core: str, fp32: str | Path | None = None,
         return max(float(np.max(np.abs(x.astype(np.float64) - y.astype(np.float64)))) if x.size else 0.0
                    for x, y in zip(a, b, strict=True))
     ours_cycles = columns["qsynth"]["cycles"]
-    return {"model": path.name, "core": core, "threads": threads, "columns": columns,
+    return {"model": path.name, "core": core, "mca_cpu": mca.mca_cpu(core), "threads": threads, "columns": columns,
             "ratios": {name: ours_cycles / c["cycles"] for name, c in columns.items()
                        if name != "qsynth" and c["cycles"] is not None},
             "max_abs_diff_vs_onnxruntime": largest_difference(ours, reference),

@@ -8,8 +8,9 @@ nothing about an Arm core).
    also split straight-line code (at a page boundary, or its instruction limit) the two parts are
    costed as one block (``_joined``).
 2. ``block_cycles``: llvm-mca's steady-state cycles of each block's instructions (as llvm-objdump
-   prints them from the linked binary) on a core model (``-mtriple=aarch64 -mcpu=<core>``), all
-   blocks in one run as code regions.
+   prints them from the linked binary) on a core model (``-mtriple=aarch64 -mcpu=<mca_cpu(core)>``: a
+   core LLVM models with another core's model is costed on a model of its own family, core_models.py),
+   all blocks in one run as code regions.
 3. ``estimate``: sum of runs x cycles over the blocks — of the whole operator, and of the blocks that
    popcount (``cnt``: the GEMM's K loop, its unrolled remainder; not the packing or the output
    stage); and the hottest popcounting loop (a block ending in a branch to its own start): its
@@ -32,6 +33,9 @@ from pathlib import Path
 _LINE = re.compile(r"^\s*([0-9a-f]+):\s+(.*?)\s*$")
 _FUNCTION = re.compile(r"^([0-9a-f]+) <(.+)>:$")
 _TARGET = re.compile(r"0x([0-9a-f]+) <[^>]*>")
+# a core -> the -mcpu whose scheduling model costs it: LLVM 19 costs -mcpu=cortex-a76 on its Cortex-A57
+# model; Neoverse-N1, derived from the A76, has its own
+STAND_IN = {"cortex-a76": "neoverse-n1"}
 
 
 @dataclass(frozen=True)
@@ -141,10 +145,15 @@ def _read_log(text: bytes) -> tuple[dict[int, set[int]], Counter]:
 _CYCLES: dict[tuple[str, str], float] = {}     # (core, a block's assembly) -> cycles: llvm-mca once per block
 
 
+def mca_cpu(core: str) -> str:
+    """The ``-mcpu`` llvm-mca costs ``core`` with (``STAND_IN``)."""
+    return STAND_IN.get(core, core)
+
+
 def block_cycles(blocks: list[Block], core: str, iterations: int = 100) -> list[float]:
-    """llvm-mca's cycles per run of each block on ``core`` (steady state over ``iterations``); the blocks
-    this process has costed before are not costed again. An instruction the core's model has no timing for
-    (LSE atomics on Cortex-A76: a reference count's ``ldadd``) is left out of its block, not an error."""
+    """llvm-mca's cycles per run of each block on ``core``'s model (``mca_cpu``; steady state over
+    ``iterations``); the blocks this process has costed before are not costed again. An instruction the
+    model has no timing for is left out of its block, not an error."""
     assembly = [b.assembly(".Lb") for b in blocks]
     new = list(dict.fromkeys(a for a in assembly if (core, a) not in _CYCLES))
     source = "\n".join(f"# LLVM-MCA-BEGIN b{i}\n{a.replace('.Lb', f'.Lb{i}')}\n# LLVM-MCA-END b{i}"
@@ -153,7 +162,7 @@ def block_cycles(blocks: list[Block], core: str, iterations: int = 100) -> list[
         with tempfile.NamedTemporaryFile("w", suffix=".s") as f:
             f.write(source + "\n")
             f.flush()
-            out = _run([tool("llvm-mca-19", "llvm-mca"), "-mtriple=aarch64", f"-mcpu={core}",
+            out = _run([tool("llvm-mca-19", "llvm-mca"), "-mtriple=aarch64", f"-mcpu={mca_cpu(core)}",
                         f"-iterations={iterations}", "-skip-unsupported-instructions=lack-sched", f.name])
         totals = [int(t) for t in re.findall(r"Total Cycles:\s+(\d+)", out)]
         if len(totals) != len(new):
