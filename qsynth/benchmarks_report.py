@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from synth.files import write_atomically
+from tvm_integration.bench import provenance
 
 # The synthesis paper's Table 2 (CGO 2020, Cortex-A53 NEON): compute, reduction, verify, total seconds,
 # as printed (A3W1's total is printed as 158.3 though its parts add up to 96.3)
@@ -222,7 +223,8 @@ def _models(models) -> dict:
     groups = [f"{r['name']} {r['threads']}t" for r in rows]
     baselines = sorted({b for r in rows for b in r["baselines"]})
     series = {"qsynth": [r["ours_ms"] for r in rows]} | {b: [r["baselines"].get(b) for r in rows] for b in baselines}
-    lines = [f"`models.json` ({models.get('command', 'scripts/bench_models.py')}): median ms per inference, "
+    run = models.get("run")
+    lines = [f"`models.json` ({provenance.described(run) if run else models['command']}): median ms per inference, "
              "batch 1; every row's output compared with onnxruntime's (largest difference in the table). Log scale.",
              "", "![model latency](figures/models_latency.png)", ""]
     lines += _table(["model", "threads", "qsynth ms", *(f"{b} ms" for b in baselines), "max diff vs onnxruntime",

@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 from synth.files import write_atomically  # noqa: E402
 from tvm_integration.bench.int8_models import BUILT_IN, write_pair  # noqa: E402
-from tvm_integration.bench.provenance import commit  # noqa: E402
+from tvm_integration.bench import provenance  # noqa: E402
 
 LOWBIT = {"resnet18_w1a1": (1, 1), "resnet18_w2a2": (2, 2)}      # name: (abits, wbits)
 MODELS = (*BUILT_IN, *LOWBIT)
@@ -135,13 +135,16 @@ def cell(row: dict, name: str) -> str:
     return f"{row['baselines'][name]:.2f} ({row['speedups'][name]:.2f}x)"
 
 
-def markdown(rows: list[dict], command: str) -> str:
+def markdown(data: dict) -> str:
+    """The table of ``models.json``: its run's record (an older file: its command and load) above it."""
+    rows, run = data["rows"], data.get("run") or {"command": data["command"].strip("`").split("`")[0]}
     names = ["onnxruntime_int8", "onnxruntime_int8_exact", "onnxruntime_fp32", "openvino_int8", "openvino_int8_vnni",
              "tvm_default"]
     unavailable = sorted({f"{name} ({r['threads']} thread(s)): {report['unavailable']}" for r in rows
                           for name, report in r.get("openvino", {}).items() if "unavailable" in report})
     lines = ["# Whole models through the QNN pipeline, batch 1", "",
-             f"Host: {rows[0]['host']}; {command}", "",
+             f"- Run: {provenance.described(run)}" if "commit" in run else
+             f"Host: {rows[0]['host']} (LLVM's name for its model number, not its features); {data['command']}", "",
              "Ours: the QDQ model imported into Relax, rewritten to integer arithmetic, legalized and dispatched "
              "to the tensorized int8 operators (tvm_integration/qnn). Times: median ms; x = baseline / ours "
              "(above 1: we are faster). tvm_default: TVM 0.27's own import of the same quantized model (conv and "
@@ -205,7 +208,7 @@ def main() -> int:
     if unknown:
         ap.error(f"unknown models {sorted(unknown)}; accepted: {', '.join(MODELS)}")
     rows = []
-    load_start, measured = " / ".join(f"{v:.2f}" for v in os.getloadavg()), commit()      # the code the workers load
+    record = provenance.record([int(t) for t in a.threads.split(",")])      # the code the workers load
     with tempfile.TemporaryDirectory() as directory:
         logging.getLogger("root").setLevel(logging.ERROR)      # quantize_static's pre-processing advice
         for name in a.models.split(","):
@@ -223,13 +226,11 @@ def main() -> int:
                 return 1
             rows += [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
     lowbit_speedups(rows)
-    load = " / ".join(f"{v:.2f}" for v in os.getloadavg())
-    command = (f"`python scripts/bench_models.py --models {a.models} --threads {a.threads} --trials {a.trials}` at "
-               f"{measured}; load average (1/5/15 min) at the start: {load_start}, at the end: {load}")
+    data = {"run": provenance.finished(record), "rows": rows}
     a.out.mkdir(parents=True, exist_ok=True)
-    write_atomically(a.out / "models.json", json.dumps({"command": command, "commit": measured, "rows": rows}, indent=1))
-    write_atomically(a.out / "models.md", markdown(rows, command))
-    print(markdown(rows, command))
+    write_atomically(a.out / "models.json", json.dumps(data, indent=1))
+    write_atomically(a.out / "models.md", markdown(data))
+    print(markdown(data))
     return 0
 
 

@@ -32,9 +32,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from scripts.bench_zoo import host_line  # noqa: E402
+from scripts.bench_zoo import host_line, run_of  # noqa: E402
 from scripts.make_tflite_applications import APPLICATIONS, DEFAULT_OUT  # noqa: E402
 from synth.files import write_atomically  # noqa: E402
+from tvm_integration.bench import provenance  # noqa: E402
 
 NOTES = ("<!-- notes: hand-written, kept by scripts/bench_tflite.py -->", "<!-- /notes -->")
 BASELINES = {"litert_int8": "LiteRT (XNNPACK)", "openvino_int8": "OpenVINO int8",
@@ -178,8 +179,8 @@ def markdown(data: dict, notes: str) -> str:
     keys = [k for k in BASELINES if any(k in r.get("baselines", {}) for r in rows)] or ["litert_int8"]
     lines = ["# keras.applications as TFLite: qsynth next to LiteRT", "",
              f"Host: {data['host']}.", "",
-             *(f"- `{r['command']}`; load average (1/5/15 min) before: {r['load_before']}, after: {r['load_after']}"
-               for r in data["runs"]), "",
+             *provenance.lines(rows, lambda r: f"{r['name']} {r['threads']}t", lambda r: run_of(r, data["runs"])),
+             "",
              "Models: `scripts/make_tflite_applications.py` (TensorFlow 2.21, keras.applications with random "
              "weights, re-estimated BatchNorm statistics, non-zero biases; full-integer quantization, int8 I/O, "
              "`mobilenet_v2_uint8` uint8 I/O; logits out). Times: median ms per inference (wall clock), qsynth and "
@@ -268,8 +269,8 @@ def main() -> int:
     missing = [n for n in names if not (a.dir / f"{n}.tflite").exists()]
     if missing:
         ap.error(f"{a.dir} lacks {', '.join(missing)}: run scripts/make_tflite_applications.py -o {a.dir} first")
-    load_before = " / ".join(f"{v:.2f}" for v in os.getloadavg())
     rows, threads_run = [], [int(t) for t in a.threads.split(",")]
+    record = provenance.record(threads_run)
     for k, threads in enumerate(threads_run):
         args = [sys.executable, __file__, "--worker", str(threads), "--models", a.models, "--dir", str(a.dir),
                 "--trials", str(a.trials), "--inputs", str(a.inputs)]
@@ -280,12 +281,7 @@ def main() -> int:
             last = [line for line in done.stderr.splitlines() if line.strip()]
             print(f"worker at {threads} threads: exit code {done.returncode}: {last[-1] if last else ''}",
                   file=sys.stderr)
-    load_after = " / ".join(f"{v:.2f}" for v in os.getloadavg())
-    command = (f"python scripts/bench_tflite.py --models {a.models} --threads {a.threads} --trials {a.trials} "
-               f"--inputs {a.inputs}" + (" --recompile" if a.recompile else "")
-               + (" --no-openvino" if a.no_openvino else ""))
-    run = {"command": command, "load_before": load_before, "load_after": load_after, "models": names,
-           "threads": threads_run}
+    run = provenance.finished(record) | {"models": names}
     runs = [r for r in previous.get("runs", []) if set(r["models"]) - set(names)
             or set(r["threads"]) - set(threads_run)] + [run]
     data = {"host": host_line(), "runs": runs, "models": list(APPLICATIONS),

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -30,6 +29,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from scripts import bench_zoo  # noqa: E402
 from synth.files import write_atomically  # noqa: E402
+from tvm_integration.bench import provenance  # noqa: E402
 
 ARCHITECTURES = {"bert_l4_s128": {"layers": 4, "seq": 128}, "bert_l4_s384": {"layers": 4, "seq": 384},
                  "bert_l12_s128": {"layers": 12, "seq": 128}, "bert_l12_s384": {"layers": 12, "seq": 384},
@@ -86,8 +86,8 @@ def markdown(data: dict) -> str:
     keys = ["onnxruntime_int8", "onnxruntime_fp32", "openvino_int8"]
     keys += ["openvino_int8_vnni"] if any("openvino_int8_vnni" in r.get("baselines", {}) for r in rows) else []
     lines = ["# Quantized transformers, batch 1", "", f"Host: {data['host']}.", "",
-             *(f"- `{r['command']}`; load average (1/5/15 min) before: {r['load_before']}, after: {r['load_after']}"
-               for r in data["runs"]), "",
+             *provenance.lines(rows, lambda r: f"{r['name']} {r['threads']}t",
+                               lambda r: bench_zoo.run_of(r, data["runs"])), "",
              "Models (`tests/transformer_models.py`, random weights, float input): `bert_lL_sS`, an encoder of "
              "BERT-base width (hidden 768, 12 heads, feed-forward 3072, post-norm, Erf GELU) with L layers at "
              "sequence S; `vit_conv` / `vit_matmul`, a ViT-style image encoder (224x224, patch 16, 196 tokens, "
@@ -167,7 +167,7 @@ def main() -> int:
     unknown = sorted(set(names) - set(MODELS))
     if unknown:
         ap.error(f"unknown models {unknown}; known: {', '.join(MODELS)}")
-    load_before = " / ".join(f"{v:.2f}" for v in os.getloadavg())
+    record = provenance.record([int(t) for t in a.threads.split(",")])
     a.dir.mkdir(parents=True, exist_ok=True)
     for name in names:
         build(a.dir, name)
@@ -184,11 +184,7 @@ def main() -> int:
                 and r["baselines"].get("onnxruntime_int8", float("inf")) < r["ours_ms"]:
             profiles |= {p.pop("name"): p for p in bench_zoo.subprocess_rows(
                 ["--profile-one", r["name"], "--dir", str(a.dir)], 1)}
-    load_after = " / ".join(f"{v:.2f}" for v in os.getloadavg())
-    command = (f"python scripts/bench_transformers.py --models {a.models} --threads {a.threads} --trials {a.trials}"
-               + (" --no-openvino" if a.no_openvino else ""))
-    run = {"command": command, "load_before": load_before, "load_after": load_after, "models": names,
-           "threads": threads_run}
+    run = provenance.finished(record) | {"models": names}
     kept = [r for r in previous.get("rows", []) if r["name"] not in names or r["threads"] not in threads_run]
     data = {"host": bench_zoo.host_line(),
             "runs": [r for r in previous.get("runs", []) if {(m, t) for m in r["models"] for t in r["threads"]}

@@ -31,6 +31,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from tvm_integration.bench import provenance  # noqa: E402
+
 MODELS = ["resnet50", "mobilenet_v3_large", "efficientnet_b0", "shufflenet_v2", "densenet121", "regnet_y_400mf",
           "googlenet", "squeezenet1_1", "convnext_tiny"]
 COMPILE_TIMEOUT_S = 900
@@ -120,6 +122,12 @@ def host_line() -> str:
     return f"{name} ({host.model().uarch}), {os.cpu_count()} cores shared with other jobs; flags: {' '.join(flags)}"
 
 
+def run_of(row: dict, runs: list[dict]) -> dict:
+    """The run of ``runs`` (oldest first) that measured ``row``: the last to run its model at its threads
+    (a run from before provenance records lacks ``threads``: it ran 1 and 2)."""
+    return next(r for r in reversed(runs) if row["name"] in r["models"] and row["threads"] in r.get("threads", [1, 2]))
+
+
 def is_slow_or_inexact(r: dict) -> bool:
     """Slower than onnxruntime int8 (by CPU time where the row has it: wall time on the shared cores
     mostly measures the load), or not exact."""
@@ -147,8 +155,8 @@ def markdown(data: dict, findings: str) -> str:
     keys = ["onnxruntime_int8", "onnxruntime_fp32", "openvino_int8"] + (["openvino_int8_vnni"] if vnni else [])
     lines = ["# The zoo: real architectures, batch 1, 224x224", "",
              f"Host: {data['host']}.", "",
-             *(f"- `{r['command']}`; load average (1/5/15 min) before: {r['load_before']}, after: "
-               f"{r['load_after']}" for r in data["runs"]), "",
+             *provenance.lines(rows, lambda r: f"{r['name']} {r['threads']}t", lambda r: run_of(r, data["runs"])),
+             "",
              "Models: torchvision definitions with random weights (nothing downloaded), exported by torch's ONNX "
              "exporter (opset 18) and quantized by `onnxruntime.quantization.quantize_static` (QDQ, u8 activations, "
              "s8 per-channel weights, 8 random calibration inputs): `scripts/make_zoo.py`, run with torch 2.13 and "
@@ -252,7 +260,7 @@ def main() -> int:
     unknown = sorted(set(names) - set(MODELS))
     if unknown:
         ap.error(f"unknown models {unknown}; known: {', '.join(MODELS)}")
-    load_before = " / ".join(f"{v:.2f}" for v in os.getloadavg())
+    record = provenance.record([int(t) for t in a.threads.split(",")])
     compiles = compile_all(a.dir, names, a.recompile)
     ready = [n for n in names if "error" not in compiles[n]]
     rows = []
@@ -264,11 +272,7 @@ def main() -> int:
     for r in rows:
         if r["threads"] == 1 and is_slow_or_inexact(r) and not a.no_profile:
             profiles |= {p.pop("name"): p for p in subprocess_rows(["--profile-one", r["name"], "--dir", str(a.dir)], 1)}
-    load_after = " / ".join(f"{v:.2f}" for v in os.getloadavg())
-    command = (f"python scripts/bench_zoo.py --models {a.models} --threads {a.threads} --trials {a.trials}"
-               + (" --no-openvino" if a.no_openvino else ""))
-    run = {"command": command, "load_before": load_before, "load_after": load_after, "models": names,
-           "threads": threads_run}
+    run = provenance.finished(record) | {"models": names}
     # an earlier run stays listed while any of its rows (model, threads) is still in the tables
     runs = [r for r in previous.get("runs", []) if set(r["models"]) - set(names)
             or set(r.get("threads", [1, 2])) - set(threads_run)] + [run]

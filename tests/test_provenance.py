@@ -1,28 +1,31 @@
-"""A benchmark records the commit it measured (tvm_integration/bench/provenance.py), checked against a
-repository made here with git itself."""
-from __future__ import annotations
-
+"""Every benchmark run's record (tvm_integration/bench/provenance.py): the whole command line (a run with
+--recompile once recorded its command without it), the commit with a dirty tree marked, and the host."""
 import subprocess
 
-from tvm_integration.bench.provenance import commit
+from tvm_integration.bench import provenance
 
 
-def git(root, *args):
-    return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=True).stdout.strip()
+def test_command_keeps_every_argument():
+    argv = [str(provenance.ROOT / "scripts" / "bench_zoo.py"), "--recompile", "--dir", "/tmp/a b", "--threads", "1"]
+    assert provenance.command(argv) == "python scripts/bench_zoo.py --recompile --dir '/tmp/a b' --threads 1"
 
 
-def test_commit_names_head_and_says_when_the_tree_differs(tmp_path):
-    git(tmp_path, "init", "-q")
-    (tmp_path / "a.txt").write_text("1")
-    git(tmp_path, "add", "a.txt")
-    git(tmp_path, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one")
-    head = git(tmp_path, "rev-parse", "HEAD")
-    assert commit(tmp_path) == head
-    (tmp_path / "b.txt").write_text("untracked files do not count")
-    assert commit(tmp_path) == head
-    (tmp_path / "a.txt").write_text("2")
-    assert commit(tmp_path) == head + "+dirty"
+def test_commit_marks_a_dirty_tree(tmp_path):
+    def git(*args):
+        return subprocess.run(["git", "-C", str(tmp_path), *args], capture_output=True, text=True, check=True).stdout
+    git("init", "-q")
+    (tmp_path / "f").write_text("a")
+    git("add", "f")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "c")
+    head = git("rev-parse", "HEAD").strip()
+    assert provenance.commit(tmp_path) == head
+    (tmp_path / "f").write_text("b")
+    assert provenance.commit(tmp_path) == head + "+dirty"
 
 
-def test_outside_a_checkout_it_says_unknown(tmp_path):
-    assert commit(tmp_path) == "unknown"
+def test_record_names_host_threads_load_and_date():
+    run = provenance.finished(provenance.record([1, 2]))
+    assert {"commit", "command", "host", "threads", "load_before", "load_after", "date", "seconds"} <= set(run)
+    assert run["threads"] == [1, 2] and len(run["load_before"]) == 3 and run["host"]["cpu"] is not None
+    line = provenance.line(run)
+    assert run["command"] in line and run["host"]["uarch"] in line and run["commit"][:10] in line

@@ -68,17 +68,21 @@ def line(run: dict) -> str:
 
 
 def described(run: dict) -> str:
-    """``line`` of a finished record; of a run from before records, its command and what it lacks."""
-    return line(run) if "commit" in run else f"`{run['command']}` (its commit, host and load were not recorded)"
+    """``line`` of a finished record; of a run from before records, what it kept and what it lacks."""
+    if "commit" in run:
+        return line(run)
+    load = (f"; load average {run['load_before']} before, {run['load_after']} after" if "load_before" in run
+            else "; load not recorded")
+    return f"`{run['command']}` (commit, full command line, host and date not recorded{load})"
 
 
-def lines(rows: list[dict], label=None) -> list[str]:
-    """One markdown item per run behind a table's ``rows`` (each row's ``run``, a finished record; a row
-    from before records has only its ``command``), naming its rows by ``label(row)`` when the table
-    mixes runs."""
+def lines(rows: list[dict], label=None, run_of=None) -> list[str]:
+    """One markdown item per run behind a table's ``rows``, naming its rows by ``label(row)`` when the
+    table mixes runs. A row's run is ``run_of(row)``, by default its ``run`` (a finished record) or, for
+    a row from before records, its ``command``."""
     runs: list[tuple[dict, list[str]]] = []
     for row in rows:
-        run = row.get("run") or {"command": row["command"]}
+        run = run_of(row) if run_of else row.get("run") or {"command": row["command"]}
         names = next((names for r, names in runs if r == run), None)
         if names is None:
             runs.append((run, names := []))
