@@ -275,6 +275,11 @@ def _pareto(accuracy) -> dict:
              "no other beats on both.", "", "![Pareto front](figures/pareto.png)", ""]
     if isinstance(accuracy, dict) and accuracy.get("data"):
         lines += [f"Data: {accuracy['data']}.", ""]
+    if isinstance(accuracy, dict) and accuracy.get("bench"):
+        bench = accuracy["bench"]
+        lines += [f"Timed by {provenance.described(bench['run'])}." if "run" in bench else
+                  f"Timed by `{bench['command']}` on {bench['host']} (its commit not recorded; load average "
+                  f"{bench['load_average']}).", ""]
     lines += _table(["config", "top-1", "images/s", "on the front"],
                     [[n, f"{y:.1f}%", f"{x:.1f}", "yes" if n in front else ""] for n, (x, y) in points.items()]
                     + [[n, f"{top1:.1f}%", "not measured", ""] for n, (top1, _) in unmeasured.items()])

@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 
-from isa_specs import host  # noqa: E402
+from tvm_integration.bench import provenance  # noqa: E402
 from synth.files import write_atomically  # noqa: E402
 from tvm_integration.bench.layers import LAYERS, Layer  # noqa: E402
 from tvm_integration.bench.timing import SelfTimed, batch_timer, side_by_side, tvm_batch_timer  # noqa: E402
@@ -56,8 +56,9 @@ def bench(name: str, trials: int) -> dict:
 
 def markdown(rows: list[dict], meta: dict) -> str:
     lines = ["# ResNet-18 conv layers on AMX and on AVX-512 VNNI, int8, batch 1, one thread", "",
-             f"Host: {meta['host']}; {meta['command']}; load average {meta['load_before']} before, "
-             f"{meta['load_after']} after (2 vCPUs: above 1, other jobs shared the core and the ratios are noisy)", "",
+             f"- Run: {provenance.described(meta['run'])}" if "run" in meta else
+             f"- Run: {provenance.described(meta)}; host {meta['host']}", "",
+             "Load average above 1 on the 2 vCPUs: other jobs shared the core and the ratios are noisy.", "",
              "Both columns are our conv2d (bias + requantize to u8 fused, NHWC), the tile the only difference; "
              "each output checked against numpy first. CPU ms: the least CPU time of this thread per call over "
              "the batches (G MAC/s and the speedup from these); wall ms: medians of interleaved rounds.", "",
@@ -84,16 +85,13 @@ def main() -> int:
     kernel = selection.int8_kernel("amx")
     if (why := selection.usable(kernel)) is not None:
         parser.error(f"this host cannot run AMX: {why}")
-    rows, load_before = [], os.getloadavg()[0]
+    rows, record = [], provenance.record(1)
     for name in names:
         rows.append(bench(name, args.trials))
         r = rows[-1]
         print(f"{name}: amx {r['cpu_ms']['amx']:.3f} ms, avx512 {r['cpu_ms']['avx512']:.3f} ms (CPU), "
               f"{r['amx_speedup']:.2f}x, correct={r['correct']}", flush=True)
-    m = host.model()
-    meta = {"host": f"{m.model_name} ({m.uarch}, family {m.family} model {m.model})",
-            "command": "python scripts/bench_amx_layers.py " + " ".join(sys.argv[1:]),
-            "load_before": round(load_before, 1), "load_after": round(os.getloadavg()[0], 1)}
+    meta = {"run": provenance.finished(record)}
     args.out.mkdir(parents=True, exist_ok=True)
     write_atomically(args.out / "amx_layers.json", json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
     write_atomically(args.out / "amx_layers.md", markdown(rows, meta))

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -25,6 +24,7 @@ from emit.model import kernel_model  # noqa: E402
 from emit.toolchain import build  # noqa: E402
 from isa_specs import host  # noqa: E402
 from synth.files import write_atomically  # noqa: E402
+from tvm_integration.bench import provenance  # noqa: E402
 from tvm_integration.kernels import amx_runtime, int8  # noqa: E402
 
 KERNEL = "int8_u8s8_tile_32x32x64_amx"
@@ -118,6 +118,7 @@ def main() -> int:
     if host.lacks("amx-int8", m.flags):
         print("bench_amx_residency: this host has no AMX-INT8; the figures need the hardware", file=sys.stderr)
         return 1
+    record = provenance.record(1)
     exe, peak = driver(emulated=False), tdpbusd_per_second() * 16 * 16 * 64
     rows = []
     for name, (kblocks, a_copies, b_copies) in CASES.items():
@@ -127,11 +128,9 @@ def main() -> int:
                      "b_kib": kblocks * 16 * 128 // 1024 * b_copies, "ns_per_call": ns, "gmacs": gmacs,
                      "of_peak": gmacs * 1e9 / peak})
         print(f"{name}: {ns:.0f} ns per call, {gmacs:.0f} G MAC/s, {100 * rows[-1]['of_peak']:.0f}% of the peak")
-    report = {"host": f"{m.model_name} ({m.uarch}, family {m.family} model {m.model})", "kernel": KERNEL,
-              "load_average": round(os.getloadavg()[0], 1), "peak_gmacs": peak / 1e9, "cases": rows}
-    lines = [f"# {KERNEL}: speed by where its operands live", "",
-             f"Host: {report['host']}, load average {report['load_average']}; `python scripts/bench_amx_residency.py`; "
-             f"one thread, CPU time, the least of 5 rounds. Peak: tdpbusd alone, {peak / 1e9:.0f} G MAC/s.", "",
+    report = {"run": provenance.finished(record), "kernel": KERNEL, "peak_gmacs": peak / 1e9, "cases": rows}
+    lines = [f"# {KERNEL}: speed by where its operands live", "", f"- Run: {provenance.described(report['run'])}.", "",
+             f"One thread, CPU time, the least of 5 rounds. Peak: tdpbusd alone, {peak / 1e9:.0f} G MAC/s.", "",
              "| case | k blocks per call | A KiB (all copies) | B KiB (all copies) | ns per call | G MAC/s | of peak |",
              "|---|---|---|---|---|---|---|"]
     lines += [f"| {r['case']} | {r['kblocks']} | {r['a_kib']} | {r['b_kib']} | {r['ns_per_call']:.0f} | "

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from isa_specs import host
+from tvm_integration.bench import provenance
 from tvm_integration.bench.bitserial_layers import bench_bitserial_layer, parse_config
 from tvm_integration.bench.layers import LAYERS, Layer, onnxruntime_seconds
 
@@ -27,9 +27,9 @@ COLUMNS = ("plain_tir", "int8_ours", "onnxruntime_int8", "onnxruntime_fp32")
 def table(rows: list[dict]) -> str:
     """Markdown: one line per row (speedup = the baseline's median time / ours), then the geometric
     means of the speedups per (config, encoding, threads)."""
-    m = host.model()
     isas = sorted({r.get("isa", "host") for r in rows})
-    out = [f"Host: {m.model_name} ({m.uarch}); batch 1, NHWC; medians; speedup = the baseline's time / ours "
+    out = [*provenance.lines(rows, run_of=lambda r: r.get("run") or {"command": "python scripts/bench_bitserial_layers.py"}),
+           "", "Batch 1, NHWC; medians; speedup = the baseline's time / ours "
            "(scripts/bench_bitserial_layers.py). Rows whose tile is plain TIR (1x1 layers, K at most half a "
            "kernel block) compare two builds of the same schedule in `vs plain_tir`.", ""]
     if "avx2" in isas:
@@ -64,7 +64,7 @@ def main() -> int:
         print(table(json.loads(args.table.read_text())), end="")
         return 0
     threads = int(os.environ.get("TVM_NUM_THREADS", os.cpu_count()))
-    rows = []
+    rows, record = [], provenance.record(threads)
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.layers:
             onnx = onnxruntime_seconds(Layer(name), threads, args.trials, Path(tmp))
@@ -77,7 +77,8 @@ def main() -> int:
                           f"({r['gmacs']:.0f} G MAC/s)  vs plain TIR {s['plain_tir']:.2f}x  int8 ours {s['int8_ours']:.2f}x  "
                           f"ort int8 {s['onnxruntime_int8']:.2f}x  ort fp32 {s['onnxruntime_fp32']:.2f}x", flush=True)
     if args.json:
-        args.json.write_text(json.dumps(rows, indent=1))
+        record = provenance.finished(record)
+        args.json.write_text(json.dumps([dict(r, run=record) for r in rows], indent=1))
     return 0 if all(r["correct"] for r in rows) else 1
 
 

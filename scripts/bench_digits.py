@@ -28,6 +28,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from tvm_integration.bench import provenance  # noqa: E402
 from scripts.train_digits_lowbit import BATCH, batches, load_digits, reference_outputs  # noqa: E402
 
 
@@ -66,6 +67,7 @@ def main() -> int:
     a = ap.parse_args()
     os.environ["TVM_NUM_THREADS"] = str(a.threads)              # before TVM's pool starts
     logging.disable(logging.WARNING)
+    record = provenance.record(a.threads)
     result = json.loads(a.json.read_text())
     _, _, x, y = load_digits()
     first = batches(x)[0]
@@ -94,18 +96,10 @@ def main() -> int:
                    qsynth_top1=export["qsynth_top1"], agreement=export["agreement"])
         if "onnxruntime_ms" in export:
             row["onnxruntime_ms"] = export["onnxruntime_ms"]
-    load = os.getloadavg()[0]
-    result["bench"] = {"command": f"python scripts/bench_digits.py --threads {a.threads} --trials {a.trials}",
-                       "threads": a.threads, "batch": BATCH, "load_average": round(load, 2),
-                       "host": host_name()}
+    result["bench"] = {"run": provenance.finished(record), "batch": BATCH}
     a.json.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"{a.json} (load average {load:.1f})")
+    print(f"{a.json}: {provenance.described(result['bench']['run'])}")
     return 0
-
-
-def host_name() -> str:
-    from isa_specs import host
-    return host.model().uarch
 
 
 if __name__ == "__main__":

@@ -27,11 +27,12 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from scripts import tvm_baselines  # noqa: E402
-from scripts.kernels_report import markdown, merge  # noqa: E402
+from scripts.kernels_report import ROW_SECTIONS, markdown, merge  # noqa: E402
 
 from isa_specs import host  # noqa: E402
 from sketches.program import Program  # noqa: E402
 from synth.files import write_atomically  # noqa: E402
+from tvm_integration.bench import provenance  # noqa: E402
 from synth.kernel import spec_from_key  # noqa: E402
 from emit.convention import function_name, layout  # noqa: E402
 from emit.model import KLOOP_LAYOUTS, KLOOP_TYPES  # noqa: E402
@@ -406,7 +407,7 @@ def main() -> int:
     isas = args.isa.split(",")
     configs = args.configs.split(",") if args.configs else None
     entries = [e for isa in isas for e in selected_entries(isa, configs)[0] if e["proof"]["proved"]]
-    report = {"machine": machine()}
+    report, record = {"machine": machine()}, provenance.record(1)
     x86 = sorted((e for e in entries if e["program"]["isa"] != "neon"), key=lambda e: e["name"])
     missing = {e["name"]: KernelDriver(e, emulated=False).missing() for e in x86}     # AMX: timed natively only
     report["x86_skipped"] = {name: reason for name, reason in missing.items() if reason}
@@ -420,6 +421,10 @@ def main() -> int:
     neon = [e for e in entries if e["program"]["isa"] == "neon"]
     if neon:
         report["neon"] = neon_rows(sorted(neon, key=lambda e: e["name"]))
+    record = provenance.finished(record)
+    for section in ROW_SECTIONS:
+        if section in report:
+            report[section] = [dict(r, run=record) for r in report[section]]
     out = Path(args.out)
     if (args.configs or set(isas) != set(ALL_ISAS)) and (out / "kernels.json").exists():
         report = merge(json.loads((out / "kernels.json").read_text()), report)

@@ -24,7 +24,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from isa_specs import host  # noqa: E402
+from tvm_integration.bench import provenance  # noqa: E402
 from tvm_integration.bench.layers import LAYERS, OPENVINO_NOTE, bench_layer  # noqa: E402
 
 
@@ -36,7 +36,8 @@ def markdown(rows: list[dict], meta: dict) -> str:
     steps = [report["max_diff_steps"] for r in rows for report in r.get("openvino", {}).values()
              if report.get("max_diff_steps") is not None]
     lines = ["# ResNet-18 conv layers, int8, batch 1", "",
-             f"Host: {meta['host']}; kernels: {meta['kernel']}; {meta['command']}", "",
+             f"- Run: {provenance.described(meta['run'])}" if "run" in meta else
+             f"Host: {meta['host']}; {meta['command']}", "", f"Kernels: {meta['kernel']}.", "",
              "Ours: NHWC conv2d + bias + requantize to u8, tensorized with the cached kernel. Times: median ms; "
              "x = baseline time / ours. % peak: of one core's rate of the tile's multiply (probed before each row: "
              "vpdpbusd zmm, 64 MACs, for the VNNI tiles; vpmaddwd ymm, 16 MACs, for the exact AVX2 ones) "
@@ -86,7 +87,7 @@ def main() -> int:
     if a.worker:
         worker(a)
         return 0
-    rows = []
+    rows, record = [], provenance.record([int(t) for t in a.threads.split(",")])
     for threads in a.threads.split(","):
         cmd = [sys.executable, __file__, "--worker", "--threads", threads, "--layers", a.layers, "--trials", str(a.trials)]
         proc = subprocess.run(cmd, env=dict(os.environ, TVM_NUM_THREADS=threads), capture_output=True, text=True)
@@ -96,9 +97,9 @@ def main() -> int:
         rows += [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
         print("\n".join(json.dumps(r) for r in rows[-len(a.layers.split(",")):]), flush=True)
     rows.sort(key=lambda r: (list(LAYERS).index(r["layer"]), r["threads"]))
-    m = host.model()
-    meta = {"host": f"{m.model_name} ({m.vendor} family {m.family} model {m.model}), LLVM CPU {m.uarch}",
-            "kernel": ", ".join(f"`{k}`" for k in sorted({r["kernel"] for r in rows})) + " (per layer: the tuning log's tile, tvm_integration/tuning_logs/)", "command": "python scripts/bench_layers.py " + " ".join(sys.argv[1:])}
+    meta = {"run": provenance.finished(record),
+            "kernel": ", ".join(f"`{k}`" for k in sorted({r["kernel"] for r in rows}))
+            + " (per layer: the tuning log's tile, tvm_integration/tuning_logs/)"}
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "layers.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")

@@ -28,6 +28,7 @@ from scripts import bench_kernels as bk  # noqa: E402
 from isa_specs import host  # noqa: E402
 from emit.harness import KernelDriver, selected_entries  # noqa: E402
 from synth.files import write_atomically  # noqa: E402
+from tvm_integration.bench import provenance  # noqa: E402
 from synth.kernel import spec_from_key  # noqa: E402
 
 MIX_PROBES = ("vpdpbusd_zmm", "vpdpbusd_zmm_mix_6x32", "vpdpbusd_zmm_mix_8x48")
@@ -133,8 +134,9 @@ def measure(rounds: int, trials: int) -> dict:
 def markdown(rep: dict) -> str:
     h = rep["host"]
     lines = [f"# Micro-architecture evidence: {h['model_name']} ({h['uarch_basis']}), `{h['uarch']}`", "",
-             f"Produced by `python scripts/bench_uarch.py --rounds {rep['rounds']} --trials {rep['trials']}`: "
-             "every figure from one run, rounds interleaved (side by side), medians over rounds.", ""]
+             (f"- Run: {provenance.described(rep['run'])}." if "run" in rep else
+              f"Produced by `python scripts/bench_uarch.py --rounds {rep['rounds']} --trials {rep['trials']}`.")
+             + " Every figure from one run, rounds interleaved (side by side), medians over rounds.", ""]
     if rep["mixes"]:
         lines += ["## int8: the AVX-512 tile load mixes against the register-only vpdpbusd zmm peak", "",
                   f"Register-only peak: {rep['peak_g_mac_s']:.0f} G MAC/s. A mix runs a tile's B loads, A broadcasts "
@@ -174,7 +176,8 @@ def main() -> int:
     parser.add_argument("--trials", type=int, default=9, help="timing trials per kernel run (median)")
     parser.add_argument("--out", default=str(ROOT / "benchmarks"))
     args = parser.parse_args()
-    rep = measure(args.rounds, args.trials)
+    record = provenance.record(1)
+    rep = measure(args.rounds, args.trials) | {"run": provenance.finished(record)}
     out, uarch = Path(args.out), rep["host"]["uarch"]
     write_atomically(out / f"uarch_{uarch}.json", json.dumps(rep, indent=2, sort_keys=True) + "\n")
     text = markdown(rep)

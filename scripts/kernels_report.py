@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+from tvm_integration.bench import provenance
+
 ROW_SECTIONS = ("x86", "dense", "neon")
 
 
@@ -90,7 +92,9 @@ def _machine_line(m: dict) -> str:
 def markdown(report: dict, neon_acc_blocks: int, dense_rows: int, dense_bits: int) -> str:
     m = report["machine"]
     here = lambda rows: [r for r in rows if "host" not in r]
+    rows = [r for section in ROW_SECTIONS for r in report.get(section, [])]
     out = ["# Kernel benchmarks", "", _machine_line(m), "",
+           *provenance.lines(rows, run_of=lambda r: r.get("run") or {"command": "python scripts/bench_kernels.py"}), "",
            "Produced by `python scripts/bench_kernels.py`; every figure in a section comes from one run (a run of "
            "some ISAs replaces those kernels' rows and keeps the others; rows measured on another host have a "
            "section of their own, with that host's peaks).",

@@ -73,7 +73,7 @@ def described(run: dict) -> str:
         return line(run)
     load = (f"; load average {run['load_before']} before, {run['load_after']} after" if "load_before" in run
             else "; load not recorded")
-    return f"`{run['command']}` (commit, full command line, host and date not recorded{load})"
+    return f"`{run['command']}` (its commit and full command line not recorded{load})"
 
 
 def lines(rows: list[dict], label=None, run_of=None) -> list[str]:
