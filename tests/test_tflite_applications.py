@@ -20,7 +20,7 @@ from scripts import bench_tflite
 from test_tflite import DATA, litert_outputs, random_feeds, requantized
 from test_tflite_keras import assert_exact
 
-from tvm_integration.qnn import tflite_importer
+from tvm_integration.qnn import pipeline, tflite_importer
 from tvm_integration.qnn.model import compile_model
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,7 +45,7 @@ def _stem_at_zero_point_zero(tmp_path, relu: bool):
 
 
 def _pads(path) -> list[str]:
-    mod, _, _ = tflite_importer.lower(path)
+    mod = pipeline.lower(tflite_importer.load(path).run())
     return [g.name_hint for g in mod.functions if "pad" in g.name_hint]
 
 

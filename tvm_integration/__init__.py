@@ -1,7 +1,8 @@
 """Apache TVM 0.27 operators built on the kernel cache, and the QNN pipeline that compiles
 pre-quantized models onto them. A model's path, by subpackage (each imports only those below it):
 
-    qnn/      the pipeline: importer -> rewrite -> legalize -> bind -> model (compile_model)
+    qnn/      the pipeline: a frontend (importer -> rewrite, or tflite_importer) -> pipeline.lower
+              (legalize -> bind) -> model (compile_model)
     ops/      the operators bind builds: int8 conv2d/dense, bitserial conv2d/dense, their output stage
     kernels/  the proved tiles they call: which one (selection, tuning), as TensorIntrins (int8,
               bitserial), and the layouts they read (packing, bitpack)

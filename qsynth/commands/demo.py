@@ -192,18 +192,15 @@ def _compile(path: Path, threads: int):
     operators call (their names vanish once LLVM inlines them)."""
     import tvm
     from tvm import tirx
-    from tvm_integration.kernels import selection
-    from tvm_integration.qnn import importer
-    from tvm_integration.qnn.bind import TENSORIZED
-    from tvm_integration.qnn.model import CompiledModel, lower
-    model = importer.load(path)
-    mod = lower(model)
+    from tvm_integration.qnn import bind, pipeline
+    from tvm_integration.qnn.model import CompiledModel, read
+    mod, inputs, outputs = read(path)
+    mod = pipeline.lower(mod)
     used = sorted({m for f in mod.functions.values()
-                   if isinstance(f, tirx.PrimFunc) and f.attrs and TENSORIZED in f.attrs
+                   if isinstance(f, tirx.PrimFunc) and f.attrs and bind.TENSORIZED in f.attrs
                    for m in EXTERN.findall(f.script())})
-    executable = tvm.compile(mod, target=tvm.target.Target(selection.int8_target(selection.int8_kernel("host"))))
-    outputs = [o.name for o in model.graph.output]
-    return CompiledModel(executable, importer.input_specs(model), outputs, threads), used
+    executable = tvm.compile(mod, target=tvm.target.Target(bind.model_target()))
+    return CompiledModel(executable, inputs, outputs, threads), used
 
 
 def _layer(name: str, threads: int, trials: int, entries: dict) -> dict:

@@ -1,4 +1,5 @@
-"""``compile_model``: the QNN pipeline's stages in order, the build, and the compiled model.
+"""``compile_model``: a model file through its frontend, the one lowering (pipeline.py), the build, and
+the compiled model.
 
     model = compile_model("resnet_int8.onnx", target="host", threads=2)     # or a .tflite model
     outputs = model({"input": x})            # numpy in, numpy out, names as in the ONNX/TFLite graph
@@ -23,15 +24,15 @@ import tvm
 from tvm import relax
 
 from synth.files import write_atomically
-from tvm_integration.kernels import selection
-from tvm_integration.qnn import bind, importer, legalize, rewrite, tflite_importer
+from tvm_integration.kernels import neon_int8 as neon_kernels
+from tvm_integration.qnn import bind, importer, pipeline, rewrite, tflite_importer
 from tvm_integration.qnn.importer import ModelError
 
 
 def lower(model: onnx.ModelProto, target: str = "host", stage: str = "bind", mcpu: str | None = None):
-    """The Relax module after ``stage`` (import, rewrite, legalize or bind): every stage can be
-    printed, built and compared with onnxruntime on its own (``mcpu``: the AArch64 core of ``neon``)."""
-    stages = ("import", "rewrite", "legalize", "bind")
+    """The ONNX model's Relax module after ``stage`` (import, rewrite, legalize or bind): every stage can
+    be printed, built and compared with onnxruntime on its own (``mcpu``: the AArch64 core of ``neon``)."""
+    stages = ("import", "rewrite", *pipeline.STAGES)
     if stage not in stages:
         raise ValueError(f"stage must be one of {stages}, got {stage!r}")
     mod = importer.to_relax(model)
@@ -40,11 +41,7 @@ def lower(model: onnx.ModelProto, target: str = "host", stage: str = "bind", mcp
     mod = rewrite.rewrite(mod)
     if stage == "rewrite":
         return mod
-    mod = legalize.legalize(mod, target)
-    if stage == "legalize":
-        return mod
-    mod = bind.bind(mod, "host" if target == "host" else target, mcpu)
-    return relax.transform.DeadCodeElimination(["main"])(mod)
+    return pipeline.lower(mod, target, mcpu, stage)
 
 
 def input_specs(path: str | Path, allow_float: bool = False) -> dict[str, tuple[tuple[int, ...], str]]:
@@ -55,6 +52,17 @@ def input_specs(path: str | Path, allow_float: bool = False) -> dict[str, tuple[
     return importer.input_specs(importer.load(path, allow_float=allow_float))
 
 
+def read(path: str | Path, allow_float: bool = False) -> tuple[tvm.IRModule, dict, list[str]]:
+    """(Relax module, input specs, output names) of the model at ``path`` as its frontend reads it: an
+    ONNX model imported and rewritten, a TFLite model imported; what ``pipeline.lower`` takes."""
+    if Path(path).suffix == ".tflite":
+        tflite = tflite_importer.load(path)
+        return tflite.run(), tflite.specs(), tflite.output_names()
+    model = importer.load(path, allow_float=allow_float)
+    mod = rewrite.rewrite(importer.to_relax(model))
+    return mod, importer.input_specs(model), [o.name for o in model.graph.output]
+
+
 def compile_model(path: str | Path, target: str = "host", threads: int | None = None,
                   allow_float: bool = False, mcpu: str | None = None) -> "CompiledModel":
     """The ONNX (QDQ or QOperator) or full-integer TFLite model at ``path``, compiled; ``target="neon"``:
@@ -63,31 +71,21 @@ def compile_model(path: str | Path, target: str = "host", threads: int | None = 
         raise ModelError(f"mcpu {mcpu}: a core is chosen for target neon only, not {target}")
     if target == "neon":
         try:
-            build_target = bind.model_target(target, mcpu)       # an unknown core: before any work
+            neon_kernels.core_family(mcpu)       # an unknown core: refused before any work
         except ValueError as e:
             raise ModelError(str(e))
-    if Path(path).suffix == ".tflite":
-        if target == "neon":        # tflite_importer.lower's steps, with the core
-            tflite = tflite_importer.load(path)
-            mod = bind.bind(legalize.legalize(tflite.run(), target), target, mcpu)
-            mod, inputs, outputs = relax.transform.DeadCodeElimination(["main"])(mod), tflite.specs(), \
-                tflite.output_names()
-        else:
-            mod, inputs, outputs = tflite_importer.lower(path, target)
-    else:
-        model = importer.load(path, allow_float=allow_float)
-        mod, inputs, outputs = lower(model, target, mcpu=mcpu), importer.input_specs(model), \
-            [o.name for o in model.graph.output]
+    mod, inputs, outputs = read(path, allow_float)
+    mod = pipeline.lower(mod, target, mcpu)
+    build_target = bind.model_target(target, mcpu)
+    executable = tvm.compile(mod, target=tvm.target.Target(build_target))
     if target == "neon":
         from tvm_integration.ops import cross_model
         from tvm_integration.qnn.arm_model import ArmModel
-        executable = tvm.compile(mod, target=tvm.target.Target(build_target))
         if missing := cross_model.missing_functions(executable):
             raise ModelError(f"TVM's AArch64 runtime has no {', '.join(missing)}, which this model needs (TVM "
                              "defines it in its compiler, not in the runtime it publishes for AArch64); the "
                              "library would fail when run there")
         return ArmModel(executable, inputs, outputs, build_target, threads)
-    executable = tvm.compile(mod, target=tvm.target.Target(selection.int8_target(selection.int8_kernel(target))))
     return CompiledModel(executable, inputs, outputs, threads)
 
 

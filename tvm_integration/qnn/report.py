@@ -33,11 +33,11 @@ class Layer:
 def layers(model: onnx.ModelProto | Path, target: str = "host", mcpu: str | None = None) -> list[Layer]:
     """The layers of an ONNX model, or of the .tflite model at a path (tflite_importer.py in place of
     import and rewrite); ``mcpu``: the AArch64 core of target ``neon``."""
-    from tvm_integration.qnn import legalize
+    from tvm_integration.qnn import legalize, pipeline
     from tvm_integration.qnn.model import lower
     if isinstance(model, (str, Path)):
         from tvm_integration.qnn import tflite_importer
-        mod = legalize.legalize(tflite_importer.load(model).run(), target)
+        mod = pipeline.lower(tflite_importer.load(model).run(), target, stage="legalize")
     else:
         mod = lower(model, target, stage="legalize")
     rows = []

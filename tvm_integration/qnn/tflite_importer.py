@@ -1,6 +1,6 @@
 """Stages 1 and 2 for TFLite: a full-integer .tflite model (int8 per-channel as TensorFlow's converter
 writes it, or legacy uint8 per-tensor) straight into the integer ops rewrite.py produces for ONNX, so
-legalize.py, bind.py and model.py compile it unchanged. The arithmetic is that of LiteRT's default
+pipeline.py lowers it as it lowers ONNX. The arithmetic is that of LiteRT's default
 interpreter (its XNNPACK delegate, see tflite_arithmetic.py), so a compiled model's outputs are equal to
 ``ai_edge_litert.interpreter.Interpreter(model_path=...)``'s.
 
@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 from tvm import relax
 
-from tvm_integration.qnn import bind, legalize, tflite_arithmetic as ta, tflite_ops
+from tvm_integration.qnn import tflite_arithmetic as ta, tflite_ops
 from tvm_integration.qnn.arithmetic import folded_bias
 from tvm_integration.qnn.importer import ModelError, model_file
 from tvm_integration.qnn.integer_op import IntegerOp
@@ -409,11 +409,3 @@ def load(path: str | Path) -> Importer:
     path = Path(path)
     return Importer(read(path), path)
 
-
-def lower(path: str | Path, target: str = "host"):
-    """(the bound module, input specs, output names) of the .tflite model at ``path``: model.py's
-    ``lower`` with this module in place of import and rewrite."""
-    importer = load(path)
-    mod = legalize.legalize(importer.run(), target)
-    mod = bind.bind(mod, "host" if target == "host" else target)
-    return relax.transform.DeadCodeElimination(["main"])(mod), importer.specs(), importer.output_names()
