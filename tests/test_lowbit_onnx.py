@@ -16,7 +16,7 @@ import pytest
 
 from helpers_lowbit import conv, conv_int, dense, float_dense, make, reference
 from tvm_integration.qnn import bitserial_layer, lowbit
-from tvm_integration.qnn.importer import ModelError
+from tvm_integration.qnn.errors import ModelError
 from tvm_integration.qnn.integer_op import IntegerOp
 
 SHAPE = (1, 3, 8, 8)

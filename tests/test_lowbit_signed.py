@@ -24,7 +24,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from tvm_integration.qnn import bitserial_layer, precision
-from tvm_integration.qnn.importer import ModelError
+from tvm_integration.qnn.errors import ModelError
 from tvm_integration.qnn.integer_op import IntegerOp
 
 QONNX = "qonnx.custom_op.general"

@@ -51,7 +51,7 @@ def disassembly(library) -> str:
                                                       ("mobilenet_v2", "cortex-a72", V8)])
 def test_model_bit_exact_with_onnxruntime(models, lib_dir, tmp_path, name, mcpu, instructions):
     from tvm_integration.qnn.arm_model import ArmModel
-    from tvm_integration.qnn.importer import ModelError
+    from tvm_integration.qnn.errors import ModelError
     from tvm_integration.qnn.model import compile_model
     model = compile_model(models[name], target="neon", mcpu=mcpu)
     assert isinstance(model, ArmModel) and model.target["mtriple"] == "aarch64-linux-gnu"

@@ -39,7 +39,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from qsynth.commands.qnn import _inputs
-from tvm_integration.qnn.importer import ModelError
+from tvm_integration.qnn.errors import ModelError
 from tvm_integration.qnn.model import compile_model, input_specs
 
 NODE_TESTS = {"QuantizeLinear": "quantizelinear", "DequantizeLinear": "dequantizelinear",

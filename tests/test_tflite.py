@@ -15,7 +15,7 @@ from ai_edge_litert import interpreter as litert
 
 from qsynth import cli
 from tvm_integration.bench.models import bench_model
-from tvm_integration.qnn.importer import ModelError
+from tvm_integration.qnn.errors import ModelError
 from tvm_integration.qnn.model import compile_model
 
 ROOT = Path(__file__).resolve().parent.parent

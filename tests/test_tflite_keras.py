@@ -13,7 +13,7 @@ from test_tflite import DATA, litert_outputs, random_feeds, requantized
 
 from qsynth import cli
 from tvm_integration.qnn import tflite_importer
-from tvm_integration.qnn.importer import ModelError
+from tvm_integration.qnn.errors import ModelError
 from tvm_integration.qnn.integer_op import IntegerOp
 from tvm_integration.qnn.model import compile_model
 

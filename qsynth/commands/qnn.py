@@ -280,7 +280,7 @@ def _input_name(spec: str, names: list[str]) -> tuple[str, str]:
     """``--input`` ``NAME=PATH`` split at its first ``=`` when NAME is one of the model's inputs; else, for
     a model's only input, the whole of ``spec`` where that file exists (a path may hold ``=``) or holds
     no ``=``; ModelError otherwise, naming the inputs."""
-    from tvm_integration.qnn.importer import ModelError
+    from tvm_integration.qnn.errors import ModelError
     name, sep, path = spec.partition("=")
     if sep and name in names:
         return name, path
@@ -342,7 +342,7 @@ def _save_outputs(outputs: dict[str, np.ndarray], path: Path) -> None:
     """One output: a .npy file; several: a .npz archive, each under its output name; atomically."""
     import numpy as np
     from synth.files import write_atomically
-    from tvm_integration.qnn.importer import ModelError
+    from tvm_integration.qnn.errors import ModelError
     buffer = io.BytesIO()
     if len(outputs) == 1 and path.suffix == ".npy":
         np.save(buffer, next(iter(outputs.values())))
@@ -362,7 +362,7 @@ def _output(output: str, option: str, inputs: list[Path], also: list[Path] = ())
     pipeline cannot write for), and neither it nor the files written ``also`` a directory or the model
     or an input (bad usage: exit 2, nothing written; ``compile m.onnx -o m.onnx`` used to replace the
     model with the library, and ``-o`` a directory left a stray signature beside it)."""
-    from tvm_integration.qnn.importer import ModelError
+    from tvm_integration.qnn.errors import ModelError
     out = Path(output)
     if not out.parent.is_dir() or not os.access(out.parent, os.W_OK):
         raise ModelError(f"{option} {out}: {out.parent} is not a writable directory")

@@ -15,5 +15,6 @@ kernels, bit-exact with onnxruntime. Its stages, in order, one module each:
     artifacts.py  the private, checked cache of compiled models qsynth run loads
 
 A TFLite model takes tflite_importer.py (tflite_arithmetic.py) in place of importer and rewrite;
-report.py reports each layer's precision and kernel (``qsynth inspect``).
+report.py reports each layer's precision and kernel (``qsynth inspect``); errors.py holds ModelError,
+the one-line refusal every stage and both frontends raise.
 """

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from tvm_integration.ops import cross_model
-from tvm_integration.qnn.importer import ModelError
+from tvm_integration.qnn.errors import ModelError
 from tvm_integration.qnn.model import CompiledModel
 
 

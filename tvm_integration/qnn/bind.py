@@ -30,7 +30,7 @@ from tvm_integration.ops.conv2d import build_conv2d
 from tvm_integration.ops.dense import build_dense
 from tvm_integration.ops.output_stage import OutputStage, ResidualAdd, requantization
 from tvm_integration.qnn import bitserial_layer, float_ops, reduce_mean, schedules
-from tvm_integration.qnn.importer import ModelError
+from tvm_integration.qnn.errors import ModelError
 from tvm_integration.qnn.integer_op import IntegerOp
 
 TENSORIZED = "qnn.tensorized"

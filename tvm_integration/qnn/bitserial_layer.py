@@ -29,7 +29,7 @@ from tvm_integration.kernels.bitserial import CROSS
 from tvm_integration.ops.bitserial_gemm import Config
 from tvm_integration.ops.output_stage import OutputStage, ScaleRequantize
 from tvm_integration.qnn import arithmetic
-from tvm_integration.qnn.importer import ModelError
+from tvm_integration.qnn.errors import ModelError
 from tvm_integration.qnn.integer_op import IntegerOp
 
 

@@ -25,26 +25,12 @@ from tvm import relax
 from tvm.ir import Constant
 from tvm.relax.frontend.onnx import onnx_frontend
 
+from tvm_integration.qnn.errors import ModelError, model_file
+
 QUANTIZED_OPS = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "QLinearConv", "QLinearMatMul",
                  "QLinearAdd", "QLinearMul", "QLinearGlobalAveragePool", "QLinearAveragePool", "QLinearConcat",
                  "QLinearLeakyRelu", "QLinearSigmoid", "QGemm", "ConvInteger", "MatMulInteger"}
 ONNXRUNTIME_OPSET = 13      # onnxruntime 1.31 reads IR version <= 13 (shared/docs/design.md)
-
-
-class ModelError(ValueError):
-    """The model cannot be compiled by this pipeline; the message says why and what is accepted."""
-
-
-def model_file(path: str | Path) -> Path:
-    """``path`` once it is a regular file, or ModelError saying what it is instead."""
-    path = Path(path)
-    if path.is_dir():
-        raise ModelError(f"{path} is a directory; give the model file")
-    if not path.exists():
-        raise ModelError(f"{path}: no such file")
-    if not path.is_file():
-        raise ModelError(f"{path} is not a regular file")
-    return path
 
 
 def _dq(x, scale, zero_point, axis=1):

@@ -25,7 +25,7 @@ import numpy as np
 from tvm import relax
 
 from tvm_integration.kernels import selection
-from tvm_integration.qnn.importer import ModelError
+from tvm_integration.qnn.errors import ModelError
 from tvm_integration.ops.output_stage import QUANT_RANGES
 from tvm_integration.qnn.integer_op import LINEAR, IntegerOp
 from tvm_integration.qnn.precision import Precision, detect

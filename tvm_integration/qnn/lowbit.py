@@ -33,7 +33,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from tvm_integration.qnn.importer import ModelError
+from tvm_integration.qnn.errors import ModelError
 
 LOWBIT = {TensorProto.INT4: (TensorProto.INT8, -8, 7), TensorProto.UINT4: (TensorProto.UINT8, 0, 15),
           TensorProto.INT2: (TensorProto.INT8, -2, 1), TensorProto.UINT2: (TensorProto.UINT8, 0, 3)}

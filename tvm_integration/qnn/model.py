@@ -26,7 +26,7 @@ from tvm import relax
 from synth.files import write_atomically
 from tvm_integration.kernels import neon_int8 as neon_kernels
 from tvm_integration.qnn import bind, importer, pipeline, rewrite, tflite_importer
-from tvm_integration.qnn.importer import ModelError
+from tvm_integration.qnn.errors import ModelError
 
 
 def lower(model: onnx.ModelProto, target: str = "host", stage: str = "bind", mcpu: str | None = None):

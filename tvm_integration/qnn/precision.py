@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tvm_integration.qnn.importer import ModelError
+from tvm_integration.qnn.errors import ModelError
 
 BITSERIAL_BITS = (1, 2, 3)
 INT8_BITS = (1, 2, 3, 4, 8)

@@ -13,7 +13,8 @@ from tvm import relax
 from tvm.ir import Constant, Op
 
 from tvm_integration.ops.output_stage import QUANT_RANGES
-from tvm_integration.qnn.importer import LAYER_NAMES, ModelError
+from tvm_integration.qnn.errors import ModelError
+from tvm_integration.qnn.importer import LAYER_NAMES
 
 
 @dataclass(frozen=True)

@@ -52,14 +52,9 @@ from tvm.ir import Constant, Op
 
 from isa_specs import host
 from tvm_integration.ops.output_stage import QUANT_RANGES
-from tvm_integration.qnn import (
-    arithmetic,
-    batch_norm,
-    channels,
-    qlinear_softmax,
-    schedules,
-)
-from tvm_integration.qnn.importer import ModelError, is_global_average_pool
+from tvm_integration.qnn import arithmetic, batch_norm, channels, qlinear_softmax, schedules
+from tvm_integration.qnn.errors import ModelError
+from tvm_integration.qnn.importer import is_global_average_pool
 from tvm_integration.qnn.integer_op import IntegerOp
 from tvm_integration.qnn.qdq import QDQReader, QParams, constant
 

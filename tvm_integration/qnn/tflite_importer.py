@@ -32,7 +32,7 @@ from tvm import relax
 
 from tvm_integration.qnn import tflite_arithmetic as ta, tflite_ops
 from tvm_integration.qnn.arithmetic import folded_bias
-from tvm_integration.qnn.importer import ModelError, model_file
+from tvm_integration.qnn.errors import ModelError, model_file
 from tvm_integration.qnn.integer_op import IntegerOp
 
 TO_NCHW, TO_NHWC = [0, 3, 1, 2], [0, 2, 3, 1]

@@ -23,7 +23,7 @@ from tvm import relax
 
 from tvm_integration.ops.output_stage import QUANT_RANGES
 from tvm_integration.qnn import tflite_arithmetic as ta
-from tvm_integration.qnn.importer import ModelError
+from tvm_integration.qnn.errors import ModelError
 
 NHWC_AXIS_IN_NCHW = [0, 2, 3, 1]
 
