@@ -124,8 +124,9 @@ def host_line() -> str:
 
 def run_of(row: dict, runs: list[dict]) -> dict:
     """The run of ``runs`` (oldest first) that measured ``row``: the last to run its model at its threads
-    (a run from before provenance records lacks ``threads``: it ran 1 and 2)."""
-    return next(r for r in reversed(runs) if row["name"] in r["models"] and row["threads"] in r.get("threads", [1, 2]))
+    (a run from before provenance records lacks ``threads``: it ran 1 and 2); a row none ran says so."""
+    return next((r for r in reversed(runs) if row["name"] in r["models"] and row["threads"] in r.get("threads", [1, 2])),
+                {"command": "no run recorded"})
 
 
 def is_slow_or_inexact(r: dict) -> bool:
