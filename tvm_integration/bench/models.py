@@ -63,10 +63,11 @@ def onnxruntime_session(path, threads: int, exact: bool = False):
 
 
 def reference_session(path, threads: int = 1):
-    """The exact integer reference: onnxruntime with ``EXACT_OPTION``. Two gaps of that mode
+    """The exact integer reference (``path``: a file, or a serialized model): onnxruntime with ``EXACT_OPTION``. Two gaps of that mode
     (onnxruntime 1.32, docs/measurements.md): a model with an initializer that two nodes read fails
-    to initialize ("AddInitializerWithOrtValue ... Attempt to replace the existing tensor"), so it runs
-    on a copy where each reader has its own (``unshared_initializers``); and the mode registers no kernel
+    to initialize ("AddInitializerWithOrtValue ... Attempt to replace the existing tensor"), as does one
+    reading a dequantized constant twice, so it runs on a copy where each read has its own
+    (``unshared_constants``); and the mode registers no kernel
     for int8 (signed) activations (QLinearConv, QLinearMatMul: NOT_IMPLEMENTED), so such a model takes
     the default session, whose S8S8 kernels do not take the saturating U8S8 path."""
     from onnxruntime.capi.onnxruntime_pybind11_state import Fail, NotImplemented as NoKernel
@@ -77,15 +78,38 @@ def reference_session(path, threads: int = 1):
     except Fail as e:
         if "Attempt to replace the existing tensor" not in str(e):
             raise
-        return onnxruntime_session(unshared_initializers(onnx.load(str(path))).SerializeToString(), threads, True)
+        model = onnx.load_model_from_string(path) if isinstance(path, bytes) else onnx.load(str(path))
+        return onnxruntime_session(unshared_constants(model).SerializeToString(), threads, True)
 
 
-def unshared_initializers(model: onnx.ModelProto) -> onnx.ModelProto:
-    """A copy of ``model`` in which every initializer read by more than one node input is copied, one
-    per reader: the same computation, which onnxruntime's exact mode initializes."""
+def unshared_constants(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``model`` in which every read of a constant is its own: a DequantizeLinear of an
+    initializer whose output is read more than once is cloned, one per read (also two inputs of one
+    node: torchvision's BatchNormalization with scale and variance both the one constant of ones), and
+    every initializer read more than once is copied, one per read. The same computation, which
+    onnxruntime's exact mode initializes (docs/measurements.md)."""
     model = onnx.ModelProto.FromString(model.SerializeToString())
     graph = model.graph
     by_name = {t.name: t for t in graph.initializer}
+    reads = collections.defaultdict(list)
+    for node in graph.node:
+        for j, name in enumerate(node.input):
+            reads[name].append((node, j))
+    nodes = []
+    for node in graph.node:
+        uses = reads[node.output[0]]
+        if node.op_type != "DequantizeLinear" or node.input[0] not in by_name or len(uses) < 2 or \
+                any(o.name == node.output[0] for o in graph.output):
+            nodes.append(node)
+            continue
+        for k, (reader, j) in enumerate(uses):
+            clone = onnx.NodeProto()
+            clone.CopyFrom(node)
+            clone.name, clone.output[0] = f"{node.name}__read{k}", f"{node.output[0]}__read{k}"
+            reader.input[j] = clone.output[0]
+            nodes.append(clone)
+    graph.ClearField("node")
+    graph.node.extend(nodes)
     readers = collections.Counter(x for node in graph.node for x in node.input if x in by_name)
     for n, node in enumerate(graph.node):
         for j, name in enumerate(node.input):
