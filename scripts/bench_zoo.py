@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The zoo of real architectures (issue 31) through qsynth, next to onnxruntime int8 (same QDQ file),
+"""The zoo of real architectures (issue 31) through qsynth, next to onnxruntime int8 (same QDQ file; its default and its exact mode),
 onnxruntime fp32 (the float original) and OpenVINO int8 (same QDQ file), at 1 and 2 threads; writes
 benchmarks/zoo.json and benchmarks/zoo.md. The models come from scripts/make_zoo.py (torchvision
 definitions, random weights, quantize_static QDQ u8/s8 per-channel) in --dir.
@@ -152,8 +152,11 @@ def exact_cell(r: dict) -> str:
 def markdown(data: dict, findings: str) -> str:
     rows, compiles, profiles = data["rows"], data["compile"], data.get("profiles", {})
     vnni = any("openvino_int8_vnni" in r.get("baselines", {}) for r in rows)
-    columns = ["onnxruntime int8", "onnxruntime fp32", "OpenVINO int8"] + (["OpenVINO int8 (VNNI only)"] if vnni else [])
-    keys = ["onnxruntime_int8", "onnxruntime_fp32", "openvino_int8"] + (["openvino_int8_vnni"] if vnni else [])
+    exact = any("onnxruntime_int8_exact" in r.get("baselines", {}) for r in rows)
+    columns = (["onnxruntime int8"] + (["onnxruntime int8, exact mode"] if exact else []) + ["onnxruntime fp32", "OpenVINO int8"]
+               + (["OpenVINO int8 (VNNI only)"] if vnni else []))
+    keys = (["onnxruntime_int8"] + (["onnxruntime_int8_exact"] if exact else []) + ["onnxruntime_fp32", "openvino_int8"]
+            + (["openvino_int8_vnni"] if vnni else []))
     lines = ["# The zoo: real architectures, batch 1, 224x224", "",
              f"Host: {data['host']}.", "",
              *provenance.lines(rows, lambda r: f"{r['name']} {r['threads']}t", lambda r: run_of(r, data["runs"])),
@@ -162,8 +165,10 @@ def markdown(data: dict, findings: str) -> str:
              "exporter (opset 18) and quantized by `onnxruntime.quantization.quantize_static` (QDQ, u8 activations, "
              "s8 per-channel weights, 8 random calibration inputs): `scripts/make_zoo.py`, run with torch 2.13 and "
              "torchvision 0.28. Times: median ms per inference, ours and the baselines timed side by side "
-             "(`timing.side_by_side`); ratio = onnxruntime int8 / qsynth (above 1: qsynth is faster); exact: "
-             "qsynth's output equals onnxruntime int8's on 3 random inputs, else the largest difference in steps of "
+             "(`timing.side_by_side`); ratio = onnxruntime int8 / qsynth (above 1: qsynth is faster); onnxruntime "
+             "int8, exact mode: `session.x64quantprecision` = 1, the fair peer on x86 hosts without VNNI, where the "
+             "default saturates vpmaddubsw; exact: qsynth's output equals that mode's integer result "
+             "(`models.reference_session`) on 3 random inputs, else the largest difference in steps of "
              "the output's scale; compile s: `compile_model` once, in a process of its own. The 2 cores are shared "
              "with other jobs: expect noise of 10-30%.", ""]
     for threads in sorted({r["threads"] for r in rows}):

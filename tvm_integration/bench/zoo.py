@@ -77,15 +77,15 @@ def output_scales(path: Path) -> dict[str, float]:
 def row(name: str, library: Path, path: Path, fp32: Path | None, threads: int, trials: int,
         openvino: bool = True) -> dict:
     """The benchmark row of the model ``name``: ``library`` (our build of ``path``, saved by
-    ``CompiledModel.save``) timed side by side with onnxruntime int8 on ``path``, fp32 on ``fp32`` and
-    OpenVINO int8 on ``path``, at ``threads`` threads (the process's TVM pool must have that size:
+    ``CompiledModel.save``) timed side by side with onnxruntime int8 on ``path`` (its default and its
+    exact mode), fp32 on ``fp32`` and OpenVINO int8 on ``path``, at ``threads`` threads (the process's TVM pool must have that size:
     TVM_NUM_THREADS before the first run)."""
     model = CompiledModel.load(library, threads=threads)
     feeds = inputs(model, 3)
     diff = difference(model, path, feeds, threads)
     feed = feeds[0]
     expected = dict(zip(model.outputs, reference_session(path, threads).run(None, feed)))
-    runs = {"onnxruntime_int8": lambda: _ort(path, feed, threads)}
+    runs = {"onnxruntime_int8": lambda: _ort(path, feed, threads), "onnxruntime_int8_exact": lambda: _exact(path, feed, threads)}
     if fp32 is not None and fp32.exists():
         runs["onnxruntime_fp32"] = lambda: _ort(fp32, feed, threads)
     report = {}
@@ -106,6 +106,12 @@ def row(name: str, library: Path, path: Path, fp32: Path | None, threads: int, t
 
 def _ort(path: Path, feed: dict, threads: int):
     session = onnxruntime_session(path, threads)
+    return lambda: session.run(None, feed)
+
+
+def _exact(path: Path, feed: dict, threads: int):
+    """onnxruntime's exact mode, the fair peer where its default saturates (x86 without VNNI)."""
+    session = reference_session(path, threads)
     return lambda: session.run(None, feed)
 
 
