@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 from synth.files import write_atomically  # noqa: E402
 from tvm_integration.bench.int8_models import BUILT_IN, write_pair  # noqa: E402
-from tvm_integration.bench import provenance  # noqa: E402
+from tvm_integration.bench import provenance, tuned_shapes  # noqa: E402
 
 LOWBIT = {"resnet18_w1a1": (1, 1), "resnet18_w2a2": (2, 2)}      # name: (abits, wbits)
 MODELS = (*BUILT_IN, *LOWBIT)
@@ -156,14 +156,18 @@ def markdown(data: dict) -> str:
              "`session.x64quantprecision` = 1, the exact reference (its default saturates `vpmaddubsw` on x86 hosts "
              "without VNNI). diff: largest |ours - the exact reference| on the output (0: bit-exact); wrong: outputs "
              "of onnxruntime's default / OpenVINO that differ from the exact reference; OpenVINO steps: largest "
-             "|OpenVINO - the exact reference| in steps of the output's quantization scale. The machine's 2 cores "
+             "|OpenVINO - the exact reference| in steps of the output's quantization scale; tuning: how many of the "
+             "model's int8 tile shapes this host's tuning log chose (tuned, partly k/n, untuned: the rest take "
+             "kernels/tuning.py's least-padding rule). The machine's 2 cores "
              "are shared with other jobs: expect noise.",
-             "", "| model | threads | ours ms | " + " | ".join(names) + " | diff | wrong | OpenVINO steps | compile s |",
-             "|---|---|---|" + "---|" * len(names) + "---|---|---|---|"]
+             "", "| model | threads | ours ms | " + " | ".join(names) + " | diff | wrong | OpenVINO steps | compile s "
+             "| tuning |",
+             "|---|---|---|" + "---|" * len(names) + "---|---|---|---|---|"]
     for r in (r for r in rows if r["name"] not in LOWBIT):
         cells = [cell(r, n) for n in names]
         lines.append(f"| {r['name']} | {r['threads']} | {r['ours_ms']:.2f} | " + " | ".join(cells)
-                     + f" | {r['max_abs_diff_vs_onnxruntime']:g} | {wrong(r)} | {openvino_steps(r)} | {r['compile_s']:.1f} |")
+                     + f" | {r['max_abs_diff_vs_onnxruntime']:g} | {wrong(r)} | {openvino_steps(r)} | {r['compile_s']:.1f} "
+                     f"| {tuned_shapes.label(r.get('tuning'))} |")
     if unavailable:
         lines += ["", "OpenVINO unavailable: " + "; ".join(unavailable)]
     lines += ["", "Targets (issue 15):", *TARGETS, "", "Targets (issue 30):", *OPENVINO_TARGETS]

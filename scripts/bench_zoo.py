@@ -31,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tvm_integration.bench import provenance  # noqa: E402
+from tvm_integration.bench import provenance, tuned_shapes  # noqa: E402
 
 MODELS = ["resnet50", "mobilenet_v3_large", "efficientnet_b0", "shufflenet_v2", "densenet121", "regnet_y_400mf",
           "googlenet", "squeezenet1_1", "convnext_tiny"]
@@ -170,13 +170,14 @@ def markdown(data: dict, findings: str) -> str:
              "default saturates vpmaddubsw; exact: qsynth's output equals that mode's integer result "
              "(`models.reference_session`) on 3 random inputs, else the largest difference in steps of "
              "the output's scale; compile s: `compile_model` once, in a process of its own. The 2 cores are shared "
-             "with other jobs: expect noise of 10-30%.", ""]
+             "with other jobs: expect noise of 10-30%. tuning: how many of the model's int8 tile shapes this host's "
+             "tuning log chose (tuned, partly k/n, untuned: the rest take kernels/tuning.py's least-padding rule).", ""]
     for threads in sorted({r["threads"] for r in rows}):
         cpu = threads == 1 and any("ours_cpu_ms" in r for r in rows)
         lines += [f"## {threads} thread{'s' if threads > 1 else ''}", "",
                   "| model | qsynth ms | " + " | ".join(columns) + " | ratio to onnxruntime int8 | exact/steps | "
-                  "compile s |" + (" CPU ms qsynth / onnxruntime int8 (ratio) |" if cpu else ""),
-                  "|---|---|" + "---|" * len(columns) + "---|---|---|" + ("---|" if cpu else "")]
+                  "compile s | tuning |" + (" CPU ms qsynth / onnxruntime int8 (ratio) |" if cpu else ""),
+                  "|---|---|" + "---|" * len(columns) + "---|---|---|---|" + ("---|" if cpu else "")]
         for name in data["models"]:
             r = next((r for r in rows if r["name"] == name and r["threads"] == threads), None)
             c = compiles.get(name, {})
@@ -191,7 +192,8 @@ def markdown(data: dict, findings: str) -> str:
                 cells = [f"{r['baselines'][k]:.2f}" if k in r["baselines"] else "-" for k in keys]
                 ratio = r["speedups"].get("onnxruntime_int8")
                 lines.append(f"| {name} | {r['ours_ms']:.2f} | " + " | ".join(cells)
-                             + f" | {f'{ratio:.2f}x' if ratio else '-'} | {exact_cell(r)} | {c['compile_s']:.0f} |"
+                             + f" | {f'{ratio:.2f}x' if ratio else '-'} | {exact_cell(r)} | {c['compile_s']:.0f} | "
+                             f"{tuned_shapes.label(r.get('tuning'))} |"
                              + (f" {r['ours_cpu_ms']:.2f} / {r['onnxruntime_int8_cpu_ms']:.2f} "
                                 f"({r['onnxruntime_int8_cpu_ms'] / r['ours_cpu_ms']:.2f}x) |" if "ours_cpu_ms" in r
                                 else " - |" if cpu else ""))

@@ -26,9 +26,10 @@ os.environ["TVM_NUM_THREADS"] = "1"      # CPU time of this thread is the operat
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tvm_integration.bench.layers import LAYERS, Layer  # noqa: E402
+from tvm_integration.bench import tuned_shapes  # noqa: E402
 from tvm_integration.bench.timing import batch_timer  # noqa: E402
 from tvm_integration.kernels import selection, tuning  # noqa: E402
-from tvm_integration.ops.conv2d import build_conv2d, conv_geometry, pair  # noqa: E402
+from tvm_integration.ops.conv2d import build_conv2d  # noqa: E402
 from tvm_integration.ops.dense import build_dense  # noqa: E402
 from tvm_integration.ops.output_stage import OutputStage, ScaleRequantize  # noqa: E402
 
@@ -46,26 +47,8 @@ def quantized_model(name: str, directory: Path) -> Path:
 
 def model_shapes(name: str) -> list[tuple]:
     """(kind, arguments) of every tensorized op of a model, as qnn/bind.py builds them."""
-    from tvm_integration.qnn.importer import load
-    from tvm_integration.qnn.integer_op import IntegerOp
-    from tvm_integration.qnn.model import lower
     with tempfile.TemporaryDirectory() as directory:
-        mod = lower(load(quantized_model(name, Path(directory))), stage="legalize")
-    shapes = []
-    for binding in mod["main"].body.blocks[0].bindings:
-        op = IntegerOp.read(binding.value, mod)
-        if op is None or not op.tensorized or op.depthwise:       # depthwise: no tile
-            continue
-        x = op.inputs[0].ty
-        shape = tuple(int(d) for d in x.shape)
-        weight = op.constants[0]
-        if op.kind == "dense":
-            shapes.append(("dense", (weight, shape[0], str(x.dtype))))
-        else:
-            nhwc = (shape[0], shape[2], shape[3], shape[1])
-            shapes.append(("conv2d", (weight, nhwc, tuple(op.params["strides"]), tuple(op.params["padding"]),
-                                      op.params["groups"], str(x.dtype))))
-    return shapes
+        return tuned_shapes.shapes(quantized_model(name, Path(directory)))
 
 
 def layer_shapes() -> list[tuple]:
@@ -74,15 +57,6 @@ def layer_shapes() -> list[tuple]:
         layer = Layer(name)
         shapes.append(("conv2d", (layer.w, layer.x.shape, (layer.s, layer.s), (layer.pad,) * 4, 1, "uint8")))
     return shapes
-
-
-def key_of(kind: str, args: tuple) -> str:
-    if kind == "dense":
-        weight, m, dtype = args
-        return tuning.dense_key(m, weight.shape[0], weight.shape[1], dtype)
-    weight, shape, stride, padding, groups, dtype = args
-    _, _, pads = conv_geometry(shape, "NHWC", weight.shape, pair(stride), padding)
-    return tuning.conv2d_key(shape, "NHWC", weight.shape, pair(stride), pads, groups, dtype)
 
 
 def candidates_of(kind: str, args: tuple):
@@ -116,7 +90,7 @@ def measure(kind: str, args: tuple, candidates, trials: int) -> dict[str, float]
     x = np.random.default_rng(0).integers(info.min, info.max + 1, ops[0].in_shape).astype(ops[0].in_dtype)
     outputs = [op(x) for op in ops]
     if any(not np.array_equal(o, outputs[0]) for o in outputs):
-        raise AssertionError(f"{key_of(kind, args)}: the candidate tiles disagree")
+        raise AssertionError(f"{tuned_shapes.key_of(kind, args)}: the candidate tiles disagree")
     # interleaved rounds: a burst of load on the shared machine hits every candidate alike
     timers = [batch_timer(functools.partial(op.module["main"], *op.args(x)), clock=time.thread_time) for op in ops]
     samples = [[timer() for timer in timers] for _ in range(trials)]
@@ -137,7 +111,7 @@ def main() -> int:
     shapes += [] if a.no_layers else layer_shapes()
     seen = set()
     for kind, args in shapes:
-        key = key_of(kind, args)
+        key = tuned_shapes.key_of(kind, args)
         if key in seen:
             continue
         seen.add(key)

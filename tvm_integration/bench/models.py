@@ -22,7 +22,7 @@ import tvm
 from tvm import relax
 
 from isa_specs import host
-from tvm_integration.bench import inputs, openvino_baseline
+from tvm_integration.bench import inputs, openvino_baseline, tuned_shapes
 from tvm_integration.bench.timing import median_seconds, side_by_side
 from tvm_integration.qnn.model import compile_model
 
@@ -239,5 +239,6 @@ def bench_model(path: str | Path, fp32: str | Path | None = None, threads: int =
            "baselines": baselines, "refused": refused,
            "speedups": {k: v / ours_ms for k, v in baselines.items() if v is not None},
            "reference": reference, f"max_abs_diff_vs_{reference}": diff,
-           "compile_s": compile_s, **({} if default is None else {f"{reference}_int8_default": default})}
+           "compile_s": compile_s, **({} if default is None else {f"{reference}_int8_default": default}),
+           **({} if tflite else {"tuning": tuned_shapes.coverage(path)})}
     return row if openvino is None else dict(row, openvino=openvino)

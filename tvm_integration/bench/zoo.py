@@ -19,7 +19,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from tvm_integration.bench import openvino_baseline
+from tvm_integration.bench import openvino_baseline, tuned_shapes
 from tvm_integration.bench.models import onnxruntime_session, reference_session, side_by_side_ms
 from tvm_integration.bench.timing import median_seconds
 from tvm_integration.qnn.model import CompiledModel
@@ -100,7 +100,7 @@ def row(name: str, library: Path, path: Path, fp32: Path | None, threads: int, t
         session = onnxruntime_session(path, 1)
         cpu = {"ours_cpu_ms": cpu_ms(lambda: model.vm.invoke_stateful("main"), trials),
                "onnxruntime_int8_cpu_ms": cpu_ms(lambda: session.run(None, feed), trials)}
-    return {"name": name, "threads": threads, "ours_ms": ours, "baselines": times,
+    return {"name": name, "threads": threads, "ours_ms": ours, "baselines": times, "tuning": tuned_shapes.coverage(path),
             "speedups": {k: v / ours for k, v in times.items()}, **cpu, **diff, "openvino": report}
 
 

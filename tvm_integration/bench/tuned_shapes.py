@@ -1,0 +1,61 @@
+"""The int8 tile shapes of a model as the QNN pipeline compiles it (every tensorized conv2d and dense),
+their tuning-log keys, and how many of them this host's log covers: what scripts/tune_layers.py tunes,
+and what a benchmark row says of itself (a shape missing from the log takes the untuned rule,
+kernels/tuning.py ``least_padding``, so a table that mixes tuned and untuned rows must say which)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from tvm_integration.kernels import tuning
+from tvm_integration.ops.conv2d import conv_geometry, pair
+
+
+def shapes(path: str | Path) -> list[tuple[str, tuple]]:
+    """(kind, arguments) of every tensorized op of the ONNX model at ``path``, as qnn/bind.py builds them:
+    ("dense", (weight, rows, dtype)) or ("conv2d", (weight, NHWC shape, strides, padding, groups, dtype))."""
+    from tvm_integration.qnn.importer import load
+    from tvm_integration.qnn.integer_op import IntegerOp
+    from tvm_integration.qnn.model import lower
+    mod = lower(load(path), stage="legalize")
+    found = []
+    for binding in mod["main"].body.blocks[0].bindings:
+        op = IntegerOp.read(binding.value, mod)
+        if op is None or not op.tensorized or op.depthwise:       # depthwise: no tile
+            continue
+        x = op.inputs[0].ty
+        shape = tuple(int(d) for d in x.shape)
+        weight = op.constants[0]
+        if op.kind == "dense":
+            found.append(("dense", (weight, shape[0], str(x.dtype))))
+        else:
+            nhwc = (shape[0], shape[2], shape[3], shape[1])
+            found.append(("conv2d", (weight, nhwc, tuple(op.params["strides"]), tuple(op.params["padding"]),
+                                     op.params["groups"], str(x.dtype))))
+    return found
+
+
+def key_of(kind: str, args: tuple) -> str:
+    """The tuning log's key of a shape of ``shapes``, as the operator looks it up."""
+    if kind == "dense":
+        weight, m, dtype = args
+        return tuning.dense_key(m, weight.shape[0], weight.shape[1], dtype)
+    weight, shape, stride, padding, groups, dtype = args
+    _, _, pads = conv_geometry(shape, "NHWC", weight.shape, pair(stride), padding)
+    return tuning.conv2d_key(shape, "NHWC", weight.shape, pair(stride), pads, groups, dtype)
+
+
+def coverage(path: str | Path, log: Path | None = None) -> dict:
+    """How many of the ONNX model's distinct tile shapes this host's tuning log (or ``log``) holds."""
+    log = log or tuning.log_path()
+    keys = {key_of(kind, args) for kind, args in shapes(path)}
+    logged = tuning.read_log(log)
+    return {"log": log.name, "shapes": len(keys), "tuned": sum(key in logged for key in keys)}
+
+
+def label(covered: dict | None) -> str:
+    """A table cell: tuned, partly (k/n), untuned, no int8 tile; "-" when the row did not record it."""
+    if not covered:
+        return "-"
+    shapes, tuned = covered["shapes"], covered["tuned"]
+    return ("no int8 tile" if shapes == 0 else "tuned" if tuned == shapes else "untuned" if tuned == 0
+            else f"partly ({tuned}/{shapes})")
