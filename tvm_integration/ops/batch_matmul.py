@@ -26,7 +26,7 @@ from tvm import s_tir, te, tirx
 from tvm_integration.kernels import selection, tuning
 from tvm_integration.kernels.packing import activation_shift, round_up
 from tvm_integration.ops.gemm import Gemm, Tile, schedule
-from tvm_integration.ops.output_stage import round_to_int
+from tvm_integration.ops.output_stage import requantize
 
 
 @dataclass(frozen=True)
@@ -76,14 +76,6 @@ def batch_index(g, batch: tuple[int, ...]):
         index.append(tirx.floormod(rest, d) if d > 1 else tirx.const(0, "int32"))
         rest = tirx.floordiv(rest, d)
     return index[::-1]
-
-
-def requantize(acc, scale: float, zero_point: int, dtype: str, clamp):
-    """MLAS MlasRequantizeOutput (arithmetic.requantize, kept here for the operator's output stage)."""
-    lo, hi = clamp
-    y = acc.astype("float32") * tirx.const(scale, "float32")
-    y = tirx.max(tirx.min(y, float(hi - zero_point)), float(lo - zero_point))
-    return (round_to_int(y) + zero_point).astype(dtype)
 
 
 @dataclass(frozen=True)
@@ -152,7 +144,8 @@ def build_batch_matmul(a: Operand, b: Operand, za: int, zb: int, scale: float, o
     row_in = te.placeholder((groups, m), "int32", name="row_terms")
     col_in = te.placeholder((groups, n), "int32", name="col_terms")
     out = te.compute((groups, m, n), lambda g, p, c: requantize(acc[0, g, p, c] + row_in[g, p] + col_in[g, c] + fixed,
-                                                                 scale, out_zp, out_dtype, clamp), name="output")
+                                                                 tirx.const(scale, "float32"), out_zp, out_dtype,
+                                                                 clamp), name="output")
     main = schedule(te.create_prim_func([xa, xb, row_in, col_in, out]), tile, kernel if use_kernel else None, "rows", ())
     sch = s_tir.Schedule(main)
     loops = sch.get_loops(sch.get_sblock("weights"))

@@ -27,6 +27,14 @@ def pair(v) -> tuple[int, int]:
     return (v, v) if isinstance(v, int) else tuple(v)
 
 
+def output_size(size, kernel, strides, padding) -> tuple:
+    """(OH, OW) of a ``kernel`` (KH, KW) window moved by ``strides`` over an input of ``size`` (H, W)
+    padded by ``padding`` (top, left, bottom, right): every convolution's and pool's, integers or TIR
+    expressions alike."""
+    (h, w), (kh, kw), (sh, sw), (pt, pl, pb, pr) = size, kernel, strides, padding
+    return (h + pt + pb - kh) // sh + 1, (w + pl + pr - kw) // sw + 1
+
+
 def conv_geometry(input_shape, layout, weight_shape, stride, padding):
     """((B, C, H, W), (OH, OW), (pad_top, pad_left, pad_bottom, pad_right)); padding is an int,
     (ph, pw) or (top, left, bottom, right)."""
@@ -35,8 +43,7 @@ def conv_geometry(input_shape, layout, weight_shape, stride, padding):
     b, c, h, w = input_shape if layout == "NCHW" else (input_shape[0], input_shape[3], *input_shape[1:3])
     pads = (padding,) * 4 if isinstance(padding, int) else tuple(padding) * (2 if len(padding) == 2 else 1)
     kh, kw = weight_shape[2:]
-    sh, sw = stride
-    oh, ow = (h + pads[0] + pads[2] - kh) // sh + 1, (w + pads[1] + pads[3] - kw) // sw + 1
+    oh, ow = output_size((h, w), (kh, kw), stride, pads)
     if oh < 1 or ow < 1:
         raise ValueError(f"a {kh}x{kw} kernel does not fit the padded {h}x{w} input")
     return (b, c, h, w), (oh, ow), pads

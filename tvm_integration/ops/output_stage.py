@@ -210,6 +210,18 @@ def round_to_int(x):
     return tirx.call_llvm_pure_intrin("int32", "llvm.lrint", x)
 
 
+def requantize(acc, scale, zero_point: int, dtype: str, clamp: tuple[int, int]):
+    """MLAS MlasRequantizeOutput, and XNNPACK's "fp32" requantization, which is the same, on one int32
+    value: ``float32(acc) * scale`` (a float32 value) clamped to the output range less the zero point,
+    rounded half to even, plus the zero point. ``clamp``: the output range, narrower than the type's
+    under a fused Relu or Clip. ``OutputStage`` computes it per channel inside the tensorized
+    operators."""
+    lo, hi = clamp
+    y = acc.astype("float32") * scale
+    y = tirx.max(tirx.min(y, float(hi - zero_point)), float(lo - zero_point))
+    return (round_to_int(y) + zero_point).astype(dtype)
+
+
 def round_saturated(x, bounds: tuple[int, int], dtype: str):
     """float32 ``x`` rounded half to even and saturated to the integer ``bounds``, as ``dtype``
     (the bounds are integers, so clamping before rounding is the same)."""

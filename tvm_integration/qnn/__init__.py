@@ -15,6 +15,8 @@ kernels, bit-exact with onnxruntime. Its stages, in order, one module each:
     artifacts.py  the private, checked cache of compiled models qsynth run loads
 
 A TFLite model takes tflite_importer.py (tflite_arithmetic.py) in place of importer and rewrite;
-report.py reports each layer's precision and kernel (``qsynth inspect``); errors.py holds ModelError,
-the one-line refusal every stage and both frontends raise.
+quant.py holds what both frontends share (constants and the tables computed from them, per-tensor
+parameters, broadcasting, the NCHW layout; the requantization is ops/output_stage.py's); errors.py
+ModelError, the one-line refusal every stage and both frontends raise; report.py reports each
+layer's precision and kernel (``qsynth inspect``).
 """

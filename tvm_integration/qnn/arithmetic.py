@@ -30,17 +30,9 @@ import numpy as np
 from tvm import te, tirx
 
 from tvm_integration.ops.batch_matmul import Operand, geometry
-from tvm_integration.ops.output_stage import QUANT_RANGES, fenced, qlinear_add, round_saturated, round_to_int
-
-
-def requantize(acc, scale, zero_point: int, dtype: str, clamp: tuple[int, int]):
-    """MLAS MlasRequantizeOutput on one int32 value: clamp ``float32(acc) * scale`` to the output
-    range less the zero point, round half to even, add the zero point. ``clamp``: the output range,
-    narrower than the type's under a fused Relu or Clip."""
-    lo, hi = clamp
-    y = acc.astype("float32") * scale
-    y = tirx.max(tirx.min(y, float(hi - zero_point)), float(lo - zero_point))
-    return (round_to_int(y) + zero_point).astype(dtype)
+from tvm_integration.ops.conv2d import output_size
+from tvm_integration.ops.output_stage import QUANT_RANGES, fenced, qlinear_add, requantize, round_saturated, round_to_int
+from tvm_integration.qnn.quant import broadcast_index, broadcast_shape
 
 
 def requantize_channel(acc, scale, channel, zero_point: int, dtype: str, clamp: tuple[int, int]):
@@ -57,8 +49,9 @@ def valid_tap_sums(w: np.ndarray, size: tuple[int, int], attrs) -> np.ndarray:
     """``[1, O, OH, OW]``: per output channel and position, the sum of ``w`` (OIHW) over the taps whose
     input pixel is inside the unpadded input (what a zero point of the input multiplies)."""
     (h, wd), (kh, kw) = size, w.shape[2:]
-    (sh, sw), (pt, pl, pb, pr) = [int(s) for s in attrs.strides], [int(p) for p in attrs.padding]
-    oh, ow = (h + pt + pb - kh) // sh + 1, (wd + pl + pr - kw) // sw + 1
+    strides, padding = [int(s) for s in attrs.strides], [int(p) for p in attrs.padding]
+    (sh, sw), (pt, pl, _, _) = strides, padding
+    oh, ow = output_size((h, wd), (kh, kw), strides, padding)
     per_tap = w.sum(1)                                  # [O, KH, KW]: over each group's input channels
     sums = np.zeros((w.shape[0], oh, ow), np.int64)
     for i in range(kh):
@@ -86,7 +79,7 @@ def conv2d(x, w, bias, scale=None, *, strides, padding, groups, x_zero_point, w_
     o, cg, kh, kw = w.shape
     pt, pl, pb, pr = padding
     sh, sw = strides
-    oh, ow = (h + pt + pb - kh) // sh + 1, (wd + pl + pr - kw) // sw + 1
+    oh, ow = output_size((h, wd), (kh, kw), strides, padding)
     padded = te.compute((b, c, h + pt + pb, wd + pl + pr), lambda n, ch, i, j: tirx.if_then_else(
         tirx.all(i >= pt, i < h + pt, j >= pl, j < wd + pl), x[n, ch, i - pt, j - pl],
         tirx.const(x_zero_point, x.dtype)), name="pad")
@@ -152,10 +145,10 @@ def fma32(a, b, c) -> np.float32:
 
 def add(a, b, *, ratio_a: float, ratio_b: float, fixed: float, out_dtype: str, clamp):
     """QLinearAdd (output_stage.qlinear_add: MLAS's arithmetic), ``a`` and ``b`` broadcast as numpy does."""
-    shape = _broadcast_shape(a.shape, b.shape)
+    shape = broadcast_shape(a.shape, b.shape)
 
     def value(*i):
-        return qlinear_add(a(*_broadcast_index(a.shape, i)), b(*_broadcast_index(b.shape, i)), ratio_a, ratio_b,
+        return qlinear_add(a(*broadcast_index(a.shape, i)), b(*broadcast_index(b.shape, i)), ratio_a, ratio_b,
                            fixed, out_dtype, clamp)
     return te.compute(shape, value, name="qadd")
 
@@ -167,11 +160,11 @@ def mul(a, b, *, a_zero_point: int, b_zero_point: int, ratio: float, out_zero_po
     (float32, in that order), plus the output zero point in float32 (a multiply and an add, not an
     FMA: the product is fenced), rounded half to even, saturated to ``clamp``. ``a`` and ``b``
     broadcast as numpy does."""
-    shape = _broadcast_shape(a.shape, b.shape)
+    shape = broadcast_shape(a.shape, b.shape)
 
     def value(*i):
-        x = a(*_broadcast_index(a.shape, i)).astype("int32") - a_zero_point
-        y = b(*_broadcast_index(b.shape, i)).astype("int32") - b_zero_point
+        x = a(*broadcast_index(a.shape, i)).astype("int32") - a_zero_point
+        y = b(*broadcast_index(b.shape, i)).astype("int32") - b_zero_point
         product = fenced((x * y).astype("float32") * tirx.const(ratio, "float32"))
         return round_saturated(product + float(out_zero_point), clamp, out_dtype)
     return te.compute(shape, value, name="qmul")
@@ -219,8 +212,8 @@ def max_pool2d(x, *, pool, strides, padding, layout: str = "NCHW"):
     innermost axis); padding never wins (the type's minimum)."""
     nhwc = layout == "NHWC"
     b, c, h, w = (x.shape[0], x.shape[3], x.shape[1], x.shape[2]) if nhwc else x.shape
-    (kh, kw), (sh, sw), (pt, pl, pb, pr) = pool, strides, padding
-    oh, ow = (h + pt + pb - kh) // sh + 1, (w + pl + pr - kw) // sw + 1
+    (kh, kw), (sh, sw), (pt, pl, _, _) = pool, strides, padding
+    oh, ow = output_size((h, w), pool, strides, padding)
     low = tirx.min_value(x.dtype)
 
     def value(n, ch, i, j):
@@ -293,18 +286,6 @@ def dequantize(x, *, scale: float, zero_point: int):
                       * tirx.const(scale, "float32"), name="dequantize")
 
 
-def _broadcast_shape(sa, sb):
-    sa, sb = [int(d) for d in sa], [int(d) for d in sb]
-    n = max(len(sa), len(sb))
-    sa, sb = [1] * (n - len(sa)) + sa, [1] * (n - len(sb)) + sb
-    return tuple(max(p, q) for p, q in zip(sa, sb))
-
-
-def _broadcast_index(shape, index):
-    offset = len(index) - len(shape)
-    return [0 if int(d) == 1 else index[offset + k] for k, d in enumerate(shape)]
-
-
 def _scalar(param):
     """The value of a one-element tensor (a scale or zero point fed at run time), any rank."""
     return param(*([0] * len(param.shape)))
@@ -319,10 +300,10 @@ def add_runtime(a, b, sa, za, sb, zb, sc, zc, *, out_dtype: str):
     ra, rb = fenced(_scalar(sa) / _scalar(sc)), fenced(_scalar(sb) / _scalar(sc))
     fixed = fenced(_scalar(zc).astype("float32") - fma(ra, _scalar(za).astype("float32"),
                                                         fenced(rb * _scalar(zb).astype("float32"))))
-    shape = _broadcast_shape(a.shape, b.shape)
+    shape = broadcast_shape(a.shape, b.shape)
 
     def value(*i):
-        x, y = a(*_broadcast_index(a.shape, i)).astype("float32"), b(*_broadcast_index(b.shape, i)).astype("float32")
+        x, y = a(*broadcast_index(a.shape, i)).astype("float32"), b(*broadcast_index(b.shape, i)).astype("float32")
         return round_saturated(fma(x, ra, fma(y, rb, fixed)), QUANT_RANGES[out_dtype], out_dtype)
     return te.compute(shape, value, name="qadd_runtime")
 
@@ -331,11 +312,11 @@ def mul_runtime(a, b, sa, za, sb, zb, sc, zc, *, out_dtype: str):
     """QLinearMul whose scales and zero points are graph inputs: ``mul``'s arithmetic, the ratio
     ``float32(sa * sb) / sc`` computed in the kernel."""
     ratio = fenced(fenced(_scalar(sa) * _scalar(sb)) / _scalar(sc))
-    shape = _broadcast_shape(a.shape, b.shape)
+    shape = broadcast_shape(a.shape, b.shape)
 
     def value(*i):
-        x = a(*_broadcast_index(a.shape, i)).astype("int32") - _scalar(za).astype("int32")
-        y = b(*_broadcast_index(b.shape, i)).astype("int32") - _scalar(zb).astype("int32")
+        x = a(*broadcast_index(a.shape, i)).astype("int32") - _scalar(za).astype("int32")
+        y = b(*broadcast_index(b.shape, i)).astype("int32") - _scalar(zb).astype("int32")
         product = fenced((x * y).astype("float32") * ratio)
         return round_saturated(product + _scalar(zc).astype("float32"), QUANT_RANGES[out_dtype], out_dtype)
     return te.compute(shape, value, name="qmul_runtime")

@@ -15,7 +15,8 @@ from tvm import relax
 
 from tvm_integration.ops.output_stage import QUANT_RANGES
 from tvm_integration.qnn.gather import OFFSETS
-from tvm_integration.qnn.qdq import QParams, constant
+from tvm_integration.qnn.qdq import QParams
+from tvm_integration.qnn.quant import constant
 
 
 def rewritten(reader, expr, out: QParams):

@@ -32,9 +32,9 @@ from tvm_integration.ops.output_stage import OutputStage, ResidualAdd, requantiz
 from tvm_integration.qnn import bitserial_layer, float_ops, reduce_mean, schedules
 from tvm_integration.qnn.errors import ModelError
 from tvm_integration.qnn.integer_op import IntegerOp
+from tvm_integration.qnn.quant import TO_NCHW, TO_NHWC
 
 TENSORIZED = "qnn.tensorized"
-TO_NHWC, TO_NCHW = [0, 2, 3, 1], [0, 3, 1, 2]
 LAYOUT_FREE = ("add", "mul", "lookup", "tflite_add", "tflite_mul")  # elementwise, broadcasting: any layout, no layout parameter
 NHWC_OPS = (*LAYOUT_FREE, "max_pool2d", "avg_pool2d", "global_avg_pool", "gather",   # computed in NHWC when
             "tflite_mean")                                                           # their inputs are

@@ -27,7 +27,7 @@ from tvm import relax, te, tirx
 from tvm_integration.kernels import selection
 from tvm_integration.kernels.bitserial import CROSS
 from tvm_integration.ops.bitserial_gemm import Config
-from tvm_integration.ops.output_stage import OutputStage, ScaleRequantize
+from tvm_integration.ops import output_stage
 from tvm_integration.qnn import arithmetic
 from tvm_integration.qnn.errors import ModelError
 from tvm_integration.qnn.integer_op import IntegerOp
@@ -74,7 +74,7 @@ def codes(x, *, low: int, pad_code: int, padding):
 def requantize(acc, bias, scale, *, d: int, zero_point: int, out_dtype: str, clamp):
     """``acc [P, N + 1]`` (the last column T) -> requantized ``acc[p, n] + d T[p] + bias[n]``."""
     p, n1 = acc.shape
-    return te.compute((p, n1 - 1), lambda i, j: arithmetic.requantize(
+    return te.compute((p, n1 - 1), lambda i, j: output_stage.requantize(
         acc[i, j] + d * acc[i, n1 - 1] + bias[j], scale[j], zero_point, out_dtype, tuple(clamp)), name="qbitserial")
 
 
@@ -90,8 +90,9 @@ def emit(binder, var, op: IntegerOp) -> None:
     weights, bias, d, a = lowered(op)
     _, _, scale = op.constants
     config = Config(p["abits"], p["wbits"], p["encoding"])
-    stage = OutputStage() if d else OutputStage(bias=bias.astype(np.int32), clamp=tuple(p["clamp"]),
-                                                requantize=ScaleRequantize(scale, p["out_zero_point"], p["out_dtype"]))
+    stage = output_stage.OutputStage() if d else output_stage.OutputStage(
+        bias=bias.astype(np.int32), clamp=tuple(p["clamp"]),
+        requantize=output_stage.ScaleRequantize(scale, p["out_zero_point"], p["out_dtype"]))
     isa = binder.isa if binder.isa in ("host", *selection.BITSERIAL_ISAS, *CROSS) else "host"
     builder = binder.builder
     x = op.inputs[0]

@@ -17,7 +17,7 @@ from tvm import relax, s_tir, te, tirx, topi
 from tvm_integration.qnn import layer_norm, mlas_math, reduce_mean
 from tvm_integration.qnn.float_calls import emit, float32, shape_of
 from tvm_integration.qnn.float_matmul import LANES, matmul_func
-from tvm_integration.qnn.qdq import constant
+from tvm_integration.qnn.quant import constant
 
 
 # -- Softmax over the last axis -----------------------------------------------------------------------

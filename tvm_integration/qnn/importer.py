@@ -26,6 +26,7 @@ from tvm.ir import Constant
 from tvm.relax.frontend.onnx import onnx_frontend
 
 from tvm_integration.qnn.errors import ModelError, model_file
+from tvm_integration.qnn.quant import constant
 
 QUANTIZED_OPS = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "QLinearConv", "QLinearMatMul",
                  "QLinearAdd", "QLinearMul", "QLinearGlobalAveragePool", "QLinearAveragePool", "QLinearConcat",
@@ -215,14 +216,10 @@ class IntegerClip(onnx_frontend.OnnxOpConverter):
     ``relax.clip`` the rewrite reads (the frontend writes it as two TE calls); others as before."""
     @classmethod
     def _impl_v11(cls, bb, inputs, attr, params):
-        x, bounds = inputs[0], [None if b is None else constant_value(b) for b in inputs[1:3]]
+        x, bounds = inputs[0], [None if b is None else constant(b) for b in inputs[1:3]]
         if "int" not in str(x.ty.dtype.dtype) or len(inputs) < 3 or any(b is None for b in bounds):
             return onnx_frontend.Clip._impl_v13(bb, inputs, attr, params)
         return relax.op.clip(x, relax.prim_value(int(bounds[0])), relax.prim_value(int(bounds[1])))
-
-
-def constant_value(expr):
-    return expr.value.numpy() if isinstance(expr, Constant) else None
 
 
 def _named(converter):

@@ -10,11 +10,11 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 from tvm import relax
-from tvm.ir import Constant, Op
+from tvm.ir import Op
 
 from tvm_integration.ops.output_stage import QUANT_RANGES
-from tvm_integration.qnn.errors import ModelError
 from tvm_integration.qnn.importer import LAYER_NAMES
+from tvm_integration.qnn.quant import constant, per_tensor
 
 
 @dataclass(frozen=True)
@@ -37,18 +37,12 @@ class QParams:
         low, high = self.bounds
         return replace(self, range=(max(low, lo), min(high, hi)))
 
-    def scalar(self, what: str) -> tuple[float, int]:
-        if self.scale.size != 1 or self.zero_point.size != 1:
-            raise ModelError(f"{what} is quantized per channel; only weights may be")
-        return np.float32(self.scale.reshape(())), int(self.zero_point.reshape(()))
+    def scalar(self, what: str) -> tuple[np.float32, int]:
+        return per_tensor(what, self.scale, self.zero_point)
 
     def same(self, other: "QParams") -> bool:
         return self.dtype == other.dtype and self.bounds == other.bounds and np.array_equal(
             self.scale, other.scale) and np.array_equal(self.zero_point, other.zero_point)
-
-
-def constant(expr) -> np.ndarray | None:
-    return expr.value.numpy() if isinstance(expr, Constant) else None
 
 
 class QDQReader(relax.PyExprMutator):

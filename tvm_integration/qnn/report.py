@@ -126,6 +126,7 @@ def _neon_int8(op: IntegerOp, mcpu: str | None) -> tuple[str, str]:
 def _int8_kernel(op: IntegerOp, isa: str) -> str:
     from tvm_integration.kernels import selection, tuning
     from tvm_integration.ops import direct
+    from tvm_integration.ops.conv2d import output_size
     from tvm_integration.ops.gemm import Tile
     weight = op.constants[0]
     x = op.inputs[0]
@@ -135,8 +136,7 @@ def _int8_kernel(op: IntegerOp, isa: str) -> str:
         return tuning.choose(tuning.dense_key(m, n, k, dtype), selection.int8_candidates(isa, k), m, n, depth=k).spec.name
     b, c, h, w = (int(d) for d in x.ty.shape)
     pads = tuple(op.params["padding"])
-    oh = (h + pads[0] + pads[2] - weight.shape[2]) // op.params["strides"][0] + 1
-    ow = (w + pads[1] + pads[3] - weight.shape[3]) // op.params["strides"][1] + 1
+    oh, ow = output_size((h, w), weight.shape[2:], op.params["strides"], pads)
     key = tuning.conv2d_key((b, h, w, c), "NHWC", weight.shape, tuple(op.params["strides"]), pads, op.params["groups"],
                             dtype)
     depth = weight.shape[1] * weight.shape[2] * weight.shape[3]

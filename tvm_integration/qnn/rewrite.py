@@ -46,17 +46,16 @@ import logging
 from functools import partial
 
 import numpy as np
-import tvm
-from tvm import relax, tirx
+from tvm import relax
 from tvm.ir import Constant, Op
 
-from isa_specs import host
 from tvm_integration.ops.output_stage import QUANT_RANGES
-from tvm_integration.qnn import arithmetic, batch_norm, channels, qlinear_softmax, schedules
+from tvm_integration.qnn import arithmetic, batch_norm, channels, qlinear_softmax
 from tvm_integration.qnn.errors import ModelError
 from tvm_integration.qnn.importer import is_global_average_pool
 from tvm_integration.qnn.integer_op import IntegerOp
-from tvm_integration.qnn.qdq import QDQReader, QParams, constant
+from tvm_integration.qnn.qdq import QDQReader, QParams
+from tvm_integration.qnn.quant import constant, evaluate
 
 log = logging.getLogger(__name__)
 MOVEMENT = {"relax.nn.max_pool2d", "relax.reshape", "relax.permute_dims", "relax.flatten", "relax.image.resize2d",
@@ -392,7 +391,7 @@ class QDQToInteger(QDQReader):
         values = relax.const((np.arange(256) - offset).reshape((1,) * (rank - 1) + (256,)), xq.dtype)
         q = relax.op.quantize(self.rebuilt(expr, dq, values), relax.const(out.scale.reshape(())),
                               relax.const(out.zero_point.reshape(()).astype(out.dtype)), out_dtype=out.dtype)
-        return self.integer("lookup", [x], [evaluate(q).reshape(256)], offset=offset)
+        return self.integer("lookup", [x], [evaluate(lambda bb: q, rewrite).reshape(256)], offset=offset)
 
     def softmax(self, expr, out: QParams):
         """``Q(softmax(DQ(x)))``, input and output of one 8-bit type: onnxruntime's QLinearSoftmax
@@ -470,22 +469,6 @@ class QDQToInteger(QDQReader):
         if data is None or not data[1].same(out) or constant(self.value(data[0])) is not None:
             return None
         return self.visit_expr(data[0])
-
-
-def evaluate(expr) -> np.ndarray:
-    """The value of a standalone Relax expression of constants, computed as a compiled model would:
-    rewritten, legalized, scheduled (schedules.py) and built for this host."""
-    bb = relax.BlockBuilder()
-    with bb.function("main", []):
-        with bb.dataflow():
-            out = bb.emit_output(expr)
-        bb.emit_func_output(out)
-    mod = relax.transform.LegalizeOps()(rewrite(bb.get()))
-    for gvar, func in list(mod.functions.items()):
-        if isinstance(func, tirx.PrimFunc):
-            mod[gvar] = schedules.schedule(func)
-    vm = relax.VirtualMachine(tvm.compile(mod, target=tvm.target.Target(host.tvm_target())), tvm.cpu())
-    return vm["main"]().numpy()
 
 
 def rewrite(mod):

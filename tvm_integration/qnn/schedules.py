@@ -23,7 +23,7 @@ SCHEDULED = "qnn.scheduled"
 
 def schedule(func: tirx.PrimFunc, target: Target | None = None) -> tirx.PrimFunc:
     """``func`` scheduled for the LLVM ``target`` the model is built for (its features decide the
-    lookup's form); None (rewrite.evaluate's compile-time tables): the portable schedule."""
+    lookup's form); None (quant.evaluate's compile-time tables): the portable schedule."""
     if target is not None and table_lookup.applies(func, target):
         return table_lookup.vectorized(func, target).with_attr(SCHEDULED, True)
     if target is not None and neon_quantize.applies(func, target):

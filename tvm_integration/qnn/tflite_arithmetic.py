@@ -27,12 +27,12 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import tvm
 from tvm import te, tirx
 
-from isa_specs import host
-from tvm_integration.ops.output_stage import QUANT_RANGES, fenced, round_saturated, round_to_int
+from tvm_integration.ops.conv2d import output_size
+from tvm_integration.ops.output_stage import QUANT_RANGES, fenced, requantize, round_saturated
 from tvm_integration.qnn.arithmetic import channel_sums, per_channel
+from tvm_integration.qnn.quant import broadcast_index, broadcast_shape
 
 ADD_SCALE_RANGE = (1.0 / 1024.0, 256.0)     # the delegate takes an ADD only if each input/output scale is in it
 
@@ -68,47 +68,30 @@ def add_params(a_scale, a_zero_point: int, b_scale, b_zero_point: int, out_scale
     return dict(a_multiplier=a_multiplier, b_multiplier=b_multiplier, bias=bias, shift=shift)
 
 
-def _broadcast(a, b):
-    """numpy's broadcast shape of ``a`` and ``b`` and a function of an output index to each one's index."""
-    sa, sb = [int(d) for d in a.shape], [int(d) for d in b.shape]
-    n = max(len(sa), len(sb))
-    shape = tuple(max(p, q) for p, q in zip([1] * (n - len(sa)) + sa, [1] * (n - len(sb)) + sb))
-
-    def index(t, i):
-        offset = len(i) - len(t.shape)
-        return t(*[0 if int(d) == 1 else i[offset + k] for k, d in enumerate(t.shape)])
-    return shape, index
-
-
 def add(a, b, *, a_multiplier: int, b_multiplier: int, bias: int, shift: int, out_zero_point: int, out_dtype: str,
         clamp):
     """XNNPACK's qs8/qu8 vadd (and vaddc, one operand broadcast): ``(bias + a * ma + b * mb) >> shift``
     (arithmetic shift), plus the zero point, clamped; ``a`` and ``b`` broadcast as numpy does."""
-    shape, at = _broadcast(a, b)
-
     def value(*i):
-        acc = (tirx.const(bias, "int32") + at(a, i).astype("int32") * a_multiplier
-               + at(b, i).astype("int32") * b_multiplier)
+        acc = (tirx.const(bias, "int32") + a(*broadcast_index(a.shape, i)).astype("int32") * a_multiplier
+               + b(*broadcast_index(b.shape, i)).astype("int32") * b_multiplier)
         y = tirx.shift_right(acc, tirx.const(shift, "int32")) + out_zero_point
         return tirx.max(tirx.min(y, clamp[1]), clamp[0]).astype(out_dtype)
-    return te.compute(shape, value, name="tflite_add")
+    return te.compute(broadcast_shape(a.shape, b.shape), value, name="tflite_add")
 
 
 MUL_SCALE_RANGE = (2.0 ** -16, 256.0)     # the delegate takes a MUL only if a_scale * b_scale / y_scale is in it
 
 
 def mul(a, b, *, a_zero_point: int, b_zero_point: int, scale: float, out_zero_point: int, out_dtype: str, clamp):
-    """XNNPACK's qs8/qu8 vmul ("fp32" requantization): ``float32((a - za) * (b - zb)) * scale``, scale =
-    ``a_scale * b_scale / y_scale`` in float32, rounded half to even, plus the zero point, clamped;
-    broadcast as numpy does."""
-    shape, at = _broadcast(a, b)
-
+    """XNNPACK's qs8/qu8 vmul ("fp32" requantization, output_stage.requantize): ``float32((a - za) * (b -
+    zb)) * scale``, scale = ``a_scale * b_scale / y_scale`` in float32, rounded half to even, plus the
+    zero point, clamped; broadcast as numpy does."""
     def value(*i):
-        product = (at(a, i).astype("int32") - a_zero_point) * (at(b, i).astype("int32") - b_zero_point)
-        y = product.astype("float32") * tirx.const(scale, "float32")
-        y = tirx.max(tirx.min(y, float(clamp[1] - out_zero_point)), float(clamp[0] - out_zero_point))
-        return (round_to_int(y) + out_zero_point).astype(out_dtype)
-    return te.compute(shape, value, name="tflite_mul")
+        product = ((a(*broadcast_index(a.shape, i)).astype("int32") - a_zero_point)
+                   * (b(*broadcast_index(b.shape, i)).astype("int32") - b_zero_point))
+        return requantize(product, tirx.const(scale, "float32"), out_zero_point, out_dtype, clamp)
+    return te.compute(broadcast_shape(a.shape, b.shape), value, name="tflite_mul")
 
 
 def pad(x, *, pads, value: int):
@@ -170,8 +153,8 @@ def avg_pool2d(x, *, pool, strides, padding, clamp):
     output quantized alike (TFLite's builtin AveragePool): the sum divided by the count, rounded half
     away from zero in C's truncating division."""
     b, c, h, w = x.shape
-    (kh, kw), (sh, sw), (pt, pl, pb, pr) = pool, strides, padding
-    oh, ow = (h + pt + pb - kh) // sh + 1, (w + pl + pr - kw) // sw + 1
+    (kh, kw), (sh, sw), (pt, pl, _, _) = pool, strides, padding
+    oh, ow = output_size((h, w), pool, strides, padding)
     ry, rx = te.reduce_axis((0, kh), "ry"), te.reduce_axis((0, kw), "rx")
 
     def tap(n, ch, i, j):
@@ -209,18 +192,6 @@ def mean(x, *, scale: float, offset: float, out_dtype: str, keepdims: bool, layo
     if not keepdims:
         return te.compute(total.shape, value, name="tflite_mean")
     return per_channel(value, total, layout, "tflite_mean")
-
-
-def evaluate(computation, *arrays: np.ndarray, **params) -> np.ndarray:
-    """``computation(*arrays, **params)`` compiled for this host and run: an op whose operands are known at
-    import (a MUL of two tables of one tensor, tflite_ops.mul) computed by its one definition, as the model
-    would compute it."""
-    inputs = [te.placeholder(a.shape, str(a.dtype), name=f"x{k}") for k, a in enumerate(arrays)]
-    result = computation(*inputs, **params)
-    func = tvm.compile(te.create_prim_func([*inputs, result]), target=tvm.target.Target(host.tvm_target()))
-    out = tvm.runtime.empty([int(d) for d in result.shape], result.dtype)
-    func(*[tvm.runtime.tensor(a) for a in arrays], out)
-    return out.numpy()
 
 
 COMPUTATIONS = {"tflite_add": add, "tflite_avg_pool2d": avg_pool2d, "tflite_mean": mean, "tflite_mul": mul,

@@ -34,8 +34,8 @@ from tvm_integration.qnn import tflite_arithmetic as ta, tflite_ops
 from tvm_integration.qnn.arithmetic import folded_bias
 from tvm_integration.qnn.errors import ModelError, model_file
 from tvm_integration.qnn.integer_op import IntegerOp
+from tvm_integration.qnn.quant import TO_NCHW, TO_NHWC, per_tensor
 
-TO_NCHW, TO_NHWC = [0, 3, 1, 2], [0, 2, 3, 1]
 NHWC_AXIS = [0, 2, 3, 1]                                   # NHWC axis -> the NCHW value's axis
 DTYPES = {2: "int32", 3: "uint8", 9: "int8"}              # tflite.TensorType values
 
@@ -55,9 +55,7 @@ class Tensor:
     data: np.ndarray | None  # constant contents, else None
 
     def scalar(self) -> tuple[np.float32, int]:
-        if self.scale.size != 1:
-            raise ModelError(f"tensor {self.name!r} is quantized per channel; only weights may be")
-        return np.float32(self.scale[0]), int(self.zero_point[0])
+        return per_tensor(f"tensor {self.name!r}", self.scale, self.zero_point)
 
 
 def read(path: str | Path):

@@ -24,6 +24,7 @@ from tvm import relax
 from tvm_integration.ops.output_stage import QUANT_RANGES
 from tvm_integration.qnn import tflite_arithmetic as ta
 from tvm_integration.qnn.errors import ModelError
+from tvm_integration.qnn.quant import evaluate
 
 NHWC_AXIS_IN_NCHW = [0, 2, 3, 1]
 
@@ -163,7 +164,7 @@ def quantize(imp, op, ins, out):
 def mul(imp, op, ins, out_index):
     """XNNPACK's qs8/qu8 vmul (``ta.mul``). Where both operands are elementwise functions of one 8-bit tensor x,
     each x itself or a table of x (swish, ``MUL(x, LOGISTIC(x))``, as the converter writes Keras' swish), the
-    MUL is one table of x instead: ``ta.mul`` itself evaluated on the operands' 256 values (``ta.evaluate``),
+    MUL is one table of x instead: ``ta.mul`` itself evaluated on the operands' 256 values (``quant.evaluate``),
     so its entries are the interpreter's. The table read by the MUL then stays only if something else reads it
     (the importer's dead code elimination)."""
     options = imp.options(op, "MulOptions")
@@ -180,7 +181,7 @@ def mul(imp, op, ins, out_index):
     folded = _values_of_one_tensor(imp, ins)
     if folded is not None:
         x, operands = folded
-        table = ta.evaluate(ta.mul, *operands, **params)
+        table = evaluate(lambda bb: bb.call_te(ta.mul, *map(relax.const, operands), **params))
         return imp.emit("lookup", [imp.values[x]], [table], offset=-QUANT_RANGES[imp.tensor(x).dtype][0])
     rank = len(out.shape)
     return imp.emit("tflite_mul", [imp.operand(ins[0], rank), imp.operand(ins[1], rank)], **params)
