@@ -2,7 +2,8 @@
 """Tune the int8 operators' tile per shape on this host and write the tuning log
 (tvm_integration/tuning_logs/<uarch>-<tag>.json): the ResNet-18 layers of the layer benchmark (C2-C12) and
 every tensorized convolution and dense of the named models as the QNN pipeline compiles them: the
-built-in CNNs (int8_models) and the encoders of scripts/bench_transformers.py (bert_l4_s128_static, ...).
+built-in CNNs (int8_models), the encoders of scripts/bench_transformers.py (bert_l4_s128_static, ...) and
+quantized .onnx files named by path (/tmp/zoo/resnet50.int8.onnx).
 Each candidate tile is compiled, its output compared with the others' on random data, and timed
 by CPU time, one thread (the least of ``--trials`` rounds that run a batch of every candidate in
 turn). ``--models ""``: the benchmark layers alone.
@@ -36,9 +37,12 @@ from tvm_integration.ops.output_stage import OutputStage, ScaleRequantize  # noq
 
 def quantized_model(name: str, directory: Path) -> Path:
     """The int8 ONNX file of a built-in model (tvm_integration/bench/int8_models.py) or of an encoder of
-    scripts/bench_transformers.py, written into ``directory``."""
+    scripts/bench_transformers.py, written into ``directory``; or ``name`` itself, a quantized .onnx file
+    (the zoo's, scripts/make_zoo.py)."""
     from scripts import bench_transformers
     from tvm_integration.bench import int8_models
+    if name.endswith(".onnx"):
+        return Path(name)
     if name in bench_transformers.MODELS:
         bench_transformers.build(directory, name)
         return directory / f"{name}.int8.onnx"
