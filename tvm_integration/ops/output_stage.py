@@ -172,7 +172,7 @@ class OutputStage:
         if isinstance(rq, ScaleRequantize) and self.aarch64:
             return self._saturated_result(acc, p, g, n)
         if isinstance(rq, ScaleRequantize):
-            return (round_to_int(self._clamped_product(acc, p, g, n)) + rq.zero_point).astype(self.result_dtype)
+            return requantize(x, p["scale"][g, n], rq.zero_point, self.result_dtype, (lo, hi))
         if isinstance(rq, FixedPointRequantize):
             x = _tflite_multiply(x, p["multiplier"][g, n], p["shift"][g, n]) + rq.zero_point
         return tirx.max(tirx.min(x, hi), lo).astype(self.result_dtype)
@@ -214,8 +214,7 @@ def requantize(acc, scale, zero_point: int, dtype: str, clamp: tuple[int, int]):
     """MLAS MlasRequantizeOutput, and XNNPACK's "fp32" requantization, which is the same, on one int32
     value: ``float32(acc) * scale`` (a float32 value) clamped to the output range less the zero point,
     rounded half to even, plus the zero point. ``clamp``: the output range, narrower than the type's
-    under a fused Relu or Clip. ``OutputStage`` computes it per channel inside the tensorized
-    operators."""
+    under a fused Relu or Clip. ``OutputStage`` applies it per channel in the tensorized operators."""
     lo, hi = clamp
     y = acc.astype("float32") * scale
     y = tirx.max(tirx.min(y, float(hi - zero_point)), float(lo - zero_point))

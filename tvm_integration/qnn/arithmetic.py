@@ -32,6 +32,7 @@ from tvm import te, tirx
 from tvm_integration.ops.batch_matmul import Operand, geometry
 from tvm_integration.ops.conv2d import output_size
 from tvm_integration.ops.output_stage import QUANT_RANGES, fenced, qlinear_add, requantize, round_saturated, round_to_int
+from tvm_integration.qnn.errors import ModelError
 from tvm_integration.qnn.quant import broadcast_index, broadcast_shape
 
 
@@ -66,6 +67,21 @@ def folded_bias(w: np.ndarray, x_zp: int, w_zp: int, bias: np.ndarray | None = N
     """int32 per output channel: ``bias`` plus the zero-point terms known at compile time,
     ``-zx sum w + K zx zw = -zx sum (w - zw)``."""
     return ((0 if bias is None else bias.astype(np.int64).reshape(-1)) - x_zp * weight_sums(w, w_zp)).astype(np.int32)
+
+
+def linear_constants(w: np.ndarray, bias: np.ndarray | None, x_scale, x_zp: int, w_scale: np.ndarray,
+                     w_zero_point: np.ndarray, out_scale, weights: str) -> tuple[int, tuple]:
+    """(the weights' zero point, conv2d / dense constants ``(w, bias, scale)``) as onnxruntime and
+    LiteRT's XNNPACK delegate both compute them: the zero-point terms known at compile time folded
+    into the int32 bias (``folded_bias``), and the requantization scale per output channel
+    ``x_scale * w_scale / y_scale`` in float32, in that order. ModelError for ``weights`` whose
+    per-channel zero points differ: the ops take one."""
+    if np.any(w_zero_point != w_zero_point.flat[0]):
+        raise ModelError(f"{weights} have per-channel zero points that differ")
+    w_zp = int(w_zero_point.flat[0])
+    w_scale = np.broadcast_to(w_scale.astype(np.float32).reshape(-1), (w.shape[0],))
+    scale = (np.float32(x_scale) * w_scale / np.float32(out_scale)).astype(np.float32)
+    return w_zp, (w, folded_bias(w, x_zp, w_zp, bias), scale)
 
 
 def conv2d(x, w, bias, scale=None, *, strides, padding, groups, x_zero_point, w_zero_point, out_zero_point,

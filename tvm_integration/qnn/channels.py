@@ -196,8 +196,7 @@ class _Fuser(relax.PyExprMutator):
         dtype = str(var.ty.dtype)
         constants = (np.stack([np.zeros(256, dtype) if t is None else t for _, _, t in entries]),) if any(tabled) else ()
         params = {"source": [index[s] for s, _, _ in entries], "channel": [k for _, k, _ in entries], "tabled": tabled}
-        op = IntegerOp("gather", params, tuple(self.visit_expr(s) for s in sources), constants, (), "")
-        return op.emit_reference(self.builder_)
+        return IntegerOp.call(self.builder_, "gather", [self.visit_expr(s) for s in sources], constants, **params)
 
 
 def _gathered(op: IntegerOp, maps: list) -> list:

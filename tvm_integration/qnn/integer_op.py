@@ -60,6 +60,12 @@ class IntegerOp:
         return IntegerOp(str(func.attrs["qnn.op"]), params, inputs, constants,
                          tuple(int(d) for d in ty.shape), str(ty.dtype), str(func.attrs.get(IMPLEMENTATION, "")))
 
+    @staticmethod
+    def call(builder, kind: str, inputs, constants=(), **params):
+        """The reference call of a new op ``kind`` on ``inputs``: how the ONNX rewrite, the TFLite
+        importer and channels.py write an op (its shape is known once the call is)."""
+        return IntegerOp(kind, params, tuple(inputs), tuple(constants), (), "").emit_reference(builder)
+
     @property
     def tensorized(self) -> bool:
         return self.implementation == "tensorized"

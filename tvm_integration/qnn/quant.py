@@ -2,8 +2,10 @@
 both: a constant's value, and the value of an op on constants (a table's entries) as a compiled
 model computes it; a per-tensor quantization's (scale, zero point); numpy's broadcasting as TE
 indices; the NCHW layout the pipeline holds 4-D values in. The integer ops themselves are
-arithmetic.py's (onnxruntime's, whose conv2d and dense LiteRT shares) and tflite_arithmetic.py's;
-their requantization is ops/output_stage.py's ``requantize``, which ops/batch_matmul.py's output uses too.
+arithmetic.py's (onnxruntime's, whose conv2d and dense LiteRT shares, their constants computed by
+``arithmetic.linear_constants`` for both) and tflite_arithmetic.py's, each written by
+``IntegerOp.call``; their requantization is ops/output_stage.py's ``requantize``, which the
+tensorized operators' output stage and ops/batch_matmul.py use too.
 """
 from __future__ import annotations
 

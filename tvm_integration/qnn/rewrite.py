@@ -218,18 +218,14 @@ class QDQToInteger(QDQReader):
                        layer: str = ""):
         x_scale, x_zp = xq.scalar("a conv/matmul input")
         out_scale, out_zp = out.scalar("a conv/matmul output")
-        if wq.zero_point.size != 1 and np.any(wq.zero_point != wq.zero_point.flat[0]):
-            raise ModelError("weights with per-channel zero points that differ are not supported")
-        w_zp = int(wq.zero_point.flat[0])
-        channels = w.shape[0]
-        w_scale = np.broadcast_to(wq.scale.astype(np.float32).reshape(-1), (channels,))
         if bias is not None and np.issubdtype(bias.dtype, np.floating):
+            w_scale = np.broadcast_to(wq.scale.astype(np.float32).reshape(-1), (w.shape[0],))
             bias = self.integer_bias(bias.reshape(-1), np.float32(x_scale) * w_scale, layer)
-        scale = (np.float32(x_scale) * w_scale / np.float32(out_scale)).astype(np.float32)   # onnxruntime's order
-        folded = arithmetic.folded_bias(w, x_zp, w_zp, bias)
+        w_zp, constants = arithmetic.linear_constants(w, bias, x_scale, x_zp, wq.scale, wq.zero_point, out_scale,
+                                                      "weights")
         common = dict(x_zero_point=x_zp, w_zero_point=w_zp, out_zero_point=out_zp, out_dtype=out.dtype,
                       clamp=list(clamp), x_range=list(xq.bounds), w_range=list(wq.bounds), layer=layer)
-        return self.emit_linear(core, x, (w, folded, scale), common)
+        return self.emit_linear(core, x, constants, common)
 
     def emit_linear(self, core, x, constants, common: dict):
         """The integer conv2d or dense op ``core`` becomes (its geometry read from ``core``)."""
@@ -461,8 +457,7 @@ class QDQToInteger(QDQReader):
 
     def integer(self, kind: str, inputs, constants=(), **params):
         """The call of integer op ``kind`` (arithmetic.py) on the rewritten ``inputs``."""
-        op = IntegerOp(kind, params, tuple(self.visit_expr(i) for i in inputs), tuple(constants), (), "")
-        return op.emit_reference(self.builder_)
+        return IntegerOp.call(self.builder_, kind, [self.visit_expr(i) for i in inputs], constants, **params)
 
     def requantize_free(self, expr, out: QParams):
         data = self.dequantized(expr)

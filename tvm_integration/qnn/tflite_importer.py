@@ -31,7 +31,7 @@ import numpy as np
 from tvm import relax
 
 from tvm_integration.qnn import tflite_arithmetic as ta, tflite_ops
-from tvm_integration.qnn.arithmetic import folded_bias
+from tvm_integration.qnn.arithmetic import linear_constants
 from tvm_integration.qnn.errors import ModelError, model_file
 from tvm_integration.qnn.integer_op import IntegerOp
 from tvm_integration.qnn.quant import TO_NCHW, TO_NHWC, per_tensor
@@ -201,8 +201,7 @@ class Importer:
         return self.builder.emit(relax.op.permute_dims(value, TO_NHWC))
 
     def emit(self, kind: str, inputs, constants=(), **params):
-        op = IntegerOp(kind, params, tuple(inputs), tuple(constants), (), "")
-        return self.builder.emit(op.emit_reference(self.builder))
+        return self.builder.emit(IntegerOp.call(self.builder, kind, inputs, constants, **params))
 
     # -- the graph -----------------------------------------------------------------------------
     def run(self):
@@ -250,19 +249,13 @@ class Importer:
         return [bound(real, scale, zero_point, out.dtype) for real in ranges[fused]]
 
     def linear(self, x: Tensor, w: Tensor, bias, out: Tensor, weight, clamp, **geometry):
-        """conv2d / dense parameters: XNNPACK's requantization scale ``x_scale * w_scale / y_scale`` in
-        float32 (rewrite.py's for onnxruntime, the same order), zero points folded into the bias as
-        rewrite.py does (``sum (x - zx)(w - zw) = sum x w - zw sum x - zx sum w + K zx zw``)."""
-        x_scale, x_zp = x.scalar()
-        if np.any(w.zero_point != w.zero_point.flat[0]):
-            raise ModelError(f"{self.path}: weights {w.name!r} have per-channel zero points that differ")
-        w_zp = int(w.zero_point.flat[0])
-        channels = weight.shape[0]
-        out_scale, out_zp = out.scalar()
-        scale = (x_scale * np.broadcast_to(w.scale, (channels,)) / out_scale).astype(np.float32)
-        folded = folded_bias(weight, x_zp, w_zp, bias)
-        return (weight, folded, scale), dict(x_zero_point=x_zp, w_zero_point=w_zp, out_zero_point=out_zp,
-                                             out_dtype=out.dtype, clamp=clamp, **geometry)
+        """conv2d / dense constants and parameters: XNNPACK's requantization scale and folded bias are
+        onnxruntime's (arithmetic.linear_constants)."""
+        (x_scale, x_zp), (out_scale, out_zp) = x.scalar(), out.scalar()
+        w_zp, constants = linear_constants(weight, bias, x_scale, x_zp, w.scale, w.zero_point, out_scale,
+                                           f"{self.path}: weights {w.name!r}")
+        return constants, dict(x_zero_point=x_zp, w_zero_point=w_zp, out_zero_point=out_zp, out_dtype=out.dtype,
+                               clamp=clamp, **geometry)
 
     def bias(self, ins):
         return self.tensor(ins[2]).data if len(ins) > 2 and ins[2] >= 0 else None
