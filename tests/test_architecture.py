@@ -5,6 +5,10 @@
 A module may import only from its own package or from packages before it, wherever the import
 statement sits (module top or inside a function), and the subpackages of one package import each
 other without a cycle. Read from the source with ``ast``, so a violation fails here before it runs.
+
+Inside the model pipeline (tvm_integration/qnn/), each frontend only reads its format into the shared
+integer ops: no ONNX module imports a TFLite one or the reverse, and TVM's Relax frontend is touched
+only by the ONNX importer.
 """
 from __future__ import annotations
 
@@ -17,6 +21,19 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 ORDER = ("isa_specs", "sketches", "synth", "emit", "tvm_integration", "qsynth")
 NOT_LIBRARY = ("scripts", "tests")          # their users; no package imports them
+
+# The frontends' modules: those only the frontend's own modules import (model.py and report.py read a
+# file through either). Shared by both, in neither set: arithmetic.py, quant.py, integer_op.py, errors.py,
+# qlinear_softmax.py and gather.py (integer_op.py reads their ops back).
+QNN = "tvm_integration.qnn"
+FRONTENDS = {
+    "onnx": {f"{QNN}.{m}" for m in ("importer", "rewrite", "qdq", "lowbit", "batch_norm", "channels")},
+    "tflite": {f"{QNN}.{m}" for m in ("tflite_importer", "tflite_arithmetic", "tflite_ops")},
+}
+# TVM's Relax frontend: our ONNX importer subclasses its converters and graph importer; elsewhere only
+# its public ``from_onnx``, in bench/models.py, which times TVM's own import as the tvm_default baseline.
+RELAX_FRONTEND = "tvm.relax.frontend"
+FRONTEND_USERS = {f"{QNN}.importer": None, "tvm_integration.bench.models": {"tvm.relax.frontend.onnx.from_onnx"}}
 
 
 def imported_modules(source: str, module: str) -> list[tuple[int, str]]:
@@ -85,12 +102,59 @@ def package_cycles(modules) -> list[list[str]]:
     return cycles
 
 
+def _library_and_scripts():
+    yield from _modules()
+    for path in sorted((ROOT / "scripts").rglob("*.py")):
+        yield path, ".".join(path.relative_to(ROOT).with_suffix("").parts), "scripts"
+
+
+def _within(name: str, modules) -> str | None:
+    return next((m for m in modules if name == m or name.startswith(m + ".")), None)
+
+
+def cross_frontend_imports(modules) -> list[str]:
+    """Imports by a module of one frontend (FRONTENDS) of a module of another."""
+    found = []
+    for path, module, _ in modules:
+        own = next((f for f, members in FRONTENDS.items() if module in members), None)
+        for line, name in imported_modules(Path(path).read_text(), module) if own else ():
+            for other, members in FRONTENDS.items():
+                if other != own and (hit := _within(name, members)):
+                    found.append(f"{module}:{line} ({own}) imports {hit} ({other})")
+    return found
+
+
+def relax_frontend_uses(modules) -> list[str]:
+    """Every import of ``tvm.relax.frontend`` (or attribute ``relax.frontend``) outside FRONTEND_USERS,
+    and every name a user imports from it beyond those it is allowed."""
+    found = []
+    for path, module, _ in modules:
+        source = Path(path).read_text()
+        allowed = FRONTEND_USERS.get(module, set())
+        uses = [(line, name) for line, name in imported_modules(source, module) if _within(name, {RELAX_FRONTEND})]
+        uses += [(node.lineno, RELAX_FRONTEND) for node in ast.walk(ast.parse(source))
+                 if isinstance(node, ast.Attribute) and node.attr == "frontend"
+                 and ast.unparse(node.value).split(".")[-1] == "relax"]
+        found += [f"{module}:{line} uses {name}" for line, name in uses if allowed is not None and name not in allowed]
+    return found
+
+
 def test_every_import_follows_the_package_order():
     assert violations(list(_modules())) == []
 
 
 def test_no_cycle_between_subpackages():
     assert package_cycles(list(_modules())) == []
+
+
+def test_no_frontend_imports_another():
+    names = {module for _, module, _ in _modules()}
+    assert set().union(*FRONTENDS.values()) <= names        # a renamed module is renamed here too
+    assert cross_frontend_imports(list(_modules())) == []
+
+
+def test_only_the_onnx_importer_uses_tvms_relax_frontend():
+    assert relax_frontend_uses(list(_library_and_scripts())) == []
 
 
 def test_no_module_over_500_lines():
