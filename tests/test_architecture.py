@@ -3,8 +3,8 @@
     isa_specs <- sketches <- synth (the verifier) <- emit <- tvm_integration <- qsynth (the application)
 
 A module may import only from its own package or from packages before it, wherever the import
-statement sits (module top or inside a function), and the subpackages of one package import each
-other without a cycle. Read from the source with ``ast``, so a violation fails here before it runs.
+statement sits (module top or inside a function), and neither the subpackages of one package nor its
+modules import each other in a cycle. Read from the source with ``ast``, so a violation fails here before it runs.
 
 Inside the model pipeline (tvm_integration/qnn/), each frontend only reads its format into the shared
 integer ops: no ONNX module imports a TFLite one or the reverse, and TVM's Relax frontend is touched
@@ -23,13 +23,20 @@ ORDER = ("isa_specs", "sketches", "synth", "emit", "tvm_integration", "qsynth")
 NOT_LIBRARY = ("scripts", "tests")          # their users; no package imports them
 
 # The frontends' modules: those only the frontend's own modules import (model.py and report.py read a
-# file through either). Shared by both, in neither set: arithmetic.py, quant.py, integer_op.py, errors.py,
-# qlinear_softmax.py and gather.py (integer_op.py reads their ops back).
+# file through either), but for the ops' arithmetic, which integer_op.py reads back (tflite_arithmetic).
+# Shared by both, in neither set: arithmetic.py, quant.py, integer_op.py, errors.py, qlinear_softmax.py
+# and gather.py.
 QNN = "tvm_integration.qnn"
 FRONTENDS = {
     "onnx": {f"{QNN}.{m}" for m in ("importer", "rewrite", "qdq", "lowbit", "batch_norm", "channels")},
     "tflite": {f"{QNN}.{m}" for m in ("tflite_importer", "tflite_arithmetic", "tflite_ops")},
 }
+# The module cycles not broken yet, each hidden by an import inside a function. A new one fails, and so
+# does one listed here that is gone: the list only shrinks.
+KNOWN_CYCLES = [
+    ["synth.kernel", "synth.trust"],                            # trust re-proves an entry with kernel.verify
+    ["tvm_integration.qnn.arm_model", "tvm_integration.qnn.model"],  # ArmModel is a CompiledModel
+]
 # TVM's Relax frontend: our ONNX importer subclasses its converters and graph importer; elsewhere only
 # its public ``from_onnx``, in bench/models.py, which times TVM's own import as the tvm_default baseline.
 RELAX_FRONTEND = "tvm.relax.frontend"
@@ -102,6 +109,40 @@ def package_cycles(modules) -> list[list[str]]:
     return cycles
 
 
+def module_cycles(modules) -> list[list[str]]:
+    """The groups of modules that import each other in a cycle (strongly connected components of more
+    than one module), each sorted; an import of a name resolves to the module that defines it."""
+    names = {module for _, module, _ in modules}
+    edges = defaultdict(set)
+    for path, module, _ in modules:
+        for _, name in imported_modules(Path(path).read_text(), module):
+            while name and name not in names:
+                name = name.rpartition(".")[0]
+            if name and name != module:
+                edges[module].add(name)
+    order, low, stack, groups = {}, {}, [], []
+
+    def visit(node):                     # Tarjan's algorithm
+        order[node] = low[node] = len(order)
+        stack.append(node)
+        for nxt in edges[node]:
+            if nxt not in order:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], order[nxt])
+        if low[node] == order[node]:
+            group = stack[stack.index(node):]
+            del stack[stack.index(node):]
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for node in sorted(names):
+        if node not in order:
+            visit(node)
+    return sorted(groups)
+
+
 def _library_and_scripts():
     yield from _modules()
     for path in sorted((ROOT / "scripts").rglob("*.py")):
@@ -147,6 +188,10 @@ def test_no_cycle_between_subpackages():
     assert package_cycles(list(_modules())) == []
 
 
+def test_no_cycle_between_modules():
+    assert module_cycles(list(_modules())) == KNOWN_CYCLES
+
+
 def test_no_frontend_imports_another():
     names = {module for _, module, _ in _modules()}
     assert set().union(*FRONTENDS.values()) <= names        # a renamed module is renamed here too
@@ -169,23 +214,27 @@ def test_no_module_over_500_lines():
 
 
 def test_the_check_sees_a_late_import_and_a_cycle(tmp_path):
-    """The two checks above can fail: a verifier module importing the application from inside a
-    function, and two subpackages importing each other."""
+    """The checks above can fail: a verifier module importing the application from inside a
+    function, two subpackages importing each other, and two modules, one from inside a function."""
     (tmp_path / "synth").mkdir()
     bad = tmp_path / "synth" / "late.py"
     bad.write_text("def f():\n    from qsynth.commands import demo\n    from . import cache\n")
     for name, text in (("a", "from b import x\n"), ("b", "import a.y\n")):
         (tmp_path / name).mkdir()
         (tmp_path / name / "m.py").write_text(text)
+    (tmp_path / "a" / "p.py").write_text("def f():\n    from a.q import x\n")
+    (tmp_path / "a" / "q.py").write_text("from a import p\n")
     global ROOT
     saved, ROOT = ROOT, tmp_path
     try:
         found = violations([(bad, "synth.late", "synth")])
         cycles = package_cycles([(tmp_path / "a" / "m.py", "a.m", "a"), (tmp_path / "b" / "m.py", "b.m", "b")])
+        modules = module_cycles([(tmp_path / "a" / "p.py", "a.p", "a"), (tmp_path / "a" / "q.py", "a.q", "a")])
     finally:
         ROOT = saved
     assert found == ["synth/late.py:2 synth.late imports qsynth.commands.demo (synth comes before qsynth)"]
     assert cycles == [["a", "b", "a"]]
+    assert modules == [["a.p", "a.q"]]
 
 
 @pytest.mark.parametrize("source, module, want", [

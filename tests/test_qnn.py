@@ -13,12 +13,11 @@ from tvm import tirx
 
 from tvm_integration.bench import int8_models
 from tvm_integration.bench.models import reference_session, random_inputs
-from tvm_integration.qnn.bind import TENSORIZED
 from tvm_integration.qnn.errors import ModelError
 from tvm_integration.qnn.importer import load
 from tvm_integration import CompiledModel, compile_model  # the documented entry point
 from tvm_integration.qnn.model import lower
-from tvm_integration.qnn.schedules import SCHEDULED
+from tvm_integration.qnn.schedules import SCHEDULED, TENSORIZED
 
 logging.getLogger("root").setLevel(logging.ERROR)      # quantize_static's pre-processing advice
 

@@ -192,12 +192,12 @@ def _compile(path: Path, threads: int):
     operators call (their names vanish once LLVM inlines them)."""
     import tvm
     from tvm import tirx
-    from tvm_integration.qnn import bind, pipeline
+    from tvm_integration.qnn import bind, pipeline, schedules
     from tvm_integration.qnn.model import CompiledModel, read
     mod, inputs, outputs = read(path)
     mod = pipeline.lower(mod)
     used = sorted({m for f in mod.functions.values()
-                   if isinstance(f, tirx.PrimFunc) and f.attrs and bind.TENSORIZED in f.attrs
+                   if isinstance(f, tirx.PrimFunc) and f.attrs and schedules.TENSORIZED in f.attrs
                    for m in EXTERN.findall(f.script())})
     executable = tvm.compile(mod, target=tvm.target.Target(bind.model_target()))
     return CompiledModel(executable, inputs, outputs, threads), used

@@ -34,7 +34,6 @@ from tvm_integration.qnn.errors import ModelError
 from tvm_integration.qnn.integer_op import IntegerOp
 from tvm_integration.qnn.quant import TO_NCHW, TO_NHWC
 
-TENSORIZED = "qnn.tensorized"
 LAYOUT_FREE = ("add", "mul", "lookup", "tflite_add", "tflite_mul")  # elementwise, broadcasting: any layout, no layout parameter
 NHWC_OPS = (*LAYOUT_FREE, "max_pool2d", "avg_pool2d", "global_avg_pool", "gather",   # computed in NHWC when
             "tflite_mean")                                                           # their inputs are
@@ -203,7 +202,7 @@ class Binder:
                                    p["out_dtype"], tuple(p["clamp"]), self.isa)
         gvars = {}
         for name in ("row_terms", "col_terms", "main"):
-            func = built.mod[name].with_attrs({TENSORIZED: True, "qnn.op": "batch_matmul"})
+            func = built.mod[name].with_attrs({schedules.TENSORIZED: True, "qnn.op": "batch_matmul"})
             gvars[name] = self.builder.add_func(func, "qsynth_batch_matmul" + ("" if name == "main" else "_" + name))
             self.builder.update_func(gvars[name], func.with_attr("global_symbol", gvars[name].name_hint))
         groups, m, n = built.out_shape
@@ -243,7 +242,7 @@ class Binder:
             built = build_conv2d(weight, tuple(int(d) for d in data.ty.shape), "NHWC", tuple(p["strides"]),
                                  tuple(p["padding"]), p["groups"], str(x.ty.dtype), stage, self.isa,
                                  pad_value=p["x_zero_point"])
-        func = built.mod["main"].with_attrs({TENSORIZED: True, "qnn.op": op.kind})
+        func = built.mod["main"].with_attrs({schedules.TENSORIZED: True, "qnn.op": op.kind})
         gvar = self.builder.add_func(func, "qsynth_depthwise" if op.depthwise else f"qsynth_{op.kind}")
         self.builder.update_func(gvar, func.with_attr("global_symbol", gvar.name_hint))
         args = [data, *[relax.const(c) for c in built.constants]]
@@ -291,7 +290,7 @@ def bind(mod, isa: str = "host", mcpu: str | None = None):
         mod = float_ops.onnxruntime_fusions(mod)
     mod = relax.transform.LegalizeOps(float_ops.legalize_map() if isa != "neon" else None)(mod)
     for gvar, func in list(mod.functions.items()):
-        if isinstance(func, tirx.PrimFunc) and not (func.attrs and (TENSORIZED in func.attrs or
+        if isinstance(func, tirx.PrimFunc) and not (func.attrs and (schedules.TENSORIZED in func.attrs or
                                                                     schedules.SCHEDULED in func.attrs)):
             mod[gvar] = schedules.schedule(func, target)
     return mod

@@ -31,6 +31,7 @@ from tvm_integration.ops import output_stage
 from tvm_integration.qnn import arithmetic
 from tvm_integration.qnn.errors import ModelError
 from tvm_integration.qnn.integer_op import IntegerOp
+from tvm_integration.qnn.schedules import TENSORIZED
 
 
 def lowered(op: IntegerOp):
@@ -85,7 +86,6 @@ def emit(binder, var, op: IntegerOp) -> None:
     core, whose features include the tiles' +neon); another int8 isa (amx) takes the host's."""
     from tvm_integration.ops.bitserial_conv2d import build_bitserial_conv2d
     from tvm_integration.ops.bitserial_dense import build_bitserial_dense
-    from tvm_integration.qnn.bind import TENSORIZED
     p = op.params
     weights, bias, d, a = lowered(op)
     _, _, scale = op.constants

@@ -18,7 +18,10 @@ from tvm.target import Target
 from tvm_integration.qnn import gather, neon_quantize, table_lookup
 
 VECTOR = (16, 8, 4)
+# the PrimFuncs bind.py leaves as they are: scheduled already (here, or a float op's own), or a
+# tensorized operator (bind.py, bitserial_layer.py)
 SCHEDULED = "qnn.scheduled"
+TENSORIZED = "qnn.tensorized"
 
 
 def schedule(func: tirx.PrimFunc, target: Target | None = None) -> tirx.PrimFunc:
