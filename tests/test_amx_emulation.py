@@ -14,7 +14,8 @@ import subprocess
 import numpy as np
 import pytest
 
-from isa_specs import amx, get_isa, host
+from conftest import HOST_RUNS, skip_if
+from isa_specs import amx, get_isa
 from isa_specs.check import run_binary
 from isa_specs.lanes import NUMPY
 from synth import cache
@@ -26,10 +27,9 @@ from scripts import bench_kernels as bk
 
 AMX = get_isa("amx")
 FEATURES = sorted(amx_runtime.EMULATED_FEATURES)
-HOST_HAS_AMX = not any(host.missing(f, ()) for f in FEATURES)
 # emulated on every host; natively too where the host has AMX
 BUILDS = [pytest.param(True, id="emulated"),
-          pytest.param(False, id="native", marks=pytest.mark.skipif(not HOST_HAS_AMX, reason="host CPU lacks AMX"))]
+          pytest.param(False, id="native", marks=skip_if(HOST_RUNS.amx))]
 OPS = (amx.tdpbusd, amx.tdpbssd, amx.tdpbsud, amx.tdpbuud)     # the program's op codes 0-3
 
 # One tile dot product per record, C in tmm5, A in tmm3, B in tmm6 (tmm0 configured 1x4, unused).
@@ -114,14 +114,14 @@ def test_emulation_matches_the_specification_and_native(compiler):
                for op in range(len(OPS)) for shape in _shapes(rng)]
     payload, want = b"".join(p for p, _ in batches), [w for _, w in batches]
     source = DP_PROGRAM.format(runtime=amx_runtime.RUNTIME)
-    builds = [True] + ([False] if HOST_HAS_AMX else [])
+    builds = [True] + ([False] if HOST_RUNS.amx is None else [])
     outputs = {emulated: run_binary(AMX, _build(source, emulated, compiler), payload, "amx dp program") for emulated in builds}
     expected = b"".join(w.tobytes() for w in want)
     for emulated, got in outputs.items():
         assert len(got) == len(expected)
         bad = [i for i, (x, y) in enumerate(zip(got, expected)) if x != y]
         assert not bad, f"{'emulated' if emulated else 'native'}: {len(bad)} bytes differ from isa_specs.amx, first at {bad[0]}"
-    if HOST_HAS_AMX:
+    if HOST_RUNS.amx is None:
         assert outputs[True] == outputs[False]
 
 
@@ -250,7 +250,7 @@ def test_build_choice_follows_the_host_and_the_variable(monkeypatch):
     assert AMX_ENTRIES, "no AMX kernel in the cache"
     monkeypatch.delenv(amx_runtime.FORCE_VARIABLE, raising=False)
     driver = KernelDriver(AMX_ENTRIES[0])
-    assert driver.execution == ("native" if HOST_HAS_AMX else "emulated") and driver.missing() is None
+    assert driver.execution == ("emulated" if HOST_RUNS.lacks(*FEATURES) else "native") and driver.missing() is None
     monkeypatch.setenv(amx_runtime.FORCE_VARIABLE, "1")
     assert KernelDriver(AMX_ENTRIES[0]).execution == "emulated"
     assert KernelDriver(AMX_ENTRIES[0], emulated=False).execution == "native"

@@ -5,7 +5,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from isa_specs import host
+from conftest import HOST_RUNS, skip_if
 from scripts import bench_amx_residency as bench
 
 
@@ -17,8 +17,7 @@ def expected(kblocks: int) -> np.ndarray:
     return a @ b
 
 
-@pytest.mark.parametrize("emulated", [True, pytest.param(False, marks=pytest.mark.skipif(
-    host.lacks("amx-int8", host.cpu_flags()) is not None, reason="host lacks AMX-INT8: native run not possible"))])
+@pytest.mark.parametrize("emulated", [True, pytest.param(False, marks=skip_if(HOST_RUNS.amx))])
 def test_the_timed_driver_computes_the_tile(emulated):
     kblocks = 3
     out = subprocess.run([str(bench.driver(emulated)), str(kblocks), "1", "1", "0"], capture_output=True, text=True,

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from isa_specs import get_isa, host
+from conftest import HOST_RUNS
+from isa_specs import get_isa
 from isa_specs.check import ToolchainError
 from isa_specs.lanes import NUMPY
 from sketches.program import Op, Program
@@ -23,7 +24,7 @@ from synth import cache
 from synth.kernel import spec_from_key
 from synth.int8_spec import Int8Spec
 from synth.spec import BitserialSpec
-from emit import EmitError, amx_runtime, harness
+from emit import EmitError, harness
 from emit.convention import function_name, layout
 from emit.harness import (MAX_PAD, N_PATTERNS, KernelDriver, aligned_misalignment, check_entry, first_mismatch,
                           make_batch, random_layout_params, sample_patterns)
@@ -50,7 +51,6 @@ def _entries() -> tuple[list[dict], list[str]]:
 
 ENTRIES, UNREADABLE = _entries()
 KERNELS = ENTRIES + HANDWRITTEN
-HOST_HAS_AMX = not any(host.missing(f, ()) for f in sorted(amx_runtime.EMULATED_FEATURES))
 
 
 def _executions(entry: dict) -> list[bool | None]:
@@ -58,7 +58,7 @@ def _executions(entry: dict) -> list[bool | None]:
     has AMX; other kernels as the host runs them (None)."""
     if entry["program"]["isa"] != "amx":
         return [None]
-    return [True, False] if HOST_HAS_AMX else [True]
+    return [True, False] if HOST_RUNS.amx is None else [True]
 
 
 RUNS = [(e, emulated) for e in KERNELS for emulated in _executions(e)]

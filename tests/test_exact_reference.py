@@ -13,7 +13,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from isa_specs import host
+from conftest import HOST_RUNS
 from tvm_integration.bench.models import onnxruntime_session, reference_session
 from tvm_integration.qnn.model import compile_model
 
@@ -51,8 +51,8 @@ def test_compiled_model_equals_numpys_integer_product(case):
     np.testing.assert_array_equal(model({"x": x})[model.outputs[0]], want)
 
 
-@pytest.mark.skipif(any(host.lacks(f, host.cpu_flags()) is None for f in host.VNNI),
-                    reason="with VNNI onnxruntime's default multiplies with vpdpbusd, which does not saturate")
+@pytest.mark.skipif(HOST_RUNS.vnni, reason="host CPU has VNNI: onnxruntime's default multiplies with vpdpbusd, which "
+                                       "does not saturate")
 def test_onnxruntime_default_saturates_without_vnni(case):
     """Why the reference is the exact mode: on this host the default is wrong in every output."""
     path, x, want = case

@@ -17,6 +17,7 @@ import pytest
 import tvm
 from tvm.target import codegen
 
+from conftest import HOST_RUNS, skip_if
 from isa_specs import ISA_NAMES, get_isa, host
 from isa_specs.features import AARCH64, FEATURES, X86
 
@@ -187,7 +188,7 @@ def test_amx_host_target_lets_tvm_code_use_amx_and_vnni():
     assert "tdpbusd\t%tmm2, %tmm1, %tmm0" in asm and re.search(r"vpdpbusd\t.*%zmm", asm)
 
 
-@pytest.mark.skipif(host.lacks("amx-int8", host.cpu_flags()) is not None, reason="host CPU lacks amx_int8")
+@skip_if(HOST_RUNS.lacks("amx-int8"))
 def test_amx_and_vnni_run_on_the_live_hosts_target():
     """Run here for this host's own target, after the process asks Linux for the tile data state
     (arch_prctl ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18), against numpy."""

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from isa_specs import ISA_NAMES, get_isa, host
+from conftest import HOST_RUNS
+from isa_specs import ISA_NAMES, get_isa
 from isa_specs.check import Case, Harness, numpy_outputs, z3_mismatches
 
 
@@ -29,7 +30,7 @@ def _unrunnable(isa, insn) -> str | None:
     absent = [tool for tool in (isa.toolchain.cc, *isa.toolchain.runner[:1]) if shutil.which(tool) is None]
     if absent:
         return f"{', '.join(absent)} not installed (apt-get install {' '.join(isa.toolchain.apt_packages)})"
-    return host.missing(insn.feature, isa.toolchain.runner)
+    return HOST_RUNS.lacks(insn.feature)
 
 
 @functools.cache

@@ -10,6 +10,7 @@ import pytest
 import tvm
 from tvm import te, tirx
 
+from conftest import HOST_RUNS, skip_if
 from isa_specs import host
 from tvm_integration.bench import int8_models
 from tvm_integration.kernels.selection import aarch64_target
@@ -20,7 +21,7 @@ from tvm_integration.qnn.model import lower
 
 HOST = host.tvm_target()
 WITHOUT_VBMI = {**HOST, "mattr": [*HOST.get("mattr", []), "-avx512vbmi"]}     # a target this host also runs
-needs_vbmi = pytest.mark.skipif(host.missing("avx512vbmi", ()) is not None, reason=str(host.missing("avx512vbmi", ())))
+needs_vbmi = skip_if(HOST_RUNS.lacks("avx512vbmi"))
 TARGETS = [pytest.param(HOST, marks=needs_vbmi, id="vbmi"), pytest.param(WITHOUT_VBMI, id="fallback")]
 OFFSET = {"uint8": 0, "int8": 128}
 SHAPES = [(256,), (40,), (1, 7, 9, 5), (3 * 64 + 17,), (1, 112, 112, 16)]
@@ -62,7 +63,7 @@ def test_lookup_equals_numpy(target, x_dtype, y_dtype, shape):
 
 
 @pytest.mark.qemu
-@pytest.mark.skipif(cross.missing_tools() is not None, reason=f"AArch64 operators run under qemu: {cross.missing_tools()}")
+@skip_if(HOST_RUNS.qemu)
 @pytest.mark.parametrize("x_dtype, y_dtype", [("uint8", "uint8"), ("uint8", "int8"), ("int8", "uint8"), ("int8", "int8")])
 def test_lookup_on_aarch64_equals_numpy(x_dtype, y_dtype):
     """tbl over the table's first 64 bytes and tbx over each next 64 (table_lookup._tbl), under qemu:
@@ -94,7 +95,7 @@ def test_the_vbmi_build_is_vpermi2b(target, vector, x_dtype):
     ({"kind": "llvm", "mtriple": "x86_64-linux-gnu", "mattr": ["+avx512vbmi"]}, True),
     ({"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mattr": ["+neon"]}, True),      # tbl and tbx
     (WITHOUT_VBMI, False),
-    (HOST, host.missing("avx512vbmi", ()) is None)])
+    (HOST, HOST_RUNS.lacks("avx512vbmi") is None)])
 def test_the_target_features_decide(target, vbmi):
     """LLVM's knowledge of the target's ``mcpu`` and ``mattr``, never a CPU name, picks the form (every
     AArch64 core has NEON's table lookups)."""

@@ -7,11 +7,10 @@ scale."""
 import numpy as np
 import pytest
 
+from conftest import HOST_RUNS, skip_if
 from tvm_integration.ops import cross
 
-MISSING = cross.missing_tools()
-pytestmark = [pytest.mark.qemu,
-              pytest.mark.skipif(MISSING is not None, reason=f"AArch64 operators run under qemu: {MISSING}")]
+pytestmark = [pytest.mark.qemu, skip_if(HOST_RUNS.qemu)]
 
 
 def near_ties(scale: np.float32, lo: int, hi: int) -> np.ndarray:

@@ -19,12 +19,13 @@ import openvino as ov
 import pytest
 from onnx import TensorProto, helper
 
+from conftest import HOST_RUNS
 from isa_specs import host
 from tvm_integration.bench import int8_models, openvino_baseline
 from tvm_integration.bench.timing import side_by_side
 
 DATA = Path(__file__).resolve().parent / "data"
-HOST_HAS_AMX = "amx_int8" in host.cpu_flags()
+HOST_HAS_AMX = HOST_RUNS.lacks("amx-int8") is None       # OpenVINO's default then runs AMX
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +80,7 @@ def test_runs_and_reports_its_difference_from_onnxruntime(tiny):
     assert r["max_abs_diff"] == pytest.approx(float(np.max(np.abs(direct - want))), abs=1e-6)
     assert r["max_diff_steps"] == pytest.approx(r["max_abs_diff"] / scale, abs=1e-3)
     assert r["differing"] == int(np.count_nonzero(direct != want)) and r["compared"] == want.size
-    if host.lacks("avx512vnni", host.cpu_flags()) is None or host.lacks("avxvnni", host.cpu_flags()) is None:
+    if HOST_RUNS.vnni:
         assert r["max_diff_steps"] <= 8      # not bit-exact, but the same quantized network
     # without VNNI its vpmaddubsw saturates: 13 steps on the Zen 3 host (docs/measurements.md)
     assert r["primitives"] and all("I8" in p for p in r["primitives"])

@@ -7,25 +7,25 @@ import subprocess
 import numpy as np
 import pytest
 
+from conftest import HOST_RUNS
 from test_tvm_ops import conv_reference, dense_reference, requantize_onnxruntime
 
 from emit.model import kernel_model
 from emit.toolchain import compiler_command
-from tvm_integration.kernels import amx_runtime, int8, selection
+from tvm_integration.kernels import amx_runtime, int8
 from tvm_integration.ops.conv2d import conv2d
 from tvm_integration.ops.dense import dense
 from tvm_integration.ops.output_stage import OutputStage, ScaleRequantize
 
 ENTRIES = {e["name"]: e for e in int8.proved_entries("amx")}
 TILES = [k for k in int8.proved_kernels("amx") if k.spec.types == "u8s8"]
-NATIVE_WHY = selection.usable(TILES[0]) or amx_runtime.permission()
 MODES = ("native", "emulated")
 
 
 def build(tile: int8.Kernel, mode: str) -> int8.Kernel:
     """The tile as the operators call it, natively or on the emulation."""
-    if mode == "native" and NATIVE_WHY:
-        pytest.skip(f"no native AMX here ({NATIVE_WHY}); the emulated build runs instead")
+    if mode == "native" and HOST_RUNS.amx:
+        pytest.skip(f"no native AMX here ({HOST_RUNS.amx}); the emulated build runs instead")
     emulate = mode == "emulated"
     return dataclasses.replace(tile, llvm_ir=amx_runtime.llvm_ir(ENTRIES[tile.spec.name], emulate), emulated=emulate)
 
@@ -105,8 +105,8 @@ def test_the_kernel_survives_a_foreign_tile_configuration_and_a_release(tmp_path
     the tiles: the wrapper reloads ours instead of faulting, and the configuration it compares with
     is the one the kernel loads, as the hardware reads it back (else it would reload every call)."""
     tile = max(TILES, key=lambda t: t.spec.k)
-    if mode == "native" and NATIVE_WHY:
-        pytest.skip(f"no native AMX here ({NATIVE_WHY})")
+    if mode == "native" and HOST_RUNS.amx:
+        pytest.skip(f"no native AMX here ({HOST_RUNS.amx})")
     entry = ENTRIES[tile.spec.name]
     m = kernel_model(entry)
     f = m["function"]

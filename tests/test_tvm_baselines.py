@@ -7,11 +7,10 @@ import numpy as np
 import pytest
 import tvm
 
-from isa_specs import host
+from conftest import HOST_RUNS, skip_if
 from scripts import tvm_baselines as tb
 
 HOST = {"kind": "llvm"}
-needs = lambda feature: pytest.mark.skipif(host.missing(feature, ()) is not None, reason=f"host lacks {feature}")
 
 
 def bits(x: np.ndarray) -> np.ndarray:
@@ -36,7 +35,7 @@ def run(sch, *arrays) -> np.ndarray:
     return args[-1].numpy()
 
 
-@needs("avx512vpopcntdq")
+@skip_if(HOST_RUNS.lacks("avx512vpopcntdq"))
 @pytest.mark.parametrize("abits,wbits,rows,reg_bits,kblocks,encoding,row_tile", [
     (1, 1, 8, 512, 2, "unipolar", None), (2, 2, 8, 512, 1, "hybrid", None), (3, 2, 4, 256, 1, "unipolar", None),
     (2, 3, 3, 64, 3, "hybrid", None), (1, 1, 32, 512, 2, "unipolar", 8), (1, 1, 24, 512, 3, "hybrid", 8)])
@@ -79,7 +78,7 @@ def int8_cases(rng, mr, nr, k, b_lo, b_hi, c_top):
     yield a_max, np.full((nr, k), b_lo), np.full((mr, nr), c_top - 2**32 + 5)
 
 
-@needs("avx512vnni")
+@skip_if(HOST_RUNS.lacks("avx512vnni"))
 @pytest.mark.parametrize("build", [tb.int8_vnni_x86, tb.int8_plain_x86])
 @pytest.mark.parametrize("mr,nr,k", [(12, 16, 64), (3, 32, 8)])
 def test_int8_x86(build, mr, nr, k):

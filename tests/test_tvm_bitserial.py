@@ -15,14 +15,14 @@ import numpy as np
 import pytest
 import tvm
 
+from conftest import HOST_RUNS, skip_if
 from emit import harness as emit_cli
 from emit.harness import check_entry
-from isa_specs import host
 from synth.spec import BitserialSpec, SpecError
 from tvm_integration.bench import mca
 from tvm_integration.kernels.bitpack import Packing
 from tvm_integration.kernels.bitserial import gemm_kernels, word_kernels
-from tvm_integration.kernels.selection import SelectionError, bitserial_kernel
+from tvm_integration.kernels.selection import bitserial_kernel
 from tvm_integration.ops import cross
 from tvm_integration.ops.bitserial_conv2d import bitserial_conv2d
 from tvm_integration.ops.bitserial_dense import bitserial_dense, build_bitserial_dense
@@ -35,24 +35,18 @@ CPU_FEATURE = {"avx512": "avx512vpopcntdq", "avx2": "avx2"}
 @functools.cache
 def unavailable(isa: str, kernel: str = "default") -> str | None:
     """Why this host cannot run ``isa``'s operators with ``kernel``, or None: a CPU feature it lacks,
-    the qemu and cross tools NEON needs, no tile for ``host`` (its plain TIR always runs)."""
+    the qemu and cross tools NEON needs; for ``host``, those of AVX2, its last choice (its plain TIR
+    always runs)."""
     if isa == "neon":
-        return cross.missing_tools()
+        return HOST_RUNS.qemu
     if isa == "host":
-        if kernel == "plain":
-            return None
-        try:
-            bitserial_kernel("host", 1, 1, "unipolar")
-            return None
-        except SelectionError as e:
-            return str(e)
-    return host.missing(CPU_FEATURE[isa], ())
+        return None if kernel == "plain" or unavailable("avx512") is None else unavailable("avx2")
+    return HOST_RUNS.lacks(CPU_FEATURE[isa])
 
 
 def on(isa: str, kernel: str, *values, id: str):
     """One operator case on ``isa``: skipped with the reason where the host cannot run it."""
-    why = unavailable(isa, kernel)
-    marks = [pytest.mark.skipif(why is not None, reason=str(why))] + [pytest.mark.qemu] * (isa == "neon")
+    marks = [skip_if(unavailable(isa, kernel))] + [pytest.mark.qemu] * (isa == "neon")
     return pytest.param(isa, kernel, *values, marks=marks, id=f"{isa}-{kernel}-{id}")
 
 
@@ -61,8 +55,8 @@ def build_options(kernel: str) -> dict:
     return dict(use_kernel=kernel != "plain", kernel_layout=kernel if kernel in ("lanes", "acc", "tile") else None)
 
 
-needs_neon = pytest.mark.skipif(unavailable("neon") is not None, reason=str(unavailable("neon")))
-needs_avx512 = pytest.mark.skipif(unavailable("avx512") is not None, reason=str(unavailable("avx512")))
+needs_neon = skip_if(unavailable("neon"))
+needs_avx512 = skip_if(unavailable("avx512"))
 
 
 def config_id(config: Config) -> str:

@@ -11,15 +11,14 @@ qemu's ``-cpu max`` runs every family, whichever core the operator is built for.
 import numpy as np
 import pytest
 
+from conftest import HOST_RUNS, skip_if
 from tvm_integration.kernels import neon_int8
 from tvm_integration.kernels.selection import SelectionError
-from tvm_integration.ops import cross
 from tvm_integration.ops import neon_int8 as ops
 from tvm_integration.ops.output_stage import OutputStage, ResidualAdd, ScaleRequantize
 from tvm_integration.qnn.arithmetic import fma32
 
-MISSING = cross.missing_tools()
-qemu = [pytest.mark.qemu, pytest.mark.skipif(MISSING is not None, reason=f"NEON operators run under qemu: {MISSING}")]
+qemu = [pytest.mark.qemu, skip_if(HOST_RUNS.qemu)]
 
 
 def conv_reference(x, w, stride, pad, pad_value=0, groups=1):
@@ -129,7 +128,7 @@ def test_dense_matches_numpy(family, dtype):
 
 
 @pytest.mark.qemu
-@pytest.mark.skipif(MISSING is not None, reason=f"NEON operators run under qemu: {MISSING}")
+@skip_if(HOST_RUNS.qemu)
 @pytest.mark.parametrize("stride", [1, 2])
 def test_depthwise_and_plain_baseline_for_the_core(stride):
     """Depthwise 3x3 (vectorized TIR) and the plain-TIR baseline of an ordinary conv, built for Cortex-A53."""

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from conftest import HOST_RUNS, skip_if
 from tvm_integration.kernels import int8, selection, tuning
 from tvm_integration.ops import direct
 from tvm_integration.ops.conv2d import build_conv2d, conv2d, space_to_depth
@@ -12,12 +13,8 @@ from tvm_integration.ops.gemm import Tile, weights_outer
 from tvm_integration.ops.dense import dense
 from tvm_integration.ops.output_stage import FixedPointRequantize, OutputStage, ScaleRequantize
 
-try:
-    HOST_KERNEL = selection.int8_kernel("host")
-    NO_KERNEL = None
-except selection.SelectionError as e:
-    HOST_KERNEL, NO_KERNEL = None, str(e)
-pytestmark = pytest.mark.skipif(HOST_KERNEL is None, reason=f"no host kernel: {NO_KERNEL}")
+HOST_KERNEL = HOST_RUNS.int8
+pytestmark = skip_if(HOST_RUNS.int8_why)
 
 RNG = np.random.default_rng(13)
 RANGES = {"uint8": (0, 256), "int8": (-128, 128)}
@@ -324,8 +321,7 @@ def test_host_candidates_by_depth(depth):
     """On a host with AMX (and the tile permission) a deep operator takes the AMX tiles first, the
     host's VNNI kind after them (a tuning log may keep it on VNNI); a shallow one and every operator
     elsewhere the host's kind alone; untuned, the first family's least-padding tile."""
-    amx = selection.int8_kernel("amx")
-    deep = selection.usable(amx) is None and depth is not None and selection.amx_pays(depth)
+    deep = HOST_RUNS.amx is None and depth is not None and selection.amx_pays(depth)
     candidates = selection.int8_candidates("host", depth)
     isas = [k.spec.isa for k in candidates]
     assert isas == sorted(isas, key=lambda i: i != "amx") and set(isas) == ({"amx", HOST_KERNEL.spec.isa} if deep

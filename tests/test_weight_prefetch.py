@@ -142,12 +142,12 @@ int main(int argc, char **argv) {
 
 
 @pytest.mark.parametrize("parts", (1, 2, 7))
-def test_kruns_prefetches_every_line_of_the_next_b_once_over_its_parts(tmp_path, parts):
+def test_kruns_prefetches_every_line_of_the_next_b_once_over_its_parts(tmp_path, parts, host_runs):
     """The emitted ``_kruns`` (the host's VNNI tile): its ``parts`` calls prefetch, between them,
     every 64-byte line of the B that follows theirs, nothing before it or past it, each call about
     its share, a few lines per k block."""
     kernel = _kernel("avx512", "7x48x16")
-    if (why := selection.usable(kernel)) is not None:
+    if (why := host_runs.cannot_run(kernel)) is not None:
         pytest.skip(f"the host cannot run {kernel.intrin}: {why}")
     cmd = compiler_command(kernel.spec.isa, "gcc")
     if not shutil.which(cmd[0]):
