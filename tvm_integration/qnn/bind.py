@@ -110,41 +110,74 @@ class Binder:
                 and len(op.out_shape) == 4 and means[var] == uses[var] > 0}
 
     def bind(self, binding):
+        """``binding`` by the rule of its op's kind (BY_KIND), or of a Relax op (``moved``); where the
+        rule leaves it (False), the op as it is: its reference computation, in the model's layout."""
         var, value = binding.var, binding.value
         op = self.ops[var]
-        if op is not None and op.kind == "add" and self.fused_add(var, op):
-            return
-        if op is not None and op.kind == "batch_matmul" and self.isa != "neon":   # neon: its plain TIR (below)
-            self.batch_matmul(var, op)
-        elif op is not None and op.tensorized and var in self.fusable:
-            self.deferred[var] = op
-        elif op is not None and op.tensorized:
-            self.tensorized(var, op)
-        elif op is not None and op.bitserial:
-            bitserial_layer.emit(self, var, op)
-        elif op is not None and op.kind == "quantize" and len(op.out_shape) == 4 and var not in self.matmul_operands:
-            inputs = tuple(self.substitute(i) for i in op.inputs)
-            self.set_nhwc(var, replace(op, inputs=inputs, params={**op.params, "layout": "NHWC"}).emit_reference(
-                self.builder))
-        # a constant indexed by position (an add's constant operand) is in the model's layout; a
-        # lookup's table is indexed by value. Inputs of four axes each broadcast in NHWC as in NCHW (a
-        # squeeze-and-excitation's [1, C, 1, 1] scale times its image: no transposes around it)
-        elif op is not None and op.kind in NHWC_OPS and all(i in self.nhwc for i in op.inputs) and \
-                (op.kind in ("lookup", "gather") or all(c.size == 1 for c in op.constants)) and \
-                all(len(i.ty.shape) == 4 for i in op.inputs):
-            inputs = tuple(self.nhwc[i] for i in op.inputs)
-            params = op.params if op.kind in LAYOUT_FREE else {**op.params, "layout": "NHWC"}
-            result = replace(op, inputs=inputs, params=params).emit_reference(self.builder)
-            if len(op.out_shape) == 4:
-                self.set_nhwc(var, result)
-            else:                   # a reduction to [b, c] (a MEAN without keepdims): no layout left
-                self.value[var] = self.builder.emit(result)
-        elif var in self.pooled and op.inputs[0] in self.nhwc:
-            self.set_nhwc(var, replace(op, inputs=(self.nhwc[op.inputs[0]],)).emit_reference(self.builder))
-        elif (moved := self.nhwc_movement(value)) is not None:
-            self.set_nhwc(var, moved)
-        else:
+        bound = self.moved(var, value) if op is None else BY_KIND.get(op.kind, Binder.as_is)(self, var, op)
+        if not bound:
             self.value[var] = self.builder.emit(self.substitute(value))
+
+    def as_is(self, var, op: IntegerOp) -> bool:
+        return False
+
+    def linear(self, var, op: IntegerOp) -> bool:
+        """A conv2d or dense on the operator legalize.py chose: tensorized (deferred to the add it is
+        fused into, fused_add) or bitserial."""
+        if op.tensorized and var in self.fusable:
+            self.deferred[var] = op
+        elif op.tensorized:
+            self.tensorized(var, op)
+        elif op.bitserial:
+            bitserial_layer.emit(self, var, op)
+        else:
+            return False
+        return True
+
+    def add(self, var, op: IntegerOp) -> bool:
+        """Fused into the convolution it reads (fused_add), else as any op computed in NHWC."""
+        return self.fused_add(var, op) or self.in_nhwc(var, op)
+
+    def quantize(self, var, op: IntegerOp) -> bool:
+        """An image's quantize, in NHWC, unless a matmul of activations reads it in the model's layout."""
+        if len(op.out_shape) != 4 or var in self.matmul_operands:
+            return False
+        inputs = tuple(self.substitute(i) for i in op.inputs)
+        self.set_nhwc(var, replace(op, inputs=inputs, params={**op.params, "layout": "NHWC"}).emit_reference(
+            self.builder))
+        return True
+
+    def dequantize(self, var, op: IntegerOp) -> bool:
+        """A dequantize that a float mean over H and W pools (pooled_dequantizes), in NHWC."""
+        if var not in self.pooled or op.inputs[0] not in self.nhwc:
+            return False
+        self.set_nhwc(var, replace(op, inputs=(self.nhwc[op.inputs[0]],)).emit_reference(self.builder))
+        return True
+
+    def in_nhwc(self, var, op: IntegerOp) -> bool:
+        """An op of NHWC_OPS whose inputs are all NHWC images, computed in NHWC. A constant indexed by
+        position (an add's constant operand) is in the model's layout; a lookup's table is indexed by
+        value. Inputs of four axes each broadcast in NHWC as in NCHW (a squeeze-and-excitation's
+        [1, C, 1, 1] scale times its image: no transposes around it)."""
+        if not (all(i in self.nhwc for i in op.inputs) and
+                (op.kind in ("lookup", "gather") or all(c.size == 1 for c in op.constants)) and
+                all(len(i.ty.shape) == 4 for i in op.inputs)):
+            return False
+        inputs = tuple(self.nhwc[i] for i in op.inputs)
+        params = op.params if op.kind in LAYOUT_FREE else {**op.params, "layout": "NHWC"}
+        result = replace(op, inputs=inputs, params=params).emit_reference(self.builder)
+        if len(op.out_shape) == 4:
+            self.set_nhwc(var, result)
+        else:                   # a reduction to [b, c] (a MEAN without keepdims): no layout left
+            self.value[var] = self.builder.emit(result)
+        return True
+
+    def moved(self, var, value) -> bool:
+        """A Relax op that is no integer op, in NHWC where nhwc_movement moves it."""
+        if (moved := self.nhwc_movement(value)) is None:
+            return False
+        self.set_nhwc(var, moved)
+        return True
 
     def nhwc_movement(self, value):
         """A concat along the channels, a resize, or a float mean over H and W (reduce_mean.mean) of
@@ -191,9 +224,12 @@ class Binder:
         self.tensorized(var, conv, residual, self.nhwc_of(other))
         return True
 
-    def batch_matmul(self, var, op: IntegerOp):
+    def batch_matmul(self, var, op: IntegerOp) -> bool:
         """A matmul of two activations on the tiles (ops/batch_matmul.py): the row and column
-        zero-point terms, then the tensorized product, reading each operand through its transpose."""
+        zero-point terms, then the tensorized product, reading each operand through its transpose.
+        On neon (no such operator) its reference computation."""
+        if self.isa == "neon":
+            return False
         p = op.params
         a, b = (self.substitute(i) for i in op.inputs)
         operands = [Operand(tuple(int(d) for d in x.ty.shape), str(x.ty.dtype), tuple(axes) or None)
@@ -211,6 +247,7 @@ class Binder:
         out = self.builder.emit(relax.call_tir(gvars["main"], [a, b, rows, cols],
                                                relax.TensorType(built.out_shape, built.out_dtype)))
         self.value[var] = self.reshaped(out, built.result_shape)
+        return True
 
     def reshaped(self, value: relax.Var, shape) -> relax.Var:
         """``value`` reshaped to ``shape``, or ``value`` itself where it has that shape already: the VM
@@ -254,6 +291,13 @@ class Binder:
             self.value[var] = result
         else:
             self.set_nhwc(var, result)
+
+
+# Each integer op's rule, by kind: fusion (linear, add), target (batch_matmul), layout (the rest). An
+# add is in NHWC_OPS but first tries its fusion.
+BY_KIND = {**{kind: Binder.in_nhwc for kind in NHWC_OPS}, "conv2d": Binder.linear, "dense": Binder.linear,
+           "batch_matmul": Binder.batch_matmul, "add": Binder.add, "quantize": Binder.quantize,
+           "dequantize": Binder.dequantize}
 
 
 def _uses(bindings, output) -> Counter:
