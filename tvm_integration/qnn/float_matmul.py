@@ -88,6 +88,10 @@ def matmul_func(a_shape: tuple[int, ...], b_shape: tuple[int, ...], alpha: float
     return sch.mod["main"]
 
 
+def _added(partial, block, start):
+    return te.compute(partial.shape, lambda *i: partial(*i) + block(*i), name=f"sum{start}")
+
+
 def _register_tile(sch, block, rows: int, width: int | None) -> None:
     """``rows`` x ``width`` outputs accumulated in registers over the whole reduction (k outermost
     within the tile, so each output's sum keeps k's order), the tiles parallel."""
@@ -105,3 +109,54 @@ def _register_tile(sch, block, rows: int, width: int | None) -> None:
     init = sch.decompose_reduction(block, k)
     if width:
         sch.vectorize(sch.get_loops(init)[-1])
+
+
+def conv2d_func(x_shape: tuple[int, ...], w_shape: tuple[int, ...], strides, padding) -> tirx.PrimFunc:
+    """A float NCHW/OIHW conv2d (one group, no dilation) as onnxruntime's x86 Conv computes it: MLAS's
+    MlasConvOperation per image, the filters [M, K = C*kh*kw] times the image's columns [K, OH*OW]
+    (im2col, zero where padded) as the sgemm above sums them, K in blocks of ``stride_k(K, OH*OW)``
+    (the bias is a float add after it, as MlasActivation adds it). Columns padded with zeros to
+    whole vectors; parallel over image and row tiles."""
+    batch, c, h, w = x_shape
+    m, _, kh, kw = w_shape
+    (sh, sw), (pt, pl) = strides, padding[:2]
+    oh, ow = (h + padding[0] + padding[2] - kh) // sh + 1, (w + padding[1] + padding[3] - kw) // sw + 1
+    k, n = c * kh * kw, oh * ow
+    wide = -(-n // LANES) * LANES
+    x = te.placeholder(x_shape, "float32", "x")
+    filters = te.placeholder(w_shape, "float32", "w")
+
+    def column(b, r, j):
+        ch, ky, kx, oy, ox = r // (kh * kw), r // kw % kh, r % kw, j // ow, j % ow
+        iy, ix = oy * sh + ky - pt, ox * sw + kx - pl
+        inside = tirx.all(j < n, iy >= 0, iy < h, ix >= 0, ix < w)
+        return tirx.Select(inside, x[b, ch, tirx.max(tirx.min(iy, h - 1), 0), tirx.max(tirx.min(ix, w - 1), 0)],
+                           mlas_math.f32(0.0))
+    col = te.compute((batch, k, wide), column, name="col")
+
+    def block_sum(start, size):
+        r = te.reduce_axis((0, size), f"k{start}")
+        return te.compute((batch, m, wide), lambda b, i, j: te.sum(
+            filters[i, (r + start) // (kh * kw), (r + start) // kw % kh, (r + start) % kw] * col[b, r + start, j],
+            axis=r), name=f"block{start}")
+
+    stride = stride_k(k, n)
+    blocks = [(s, min(stride, k - s)) for s in range(0, k, stride)]
+    partial = block_sum(*blocks[0])
+    for start, size in blocks[1:]:
+        partial = _added(partial, block_sum(start, size), start)
+    out = te.compute((batch, m, oh, ow), lambda b, i, y, z: partial[b, i, y * ow + z], name="out")
+    sch = s_tir.Schedule(te.create_prim_func([x, filters, out]))
+    *outer, last = sch.get_loops(sch.get_sblock("col"))
+    sch.parallel(sch.fuse(*outer))
+    sch.vectorize(last)
+    width = next(v for v in (64, 32, 16) if wide % v == 0)
+    rows = next(r for r in (4, 2, 1) if m % r == 0)
+    for start, _ in blocks:
+        _register_tile(sch, sch.get_sblock(f"block{start}"), rows, width)
+        if start:
+            *outer, last = sch.get_loops(sch.get_sblock(f"sum{start}"))
+            sch.parallel(sch.fuse(*outer))
+            sch.vectorize(last)
+    sch.parallel(sch.fuse(*sch.get_loops(sch.get_sblock("out"))[:2]))
+    return sch.mod["main"]

@@ -25,7 +25,7 @@ from tvm import relax
 
 from synth.files import write_atomically
 from tvm_integration.kernels import neon_int8 as neon_kernels
-from tvm_integration.qnn import bind, importer, pipeline, rewrite, tflite_importer
+from tvm_integration.qnn import bind, importer, ort_fusion, pipeline, rewrite, tflite_importer
 from tvm_integration.qnn.errors import ModelError
 
 
@@ -38,7 +38,7 @@ def lower(model: onnx.ModelProto, target: str = "host", stage: str = "bind", mcp
     mod = importer.to_relax(model)
     if stage == "import":
         return mod
-    mod = rewrite.rewrite(mod)
+    mod = rewrite.rewrite(mod, float_layers(model, target))
     if stage == "rewrite":
         return mod
     return pipeline.lower(mod, target, mcpu, stage)
@@ -52,14 +52,20 @@ def input_specs(path: str | Path, allow_float: bool = False) -> dict[str, tuple[
     return importer.input_specs(importer.load(path, allow_float=allow_float))
 
 
-def read(path: str | Path, allow_float: bool = False) -> tuple[tvm.IRModule, dict, list[str]]:
+def float_layers(model: onnx.ModelProto, target: str) -> frozenset[str]:
+    """The layers onnxruntime computes in float for ``target`` (ort_fusion.py: x86 only)."""
+    return frozenset() if target == "neon" else ort_fusion.float_layers(model)
+
+
+def read(path: str | Path, allow_float: bool = False, target: str = "host") -> tuple[tvm.IRModule, dict, list[str]]:
     """(Relax module, input specs, output names) of the model at ``path`` as its frontend reads it: an
-    ONNX model imported and rewritten, a TFLite model imported; what ``pipeline.lower`` takes."""
+    ONNX model imported and rewritten (for ``target``: float_layers), a TFLite model imported; what
+    ``pipeline.lower`` takes."""
     if Path(path).suffix == ".tflite":
         tflite = tflite_importer.load(path)
         return tflite.run(), tflite.specs(), tflite.output_names()
     model = importer.load(path, allow_float=allow_float)
-    mod = rewrite.rewrite(importer.to_relax(model))
+    mod = rewrite.rewrite(importer.to_relax(model), float_layers(model, target))
     return mod, importer.input_specs(model), [o.name for o in model.graph.output]
 
 
@@ -74,7 +80,7 @@ def compile_model(path: str | Path, target: str = "host", threads: int | None = 
             neon_kernels.core_family(mcpu)       # an unknown core: refused before any work
         except ValueError as e:
             raise ModelError(str(e))
-    mod, inputs, outputs = read(path, allow_float)
+    mod, inputs, outputs = read(path, allow_float, target)
     mod = pipeline.lower(mod, target, mcpu)
     build_target = bind.model_target(target, mcpu)
     executable = tvm.compile(mod, target=tvm.target.Target(build_target))

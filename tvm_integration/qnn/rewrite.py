@@ -52,7 +52,9 @@ from tvm.ir import Constant, Op
 from tvm_integration.ops.output_stage import QUANT_RANGES
 from tvm_integration.qnn import arithmetic, batch_norm, channels, qlinear_softmax
 from tvm_integration.qnn.errors import ModelError
-from tvm_integration.qnn.importer import is_global_average_pool
+from tvm_integration.qnn.float_calls import emit, shape_of
+from tvm_integration.qnn.float_matmul import conv2d_func
+from tvm_integration.qnn.importer import LAYER_NAMES, is_global_average_pool
 from tvm_integration.qnn.integer_op import IntegerOp
 from tvm_integration.qnn.qdq import QDQReader, QParams
 from tvm_integration.qnn.quant import constant, evaluate
@@ -72,7 +74,21 @@ class QDQToInteger(QDQReader):
     """Each group onnxruntime fuses (the module docstring's list) replaced by its integer op, matched
     on the graph as imported (qdq.py)."""
 
+    def __init__(self, mod, float_layers=frozenset()):
+        super().__init__(mod)
+        self.float_layers, self.float_cores = float_layers, set()    # ort_fusion.py: nodes kept float, their calls
+
+    def run(self):
+        for func in self.mod.functions.values():
+            for var, value in (var2val := relax.analysis.get_var2val(func) if isinstance(func, relax.Function) else {}).items():
+                if LAYER_NAMES.get(var.name) in self.float_layers and isinstance(value, relax.Call):
+                    core = value.args[0] if isinstance(value.op, Op) and value.op.name == "relax.add" else value
+                    self.float_cores.add(var2val.get(core, core))
+        return super().run()
+
     def visit_call_(self, call):
+        if call in self.float_cores and call.op.name == "relax.nn.conv2d" and (new := self.float_conv(call)) is not None:
+            return new
         if isinstance(call.op, Op) and call.op.name == "relax.clip" and (clipped := self.clipped(call)) is not None \
                 and (q := self.call(clipped[0], "relax.quantize")) is not None and (out := self.qparams(q)) is not None \
                 and out.per_tensor_8bit:
@@ -148,7 +164,7 @@ class QDQToInteger(QDQReader):
             bias = bias[0]
             inner = core
         core = self.call(inner, "relax.nn.conv2d", "relax.matmul")
-        if core is None:
+        if core is None or core in self.float_cores:
             return None
         data, weight = self.dequantized(core.args[0]), core.args[1]
         shaped = None            # matmul(reshape(DQ(x))): a classifier's Flatten/Reshape before its Gemm/MatMul
@@ -174,6 +190,16 @@ class QDQToInteger(QDQReader):
             x = self.builder_.emit(relax.Call(shaped.op, [self.visit_expr(x), *shaped.args[1:]], shaped.attrs))
         result = self.integer_linear(core, x, xq, w, wq, bias, out, clamp, self.layer_name(*named))
         return result if rows is None else relax.op.reshape(self.builder_.emit(result), [*rows[:-1], w.shape[0]])
+
+    def float_conv(self, call):
+        """A conv2d of float_layers as onnxruntime's x86 Conv sums it (MLAS, float_matmul.conv2d_func)."""
+        a = call.attrs
+        shapes = [shape_of(arg) for arg in (*call.args, call)]
+        if any(s is None or len(s) != 4 for s in shapes) or int(a.groups) != 1 or str(a.data_layout) != "NCHW" \
+                or str(a.kernel_layout) != "OIHW" or any(int(d) != 1 for d in a.dilation):
+            return None
+        func = conv2d_func(shapes[0], shapes[1], [int(s) for s in a.strides], [int(p) for p in a.padding])
+        return emit(self.builder_, func, "qsynth_float_conv2d", [self.visit_expr(arg) for arg in call.args], shapes[2])
 
     def batch_matmul(self, expr, out: QParams):
         """``Q(matmul(DQ(a), DQ(b)))`` of two activations (QLinearMatMul: Q.K^T, attention.V), batched;
@@ -466,8 +492,9 @@ class QDQToInteger(QDQReader):
         return self.visit_expr(data[0])
 
 
-def rewrite(mod):
+def rewrite(mod, float_layers=frozenset()):
     """The integer module: every group onnxruntime fuses is one integer op, each chain of channel
-    movement one gather (channels.py, which counts readers: dead float code removed first)."""
-    mod = relax.transform.DeadCodeElimination()(QDQToInteger(mod).run())
+    movement one gather (channels.py, which counts readers: dead float code removed first);
+    ``float_layers``: the ONNX Conv/MatMul/Gemm nodes onnxruntime leaves in float (ort_fusion.py)."""
+    mod = relax.transform.DeadCodeElimination()(QDQToInteger(mod, float_layers).run())
     return relax.transform.DeadCodeElimination()(channels.fuse(mod))
