@@ -9,7 +9,7 @@ kernels, bit-exact with onnxruntime. Its stages, in order, one module each:
     legalize.py   integer ops -> the forms the target's kernels take (u8 x s8 for VNNI/AMX;
                   precision.py: which layers are bitserial)
     bind.py       conv2d/dense -> tensorized operators (tvm_integration.ops; bitserial_layer.py for
-                  the low-bit ones); the rest scheduled (schedules.py)
+                  the low-bit ones; prim_calls.py calls each); the rest scheduled (schedules.py)
     model.py      compile_model(): the file through its frontend, lower, the build, and the compiled
                   model (run, save, load)
     artifacts.py  the private, checked cache of compiled models qsynth run loads

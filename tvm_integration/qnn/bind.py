@@ -29,7 +29,7 @@ from tvm_integration.ops import neon_int8 as neon_ops
 from tvm_integration.ops.conv2d import build_conv2d
 from tvm_integration.ops.dense import build_dense
 from tvm_integration.ops.output_stage import OutputStage, ResidualAdd, requantization
-from tvm_integration.qnn import bitserial_layer, float_ops, reduce_mean, schedules
+from tvm_integration.qnn import bitserial_layer, float_ops, prim_calls, reduce_mean, schedules
 from tvm_integration.qnn.errors import ModelError
 from tvm_integration.qnn.integer_op import IntegerOp
 from tvm_integration.qnn.quant import TO_NCHW, TO_NHWC
@@ -236,16 +236,14 @@ class Binder:
                     for x, axes in ((a, p["a_axes"]), (b, p["b_axes"]))]
         built = build_batch_matmul(*operands, p["a_zero_point"], p["b_zero_point"], p["scale"], p["out_zero_point"],
                                    p["out_dtype"], tuple(p["clamp"]), self.isa)
-        gvars = {}
-        for name in ("row_terms", "col_terms", "main"):
+        def call(name, args, out):
             func = built.mod[name].with_attrs({schedules.TENSORIZED: True, "qnn.op": "batch_matmul"})
-            gvars[name] = self.builder.add_func(func, "qsynth_batch_matmul" + ("" if name == "main" else "_" + name))
-            self.builder.update_func(gvars[name], func.with_attr("global_symbol", gvars[name].name_hint))
+            symbol = "qsynth_batch_matmul" + ("" if name == "main" else "_" + name)
+            return self.builder.emit(prim_calls.call(self.builder, func, symbol, args, out))
         groups, m, n = built.out_shape
-        rows = self.builder.emit(relax.call_tir(gvars["row_terms"], [a], relax.TensorType((groups, m), "int32")))
-        cols = self.builder.emit(relax.call_tir(gvars["col_terms"], [b], relax.TensorType((groups, n), "int32")))
-        out = self.builder.emit(relax.call_tir(gvars["main"], [a, b, rows, cols],
-                                               relax.TensorType(built.out_shape, built.out_dtype)))
+        rows = call("row_terms", [a], relax.TensorType((groups, m), "int32"))
+        cols = call("col_terms", [b], relax.TensorType((groups, n), "int32"))
+        out = call("main", [a, b, rows, cols], relax.TensorType(built.out_shape, built.out_dtype))
         self.value[var] = self.reshaped(out, built.result_shape)
         return True
 
@@ -280,12 +278,12 @@ class Binder:
                                  tuple(p["padding"]), p["groups"], str(x.ty.dtype), stage, self.isa,
                                  pad_value=p["x_zero_point"])
         func = built.mod["main"].with_attrs({schedules.TENSORIZED: True, "qnn.op": op.kind})
-        gvar = self.builder.add_func(func, "qsynth_depthwise" if op.depthwise else f"qsynth_{op.kind}")
-        self.builder.update_func(gvar, func.with_attr("global_symbol", gvar.name_hint))
         args = [data, *[relax.const(c) for c in built.constants]]
         if residual is not None:
             args.append(self.reshaped(residual_value, built.out_shape))
-        out = self.builder.emit(relax.call_tir(gvar, args, relax.TensorType(built.out_shape, built.out_dtype)))
+        out = self.builder.emit(prim_calls.call(self.builder, func, "qsynth_depthwise" if op.depthwise else
+                                                f"qsynth_{op.kind}", args,
+                                                relax.TensorType(built.out_shape, built.out_dtype)))
         result = self.reshaped(out, built.result_shape)
         if op.kind == "dense":
             self.value[var] = result

@@ -28,7 +28,7 @@ from tvm_integration.kernels import selection
 from tvm_integration.kernels.bitserial import CROSS
 from tvm_integration.ops.bitserial_gemm import Config
 from tvm_integration.ops import output_stage
-from tvm_integration.qnn import arithmetic
+from tvm_integration.qnn import arithmetic, prim_calls
 from tvm_integration.qnn.errors import ModelError
 from tvm_integration.qnn.integer_op import IntegerOp
 from tvm_integration.qnn.schedules import TENSORIZED
@@ -118,10 +118,9 @@ def emit(binder, var, op: IntegerOp) -> None:
         built = build_bitserial_conv2d(weights, tuple(int(s) for s in data.ty.shape), config, tuple(p["strides"]),
                                        padding, stage, isa)
     func = built.mod["main"].with_attrs({TENSORIZED: True, "qnn.op": op.kind})
-    gvar = builder.add_func(func, f"qsynth_bitserial_{op.kind}")
-    builder.update_func(gvar, func.with_attr("global_symbol", gvar.name_hint))
     args = [data, *[relax.const(c) for c in built.constants]]
-    out = builder.emit(relax.call_tir(gvar, args, relax.TensorType(built.out_shape, built.out_dtype)))
+    out = builder.emit(prim_calls.call(builder, func, f"qsynth_bitserial_{op.kind}", args,
+                                       relax.TensorType(built.out_shape, built.out_dtype)))
     if d:
         out = builder.emit(builder.call_te(requantize, out, relax.const(bias.astype(np.int32)), relax.const(scale), d=d,
                                            zero_point=p["out_zero_point"], out_dtype=p["out_dtype"], clamp=p["clamp"],

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tvm import relax, tirx
 
+from tvm_integration.qnn import prim_calls
 from tvm_integration.qnn.schedules import SCHEDULED
 
 
@@ -22,8 +23,5 @@ def float32(call) -> bool:
 def emit(bb: relax.BlockBuilder, func: tirx.PrimFunc, name: str, args, out_shape, dtype="float32", outputs=1):
     """The call of ``func`` (scheduled, added to ``bb``'s module as ``name``) on ``args``; with
     ``outputs`` > 1, a tuple of that many tensors of ``out_shape``."""
-    func = func.with_attr(SCHEDULED, True)
-    gvar = bb.add_func(func, name)
-    bb.update_func(gvar, func.with_attr("global_symbol", gvar.name_hint))
     out = [relax.TensorType(out_shape, dtype) for _ in range(outputs)]
-    return relax.call_tir(gvar, list(args), out if outputs > 1 else out[0])
+    return prim_calls.call(bb, func.with_attr(SCHEDULED, True), name, args, out if outputs > 1 else out[0])
