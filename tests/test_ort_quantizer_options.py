@@ -11,13 +11,13 @@ import platform
 
 import numpy as np
 import onnx
+import onnxruntime.quantization as ort_quant
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from tvm_integration.bench.models import reference_session
 from tvm_integration.qnn import ort_fusion
 
-ort_quant = pytest.importorskip("onnxruntime.quantization")
 pytestmark = pytest.mark.skipif(platform.machine() != "x86_64", reason="onnxruntime's x86 fusions")
 
 SHAPE = (1, 16, 24, 24)
