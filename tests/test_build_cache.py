@@ -9,7 +9,6 @@ import os
 import pytest
 
 from emit import toolchain
-from isa_specs import check
 from isa_specs.check import ToolchainError
 
 SOURCE = "int add(int a, int b) { return a + b; }\n"

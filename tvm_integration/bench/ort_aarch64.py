@@ -52,7 +52,7 @@ def run(model: str | Path, feeds: dict[str, np.ndarray], outputs: list[str], cor
     if (why := cross_model.missing_tools()) is not None:
         raise RuntimeError(f"cannot run onnxruntime for AArch64 here: {why}")
     binary = driver()
-    lib_dir = binary.parents[1]
+    lib_dir = wheels.library_folder(binary)
     with tempfile.TemporaryDirectory(prefix="qsynth-ort-aarch64-") as tmp:
         tmp = Path(tmp)
         inputs = []

@@ -78,16 +78,19 @@ def row(name: str, library: Path, path: Path, fp32: Path | None, threads: int, t
         openvino: bool = True) -> dict:
     """The benchmark row of the model ``name``: ``library`` (our build of ``path``, saved by
     ``CompiledModel.save``) timed side by side with onnxruntime int8 on ``path`` (its default and its
-    exact mode), fp32 on ``fp32`` and OpenVINO int8 on ``path``, at ``threads`` threads (the process's TVM pool must have that size:
-    TVM_NUM_THREADS before the first run)."""
+    exact mode), fp32 on ``fp32`` and OpenVINO int8 on ``path``, at ``threads`` threads (the process's
+    TVM pool must have that size: TVM_NUM_THREADS before the first run)."""
     model = CompiledModel.load(library, threads=threads)
     feeds = inputs(model, 3)
     diff = difference(model, path, feeds, threads)
     feed = feeds[0]
     expected = dict(zip(model.outputs, reference_session(path, threads).run(None, feed)))
-    runs = {"onnxruntime_int8": lambda: _ort(path, feed, threads), "onnxruntime_int8_exact": lambda: _exact(path, feed, threads)}
+    # each run function in a session of its own, made when timed (timing.side_by_side); the exact mode is
+    # the fair peer where the default saturates (x86 without VNNI)
+    runs = {"onnxruntime_int8": lambda: _run(onnxruntime_session(path, threads), feed),
+            "onnxruntime_int8_exact": lambda: _run(reference_session(path, threads), feed)}
     if fp32 is not None and fp32.exists():
-        runs["onnxruntime_fp32"] = lambda: _ort(fp32, feed, threads)
+        runs["onnxruntime_fp32"] = lambda: _run(onnxruntime_session(fp32, threads), feed)
     report = {}
     if openvino:
         more, report = openvino_baseline.baselines(path, feed, expected, threads)
@@ -104,14 +107,7 @@ def row(name: str, library: Path, path: Path, fp32: Path | None, threads: int, t
             "speedups": {k: v / ours for k, v in times.items()}, **cpu, **diff, "openvino": report}
 
 
-def _ort(path: Path, feed: dict, threads: int):
-    session = onnxruntime_session(path, threads)
-    return lambda: session.run(None, feed)
-
-
-def _exact(path: Path, feed: dict, threads: int):
-    """onnxruntime's exact mode, the fair peer where its default saturates (x86 without VNNI)."""
-    session = reference_session(path, threads)
+def _run(session, feed: dict):
     return lambda: session.run(None, feed)
 
 

@@ -24,7 +24,7 @@ import tvm
 from tvm import s_tir, te, tirx
 
 from tvm_integration.kernels import selection, tuning
-from tvm_integration.kernels.packing import activation_shift, round_up
+from tvm_integration.kernels.packing import activation_shift
 from tvm_integration.ops.gemm import Gemm, Tile, schedule
 from tvm_integration.ops.output_stage import requantize
 

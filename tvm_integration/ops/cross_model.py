@@ -90,6 +90,13 @@ def export(mod, path: str | Path, mcpu: str | None = None, target: dict | None =
     return Path(path)
 
 
+def under_qemu(binary: Path, qemu_options: tuple[str, ...] = ()) -> list[str]:
+    """The command running ``binary`` (``driver()``) under qemu-aarch64, on the cross gcc's sysroot and the
+    AArch64 runtime it was linked against."""
+    return [*cross.QEMU, "-L", str(SYSROOT), "-E", f"LD_LIBRARY_PATH={wheels.library_folder(binary)}",
+            *qemu_options, str(binary)]
+
+
 def missing_functions(executable) -> list[str]:
     """The functions a VM executable compiled for AArch64 calls that neither its own code nor TVM's
     AArch64 runtime defines (the runtime's registry, asked under qemu: model_driver.c --missing). The
@@ -98,9 +105,7 @@ def missing_functions(executable) -> list[str]:
     wanted = [name for name in dict.fromkeys(called) if not executable.mod.implements_function(name, True)]
     if not wanted:
         return []
-    binary = driver()
-    proc = subprocess.run([*cross.QEMU, "-L", str(SYSROOT), "-E", f"LD_LIBRARY_PATH={binary.parents[1]}",
-                           str(binary), "--missing", *wanted], capture_output=True, text=True, timeout=600)
+    proc = subprocess.run([*under_qemu(driver()), "--missing", *wanted], capture_output=True, text=True, timeout=600)
     if proc.returncode:
         raise RuntimeError(f"asking the AArch64 runtime for its functions failed (exit {proc.returncode}): "
                            f"{proc.stderr.strip()[-1500:]}")
@@ -121,10 +126,8 @@ class CrossModel:
                 measure: bool = False) -> list[str]:
         """The qemu command line running the model on the .npy files ``inputs`` (``measure``: the driver's
         --measure, model_driver.c), once the runtime and the driver have been checked."""
-        binary = driver()
-        return [*cross.QEMU, "-L", str(SYSROOT), "-E", f"LD_LIBRARY_PATH={binary.parents[1]}", *qemu_options,
-                str(binary), *(["--measure"] if measure else []), str(self.library), str(out_prefix),
-                *map(str, inputs)]
+        return [*under_qemu(driver(), qemu_options), *(["--measure"] if measure else []), str(self.library),
+                str(out_prefix), *map(str, inputs)]
 
     @property
     def code_maps(self) -> Path:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import subprocess
 import tempfile
 import zipfile
@@ -64,13 +65,17 @@ def _record_hash(data: bytes) -> str:
 
 def linked(folder: Path, name: str, sources: list[Path], libraries: list[Path],
            link: Callable[[Path], list[str]]) -> Path:
-    """The program ``link(out)`` builds from ``sources`` against ``libraries`` (each already checked),
-    kept as ``name`` in a folder of ``folder`` named by the digest of all of them (a new source or library
-    gets a new program; the program keeps its name, which block counts attribute code to); checked before
-    every use like the libraries."""
+    """The program ``link(out)`` builds from ``sources`` against ``libraries`` (each already checked
+    against its sidecar, whose recorded SHA-256 stands for it here: no second pass over tens of MB on
+    every run), kept as ``name`` in a folder of ``folder`` named by the digest of all of them (a new
+    source or library gets a new program; the program keeps its name, which block counts attribute code
+    to); checked before every use like the libraries."""
     digest = hashlib.sha256(" ".join(link(Path("out"))).encode())
-    for path in [*sources, *libraries]:
+    for path in sources:
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    for path in libraries:
+        recorded = json.loads(derived_files.own_file(derived_files.digest_sidecar(path)))["sha256"]
+        digest.update(path.name.encode() + b"\0" + recorded.encode())
 
     def build(out: Path) -> None:
         cmd = link(out)
@@ -79,3 +84,8 @@ def linked(folder: Path, name: str, sources: list[Path], libraries: list[Path],
             raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
     where = derived_files.private_folder(folder / f"{name}-{digest.hexdigest()[:16]}")
     return derived_files.cached_build(where / name, build, f"AArch64 program {name}")
+
+
+def library_folder(program: Path) -> Path:
+    """The folder of the libraries a program of ``linked`` runs against (its LD_LIBRARY_PATH)."""
+    return program.parents[1]
