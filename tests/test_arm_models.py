@@ -99,6 +99,8 @@ def test_bench_model_neon_cli(mlp, ort_dir, lib_dir, capsys):
     row = json.loads(capsys.readouterr().out)
     assert row["core"] == "cortex-a53" and set(row["columns"]) == {"qsynth", "onnxruntime_int8"}
     assert row["max_abs_diff_vs_onnxruntime"] == 0 and row["max_abs_diff_vs_onnxruntime_aarch64"] == 0
+    assert row["max_abs_diff"] == {"onnx": 0, "onnxruntime_aarch64": 0}
+    assert row["follows"]["dense"] == "onnx" and row["not_exact"] == []     # integer ops only: the ONNX definition
     ours, theirs = row["columns"]["qsynth"], row["columns"]["onnxruntime_int8"]
     assert "model.so" in ours["by_library"] and "libtvm_runtime.so" in ours["by_library"]
     assert "libonnxruntime.so.1" in theirs["by_library"]

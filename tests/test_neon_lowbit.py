@@ -74,7 +74,9 @@ def test_inspect_names_the_neon_tiles(models, capsys):
     from qsynth.cli import main
     path = models["mixed"][0]
     assert main(["inspect", str(path), "--target", "neon", "--mcpu", "cortex-a76", "--json"]) == 0
-    rows = json.loads(capsys.readouterr().out)
+    printed = json.loads(capsys.readouterr().out)
+    rows = printed["layers"]
+    assert {k["op"]: k["reference"] for k in printed["op_kinds"]}["dense"] == "onnx"
     # the float classifier (float_dense) is listed too, as a float matmul
     assert [r["operator"] for r in rows] == ["int8", "bitserial", "bitserial", "bitserial", "bitserial", "float"]
     assert rows[0]["kernel"].startswith("int8_s8s8_k4_") and "_neon" in rows[0]["kernel"]     # sdot on A76

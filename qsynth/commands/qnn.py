@@ -68,6 +68,8 @@ def compile(model: str = MODEL,
         compiled.save(out)
     print(f"{out} ({', '.join(f'{n} {d}{list(s)}' for n, (s, d) in compiled.inputs.items())} -> "
           f"{', '.join(compiled.outputs)})")
+    if target == "neon":
+        _print_inexact(compiled.inexact())
     return 0
 
 
@@ -222,8 +224,8 @@ def _bench_arm(model: str, fp32: str | None, threads: int, input: list[str] | No
         print_json(row)
         return 0
     print(f"{row['model']} on {mcpu} (llvm-mca's model; qemu's block counts of one inference, after a warm-up), "
-          f"{threads} thread(s); largest difference from onnxruntime: {row['max_abs_diff_vs_onnxruntime']:g} "
-          f"(this host), {row['max_abs_diff_vs_onnxruntime_aarch64']:g} (its AArch64 build)")
+          f"{threads} thread(s)")
+    _print_references(row)
     for name, column in row["columns"].items():
         if column["cycles"] is None:
             print(f"  {name:18} refused: {column['refused']}")
@@ -236,22 +238,50 @@ def _bench_arm(model: str, fp32: str | None, threads: int, input: list[str] | No
     return 0
 
 
+def _print_references(row: dict) -> None:
+    """bench-model --target neon: the difference from each reference and which op kinds follow which."""
+    from tvm_integration.qnn import arm_reference
+    for reference, description in arm_reference.REFERENCES.items():
+        kinds = [k for k, r in row["follows"].items() if r == reference]
+        print(f"  largest difference from {description}: {row['max_abs_diff'][reference]:g}; followed by "
+              f"{', '.join(kinds) or 'no op of this model'}")
+    for line in row["not_exact"]:
+        print(f"  {line}")
+
+
+def _print_inexact(kinds: list) -> None:
+    """--target neon: each op kind not known to be exact against its reference, one line each."""
+    from tvm_integration.qnn import arm_reference
+    for kind in kinds:
+        print(f"note: {arm_reference.describe(kind)}")
+
+
 def inspect(model: str = MODEL, target: Target = TARGET, allow_float: bool = ALLOW_FLOAT,
             json: bool = typer.Option(False, "--json", help=JSON_HELP), mcpu: Optional[str] = MCPU) -> int:
     """Each conv/dense layer's and MatMul's precision (AxWy, encoding; float32), operator and kernel, without
-    compiling."""
+    compiling. --target neon: also each op kind's reference and whether it is exact against it (--json: an
+    object, its layers and its op_kinds)."""
+    from tvm_integration.qnn import arm_reference
     from tvm_integration.qnn.importer import load
+    from tvm_integration.qnn.model import read
     from tvm_integration.qnn.report import layers, table
     _core(target, mcpu)
     rows = layers(Path(model) if Path(model).suffix == ".tflite" else load(model, allow_float=allow_float), target,
                   mcpu)
+    kinds = [arm_reference.kind(k) for k in arm_reference.kinds(read(model, allow_float, target)[0])] \
+        if target == "neon" else None
     if json:
-        print_json([dict(layer=r.layer, op=r.kind, weights=r.shape, operator=r.operator, kernel=r.kernel,
-                         **(dict(abits=None, wbits=None, encoding="float32", note="") if r.precision is None else
-                            dict(abits=r.precision.abits, wbits=r.precision.wbits, encoding=r.precision.encoding,
-                                 note=r.precision.weights))) for r in rows])
+        listed = [dict(layer=r.layer, op=r.kind, weights=r.shape, operator=r.operator, kernel=r.kernel,
+                       **(dict(abits=None, wbits=None, encoding="float32", note="") if r.precision is None else
+                          dict(abits=r.precision.abits, wbits=r.precision.wbits, encoding=r.precision.encoding,
+                               note=r.precision.weights))) for r in rows]
+        print_json(listed if kinds is None else {"layers": listed, "op_kinds": [
+            dict(op=k.name, reference=k.reference, exact=k.exact, note=k.note) for k in kinds]})
     else:
         print(table(rows))
+        if kinds is not None:
+            print("\nop kinds on Arm, each against its reference (qnn/arm_reference.py):")
+            print("\n".join(f"  {arm_reference.describe(k)}" for k in kinds))
     return 0
 
 

@@ -29,6 +29,7 @@ from tvm_integration.bench import mca, ort_aarch64, qemu_blocks
 from tvm_integration.bench.models import Refused, random_inputs, reference_session, tvm_own_import
 from tvm_integration.bench.neon_int8_layers import is_multiply
 from tvm_integration.ops import cross_model
+from tvm_integration.qnn import arm_reference
 
 
 def cycles(blocks: list[mca.Block], core: str) -> dict:
@@ -78,8 +79,10 @@ def bench_arm_model(path: str | Path, core: str, fp32: str | Path | None = None,
                     feeds: dict[str, np.ndarray] | None = None, threads: int = 1) -> dict:
     """The row: each column's estimated cycles on ``core`` (``cycles``; None and ``refused``, the reason,
     when TVM's own import refuses the model; ``mca_cpu``: the -mcpu whose model costed them) and
-    ``ratios`` (ours / theirs: below 1 ours needs fewer),
-    and whether our outputs equal onnxruntime's, here and under qemu."""
+    ``ratios`` (ours / theirs: below 1 ours needs fewer); our outputs' largest difference from each
+    reference (``max_abs_diff``: the ONNX definition, i.e. onnxruntime's x86 exact mode on this host,
+    and onnxruntime's AArch64 build under qemu), the reference each of the model's op kinds follows
+    (``follows``) and those not known to be exact against theirs (``not_exact``; qnn/arm_reference.py)."""
     from tvm_integration.qnn.model import compile_model
     qemu_blocks.root(core)                                  # a core qemu does not model: ValueError, first
     path, start = Path(path), time.perf_counter()
@@ -112,10 +115,14 @@ def bench_arm_model(path: str | Path, core: str, fp32: str | Path | None = None,
         return max(float(np.max(np.abs(x.astype(np.float64) - y.astype(np.float64)))) if x.size else 0.0
                    for x, y in zip(a, b, strict=True))
     ours_cycles = columns["qsynth"]["cycles"]
+    differences = {arm_reference.ONNX: largest_difference(ours, reference),
+                   arm_reference.AARCH64: largest_difference(ours, theirs)}
     return {"model": path.name, "core": core, "mca_cpu": mca.mca_cpu(core), "threads": threads, "columns": columns,
             "ratios": {name: ours_cycles / c["cycles"] for name, c in columns.items()
                        if name != "qsynth" and c["cycles"] is not None},
-            "max_abs_diff_vs_onnxruntime": largest_difference(ours, reference),
-            "max_abs_diff_vs_onnxruntime_aarch64": largest_difference(ours, theirs),
+            "max_abs_diff_vs_onnxruntime": differences[arm_reference.ONNX],
+            "max_abs_diff_vs_onnxruntime_aarch64": differences[arm_reference.AARCH64],
             "onnxruntime_aarch64_vs_host": largest_difference(theirs, reference),
+            "max_abs_diff": differences, "follows": arm_reference.follows(model.op_kinds),
+            "not_exact": [arm_reference.describe(k) for k in model.inexact()],
             "seconds": time.perf_counter() - start}

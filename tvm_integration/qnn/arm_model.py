@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from tvm_integration.ops import cross_model
+from tvm_integration.qnn import arm_reference
 from tvm_integration.qnn.errors import ModelError
 from tvm_integration.qnn.model import CompiledModel
 
@@ -29,8 +30,9 @@ class ArmModel(CompiledModel):
     AArch64 executable."""
 
     def __init__(self, executable, inputs: dict, outputs: list[str], target: dict, threads: int | None = None,
-                 library: Path | None = None):
+                 library: Path | None = None, op_kinds: list[str] | None = None):
         self.executable, self.target, self.library = executable, target, library
+        self.op_kinds = op_kinds        # the model's op kinds (arm_reference.kinds), None when not recorded
         self.inputs = {name: (tuple(shape), dtype) for name, (shape, dtype) in inputs.items()}
         self.outputs = list(outputs)
         self.threads = threads
@@ -44,10 +46,14 @@ class ArmModel(CompiledModel):
         if signature is None:
             signature = CompiledModel.signature_of(path)
         return ArmModel(None, {n: (tuple(s), d) for n, (s, d) in signature["inputs"].items()}, signature["outputs"],
-                        signature.get("target"), threads, path)
+                        signature.get("target"), threads, path, signature.get("op_kinds"))
 
     def signature(self) -> dict:
-        return {**super().signature(), "target": self.target}
+        return {**super().signature(), "target": self.target, "op_kinds": self.op_kinds}
+
+    def inexact(self) -> list[arm_reference.Kind]:
+        """The op kinds of this model not known to be exact against their reference (arm_reference.py)."""
+        return arm_reference.inexact(self.op_kinds or [])
 
     def export(self, library: str | Path) -> None:
         """The AArch64 library alone at ``library``, linked with the cross gcc (a copy of it, once loaded)."""

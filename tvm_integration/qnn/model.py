@@ -25,7 +25,7 @@ from tvm import relax
 
 from synth.files import write_atomically
 from tvm_integration.kernels import neon_int8 as neon_kernels
-from tvm_integration.qnn import bind, importer, ort_fusion, pipeline, rewrite, tflite_importer
+from tvm_integration.qnn import arm_reference, bind, importer, ort_fusion, pipeline, rewrite, tflite_importer
 from tvm_integration.qnn.errors import ModelError
 
 
@@ -81,6 +81,7 @@ def compile_model(path: str | Path, target: str = "host", threads: int | None = 
         except ValueError as e:
             raise ModelError(str(e))
     mod, inputs, outputs = read(path, allow_float, target)
+    op_kinds = arm_reference.kinds(mod) if target == "neon" else None
     mod = pipeline.lower(mod, target, mcpu)
     build_target = bind.model_target(target, mcpu)
     executable = tvm.compile(mod, target=tvm.target.Target(build_target))
@@ -91,7 +92,7 @@ def compile_model(path: str | Path, target: str = "host", threads: int | None = 
             raise ModelError(f"TVM's AArch64 runtime has no {', '.join(missing)}, which this model needs (TVM "
                              "defines it in its compiler, not in the runtime it publishes for AArch64); the "
                              "library would fail when run there")
-        return ArmModel(executable, inputs, outputs, build_target, threads)
+        return ArmModel(executable, inputs, outputs, build_target, threads, op_kinds=op_kinds)
     return CompiledModel(executable, inputs, outputs, threads)
 
 

@@ -1,0 +1,96 @@
+"""What a model built for Arm (``--target neon``) is exact against, op kind by op kind (issue 50).
+
+Two runtimes disagree on Arm, so each op kind names the one it follows:
+
+- ``onnx``: the ONNX definition (float32 division, round half to even, saturation), which onnxruntime's
+  x86 exact mode computes. Integer ops and QuantizeLinear follow it: their result is defined. Where
+  onnxruntime's AArch64 build departs from it (QLinearAdd: MLAS's NEON kernel rounds ties away from
+  zero, docs/measurements.md), the build follows the definition, not the runtime.
+- ``onnxruntime_aarch64``: onnxruntime's AArch64 build (MLAS's NEON code and the C++ kernels as GCC built
+  them). Float ops whose order of operations ONNX leaves open follow it: it is what an Arm user runs.
+
+``KINDS`` records, per op kind, that reference and how the build compares with it, as measured by the
+tests named there (under qemu). ``kinds(mod)`` reads the op kinds of a rewritten model; ``report``
+lists them; ``inexact`` says which are not (known to be) exact and by how much.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+ONNX = "onnx"
+AARCH64 = "onnxruntime_aarch64"
+REFERENCES = {ONNX: "the ONNX definition (onnxruntime's x86 exact mode)",
+              AARCH64: "onnxruntime's AArch64 build"}
+
+
+@dataclass(frozen=True)
+class Kind:
+    name: str
+    reference: str             # ONNX or AARCH64
+    exact: bool | None         # None: not measured against the reference
+    note: str = ""             # how it was measured, or by how much it differs
+
+
+_DEFINED = "integer arithmetic the ONNX definition fixes"
+KINDS = {k.name: k for k in [
+    *(Kind(name, ONNX, True, _DEFINED) for name in
+      ("conv2d", "dense", "batch_matmul", "mul", "lookup", "max_pool2d", "gather", "quantize", "dequantize")),
+    Kind("add", ONNX, True, "QLinearAdd as ONNX defines it; onnxruntime's AArch64 build rounds near-ties away from "
+         "zero (1 step of the output's scale; docs/measurements.md)"),
+    Kind("global_avg_pool", AARCH64, True, "QLinearGlobalAveragePool: equal on ResNet-18 (docs/measurements.md)"),
+    Kind("avg_pool2d", AARCH64, None),
+    Kind("qlinear_softmax", AARCH64, None),
+    Kind("softmax", AARCH64, False, "TVM's default order: up to 8.3e-07 on [1, 12, 128, 128] rows"),
+    Kind("layer_norm", AARCH64, False, "TVM's default order: up to 3.1e-06 on [1, 128, 768]"),
+    Kind("gelu", AARCH64, False, "TVM's erf: up to 4.8e-07 on [1, 128, 3072]"),
+    Kind("tanh", AARCH64, None),
+    Kind("reduce_mean", AARCH64, None),
+    Kind("float_matmul", AARCH64, True, "Q.K^T / sqrt(d) of [1, 12, 128, 64] operands: equal"),
+    Kind("dynamic_quantize", AARCH64, False, "MatMulIntegerToFloat's output stage without FMA: up to 2.4e-07 "
+         "on [1, 128, 768]"),
+]}
+
+# Relax ops (float32) -> the op kind they are part of
+_RELAX = {"relax.nn.softmax": "softmax", "relax.nn.layer_norm": "layer_norm", "relax.erf": "gelu",
+          "relax.nn.gelu": "gelu", "relax.tanh": "tanh", "relax.mean": "reduce_mean",
+          "relax.nn.adaptive_avg_pool2d": "reduce_mean", "relax.matmul": "float_matmul",
+          "relax.max": "dynamic_quantize", "relax.min": "dynamic_quantize"}
+
+
+def kinds(mod) -> list[str]:
+    """The op kinds of a rewritten Relax module (model.lower(..., stage="rewrite")), in order of first use."""
+    from tvm import relax
+
+    from tvm_integration.qnn.integer_op import IntegerOp
+    seen: dict[str, None] = {}
+    for block in mod["main"].body.blocks:
+        for binding in block.bindings:
+            op = IntegerOp.read(binding.value, mod)
+            if op is not None:
+                seen[op.kind] = None
+            elif isinstance(binding.value, relax.Call) and str(getattr(binding.value.ty, "dtype", "")) == "float32":
+                kind = _RELAX.get(getattr(binding.value.op, "name", ""))
+                if kind is not None:
+                    seen[kind] = None
+    return list(seen)
+
+
+def kind(name: str) -> Kind:
+    """An op kind's record; one not in KINDS (a TFLite op, say) follows the ONNX definition, unmeasured."""
+    return KINDS.get(name, Kind(name, ONNX, None))
+
+
+def follows(names: list[str]) -> dict[str, str]:
+    """op kind -> the reference it follows."""
+    return {n: kind(n).reference for n in names}
+
+
+def inexact(names: list[str]) -> list[Kind]:
+    """The kinds among ``names`` not known to be exact against their reference."""
+    return [kind(n) for n in names if kind(n).exact is not True]
+
+
+def describe(k: Kind) -> str:
+    """One line: the kind, its reference and how the build compares with it."""
+    state = {True: "exact", False: "NOT exact", None: "not measured"}[k.exact]
+    return f"{k.name}: {state} against {REFERENCES[k.reference]}" + (f" ({k.note})" if k.note else "")
