@@ -4,6 +4,7 @@ plain-TIR schedule, our int8 conv2d and onnxruntime int8/fp32, measured in the s
 per (layer, config, encoding), and the rows as JSON with ``--json``. Threads: TVM_NUM_THREADS.
 
     TVM_NUM_THREADS=1 python scripts/bench_bitserial_layers.py --layers C6 --configs A1W1 A2W2 --json out.json
+    TVM_NUM_THREADS=1 python scripts/bench_bitserial_layers.py --configs A1W1 A1W2 A2W2 A3W3 --log   # -> tuning log
     TVM_NUM_THREADS=1 python scripts/bench_bitserial_layers.py --isa avx2 --json benchmarks/layers_bitserial_avx2.json
     python scripts/bench_bitserial_layers.py --table out.json > benchmarks/layers_bitserial.md   # rows -> markdown
 """
@@ -18,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from tvm_integration.bench import provenance
-from tvm_integration.bench.bitserial_layers import bench_bitserial_layer, parse_config
+from tvm_integration.bench.bitserial_layers import bench_bitserial_layer, log_winners, parse_config
 from tvm_integration.bench.layers import LAYERS, Layer, onnxruntime_seconds
 
 COLUMNS = ("plain_tir", "int8_ours", "onnxruntime_int8", "onnxruntime_fp32")
@@ -59,6 +60,8 @@ def main() -> int:
     ap.add_argument("--isa", default="host", help="the tiles' ISA: host (the best this host runs), avx512 or avx2")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--table", type=Path, help="print the markdown table of a --json file and exit")
+    ap.add_argument("--log", action="store_true", help="keep each row's faster exact operator (bitserial or our "
+                    "int8) in this host's tuning log, which a model's 1-3-bit layer of that shape then follows")
     args = ap.parse_args()
     if args.table:
         print(table(json.loads(args.table.read_text())), end="")
@@ -79,6 +82,8 @@ def main() -> int:
     if args.json:
         record = provenance.finished(record)
         args.json.write_text(json.dumps([dict(r, run=record) for r in rows], indent=1))
+    if args.log:
+        log_winners(rows)
     return 0 if all(r["correct"] for r in rows) else 1
 
 

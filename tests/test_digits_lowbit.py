@@ -35,10 +35,11 @@ def held_out() -> tuple[np.ndarray, np.ndarray]:
     return x, y
 
 
-def qsynth_logits(path: Path, x: np.ndarray) -> np.ndarray:
-    """The logits of the model at ``path`` compiled by qsynth, on ``x`` in whole batches."""
+def qsynth_logits(path: Path, x: np.ndarray, lowbit: str = "fastest") -> np.ndarray:
+    """The logits of the model at ``path`` compiled by qsynth (its 1-3-bit layers on ``lowbit``), on ``x``
+    in whole batches."""
     from tvm_integration.qnn.model import compile_model
-    model = compile_model(path, threads=1)
+    model = compile_model(path, threads=1, lowbit=lowbit)
     name_in, name_out = next(iter(model.inputs)), model.outputs[0]
     return np.concatenate([model({name_in: xb})[name_out] for xb in batches(x)])[:len(x)]
 
@@ -129,6 +130,21 @@ def test_w2a2_within_2_points_of_fp32(held_out):
     assert w2a2 >= fp32 - 0.02, (w2a2, fp32)
 
 
+@pytest.mark.parametrize("config, form", [("W2A2", "qcdq"), ("W3A3", "qcdq"), ("W1A1", "qonnx")])
+def test_low_bit_layers_on_the_int8_operator_equal_the_reference_executor(config, form, held_out):
+    """A 1-3-bit code is an int8 value: with ``lowbit="int8"`` the inner A1W1-A3W3 convolutions run on
+    the int8 tiles, and the logits still equal the reference executor's (onnxruntime's exact mode;
+    qonnx's for the bipolar W1A1), bit for bit, on the first 64 held-out images."""
+    if form == "qonnx":
+        pytest.importorskip("qonnx", reason="qonnx is not installed (pip install -e '.[test]')", exc_type=ModuleNotFoundError)
+    from tvm_integration.qnn.importer import load
+    from tvm_integration.qnn.report import layers
+    path = MODELS / f"digits_{config.lower()}_{form}.onnx"
+    assert [r.operator for r in layers(load(path), lowbit="int8")] == ["int8"] * 4
+    x = held_out[0][:64]
+    np.testing.assert_array_equal(qsynth_logits(path, x, lowbit="int8"), reference_outputs(path, form, x))
+
+
 # -- Brevitas' 32-bit bias Quant nodes, folded at import (qnn/lowbit.py) ------------------------------------
 def fold_wide_quants(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, tuple[np.ndarray, np.ndarray]]]:
     """``model`` with each Quant wider than 8 bits of a constant replaced by lowbit.wide_quant_constant's
@@ -178,10 +194,10 @@ def test_w1a1_qonnx_through_qsynth_equals_the_qonnx_executor(held_out):
     from tvm_integration.qnn.importer import load
     from tvm_integration.qnn.report import layers
     path = MODELS / "digits_w1a1_qonnx.onnx"
-    assert [(r.kind, r.operator) for r in layers(load(path))] == [
+    assert [(r.kind, r.operator) for r in layers(load(path), lowbit="bitserial")] == [
         ("conv2d", "int8"), ("conv2d", "bitserial"), ("conv2d", "bitserial"), ("dense", "int8")]
     x, y = held_out
-    ours = qsynth_logits(path, x)
+    ours = qsynth_logits(path, x, lowbit="bitserial")
     np.testing.assert_array_equal(ours, reference_outputs(path, "qonnx", x))
     assert float(np.mean(ours.argmax(1) == y)) == row("W1A1")["top1"]
 

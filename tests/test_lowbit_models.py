@@ -24,7 +24,7 @@ def built(request, tmp_path_factory):
     model, x, logits = resnet_lowbit(abits, wbits, **SMALL)
     path = tmp_path_factory.mktemp("resnet") / f"resnet_a{abits}w{wbits}.onnx"
     onnx.save(model, path)
-    ours = compile_model(path, threads=1)
+    ours = compile_model(path, threads=1, lowbit="bitserial")
     return request.param, path, x, logits, ours, ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
 
 
@@ -45,7 +45,7 @@ def test_inner_layers_are_bitserial_and_the_ends_int8(built):
     from tvm_integration.qnn.importer import load
     from tvm_integration.qnn.report import layers
     config, path, *_ = built
-    rows = {r.layer: r for r in layers(load(path))}
+    rows = {r.layer: r for r in layers(load(path), lowbit="bitserial")}
     assert str(rows.pop("stem").precision) == "A8W8 int8" and str(rows.pop("fc").precision).startswith("A8W8")
     assert len(rows) == 19                                          # 16 block convs + 3 downsampling convs
     assert {str(r.precision) for r in rows.values()} == {PRECISION[config]}

@@ -69,7 +69,7 @@ def compiled(request, tmp_path_factory):
     model, layers = make(SPECS[form][0], SHAPE, form)
     path = tmp_path_factory.mktemp(form) / f"{form}.onnx"
     onnx.save(model, path)
-    return form, path, model, layers, compile_model(path, threads=1), executor(form, model, path)
+    return form, path, model, layers, compile_model(path, threads=1, lowbit="bitserial"), executor(form, model, path)
 
 
 def test_equal_to_reference_executor_and_numpy(compiled):
@@ -86,7 +86,7 @@ def test_layers_take_the_operators_their_precision_says(compiled):
     from tvm_integration.qnn.importer import load
     from tvm_integration.qnn.report import layers
     form, path, *_ = compiled
-    rows = layers(load(path))
+    rows = layers(load(path), lowbit="bitserial")
     assert [(r.layer, str(r.precision), r.operator) for r in rows] == SPECS[form][1]
     prefix = {"bitserial": "bitserial_", "int8": "int8_", "float": "qsynth_float_matmul"}
     assert all(r.kernel.startswith(prefix[r.operator]) for r in rows), rows

@@ -155,10 +155,10 @@ def test_signed_weights_bitexact(tmp_path, form, abits, wbits, narrow, per_chann
     built = Model(form, abits, wbits, narrow, per_channel, seed=abits * 10 + wbits + 2 * narrow)
     path = tmp_path / f"{form}.onnx"
     onnx.save(built.model, path)
-    rows = layers(load(path))
+    rows = layers(load(path), lowbit="bitserial")
     assert [(r.layer, r.operator) for r in rows] == [("conv_signed", "bitserial"), ("dense_signed", "bitserial")]
     assert all(r.precision.abits == abits and r.precision.wbits <= wbits for r in rows)
-    ours, theirs = compile_model(path, threads=1), built.reference(path)
+    ours, theirs = compile_model(path, threads=1, lowbit="bitserial"), built.reference(path)
     rng = np.random.default_rng(3)
     for _ in range(3):
         x = (rng.random(SHAPE) * 1.2).astype(np.float32)

@@ -50,6 +50,10 @@ TARGET = typer.Option("host", help="which kernels to compile for")
 Target = Literal[TARGETS]
 THREADS = typer.Option(None, callback=positive, help="TVM threads (default: TVM's)")
 ALLOW_FLOAT = typer.Option(False, "--allow-float", help="run a model with no quantized op, in float")
+LOWBIT = typer.Option("fastest", "--lowbit", help="the operator of layers of 1-3-bit activations and weights: "
+                      "fastest (the tuning log's measurement for the shape, else the rule of "
+                      "kernels/lowbit_choice.py), bitserial or int8 (both exact)")
+Lowbit = Literal["fastest", "bitserial", "int8"]
 MCPU = typer.Option(None, "--mcpu", metavar="CORE", help="--target neon: the AArch64 core, as LLVM names it "
                                                          "(cortex-a53, cortex-a72, cortex-a76, ...)")
 
@@ -58,13 +62,14 @@ def compile(model: str = MODEL,
             output: str = typer.Option(..., "-o", "--output", help="the library (.so; its signature goes beside, "
                                                                     ".so.json)"),
             target: Target = TARGET, threads: Optional[int] = THREADS, allow_float: bool = ALLOW_FLOAT,
-            mcpu: Optional[str] = MCPU) -> int:
+            mcpu: Optional[str] = MCPU, lowbit: Lowbit = LOWBIT) -> int:
     """Compile a pre-quantized ONNX or TFLite model to a library (--target neon: for AArch64, with the cross gcc)."""
     from tvm_integration.qnn.model import compile_model
     out = _output(output, "-o", [Path(model)], also=[Path(output + ".json")])
     _arm(target, mcpu)
     with spinner(f"compiling {model}"), _private_temporary_files():
-        compiled = compile_model(model, target=target, threads=threads, allow_float=allow_float, mcpu=mcpu)
+        compiled = compile_model(model, target=target, threads=threads, allow_float=allow_float, mcpu=mcpu,
+                                 lowbit=lowbit)
         compiled.save(out)
     print(f"{out} ({', '.join(f'{n} {d}{list(s)}' for n, (s, d) in compiled.inputs.items())} -> "
           f"{', '.join(compiled.outputs)})")
@@ -79,7 +84,7 @@ def run(model: str = MODEL,
         output: str = typer.Option(..., "--output", help=".npy (one output) or .npz"),
         target: Target = TARGET, threads: Optional[int] = THREADS, allow_float: bool = ALLOW_FLOAT,
         profile: bool = typer.Option(False, "--profile", help="print where a run's time goes, per function"),
-        mcpu: Optional[str] = MCPU) -> int:
+        mcpu: Optional[str] = MCPU, lowbit: Lowbit = LOWBIT) -> int:
     """Run a pre-quantized ONNX or TFLite model on numpy inputs (compiled once, the library kept in a private
     cache, ~/.cache/qsynth/models, and checked before it is loaded again; --target neon: compiled for AArch64
     and run under qemu-aarch64)."""
@@ -94,7 +99,8 @@ def run(model: str = MODEL,
                          "nothing to profile")
     with spinner(f"running {model}"):
         feeds = _inputs(input, list(input_specs(model_path, allow_float=allow_float)), model_path)
-        compiled = compiled_model(model_path, target=target, threads=threads, allow_float=allow_float, mcpu=mcpu)
+        compiled = compiled_model(model_path, target=target, threads=threads, allow_float=allow_float, mcpu=mcpu,
+                                  lowbit=lowbit)
         outputs = compiled(feeds)
         _save_outputs(outputs, out)
         times = compiled.profile(feeds) if profile else None
@@ -257,7 +263,8 @@ def _print_inexact(kinds: list) -> None:
 
 
 def inspect(model: str = MODEL, target: Target = TARGET, allow_float: bool = ALLOW_FLOAT,
-            json: bool = typer.Option(False, "--json", help=JSON_HELP), mcpu: Optional[str] = MCPU) -> int:
+            json: bool = typer.Option(False, "--json", help=JSON_HELP), mcpu: Optional[str] = MCPU,
+            lowbit: Lowbit = LOWBIT) -> int:
     """Each conv/dense layer's and MatMul's precision (AxWy, encoding; float32), operator and kernel, without
     compiling. --target neon: also each op kind's reference and whether it is exact against it (--json: an
     object, its layers and its op_kinds)."""
@@ -267,7 +274,7 @@ def inspect(model: str = MODEL, target: Target = TARGET, allow_float: bool = ALL
     from tvm_integration.qnn.report import layers, table
     _core(target, mcpu)
     rows = layers(Path(model) if Path(model).suffix == ".tflite" else load(model, allow_float=allow_float), target,
-                  mcpu)
+                  mcpu, lowbit)
     kinds = [arm_reference.kind(k) for k in arm_reference.kinds(read(model, allow_float, target)[0])] \
         if target == "neon" else None
     if json:

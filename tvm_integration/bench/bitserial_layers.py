@@ -19,6 +19,7 @@ import numpy as np
 from tvm_integration.bench import mca
 from tvm_integration.bench.layers import LAYERS, Layer, onnxruntime_seconds
 from tvm_integration.bench.timing import tvm_seconds
+from tvm_integration.kernels import lowbit_choice, tuning
 from tvm_integration.kernels.selection import aarch64_target, bitserial_kernel
 from tvm_integration.ops.bitserial_conv2d import bitserial_conv2d, build_bitserial_conv2d
 from tvm_integration.ops.bitserial_gemm import Config, tile_for
@@ -68,6 +69,17 @@ def bench_bitserial_layer(name: str, config: Config, threads: int, trials: int, 
             "correct": correct, "ours_ms": t_ours * 1e3, "gmacs": layer.macs / t_ours / 1e9,
             "baselines": {k: v * 1e3 for k, v in baselines.items()},
             "speedups": {k: v / t_ours for k, v in baselines.items()}}
+
+
+def log_winners(rows: list[dict], path: Path | None = None) -> None:
+    """Keep each correct row's faster exact operator, bitserial or our int8, in this host's tuning log
+    (``lowbit_choice.log_key`` of the layer's int8 key): what a model's 1-3-bit layer of that shape
+    and precision then runs on (kernels/lowbit_choice.py)."""
+    for r in rows:
+        if r["correct"] and r["isa"] == "host":
+            key = lowbit_choice.log_key(Layer(r["layer"]).tuning_key(), *map(int, r["config"][1::2]), r["encoding"])
+            tuning.record(key, {"bitserial": r["ours_ms"], "int8": r["baselines"]["int8_ours"]},
+                          path or tuning.log_path())
 
 
 def tile_name(kernel, config: Config, layer: Layer) -> str:

@@ -69,12 +69,16 @@ class Layer:
     def ours(self, use_kernel: bool = True, isa: str = "host"):
         return conv2d(self.w, self.x.shape, "NHWC", self.s, self.pad, 1, "uint8", self.stage, isa, use_kernel)
 
+    def tuning_key(self) -> str:
+        """The tuning log's key of the layer's int8 conv2d (u8 activations)."""
+        _, _, pads = conv_geometry(self.x.shape, "NHWC", self.w.shape, pair(self.s), self.pad)
+        return tuning.conv2d_key(self.x.shape, "NHWC", self.w.shape, pair(self.s), pads, 1, "uint8")
+
     def kernel(self, isa: str = "host"):
         """The tile conv2d uses for this layer: the tuning log's choice, else the least-padding one."""
-        _, (oh, ow), pads = conv_geometry(self.x.shape, "NHWC", self.w.shape, pair(self.s), self.pad)
-        key = tuning.conv2d_key(self.x.shape, "NHWC", self.w.shape, pair(self.s), pads, 1, "uint8")
+        _, (oh, ow), _ = conv_geometry(self.x.shape, "NHWC", self.w.shape, pair(self.s), self.pad)
         depth = int(np.prod(self.w.shape[1:]))
-        return tuning.choose(key, selection.int8_candidates(isa, depth), oh * ow, self.oc, depth=depth)
+        return tuning.choose(self.tuning_key(), selection.int8_candidates(isa, depth), oh * ow, self.oc, depth=depth)
 
 
 def tvm_default_seconds(layer: Layer, trials: int) -> float:

@@ -44,8 +44,9 @@ WORKSPACE_PREFIX = ".work-"
 
 
 def compiled_model(path: str | Path, target: str = "host", threads: int | None = None,
-                   allow_float: bool = False, mcpu: str | None = None):
-    """The model at ``path`` compiled for ``target`` (``neon``: for the AArch64 core ``mcpu``): the cached
+                   allow_float: bool = False, mcpu: str | None = None, lowbit: str = "fastest"):
+    """The model at ``path`` compiled for ``target`` (``neon``: for the AArch64 core ``mcpu``; ``lowbit``:
+    the 1-3-bit layers' operator, legalize.py): the cached
     library once it checks out, else a new compile, stored for the next run (in memory only when the
     folder is not private)."""
     from tvm_integration.qnn.arm_model import ArmModel
@@ -54,8 +55,8 @@ def compiled_model(path: str | Path, target: str = "host", threads: int | None =
         folder = private_folder()
     except UnsafeFolder as e:
         warn(f"{e}; compiling in memory, keeping nothing")
-        return compile_model(path, target, threads, allow_float, mcpu)
-    name = key(Path(path), target if mcpu is None else f"{target}:{mcpu}")
+        return compile_model(path, target, threads, allow_float, mcpu, lowbit)
+    name = key(Path(path), ":".join([target, *([mcpu] if mcpu else []), *([lowbit] if lowbit != "fastest" else [])]))
     with lock(folder, name), workspace(folder) as work:
         if any(os.path.lexists(folder / f"{name}{suffix}") for suffix in (".so", ".json")):
             try:
@@ -64,7 +65,7 @@ def compiled_model(path: str | Path, target: str = "host", threads: int | None =
             except BadArtifact as e:
                 warn(f"{e}; removed it, compiling anew")
                 remove(folder, name)
-        model = compile_model(path, target, threads, allow_float, mcpu)
+        model = compile_model(path, target, threads, allow_float, mcpu, lowbit)
         model.export(work / "model.so")
         store(folder, name, work / "model.so", model.signature())
         return model

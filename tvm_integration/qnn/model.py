@@ -29,9 +29,11 @@ from tvm_integration.qnn import arm_reference, bind, importer, ort_fusion, pipel
 from tvm_integration.qnn.errors import ModelError
 
 
-def lower(model: onnx.ModelProto, target: str = "host", stage: str = "bind", mcpu: str | None = None):
+def lower(model: onnx.ModelProto, target: str = "host", stage: str = "bind", mcpu: str | None = None,
+          lowbit: str = "fastest"):
     """The ONNX model's Relax module after ``stage`` (import, rewrite, legalize or bind): every stage can
-    be printed, built and compared with onnxruntime on its own (``mcpu``: the AArch64 core of ``neon``)."""
+    be printed, built and compared with onnxruntime on its own (``mcpu``: the AArch64 core of ``neon``;
+    ``lowbit``: the 1-3-bit layers' operator, legalize.py)."""
     stages = ("import", "rewrite", *pipeline.STAGES)
     if stage not in stages:
         raise ValueError(f"stage must be one of {stages}, got {stage!r}")
@@ -41,7 +43,7 @@ def lower(model: onnx.ModelProto, target: str = "host", stage: str = "bind", mcp
     mod = rewrite.rewrite(mod, float_layers(model, target))
     if stage == "rewrite":
         return mod
-    return pipeline.lower(mod, target, mcpu, stage)
+    return pipeline.lower(mod, target, mcpu, stage, lowbit)
 
 
 def input_specs(path: str | Path, allow_float: bool = False) -> dict[str, tuple[tuple[int, ...], str]]:
@@ -70,9 +72,10 @@ def read(path: str | Path, allow_float: bool = False, target: str = "host") -> t
 
 
 def compile_model(path: str | Path, target: str = "host", threads: int | None = None,
-                  allow_float: bool = False, mcpu: str | None = None) -> "CompiledModel":
+                  allow_float: bool = False, mcpu: str | None = None, lowbit: str = "fastest") -> "CompiledModel":
     """The ONNX (QDQ or QOperator) or full-integer TFLite model at ``path``, compiled; ``target="neon"``:
-    for the AArch64 core ``mcpu`` (LLVM's name; None: a generic v8.0 core), an arm_model.ArmModel."""
+    for the AArch64 core ``mcpu`` (LLVM's name; None: a generic v8.0 core), an arm_model.ArmModel;
+    ``lowbit``: the operator of the 1-3-bit layers (legalize.py: "fastest", "bitserial" or "int8")."""
     if mcpu is not None and target != "neon":
         raise ModelError(f"mcpu {mcpu}: a core is chosen for target neon only, not {target}")
     if target == "neon":
@@ -82,7 +85,7 @@ def compile_model(path: str | Path, target: str = "host", threads: int | None = 
             raise ModelError(str(e))
     mod, inputs, outputs = read(path, allow_float, target)
     op_kinds = arm_reference.kinds(mod) if target == "neon" else None
-    mod = pipeline.lower(mod, target, mcpu)
+    mod = pipeline.lower(mod, target, mcpu, lowbit=lowbit)
     build_target = bind.model_target(target, mcpu)
     executable = tvm.compile(mod, target=tvm.target.Target(build_target))
     if target == "neon":

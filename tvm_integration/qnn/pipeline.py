@@ -12,13 +12,13 @@ from tvm_integration.qnn import bind, legalize
 STAGES = ("legalize", "bind")
 
 
-def lower(mod, target: str = "host", mcpu: str | None = None, stage: str = "bind"):
+def lower(mod, target: str = "host", mcpu: str | None = None, stage: str = "bind", lowbit: str = "fastest"):
     """A frontend's Relax module after ``stage``: legalized for ``target`` (host, an ISA of
-    ``selection.INT8_ISAS`` or neon), then bound (for the AArch64 core ``mcpu`` on neon) with what
-    no function reads removed."""
+    ``selection.INT8_ISAS`` or neon; ``lowbit``: the 1-3-bit layers' operator, legalize.py), then bound
+    (for the AArch64 core ``mcpu`` on neon) with what no function reads removed."""
     if stage not in STAGES:
         raise ValueError(f"stage must be one of {STAGES}, got {stage!r}")
-    mod = legalize.legalize(mod, target)
+    mod = legalize.legalize(mod, target, lowbit)
     if stage == "legalize":
         return mod
     return relax.transform.DeadCodeElimination(["main"])(bind.bind(mod, target, mcpu))

@@ -30,16 +30,17 @@ class Layer:
     kernel: str
 
 
-def layers(model: onnx.ModelProto | Path, target: str = "host", mcpu: str | None = None) -> list[Layer]:
+def layers(model: onnx.ModelProto | Path, target: str = "host", mcpu: str | None = None,
+           lowbit: str = "fastest") -> list[Layer]:
     """The layers of an ONNX model, or of the .tflite model at a path (tflite_importer.py in place of
-    import and rewrite); ``mcpu``: the AArch64 core of target ``neon``."""
+    import and rewrite); ``mcpu``: the AArch64 core of target ``neon``; ``lowbit``: legalize.py's."""
     from tvm_integration.qnn import legalize, pipeline
     from tvm_integration.qnn.model import lower
     if isinstance(model, (str, Path)):
         from tvm_integration.qnn import tflite_importer
-        mod = pipeline.lower(tflite_importer.load(model).run(), target, stage="legalize")
+        mod = pipeline.lower(tflite_importer.load(model).run(), target, stage="legalize", lowbit=lowbit)
     else:
-        mod = lower(model, target, stage="legalize")
+        mod = lower(model, target, stage="legalize", lowbit=lowbit)
     rows = []
     for binding in mod["main"].body.blocks[0].bindings:
         op = IntegerOp.read(binding.value, mod)
@@ -124,26 +125,26 @@ def _neon_int8(op: IntegerOp, mcpu: str | None) -> tuple[str, str]:
 
 
 def _int8_kernel(op: IntegerOp, isa: str) -> str:
+    """The int8 tile of the layer's shape, how it reads its input, and why a 1-3-bit layer is on it."""
     from tvm_integration.kernels import selection, tuning
     from tvm_integration.ops import direct
     from tvm_integration.ops.conv2d import output_size
     from tvm_integration.ops.gemm import Tile
+    from tvm_integration.qnn.legalize import tuning_key
     weight = op.constants[0]
-    x = op.inputs[0]
-    dtype = str(x.ty.dtype)
+    key = tuning_key(op)
+    low_bit = f"; {op.params['lowbit']}" if "lowbit" in op.params else ""
     if op.kind == "dense":
-        m, (n, k) = int(x.ty.shape[0]), weight.shape
-        return tuning.choose(tuning.dense_key(m, n, k, dtype), selection.int8_candidates(isa, k), m, n, depth=k).spec.name
-    b, c, h, w = (int(d) for d in x.ty.shape)
-    pads = tuple(op.params["padding"])
-    oh, ow = output_size((h, w), weight.shape[2:], op.params["strides"], pads)
-    key = tuning.conv2d_key((b, h, w, c), "NHWC", weight.shape, tuple(op.params["strides"]), pads, op.params["groups"],
-                            dtype)
+        m, (n, k) = int(op.inputs[0].ty.shape[0]), weight.shape
+        name = tuning.choose(key, selection.int8_candidates(isa, k), m, n, depth=k).spec.name
+        return f"{name} ({low_bit[2:]})" if low_bit else name
+    b, c, h, w = (int(d) for d in op.inputs[0].ty.shape)
+    oh, ow = output_size((h, w), weight.shape[2:], op.params["strides"], tuple(op.params["padding"]))
     depth = weight.shape[1] * weight.shape[2] * weight.shape[3]
     kernel = tuning.choose(key, selection.int8_candidates(isa, depth, op.params["groups"]), oh * ow,
                            weight.shape[0] // op.params["groups"], depth=depth)
     reads = "in place" if direct.applies(Tile.of(kernel), weight.shape, c, "NHWC", op.params["groups"]) else "im2col"
-    return f"{kernel.spec.name} ({reads})"
+    return f"{kernel.spec.name} ({reads}{low_bit})"
 
 
 def table(rows: list[Layer]) -> str:

@@ -1,0 +1,86 @@
+"""Which exact operator a layer of 1-3-bit activations and weights runs on: the bitserial operator or
+the int8 one. Both are exact on the layer's integer codes (a 1-3-bit code is an int8 value), so the
+choice is speed alone: the tuning log's measurement for the layer's shape where it holds one
+(``scripts/bench_bitserial_layers.py --log``), else a rule from the operators' measured rates.
+
+The rule: a bitserial layer does one pass of AND/popcount per pair of bit-planes, so its time grows
+with ``abits * wbits`` (Zen 3, ResNet-18's C2, AVX2 tiles: A1W1 209, A1W2 101, A2W2 52, A3W3 25 G
+MAC/s), while the int8 operator's does not. It runs bitserial when its A1W1 rate over
+``abits * wbits`` beats the host's int8 rate, on the ResNet-18 3x3 layers, one thread (CPU time):
+
+* int8 rates: AMX 1780 G MAC/s (Sapphire Rapids class, benchmarks/amx_layers.md, C6 0.065 ms); AVX-512
+  VNNI 200 (Zen 4, benchmarks/layers_bitserial.json's int8_ours: 199-223 on the 3x3 layers, 130-184 on
+  the 1x1 ones; the AMX host's VNNI
+  ran 430, where the rule's A2W2 on bitserial is then 1.17x slower than int8, 0.409 ms against 0.35,
+  and Zen 4's A2W2 on int8 would be 1.2-1.6x slower: the rule takes the figure that costs least when
+  wrong); AVX2's exact w16 tiles 72 (Zen 3, tuning_logs/znver3, C6 1.6 ms). Not measured: AVX-VNNI on
+  ymm (taken as half of VNNI's zmm) and AVX-512BW's w16 on zmm (twice AVX2's);
+* bitserial A1W1 rates: AVX-512 (VPOPCNTDQ) 1100 G MAC/s (Zen 4, C6 0.105 ms), AVX2 209 (Zen 3, C2).
+
+So on an AVX2 host A1W1, A1W2 and A2W1 run bitserial (3.0x and 1.5x our int8 there), A2W2 and wider
+int8 (bitserial 0.74x, A3W3 0.35x: ``python scripts/bench_bitserial_layers.py --configs A1W1 A1W2 A2W2
+A3W3``); with AVX-512 VNNI and VPOPCNTDQ up to A2W2 and A1W3, with VNNI and the AVX2 bitserial tiles
+(no VPOPCNTDQ: Cascade Lake) A1W1; with AMX none.
+tests/test_lowbit_choice.py holds the rule to every committed measurement. A layer whose weights
+keep a zero point after legalization (the int8 tiles take symmetric weights, legalize.py) stays
+bitserial.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tvm_integration.kernels import selection, tuning
+
+OPERATORS = ("fastest", "bitserial", "int8")
+INT8_GMACS = {"amx": 1780, "avx512vnni": 200, "avxvnni": 100, "avx512bw": 144, "avx2": 72}
+BITSERIAL_A1W1_GMACS = {"avx512": 1100, "avx2": 209}
+INT8_FAMILIES = ("avx512vnni", "avxvnni", "avx512bw", "avx2")     # checked in this order
+
+
+@dataclass(frozen=True)
+class Choice:
+    operator: str          # "bitserial" | "int8"
+    why: str
+
+
+def int8_family(isa: str, depth: int, groups: int = 1) -> str:
+    """The kind of int8 tile the layer's operator takes (``selection.int8_candidates``' first)."""
+    kernel = selection.int8_candidates(isa, depth, groups)[0]
+    if kernel.spec.isa == "amx":
+        return "amx"
+    return next(f for f in INT8_FAMILIES if f in kernel.features)
+
+
+def log_key(int8_key: str, abits: int, wbits: int, encoding: str) -> str:
+    """The tuning log's key of a low-bit layer: its int8 operator's key and its precision."""
+    return f"lowbit {int8_key} A{abits}W{wbits} {encoding}"
+
+
+def choose(abits: int, wbits: int, encoding: str, target: str, depth: int, int8_key: str,
+           operator: str = "fastest", groups: int = 1) -> Choice:
+    """The operator of a 1-3-bit layer of reduction ``depth`` for ``target`` (legalize.py's);
+    ``operator`` other than "fastest" forces one."""
+    if operator not in OPERATORS:
+        raise ValueError(f"low-bit operator must be one of {', '.join(OPERATORS)}, got {operator!r}")
+    if operator != "fastest":
+        return Choice(operator, "as asked")
+    if target == "neon":
+        return Choice("bitserial", "NEON: the bitserial tiles (int8 against bitserial not yet measured on Arm)")
+    measured = tuning.read_log(tuning.log_path()).get(log_key(int8_key, abits, wbits, encoding))
+    if measured:
+        ms = measured["ms"]
+        return Choice(measured["kernel"], f"measured on this host: bitserial {ms['bitserial']:.3f} ms, "
+                                            f"int8 {ms['int8']:.3f} ms")
+    family = int8_family(target if target in selection.INT8_ISAS else "host", depth, groups)
+    bitserial_isa = selection.bitserial_kernel(target if target in selection.BITSERIAL_ISAS else "host",
+                                               abits, wbits, encoding).spec.isa
+    return rule(abits, wbits, family, bitserial_isa)
+
+
+def rule(abits: int, wbits: int, family: str, bitserial_isa: str) -> Choice:
+    """The untuned choice: bitserial when its A1W1 rate over ``abits * wbits`` bit-plane pairs beats the
+    int8 ``family``'s rate."""
+    bitserial = BITSERIAL_A1W1_GMACS[bitserial_isa] / (abits * wbits)
+    winner = "bitserial" if bitserial > INT8_GMACS[family] else "int8"
+    return Choice(winner, f"rule: {bitserial_isa} bitserial A{abits}W{wbits} ~{bitserial:.0f} G MAC/s against "
+                          f"{family} int8 ~{INT8_GMACS[family]}")
