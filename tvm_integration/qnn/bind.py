@@ -29,7 +29,7 @@ from tvm_integration.ops import neon_int8 as neon_ops
 from tvm_integration.ops.conv2d import build_conv2d
 from tvm_integration.ops.dense import build_dense
 from tvm_integration.ops.output_stage import OutputStage, ResidualAdd, requantization
-from tvm_integration.qnn import bitserial_layer, float_ops, prim_calls, reduce_mean, schedules
+from tvm_integration.qnn import bitserial_layer, float_ops, neon_float, prim_calls, reduce_mean, schedules
 from tvm_integration.qnn.errors import ModelError
 from tvm_integration.qnn.integer_op import IntegerOp
 from tvm_integration.qnn.quant import TO_NCHW, TO_NHWC
@@ -328,9 +328,10 @@ def bind(mod, isa: str = "host", mcpu: str | None = None):
     target = tvm.target.Target(model_target(isa, mcpu))
     mod = Binder(mod, isa, mcpu).run()
     mod = relax.transform.DeadCodeElimination(["main"])(mod)
-    if isa != "neon":           # float ops as onnxruntime's x86 kernels compute them (float_ops.py)
-        mod = float_ops.onnxruntime_fusions(mod)
-    mod = relax.transform.LegalizeOps(float_ops.legalize_map() if isa != "neon" else None)(mod)
+    # float ops as onnxruntime computes them: its x86 kernels (float_ops.py), on Arm its AArch64 build's
+    floats = neon_float if isa == "neon" else float_ops
+    mod = floats.onnxruntime_fusions(mod)
+    mod = relax.transform.LegalizeOps(floats.legalize_map())(mod)
     for gvar, func in list(mod.functions.items()):
         if isinstance(func, tirx.PrimFunc) and not (func.attrs and (schedules.TENSORIZED in func.attrs or
                                                                     schedules.SCHEDULED in func.attrs)):

@@ -98,24 +98,27 @@ def elementwise_func(shape: tuple[int, ...], fn, name: str) -> tirx.PrimFunc:
     return _flat_parallel(te.create_prim_func([x, y]), name, shape)
 
 
-def dequantize_chain(shape: tuple[int, ...]):
+def dequantize_chain(shape: tuple[int, ...], fused: bool = False):
     """quantize_dynamic's output chain of an integer matmul, ``float32(acc - correction) * scale + bias``
     (the correction and bias per column, the scale a run-time scalar), the product rounded before the
-    add as MatMulIntegerToFloat's output stage computes it (a multiply, then an add: no FMA): (its
-    inputs, its value at an index)."""
+    add as MatMulIntegerToFloat's output stage computes it on x86 (a multiply, then an add: no FMA;
+    ``fused``: one FMA, as its AArch64 build does): (its inputs, its value at an index)."""
     n = shape[-1]
     acc = te.placeholder(shape, "int32", "acc")
     correction = te.placeholder((n,), "int32", "correction")
     scale = te.placeholder((), "float32", "scale")
     bias = te.placeholder((n,), "float32", "bias")
+    if fused:
+        return [acc, correction, scale, bias], lambda i: tirx.op.fma(
+            (acc[i] - correction[i[-1]]).astype("float32"), scale[()], bias[i[-1]])
     return [acc, correction, scale, bias], lambda i: layer_norm.rounded(
         (acc[i] - correction[i[-1]]).astype("float32") * scale[()]) + bias[i[-1]]
 
 
-def dequantized_func(shape: tuple[int, ...], then=None) -> tirx.PrimFunc:
+def dequantized_func(shape: tuple[int, ...], then=None, fused: bool = False) -> tirx.PrimFunc:
     """The dequantize chain (dequantize_chain) in one pass, and ``then`` (an elementwise function:
     the feed-forward's GELU) of it in the same pass."""
-    inputs, value = dequantize_chain(shape)
+    inputs, value = dequantize_chain(shape, fused)
     y = te.compute(shape, lambda *i: value(i) if then is None else then(value(i)), name="dequantized")
     return _flat_parallel(te.create_prim_func([*inputs, y]), "dequantized", shape)
 
@@ -305,11 +308,14 @@ class _Fusions(relax.PyExprMutator):
 
     and, computing the same values in fewer passes: the whole-tensor max and min of one tensor
     (DynamicQuantizeLinear's range) in one; a dequantize chain in the pass of the GELU or the
-    SkipLayerNormalization that reads it."""
+    SkipLayerNormalization that reads it.
 
-    def __init__(self, mod, bare_matmuls: bool = False):
+    ``fused``: the SkipLayerNormalization and the dequantize chains as onnxruntime's AArch64 build
+    computes them (with FMAs: layer_norm.welford_func, dequantize_chain)."""
+
+    def __init__(self, mod, bare_matmuls: bool = False, fused: bool = False):
         super().__init__(mod)
-        self.bare_matmuls = bare_matmuls
+        self.bare_matmuls, self.fused = bare_matmuls, fused
         self.ranged, self.ranges = _ranged(mod["main"]), {}
 
     def visit_call_(self, call):
@@ -349,10 +355,10 @@ class _Fusions(relax.PyExprMutator):
         for index in (0, 1):          # an operand still to dequantize: in the same pass
             if (chain := self._dequantize_chain(operands[index])) is not None:
                 func = layer_norm.skip_layer_norm_func(shape, float(call.attrs.epsilon), bool(bias),
-                                                       first=dequantize_chain(shape))
+                                                       first=dequantize_chain(shape, self.fused), fused=self.fused)
                 return emit(self.builder_, func, "qsynth_skip_layer_norm", [*chain, operands[1 - index],
                                                                            *call.args[1:], *bias], shape)
-        func = layer_norm.skip_layer_norm_func(shape, float(call.attrs.epsilon), bias=bool(bias))
+        func = layer_norm.skip_layer_norm_func(shape, float(call.attrs.epsilon), bias=bool(bias), fused=self.fused)
         return emit(self.builder_, func, "qsynth_skip_layer_norm", [*operands, *call.args[1:], *bias], shape)
 
     def _dequantize_chain(self, expr):
@@ -369,7 +375,8 @@ class _Fusions(relax.PyExprMutator):
         chain, shape = self._dequantize_chain(call.args[0]), shape_of(call.args[0])
         if chain is None or shape is None:
             return None
-        return emit(self.builder_, dequantized_func(shape, then=gelu), "qsynth_dequantized_gelu", chain, shape)
+        return emit(self.builder_, dequantized_func(shape, then=gelu, fused=self.fused), "qsynth_dequantized_gelu",
+                    chain, shape)
 
     def _gemm(self, expr) -> bool:
         """``expr`` a float matmul by a 2-D operand, whose bias Add onnxruntime 1.32's MatMulAddFusion
@@ -387,7 +394,7 @@ class _Fusions(relax.PyExprMutator):
         if shape is None or shape_of(subtract.args[0]) != shape or shape_of(subtract.args[1]) != shape[-1:] or \
                 shape_of(multiply.args[1]) != () or shape_of(call.args[1]) != shape[-1:] or not float32(call):
             return None
-        return emit(self.builder_, dequantized_func(shape), "qsynth_dequantized",
+        return emit(self.builder_, dequantized_func(shape, fused=self.fused), "qsynth_dequantized",
                     [*subtract.args, multiply.args[1], call.args[1]], shape)
 
     def _scaled_matmul(self, call):
@@ -445,11 +452,12 @@ def _ranged(func: relax.Function) -> set:
     return {var for var, names in kinds.items() if len(names) == 2}
 
 
-def onnxruntime_fusions(mod: tvm.IRModule) -> tvm.IRModule:
+def onnxruntime_fusions(mod: tvm.IRModule, fused: bool = False) -> tvm.IRModule:
     """The float fusions of onnxruntime's graph optimizer that change what is computed (fuse_gelu,
-    _Fusions), applied to ``mod["main"]`` so it rounds as onnxruntime's fused kernels."""
+    _Fusions), applied to ``mod["main"]`` so it rounds as onnxruntime's fused kernels (``fused``: as
+    its AArch64 build's, neon_float.py)."""
     for bare_matmuls in (False, True):
-        mutator = _Fusions(mod, bare_matmuls)
+        mutator = _Fusions(mod, bare_matmuls, fused)
         main = fuse_gelu(mod["main"]) if not bare_matmuls else mod["main"]
         mutator.builder_.update_func(mod.get_global_var("main"), mutator.visit_expr(main))
         mod = relax.transform.DeadCodeElimination(["main"])(mutator.builder_.finalize())

@@ -90,9 +90,11 @@ def variance_tail(total, deviations: list):
     return total
 
 
-def skip_layer_norm_func(shape: tuple[int, ...], epsilon: float, bias: bool = False, first=None) -> tirx.PrimFunc:
+def skip_layer_norm_func(shape: tuple[int, ...], epsilon: float, bias: bool = False, first=None,
+                         fused: bool = False) -> tirx.PrimFunc:
     """The SkipLayerNormalization kernel: v = a + b, then plus the optional ``bias`` (a last input of
-    [n]: (a + b) + bias, whichever operand the graph added it to), normalized as welford_func does.
+    [n]: (a + b) + bias, whichever operand the graph added it to), normalized as welford_func does
+    (``fused``: as the AArch64 build does).
     ``first``: (its inputs, its value at an index) where ``a`` is computed in the same pass (float_ops:
     quantize_dynamic's dequantize chain), else ``a`` is the first input."""
     *rows, n = shape
@@ -104,17 +106,19 @@ def skip_layer_norm_func(shape: tuple[int, ...], epsilon: float, bias: bool = Fa
     beta = te.placeholder((n,), "float32", "beta")
     c = [te.placeholder((n,), "float32", "bias")] if bias else []
     v = te.compute(shape, lambda *i: (first[1](i) + b[i]) + c[0][i[-1]] if c else first[1](i) + b[i], name="v")
-    return welford_func(v, [*first[0], b, gamma, beta, *c], gamma, beta, epsilon)
+    return welford_func(v, [*first[0], b, gamma, beta, *c], gamma, beta, epsilon, fused)
 
 
-def welford_func(v: te.Tensor, inputs: list, gamma, beta, epsilon: float) -> tirx.PrimFunc:
+def welford_func(v: te.Tensor, inputs: list, gamma, beta, epsilon: float, fused: bool = False) -> tirx.PrimFunc:
     """The last axis of ``v`` normalized with Welford's running mean and variance, as the
     SkipLayerNormalization kernel and LayerNormalization's fallback for rows under 8 compute them:
     per row, for k = 1..n, d = v - mean, mean += d / k, m2 += (v - mean) * d, each step rounded to
     float; std = sqrt(m2 / n + eps); y = (v - mean) / std * gamma + beta, rounded after each step. The
     running sums depend on each element in turn, so LANES rows are updated together (one vector lane
     each; rows past the last whole vector one by one: all 196 of a ViT's were, 10x slower).
-    ``inputs``: the PrimFunc's parameters before y."""
+    ``inputs``: the PrimFunc's parameters before y. ``fused``: the same kernels as onnxruntime's AArch64
+    build compiles them (GCC contracts on AArch64): m2 = fma(v - mean, d, m2) and y = fma((v - mean) /
+    std, gamma, beta), each one rounding (read from the 1.32 wheel's machine code, issue 50)."""
     *rows, n = (int(d) for d in v.shape)
     row_count = int(np.prod(rows))       # the rows flattened: one loop to split into whole vectors
 
@@ -122,16 +126,18 @@ def welford_func(v: te.Tensor, inputs: list, gamma, beta, epsilon: float) -> tir
         (mean, m2), (value, count) = acc, new
         delta = value - mean
         updated = mean + delta / count
-        return updated, m2 + rounded((value - updated) * delta)
+        return updated, fma(value - updated, delta, m2) if fused else m2 + rounded((value - updated) * delta)
     running = te.comm_reducer(welford, lambda mean_dtype, m2_dtype: (tirx.const(0, mean_dtype),
                                                                       tirx.const(0, m2_dtype)), name="welford")
     k = te.reduce_axis((0, n), "k")
     mean, m2 = te.compute((row_count,), lambda r: running(
         (v[(*unravel(r, rows), k)], (k + 1).astype("float32")), axis=k), name="stats")
     std = te.compute((row_count,), lambda r: tirx.sqrt(m2[r] / f32(float(n)) + f32(epsilon)), name="std")
-    y = te.compute(v.shape, lambda *i: rounded(rounded((v[i] - mean[ravel(i[:-1], rows)]) /
-                                                       std[ravel(i[:-1], rows)]) * gamma[i[-1]]) + beta[i[-1]],
-                   name="y")
+
+    def normalized(*i):
+        z = rounded((v[i] - mean[ravel(i[:-1], rows)]) / std[ravel(i[:-1], rows)])
+        return fma(z, gamma[i[-1]], beta[i[-1]]) if fused else rounded(z * gamma[i[-1]]) + beta[i[-1]]
+    y = te.compute(v.shape, normalized, name="y")
     sch = s_tir.Schedule(te.create_prim_func([*inputs, y]))
     if not isinstance(v.op, te.PlaceholderOp):
         sch.compute_inline(sch.get_sblock("v"))

@@ -44,10 +44,10 @@ def float_lanes() -> int:
     return 16 if "avx512f" in host.cpu_model().flags else 8
 
 
-def exp_nonpositive(x):
+def exp_nonpositive(x, scale=power_of_two_times):
     """exp(x) for x <= 0 as MLAS's sum-exp kernel computes it (softmax's, after subtracting the
     row's maximum): clamped below at -88.376, range-reduced by m = round(x / ln 2) in two parts,
-    a degree-6 polynomial, scaled by 2^m."""
+    a degree-6 polynomial, scaled by 2^m (``scale(p, m)``: the x86 kernels' vscalefps by default)."""
     x = tirx.max(LOWER_RANGE_SUM_EXP, x)
     biased = fma(x, LOG2_RECIPROCAL, ROUNDING_BIAS)
     m = biased - ROUNDING_BIAS
@@ -55,7 +55,7 @@ def exp_nonpositive(x):
     p = EXP_POLY[0]
     for c in (*EXP_POLY[1:], EXP_POLY_56, EXP_POLY_56):
         p = fma(p, r, c)
-    return power_of_two_times(p, m)
+    return scale(p, m)
 
 
 ERF_UPPER, ERF_SPLIT = f32(3.925), f32(0.921875)

@@ -11,6 +11,8 @@ from tvm_integration.qnn import importer, mlas_math
 from tvm_integration.qnn.float_calls import emit, float32, shape_of
 
 PACKET = 4                    # float32 lanes of Eigen's SSE packet in onnxruntime's x86 build
+SSE_PAIRS = ((0, 2), (1, 3))  # the order SSE reduces a packet's lanes in: (0 + 2) + (1 + 3)
+NEON_PAIRS = ((0, 1), (2, 3))  # NEON's (two faddp): (0 + 1) + (2 + 3), onnxruntime's AArch64 build
 NEGATIVE_ZERO = mlas_math.f32(-0.0)   # a sum not yet started: -0.0 + x is x for every x, -0.0 included
 
 
@@ -28,12 +30,14 @@ def ravel(index, shape):
     return sum((i * int(np.prod(shape[a + 1:])) for a, i in enumerate(index)), tirx.const(0))
 
 
-def mean_func(shape: tuple[int, ...], reduced: int, keepdims: bool, layout: str = "NCHW") -> tirx.PrimFunc:
+def mean_func(shape: tuple[int, ...], reduced: int, keepdims: bool, layout: str = "NCHW",
+              pairs=SSE_PAIRS) -> tirx.PrimFunc:
     """The mean over the last ``reduced`` axes as onnxruntime's ReduceMean computes it (its "KR" fast
     path): Eigen's ``sum()`` of each row of N contiguous elements, then divided by N. Eigen starts at
     the row's first 16-byte-aligned element (row r begins at element r * N of an aligned buffer), sums
     packets of 4 in two accumulators, adds them and a last odd packet, reduces the lanes
-    (0 + 2) + (1 + 3), then adds the unaligned head and tail in order. Rows parallel. ``layout="NHWC"``
+    (0 + 2) + (1 + 3) (``pairs``; NEON_PAIRS on AArch64), then adds the unaligned head and tail in
+    order. Rows parallel. ``layout="NHWC"``
     (``shape`` the model's NCHW, ``reduced`` 2): the same sums of the image held NHWC, read in place
     (a squeeze-and-excitation's pooling: no transpose of the image first); the result ``[b, 1, 1, c]``
     with ``keepdims``, the same bytes as ``[b, c, 1, 1]``."""
@@ -67,7 +71,8 @@ def mean_func(shape: tuple[int, ...], reduced: int, keepdims: bool, layout: str 
         first, aligned, paired = start(r), packets(r, PACKET), packets(r, pair)
         packet = [lanes[r, j] + lanes[r, j + PACKET] for j in range(PACKET)]
         packet = [tirx.Select(aligned > paired, p + at(r, first + paired + j), p) for j, p in enumerate(packet)]
-        total = (packet[0] + packet[2]) + (packet[1] + packet[3])
+        (a, b), (c, d) = pairs
+        total = (packet[a] + packet[b]) + (packet[c] + packet[d])
         for k in range(PACKET - 1):
             total = tirx.Select(k < first, total + at(r, k), total)
         for k in range(PACKET - 1):
@@ -102,11 +107,11 @@ def mean_func(shape: tuple[int, ...], reduced: int, keepdims: bool, layout: str 
     return sch.mod["main"]
 
 
-def global_pool_func(shape: tuple[int, ...]) -> tirx.PrimFunc:
+def global_pool_func(shape: tuple[int, ...], pairs=SSE_PAIRS) -> tirx.PrimFunc:
     """GlobalAveragePool of an NC... tensor as MLAS's global pooling kernel computes it
     (onnxruntime/core/mlas/lib/pooling.cpp, ``MlasPoolGlobalKernel``): per plane of N elements, one
     4-lane accumulator from +0.0 over elements 0..4*floor(N/4) (lane j takes every element 4t + j), the
-    lanes added (0 + 2) + (1 + 3) (``MlasReduceAddFloat32x4`` on SSE), the tail added in order, then
+    lanes added (0 + 2) + (1 + 3) (``MlasReduceAddFloat32x4`` on SSE; ``pairs``), the tail added in order, then
     divided by N; output ``[.., .., 1, ..]``. Planes parallel."""
     planes, n = int(np.prod(shape[:2])), int(np.prod(shape[2:]))
     x = te.placeholder(shape, "float32", "x")
@@ -119,7 +124,8 @@ def global_pool_func(shape: tuple[int, ...]) -> tirx.PrimFunc:
         t * PACKET < whole, at(p, t * PACKET + j), mlas_math.f32(0.0)), axis=t), name="lanes")
 
     def mean(p):
-        total = (lanes[p, 0] + lanes[p, 2]) + (lanes[p, 1] + lanes[p, 3])
+        (a, b), (c, d) = pairs
+        total = (lanes[p, a] + lanes[p, b]) + (lanes[p, c] + lanes[p, d])
         for k in range(whole, n):
             total = total + at(p, k)
         return total / mlas_math.f32(n)
@@ -133,7 +139,7 @@ def global_pool_func(shape: tuple[int, ...]) -> tirx.PrimFunc:
 
 # -- the rules float_ops.py's LegalizeOps override takes for relax.mean and adaptive_avg_pool2d ---------
 
-def mean(bb, call, image=None):
+def mean(bb, call, image=None, pairs=SSE_PAIRS):
     """A float ReduceMean over trailing axes (``mean_func``); with ``image`` (bind.py: the same NCHW
     image held NHWC, a squeeze-and-excitation's pooling) one over H and W (keepdims) read from it in
     place, ``[b, 1, 1, c]``, instead of a transpose of it (EfficientNet-B0's 112x112x32, 56x56x96 ...);
@@ -149,11 +155,12 @@ def mean(bb, call, image=None):
             if nhwc else None
     if axes != list(range(len(shape) - len(axes), len(shape))):
         return None
-    return emit(bb, mean_func(shape, len(axes), bool(call.attrs.keepdims)), "qsynth_mean", call.args, shape_of(call))
+    return emit(bb, mean_func(shape, len(axes), bool(call.attrs.keepdims), pairs=pairs), "qsynth_mean", call.args,
+                shape_of(call))
 
 
-def global_pool(bb, call):
+def global_pool(bb, call, pairs=SSE_PAIRS):
     """A float GlobalAveragePool (``global_pool_func``): the importer's ``adaptive_avg_pool2d`` to 1x1, NCHW."""
     shape = shape_of(call.args[0])
     ok = shape is not None and len(shape) == 4 and importer.is_global_average_pool(call) and float32(call)
-    return emit(bb, global_pool_func(shape), "qsynth_global_pool", call.args, shape_of(call)) if ok else None
+    return emit(bb, global_pool_func(shape, pairs), "qsynth_global_pool", call.args, shape_of(call)) if ok else None

@@ -1,0 +1,142 @@
+"""The float ops of an Arm build against their reference, onnxruntime's AArch64 build under qemu
+(qnn/neon_float.py, qnn/arm_reference.py; issue 50). Where that build rounds otherwise than its x86 build
+(LayerNormalization, SkipLayerNormalization, Softmax, quantize_dynamic's MatMul output stage), the test
+also checks the two builds differ on the same inputs, so a build following MLAS's x86 order would fail.
+
+One ONNX model holds one op of each kind (each its own output), quantized by quantize_dynamic (its
+MatMul by a constant becomes DynamicQuantizeLinear + MatMulInteger); a second holds the float ops a
+quantize_static model keeps between Q and DQ (LayerNormalization, Softmax: onnxruntime's QLinearSoftmax);
+a third is a dynamically quantized BERT-style encoder layer (tests/transformer_models.py)."""
+import logging
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from tvm_integration.bench import mca
+from tvm_integration.bench.models import reference_session
+from tvm_integration.ops import cross_model
+from tvm_integration.qnn import arm_reference
+
+MISSING = cross_model.missing_tools() or mca.missing_tools()
+pytestmark = [pytest.mark.qemu,
+              pytest.mark.skipif(MISSING is not None, reason=f"onnxruntime's AArch64 build runs under qemu: {MISSING}")]
+
+ROWS, HIDDEN, CORE = 64, 768, "cortex-a53"
+# output -> (op kind, whether onnxruntime's AArch64 and x86 builds differ on it)
+OUTPUTS = {"layer_norm": ("layer_norm", True), "skip_layer_norm": ("layer_norm", True),
+           "softmax": ("softmax", True), "softmax_tail": ("softmax", True), "gelu": ("gelu", False),
+           "tanh": ("tanh", False), "mean": ("reduce_mean", True), "pool": ("reduce_mean", True),
+           "scores": ("float_matmul", False), "dynamic": ("dynamic_quantize", True)}
+
+
+def _model(nodes, inputs, outputs, inits, dtype=TensorProto.FLOAT):
+    info = lambda names: [helper.make_tensor_value_info(n, dtype if n in ("q", "qy", "qs", "qp") else
+                                                        TensorProto.FLOAT, s) for n, s in names]
+    model = helper.make_model(helper.make_graph(nodes, "ops", info(inputs), info(outputs), inits),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def float_ops(rng):
+    """Each float op kind on BERT-like shapes, one output each."""
+    c = lambda name, a: numpy_helper.from_array(np.asarray(a, np.float32), name)
+    node = helper.make_node
+    inits = [c("g", 1 + 0.1 * rng.standard_normal(HIDDEN)), c("b", 0.1 * rng.standard_normal(HIDDEN)),
+             c("w", rng.standard_normal((HIDDEN, HIDDEN)) / np.sqrt(HIDDEN)),
+             c("bias", 0.1 * rng.standard_normal(HIDDEN)),
+             c("sqrt2", np.sqrt(2)), c("one", 1.0), c("half", 0.5), c("root", 8.0)]
+    nodes = [node("LayerNormalization", ["x", "g", "b"], ["layer_norm"], axis=-1, epsilon=1e-12),
+             node("Add", ["x", "r"], ["sum"]),
+             node("LayerNormalization", ["sum", "g", "b"], ["skip_layer_norm"], axis=-1, epsilon=1e-12),
+             node("Softmax", ["s"], ["softmax"], axis=-1), node("Softmax", ["t"], ["softmax_tail"], axis=-1),
+             node("Div", ["x", "sqrt2"], ["g0"]), node("Erf", ["g0"], ["g1"]), node("Add", ["g1", "one"], ["g2"]),
+             node("Mul", ["x", "g2"], ["g3"]), node("Mul", ["g3", "half"], ["gelu"]),
+             node("Tanh", ["x"], ["tanh"]), node("ReduceMean", ["x"], ["mean"], axes=[-1]),
+             node("GlobalAveragePool", ["image"], ["pool"]),
+             node("MatMul", ["qh", "kh"], ["qk"]), node("Div", ["qk", "root"], ["scores"]),
+             node("MatMul", ["x", "w"], ["xw"]), node("Add", ["xw", "bias"], ["dynamic"])]
+    inputs = [("x", [1, ROWS, HIDDEN]), ("r", [1, ROWS, HIDDEN]), ("s", [1, 4, ROWS, ROWS]), ("t", [1, 2, 37, 37]),
+              ("qh", [1, 4, ROWS, 64]), ("kh", [1, 4, 64, ROWS]), ("image", [1, 256, 7, 7])]
+    outputs = [("layer_norm", [1, ROWS, HIDDEN]), ("skip_layer_norm", [1, ROWS, HIDDEN]),
+               ("softmax", [1, 4, ROWS, ROWS]), ("softmax_tail", [1, 2, 37, 37]), ("gelu", [1, ROWS, HIDDEN]),
+               ("tanh", [1, ROWS, HIDDEN]), ("mean", [1, ROWS, 1]), ("pool", [1, 256, 1, 1]),
+               ("scores", [1, 4, ROWS, ROWS]), ("dynamic", [1, ROWS, HIDDEN])]
+    feeds = {"x": 1.5 * rng.standard_normal((1, ROWS, HIDDEN)) + 0.2, "r": rng.standard_normal((1, ROWS, HIDDEN)),
+             "s": 3 * rng.standard_normal((1, 4, ROWS, ROWS)), "t": 3 * rng.standard_normal((1, 2, 37, 37)),
+             "qh": rng.standard_normal((1, 4, ROWS, 64)), "kh": rng.standard_normal((1, 4, 64, ROWS)),
+             "image": rng.uniform(0, 6, (1, 256, 7, 7))}
+    return _model(nodes, inputs, outputs, inits), {k: v.astype(np.float32) for k, v in feeds.items()}
+
+
+def qdq_ops(rng):
+    """Q(LayerNorm(DQ(q))) and Q(Softmax(DQ(qs))), as quantize_static leaves them (u8)."""
+    c = lambda name, a, t=np.float32: numpy_helper.from_array(np.asarray(a, t), name)
+    node = helper.make_node
+    inits = [c("g", 1 + 0.1 * rng.standard_normal(HIDDEN)), c("b", 0.1 * rng.standard_normal(HIDDEN)),
+             c("xs", 0.05), c("xz", 128, np.uint8), c("ys", 0.03), c("yz", 120, np.uint8),
+             c("ss", 0.11), c("sz", 131, np.uint8), c("ps", 1 / 256), c("pz", 0, np.uint8)]
+    nodes = [node("DequantizeLinear", ["q", "xs", "xz"], ["fx"]),
+             node("LayerNormalization", ["fx", "g", "b"], ["fy"], axis=-1, epsilon=1e-12),
+             node("QuantizeLinear", ["fy", "ys", "yz"], ["qy"]),
+             node("DequantizeLinear", ["qs", "ss", "sz"], ["fs"]), node("Softmax", ["fs"], ["fp"], axis=-1),
+             node("QuantizeLinear", ["fp", "ps", "pz"], ["qp"])]
+    model = _model(nodes, [("q", [1, 4 * ROWS, HIDDEN]), ("qs", [1, 4, ROWS, ROWS])],
+                   [("qy", [1, 4 * ROWS, HIDDEN]), ("qp", [1, 4, ROWS, ROWS])], inits, TensorProto.UINT8)
+    feeds = {"q": rng.integers(0, 256, (1, 4 * ROWS, HIDDEN)).astype(np.uint8),
+             "qs": rng.integers(0, 256, (1, 4, ROWS, ROWS)).astype(np.uint8)}
+    return model, feeds
+
+
+def three_ways(path, feeds):
+    """{output: (ours under qemu, onnxruntime AArch64 under qemu, onnxruntime x86 exact mode)}."""
+    from tvm_integration.bench import ort_aarch64
+    from tvm_integration.qnn.model import compile_model
+    names = [o.name for o in onnx.load(str(path)).graph.output]
+    ours = compile_model(path, target="neon", mcpu=CORE, allow_float=True)(feeds)
+    arm, _ = ort_aarch64.run(path, feeds, names, CORE)
+    x86 = reference_session(str(path)).run(names, feeds)
+    return {n: (ours[n], a, x) for n, a, x in zip(names, arm, x86)}
+
+
+@pytest.fixture(scope="module")
+def ops(tmp_path_factory):
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+    folder = tmp_path_factory.mktemp("arm-float-ops")
+    model, feeds = float_ops(np.random.default_rng(0))
+    onnx.save(model, str(folder / "float.onnx"))
+    logging.getLogger().setLevel(logging.ERROR)
+    quantize_dynamic(str(folder / "float.onnx"), str(folder / "ops.onnx"), weight_type=QuantType.QInt8,
+                     op_types_to_quantize=["MatMul"], nodes_to_exclude=["scores_MatMul", "qk"])
+    return three_ways(folder / "ops.onnx", feeds)
+
+
+def test_float_ops_equal_onnxruntime_aarch64(ops):
+    for name, (kind, orders_differ) in OUTPUTS.items():
+        ours, arm, x86 = ops[name]
+        np.testing.assert_array_equal(ours, arm, err_msg=name)
+        assert np.array_equal(arm, x86) != orders_differ, (name, np.count_nonzero(arm != x86))
+        assert arm_reference.KINDS[kind].exact and arm_reference.KINDS[kind].reference == arm_reference.AARCH64
+
+
+def test_qdq_float_ops_equal_onnxruntime_aarch64(tmp_path):
+    model, feeds = qdq_ops(np.random.default_rng(1))
+    onnx.save(model, str(tmp_path / "qdq.onnx"))
+    results = three_ways(tmp_path / "qdq.onnx", feeds)
+    for name in ("qy", "qp"):
+        np.testing.assert_array_equal(results[name][0], results[name][1], err_msg=name)
+    assert not np.array_equal(results["qy"][1], results["qy"][2])     # LayerNorm: the two builds' orders differ
+    assert arm_reference.KINDS["qlinear_softmax"].exact
+
+
+def test_dynamic_encoder_equals_onnxruntime_aarch64(tmp_path):
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+    from transformer_models import encoder
+    onnx.save(encoder(hidden=128, heads=2, seq=32, layers=1), str(tmp_path / "float.onnx"))
+    quantize_dynamic(str(tmp_path / "float.onnx"), str(tmp_path / "dynamic.onnx"), weight_type=QuantType.QInt8)
+    x = np.random.default_rng(0).standard_normal((1, 32, 128)).astype(np.float32)
+    ((ours, arm, x86),) = three_ways(tmp_path / "dynamic.onnx", {"input": x}).values()
+    np.testing.assert_array_equal(ours, arm)
+    assert not np.array_equal(arm, x86)

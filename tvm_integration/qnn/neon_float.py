@@ -1,0 +1,116 @@
+"""The float ops of a model built for Arm (``--target neon``), computed as onnxruntime's AArch64 build
+computes them, the reference those ops follow on Arm (arm_reference.py). float_ops.py computes them in
+MLAS's x86 order; where the AArch64 build rounds differently, this module has its own function:
+
+- Softmax: MLAS's generic kernels (compute.cpp), which its AArch64 build runs: exp(x - max) with the
+  same polynomial as on x86 but 2^m put back by one multiply (vscalefps on x86), the row summed in four
+  lanes (NEON's float32x4: lane j adds elements j, j + 4, ... in order), the lanes reduced by two
+  pairwise adds, (l0 + l1) + (l2 + l3), the last d % 4 elements added after that in order; each exp
+  times float32(1 / sum).
+- ReduceMean over trailing axes and GlobalAveragePool: the same sums as on x86 (reduce_mean.py), a
+  vector's four lanes reduced (0 + 1) + (2 + 3) by NEON's pairwise adds instead of SSE's (0 + 2) + (1 + 3).
+- LayerNormalization: no MLAS kernel on AArch64, so every row takes onnxruntime's C++ Welford loop,
+  built with FMAs (layer_norm.welford_func ``fused``); SkipLayerNormalization and the dequantize chain
+  of quantize_dynamic's MatMulIntegerToFloat likewise (float_ops.onnxruntime_fusions ``fused``).
+
+Erf, GELU, Tanh and the float MatMul of two activations take float_ops' functions: both builds compute
+them alike (measured equal: tests/test_arm_float_ops.py). A float MatMul by constant weights is exact on
+neither target yet (arm_reference.py, ``float_dense``).
+"""
+from __future__ import annotations
+
+import tvm
+from tvm import s_tir, te, tirx, topi
+
+from tvm_integration.qnn import float_ops, layer_norm, mlas_math, reduce_mean
+from tvm_integration.qnn.float_calls import emit, float32, shape_of
+
+LANES = 4           # NEON's float32x4
+
+
+def times_power_of_two(p, m):
+    """``p * 2**m`` as MLAS's generic sum-exp kernel reconstructs it: 2^m built from its exponent
+    bits ((m + 127) << 23, zero for m = -127) and one multiply."""
+    return p * tirx.reinterpret("float32", tirx.shift_left(tirx.Cast("int32", m) + 127, 23))
+
+
+def softmax_func(shape: tuple[int, ...]) -> tirx.PrimFunc:
+    """MLAS's generic softmax of each row (the last axis), as the module docstring says. Rows parallel."""
+    *rows, d = shape
+    body = d - d % LANES
+    x = te.placeholder(shape, "float32", "x")
+    k = te.reduce_axis((0, d), "k")
+    top = te.compute(rows, lambda *i: te.max(x[(*i, k)], axis=k), name="top")
+    e = te.compute(shape, lambda *i: mlas_math.exp_nonpositive(x[i] + (-top[i[:-1]]), times_power_of_two), name="e")
+    c = te.reduce_axis((0, max(body // LANES, 1)), "c")
+    lanes = te.compute((*rows, LANES), lambda *i: te.sum(tirx.Select(
+        c * LANES < body, e[(*i[:-1], tirx.min(c * LANES + i[-1], d - 1))], mlas_math.f32(0.0)), axis=c), name="lanes")
+
+    def total(*i):
+        value = (lanes[(*i, 0)] + lanes[(*i, 1)]) + (lanes[(*i, 2)] + lanes[(*i, 3)])
+        for j in range(body, d):
+            value = value + e[(*i, j)]
+        return value
+    scale = te.compute(rows, lambda *i: mlas_math.f32(1.0) / total(*i), name="scale")
+    y = te.compute(shape, lambda *i: e[i] * scale[i[:-1]], name="y")
+    sch = s_tir.Schedule(te.create_prim_func([x, y]))
+    loops = sch.get_loops(sch.get_sblock("y"))
+    row = sch.fuse(*loops[:len(rows)]) if len(rows) > 1 else loops[0]
+    sch.parallel(row)
+    for name in ("scale", "lanes", "e", "top"):
+        sch.compute_at(sch.get_sblock(name), row)
+    if d % LANES == 0:
+        sch.vectorize(sch.split(sch.get_loops(sch.get_sblock("y"))[-1], [None, LANES])[1])
+    return sch.mod["main"]
+
+
+def layer_norm_func(shape: tuple[int, ...], epsilon: float) -> tirx.PrimFunc:
+    """LayerNormalization over the last axis: onnxruntime's Welford loop with FMAs, every row."""
+    n = shape[-1]
+    x = te.placeholder(shape, "float32", "x")
+    gamma = te.placeholder((n,), "float32", "gamma")
+    beta = te.placeholder((n,), "float32", "beta")
+    return layer_norm.welford_func(x, [x, gamma, beta], gamma, beta, epsilon, fused=True)
+
+
+def _softmax(bb, call):
+    """Over the last axis; over another, that axis swapped with the last before and after, as
+    onnxruntime's Softmax kernel transposes (opset 13)."""
+    shape = shape_of(call.args[0])
+    if shape is None or not float32(call):
+        return None
+    axis, swap = int(call.attrs.axis) % len(shape), list(range(len(shape)))
+    if axis == len(shape) - 1:
+        return emit(bb, softmax_func(shape), "qsynth_softmax", call.args, shape)
+    swap[axis], swap[-1] = swap[-1], axis
+    x = bb.emit(bb.call_te(topi.transpose, call.args[0], swap))
+    y = bb.emit(emit(bb, softmax_func(tuple(shape[a] for a in swap)), "qsynth_softmax", [x], [shape[a] for a in swap]))
+    return bb.call_te(topi.transpose, y, swap)
+
+
+def _layer_norm(bb, call):
+    shape = shape_of(call.args[0])
+    axes = [int(a) % len(shape) for a in call.attrs.axes] if shape else None
+    if shape is None or len(shape) < 2 or not float32(call) or axes != [len(shape) - 1] or \
+            any(shape_of(a) != shape[-1:] for a in call.args[1:]):
+        return None
+    return emit(bb, layer_norm_func(shape, float(call.attrs.epsilon)), "qsynth_layer_norm", call.args, shape)
+
+
+def legalize_map() -> dict:
+    """float_ops.legalize_map() with this module's Softmax, LayerNormalization, ReduceMean and
+    GlobalAveragePool, each where it fits, else the op's registered legalization."""
+    def ours(name, rule):
+        def legalize(bb, call):
+            new = rule(bb, call)
+            return new if new is not None else tvm.ir.Op.get(name).get_attr("FLegalize")(bb, call)
+        return legalize
+    rules = {"relax.nn.softmax": _softmax, "relax.nn.layer_norm": _layer_norm,
+             "relax.mean": lambda bb, call: reduce_mean.mean(bb, call, pairs=reduce_mean.NEON_PAIRS),
+             "relax.nn.adaptive_avg_pool2d": lambda bb, call: reduce_mean.global_pool(bb, call, reduce_mean.NEON_PAIRS)}
+    return {**float_ops.legalize_map(), **{name: ours(name, rule) for name, rule in rules.items()}}
+
+
+def onnxruntime_fusions(mod: tvm.IRModule) -> tvm.IRModule:
+    """onnxruntime's float fusions (float_ops.onnxruntime_fusions), their kernels as its AArch64 build's."""
+    return float_ops.onnxruntime_fusions(mod, fused=True)
