@@ -15,12 +15,11 @@ import argparse
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
-from tvm_integration.bench import mca
+from tvm_integration.bench import mca, provenance
 from tvm_integration.bench.bitserial_layers import mca_bitserial_layer, parse_config
 from tvm_integration.bench.layers import LAYERS
 from tvm_integration.ops import cross
@@ -36,6 +35,12 @@ def tools() -> dict:
             "qemu": version([cross.QEMU[0], "--version"]), "cc": version([cross.CC, "--version"])}
 
 
+def run_of(run: dict) -> dict:
+    """The record of the run a --json file holds (provenance.record); of a file from before records, its
+    command."""
+    return run.get("run") or {"command": run["command"]}
+
+
 def table(run: dict) -> str:
     """Markdown: per row and core the K loop's and the operator's llvm-mca cycles, ours and plain TIR,
     and their ratio; then the geometric means of the ratios per (config, encoding)."""
@@ -47,7 +52,7 @@ def table(run: dict) -> str:
            "(tvm_integration/bench/mca.py). *K loop*: the blocks that popcount (the GEMM's K loop and its remainder); "
            "*operator*: every block (packing, K loop, lane sums, output stage). ratio = ours / plain TIR: "
            "below 1 ours takes fewer cycles. Issue 14's target: K loop ratio <= 0.5 on Cortex-A53.",
-           f"Command: `{run['command']}`, {run['seconds']:.0f} s.", ""]
+           "", *provenance.lines([run], run_of=run_of), ""]
     head = "| layer | config | tile | correct | " + " | ".join(
         f"{c} K loop Mcycles ours / plain | {c} K loop ratio | {c} operator ratio" for c in cores) + " |"
     out += [head, "|---" * (4 + 3 * len(cores)) + "|"]
@@ -86,7 +91,7 @@ def main() -> int:
         if why:
             print(f"error: {why}", file=sys.stderr)
             return 1
-    start, rows = time.time(), []
+    record, rows = provenance.record(threads=1), []
     for name in args.layers:
         for text in args.configs:
             for encoding in args.encodings:
@@ -95,8 +100,7 @@ def main() -> int:
                 print(f"{name:>4} {r['config']} {encoding:<8} correct={r['correct']} " + "  ".join(
                     f"{c}: K loop {r['cores'][c]['ratio']['popcount_blocks']:.2f}x operator "
                     f"{r['cores'][c]['ratio']['operator']:.2f}x" for c in args.cores), flush=True)
-    run = {"command": "python scripts/mca_bitserial_layers.py " + " ".join(sys.argv[1:]), "tools": tools(),
-           "cores": args.cores, "seconds": time.time() - start, "rows": rows}
+    run = {"run": provenance.finished(record), "tools": tools(), "cores": args.cores, "rows": rows}
     if args.json:
         args.json.write_text(json.dumps(run, indent=1))
     return 0 if all(r["correct"] for r in rows) else 1

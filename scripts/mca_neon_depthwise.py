@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from synth.files import write_atomically  # noqa: E402
-from tvm_integration.bench import mca  # noqa: E402
+from tvm_integration.bench import mca, provenance  # noqa: E402
 from tvm_integration.bench.neon_int8_layers import costed  # noqa: E402
 from tvm_integration.kernels import neon_int8  # noqa: E402
 from tvm_integration.ops import cross, depthwise  # noqa: E402
@@ -63,13 +62,19 @@ def operator(x, w, stage, stride: int, core: str, pairs: bool):
     return Built(mod, constants, out_shape, "uint8", x.shape, "uint8", out_shape, neon_int8.neon_target(core)).compile()
 
 
+def run_of(run: dict) -> dict:
+    """The record of the run a --json file holds (provenance.record); of a file from before records, its
+    command."""
+    return run.get("run") or {"command": run["command"]}
+
+
 def table(run: dict) -> str:
     out = [("MobileNetV2's 3x3 depthwise layers (NHWC, u8 data, bias + float requantize to u8 fused) on the NEON "
             f"depthwise conv2d, llvm-mca estimates ({run['llvm-mca']}), no Arm hardware: *int32*: each tap's "
             "products widened to int32 (smlal, 4 lanes); *pairs*: two taps' s8 products summed in int16 (smull, "
             "smlal, saddw on 8 lanes), the same symmetric weights. Each operator built for the core, run once "
             "under qemu, checked against numpy, every block that ran costed by llvm-mca times its runs."),
-           f"Command: `{run['command']}`, {run['seconds']:.0f} s.", "",
+           "", *provenance.lines([run], run_of=run_of), "",
            "| layer | stride | count | core | int32 Mcycles | pairs Mcycles | ratio | correct |", "|---" * 8 + "|"]
     for r in run["rows"]:
         out.append(f"| {r['layer']} | {r['stride']} | {r['count']} | {r['core']} | {r['int32'] / 1e6:.3f} | "
@@ -91,9 +96,8 @@ def main() -> int:
     if (why := cross.missing_tools() or mca.missing_tools()) is not None:
         print(f"mca_neon_depthwise: {why}", file=sys.stderr)
         return 1
-    start = time.time()
-    run = {"command": "python scripts/mca_neon_depthwise.py " + " ".join(sys.argv[1:]),
-           "llvm-mca": mca.tool("llvm-mca-19", "llvm-mca"), "rows": []}
+    record = provenance.record(threads=1)
+    run = {"run": record, "llvm-mca": mca.tool("llvm-mca-19", "llvm-mca"), "rows": []}
     for hwc, stride, count in LAYERS:
         x, w, stage, expected = layer(hwc, stride)
         for core in args.cores:
@@ -105,7 +109,7 @@ def main() -> int:
             run["rows"].append(row)
             print(f"{row['layer']} s{stride} {core}: int32 {row['int32'] / 1e6:.3f}, pairs {row['pairs'] / 1e6:.3f} "
                   f"Mcycles, correct {row['correct']}", flush=True)
-    run["seconds"] = time.time() - start
+    run["run"] = provenance.finished(record)
     if args.json:
         write_atomically(args.json, json.dumps(run, indent=1) + "\n")
     if args.md:

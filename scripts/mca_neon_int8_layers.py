@@ -13,12 +13,11 @@ import argparse
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
-from tvm_integration.bench import mca
+from tvm_integration.bench import mca, provenance
 from tvm_integration.bench.neon_int8_layers import NEON_LAYERS, mca_layer
 from tvm_integration.ops import cross
 
@@ -32,6 +31,12 @@ def tools() -> dict:
             "qemu": first([cross.QEMU[0], "--version"]), "cc": first([cross.CC, "--version"])}
 
 
+def run_of(run: dict) -> dict:
+    """The record of the run a --json file holds (provenance.record); of a file from before records, its
+    command."""
+    return run.get("run") or {"command": run["command"]}
+
+
 def table(run: dict) -> str:
     rows, cores = run["rows"], run["cores"]
     out = [(f"NEON int8 conv2d (NHWC, batch 1, bias + float requantize to u8 fused), ResNet-18's layers (C1: the "
@@ -43,7 +48,7 @@ def table(run: dict) -> str:
            "(tvm_integration/bench/mca.py). *plain*: conv2d.py's plain-TIR schedule of the same tile shape, built "
            "for the same core. *K loop*: the blocks holding a vector multiply; *operator*: every block. "
            "ratio = ours / plain: below 1 ours takes fewer cycles."),
-           f"Command: `{run['command']}`, {run['seconds']:.0f} s.", ""]
+           "", *provenance.lines([run], run_of=run_of), ""]
     out += [("| layer | MMACs | correct | " + " | ".join(
         f"{c} Mcycles ours / plain | {c} cycles/MAC ours | {c} operator ratio | {c} K loop ratio" for c in cores) + " |"),
         "|---" * (3 + 4 * len(cores)) + "|"]
@@ -85,16 +90,15 @@ def main() -> int:
     if (why := cross.missing_tools() or mca.missing_tools()) is not None:
         print(f"mca_neon_int8_layers: {why}", file=sys.stderr)
         return 1
-    start = time.time()
-    run = {"command": "python scripts/mca_neon_int8_layers.py " + " ".join(sys.argv[1:]), "tools": tools(),
-           "cores": args.cores, "rows": []}
+    record = provenance.record(threads=1)
+    run = {"run": record, "tools": tools(), "cores": args.cores, "rows": []}
     for layer in args.layers:
         for core in args.cores:
             row = mca_layer(layer, core)
             run["rows"].append(row)
             print(f"{layer} {core}: operator {row['ours']['operator'] / 1e6:.1f} / {row['plain_tir']['operator'] / 1e6:.1f}"
                   f" Mcycles ({row['ratio']['operator']:.2f}x), correct {row['ours_correct']}", flush=True)
-            run["seconds"] = time.time() - start
+            run["run"] = provenance.finished(record)
             if args.json:
                 args.json.write_text(json.dumps(run, indent=1) + "\n")
             if args.md:
