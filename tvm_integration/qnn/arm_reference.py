@@ -39,7 +39,7 @@ KINDS = {k.name: k for k in [
     Kind("add", ONNX, True, "QLinearAdd as ONNX defines it; onnxruntime's AArch64 build rounds near-ties away from "
          "zero (1 step of the output's scale; docs/measurements.md)"),
     Kind("global_avg_pool", AARCH64, True, "QLinearGlobalAveragePool: equal on ResNet-18 (docs/measurements.md)"),
-    Kind("avg_pool2d", AARCH64, None),
+    Kind("avg_pool2d", AARCH64, True, f"QLinearAveragePool 3x3, padded, count_include_pad 0: {_EQUAL}"),
     Kind("qlinear_softmax", AARCH64, True, f"QLinearSoftmax: {_EQUAL}"),
     Kind("softmax", AARCH64, True, f"MLAS's generic kernel, 4 lanes (neon_float.py): {_EQUAL}"),
     Kind("layer_norm", AARCH64, True, f"Welford's loop with FMAs, SkipLayerNormalization too: {_EQUAL}"),
@@ -49,6 +49,8 @@ KINDS = {k.name: k for k in [
     Kind("float_matmul", AARCH64, True, f"a MatMul of two activations, Q.K^T / sqrt(d): {_EQUAL}"),
     Kind("float_dense", AARCH64, False, "a float MatMul by constant weights, K 1536: 1372 of 1536 outputs differ, by "
          "up to 1.2e-06 (as on x86: MLAS's packed sgemm, docs/measurements.md)"),
+    Kind("float_conv", AARCH64, None, "a Conv left in float: equal on a ViT's 16x16/16 patch embedding (K 768; "
+         "tests/test_arm_float_ops.py), not measured on others"),
     Kind("dynamic_quantize", AARCH64, True, f"MatMulIntegerToFloat's output stage with one FMA: {_EQUAL}"),
 ]}
 
@@ -56,7 +58,7 @@ KINDS = {k.name: k for k in [
 _RELAX = {"relax.nn.softmax": "softmax", "relax.nn.layer_norm": "layer_norm", "relax.erf": "gelu",
           "relax.nn.gelu": "gelu", "relax.tanh": "tanh", "relax.mean": "reduce_mean",
           "relax.nn.adaptive_avg_pool2d": "reduce_mean", "relax.matmul": "float_matmul",
-          "relax.max": "dynamic_quantize", "relax.min": "dynamic_quantize"}
+          "relax.max": "dynamic_quantize", "relax.min": "dynamic_quantize", "relax.nn.conv2d": "float_conv"}
 
 
 def kinds(mod) -> list[str]:
