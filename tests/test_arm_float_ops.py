@@ -148,3 +148,29 @@ def test_dynamic_encoder_equals_onnxruntime_aarch64(tmp_path):
     ((ours, arm, x86),) = three_ways(tmp_path / "dynamic.onnx", {"input": x}).values()
     np.testing.assert_array_equal(ours, arm)
     assert not np.array_equal(arm, x86)
+
+
+def test_qlinear_add_float_path_equals_onnxruntime_aarch64(tmp_path):
+    """MLAS's NEON QLinearAdd falls back to float (division, nearbyintf) where a scale ratio is refused
+    (below 2^-14 or not below 256): there the AArch64 build is the reference, and it agrees with ours (the
+    ONNX definition) on every input pair."""
+    f32, node = np.float32, helper.make_node
+    cases = {"c1": (f32(3.0), 3, f32(0.01), 128, f32(0.009), 7), "c2": (f32(1e-6), 0, f32(0.02), 100, f32(0.5), 9)}
+    inits, nodes = [], []
+    for out, parameters in cases.items():
+        for (name, (scale, zero)) in zip("abc", zip(parameters[::2], parameters[1::2])):
+            inits += [numpy_helper.from_array(np.array(scale, f32), f"s{name}{out}"),
+                      numpy_helper.from_array(np.array(zero, np.uint8), f"z{name}{out}")]
+        nodes += [node("DequantizeLinear", ["a", f"sa{out}", f"za{out}"], [f"fa{out}"]),
+                  node("DequantizeLinear", ["b", f"sb{out}", f"zb{out}"], [f"fb{out}"]),
+                  node("Add", [f"fa{out}", f"fb{out}"], [f"f{out}"]),
+                  node("QuantizeLinear", [f"f{out}", f"sc{out}", f"zc{out}"], [out])]
+    assert all(not all(2.0 ** -14 <= r < 256 for r in (sa / sc, sb / sc)) for sa, _, sb, _, sc, _ in cases.values())
+    u8 = lambda name: helper.make_tensor_value_info(name, TensorProto.UINT8, [1, 65536])
+    model = helper.make_model(helper.make_graph(nodes, "adds", [u8("a"), u8("b")], [u8("c1"), u8("c2")], inits),
+                              opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, str(tmp_path / "adds.onnx"))
+    a, b = (v.reshape(1, -1).astype(np.uint8) for v in np.meshgrid(np.arange(256), np.arange(256), indexing="ij"))
+    for name, (ours, arm, _) in three_ways(tmp_path / "adds.onnx", {"a": a, "b": b}).items():
+        np.testing.assert_array_equal(ours, arm, err_msg=name)

@@ -37,7 +37,8 @@ KINDS = {k.name: k for k in [
     *(Kind(name, ONNX, True, _DEFINED) for name in
       ("conv2d", "dense", "batch_matmul", "mul", "lookup", "max_pool2d", "gather", "quantize", "dequantize")),
     Kind("add", ONNX, True, "QLinearAdd as ONNX defines it; onnxruntime's AArch64 build rounds near-ties away from "
-         "zero (1 step of the output's scale; docs/measurements.md)"),
+         "zero (1 step of the output's scale; docs/measurements.md); where MLAS refuses the scale ratios its float "
+         "path is the reference, equal on every input pair (tests/test_arm_float_ops.py)"),
     Kind("global_avg_pool", AARCH64, True, "QLinearGlobalAveragePool: equal on ResNet-18 (docs/measurements.md)"),
     Kind("avg_pool2d", AARCH64, True, f"QLinearAveragePool 3x3, padded, count_include_pad 0: {_EQUAL}"),
     Kind("qlinear_softmax", AARCH64, True, f"QLinearSoftmax: {_EQUAL}"),
