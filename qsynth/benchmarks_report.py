@@ -156,7 +156,7 @@ def _synthesis(synthesis) -> dict:
              "The paper (Cortex-A53 NEON tiles, Rosette) reports compute, reduction and verify seconds and "
              "their total as printed (its A3W1 total, 158.3, is not the sum of its parts); ours: the NEON 8x128 "
              "unipolar tile (the paper's layout) and the median over every kernel of the configuration per ISA.", "",
-             "![synthesis time](figures/synthesis_time.png)", ""]
+             *_sweep_runs(run, synthesis["kernels"]), "![synthesis time](figures/synthesis_time.png)", ""]
     lines += _table(["config", "paper compute s", "paper reduction s", "paper verify s", "paper total s",
                      "ours NEON tile instr", "ours NEON tile s", *(f"ours {i} median s" for i in isas)], rows)
     series = {"paper total (Cortex-A53)": [PAPER_TABLE2.get(c, (None,) * 4)[3] for c in configs],
@@ -164,6 +164,16 @@ def _synthesis(synthesis) -> dict:
     series |= {f"ours, {i} median": [median.get((c, i)) for c in configs] for i in isas}
     fig = figures.grouped_bars(configs, series, "Synthesis + proof time per configuration", "seconds (log)", log=True)
     return _section(title, lines, {"synthesis_time.png": fig})
+
+
+def _sweep_runs(run: dict, kernels: list[dict]) -> list[str]:
+    """The last sweep's record (provenance.py), and how many rows earlier runs wrote (synthesis.md names
+    them); nothing for a file from before records."""
+    if "commit" not in run:
+        return []
+    earlier = sum((k.get("run") or {}).get("date") != run["date"] for k in kernels)
+    return [f"Last run: {provenance.line(run)}" + (f"; {earlier} rows are earlier runs' (`synthesis.md` names their "
+                                                   "runs)." if earlier else "; every row is this run's."), ""]
 
 
 def _seconds(value: float | None) -> str | None:

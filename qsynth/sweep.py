@@ -71,22 +71,27 @@ def _interrupted(signum, frame):
 
 
 def sweep(isas: list[str], jobs: int, timeout: float, out_dir: Path, wanted: list[str] | None = None,
-          executor: str = "local", address: str | None = None) -> list[dict]:
+          executor: str = "local", address: str | None = None, command: str | None = None) -> list[dict]:
     """Every configuration of ``isas``, and every other current cache entry of them
     (``cached_outside``), whose name contains one of ``wanted`` (any case): synthesized in ``jobs``
     local processes, or on Ray (``executor="ray"``, ``address``); kernels already in the cache are
     loaded from it (re-proved here unless stamped), not synthesized again. Their rows replace those
     of the same kernels in ``out_dir``/synthesis.{json,md} and the other rows stay (``merged``);
-    returns this run's rows."""
+    returns this run's rows. Each row carries the record of the run that swept it (``run``:
+    tvm_integration/bench/provenance.py, with ``command`` as the command line when given: the CLI's), and
+    the file's ``run`` is the last run's record with its counts."""
+    from tvm_integration.bench import provenance
+    record = provenance.record(jobs) | ({"command": command} if command else {})
     wanted = None if wanted is None else [w.lower() for w in wanted]
     listed = configs(isas)
     specs = [s for s in listed + cached_outside(listed, isas) if wanted is None or any(w in s.name for w in wanted)]
     started = time.perf_counter()
     rows = _local(specs, jobs, timeout) if executor == "local" else _on_ray(specs, jobs, timeout, address)
-    rows.sort(key=lambda r: r["name"])
-    run = {"executor": executor, "jobs": jobs, "kernels": len(rows),
-           "from_cache": sum(bool(r.get("from_cache")) for r in rows),
-           "wall_seconds": round(time.perf_counter() - started, 1)}
+    record = provenance.finished(record)
+    rows = sorted((dict(r, run=record) for r in rows), key=lambda r: r["name"])
+    run = record | {"executor": executor, "jobs": jobs, "kernels": len(rows),
+                    "from_cache": sum(bool(r.get("from_cache")) for r in rows),
+                    "wall_seconds": round(time.perf_counter() - started, 1)}
     kernels = merged(_earlier_rows(out_dir / "synthesis.json"), rows)
     write_atomically(out_dir / "synthesis.json", json.dumps({"run": run, "kernels": kernels}, indent=1) + "\n")
     write_atomically(out_dir / "synthesis.md", markdown(run, kernels))
@@ -181,7 +186,13 @@ def _on_ray(specs: list, jobs: int, timeout: float, address: str | None) -> list
     return rows
 
 
+def run_of(row: dict) -> dict:
+    """The record of the run that swept ``row``; of a row from before records, the command that wrote it."""
+    return row.get("run") or {"command": "qsynth sweep"}
+
+
 def markdown(run: dict, rows: list[dict]) -> str:
+    from tvm_integration.bench import provenance
     lines = ["# Synthesis sweep", "",
              "Produced by `qsynth sweep`; times are wall seconds of synthesis + proof on this machine "
              "(entries loaded from the cache show the times recorded when they were synthesized).", "",
@@ -189,7 +200,9 @@ def markdown(run: dict, rows: list[dict]) -> str:
              "from the cache) with "
              + (f"{run['jobs']} worker processes" if run.get("executor", "local") == "local" else "jobs on Ray")
              + f", {run['wall_seconds']} s wall ({run['wall_seconds'] / 60:.1f} min); the rows of kernels it did "
-             "not sweep are those of earlier runs.", "",
+             "not sweep are those of earlier runs. The runs that swept the rows (a run that loaded a kernel from "
+             "the cache shows the seconds of its synthesis, whose machine and commit the cache entry does not "
+             "record):", "", *provenance.lines(rows, label=lambda r: r["name"], run_of=run_of), "",
              "| kernel | status | instructions | synth s | verify s | wall s | est. cycles | paper (instr, s) |",
              "|---|---|---|---|---|---|---|---|"]
     for r in rows:

@@ -18,6 +18,7 @@ from pathlib import Path
 from synth import cache
 from synth.files import write_atomically
 from synth.mutants import SUITE, classify, mutants
+from tvm_integration.bench import provenance
 
 OUTCOMES = ("refused", "equivalent", "wrongly accepted", "undecided")
 
@@ -36,11 +37,11 @@ def _classify_all(name: str) -> list[dict]:
         return [dict(classify(m, entry, Path(scratch)), kernel=name) for m in mutants(entry)]
 
 
-def _markdown(rows: list[dict], seconds: float) -> str:
+def _markdown(rows: list[dict], run: dict) -> str:
     lines = ["# Mutation suite (issue 18)", "",
              "Every mutant of a cached kernel is stored as a valid cache entry (content hash recomputed) and "
-             "given to `qsynth cache verify`'s verifier; an accepted one is checked by plain Z3. "
-             f"Produced by `python scripts/mutation_suite.py` in {seconds:.0f} s.", "",
+             "given to `qsynth cache verify`'s verifier; an accepted one is checked by plain Z3.", "",
+             f"- Run: {provenance.described(run)}.", "",
              "| kernel | mutants | " + " | ".join(OUTCOMES) + " |", "|---|---:|" + "---:|" * len(OUTCOMES)]
     by_kernel = collections.defaultdict(list)
     for r in rows:
@@ -66,16 +67,18 @@ def main() -> int:
     parser.add_argument("-j", "--jobs", type=int, default=2)
     parser.add_argument("--out", default="benchmarks")
     args = parser.parse_args()
+    record = provenance.record(args.jobs)          # threads: the worker processes
     t0 = time.monotonic()
     with Pool(args.jobs) as pool:
         rows = [r for rs in pool.imap_unordered(_classify_all, SUITE) for r in rs]
     seconds = time.monotonic() - t0
+    record = provenance.finished(record)
     totals = collections.Counter(r["outcome"] for r in rows)
     out = Path(args.out)
     write_atomically(out / "mutation.json", json.dumps(
-        {"kernels": SUITE, "seconds": round(seconds, 1), "totals": {o: totals[o] for o in OUTCOMES},
+        {"run": record, "kernels": SUITE, "seconds": round(seconds, 1), "totals": {o: totals[o] for o in OUTCOMES},
          "mutants": len(rows), "rows": rows}, indent=1) + "\n")
-    write_atomically(out / "mutation.md", _markdown(rows, seconds))
+    write_atomically(out / "mutation.md", _markdown(rows, record))
     print(f"{len(rows)} mutants: " + ", ".join(f"{totals[o]} {o}" for o in OUTCOMES), file=sys.stderr)
     return 1 if totals["wrongly accepted"] else 0
 

@@ -48,6 +48,14 @@ def test_a_sweep_replaces_its_rows_keeps_the_others_and_lists_every_cached_kerne
     md = (out / "synthesis.md").read_text()
     assert all(f"| {n} | proved |" in md for n in (KEPT["name"], SWEPT, EXTRA)) and "Not synthesized" not in md
     assert md.count("| proved |") == 3 and "3 kernels. The last run swept 2 of them (1 loaded" in md
+    # every row swept now carries this run's record (the CLI's command line, the commit), the file's run
+    # too; the earlier row has none, and the table marks which run swept which row
+    record = by_name[SWEPT]["run"]
+    assert record == by_name[EXTRA]["run"] and "run" not in by_name[KEPT["name"]]
+    assert record["command"] == "qsynth " + " ".join(sweep) and len(record["commit"].removesuffix("+dirty")) == 40
+    assert {k: written["run"][k] for k in record} == record
+    assert f"- Run: `{record['command']}` at {record['commit'][:10]}" in md
+    assert f"{EXTRA}, {SWEPT}." in md and f"not recorded; load not recorded): {KEPT['name']}." in md
 
     again = {r["name"]: r for r in json.loads(_qsynth(tmp_path, *sweep))}
     assert all(r["from_cache"] for r in again.values())              # loaded, not synthesized again

@@ -1,6 +1,7 @@
 """``qsynth sweep``: offline synthesis of every configuration, filling the kernel cache."""
 from __future__ import annotations
 
+import shlex
 import sys
 from pathlib import Path
 from typing import Literal, Optional
@@ -34,7 +35,8 @@ def sweep(isa: str = typer.Option("all", help="all, or a comma-separated list of
         raise UsageError("--address is for --executor ray")
     from qsynth.cluster import ClusterUnavailable
     try:
-        rows = run_sweep(isas, jobs, timeout, out, wanted, executor, address)
+        rows = run_sweep(isas, jobs, timeout, out, wanted, executor, address,
+                         command=shlex.join(["qsynth", *sys.argv[1:]]))
     except ClusterUnavailable as e:
         print(f"qsynth: cluster: {e}", file=sys.stderr)
         return 1
