@@ -285,6 +285,8 @@ def _pareto(accuracy) -> dict:
              "no other beats on both.", "", "![Pareto front](figures/pareto.png)", ""]
     if isinstance(accuracy, dict) and accuracy.get("data"):
         lines += [f"Data: {accuracy['data']}.", ""]
+    if isinstance(accuracy, dict) and ("run" in accuracy or "command" in accuracy):
+        lines += [f"Top-1 by {provenance.described(accuracy.get('run') or {'command': accuracy['command']})}.", ""]
     if isinstance(accuracy, dict) and accuracy.get("bench"):
         bench = accuracy["bench"]
         lines += [f"Timed by {provenance.described(bench['run'])}." if "run" in bench else

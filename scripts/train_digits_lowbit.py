@@ -280,6 +280,8 @@ def main() -> int:
     ap.add_argument("--qat-lr", type=float, default=Schedule.qat_lr)
     ap.add_argument("--configs", default=",".join(c.name for c in CONFIGS))
     a = ap.parse_args()
+    from tvm_integration.bench import provenance
+    record = provenance.record(1)                       # torch.set_num_threads(1)
     import torch
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
@@ -319,11 +321,10 @@ def main() -> int:
         rows.append(dict(config=config.name, top1=first["top1"], reference=first["reference"], model=first["model"],
                          torch_top1=float(np.mean(ours == y_test))))
 
-    result = dict(command="python scripts/train_digits_lowbit.py",
+    result = dict(run=provenance.finished(record),
                   data=f"sklearn load_digits: {len(x_train)} train / {len(x_test)} test images "
                        f"(permutation seed {SPLIT_SEED}), x / 16",
-                  batch=BATCH, schedule=schedule.__dict__, seconds=round(time.time() - start, 1),
-                  versions=versions(), rows=rows, exports=exports)
+                  batch=BATCH, schedule=schedule.__dict__, versions=versions(), rows=rows, exports=exports)
     a.json.write_text(json.dumps(result, indent=2) + "\n")
     print(a.json)
     failed = [e for e in exports if e["agreement_with_brevitas"] < 0.99]
