@@ -28,7 +28,8 @@ NOT_LIBRARY = ("scripts", "tests")          # their users; no package imports th
 # and gather.py.
 QNN = "tvm_integration.qnn"
 FRONTENDS = {
-    "onnx": {f"{QNN}.{m}" for m in ("importer", "rewrite", "qdq", "lowbit", "batch_norm", "channels", "ort_fusion")},
+    "onnx": {f"{QNN}.{m}" for m in ("importer", "rewrite", "qdq", "lowbit", "batch_norm", "channels", "ort_fusion",
+                                         "qdq_propagation")},
     "tflite": {f"{QNN}.{m}" for m in ("tflite_importer", "tflite_arithmetic", "tflite_ops")},
 }
 # The module cycles not broken yet, each hidden by an import inside a function. A new one fails, and so

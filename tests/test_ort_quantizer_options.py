@@ -123,32 +123,39 @@ def test_quantizer_option_is_exact(source, name):
 def test_int8_convs_read_twice_stay_float(source):
     """onnxruntime's x86 build (QDQS8ToU8Transformer, then ConvNodeGroupSelector) keeps in float the
     convs whose int8 input or output another node reads too (the stem's output is also the skip: stem
-    and c1; its optimized model has these two Conv nodes), and fuses the others (c2, down, fc) and every
-    conv of uint8 activations."""
-    assert ort_fusion.float_layers(onnx.load(str(quantized(source, "s8s8_per_tensor")))) == {"stem", "c1"}
+    and c1), and the Add of that int8 skip and c2's uint8 output (BinaryNodeGroupSelector); its
+    optimized model has these as Conv, Conv and Add. It fuses the others (c2, down, gap, fc) and every
+    node of uint8 activations."""
+    assert ort_fusion.float_layers(onnx.load(str(quantized(source, "s8s8_per_tensor")))) == {"stem", "c1", "add"}
     assert ort_fusion.float_layers(onnx.load(str(quantized(source, "u8s8_per_channel")))) == frozenset()
     assert ort_fusion.float_layers(onnx.load(str(quantized(source, "qoperator")))) == frozenset()
 
 
-def conv_model(path, seed: int):
+def conv_model(path, seed: int, relu: bool = False):
     """DQ(x, int8) -> Conv 3x3 (32 -> 16 channels: K = 288, three of MLAS's K blocks) -> Q, the input
-    also read by a second Conv: both run in float on x86."""
+    also read by a second Conv: both run in float on x86. ``relu``: uint8 activations, one Conv read
+    once, then a Relu before its Q whose zero point (10) is not the type's least: the Relu is no
+    no-op of Q, so onnxruntime does not fuse that Conv either."""
     rng = np.random.default_rng(seed)
     c, m = 32, 16
     x_scale, y_scale = np.float32(0.05), np.float32(0.01)
     w = rng.integers(-127, 128, (m, c, 3, 3)).astype(np.int8)
     w_scale = (rng.uniform(0.5, 1.5, m) / 127 / 16).astype(np.float32)
+    kind = np.uint8 if relu else np.int8
     inits = [numpy_helper.from_array(np.array(v, dt), n) for n, v, dt in (
-        ("xs", x_scale, np.float32), ("xz", 3, np.int8), ("ys", y_scale, np.float32), ("yz", -5, np.int8))]
+        ("xs", x_scale, np.float32), ("xz", 131 if relu else 3, kind), ("ys", y_scale, np.float32),
+        ("yz", 10 if relu else -5, kind))]
     inits += [numpy_helper.from_array(w, "w"), numpy_helper.from_array(w_scale, "ws"),
               numpy_helper.from_array(np.zeros(m, np.int8), "wz")]
     nodes = [helper.make_node("QuantizeLinear", ["input", "xs", "xz"], ["xq"]),
              helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"]),
              helper.make_node("DequantizeLinear", ["w", "ws", "wz"], ["wd"], axis=0)]
     outputs = []
-    for k in (1, 2):
-        nodes += [helper.make_node("Conv", ["xd", "wd"], [f"y{k}"], name=f"conv{k}", pads=[1] * 4, strides=[k, k]),
-                  helper.make_node("QuantizeLinear", [f"y{k}", "ys", "yz"], [f"q{k}"]),
+    for k in (1,) if relu else (1, 2):
+        nodes += [helper.make_node("Conv", ["xd", "wd"], [f"y{k}"], name=f"conv{k}", pads=[1] * 4, strides=[k, k])]
+        if relu:
+            nodes += [helper.make_node("Relu", [f"y{k}"], [f"r{k}"])]
+        nodes += [helper.make_node("QuantizeLinear", [f"r{k}" if relu else f"y{k}", "ys", "yz"], [f"q{k}"]),
                   helper.make_node("DequantizeLinear", [f"q{k}", "ys", "yz"], [f"out{k}"])]
         outputs.append(helper.make_tensor_value_info(f"out{k}", TensorProto.FLOAT, (1, m, 32 // k, 32 // k)))
     graph = helper.make_graph(nodes, "conv", [helper.make_tensor_value_info("input", TensorProto.FLOAT,
@@ -158,20 +165,123 @@ def conv_model(path, seed: int):
     onnx.save(model, str(path))
 
 
-def test_float_conv_sums_as_mlas(tmp_path, monkeypatch):
+@pytest.mark.parametrize("relu", [False, True])
+def test_float_conv_sums_as_mlas(tmp_path, monkeypatch, relu):
     """The float convs as MLAS sums them: equal to onnxruntime; the integer conv (what qsynth computed
     before) differs where the float sum rounds across a half step."""
     from tvm_integration.qnn.model import compile_model
     path = tmp_path / "conv.onnx"
-    conv_model(path, 0)
-    assert ort_fusion.float_layers(onnx.load(str(path))) == {"conv1", "conv2"}
+    conv_model(path, 0, relu)
+    names = ["out1"] if relu else ["out1", "out2"]
+    assert ort_fusion.float_layers(onnx.load(str(path))) == {n.replace("out", "conv") for n in names}
     xs = [{"input": np.random.default_rng(seed).uniform(-6, 6, (1, 32, 32, 32)).astype(np.float32)} for seed in range(6)]
     session = reference_session(path)
     want = [session.run(None, x) for x in xs]
     ours = compile_model(path, threads=1)
     for x, w in zip(xs, want):
-        for name, expected in zip(["out1", "out2"], w):
+        for name, expected in zip(names, w):
             np.testing.assert_array_equal(ours(x)[name], expected, err_msg=name)
     monkeypatch.setattr(ort_fusion, "float_layers", lambda model: frozenset())
     integer = compile_model(path, threads=1)
     assert sum(int(np.count_nonzero(integer(x)["out1"] != w[0])) for x, w in zip(xs, want)) > 0
+
+
+PARAMS = {"Add": (0.09954256, -10, 0.03843492, 15, 0.026444115, -10),      # scale, zero point of a, b, y
+          "Mul": (0.05, 3, 0.07, -4, 0.1, 6),
+          "GlobalAveragePool": (0.049, 3, 1.0, 0, 0.002, -7),       # y_scale 2 x_scale / 49: halves
+          "uint8 Add": (0.09954256, -10, 0.03843492, 15, 0.026444115, 10)}
+
+
+def binary_model(path, op: str):
+    """``a`` -> Q (int8) -> DQ -> ``op`` (with ``b`` -> Q -> DQ for Add and Mul) -> Q -> DQ -> output.
+    ``op`` "Add", "Mul", "GlobalAveragePool": ``a``'s integers also read by a second DequantizeLinear (a
+    graph output), so that pair stays int8 on x86 while the others become uint8 and onnxruntime runs
+    ``op`` in float. "uint8 Add": an Add to uint8, both int8 pairs become uint8 on x86 and it is
+    fused. Its inputs: every pair of int8 values for Add and Mul ([1, 256, 16, 16] each), a
+    [1, 16, 7, 7] image for GlobalAveragePool."""
+    binary, twice = op != "GlobalAveragePool", op != "uint8 Add"
+    shape = (1, 256, 16, 16) if binary else (1, 16, 7, 7)
+    params = PARAMS[op]
+    types = (np.float32, np.int8) * 2 + (np.float32, np.int8 if twice else np.uint8)
+    inits = [numpy_helper.from_array(np.array(v, t), n) for n, v, t in zip(("as", "az", "bs", "bz", "ys", "yz"), params, types)]
+    nodes = [helper.make_node("QuantizeLinear", ["a", "as", "az"], ["aq"]),
+             helper.make_node("DequantizeLinear", ["aq", "as", "az"], ["ad"])]
+    nodes += [helper.make_node("DequantizeLinear", ["aq", "as", "az"], ["a_again"])] if twice else []
+    if binary:
+        nodes += [helper.make_node("QuantizeLinear", ["b", "bs", "bz"], ["bq"]),
+                  helper.make_node("DequantizeLinear", ["bq", "bs", "bz"], ["bd"])]
+    nodes += [helper.make_node(op.split()[-1], ["ad", "bd"] if binary else ["ad"], ["y"], name="op"),
+              helper.make_node("QuantizeLinear", ["y", "ys", "yz"], ["yq"]),
+              helper.make_node("DequantizeLinear", ["yq", "ys", "yz"], ["out"])]
+    inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, shape) for n in ("a", "b")[:1 + binary]]
+    outputs = [helper.make_tensor_value_info("out", TensorProto.FLOAT, shape if binary else (*shape[:2], 1, 1))]
+    outputs += [helper.make_tensor_value_info("a_again", TensorProto.FLOAT, shape)] if twice else []
+    model = helper.make_model(helper.make_graph(nodes, "op", inputs, outputs, inits),
+                              opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    if binary:           # the value each int8 code dequantizes to, every (a, b) pair once
+        codes = np.arange(-128, 128, dtype=np.float32)
+        a, b = np.meshgrid(codes, codes, indexing="ij")
+        return [{"a": ((a - params[1]) * params[0]).reshape(shape).astype(np.float32),
+                 "b": ((b - params[3]) * params[2]).reshape(shape).astype(np.float32)}]
+    return [{"a": np.random.default_rng(seed).uniform(-6, 6, shape).astype(np.float32)} for seed in range(20)]
+
+
+@pytest.mark.parametrize("op", list(PARAMS))
+def test_binary_and_pool_ops(tmp_path, op):
+    """An Add, Mul or GlobalAveragePool onnxruntime's x86 build does not fuse (its inputs' and output's
+    types differ after the int8 -> uint8 conversion: a residual Add in an S8S8 ResNet) runs as
+    dequantize, the float op, quantize: as QLinearAdd, QLinearMul and QLinearGlobalAveragePool, 3 of
+    the 65536 sums, 122 of the products and 34 of the 320 means differed. A fused QLinearAdd of int8
+    pairs onnxruntime turns uint8 (NNCF's residual Adds) computes in their uint8 values, where the
+    int8 values round differently on 4 of the 65536 pairs."""
+    from tvm_integration.qnn.model import compile_model
+    path = tmp_path / f"{op}.onnx"
+    xs = binary_model(path, op)
+    assert ort_fusion.float_layers(onnx.load(str(path))) == (set() if op == "uint8 Add" else {"op"})
+    session = reference_session(path)
+    model = compile_model(path, threads=1)
+    for x in xs:
+        np.testing.assert_array_equal(model(x)["out"], session.run(["out"], x)[0])
+
+
+def maxpool_model(path) -> list[dict[str, np.ndarray]]:
+    """NNCF's pattern: DQ -> MaxPool read by a Conv and the residual Add, with no QuantizeLinear after
+    the MaxPool (x: uint8; the Conv's output int8, the Add's uint8 after a Relu)."""
+    rng = np.random.default_rng(3)
+    w = rng.integers(-127, 128, (16, 16, 3, 3)).astype(np.int8)
+    inits = [numpy_helper.from_array(np.array(v, t), n) for n, v, t in (
+        ("xs", 0.02, np.float32), ("xz", 0, np.uint8), ("ws", 0.002, np.float32), ("wz", 0, np.int8),
+        ("cs", 0.05, np.float32), ("cz", 3, np.int8), ("ys", 0.03, np.float32), ("yz", 0, np.uint8))]
+    inits.append(numpy_helper.from_array(w, "w"))
+    nodes = [helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"]),
+             helper.make_node("MaxPool", ["xd"], ["pool"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("DequantizeLinear", ["w", "ws", "wz"], ["wd"]),
+             helper.make_node("Conv", ["pool", "wd"], ["c"], name="conv", pads=[1] * 4),
+             helper.make_node("QuantizeLinear", ["c", "cs", "cz"], ["cq"]),
+             helper.make_node("DequantizeLinear", ["cq", "cs", "cz"], ["cd"]),
+             helper.make_node("Add", ["cd", "pool"], ["sum"], name="add"),
+             helper.make_node("Relu", ["sum"], ["relu"]),
+             helper.make_node("QuantizeLinear", ["relu", "ys", "yz"], ["yq"]),
+             helper.make_node("DequantizeLinear", ["yq", "ys", "yz"], ["out"])]
+    graph = helper.make_graph(nodes, "pool", [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 16, 32, 32))],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, (1, 16, 16, 16))], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return [{"x": np.random.default_rng(seed).uniform(0, 5, (1, 16, 32, 32)).astype(np.float32)} for seed in range(4)]
+
+
+def test_dequantize_carried_past_maxpool(tmp_path):
+    """onnxruntime carries the DequantizeLinear past the MaxPool (QDQPropagationTransformer): the Conv and
+    the Add then read integers and are fused (QLinearConv, QLinearAdd); qdq_propagation.py does the same
+    before the import, where the rewrite saw a float Conv and Add of a float tensor."""
+    from tvm_integration.qnn.model import compile_model
+    path = tmp_path / "pool.onnx"
+    xs = maxpool_model(path)
+    session = reference_session(path)
+    model = compile_model(path, threads=1)
+    for x in xs:
+        np.testing.assert_array_equal(model(x)["out"], session.run(["out"], x)[0])

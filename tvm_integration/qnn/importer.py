@@ -259,6 +259,7 @@ def is_global_average_pool(call) -> bool:
 
 LAYER_NAMES: dict[str, str] = {}      # Relax variable name -> ONNX node name, for the named layers
 LAYERS = ("Conv", "MatMul", "Gemm", "ConvInteger", "MatMulInteger")
+NAMED = (*LAYERS, "Add", "Mul", "GlobalAveragePool", "AveragePool")   # the layers and what ort_fusion.py may name
 
 CONVERTERS = {"Clip": IntegerClip, "QuantizeLinear": QuantizeLinear, "DequantizeLinear": DequantizeLinear,
               "ConvInteger": ConvInteger, "QLinearConv": QLinearConv, "QLinearMatMul": QLinearMatMul, "QGemm": QGemm,
@@ -277,7 +278,7 @@ def convert_map() -> dict:
     """The frontend's converter map with ours over it and the layers named: a copy, built once, that
     only ``OnnxImporter`` reads."""
     ours = {**onnx_frontend._get_convert_map(), **CONVERTERS}
-    return {**ours, **{op: _named(ours[op]) for op in LAYERS}}
+    return {**ours, **{op: _named(ours[op]) for op in NAMED}}
 
 
 def supported_ops() -> set[str]:
@@ -310,10 +311,10 @@ def load(path: str | Path, allow_float: bool = False) -> onnx.ModelProto:
     if not model.graph.node:
         raise ModelError(f"{path} is not a valid ONNX model (its graph has no nodes)")
     _refuse_float_quantization(model, path)
-    from tvm_integration.qnn import lowbit
-    model = lowbit.normalize(_lowbit_io(model))
+    from tvm_integration.qnn import lowbit, qdq_propagation
+    model = qdq_propagation.propagated(lowbit.normalize(_lowbit_io(model)))
     for node in model.graph.node:
-        if not node.name and node.op_type in LAYERS:
+        if not node.name and node.op_type in NAMED:
             node.name = node.output[0]        # layers are named in messages and by qsynth inspect
     unsupported = [f"{n.op_type} ({n.name or 'unnamed'})" for n in model.graph.node if n.op_type not in supported_ops()]
     if unsupported:

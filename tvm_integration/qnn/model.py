@@ -37,10 +37,11 @@ def lower(model: onnx.ModelProto, target: str = "host", stage: str = "bind", mcp
     stages = ("import", "rewrite", *pipeline.STAGES)
     if stage not in stages:
         raise ValueError(f"stage must be one of {stages}, got {stage!r}")
+    model, layers = onnxruntime_view(model, target)
     mod = importer.to_relax(model)
     if stage == "import":
         return mod
-    mod = rewrite.rewrite(mod, float_layers(model, target))
+    mod = rewrite.rewrite(mod, layers)
     if stage == "rewrite":
         return mod
     return pipeline.lower(mod, target, mcpu, stage, lowbit)
@@ -54,20 +55,24 @@ def input_specs(path: str | Path, allow_float: bool = False) -> dict[str, tuple[
     return importer.input_specs(importer.load(path, allow_float=allow_float))
 
 
-def float_layers(model: onnx.ModelProto, target: str) -> frozenset[str]:
-    """The layers onnxruntime computes in float for ``target`` (ort_fusion.py: x86 only)."""
-    return frozenset() if target == "neon" else ort_fusion.float_layers(model)
+def onnxruntime_view(model: onnx.ModelProto, target: str) -> tuple[onnx.ModelProto, frozenset[str]]:
+    """``model`` as onnxruntime's build for ``target`` types it and the layers it computes in float there
+    (ort_fusion.py: on x86 its int8 pairs turned uint8 and those layers; elsewhere as it is, none)."""
+    if target == "neon":
+        return model, frozenset()
+    model = ort_fusion.converted(model)
+    return model, ort_fusion.float_layers(model)
 
 
 def read(path: str | Path, allow_float: bool = False, target: str = "host") -> tuple[tvm.IRModule, dict, list[str]]:
     """(Relax module, input specs, output names) of the model at ``path`` as its frontend reads it: an
-    ONNX model imported and rewritten (for ``target``: float_layers), a TFLite model imported; what
+    ONNX model imported and rewritten (for ``target``: onnxruntime_view), a TFLite model imported; what
     ``pipeline.lower`` takes."""
     if Path(path).suffix == ".tflite":
         tflite = tflite_importer.load(path)
         return tflite.run(), tflite.specs(), tflite.output_names()
-    model = importer.load(path, allow_float=allow_float)
-    mod = rewrite.rewrite(importer.to_relax(model), float_layers(model, target))
+    model, layers = onnxruntime_view(importer.load(path, allow_float=allow_float), target)
+    mod = rewrite.rewrite(importer.to_relax(model), layers)
     return mod, importer.input_specs(model), [o.name for o in model.graph.output]
 
 

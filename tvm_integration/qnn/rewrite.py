@@ -50,11 +50,11 @@ from tvm import relax
 from tvm.ir import Constant, Op
 
 from tvm_integration.ops.output_stage import QUANT_RANGES
-from tvm_integration.qnn import arithmetic, batch_norm, channels, qlinear_softmax
+from tvm_integration.qnn import arithmetic, batch_norm, channels, ort_fusion, qlinear_softmax
 from tvm_integration.qnn.errors import ModelError
 from tvm_integration.qnn.float_calls import emit, shape_of
 from tvm_integration.qnn.float_matmul import conv2d_func
-from tvm_integration.qnn.importer import LAYER_NAMES, is_global_average_pool
+from tvm_integration.qnn.importer import is_global_average_pool
 from tvm_integration.qnn.integer_op import IntegerOp
 from tvm_integration.qnn.qdq import QDQReader, QParams
 from tvm_integration.qnn.quant import constant, evaluate
@@ -79,11 +79,7 @@ class QDQToInteger(QDQReader):
         self.float_layers, self.float_cores = float_layers, set()    # ort_fusion.py: nodes kept float, their calls
 
     def run(self):
-        for func in self.mod.functions.values():
-            for var, value in (var2val := relax.analysis.get_var2val(func) if isinstance(func, relax.Function) else {}).items():
-                if LAYER_NAMES.get(var.name) in self.float_layers and isinstance(value, relax.Call):
-                    core = value.args[0] if isinstance(value.op, Op) and value.op.name == "relax.add" else value
-                    self.float_cores.add(var2val.get(core, core))
+        self.float_cores = ort_fusion.float_calls(self.mod, self.float_layers)
         return super().run()
 
     def visit_call_(self, call):
@@ -304,7 +300,7 @@ class QDQToInteger(QDQReader):
     def add(self, expr, out: QParams):
         inner, clamp = self.activation(expr, out)
         add = self.call(inner, "relax.add")
-        if add is None:
+        if add is None or add in self.float_cores:      # onnxruntime's float Add: dequantize, add, quantize
             return None
         a, b = self.dequantized(add.args[0]), self.dequantized(add.args[1])
         if a is None or b is None:
@@ -318,7 +314,7 @@ class QDQToInteger(QDQReader):
 
     def mul(self, expr, out: QParams):
         mul = self.call(expr, "relax.multiply")
-        if mul is None:
+        if mul is None or mul in self.float_cores:
             return None
         a, b = self.dequantized(mul.args[0]), self.dequantized(mul.args[1])
         if a is None or b is None:
@@ -340,7 +336,7 @@ class QDQToInteger(QDQReader):
 
     def global_avg_pool(self, expr, out: QParams):
         pool = self.call(expr, "relax.nn.adaptive_avg_pool2d")
-        if pool is None or not is_global_average_pool(pool):
+        if pool is None or pool in self.float_cores or not is_global_average_pool(pool):
             return None
         data = self.dequantized(pool.args[0])
         return None if data is None or len(data[0].ty.shape) != 4 else self.global_pool(data, out)
@@ -356,7 +352,7 @@ class QDQToInteger(QDQReader):
 
     def avg_pool(self, expr, out: QParams):
         pool = self.call(expr, "relax.nn.avg_pool2d")
-        data = None if pool is None else self.dequantized(pool.args[0])
+        data = None if pool is None or pool in self.float_cores else self.dequantized(pool.args[0])
         if data is None or data[1].range is not None or out.range is not None:
             return None
         a = pool.attrs
@@ -495,6 +491,6 @@ class QDQToInteger(QDQReader):
 def rewrite(mod, float_layers=frozenset()):
     """The integer module: every group onnxruntime fuses is one integer op, each chain of channel
     movement one gather (channels.py, which counts readers: dead float code removed first);
-    ``float_layers``: the ONNX Conv/MatMul/Gemm nodes onnxruntime leaves in float (ort_fusion.py)."""
+    ``float_layers``: the ONNX nodes onnxruntime leaves in float (ort_fusion.py)."""
     mod = relax.transform.DeadCodeElimination()(QDQToInteger(mod, float_layers).run())
     return relax.transform.DeadCodeElimination()(channels.fuse(mod))
