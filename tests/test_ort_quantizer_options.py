@@ -285,3 +285,42 @@ def test_dequantize_carried_past_maxpool(tmp_path):
     model = compile_model(path, threads=1)
     for x in xs:
         np.testing.assert_array_equal(model(x)["out"], session.run(["out"], x)[0])
+
+
+def classifier_model(path) -> list[dict[str, np.ndarray]]:
+    """NNCF's head: DQ -> GlobalAveragePool -> Q -> DQ -> Flatten -> Gemm (transB, float bias, float
+    output), 100 channels into 1003 classes (K and N not multiples of MLAS's 8 lanes and 4 rows)."""
+    rng = np.random.default_rng(4)
+    k, n = 100, 1003
+    w = rng.integers(-127, 128, (n, k)).astype(np.int8)
+    inits = [numpy_helper.from_array(np.array(v, t), name) for name, v, t in (
+        ("xs", 0.02, np.float32), ("xz", 0, np.uint8), ("ps", 0.01, np.float32), ("pz", 0, np.uint8))]
+    inits += [numpy_helper.from_array(w, "w"), numpy_helper.from_array((rng.uniform(0.5, 1.5, n) / 300).astype(
+        np.float32), "ws"), numpy_helper.from_array(np.zeros(n, np.int8), "wz"),
+        numpy_helper.from_array(rng.standard_normal(n).astype(np.float32), "bias")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"]),
+             helper.make_node("GlobalAveragePool", ["xd"], ["pool"]),
+             helper.make_node("QuantizeLinear", ["pool", "ps", "pz"], ["pq"]),
+             helper.make_node("DequantizeLinear", ["pq", "ps", "pz"], ["pd"]),
+             helper.make_node("Flatten", ["pd"], ["flat"]),
+             helper.make_node("DequantizeLinear", ["w", "ws", "wz"], ["wd"], axis=0),
+             helper.make_node("Gemm", ["flat", "wd", "bias"], ["out"], name="fc", transB=1)]
+    graph = helper.make_graph(nodes, "head", [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, k, 7, 7))],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, (1, n))], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return [{"x": np.random.default_rng(seed).uniform(0, 5, (1, k, 7, 7)).astype(np.float32)} for seed in range(4)]
+
+
+def test_float_gemm_of_one_row(tmp_path):
+    """The float Gemm of one row (transB, float bias) as MLAS's M = 1 kernel sums it (float_gemv.py);
+    the blocked sgemm's order (float_matmul.py) differed in the last bit on most of the 1003 outputs."""
+    from tvm_integration.qnn.model import compile_model
+    path = tmp_path / "head.onnx"
+    xs = classifier_model(path)
+    session = reference_session(path)
+    model = compile_model(path, threads=1)
+    for x in xs:
+        np.testing.assert_array_equal(model(x)["out"], session.run(["out"], x)[0])

@@ -16,6 +16,7 @@ from tvm import relax, s_tir, te, tirx, topi
 
 from tvm_integration.qnn import layer_norm, mlas_math, reduce_mean
 from tvm_integration.qnn.float_calls import emit, float32, shape_of
+from tvm_integration.qnn.float_gemv import row_times_transposed_func
 from tvm_integration.qnn.float_matmul import LANES, matmul_func
 from tvm_integration.qnn.quant import constant
 
@@ -322,7 +323,9 @@ class _Fusions(relax.PyExprMutator):
         source, call = call, super().visit_call_(call)
         fused = None
         if self.bare_matmuls:
-            fused = self._transposed_matmul(call) if call.op == tvm.ir.Op.get("relax.matmul") else None
+            if call.op == tvm.ir.Op.get("relax.matmul"):
+                fused = self._transposed_matmul(call)
+                fused = self._row_matmul(call) if fused is None else fused
         elif call.op in (tvm.ir.Op.get("relax.max"), tvm.ir.Op.get("relax.min")):
             fused = self._range(source.args[0], call)
         elif call.op == tvm.ir.Op.get("relax.nn.layer_norm"):
@@ -430,6 +433,16 @@ class _Fusions(relax.PyExprMutator):
             return False
         axes = list(range(rank))[::-1] if permute.attrs.axes is None else [int(a) for a in permute.attrs.axes]
         return axes == [*range(rank - 2), rank - 1, rank - 2]
+
+    def _row_matmul(self, call):
+        """One row times a transposed 2-D B (an ONNX Gemm with transB): MLAS's M = 1 kernel (float_gemv.py)."""
+        a, permute = shape_of(call.args[0]), self._bound(call.args[1], "relax.permute_dims")
+        w = None if permute is None else shape_of(permute.args[0])
+        if a is None or len(a) != 2 or a[0] != 1 or w is None or len(w) != 2 or w[1] != a[1] or not float32(call) or \
+                permute.attrs.axes is not None and [int(x) for x in permute.attrs.axes] != [1, 0]:
+            return None
+        return emit(self.builder_, row_times_transposed_func(w[1], w[0]), "qsynth_float_gemv",
+                    [call.args[0], permute.args[0]], (1, w[0]))
 
     def _transposed_matmul(self, call):
         a, b = (shape_of(x) for x in call.args)
