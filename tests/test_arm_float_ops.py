@@ -3,8 +3,8 @@
 (LayerNormalization, SkipLayerNormalization, Softmax, quantize_dynamic's MatMul output stage), the test
 also checks the two builds differ on the same inputs, so a build following MLAS's x86 order would fail.
 
-One ONNX model holds one op of each kind (each its own output), quantized by quantize_dynamic (its
-MatMul by a constant becomes DynamicQuantizeLinear + MatMulInteger); a second holds the float ops a
+One ONNX model holds one op of each kind (each its own output), quantized by quantize_dynamic (one
+MatMul by a constant becomes DynamicQuantizeLinear + MatMulInteger, another stays float); a second holds the float ops a
 quantize_static model keeps between Q and DQ (LayerNormalization; Softmax and AveragePool: onnxruntime's
 QLinearSoftmax and QLinearAveragePool);
 a third is a dynamically quantized BERT-style encoder layer (tests/transformer_models.py)."""
@@ -29,7 +29,8 @@ ROWS, HIDDEN, CORE = 64, 768, "cortex-a53"
 OUTPUTS = {"layer_norm": ("layer_norm", True), "skip_layer_norm": ("layer_norm", True),
            "softmax": ("softmax", True), "softmax_tail": ("softmax", True), "gelu": ("gelu", False),
            "tanh": ("tanh", False), "mean": ("reduce_mean", True), "pool": ("reduce_mean", True),
-           "scores": ("float_matmul", False), "dynamic": ("dynamic_quantize", True), "patch": ("float_conv", True)}
+           "scores": ("float_matmul", False), "dynamic": ("dynamic_quantize", True), "patch": ("float_conv", True),
+           "dense": ("float_dense", False)}
 
 
 def _model(nodes, inputs, outputs, inits, dtype=TensorProto.FLOAT):
@@ -49,7 +50,8 @@ def float_ops(rng):
              c("w", rng.standard_normal((HIDDEN, HIDDEN)) / np.sqrt(HIDDEN)),
              c("bias", 0.1 * rng.standard_normal(HIDDEN)),
              c("sqrt2", np.sqrt(2)), c("one", 1.0), c("half", 0.5), c("root", 8.0),
-             c("pw", rng.standard_normal((96, 3, 16, 16)) / np.sqrt(768))]
+             c("pw", rng.standard_normal((96, 3, 16, 16)) / np.sqrt(768)),
+             c("wd", rng.standard_normal((HIDDEN, 96)) / np.sqrt(HIDDEN))]
     nodes = [node("LayerNormalization", ["x", "g", "b"], ["layer_norm"], axis=-1, epsilon=1e-12),
              node("Add", ["x", "r"], ["sum"]),
              node("LayerNormalization", ["sum", "g", "b"], ["skip_layer_norm"], axis=-1, epsilon=1e-12),
@@ -60,14 +62,16 @@ def float_ops(rng):
              node("GlobalAveragePool", ["image"], ["pool"]),
              node("MatMul", ["qh", "kh"], ["qk"]), node("Div", ["qk", "root"], ["scores"]),
              node("MatMul", ["x", "w"], ["xw"]), node("Add", ["xw", "bias"], ["dynamic"]),
-             node("Conv", ["patches", "pw"], ["patch"], kernel_shape=[16, 16], strides=[16, 16])]
+             node("Conv", ["patches", "pw"], ["patch"], kernel_shape=[16, 16], strides=[16, 16]),
+             node("MatMul", ["x", "wd"], ["dense"], name="float_dense")]
     inputs = [("x", [1, ROWS, HIDDEN]), ("r", [1, ROWS, HIDDEN]), ("s", [1, 4, ROWS, ROWS]), ("t", [1, 2, 37, 37]),
               ("qh", [1, 4, ROWS, 64]), ("kh", [1, 4, 64, ROWS]), ("image", [1, 256, 7, 7]),
               ("patches", [1, 3, 64, 64])]
     outputs = [("layer_norm", [1, ROWS, HIDDEN]), ("skip_layer_norm", [1, ROWS, HIDDEN]),
                ("softmax", [1, 4, ROWS, ROWS]), ("softmax_tail", [1, 2, 37, 37]), ("gelu", [1, ROWS, HIDDEN]),
                ("tanh", [1, ROWS, HIDDEN]), ("mean", [1, ROWS, 1]), ("pool", [1, 256, 1, 1]),
-               ("scores", [1, 4, ROWS, ROWS]), ("dynamic", [1, ROWS, HIDDEN]), ("patch", [1, 96, 4, 4])]
+               ("scores", [1, 4, ROWS, ROWS]), ("dynamic", [1, ROWS, HIDDEN]), ("patch", [1, 96, 4, 4]),
+               ("dense", [1, ROWS, 96])]
     feeds = {"x": 1.5 * rng.standard_normal((1, ROWS, HIDDEN)) + 0.2, "r": rng.standard_normal((1, ROWS, HIDDEN)),
              "s": 3 * rng.standard_normal((1, 4, ROWS, ROWS)), "t": 3 * rng.standard_normal((1, 2, 37, 37)),
              "qh": rng.standard_normal((1, 4, ROWS, 64)), "kh": rng.standard_normal((1, 4, 64, ROWS)),
@@ -116,7 +120,7 @@ def ops(tmp_path_factory):
     onnx.save(model, str(folder / "float.onnx"))
     logging.getLogger().setLevel(logging.ERROR)
     quantize_dynamic(str(folder / "float.onnx"), str(folder / "ops.onnx"), weight_type=QuantType.QInt8,
-                     op_types_to_quantize=["MatMul"], nodes_to_exclude=["scores_MatMul", "qk"])
+                     op_types_to_quantize=["MatMul"], nodes_to_exclude=["float_dense"])
     return three_ways(folder / "ops.onnx", feeds)
 
 

@@ -28,11 +28,12 @@ def stride_k(k: int, n: int, trans_a: bool = False) -> int:
 
 
 def matmul_func(a_shape: tuple[int, ...], b_shape: tuple[int, ...], alpha: float | None = None,
-                trans_a: bool = False) -> tirx.PrimFunc:
+                trans_a: bool = False, stride: int | None = None) -> tirx.PrimFunc:
     """``a @ b`` with numpy's broadcasting, as MLAS's sgemm sums: each output one FMA chain over k from
     0, a K longer than MLAS's block (stride_k) in blocks whose sums are added in order. With
     ``alpha`` (onnxruntime's FusedMatMul): the first block's sum times alpha, each later one added as
-    fma(sum, alpha, C); ``trans_a``: ``a`` is the transpose FusedMatMul's transA reads (its blocks).
+    fma(sum, alpha, C); ``trans_a``: ``a`` is the transpose FusedMatMul's transA reads (its blocks);
+    ``stride``: K's block when given (a B that onnxruntime packs: neon_float.py), else stride_k's.
     Parallel over batch and row tiles; each tile 4 rows by up to 64 columns held in registers across
     k; more than 32 columns not in whole vectors (ViT's 196 keys) over B padded with zero columns to
     32-lane tiles (in scalars: 9x slower), each tile writing its first n columns (of one K block;
@@ -61,7 +62,7 @@ def matmul_func(a_shape: tuple[int, ...], b_shape: tuple[int, ...], alpha: float
         return te.compute(partial.shape, lambda *i: tirx.op.fma(block(*i), mlas_math.f32(alpha), partial(*i)),
                           name=f"sum{start}")
 
-    stride = stride_k(k, n, trans_a)
+    stride = stride or stride_k(k, n, trans_a)
     blocks = [(s, min(stride, k - s)) for s in range(0, k, stride)]
     partial = block_sum(*blocks[0])
     if alpha is not None:
