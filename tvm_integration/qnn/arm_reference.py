@@ -49,8 +49,8 @@ KINDS = {k.name: k for k in [
     Kind("reduce_mean", AARCH64, True, f"ReduceMean over the last axis and GlobalAveragePool in float: {_EQUAL}"),
     Kind("float_matmul", AARCH64, True, f"a MatMul of two activations, Q.K^T / sqrt(d): {_EQUAL}"),
     Kind("float_dense", AARCH64, True, f"a float MatMul by constant weights, K in MLAS's packed blocks: {_EQUAL}"),
-    Kind("float_conv", AARCH64, None, "a Conv left in float: equal on a ViT's 16x16/16 patch embedding (K 768; "
-         "tests/test_arm_float_ops.py), not measured on others"),
+    Kind("float_conv", AARCH64, True, f"a Conv of one group left in float, MLAS's im2col and sgemm: {_EQUAL}"),
+    Kind("float_grouped_conv", AARCH64, None, "a grouped or depthwise Conv left in float: TVM's own conv2d"),
     Kind("dynamic_quantize", AARCH64, True, f"MatMulIntegerToFloat's output stage with one FMA: {_EQUAL}"),
 ]}
 
@@ -77,6 +77,8 @@ def kinds(mod) -> list[str]:
                 kind = _RELAX.get(getattr(binding.value.op, "name", ""))
                 if kind == "float_matmul" and constant(binding.value.args[1]) is not None:
                     kind = "float_dense"
+                if kind == "float_conv" and int(binding.value.attrs.groups) != 1:
+                    kind = "float_grouped_conv"
                 if kind is not None:
                     seen[kind] = None
     return list(seen)

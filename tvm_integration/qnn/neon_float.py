@@ -15,6 +15,8 @@ MLAS's x86 order; where the AArch64 build rounds differently, this module has it
 - A float MatMul by constant weights: onnxruntime packs them, and MLAS's packed sgemm sums K in fixed
   blocks of 256 (MLAS_SGEMM_PACKED_STRIDEK; float_ops' stride_k is the unpacked path's, which its x86
   rule takes for this case too).
+- A Conv of one group left in float: MLAS's im2col and unpacked sgemm, as on x86 (float_matmul.conv2d_func;
+  onnxruntime's x86 build runs its NCHWc kernels instead, so the two builds differ there).
 
 Erf, GELU, Tanh and the float MatMul of two activations take float_ops' functions: both builds compute
 them alike (measured equal: tests/test_arm_float_ops.py).
@@ -111,6 +113,18 @@ def _dense(bb, call):
                 (*a[:-1], b[-1]))
 
 
+def _conv2d(bb, call):
+    """A float NCHW conv2d of one group (a Conv left in float): MLAS's im2col and sgemm, as on x86
+    (float_matmul.conv2d_func); else None."""
+    x, w = (shape_of(a) for a in call.args)
+    a = call.attrs
+    if x is None or w is None or len(x) != 4 or len(w) != 4 or not float32(call) or int(a.groups) != 1 or \
+            a.data_layout != "NCHW" or a.kernel_layout != "OIHW" or any(int(d) != 1 for d in a.dilation):
+        return None
+    func = float_matmul.conv2d_func(x, w, [int(s) for s in a.strides], [int(p) for p in a.padding])
+    return emit(bb, func, "qsynth_float_conv2d", call.args, shape_of(call))
+
+
 def legalize_map() -> dict:
     """float_ops.legalize_map() with this module's Softmax, LayerNormalization, ReduceMean and
     GlobalAveragePool, each where it fits, else the op's registered legalization."""
@@ -120,6 +134,7 @@ def legalize_map() -> dict:
             return new if new is not None else tvm.ir.Op.get(name).get_attr("FLegalize")(bb, call)
         return legalize
     rules = {"relax.nn.softmax": _softmax, "relax.nn.layer_norm": _layer_norm, "relax.matmul": _dense,
+             "relax.nn.conv2d": _conv2d,
              "relax.mean": lambda bb, call: reduce_mean.mean(bb, call, pairs=reduce_mean.NEON_PAIRS),
              "relax.nn.adaptive_avg_pool2d": lambda bb, call: reduce_mean.global_pool(bb, call, reduce_mean.NEON_PAIRS)}
     return {**float_ops.legalize_map(), **{name: ours(name, rule) for name, rule in rules.items()}}
