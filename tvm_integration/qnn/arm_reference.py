@@ -10,8 +10,9 @@ Two runtimes disagree on Arm, so each op kind names the one it follows:
   them). Float ops whose order of operations ONNX leaves open follow it: it is what an Arm user runs.
 
 ``KINDS`` records, per op kind, that reference and how the build compares with it, as measured by the
-tests named there (under qemu). ``kinds(mod)`` reads the op kinds of a rewritten model; ``report``
-lists them; ``inexact`` says which are not (known to be) exact and by how much.
+tests named there (under qemu). ``kinds(mod)`` reads the op kinds of a rewritten model, ``follows``
+maps them to their references, ``inexact`` picks those not known to be exact, and ``describe`` says
+one kind's state in a line.
 """
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ class Kind:
 
 
 _DEFINED = "integer arithmetic the ONNX definition fixes"
-_EQUAL = "equal on BERT-base shapes (tests/test_arm_float_ops.py)"
+_EQUAL = "equal on the shapes of tests/test_arm_float_ops.py"
 KINDS = {k.name: k for k in [
     *(Kind(name, ONNX, True, _DEFINED) for name in
       ("conv2d", "dense", "batch_matmul", "mul", "lookup", "max_pool2d", "gather", "quantize", "dequantize")),
