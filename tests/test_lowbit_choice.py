@@ -70,3 +70,10 @@ def test_a_logged_measurement_wins_over_the_rule(tmp_path, monkeypatch):
     assert lowbit_choice.choose(1, 1, "unipolar", "host", 576, key, operator="bitserial").operator == "bitserial"
     with pytest.raises(ValueError, match="fastest, bitserial, int8"):
         lowbit_choice.choose(1, 1, "unipolar", "host", 576, key, operator="popcount")
+
+
+def test_arm_keeps_the_bitserial_tiles():
+    """On NEON the choice is not yet measured per layer: bitserial, and it says so (its llvm-mca estimates
+    on v8.0 cores, benchmarks/layers_bitserial_neon.md and layers_neon_int8.md, favour it up to A2W2)."""
+    choice = lowbit_choice.choose(2, 2, "unipolar", "neon", 576, "any key")
+    assert choice.operator == "bitserial" and "not yet measured on Arm" in choice.why
