@@ -49,6 +49,16 @@ def test_each_op_kind_names_its_reference(encoders):
                                                                  "dynamic_quantize", "qlinear_softmax") if k in names)
 
 
+def test_a_tflite_models_kinds_follow_litert():
+    from pathlib import Path
+
+    from tvm_integration.qnn.model import read
+    path = Path(__file__).parent / "data" / "tflite" / "cnn_int8.tflite"
+    names = arm_reference.kinds(read(path, target="neon")[0], tflite=True)
+    assert "tflite:conv2d" in names and set(arm_reference.follows(names).values()) == {arm_reference.LITERT}
+    assert arm_reference.inexact(names) == [arm_reference.kind(n) for n in names]      # LiteRT not run on Arm
+
+
 def test_an_unknown_kind_is_not_called_exact():
     kind = arm_reference.kind("some_tflite_op")
     assert kind.exact is None and arm_reference.inexact(["dense", "some_tflite_op"]) == [kind]

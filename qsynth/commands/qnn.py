@@ -275,7 +275,8 @@ def inspect(model: str = MODEL, target: Target = TARGET, allow_float: bool = ALL
     _core(target, mcpu)
     rows = layers(Path(model) if Path(model).suffix == ".tflite" else load(model, allow_float=allow_float), target,
                   mcpu, lowbit)
-    kinds = [arm_reference.kind(k) for k in arm_reference.kinds(read(model, allow_float, target)[0])] \
+    kinds = [arm_reference.kind(k) for k in arm_reference.kinds(read(model, allow_float, target)[0],
+                                                                Path(model).suffix == ".tflite")] \
         if target == "neon" else None
     if json:
         listed = [dict(layer=r.layer, op=r.kind, weights=r.shape, operator=r.operator, kernel=r.kernel,

@@ -20,8 +20,10 @@ from dataclasses import dataclass
 
 ONNX = "onnx"
 AARCH64 = "onnxruntime_aarch64"
+LITERT = "litert"
 REFERENCES = {ONNX: "the ONNX definition (onnxruntime's x86 exact mode)",
-              AARCH64: "onnxruntime's AArch64 build"}
+              AARCH64: "onnxruntime's AArch64 build", LITERT: "LiteRT's AArch64 build"}
+TFLITE = "tflite:"          # the prefix kinds() gives a TFLite model's op kinds
 
 
 @dataclass(frozen=True)
@@ -62,8 +64,9 @@ _RELAX = {"relax.nn.softmax": "softmax", "relax.nn.layer_norm": "layer_norm", "r
           "relax.max": "dynamic_quantize", "relax.min": "dynamic_quantize", "relax.nn.conv2d": "float_conv"}
 
 
-def kinds(mod) -> list[str]:
-    """The op kinds of a rewritten Relax module (model.lower(..., stage="rewrite")), in order of first use."""
+def kinds(mod, tflite: bool = False) -> list[str]:
+    """The op kinds of a rewritten Relax module (model.lower(..., stage="rewrite")), in order of first use;
+    ``tflite``: the module of a TFLite model, each kind prefixed with TFLITE (its reference is LiteRT's)."""
     from tvm import relax
 
     from tvm_integration.qnn.integer_op import IntegerOp
@@ -82,11 +85,16 @@ def kinds(mod) -> list[str]:
                     kind = "float_grouped_conv"
                 if kind is not None:
                     seen[kind] = None
-    return list(seen)
+    return [TFLITE + k if tflite else k for k in seen]
 
 
 def kind(name: str) -> Kind:
-    """An op kind's record; one not in KINDS (a TFLite op, say) follows the ONNX definition, unmeasured."""
+    """An op kind's record: a TFLite model's follows LiteRT, not run on Arm here (its PyPI wheel is a
+    Python extension and no AArch64 Python runs under qemu here; on x86 the TFLite path is bit-exact
+    with LiteRT); one not in KINDS follows the ONNX definition, unmeasured."""
+    if name.startswith(TFLITE):
+        return Kind(name, LITERT, None, "LiteRT's AArch64 build is not run here; the x86 build of this path is "
+                    "bit-exact with LiteRT on x86")
     return KINDS.get(name, Kind(name, ONNX, None))
 
 

@@ -89,7 +89,7 @@ def compile_model(path: str | Path, target: str = "host", threads: int | None = 
         except ValueError as e:
             raise ModelError(str(e))
     mod, inputs, outputs = read(path, allow_float, target)
-    op_kinds = arm_reference.kinds(mod) if target == "neon" else None
+    op_kinds = arm_reference.kinds(mod, Path(path).suffix == ".tflite") if target == "neon" else None
     mod = pipeline.lower(mod, target, mcpu, lowbit=lowbit)
     build_target = bind.model_target(target, mcpu)
     executable = tvm.compile(mod, target=tvm.target.Target(build_target))
