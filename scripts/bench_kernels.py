@@ -91,7 +91,8 @@ def x86_flags(spec) -> list[str]:
 # The probes of peak_x86.c and the CPU feature (isa_specs.features.X86 key) each one executes.
 PROBES = {"vpdpbusd_zmm": "avx512vnni", "vpopcntq_zmm": "avx512vpopcntdq", "vpdpbusd_ymm_vex": "avxvnni",
           "vpdpbusd_zmm_mix_6x32": "avx512vnni", "vpdpbusd_zmm_mix_8x48": "avx512vnni", "tdpbusd": "amx-int8",
-          "vpmaddwd_ymm": "avx2", "vpmaddubsw_ymm": "avx2"}
+          "vpmaddwd_ymm": "avx2", "vpmaddubsw_ymm": "avx2", "vpmaddwd_ymm_w16_5x16": "avx2",
+          "vpmaddwd_ymm_w16_5x16_reg": "avx2", "vpmaddubsw_ymm_u8s8_5x16": "avx2"}
 
 
 def probe_skips(flags: frozenset[str]) -> dict[str, str]:

@@ -52,6 +52,42 @@ static void dpbusd_ymm_vex(void) {
 static void maddwd_ymm(void) { for (long i = 0; i < N; i++) __asm__ volatile(Y12("vpmaddwd") ::: CLOBBER); }
 static void maddubsw_ymm(void) { for (long i = 0; i < N; i++) __asm__ volatile(Y12("vpmaddubsw") ::: CLOBBER); }
 
+/* The exact w16 row of the AVX2 tiles (int16 operands, tvm_integration/kernels/int8.py): per pair of k, two B
+ * loads, then per row a broadcast of A's two int16 (vpbroadcastd m32) and, per B register, vpmaddwd into a
+ * product and vpaddd of it into the row's accumulator: 5 rows x 16 columns (ymm0-9). `_reg` keeps A in a
+ * register (no broadcast): the two tell whether a broadcast from memory takes a vector pipe's issue slot. */
+static uint8_t w16_a[5 * 64] __attribute__((aligned(64)));
+static uint8_t w16_b[4 * 64] __attribute__((aligned(64)));
+#define W16ROW(c0, c1, A) A "vpmaddwd %%ymm12, %%ymm14, %%ymm15\n\tvpaddd %%ymm15, %%ymm" #c0 ", %%ymm" #c0 "\n\t" \
+  "vpmaddwd %%ymm13, %%ymm14, %%ymm15\n\tvpaddd %%ymm15, %%ymm" #c1 ", %%ymm" #c1 "\n\t"
+#define W16B(G) "vmovdqu 64*" #G "(%1), %%ymm12\n\tvmovdqu 64*" #G "+32(%1), %%ymm13\n\t"
+#define W16G(G) W16B(G) W16ROW(0, 1, "vpbroadcastd 0+4*" #G "(%0), %%ymm14\n\t") \
+  W16ROW(2, 3, "vpbroadcastd 64+4*" #G "(%0), %%ymm14\n\t") W16ROW(4, 5, "vpbroadcastd 128+4*" #G "(%0), %%ymm14\n\t") \
+  W16ROW(6, 7, "vpbroadcastd 192+4*" #G "(%0), %%ymm14\n\t") W16ROW(8, 9, "vpbroadcastd 256+4*" #G "(%0), %%ymm14\n\t")
+#define W16G_REG(G) W16B(G) W16ROW(0, 1, "") W16ROW(2, 3, "") W16ROW(4, 5, "") W16ROW(6, 7, "") W16ROW(8, 9, "")
+#define W16CLOBBER "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm12", \
+  "xmm13", "xmm14", "xmm15"
+/* onnxruntime's (MLAS's) AVX2 u8 x s8 row, which saturates: vpmaddubsw of a 4-byte A broadcast and B into
+ * int16 pair sums, vpmaddwd by ones (ymm11) into int32, vpaddd: 32 MACs per vpmaddubsw, 5 x 16 as above. */
+#define U8ROW(c0, c1, A) A "vpmaddubsw %%ymm12, %%ymm14, %%ymm15\n\tvpmaddwd %%ymm11, %%ymm15, %%ymm15\n\t" \
+  "vpaddd %%ymm15, %%ymm" #c0 ", %%ymm" #c0 "\n\tvpmaddubsw %%ymm13, %%ymm14, %%ymm15\n\t" \
+  "vpmaddwd %%ymm11, %%ymm15, %%ymm15\n\tvpaddd %%ymm15, %%ymm" #c1 ", %%ymm" #c1 "\n\t"
+#define U8G(G) W16B(G) U8ROW(0, 1, "vpbroadcastd 0+4*" #G "(%0), %%ymm14\n\t") \
+  U8ROW(2, 3, "vpbroadcastd 64+4*" #G "(%0), %%ymm14\n\t") U8ROW(4, 5, "vpbroadcastd 128+4*" #G "(%0), %%ymm14\n\t") \
+  U8ROW(6, 7, "vpbroadcastd 192+4*" #G "(%0), %%ymm14\n\t") U8ROW(8, 9, "vpbroadcastd 256+4*" #G "(%0), %%ymm14\n\t")
+static void u8s8_5x16(void) {
+  for (long i = 0; i < N / 4; i++)
+    __asm__ volatile(U8G(0) U8G(1) U8G(2) U8G(3) :: "r"(w16_a), "r"(w16_b) : W16CLOBBER, "xmm11");
+}
+static void w16_5x16(void) {
+  for (long i = 0; i < N / 4; i++)
+    __asm__ volatile(W16G(0) W16G(1) W16G(2) W16G(3) :: "r"(w16_a), "r"(w16_b) : W16CLOBBER);
+}
+static void w16_5x16_reg(void) {
+  for (long i = 0; i < N / 4; i++)
+    __asm__ volatile(W16G_REG(0) W16G_REG(1) W16G_REG(2) W16G_REG(3) :: "r"(w16_a), "r"(w16_b) : W16CLOBBER);
+}
+
 /* The load mix of a register-blocked vpdpbusd tile, from L1, without loop or C traffic: per 4-byte k
  * group, the B columns' zmm loads and one A broadcast per row (vpbroadcastd m32). It bounds what a
  * kernel of that shape can reach below the register-only peak. */
@@ -106,6 +142,8 @@ static const struct { const char *name; void (*fn)(void); double count; } PROBES
   {"vpdpbusd_zmm_mix_6x32", mix_6x32, 48.0 * (N / 4)}, {"vpdpbusd_zmm_mix_8x48", mix_8x48, 96.0 * (N / 4)},
   {"tdpbusd", tdpbusd, 4.0 * (N / 24)},
   {"vpmaddwd_ymm", maddwd_ymm, 12.0 * N}, {"vpmaddubsw_ymm", maddubsw_ymm, 12.0 * N},
+  {"vpmaddwd_ymm_w16_5x16", w16_5x16, 40.0 * (N / 4)}, {"vpmaddwd_ymm_w16_5x16_reg", w16_5x16_reg, 40.0 * (N / 4)},
+  {"vpmaddubsw_ymm_u8s8_5x16", u8s8_5x16, 40.0 * (N / 4)},
 };
 #define NPROBES (sizeof PROBES / sizeof PROBES[0])
 
