@@ -80,6 +80,11 @@ def options():
     }
 
 
+def other_options():
+    """Options only ``test_float_layers_are_onnxruntimes`` quantizes with."""
+    return {"dedicated_pairs": dict(extra_options={"DedicatedQDQPair": True})}
+
+
 @pytest.fixture(scope="module")
 def source(tmp_path_factory):
     directory = tmp_path_factory.mktemp("ort-quantizer-options")
@@ -95,7 +100,7 @@ def source(tmp_path_factory):
 def quantized(source, name: str):
     path = source.with_name(f"residual.{name}.onnx")
     if not path.exists():
-        opts = options()[name]
+        opts = {**options(), **other_options()}[name]
         if opts is None:
             ort_quant.quantize_dynamic(str(source), str(path))
         else:
@@ -120,15 +125,28 @@ def test_quantizer_option_is_exact(source, name):
     assert differences(quantized(source, name)) == 0
 
 
-def test_int8_convs_read_twice_stay_float(source):
-    """onnxruntime's x86 build (QDQS8ToU8Transformer, then ConvNodeGroupSelector) keeps in float the
-    convs whose int8 input or output another node reads too (the stem's output is also the skip: stem
-    and c1), and the Add of that int8 skip and c2's uint8 output (BinaryNodeGroupSelector); its
-    optimized model has these as Conv, Conv and Add. It fuses the others (c2, down, gap, fc) and every
-    node of uint8 activations."""
-    assert ort_fusion.float_layers(onnx.load(str(quantized(source, "s8s8_per_tensor")))) == {"stem", "c1", "add"}
-    assert ort_fusion.float_layers(onnx.load(str(quantized(source, "u8s8_per_channel")))) == frozenset()
-    assert ort_fusion.float_layers(onnx.load(str(quantized(source, "qoperator")))) == frozenset()
+def onnxruntime_float_nodes(path) -> set[str]:
+    """The Conv, MatMul, Gemm, Add, Mul and pooling nodes left in float in onnxruntime's optimized model
+    (the default session's, which fuses as the exact mode's)."""
+    import onnxruntime as ort
+    options = ort.SessionOptions()
+    options.optimized_model_filepath = str(path.with_suffix(".optimized.onnx"))
+    ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    kept = ("Conv", "MatMul", "Gemm", "Add", "Mul", "GlobalAveragePool", "AveragePool")
+    return {n.name for n in onnx.load(options.optimized_model_filepath).graph.node if n.domain == "" and n.op_type in kept}
+
+
+@pytest.mark.parametrize("name, expected", [("s8s8_per_tensor", {"stem", "c1", "add"}), ("u8s8_per_channel", set()),
+                                            ("qoperator", set()), ("dedicated_pairs", {"stem", "c1", "add"})])
+def test_float_layers_are_onnxruntimes(source, name, expected):
+    """ort_fusion.float_layers names the nodes onnxruntime's x86 build leaves in float: with int8
+    activations the convs whose input another node reads too (the stem's output is also the skip: stem,
+    c1: QDQS8ToU8Transformer leaves that pair int8, ConvNodeGroupSelector refuses int8) and the Add of
+    that int8 skip and c2's uint8 output (BinaryNodeGroupSelector); nothing with uint8 activations. With
+    DedicatedQDQPair (a Q/DQ pair per reader) the same: CommonSubexpressionElimination merges the pairs
+    first (ort_fusion.merged)."""
+    path = quantized(source, name)
+    assert ort_fusion.float_layers(onnx.load(str(path))) == expected == onnxruntime_float_nodes(path)
 
 
 def conv_model(path, seed: int, relu: bool = False):

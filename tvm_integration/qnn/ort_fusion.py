@@ -63,7 +63,10 @@ class Graph:
 def converted(model: onnx.ModelProto) -> onnx.ModelProto:
     """``model`` with the int8 QuantizeLinear/DequantizeLinear pairs onnxruntime's x86 build turns into
     uint8 (zero point + 128: the same values) turned so, the QLinearAdd of such a tensor then computes
-    in its uint8 values as onnxruntime's does (a copy; ``model`` itself when no pair turns)."""
+    in its uint8 values as onnxruntime's does (a copy; ``model`` itself when no pair turns). Identical
+    QuantizeLinear and DequantizeLinear nodes are merged first, as CommonSubexpressionElimination does
+    before (DedicatedQDQPair writes a pair per reader: merged, the tensor has two readers again)."""
+    model = merged(model)
     g = Graph(model)
     pairs = []
     for q in model.graph.node:
@@ -89,6 +92,34 @@ def converted(model: onnx.ModelProto) -> onnx.ModelProto:
     kept = [v for v in out.graph.value_info if v.name not in turned]        # their element type changed
     del out.graph.value_info[:]
     out.graph.value_info.extend(kept)
+    return out
+
+
+def merged(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with each QuantizeLinear or DequantizeLinear that repeats an earlier one (its inputs and
+    attributes) removed and its readers reading the earlier one's output (a copy; ``model`` itself
+    when none repeats)."""
+    outputs, first, renamed, kept = {o.name for o in model.graph.output}, {}, {}, []
+    for node in model.graph.node:
+        inputs = [renamed.get(name, name) for name in node.input]
+        key = (node.op_type, node.domain, tuple(inputs), tuple(a.SerializeToString() for a in node.attribute))
+        if node.op_type in ("QuantizeLinear", "DequantizeLinear") and node.output[0] not in outputs:
+            if key in first:
+                renamed[node.output[0]] = first[key]
+                continue
+            first[key] = node.output[0]
+        kept.append((node, inputs))
+    if not renamed:
+        return model
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    del out.graph.node[:]
+    for node, inputs in kept:
+        copy = onnx.NodeProto()
+        copy.CopyFrom(node)
+        del copy.input[:]
+        copy.input.extend(inputs)
+        out.graph.node.append(copy)
     return out
 
 
