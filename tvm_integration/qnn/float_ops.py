@@ -435,10 +435,11 @@ class _Fusions(relax.PyExprMutator):
         return axes == [*range(rank - 2), rank - 1, rank - 2]
 
     def _row_matmul(self, call):
-        """One row times a transposed 2-D B (an ONNX Gemm with transB): MLAS's M = 1 kernel (float_gemv.py)."""
+        """One row times a transposed 2-D B (an ONNX Gemm with transB): MLAS's M = 1 kernel (float_gemv.py),
+        on x86-64 only (``fused``: the AArch64 build, whose MlasGemm has no such case)."""
         a, permute = shape_of(call.args[0]), self._bound(call.args[1], "relax.permute_dims")
         w = None if permute is None else shape_of(permute.args[0])
-        if a is None or len(a) != 2 or a[0] != 1 or w is None or len(w) != 2 or w[1] != a[1] or not float32(call) or \
+        if self.fused or a is None or len(a) != 2 or a[0] != 1 or w is None or len(w) != 2 or w[1] != a[1] or not float32(call) or \
                 permute.attrs.axes is not None and [int(x) for x in permute.attrs.axes] != [1, 0]:
             return None
         return emit(self.builder_, row_times_transposed_func(w[1], w[0]), "qsynth_float_gemv",
