@@ -11,6 +11,7 @@ import pytest
 
 from tvm_integration.bench import mca, qemu_blocks
 from tvm_integration.ops import cross, cross_model
+from tvm_integration.qnn import arm_reference
 
 MISSING = cross_model.missing_tools() or mca.missing_tools()
 pytestmark = [pytest.mark.qemu,
@@ -101,6 +102,7 @@ def test_bench_model_neon_cli(mlp, ort_dir, lib_dir, capsys):
     assert row["max_abs_diff_vs_onnxruntime"] == 0 and row["max_abs_diff_vs_onnxruntime_aarch64"] == 0
     assert row["max_abs_diff"] == {"onnx": 0, "onnxruntime_aarch64": 0}
     assert row["follows"]["dense"] == "onnx" and row["not_exact"] == []     # integer ops only: the ONNX definition
+    assert row["runtime_departs"] == [k for k in row["follows"] if arm_reference.kind(k).runtime_departs]
     ours, theirs = row["columns"]["qsynth"], row["columns"]["onnxruntime_int8"]
     assert "model.so" in ours["by_library"] and "libtvm_runtime.so" in ours["by_library"]
     assert "libonnxruntime.so.1" in theirs["by_library"]

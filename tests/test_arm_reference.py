@@ -59,6 +59,12 @@ def test_a_tflite_models_kinds_follow_litert():
     assert arm_reference.inexact(names) == [arm_reference.kind(n) for n in names]      # LiteRT not run on Arm
 
 
+def test_the_kinds_where_onnxruntime_aarch64_departs_from_onnx(encoders):
+    static = kinds_of(encoders["static"])
+    assert [k.name for k in arm_reference.departures(static)] == ["add"]      # QLinearAdd's near-ties
+    assert arm_reference.departures(["dense", "softmax", "layer_norm"]) == []
+
+
 def test_an_unknown_kind_is_not_called_exact():
     kind = arm_reference.kind("some_tflite_op")
     assert kind.exact is None and arm_reference.inexact(["dense", "some_tflite_op"]) == [kind]

@@ -82,7 +82,9 @@ def bench_arm_model(path: str | Path, core: str, fp32: str | Path | None = None,
     ``ratios`` (ours / theirs: below 1 ours needs fewer); our outputs' largest difference from each
     reference (``max_abs_diff``: the ONNX definition, i.e. onnxruntime's x86 exact mode on this host,
     and onnxruntime's AArch64 build under qemu), the reference each of the model's op kinds follows
-    (``follows``) and those not known to be exact against theirs (``not_exact``; qnn/arm_reference.py)."""
+    (``follows``), those not known to be exact against theirs (``not_exact``) and those where onnxruntime's
+    AArch64 build departs from the ONNX definition the build follows (``runtime_departs``;
+    qnn/arm_reference.py)."""
     from tvm_integration.qnn.model import compile_model
     qemu_blocks.root(core)                                  # a core qemu does not model: ValueError, first
     path, start = Path(path), time.perf_counter()
@@ -125,4 +127,5 @@ def bench_arm_model(path: str | Path, core: str, fp32: str | Path | None = None,
             "onnxruntime_aarch64_vs_host": largest_difference(theirs, reference),
             "max_abs_diff": differences, "follows": arm_reference.follows(model.op_kinds),
             "not_exact": [arm_reference.describe(k) for k in model.inexact()],
+            "runtime_departs": [k.name for k in arm_reference.departures(model.op_kinds)],
             "seconds": time.perf_counter() - start}

@@ -32,6 +32,7 @@ class Kind:
     reference: str             # ONNX or AARCH64
     exact: bool | None         # None: not measured against the reference
     note: str = ""             # how it was measured, or by how much it differs
+    runtime_departs: bool = False  # ONNX kinds: onnxruntime's AArch64 build computes them otherwise
 
 
 _DEFINED = "integer arithmetic the ONNX definition fixes"
@@ -41,7 +42,7 @@ KINDS = {k.name: k for k in [
       ("conv2d", "dense", "batch_matmul", "mul", "lookup", "max_pool2d", "gather", "quantize", "dequantize")),
     Kind("add", ONNX, True, "QLinearAdd as ONNX defines it; onnxruntime's AArch64 build rounds near-ties away from "
          "zero (1 step of the output's scale; docs/measurements.md); where MLAS refuses the scale ratios its float "
-         "path is the reference, equal on every input pair (tests/test_arm_float_ops.py)"),
+         "path is the reference, equal on every input pair (tests/test_arm_float_ops.py)", runtime_departs=True),
     Kind("global_avg_pool", AARCH64, True, "QLinearGlobalAveragePool: equal on ResNet-18 (docs/measurements.md)"),
     Kind("avg_pool2d", AARCH64, True, f"QLinearAveragePool 3x3, padded, count_include_pad 0: {_EQUAL}"),
     Kind("qlinear_softmax", AARCH64, True, f"QLinearSoftmax: {_EQUAL}"),
@@ -107,6 +108,12 @@ def follows(names: list[str]) -> dict[str, str]:
 def inexact(names: list[str]) -> list[Kind]:
     """The kinds among ``names`` not known to be exact against their reference."""
     return [kind(n) for n in names if kind(n).exact is not True]
+
+
+def departures(names: list[str]) -> list[Kind]:
+    """The kinds among ``names`` that follow the ONNX definition where onnxruntime's AArch64 build does
+    not: a model holding one differs from that build even when every kind is exact against its reference."""
+    return [kind(n) for n in names if kind(n).runtime_departs]
 
 
 def describe(k: Kind) -> str:
