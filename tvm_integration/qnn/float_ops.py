@@ -227,19 +227,23 @@ def _matmul(bb, call):
     return emit(bb, matmul_func(a, b), "qsynth_float_matmul", call.args, out)
 
 
-def _softmax(bb, call):
-    """Over the last axis; over another, that axis swapped with the last before and after, as
-    onnxruntime's Softmax kernel transposes (opset 13)."""
-    shape = shape_of(call.args[0])
-    if shape is None or not float32(call):
-        return None
-    axis, swap = int(call.attrs.axis) % len(shape), list(range(len(shape)))
-    if axis == len(shape) - 1:
-        return emit(bb, softmax_func(shape), "qsynth_softmax", call.args, shape)
-    swap[axis], swap[-1] = swap[-1], axis
-    x = bb.emit(bb.call_te(topi.transpose, call.args[0], swap))
-    y = bb.emit(emit(bb, softmax_func(tuple(shape[a] for a in swap)), "qsynth_softmax", [x], [shape[a] for a in swap]))
-    return bb.call_te(topi.transpose, y, swap)
+def softmax_rule(row_func):
+    """The Softmax rule over ``row_func(shape)``, a softmax over the last axis (MLAS's x86 order here,
+    its generic one in neon_float.py): over another axis, that axis swapped with the last before and
+    after, as onnxruntime's Softmax kernel transposes (opset 13)."""
+    def legalize(bb, call):
+        shape = shape_of(call.args[0])
+        if shape is None or not float32(call):
+            return None
+        axis, swap = int(call.attrs.axis) % len(shape), list(range(len(shape)))
+        if axis == len(shape) - 1:
+            return emit(bb, row_func(shape), "qsynth_softmax", call.args, shape)
+        swap[axis], swap[-1] = swap[-1], axis
+        x = bb.emit(bb.call_te(topi.transpose, call.args[0], swap))
+        swapped = [shape[a] for a in swap]
+        y = bb.emit(emit(bb, row_func(tuple(swapped)), "qsynth_softmax", [x], swapped))
+        return bb.call_te(topi.transpose, y, swap)
+    return legalize
 
 
 def _elementwise(fn, name):
@@ -260,7 +264,7 @@ def _reduce_all(kind):
     return legalize
 
 
-RULES = {"relax.matmul": _matmul, "relax.nn.softmax": _softmax, "relax.erf": _elementwise(mlas_math.erf, "erf"),
+RULES = {"relax.matmul": _matmul, "relax.nn.softmax": softmax_rule(softmax_func), "relax.erf": _elementwise(mlas_math.erf, "erf"),
          "relax.nn.gelu": _elementwise(gelu, "gelu"), "relax.max": _reduce_all("max"), "relax.min": _reduce_all("min"),
          "relax.tanh": _elementwise(mlas_math.tanh, "tanh")}
 

@@ -24,7 +24,7 @@ them alike (measured equal: tests/test_arm_float_ops.py).
 from __future__ import annotations
 
 import tvm
-from tvm import s_tir, te, tirx, topi
+from tvm import s_tir, te, tirx
 
 from tvm_integration.qnn import float_matmul, float_ops, layer_norm, mlas_math, reduce_mean
 from tvm_integration.qnn.float_calls import emit, float32, shape_of
@@ -79,19 +79,6 @@ def layer_norm_func(shape: tuple[int, ...], epsilon: float) -> tirx.PrimFunc:
     return layer_norm.welford_func(x, [x, gamma, beta], gamma, beta, epsilon, fused=True)
 
 
-def _softmax(bb, call):
-    """Over the last axis; over another, that axis swapped with the last before and after, as
-    onnxruntime's Softmax kernel transposes (opset 13)."""
-    shape = shape_of(call.args[0])
-    if shape is None or not float32(call):
-        return None
-    axis, swap = int(call.attrs.axis) % len(shape), list(range(len(shape)))
-    if axis == len(shape) - 1:
-        return emit(bb, softmax_func(shape), "qsynth_softmax", call.args, shape)
-    swap[axis], swap[-1] = swap[-1], axis
-    x = bb.emit(bb.call_te(topi.transpose, call.args[0], swap))
-    y = bb.emit(emit(bb, softmax_func(tuple(shape[a] for a in swap)), "qsynth_softmax", [x], [shape[a] for a in swap]))
-    return bb.call_te(topi.transpose, y, swap)
 
 
 def _layer_norm(bb, call):
@@ -133,7 +120,7 @@ def legalize_map() -> dict:
             new = rule(bb, call)
             return new if new is not None else tvm.ir.Op.get(name).get_attr("FLegalize")(bb, call)
         return legalize
-    rules = {"relax.nn.softmax": _softmax, "relax.nn.layer_norm": _layer_norm, "relax.matmul": _dense,
+    rules = {"relax.nn.softmax": float_ops.softmax_rule(softmax_func), "relax.nn.layer_norm": _layer_norm, "relax.matmul": _dense,
              "relax.nn.conv2d": _conv2d,
              "relax.mean": lambda bb, call: reduce_mean.mean(bb, call, pairs=reduce_mean.NEON_PAIRS),
              "relax.nn.adaptive_avg_pool2d": lambda bb, call: reduce_mean.global_pool(bb, call, reduce_mean.NEON_PAIRS)}
