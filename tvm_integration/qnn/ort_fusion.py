@@ -1,4 +1,5 @@
-"""Which quantized layers onnxruntime's x86 build computes in float, read from the ONNX graph.
+"""How onnxruntime's x86 build types and fuses a QDQ model, read from the ONNX graph: which int8 pairs
+it turns uint8 (``converted``) and which quantized layers it computes in float (``float_layers``).
 
 MLAS has no x86 kernel for int8 (signed) activations, so there onnxruntime's optimizer (1.32) first turns
 int8 QuantizeLinear/DequantizeLinear pairs into uint8 ones (``QDQS8ToU8Transformer``, zero point + 128),
