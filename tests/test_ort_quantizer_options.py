@@ -305,6 +305,48 @@ def test_dequantize_carried_past_maxpool(tmp_path):
         np.testing.assert_array_equal(model(x)["out"], session.run(["out"], x)[0])
 
 
+def pt2e_pool_model(path) -> list[dict[str, np.ndarray]]:
+    """PyTorch PT2E's pattern (torchao's ArmInductorQuantizer, exported by torch.onnx dynamo): int8
+    activations, ``Conv -> Relu -> MaxPool -> Q`` with no QuantizeLinear before the MaxPool, a Conv
+    without bias."""
+    rng = np.random.default_rng(5)
+    w = rng.integers(-127, 128, (32, 16, 3, 3)).astype(np.int8)
+    inits = [numpy_helper.from_array(np.array(v, t), n) for n, v, t in (
+        ("xs", 0.02, np.float32), ("xz", 0, np.int8), ("ws", 0.0021, np.float32), ("wz", 0, np.int8),
+        ("ys", 0.11, np.float32), ("yz", -128, np.int8))]
+    inits.append(numpy_helper.from_array(w, "w"))
+    nodes = [helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"]),
+             helper.make_node("DequantizeLinear", ["w", "ws", "wz"], ["wd"]),
+             helper.make_node("Conv", ["xd", "wd"], ["c"], name="conv", pads=[1] * 4),
+             helper.make_node("Relu", ["c"], ["relu"]),
+             helper.make_node("MaxPool", ["relu"], ["pool"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("QuantizeLinear", ["pool", "ys", "yz"], ["yq"]),
+             helper.make_node("DequantizeLinear", ["yq", "ys", "yz"], ["out"])]
+    graph = helper.make_graph(nodes, "pt2e", [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 16, 32, 32))],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, (1, 32, 16, 16))], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return [{"x": np.random.default_rng(seed).uniform(-2.5, 2.5, (1, 16, 32, 32)).astype(np.float32)} for seed in range(4)]
+
+
+def test_quantize_carried_back_past_maxpool(tmp_path):
+    """onnxruntime carries the QuantizeLinear back past the MaxPool (QDQPropagationTransformer, before it
+    carries DequantizeLinears forward): the Relu before it is then a no-op of the Q and the Conv is fused
+    (QLinearConv); qdq_propagation.py does the same, where the rewrite saw a float Conv."""
+    from tvm_integration.qnn.importer import load
+    from tvm_integration.qnn.model import compile_model
+    from tvm_integration.qnn.report import layers
+    path = tmp_path / "pt2e.onnx"
+    xs = pt2e_pool_model(path)
+    assert [(r.layer, r.operator) for r in layers(load(path))] == [("conv", "int8")]
+    session = reference_session(path)
+    model = compile_model(path, threads=1)
+    for x in xs:
+        np.testing.assert_array_equal(model(x)["out"], session.run(["out"], x)[0])
+
+
 def classifier_model(path) -> list[dict[str, np.ndarray]]:
     """NNCF's head: DQ -> GlobalAveragePool -> Q -> DQ -> Flatten -> Gemm (transB, float bias, float
     output), 100 channels into 1003 classes (K and N not multiples of MLAS's 8 lanes and 4 rows)."""

@@ -1,14 +1,22 @@
-"""onnxruntime's QDQPropagationTransformer (1.32, every build), done on the ONNX graph before the import.
+"""onnxruntime's QDQPropagationTransformer (1.32, every build), done on the ONNX graph before the import:
+first every QuantizeLinear carried backward, then every DequantizeLinear forward, as its ApplyImpl orders
+them, through MaxPool, Reshape, Transpose, Squeeze, Unsqueeze and Slice (ops that commute with
+quantization by a positive scale). The pairs it inserts change no value, only which groups the rewrite
+and ort_fusion.py see.
 
-A DequantizeLinear whose output is read by one node only, a MaxPool, Reshape, Transpose, Squeeze,
-Unsqueeze or Slice, is carried past it: onnxruntime inserts a QuantizeLinear with the DequantizeLinear's
-scale and zero point after that node and a DequantizeLinear of it before each of its readers that is
-no QuantizeLinear itself, and goes on through readers that are such nodes too. NNCF writes
-``DQ -> MaxPool -> Conv`` (and the residual Add) this way; onnxruntime then fuses the Conv and the Add
-(the MaxPool runs on the integers), where the rewrite would have seen a float Conv of a float tensor.
-The pairs change no value (these ops commute with dequantization by a positive scale), only which
-groups the rewrite and ort_fusion.py see. Quantizers that write the pairs themselves
-(onnxruntime's quantize_static) leave nothing to propagate.
+* Backward: a QuantizeLinear (scalar constant scale and zero point) whose input is such a node's
+  output, read by it alone and no graph output, gets a QuantizeLinear -> DequantizeLinear pair of its
+  parameters on that node's input edge (when that input, too, is read by the node alone, or is a graph
+  input), and on through such nodes until a DequantizeLinear. PyTorch's PT2E (torchao's quantizers) writes
+  ``Conv -> Relu -> MaxPool -> Q``; onnxruntime then sees ``Conv -> Relu -> Q`` and fuses it.
+* Forward: a DequantizeLinear whose output is read by one node only, such a node, is carried past it:
+  a QuantizeLinear with the DequantizeLinear's parameters after that node and a DequantizeLinear of it
+  before each of its readers, unless one of them is a QuantizeLinear, and on through readers that are
+  such nodes too. NNCF writes ``DQ -> MaxPool -> Conv`` (and the residual Add) this way; onnxruntime
+  then fuses the Conv and the Add (the MaxPool runs on the integers), where the rewrite would have seen
+  a float Conv of a float tensor.
+
+Quantizers that write the pairs themselves (onnxruntime's quantize_static) leave nothing to propagate.
 """
 from __future__ import annotations
 
@@ -20,44 +28,79 @@ from onnx import helper
 PROPAGATED = {"MaxPool": 12, "Reshape": 5, "Transpose": 1, "Squeeze": 1, "Unsqueeze": 1, "Slice": 1}  # op: since
 
 
-def propagated(model: onnx.ModelProto) -> onnx.ModelProto:
-    """``model`` with every DequantizeLinear carried forward as onnxruntime does (a copy; ``model``
-    itself when there is nothing to carry)."""
-    graph = model.graph
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
-    inits = {t.name: t for t in graph.initializer}
-    outputs = {o.name for o in graph.output}
+class _Graph:
+    """What both directions read: readers and producers of each tensor, constants, outputs, opset."""
 
-    def readers_of(nodes):
-        readers = defaultdict(list)
-        for node in nodes:
+    def __init__(self, model: onnx.ModelProto):
+        self.nodes = list(model.graph.node)
+        self.readers, self.producer = defaultdict(list), {}
+        for node in self.nodes:
             for name in node.input:
-                readers[name].append(node)
-        return readers
+                self.readers[name].append(node)
+            for name in node.output:
+                self.producer[name] = node
+        self.inits = {t.name: t for t in model.graph.initializer}
+        self.outputs = {o.name for o in model.graph.output}
+        self.opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
 
-    def scalar_constant(name):
-        return name in inits and onnx.numpy_helper.to_array(inits[name]).size == 1
+    def scalar_parameters(self, node) -> bool:
+        """A Q or DQ node's scale (and zero point, if any) are scalar constants."""
+        return all(name in self.inits and onnx.numpy_helper.to_array(self.inits[name]).size == 1
+                   for name in node.input[1:3] if name)
 
-    def carries(node) -> bool:
-        return node.domain in ("", "ai.onnx") and node.op_type in PROPAGATED and opset >= PROPAGATED[node.op_type] \
+    def carries(self, node) -> bool:
+        return node.domain in ("", "ai.onnx") and node.op_type in PROPAGATED and self.opset >= PROPAGATED[node.op_type] \
             and len([o for o in node.output if o]) == 1
 
-    nodes = list(graph.node)
-    readers = readers_of(nodes)
-    after: dict[str, list[onnx.NodeProto]] = defaultdict(list)      # node output -> the nodes inserted after it
+    def sole_reader(self, name: str) -> bool:
+        """Whether the tensor ``name`` has one reader and is no graph output (onnxruntime's GetPreviousEdge)."""
+        return len(self.readers[name]) == 1 and name not in self.outputs
+
+
+def propagated(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with every QuantizeLinear carried backward, then every DequantizeLinear forward, as
+    onnxruntime does (a copy; ``model`` itself when there is nothing to carry)."""
+    return _dq_forward(_q_backward(model))
+
+
+def _q_backward(model: onnx.ModelProto) -> onnx.ModelProto:
+    graph = _Graph(model)
+    after: dict[str, list[onnx.NodeProto]] = defaultdict(list)      # tensor -> the nodes inserted after it
     renamed: dict[tuple[int, int], str] = {}                          # (reader id, input slot) -> new input
-    count = 0
-    for dq in nodes:
-        if dq.op_type != "DequantizeLinear" or dq.output[0] in outputs or len(readers[dq.output[0]]) != 1 \
-                or not scalar_constant(dq.input[1]) or len(dq.input) > 2 and dq.input[2] and not scalar_constant(dq.input[2]):
+    for q in graph.nodes:
+        if q.op_type != "QuantizeLinear" or not graph.scalar_parameters(q) or not graph.sole_reader(q.input[0]):
             continue
-        pending = [readers[dq.output[0]][0]]
+        node = graph.producer.get(q.input[0])
+        while node is not None and graph.carries(node):
+            tensor = node.input[0]
+            source = graph.producer.get(tensor)        # None: a graph input or initializer, which ends the walk
+            if source is not None and (source.op_type == "DequantizeLinear" or not graph.sole_reader(tensor)):
+                break
+            n = len(renamed)
+            after[tensor] += [helper.make_node("QuantizeLinear", [tensor, *q.input[1:]], [f"{tensor}_q_to_dq{n}"],
+                                               name=f"{tensor}_pre_q{n}"),
+                              helper.make_node("DequantizeLinear", [f"{tensor}_q_to_dq{n}", *q.input[1:]],
+                                               [f"{tensor}_post_dq{n}"], name=f"{tensor}_post_dq{n}")]
+            renamed[(id(node), 0)] = f"{tensor}_post_dq{n}"
+            node = source
+    return _rebuilt(model, graph.nodes, after, renamed)
+
+
+def _dq_forward(model: onnx.ModelProto) -> onnx.ModelProto:
+    graph = _Graph(model)
+    after: dict[str, list[onnx.NodeProto]] = defaultdict(list)
+    renamed: dict[tuple[int, int], str] = {}
+    count = 0
+    for dq in graph.nodes:
+        if dq.op_type != "DequantizeLinear" or not graph.sole_reader(dq.output[0]) or not graph.scalar_parameters(dq):
+            continue
+        pending = [graph.readers[dq.output[0]][0]]
         while pending:
             node = pending.pop()
-            if not carries(node) or node.output[0] in outputs:
+            if not graph.carries(node) or node.output[0] in graph.outputs:
                 continue
-            edges = [r for r in readers[node.output[0]] if r.op_type != "QuantizeLinear"]
-            if not edges:
+            edges = graph.readers[node.output[0]]
+            if not edges or any(r.op_type == "QuantizeLinear" for r in edges):
                 continue
             count += 1
             quantized = f"{node.output[0]}_q_to_dq{count}"
@@ -71,11 +114,20 @@ def propagated(model: onnx.ModelProto) -> onnx.ModelProto:
                     if used == node.output[0]:
                         renamed[(id(reader), slot)] = name
                 pending.append(reader)
+    return _rebuilt(model, graph.nodes, after, renamed)
+
+
+def _rebuilt(model: onnx.ModelProto, nodes: list, after: dict, renamed: dict) -> onnx.ModelProto:
+    """A copy of ``model`` with ``after[t]`` inserted after the node writing tensor ``t`` (or first,
+    for a graph input) and each (reader, slot) of ``renamed`` reading its new tensor."""
     if not after:
         return model
     out = onnx.ModelProto()
     out.CopyFrom(model)
     del out.graph.node[:]
+    produced = {name for node in nodes for name in node.output}
+    for inserted in (after[name] for name in list(after) if name not in produced):
+        out.graph.node.extend(inserted)
     for node in nodes:
         copy = onnx.NodeProto()
         copy.CopyFrom(node)
