@@ -57,6 +57,19 @@ def test_float_matmul_exact(tmp_path, a_shape, b_shape):
     assert "qsynth_float_matmul" in functions(path) and "matmul" not in functions(path)
 
 
+@pytest.mark.parametrize("m", [1, 4])
+def test_float_matmul_by_constant_weights_exact(tmp_path, m):
+    """A MatMul by a constant 2-D B: onnxruntime packs B once (MlasGemmPackB) and its packed sgemm sums K
+    in blocks of 256 (float_matmul.PACKED_STRIDE_K), not stride_k's 128 for this N (1351 of the 1536
+    outputs of one row differed with it)."""
+    rng = np.random.default_rng(1)
+    w = (rng.standard_normal((768, 1536)) / 30).astype(np.float32)
+    path = float_model(tmp_path / "dense.onnx", [helper.make_node("MatMul", ["a", "w"], ["y"])], [("a", (m, 768))],
+                       [("w", w)], out_shape=[m, 1536])
+    assert float_matmul.stride_k(768, 1536) != float_matmul.PACKED_STRIDE_K
+    assert_exact(path, {"a": rng.standard_normal((m, 768)).astype(np.float32)})
+
+
 def test_stride_k_follows_n():
     assert [float_matmul.stride_k(k, n) for k, n in ((64, 128), (128, 64), (300, 32), (700, 16), (1100, 200))] == \
         [64, 256, 512, 1024, 128]

@@ -10,6 +10,10 @@ from isa_specs import host
 from tvm_integration.qnn import mlas_math
 
 LANES = 16                    # float32 lanes of an AVX-512 vector
+# MLAS_SGEMM_PACKED_STRIDEK: the K block of MLAS's sgemm over a B packed once (MlasGemmPackB), what
+# onnxruntime's MatMul does with a constant 2-D B on every build (x86: 1351 of 1536 outputs of a
+# [1, 768] x [768, 1536] MatMul differed with stride_k's 128, 0 with 256)
+PACKED_STRIDE_K = 256
 
 
 def stride_k(k: int, n: int, trans_a: bool = False) -> int:

@@ -17,7 +17,7 @@ from tvm import relax, s_tir, te, tirx, topi
 from tvm_integration.qnn import layer_norm, mlas_math, reduce_mean
 from tvm_integration.qnn.float_calls import emit, float32, shape_of
 from tvm_integration.qnn.float_gemv import row_times_transposed_func
-from tvm_integration.qnn.float_matmul import LANES, matmul_func
+from tvm_integration.qnn.float_matmul import LANES, PACKED_STRIDE_K, matmul_func
 from tvm_integration.qnn.quant import constant
 
 
@@ -220,11 +220,15 @@ def range_func(shape: tuple[int, ...]) -> tirx.PrimFunc:
 # -- the LegalizeOps override -------------------------------------------------------------------------
 
 def _matmul(bb, call):
+    """MLAS's sgemm: over a constant 2-D B, which onnxruntime packs once, K in PACKED_STRIDE_K blocks;
+    over an activation, in stride_k's."""
     a, b = (shape_of(x) for x in call.args)
     if a is None or b is None or len(a) < 2 or len(b) < 2 or not float32(call):
         return None
     out = (*np.broadcast_shapes(a[:-2], b[:-2]), a[-2], b[-1])
-    return emit(bb, matmul_func(a, b), "qsynth_float_matmul", call.args, out)
+    packed = len(b) == 2 and constant(call.args[1]) is not None
+    return emit(bb, matmul_func(a, b, stride=PACKED_STRIDE_K if packed else None), "qsynth_float_matmul",
+                call.args, out)
 
 
 def softmax_rule(row_func):

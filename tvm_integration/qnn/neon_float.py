@@ -12,14 +12,12 @@ MLAS's x86 order; where the AArch64 build rounds differently, this module has it
 - LayerNormalization: no MLAS kernel on AArch64, so every row takes onnxruntime's C++ Welford loop,
   built with FMAs (layer_norm.welford_func ``fused``); SkipLayerNormalization and the dequantize chain
   of quantize_dynamic's MatMulIntegerToFloat likewise (float_ops.onnxruntime_fusions ``fused``).
-- A float MatMul by constant weights: onnxruntime packs them, and MLAS's packed sgemm sums K in fixed
-  blocks of 256 (MLAS_SGEMM_PACKED_STRIDEK; float_ops' stride_k is the unpacked path's, which its x86
-  rule takes for this case too).
 - A Conv of one group left in float: MLAS's im2col and unpacked sgemm, as on x86 (float_matmul.conv2d_func;
   onnxruntime's x86 build runs its NCHWc kernels instead, so the two builds differ there).
 
-Erf, GELU, Tanh and the float MatMul of two activations take float_ops' functions: both builds compute
-them alike (measured equal: tests/test_arm_float_ops.py).
+Erf, GELU, Tanh and the float MatMuls take float_ops' functions (by constant weights, MLAS's packed
+sgemm's K blocks of 256, float_matmul.PACKED_STRIDE_K): both builds compute them alike (measured
+equal: tests/test_arm_float_ops.py).
 """
 from __future__ import annotations
 
@@ -28,10 +26,8 @@ from tvm import s_tir, te, tirx
 
 from tvm_integration.qnn import float_matmul, float_ops, layer_norm, mlas_math, reduce_mean
 from tvm_integration.qnn.float_calls import emit, float32, shape_of
-from tvm_integration.qnn.quant import constant
 
 LANES = 4           # NEON's float32x4
-PACKED_STRIDE_K = 256   # MLAS_SGEMM_PACKED_STRIDEK: the K block of MLAS's sgemm over a packed B
 
 
 def times_power_of_two(p, m):
@@ -90,16 +86,6 @@ def _layer_norm(bb, call):
     return emit(bb, layer_norm_func(shape, float(call.attrs.epsilon)), "qsynth_layer_norm", call.args, shape)
 
 
-def _dense(bb, call):
-    """A float MatMul by a constant 2-D B, which onnxruntime packs once (MlasGemmPackB): MLAS's packed
-    sgemm sums K in fixed blocks of PACKED_STRIDE_K; else float_ops' rule."""
-    a, b = (shape_of(x) for x in call.args)
-    if a is None or b is None or len(a) < 2 or len(b) != 2 or constant(call.args[1]) is None or not float32(call):
-        return float_ops.RULES["relax.matmul"](bb, call)
-    return emit(bb, float_matmul.matmul_func(a, b, stride=PACKED_STRIDE_K), "qsynth_float_matmul", call.args,
-                (*a[:-1], b[-1]))
-
-
 def _conv2d(bb, call):
     """A float NCHW conv2d of one group (a Conv left in float): MLAS's im2col and sgemm, as on x86
     (float_matmul.conv2d_func); else None."""
@@ -120,7 +106,7 @@ def legalize_map() -> dict:
             new = rule(bb, call)
             return new if new is not None else tvm.ir.Op.get(name).get_attr("FLegalize")(bb, call)
         return legalize
-    rules = {"relax.nn.softmax": float_ops.softmax_rule(softmax_func), "relax.nn.layer_norm": _layer_norm, "relax.matmul": _dense,
+    rules = {"relax.nn.softmax": float_ops.softmax_rule(softmax_func), "relax.nn.layer_norm": _layer_norm,
              "relax.nn.conv2d": _conv2d,
              "relax.mean": lambda bb, call: reduce_mean.mean(bb, call, pairs=reduce_mean.NEON_PAIRS),
              "relax.nn.adaptive_avg_pool2d": lambda bb, call: reduce_mean.global_pool(bb, call, reduce_mean.NEON_PAIRS)}
