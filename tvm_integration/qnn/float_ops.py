@@ -273,30 +273,34 @@ RULES = {"relax.matmul": _matmul, "relax.nn.softmax": softmax_rule(softmax_func)
          "relax.tanh": _elementwise(mlas_math.tanh, "tanh")}
 
 
-def legalize_map() -> dict:
-    """op name -> LegalizeOps function: ours where the call fits (float32, static shapes), else the
-    op's registered legalization."""
+def legalize_map(overrides: dict | None = None) -> dict:
+    """op name -> LegalizeOps function: ours (``RULES``, with ``overrides`` in place of some: a target's
+    own, neon_float.py) where the call fits (float32, static shapes), else the op's registered
+    legalization."""
     def with_default(name, rule):
         def legalize(bb, call):
             new = rule(bb, call)
             return new if new is not None else tvm.ir.Op.get(name).get_attr("FLegalize")(bb, call)
         return legalize
-    return {name: with_default(name, rule) for name, rule in RULES.items()}
+    return {name: with_default(name, rule) for name, rule in {**RULES, **(overrides or {})}.items()}
 
 
 # -- LayerNormalization and onnxruntime's SkipLayerNormalization fusion (layer_norm.py) ---------------
 
-def _layer_norm(bb, call):
-    shape = shape_of(call.args[0])
-    axes = [int(a) % len(shape) for a in call.attrs.axes] if shape else None
-    if shape is None or len(shape) < 2 or not float32(call) or axes != [len(shape) - 1] or \
-            any(shape_of(a) != shape[-1:] for a in call.args[1:]):
-        return None
-    return emit(bb, layer_norm.layer_norm_func(shape, float(call.attrs.epsilon)), "qsynth_layer_norm", call.args,
-                shape)
+def layer_norm_rule(func):
+    """The LayerNormalization rule over ``func(shape, epsilon)`` (MLAS's x86 kernel here, onnxruntime's
+    C++ Welford loop in neon_float.py): over the last axis, gamma and beta of its length."""
+    def legalize(bb, call):
+        shape = shape_of(call.args[0])
+        axes = [int(a) % len(shape) for a in call.attrs.axes] if shape else None
+        if shape is None or len(shape) < 2 or not float32(call) or axes != [len(shape) - 1] or \
+                any(shape_of(a) != shape[-1:] for a in call.args[1:]):
+            return None
+        return emit(bb, func(shape, float(call.attrs.epsilon)), "qsynth_layer_norm", call.args, shape)
+    return legalize
 
 
-RULES["relax.nn.layer_norm"] = _layer_norm
+RULES["relax.nn.layer_norm"] = layer_norm_rule(layer_norm.layer_norm_func)
 
 
 @relax.expr_functor.mutator

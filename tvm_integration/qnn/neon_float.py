@@ -75,17 +75,6 @@ def layer_norm_func(shape: tuple[int, ...], epsilon: float) -> tirx.PrimFunc:
     return layer_norm.welford_func(x, [x, gamma, beta], gamma, beta, epsilon, fused=True)
 
 
-
-
-def _layer_norm(bb, call):
-    shape = shape_of(call.args[0])
-    axes = [int(a) % len(shape) for a in call.attrs.axes] if shape else None
-    if shape is None or len(shape) < 2 or not float32(call) or axes != [len(shape) - 1] or \
-            any(shape_of(a) != shape[-1:] for a in call.args[1:]):
-        return None
-    return emit(bb, layer_norm_func(shape, float(call.attrs.epsilon)), "qsynth_layer_norm", call.args, shape)
-
-
 def _conv2d(bb, call):
     """A float NCHW conv2d of one group (a Conv left in float): MLAS's im2col and sgemm, as on x86
     (float_matmul.conv2d_func); else None."""
@@ -99,18 +88,14 @@ def _conv2d(bb, call):
 
 
 def legalize_map() -> dict:
-    """float_ops.legalize_map() with this module's Softmax, LayerNormalization, ReduceMean and
+    """float_ops.legalize_map() with this module's Softmax, LayerNormalization, float Conv, ReduceMean and
     GlobalAveragePool, each where it fits, else the op's registered legalization."""
-    def ours(name, rule):
-        def legalize(bb, call):
-            new = rule(bb, call)
-            return new if new is not None else tvm.ir.Op.get(name).get_attr("FLegalize")(bb, call)
-        return legalize
-    rules = {"relax.nn.softmax": float_ops.softmax_rule(softmax_func), "relax.nn.layer_norm": _layer_norm,
-             "relax.nn.conv2d": _conv2d,
-             "relax.mean": lambda bb, call: reduce_mean.mean(bb, call, pairs=reduce_mean.NEON_PAIRS),
-             "relax.nn.adaptive_avg_pool2d": lambda bb, call: reduce_mean.global_pool(bb, call, reduce_mean.NEON_PAIRS)}
-    return {**float_ops.legalize_map(), **{name: ours(name, rule) for name, rule in rules.items()}}
+    return float_ops.legalize_map({
+        "relax.nn.softmax": float_ops.softmax_rule(softmax_func),
+        "relax.nn.layer_norm": float_ops.layer_norm_rule(layer_norm_func),
+        "relax.nn.conv2d": _conv2d,
+        "relax.mean": lambda bb, call: reduce_mean.mean(bb, call, pairs=reduce_mean.NEON_PAIRS),
+        "relax.nn.adaptive_avg_pool2d": lambda bb, call: reduce_mean.global_pool(bb, call, reduce_mean.NEON_PAIRS)})
 
 
 def onnxruntime_fusions(mod: tvm.IRModule) -> tvm.IRModule:
