@@ -62,12 +62,11 @@ def matmul_func(a_shape: tuple[int, ...], b_shape: tuple[int, ...], alpha: float
 
     def added(partial, block, start):
         if alpha is None:
-            return te.compute(partial.shape, lambda *i: partial(*i) + block(*i), name=f"sum{start}")
+            return _added(partial, block, start)
         return te.compute(partial.shape, lambda *i: tirx.op.fma(block(*i), mlas_math.f32(alpha), partial(*i)),
                           name=f"sum{start}")
 
-    stride = stride or stride_k(k, n, trans_a)
-    blocks = [(s, min(stride, k - s)) for s in range(0, k, stride)]
+    blocks = _k_blocks(k, stride or stride_k(k, n, trans_a))
     partial = block_sum(*blocks[0])
     if alpha is not None:
         first = partial
@@ -81,12 +80,7 @@ def matmul_func(a_shape: tuple[int, ...], b_shape: tuple[int, ...], alpha: float
     rows = next(r for r in (4, 2, 1) if m % r == 0)
     for name in ("padded", "cut")[:1 + (len(blocks) > 1)] if wide != n else ():
         sch.parallel(sch.fuse(*sch.get_loops(sch.get_sblock(name))[:-1]))
-    for start, _ in blocks:
-        _register_tile(sch, sch.get_sblock(f"block{start}"), rows, width)
-        if start:
-            *outer, last = sch.get_loops(sch.get_sblock(f"sum{start}"))
-            sch.parallel(sch.fuse(*outer))
-            sch.vectorize(last)
+    _schedule_blocks(sch, blocks, rows, width)
     if alpha is not None:       # the product by alpha as the tile leaves its registers, not another pass
         sch.reverse_compute_inline(sch.get_sblock("sum0"))
     if wide != n and len(blocks) == 1:      # each tile writes its first n columns, no second pass
@@ -94,8 +88,24 @@ def matmul_func(a_shape: tuple[int, ...], b_shape: tuple[int, ...], alpha: float
     return sch.mod["main"]
 
 
+def _k_blocks(k: int, stride: int) -> list[tuple[int, int]]:
+    """(start, size) of each of MLAS's K blocks, in the order their sums are added."""
+    return [(s, min(stride, k - s)) for s in range(0, k, stride)]
+
+
 def _added(partial, block, start):
     return te.compute(partial.shape, lambda *i: partial(*i) + block(*i), name=f"sum{start}")
+
+
+def _schedule_blocks(sch, blocks, rows: int, width: int | None) -> None:
+    """Each K block's sum in ``rows`` x ``width`` register tiles; each later block's add to C in one
+    parallel, vectorized pass."""
+    for start, _ in blocks:
+        _register_tile(sch, sch.get_sblock(f"block{start}"), rows, width)
+        if start:
+            *outer, last = sch.get_loops(sch.get_sblock(f"sum{start}"))
+            sch.parallel(sch.fuse(*outer))
+            sch.vectorize(last)
 
 
 def _register_columns() -> int:
@@ -153,8 +163,7 @@ def conv2d_func(x_shape: tuple[int, ...], w_shape: tuple[int, ...], strides, pad
             filters[i, (r + start) // (kh * kw), (r + start) // kw % kh, (r + start) % kw] * col[b, r + start, j],
             axis=r), name=f"block{start}")
 
-    stride = stride_k(k, n)
-    blocks = [(s, min(stride, k - s)) for s in range(0, k, stride)]
+    blocks = _k_blocks(k, stride_k(k, n))
     partial = block_sum(*blocks[0])
     for start, size in blocks[1:]:
         partial = _added(partial, block_sum(start, size), start)
@@ -165,11 +174,6 @@ def conv2d_func(x_shape: tuple[int, ...], w_shape: tuple[int, ...], strides, pad
     sch.vectorize(last)
     width = next(v for v in (_register_columns(), 32, 16) if wide % v == 0)
     rows = next(r for r in (4, 2, 1) if m % r == 0)
-    for start, _ in blocks:
-        _register_tile(sch, sch.get_sblock(f"block{start}"), rows, width)
-        if start:
-            *outer, last = sch.get_loops(sch.get_sblock(f"sum{start}"))
-            sch.parallel(sch.fuse(*outer))
-            sch.vectorize(last)
+    _schedule_blocks(sch, blocks, rows, width)
     sch.parallel(sch.fuse(*sch.get_loops(sch.get_sblock("out"))[:2]))
     return sch.mod["main"]

@@ -133,18 +133,18 @@ def _int8_kernel(op: IntegerOp, isa: str) -> str:
     from tvm_integration.qnn.legalize import tuning_key
     weight = op.constants[0]
     key = tuning_key(op)
-    low_bit = f"; {op.params['lowbit']}" if "lowbit" in op.params else ""
+    notes = [op.params["lowbit"]] if "lowbit" in op.params else []       # a 1-3-bit layer: why on int8
     if op.kind == "dense":
         m, (n, k) = int(op.inputs[0].ty.shape[0]), weight.shape
         name = tuning.choose(key, selection.int8_candidates(isa, k), m, n, depth=k).spec.name
-        return f"{name} ({low_bit[2:]})" if low_bit else name
+        return f"{name} ({'; '.join(notes)})" if notes else name
     b, c, h, w = (int(d) for d in op.inputs[0].ty.shape)
     oh, ow = output_size((h, w), weight.shape[2:], op.params["strides"], tuple(op.params["padding"]))
     depth = weight.shape[1] * weight.shape[2] * weight.shape[3]
     kernel = tuning.choose(key, selection.int8_candidates(isa, depth, op.params["groups"]), oh * ow,
                            weight.shape[0] // op.params["groups"], depth=depth)
     reads = "in place" if direct.applies(Tile.of(kernel), weight.shape, c, "NHWC", op.params["groups"]) else "im2col"
-    return f"{kernel.spec.name} ({reads}{low_bit})"
+    return f"{kernel.spec.name} ({'; '.join([reads, *notes])})"
 
 
 def table(rows: list[Layer]) -> str:
