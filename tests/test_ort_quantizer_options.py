@@ -23,6 +23,14 @@ pytestmark = pytest.mark.skipif(platform.machine() != "x86_64", reason="onnxrunt
 SHAPE = (1, 16, 24, 24)
 
 
+def save_model(path, name: str, nodes, inputs, outputs, inits) -> None:
+    """One graph as a model of opset 13 (IR 8, what the quantizers write) saved at ``path``."""
+    model = helper.make_model(helper.make_graph(nodes, name, inputs, outputs, inits),
+                              opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+
+
 def network(seed: int = 0) -> onnx.ModelProto:
     """input -> conv3x3 -> relu -> [conv3x3 -> relu -> conv3x3] + skip -> relu -> conv1x1/2 -> relu -> GAP
     -> flatten -> gemm (10), random weights and biases."""
@@ -176,11 +184,8 @@ def conv_model(path, seed: int, relu: bool = False):
         nodes += [helper.make_node("QuantizeLinear", [f"r{k}" if relu else f"y{k}", "ys", "yz"], [f"q{k}"]),
                   helper.make_node("DequantizeLinear", [f"q{k}", "ys", "yz"], [f"out{k}"])]
         outputs.append(helper.make_tensor_value_info(f"out{k}", TensorProto.FLOAT, (1, m, 32 // k, 32 // k)))
-    graph = helper.make_graph(nodes, "conv", [helper.make_tensor_value_info("input", TensorProto.FLOAT,
-                                                                            (1, c, 32, 32))], outputs, inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 8
-    onnx.save(model, str(path))
+    save_model(path, "conv", nodes, [helper.make_tensor_value_info("input", TensorProto.FLOAT, (1, c, 32, 32))],
+               outputs, inits)
 
 
 @pytest.mark.parametrize("relu", [False, True])
@@ -234,10 +239,7 @@ def binary_model(path, op: str):
     inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, shape) for n in ("a", "b")[:1 + binary]]
     outputs = [helper.make_tensor_value_info("out", TensorProto.FLOAT, shape if binary else (*shape[:2], 1, 1))]
     outputs += [helper.make_tensor_value_info("a_again", TensorProto.FLOAT, shape)] if twice else []
-    model = helper.make_model(helper.make_graph(nodes, "op", inputs, outputs, inits),
-                              opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 8
-    onnx.save(model, str(path))
+    save_model(path, "op", nodes, inputs, outputs, inits)
     if binary:           # the value each int8 code dequantizes to, every (a, b) pair once
         codes = np.arange(-128, 128, dtype=np.float32)
         a, b = np.meshgrid(codes, codes, indexing="ij")
@@ -284,11 +286,8 @@ def maxpool_model(path) -> list[dict[str, np.ndarray]]:
              helper.make_node("Relu", ["sum"], ["relu"]),
              helper.make_node("QuantizeLinear", ["relu", "ys", "yz"], ["yq"]),
              helper.make_node("DequantizeLinear", ["yq", "ys", "yz"], ["out"])]
-    graph = helper.make_graph(nodes, "pool", [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 16, 32, 32))],
-                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, (1, 16, 16, 16))], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 8
-    onnx.save(model, str(path))
+    save_model(path, "pool", nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 16, 32, 32))],
+               [helper.make_tensor_value_info("out", TensorProto.FLOAT, (1, 16, 16, 16))], inits)
     return [{"x": np.random.default_rng(seed).uniform(0, 5, (1, 16, 32, 32)).astype(np.float32)} for seed in range(4)]
 
 
@@ -323,11 +322,8 @@ def pt2e_pool_model(path) -> list[dict[str, np.ndarray]]:
              helper.make_node("MaxPool", ["relu"], ["pool"], kernel_shape=[2, 2], strides=[2, 2]),
              helper.make_node("QuantizeLinear", ["pool", "ys", "yz"], ["yq"]),
              helper.make_node("DequantizeLinear", ["yq", "ys", "yz"], ["out"])]
-    graph = helper.make_graph(nodes, "pt2e", [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 16, 32, 32))],
-                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, (1, 32, 16, 16))], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 8
-    onnx.save(model, str(path))
+    save_model(path, "pt2e", nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 16, 32, 32))],
+               [helper.make_tensor_value_info("out", TensorProto.FLOAT, (1, 32, 16, 16))], inits)
     return [{"x": np.random.default_rng(seed).uniform(-2.5, 2.5, (1, 16, 32, 32)).astype(np.float32)} for seed in range(4)]
 
 
@@ -366,11 +362,8 @@ def classifier_model(path) -> list[dict[str, np.ndarray]]:
              helper.make_node("Flatten", ["pd"], ["flat"]),
              helper.make_node("DequantizeLinear", ["w", "ws", "wz"], ["wd"], axis=0),
              helper.make_node("Gemm", ["flat", "wd", "bias"], ["out"], name="fc", transB=1)]
-    graph = helper.make_graph(nodes, "head", [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, k, 7, 7))],
-                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, (1, n))], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 8
-    onnx.save(model, str(path))
+    save_model(path, "head", nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, k, 7, 7))],
+               [helper.make_tensor_value_info("out", TensorProto.FLOAT, (1, n))], inits)
     return [{"x": np.random.default_rng(seed).uniform(0, 5, (1, k, 7, 7)).astype(np.float32)} for seed in range(4)]
 
 
