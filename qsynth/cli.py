@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
             return _fail(f"kernel cache: {e}", 1)
         if isinstance(e, ToolchainError):
             return _fail(f"toolchain error: {e}", 1)
-        from tvm_integration.qnn.errors import ModelError
+        from tvm_integration.qnn.semantics.errors import ModelError
         if isinstance(e, ModelError):                   # a model the QNN pipeline refuses
             return _fail(f"model: {e}", 1)
         return _fail(f"{type(e).__name__}: {' '.join(str(e).split())} (qsynth --debug ... shows the traceback)", 1)

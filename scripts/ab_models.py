@@ -27,7 +27,7 @@ os.environ["TVM_NUM_THREADS"] = "1"
 
 def compile_library(tree: Path, model: Path, out: Path) -> None:
     sys.path.insert(0, str(tree))
-    from tvm_integration.qnn.model import compile_model
+    from tvm_integration.qnn.runtime.model import compile_model
     compile_model(model, threads=1).save(out)
 
 
@@ -35,8 +35,8 @@ def time_libraries(model: Path, libraries: list[Path], rounds: int, warm: int, c
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     import numpy as np
     import openvino as ov
-    from tvm_integration.qnn.model import CompiledModel, input_specs
     from tvm_integration.bench.models import onnxruntime_session
+    from tvm_integration.qnn.runtime.model import CompiledModel, input_specs
     feeds = {name: np.random.default_rng(0).random(shape, dtype=np.float32)
              for name, (shape, _) in input_specs(model, allow_float=True).items()}
     runs = {}

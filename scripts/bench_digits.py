@@ -41,8 +41,8 @@ def onnxruntime_ms(path: Path, x: np.ndarray, threads: int, trials: int) -> floa
 
 def qsynth_run(path: Path, form: str, x: np.ndarray, y: np.ndarray, threads: int, trials: int) -> dict:
     """qsynth's top-1, agreement and exactness against the reference executor, and latency, on ``path``."""
-    from tvm_integration.qnn.errors import ModelError
-    from tvm_integration.qnn.model import compile_model
+    from tvm_integration.qnn.runtime.model import compile_model
+    from tvm_integration.qnn.semantics.errors import ModelError
     start = time.perf_counter()
     try:
         model = compile_model(path, threads=threads)

@@ -88,7 +88,7 @@ def lowbit_row(name: str, directory: Path, threads: int, trials: int) -> dict:
     """bench_model's row of a low-bit model (onnxruntime on the QCDQ model: the reference, its time in
     ``onnxruntime_qcdq_ms``) plus whether ours equals the numpy integer network."""
     from tvm_integration.bench.models import bench_model
-    from tvm_integration.qnn.model import compile_model
+    from tvm_integration.qnn.runtime.model import compile_model
     path = directory / f"{name}.qcdq.onnx"
     row = bench_model(path, None, threads, trials, with_tvm_own=False, with_openvino=False)
     row["onnxruntime_qcdq_ms"] = row.pop("baselines")["onnxruntime_int8"]

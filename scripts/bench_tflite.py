@@ -49,7 +49,7 @@ def library(directory: Path, name: str) -> Path:
 def load_or_compile(directory: Path, name: str, threads: int, recompile: bool):
     """The compiled model (its library in ``directory``, compiled and saved first if absent or
     ``recompile``) and its compile seconds (None if loaded)."""
-    from tvm_integration.qnn.model import CompiledModel, compile_model
+    from tvm_integration.qnn.runtime.model import CompiledModel, compile_model
     if library(directory, name).exists() and not recompile:
         return CompiledModel.load(library(directory, name), threads=threads), None
     start = time.perf_counter()

@@ -45,7 +45,7 @@ def library(directory: Path, name: str) -> Path:
 
 def compile_one(directory: Path, name: str) -> dict:
     """Compile the model in this process and save its library: {"compile_s"} or {"error"}."""
-    from tvm_integration.qnn.model import compile_model
+    from tvm_integration.qnn.runtime.model import compile_model
     start = time.perf_counter()
     try:
         model = compile_model(directory / f"{name}.int8.onnx")

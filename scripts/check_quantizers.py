@@ -92,7 +92,7 @@ def build(out: Path, name: str) -> Path:
 def compare(path: Path) -> tuple[int, float]:
     """(logits that differ from reference_session, the largest difference) on 3 inputs."""
     from tvm_integration.bench.models import reference_session
-    from tvm_integration.qnn.model import compile_model
+    from tvm_integration.qnn.runtime.model import compile_model
     model, session = compile_model(path, threads=1), reference_session(path)
     rng = np.random.default_rng(1)
     count, largest = 0, 0.0

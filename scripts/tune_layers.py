@@ -26,8 +26,8 @@ import numpy as np
 os.environ["TVM_NUM_THREADS"] = "1"      # CPU time of this thread is the operator's
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tvm_integration.bench.layers import LAYERS, Layer  # noqa: E402
 from tvm_integration.bench import tuned_shapes  # noqa: E402
+from tvm_integration.bench.layers import LAYERS, Layer  # noqa: E402
 from tvm_integration.bench.timing import batch_timer  # noqa: E402
 from tvm_integration.kernels import selection, tuning  # noqa: E402
 from tvm_integration.ops.conv2d import build_conv2d  # noqa: E402
@@ -50,7 +50,7 @@ def quantized_model(name: str, directory: Path) -> Path:
 
 
 def model_shapes(name: str) -> list[tuple]:
-    """(kind, arguments) of every tensorized op of a model, as qnn/bind.py builds them."""
+    """(kind, arguments) of every tensorized op of a model, as qnn/lower/bind.py builds them."""
     with tempfile.TemporaryDirectory() as directory:
         return tuned_shapes.shapes(quantized_model(name, Path(directory)))
 

@@ -18,7 +18,7 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 # store, shared by the xdist workers of one run, so they neither read nor change the user's.
 os.environ.setdefault("QSYNTH_TRUST", os.path.join(
     tempfile.gettempdir(), f"qsynth-trust-{os.environ.get('PYTEST_XDIST_TESTRUNUID', os.getpid())}.json"))
-# The same for compiled models (qnn/artifacts.py): qsynth run's cache, one per run of the suite.
+# The same for compiled models (qnn/runtime/artifacts.py): qsynth run's cache, one per run of the suite.
 os.environ.setdefault("QSYNTH_MODEL_CACHE", os.path.join(
     tempfile.gettempdir(), f"qsynth-models-{os.environ.get('PYTEST_XDIST_TESTRUNUID', os.getpid())}"))
 

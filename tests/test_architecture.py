@@ -6,9 +6,10 @@ A module may import only from its own package or from packages before it, wherev
 statement sits (module top or inside a function), and neither the subpackages of one package nor its
 modules import each other in a cycle. Read from the source with ``ast``, so a violation fails here before it runs.
 
-Inside the model pipeline (tvm_integration/qnn/), each frontend only reads its format into the shared
-integer ops: no ONNX module imports a TFLite one or the reverse, and TVM's Relax frontend is touched
-only by the ONNX importer.
+Inside the model pipeline (tvm_integration/qnn/), the folders follow one order too (``QNN_ORDER``:
+prim <- semantics <- float <- the frontends and lower <- runtime); each frontend only reads its format
+into the shared integer ops: no ONNX module imports a TFLite one or the reverse, and TVM's Relax
+frontend is touched only by the ONNX importer.
 """
 from __future__ import annotations
 
@@ -22,26 +23,20 @@ ROOT = Path(__file__).resolve().parent.parent
 ORDER = ("isa_specs", "sketches", "synth", "emit", "tvm_integration", "qsynth")
 NOT_LIBRARY = ("scripts", "tests")          # their users; no package imports them
 
-# The frontends' modules: those only the frontend's own modules import (model.py and report.py read a
-# file through either), but for the ops' arithmetic, which integer_op.py reads back (tflite_arithmetic).
-# Shared by both, in neither set: arithmetic.py, quant.py, integer_op.py, errors.py, qlinear_softmax.py
-# and gather.py.
+# tvm_integration/qnn/'s folders in order: a module may import from its own folder or from one on an
+# earlier line. The frontends and the lowering share a line: none of them imports another.
 QNN = "tvm_integration.qnn"
-FRONTENDS = {
-    "onnx": {f"{QNN}.{m}" for m in ("importer", "rewrite", "qdq", "lowbit", "batch_norm", "channels", "ort_fusion",
-                                         "qdq_propagation")},
-    "tflite": {f"{QNN}.{m}" for m in ("tflite_importer", "tflite_arithmetic", "tflite_ops")},
-}
+QNN_ORDER = (("prim",), ("semantics",), ("float",), ("onnx", "tflite", "lower"), ("runtime",))
 # The module cycles not broken yet, each hidden by an import inside a function. A new one fails, and so
 # does one listed here that is gone: the list only shrinks.
 KNOWN_CYCLES = [
     ["synth.kernel", "synth.trust"],                            # trust re-proves an entry with kernel.verify
-    ["tvm_integration.qnn.arm_model", "tvm_integration.qnn.model"],  # ArmModel is a CompiledModel
+    ["tvm_integration.qnn.runtime.arm_model", "tvm_integration.qnn.runtime.model"],  # ArmModel is a CompiledModel
 ]
 # TVM's Relax frontend: our ONNX importer subclasses its converters and graph importer; elsewhere only
 # its public ``from_onnx``, in bench/models.py, which times TVM's own import as the tvm_default baseline.
 RELAX_FRONTEND = "tvm.relax.frontend"
-FRONTEND_USERS = {f"{QNN}.importer": None, "tvm_integration.bench.models": {"tvm.relax.frontend.onnx.from_onnx"}}
+FRONTEND_USERS = {f"{QNN}.onnx.importer": None, "tvm_integration.bench.models": {"tvm.relax.frontend.onnx.from_onnx"}}
 
 
 def imported_modules(source: str, module: str) -> list[tuple[int, str]]:
@@ -154,15 +149,23 @@ def _within(name: str, modules) -> str | None:
     return next((m for m in modules if name == m or name.startswith(m + ".")), None)
 
 
-def cross_frontend_imports(modules) -> list[str]:
-    """Imports by a module of one frontend (FRONTENDS) of a module of another."""
+def qnn_folder(module: str) -> str | None:
+    """The folder of tvm_integration/qnn/ that holds ``module``, or None outside them."""
+    parts = module.split(".")
+    return parts[2] if module.startswith(QNN + ".") and len(parts) > 3 else None
+
+
+def qnn_order_violations(modules) -> list[str]:
+    """Imports by a module of one qnn folder of a module of a folder later in QNN_ORDER, or of another
+    folder on its own line (one frontend importing the other, or a frontend the lowering)."""
+    rank = {folder: i for i, line in enumerate(QNN_ORDER) for folder in line}
     found = []
     for path, module, _ in modules:
-        own = next((f for f, members in FRONTENDS.items() if module in members), None)
+        own = qnn_folder(module)
         for line, name in imported_modules(Path(path).read_text(), module) if own else ():
-            for other, members in FRONTENDS.items():
-                if other != own and (hit := _within(name, members)):
-                    found.append(f"{module}:{line} ({own}) imports {hit} ({other})")
+            other = qnn_folder(name)
+            if other and other != own and rank[other] >= rank[own]:
+                found.append(f"{module}:{line} ({own}) imports {name} ({other})")
     return found
 
 
@@ -193,10 +196,10 @@ def test_no_cycle_between_modules():
     assert module_cycles(list(_modules())) == KNOWN_CYCLES
 
 
-def test_no_frontend_imports_another():
-    names = {module for _, module, _ in _modules()}
-    assert set().union(*FRONTENDS.values()) <= names        # a renamed module is renamed here too
-    assert cross_frontend_imports(list(_modules())) == []
+def test_qnn_folders_import_one_way():
+    folders = {qnn_folder(module) for _, module, _ in _modules()} - {None}
+    assert folders == {f for line in QNN_ORDER for f in line}      # a new folder takes its place here
+    assert qnn_order_violations(list(_modules())) == []
 
 
 def test_only_the_onnx_importer_uses_tvms_relax_frontend():
@@ -245,3 +248,18 @@ def test_the_check_sees_a_late_import_and_a_cycle(tmp_path):
 ])
 def test_imports_are_resolved(source, module, want):
     assert [name for _, name in imported_modules(source, module)] == want
+
+
+def test_the_qnn_check_sees_an_import_against_the_order(tmp_path):
+    """A prim module importing a float one, and one frontend the other inside a function, both fail;
+    a frontend importing semantics does not."""
+    cases = {"prim.a": "from tvm_integration.qnn.float import float_ops\n",
+             "onnx.b": "def f():\n    from tvm_integration.qnn.tflite.importer import read\n",
+             "tflite.c": "from tvm_integration.qnn.semantics import quant\n"}
+    modules = []
+    for name, text in cases.items():
+        (path := tmp_path / f"{name}.py").write_text(text)
+        modules.append((path, f"{QNN}.{name}", f"{QNN}.{name.split('.')[0]}"))
+    assert qnn_order_violations(modules) == [
+        f"{QNN}.prim.a:1 (prim) imports {QNN}.float.float_ops (float)",
+        f"{QNN}.onnx.b:2 (onnx) imports {QNN}.tflite.importer.read (tflite)"]

@@ -1,6 +1,6 @@
 """The files the Arm path derives and runs are checked before each use (issue 46): TVM's AArch64 runtime
 and the driver linked against it (ops/wheels.py, ops/cross_model.py), the AArch64 models ``run --target
-neon`` keeps (qnn/artifacts.py), the qemu plugin and guest root (bench/qemu_blocks.py). Each case runs in
+neon`` keeps (qnn/runtime/artifacts.py), the qemu plugin and guest root (bench/qemu_blocks.py). Each case runs in
 a scratch cache (``XDG_CACHE_HOME``, ``QSYNTH_MODEL_CACHE``), the wheels from pip's own cache, and checks
 the outputs against onnxruntime's exact mode."""
 import os
@@ -102,7 +102,7 @@ def test_world_writable_runtime_folder_is_refused(scratch, mlp, capsys):
 
 
 def test_neon_model_is_kept_checked_and_reused(scratch, mlp, capsys, monkeypatch):
-    from tvm_integration.qnn import model
+    from tvm_integration.qnn.runtime import model
     status, _, _ = run_neon(mlp, scratch, capsys)
     libraries = list((scratch / "cache" / "qsynth" / "models").glob("*.so"))
     assert status == 0 and len(libraries) == 1

@@ -1,5 +1,5 @@
 """The float ops of an Arm build against their reference, onnxruntime's AArch64 build under qemu
-(qnn/neon_float.py, qnn/arm_reference.py; issue 50). Where that build rounds otherwise than its x86 build
+(qnn/float/neon_float.py, qnn/runtime/arm_reference.py; issue 50). Where that build rounds otherwise than its x86 build
 (LayerNormalization, SkipLayerNormalization, Softmax, quantize_dynamic's MatMul output stage), the test
 also checks the two builds differ on the same inputs, so a build following MLAS's x86 order would fail.
 
@@ -18,7 +18,7 @@ from onnx import TensorProto, helper, numpy_helper
 from tvm_integration.bench import mca
 from tvm_integration.bench.models import reference_session
 from tvm_integration.ops import cross_model
-from tvm_integration.qnn import arm_reference
+from tvm_integration.qnn.runtime import arm_reference
 
 MISSING = cross_model.missing_tools() or mca.missing_tools()
 pytestmark = [pytest.mark.qemu,
@@ -107,7 +107,7 @@ def qdq_ops(rng):
 def three_ways(path, feeds):
     """{output: (ours under qemu, onnxruntime AArch64 under qemu, onnxruntime x86 exact mode)}."""
     from tvm_integration.bench import ort_aarch64
-    from tvm_integration.qnn.model import compile_model
+    from tvm_integration.qnn.runtime.model import compile_model
     names = [o.name for o in onnx.load(str(path)).graph.output]
     ours = compile_model(path, target="neon", mcpu=CORE, allow_float=True)(feeds)
     arm, _ = ort_aarch64.run(path, feeds, names, CORE)

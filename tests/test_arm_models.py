@@ -11,7 +11,7 @@ import pytest
 
 from tvm_integration.bench import mca, qemu_blocks
 from tvm_integration.ops import cross, cross_model
-from tvm_integration.qnn import arm_reference
+from tvm_integration.qnn.runtime import arm_reference
 
 MISSING = cross_model.missing_tools() or mca.missing_tools()
 pytestmark = [pytest.mark.qemu,

@@ -1,4 +1,4 @@
-"""Which reference each op kind of an Arm build follows (qnn/arm_reference.py, issue 50), and that
+"""Which reference each op kind of an Arm build follows (qnn/runtime/arm_reference.py, issue 50), and that
 ``compile`` and ``inspect --target neon`` say which op kinds are not exact against theirs: small BERT-style
 encoders (tests/transformer_models.py) quantized statically (QDQ: integer ops, LayerNorm in float,
 QLinearSoftmax) and dynamically (float Softmax, GELU and MatMuls of activations, dynamic quantization)."""
@@ -10,7 +10,7 @@ import onnx
 import pytest
 
 from tvm_integration.ops import cross_model
-from tvm_integration.qnn import arm_reference
+from tvm_integration.qnn.runtime import arm_reference
 
 INTEGER = {"dense", "add", "batch_matmul", "quantize", "dequantize", "mul", "lookup"}
 
@@ -34,7 +34,7 @@ def encoders(tmp_path_factory):
 
 
 def kinds_of(path):
-    from tvm_integration.qnn.model import read
+    from tvm_integration.qnn.runtime.model import read
     return arm_reference.kinds(read(path, target="neon")[0])
 
 
@@ -52,7 +52,7 @@ def test_each_op_kind_names_its_reference(encoders):
 def test_a_tflite_models_kinds_follow_litert():
     from pathlib import Path
 
-    from tvm_integration.qnn.model import read
+    from tvm_integration.qnn.runtime.model import read
     path = Path(__file__).parent / "data" / "tflite" / "cnn_int8.tflite"
     names = arm_reference.kinds(read(path, target="neon")[0], tflite=True)
     assert "tflite:conv2d" in names and set(arm_reference.follows(names).values()) == {arm_reference.LITERT}

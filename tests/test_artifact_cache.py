@@ -1,4 +1,4 @@
-"""The private, checked cache of compiled models (tvm_integration/qnn/artifacts.py, issue 31): ``qsynth
+"""The private, checked cache of compiled models (tvm_integration/qnn/runtime/artifacts.py, issue 31): ``qsynth
 run`` keeps its library in a 0700 folder of the user's cache, never beside the model; the library's
 digest is checked before it is loaded, so a planted, truncated or mismatching artifact is refused,
 removed and rebuilt with one warning line, never loaded; a folder other users can write is never
@@ -23,7 +23,7 @@ import pytest
 from qsynth.cli import main
 from tvm_integration.bench import int8_models
 from tvm_integration.bench.models import reference_session
-from tvm_integration.qnn import artifacts, model as qnn_model
+from tvm_integration.qnn.runtime import artifacts, model as qnn_model
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -180,7 +180,7 @@ def test_a_killed_compile_leaves_nothing_behind(setup, tmp_path, command):
 KEY = """
 import sys
 from pathlib import Path
-from tvm_integration.qnn import artifacts
+from tvm_integration.qnn.runtime import artifacts
 print(artifacts.key(Path(sys.argv[1]), "host"))
 """
 

@@ -86,7 +86,7 @@ def test_batch_matmul_of_two_activations_runs_on_the_w16_tile(avx2_only, tmp_pat
     numpy's integer result (onnxruntime 1.32's u8 x s8 QLinearMatMul saturates on a host without VNNI,
     in its exact mode too: 185 of these 512 outputs differ on the Zen 3 host, by up to 119)."""
     from tvm_integration.ops.batch_matmul import Operand, kernel_for
-    from tvm_integration.qnn.model import compile_model
+    from tvm_integration.qnn.runtime.model import compile_model
     a_shape, b_shape = (1, 2, 16, 32), (1, 2, 32, 16)
     assert kernel_for(Operand(a_shape, a_dtype), Operand(b_shape, b_dtype)).spec.types == "w16"
     za, zb, zy = (131 if a_dtype == "uint8" else -7), (118 if b_dtype == "uint8" else 5), (128 if a_dtype == "uint8" else 0)
@@ -147,7 +147,7 @@ def test_a_quantized_model_is_exact_on_the_avx2_tiles(avx2_only, tmp_path):
     exact mode on every output."""
     from tvm_integration.bench import int8_models
     from tvm_integration.bench.models import random_inputs, reference_session
-    from tvm_integration.qnn.model import compile_model
+    from tvm_integration.qnn.runtime.model import compile_model
     path = int8_models.quantize(int8_models.resnet(32, (8, 16, 16, 32), 10), tmp_path / "tiny.int8.onnx")
     model = compile_model(path)
     session = reference_session(path)

@@ -38,7 +38,7 @@ def held_out() -> tuple[np.ndarray, np.ndarray]:
 def qsynth_logits(path: Path, x: np.ndarray, lowbit: str = "fastest") -> np.ndarray:
     """The logits of the model at ``path`` compiled by qsynth (its 1-3-bit layers on ``lowbit``), on ``x``
     in whole batches."""
-    from tvm_integration.qnn.model import compile_model
+    from tvm_integration.qnn.runtime.model import compile_model
     model = compile_model(path, threads=1, lowbit=lowbit)
     name_in, name_out = next(iter(model.inputs)), model.outputs[0]
     return np.concatenate([model({name_in: xb})[name_out] for xb in batches(x)])[:len(x)]
@@ -137,19 +137,19 @@ def test_low_bit_layers_on_the_int8_operator_equal_the_reference_executor(config
     qonnx's for the bipolar W1A1), bit for bit, on the first 64 held-out images."""
     if form == "qonnx":
         pytest.importorskip("qonnx", reason="qonnx is not installed (pip install -e '.[test]')", exc_type=ModuleNotFoundError)
-    from tvm_integration.qnn.importer import load
-    from tvm_integration.qnn.report import layers
+    from tvm_integration.qnn.onnx.importer import load
+    from tvm_integration.qnn.runtime.report import layers
     path = MODELS / f"digits_{config.lower()}_{form}.onnx"
     assert [r.operator for r in layers(load(path), lowbit="int8")] == ["int8"] * 4
     x = held_out[0][:64]
     np.testing.assert_array_equal(qsynth_logits(path, x, lowbit="int8"), reference_outputs(path, form, x))
 
 
-# -- Brevitas' 32-bit bias Quant nodes, folded at import (qnn/lowbit.py) ------------------------------------
+# -- Brevitas' 32-bit bias Quant nodes, folded at import (qnn/onnx/lowbit.py) ------------------------------------
 def fold_wide_quants(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, tuple[np.ndarray, np.ndarray]]]:
     """``model`` with each Quant wider than 8 bits of a constant replaced by lowbit.wide_quant_constant's
     value, everything else QONNX as exported; name -> (the float constant, its folded value)."""
-    from tvm_integration.qnn import lowbit
+    from tvm_integration.qnn.onnx import lowbit
     values = constants(model)
     folded, kept, changed = onnx.ModelProto(), [], {}
     folded.CopyFrom(model)
@@ -191,8 +191,8 @@ def test_w1a1_qonnx_through_qsynth_equals_the_qonnx_executor(held_out):
     qsynth: logits equal to qonnx's executor on every test image, so the committed top-1; the
     classifier (DQ -> Flatten -> Gemm) on the int8 dense, the inner convolutions bitserial."""
     pytest.importorskip("qonnx", reason="qonnx is not installed (pip install -e '.[test]')", exc_type=ModuleNotFoundError)
-    from tvm_integration.qnn.importer import load
-    from tvm_integration.qnn.report import layers
+    from tvm_integration.qnn.onnx.importer import load
+    from tvm_integration.qnn.runtime.report import layers
     path = MODELS / "digits_w1a1_qonnx.onnx"
     assert [(r.kind, r.operator) for r in layers(load(path), lowbit="bitserial")] == [
         ("conv2d", "int8"), ("conv2d", "bitserial"), ("conv2d", "bitserial"), ("dense", "int8")]

@@ -15,7 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from conftest import HOST_RUNS
 from tvm_integration.bench.models import onnxruntime_session, reference_session
-from tvm_integration.qnn.model import compile_model
+from tvm_integration.qnn.runtime.model import compile_model
 
 M, K, N = 4, 64, 32
 

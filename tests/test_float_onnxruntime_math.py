@@ -15,8 +15,8 @@ import tvm  # noqa: E402
 from tvm import relax  # noqa: E402
 
 from test_float_ops import assert_exact, float_model, functions  # noqa: E402
-from tvm_integration.qnn.importer import load  # noqa: E402
-from tvm_integration.qnn.model import lower  # noqa: E402
+from tvm_integration.qnn.onnx.importer import load  # noqa: E402
+from tvm_integration.qnn.runtime.model import lower  # noqa: E402
 
 
 def test_tanh_exact_everywhere(tmp_path):

@@ -1,4 +1,4 @@
-"""The float ops of a quantized transformer (issue 32 item 4, tvm_integration/qnn/float_ops.py) against
+"""The float ops of a quantized transformer (issue 32 item 4, tvm_integration/qnn/float/float_ops.py) against
 onnxruntime's CPU kernels, each op a one-node model compiled through the whole pipeline
 (``allow_float``): the float matmul of two activations, Softmax, Erf and GELU bit-exact."""
 from __future__ import annotations
@@ -12,9 +12,9 @@ pytestmark = pytest.mark.filterwarnings("ignore:.*has no quantized op")
 
 from tvm_integration import compile_model
 from tvm_integration.bench.models import reference_session
-from tvm_integration.qnn import float_matmul
-from tvm_integration.qnn.importer import load
-from tvm_integration.qnn.model import lower
+from tvm_integration.qnn.float import float_matmul
+from tvm_integration.qnn.onnx.importer import load
+from tvm_integration.qnn.runtime.model import lower
 
 
 def float_model(path, nodes, inputs, constants=(), out_shape=None):
@@ -127,7 +127,7 @@ def test_mlas_float_lanes_follow_the_cpu_flags_not_the_host_features_switch(monk
     when QSYNTH_HOST_FEATURES=avx2 makes qsynth's host model AVX2-only."""
     from pathlib import Path
     from isa_specs import host
-    from tvm_integration.qnn import mlas_math
+    from tvm_integration.qnn.float import mlas_math
     recorded = host.parse_cpuinfo((Path(__file__).parent / "data" / f"cpuinfo_{name}.txt").read_text())
     monkeypatch.setattr(host, "cpu_model", lambda: recorded)
     monkeypatch.setattr(host, "model", lambda: host.restricted(recorded, "avx2"))

@@ -15,9 +15,10 @@ from isa_specs import host
 from tvm_integration.bench import int8_models
 from tvm_integration.kernels.selection import aarch64_target
 from tvm_integration.ops import cross
-from tvm_integration.qnn import arithmetic, schedules, table_lookup
-from tvm_integration.qnn.importer import load
-from tvm_integration.qnn.model import lower
+from tvm_integration.qnn.onnx.importer import load
+from tvm_integration.qnn.prim import schedules, table_lookup
+from tvm_integration.qnn.runtime.model import lower
+from tvm_integration.qnn.semantics import arithmetic
 
 HOST = host.tvm_target()
 WITHOUT_VBMI = {**HOST, "mattr": [*HOST.get("mattr", []), "-avx512vbmi"]}     # a target this host also runs

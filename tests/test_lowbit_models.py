@@ -19,7 +19,7 @@ PRECISION = {(1, 1): "A1W1 hybrid (bipolar)", (2, 2): "A2W2 unipolar"}
 
 @pytest.fixture(scope="module", params=[(1, 1), (2, 2)], ids=["w1a1", "w2a2"])
 def built(request, tmp_path_factory):
-    from tvm_integration.qnn.model import compile_model
+    from tvm_integration.qnn.runtime.model import compile_model
     abits, wbits = request.param
     model, x, logits = resnet_lowbit(abits, wbits, **SMALL)
     path = tmp_path_factory.mktemp("resnet") / f"resnet_a{abits}w{wbits}.onnx"
@@ -42,8 +42,8 @@ def test_equal_to_onnxruntime_and_the_integer_network(built):
 
 
 def test_inner_layers_are_bitserial_and_the_ends_int8(built):
-    from tvm_integration.qnn.importer import load
-    from tvm_integration.qnn.report import layers
+    from tvm_integration.qnn.onnx.importer import load
+    from tvm_integration.qnn.runtime.report import layers
     config, path, *_ = built
     rows = {r.layer: r for r in layers(load(path), lowbit="bitserial")}
     assert str(rows.pop("stem").precision) == "A8W8 int8" and str(rows.pop("fc").precision).startswith("A8W8")

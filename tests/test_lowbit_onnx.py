@@ -15,9 +15,10 @@ import onnxruntime as ort
 import pytest
 
 from helpers_lowbit import conv, conv_int, dense, float_dense, make, reference
-from tvm_integration.qnn import bitserial_layer, lowbit
-from tvm_integration.qnn.errors import ModelError
-from tvm_integration.qnn.integer_op import IntegerOp
+from tvm_integration.qnn.lower import bitserial_layer
+from tvm_integration.qnn.onnx import lowbit
+from tvm_integration.qnn.semantics.errors import ModelError
+from tvm_integration.qnn.semantics.integer_op import IntegerOp
 
 SHAPE = (1, 3, 8, 8)
 
@@ -64,7 +65,7 @@ def executor(form: str, model: onnx.ModelProto, path):
 
 @pytest.fixture(scope="module", params=["qdq", "qcdq", "qonnx"])
 def compiled(request, tmp_path_factory):
-    from tvm_integration.qnn.model import compile_model
+    from tvm_integration.qnn.runtime.model import compile_model
     form = request.param
     model, layers = make(SPECS[form][0], SHAPE, form)
     path = tmp_path_factory.mktemp(form) / f"{form}.onnx"
@@ -83,8 +84,8 @@ def test_equal_to_reference_executor_and_numpy(compiled):
 
 
 def test_layers_take_the_operators_their_precision_says(compiled):
-    from tvm_integration.qnn.importer import load
-    from tvm_integration.qnn.report import layers
+    from tvm_integration.qnn.onnx.importer import load
+    from tvm_integration.qnn.runtime.report import layers
     form, path, *_ = compiled
     rows = layers(load(path), lowbit="bitserial")
     assert [(r.layer, str(r.precision), r.operator) for r in rows] == SPECS[form][1]
@@ -131,7 +132,7 @@ def test_bitserial_decomposition_is_exact(x_range, zx, w_range, zw, odd, pad):
 
 # -- refusals -------------------------------------------------------------------------------------------
 def test_five_bit_layer_is_refused_by_name(tmp_path):
-    from tvm_integration.qnn.model import compile_model
+    from tvm_integration.qnn.runtime.model import compile_model
     model, _ = make([conv(4, wbits=2, bits=5), conv(4, wbits=2, bits=2)], SHAPE, "qcdq")
     path = tmp_path / "five.onnx"
     onnx.save(model, path)

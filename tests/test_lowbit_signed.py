@@ -23,9 +23,10 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from tvm_integration.qnn import bitserial_layer, precision
-from tvm_integration.qnn.errors import ModelError
-from tvm_integration.qnn.integer_op import IntegerOp
+from tvm_integration.qnn.lower import bitserial_layer
+from tvm_integration.qnn.semantics import precision
+from tvm_integration.qnn.semantics.errors import ModelError
+from tvm_integration.qnn.semantics.integer_op import IntegerOp
 
 QONNX = "qonnx.custom_op.general"
 SHAPE = (1, 4, 6, 6)
@@ -149,9 +150,9 @@ CASES = [  # (form, abits, wbits, narrow, per_channel)
 @pytest.mark.parametrize("form,abits,wbits,narrow,per_channel", CASES,
                          ids=[f"{f}-A{a}W{w}-{'narrow' if n else 'full'}{'-pc' if p else ''}" for f, a, w, n, p in CASES])
 def test_signed_weights_bitexact(tmp_path, form, abits, wbits, narrow, per_channel):
-    from tvm_integration.qnn.importer import load
-    from tvm_integration.qnn.report import layers
-    from tvm_integration.qnn.model import compile_model
+    from tvm_integration.qnn.onnx.importer import load
+    from tvm_integration.qnn.runtime.model import compile_model
+    from tvm_integration.qnn.runtime.report import layers
     built = Model(form, abits, wbits, narrow, per_channel, seed=abits * 10 + wbits + 2 * narrow)
     path = tmp_path / f"{form}.onnx"
     onnx.save(built.model, path)

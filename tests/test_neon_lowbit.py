@@ -54,7 +54,7 @@ def onnxruntime(path, feeds):
 
 @pytest.mark.parametrize("name, mcpu", [("w1a1", "cortex-a53"), ("w2a2", "cortex-a72"), ("mixed", "cortex-a76")])
 def test_lowbit_model_bit_exact_on_neon_bitserial(models, lib_dir, tmp_path, name, mcpu):
-    from tvm_integration.qnn.model import compile_model
+    from tvm_integration.qnn.runtime.model import compile_model
     path, input_name, x, integer_network = models[name]
     model = compile_model(path, target="neon", mcpu=mcpu)
     out = model.outputs[0]

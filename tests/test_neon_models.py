@@ -50,9 +50,9 @@ def disassembly(library) -> str:
                                                       ("resnet", "cortex-a76", ("sdot",)),
                                                       ("mobilenet_v2", "cortex-a72", V8)])
 def test_model_bit_exact_with_onnxruntime(models, lib_dir, tmp_path, name, mcpu, instructions):
-    from tvm_integration.qnn.arm_model import ArmModel
-    from tvm_integration.qnn.errors import ModelError
-    from tvm_integration.qnn.model import compile_model
+    from tvm_integration.qnn.runtime.arm_model import ArmModel
+    from tvm_integration.qnn.runtime.model import compile_model
+    from tvm_integration.qnn.semantics.errors import ModelError
     model = compile_model(models[name], target="neon", mcpu=mcpu)
     assert isinstance(model, ArmModel) and model.target["mtriple"] == "aarch64-linux-gnu"
     feeds = random_feeds(model)

@@ -1,4 +1,4 @@
-"""The image's QuantizeLinear on AArch64 (qnn/neon_quantize.py: the division by the scale as a product by
+"""The image's QuantizeLinear on AArch64 (qnn/prim/neon_quantize.py: the division by the scale as a product by
 its reciprocal in double, proved equal; each 16 pixels' channels one interleaved store), run under
 qemu-aarch64 against numpy's float32 division, rounded half to even: the values next to every rounding
 tie of the output range (where a float32 reciprocal is wrong), random pixels, infinities and values far
@@ -36,7 +36,8 @@ def compiled(shape, scale: float, zero_point: int, dtype: str):
     from tvm import te
 
     from tvm_integration.kernels.selection import aarch64_target
-    from tvm_integration.qnn import arithmetic, neon_quantize, schedules
+    from tvm_integration.qnn.prim import neon_quantize, schedules
+    from tvm_integration.qnn.semantics import arithmetic
     x = te.placeholder(shape, "float32", name="x")
     y = arithmetic.quantize(x, scale=scale, zero_point=zero_point, out_dtype=dtype, layout="NHWC")
     func = te.create_prim_func([x, y]).with_attrs({"qnn.op": "quantize", "qnn.layout": "NHWC", "qnn.scale": scale,
@@ -71,7 +72,8 @@ def test_only_the_image_quantize_on_aarch64():
     from tvm import te
 
     from tvm_integration.kernels.selection import aarch64_target
-    from tvm_integration.qnn import arithmetic, neon_quantize
+    from tvm_integration.qnn.prim import neon_quantize
+    from tvm_integration.qnn.semantics import arithmetic
 
     def func(shape, layout):
         x = te.placeholder(shape, "float32", name="x")

@@ -39,8 +39,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from qsynth.commands.qnn import _inputs
-from tvm_integration.qnn.errors import ModelError
-from tvm_integration.qnn.model import compile_model, input_specs
+from tvm_integration.qnn.runtime.model import compile_model, input_specs
+from tvm_integration.qnn.semantics.errors import ModelError
 
 NODE_TESTS = {"QuantizeLinear": "quantizelinear", "DequantizeLinear": "dequantizelinear",
               "QLinearConv": "qlinearconv", "QLinearMatMul": "qlinearmatmul", "ConvInteger": "convinteger",

@@ -1,5 +1,5 @@
 """TVM's own ONNX import stays TVM's after a qsynth compile in the same process (issue 47): our
-converters are given to our importer per call (qnn/importer.py), never written into TVM's frontend, so
+converters are given to our importer per call (qnn/onnx/importer.py), never written into TVM's frontend, so
 the benchmarks' tvm_default column is TVM's import, and says so where that import refuses the model."""
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from tvm.relax.frontend.onnx import onnx_frontend
 
 from scripts import bench_arm_models, bench_models
 from tvm_integration.bench import int8_models, models
-from tvm_integration.qnn.model import compile_model
+from tvm_integration.qnn.runtime.model import compile_model
 
 REFUSAL = "The following operators are not supported for frontend ONNX: QLinearConv"
 

@@ -2,7 +2,7 @@
 block, global average pool and gemm, quantized by quantize_static with each option users set and by
 quantize_dynamic; every one compiled and compared with onnxruntime's exact result (bench/models.
 reference_session). With int8 activations (quantize_static's default) onnxruntime's x86 build keeps
-every Conv whose input tensor another node also reads in float (qnn/ort_fusion.py); qsynth computes
+every Conv whose input tensor another node also reads in float (qnn/onnx/ort_fusion.py); qsynth computes
 those as MLAS sums them (docs/measurements.md, "int8 activations on x86")."""
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from tvm_integration.bench.models import reference_session
-from tvm_integration.qnn import ort_fusion
+from tvm_integration.qnn.onnx import ort_fusion
 
 pytestmark = pytest.mark.skipif(platform.machine() != "x86_64", reason="onnxruntime's x86 fusions")
 
@@ -122,7 +122,7 @@ def quantized(source, name: str):
 
 
 def differences(path) -> int:
-    from tvm_integration.qnn.model import compile_model
+    from tvm_integration.qnn.runtime.model import compile_model
     model = compile_model(path, threads=1)
     session = reference_session(path)
     return sum(int(np.count_nonzero(model(f)[model.outputs[0]] != session.run(None, f)[0])) for f in feeds(3, 2))
@@ -192,7 +192,7 @@ def conv_model(path, seed: int, relu: bool = False):
 def test_float_conv_sums_as_mlas(tmp_path, monkeypatch, relu):
     """The float convs as MLAS sums them: equal to onnxruntime; the integer conv (what qsynth computed
     before) differs where the float sum rounds across a half step."""
-    from tvm_integration.qnn.model import compile_model
+    from tvm_integration.qnn.runtime.model import compile_model
     path = tmp_path / "conv.onnx"
     conv_model(path, 0, relu)
     names = ["out1"] if relu else ["out1", "out2"]
@@ -256,7 +256,7 @@ def test_binary_and_pool_ops(tmp_path, op):
     the 65536 sums, 122 of the products and 34 of the 320 means differed. A fused QLinearAdd of int8
     pairs onnxruntime turns uint8 (NNCF's residual Adds) computes in their uint8 values, where the
     int8 values round differently on 4 of the 65536 pairs."""
-    from tvm_integration.qnn.model import compile_model
+    from tvm_integration.qnn.runtime.model import compile_model
     path = tmp_path / f"{op}.onnx"
     xs = binary_model(path, op)
     assert ort_fusion.float_layers(onnx.load(str(path))) == (set() if op == "uint8 Add" else {"op"})
@@ -295,7 +295,7 @@ def test_dequantize_carried_past_maxpool(tmp_path):
     """onnxruntime carries the DequantizeLinear past the MaxPool (QDQPropagationTransformer): the Conv and
     the Add then read integers and are fused (QLinearConv, QLinearAdd); qdq_propagation.py does the same
     before the import, where the rewrite saw a float Conv and Add of a float tensor."""
-    from tvm_integration.qnn.model import compile_model
+    from tvm_integration.qnn.runtime.model import compile_model
     path = tmp_path / "pool.onnx"
     xs = maxpool_model(path)
     session = reference_session(path)
@@ -331,9 +331,9 @@ def test_quantize_carried_back_past_maxpool(tmp_path):
     """onnxruntime carries the QuantizeLinear back past the MaxPool (QDQPropagationTransformer, before it
     carries DequantizeLinears forward): the Relu before it is then a no-op of the Q and the Conv is fused
     (QLinearConv); qdq_propagation.py does the same, where the rewrite saw a float Conv."""
-    from tvm_integration.qnn.importer import load
-    from tvm_integration.qnn.model import compile_model
-    from tvm_integration.qnn.report import layers
+    from tvm_integration.qnn.onnx.importer import load
+    from tvm_integration.qnn.runtime.model import compile_model
+    from tvm_integration.qnn.runtime.report import layers
     path = tmp_path / "pt2e.onnx"
     xs = pt2e_pool_model(path)
     assert [(r.layer, r.operator) for r in layers(load(path))] == [("conv", "int8")]
@@ -370,7 +370,7 @@ def classifier_model(path) -> list[dict[str, np.ndarray]]:
 def test_float_gemm_of_one_row(tmp_path):
     """The float Gemm of one row (transB, float bias) as MLAS's M = 1 kernel sums it (float_gemv.py);
     the blocked sgemm's order (float_matmul.py) differed in the last bit on most of the 1003 outputs."""
-    from tvm_integration.qnn.model import compile_model
+    from tvm_integration.qnn.runtime.model import compile_model
     path = tmp_path / "head.onnx"
     xs = classifier_model(path)
     session = reference_session(path)

@@ -1,4 +1,4 @@
-"""DQ -> Softmax -> Q, which onnxruntime fuses into its QLinearSoftmax kernel (qnn/qlinear_softmax.py),
+"""DQ -> Softmax -> Q, which onnxruntime fuses into its QLinearSoftmax kernel (qnn/semantics/qlinear_softmax.py),
 bit-exact against onnxruntime at the row lengths of transformers (128; 196 and 197, ViT's patches with
 and without the class token; 384; 1000), u8 and s8, on rows built to sit at rounding ties.
 
@@ -15,8 +15,8 @@ from tvm import tirx
 
 from tvm_integration import compile_model
 from tvm_integration.bench.models import reference_session
-from tvm_integration.qnn.importer import load
-from tvm_integration.qnn.model import lower
+from tvm_integration.qnn.onnx.importer import load
+from tvm_integration.qnn.runtime.model import lower
 
 TYPES = {"uint8": TensorProto.UINT8, "int8": TensorProto.INT8}
 # (row length, x scale, y scale, y zero point as an offset from the type's lowest value): quantize_static's

@@ -13,11 +13,11 @@ from tvm import tirx
 
 from tvm_integration.bench import int8_models
 from tvm_integration.bench.models import reference_session, random_inputs
-from tvm_integration.qnn.errors import ModelError
-from tvm_integration.qnn.importer import load
+from tvm_integration.qnn.onnx.importer import load
+from tvm_integration.qnn.semantics.errors import ModelError
 from tvm_integration import CompiledModel, compile_model  # the documented entry point
-from tvm_integration.qnn.model import lower
-from tvm_integration.qnn.schedules import SCHEDULED, TENSORIZED
+from tvm_integration.qnn.prim.schedules import SCHEDULED, TENSORIZED
+from tvm_integration.qnn.runtime.model import lower
 
 logging.getLogger("root").setLevel(logging.ERROR)      # quantize_static's pre-processing advice
 
@@ -195,7 +195,7 @@ def test_bad_models_refused(tmp_path):
 
 def _qlinearadd_candidates(ra, rb, za, zb, zc):
     """Rounded outputs over every (a, b) pair for a fixed part computed with and without an FMA."""
-    from tvm_integration.qnn.arithmetic import fma32
+    from tvm_integration.qnn.semantics.arithmetic import fma32
     a, b = (g.astype(np.float32).ravel() for g in np.meshgrid(np.arange(256), np.arange(256), indexing="ij"))
     fused = np.float32(np.float32(zc) - fma32(ra, np.float32(za), np.float32(rb * np.float32(zb))))
     plain = np.float32(np.float32(zc) - np.float32(np.float32(ra * np.float32(za)) + np.float32(rb * np.float32(zb))))
@@ -302,7 +302,7 @@ def test_elementwise_channels_16_does_not_divide_are_one_vector(channels):
     the fused axis, each cut by div/mod, were gathered (0.139 ms instead of 0.014 for 56x56x24)."""
     import tvm
     from tvm import te
-    from tvm_integration.qnn.schedules import schedule
+    from tvm_integration.qnn.prim.schedules import schedule
     a, b = (te.placeholder((1, 5, 7, channels), "uint8", name=n) for n in "ab")
     out = te.compute(a.shape, lambda *i: te.max(a(*i), b(*i)), name="maximum")
     func = schedule(te.create_prim_func([a, b, out]))

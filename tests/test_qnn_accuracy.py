@@ -13,7 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from tvm_integration.bench import int8_models
 from tvm_integration.bench.models import reference_session
-from tvm_integration.qnn.model import compile_model
+from tvm_integration.qnn.runtime.model import compile_model
 
 datasets = pytest.importorskip("sklearn.datasets", reason="scikit-learn is not installed (pip install -e '.[test]')",
                               exc_type=ModuleNotFoundError)

@@ -25,7 +25,7 @@ from onnx import helper, numpy_helper
 
 from tvm_integration.bench import int8_models
 from tvm_integration.bench.models import reference_session, random_inputs
-from tvm_integration.qnn.model import compile_model
+from tvm_integration.qnn.runtime.model import compile_model
 
 logging.getLogger("root").setLevel(logging.ERROR)      # quantize_static's pre-processing advice
 

@@ -1,4 +1,4 @@
-"""The channel gather (qnn/gather.py, channels.py) and BatchNormalization tables (qnn/batch_norm.py):
+"""The channel gather (qnn/prim/gather.py, channels.py) and BatchNormalization tables (qnn/onnx/batch_norm.py):
 runs against the maps they stand for, the scheduled gather against numpy, and small QDQ graphs
 (concat -> BN, concat -> channel shuffle -> split) bit for bit against onnxruntime."""
 from __future__ import annotations
@@ -15,9 +15,9 @@ from tvm import te, tirx
 from isa_specs import host
 from tvm_integration.bench import int8_models
 from tvm_integration.bench.models import reference_session, random_inputs
-from tvm_integration.qnn import gather
-from tvm_integration.qnn.importer import load
-from tvm_integration.qnn.model import compile_model, lower
+from tvm_integration.qnn.onnx.importer import load
+from tvm_integration.qnn.prim import gather
+from tvm_integration.qnn.runtime.model import compile_model, lower
 
 logging.getLogger("root").setLevel(logging.ERROR)      # quantize_static's pre-processing advice
 

@@ -16,8 +16,8 @@ from transformer_models import calibration, encoder
 from tvm_integration import compile_model
 from tvm_integration.bench import int8_models
 from tvm_integration.bench.models import reference_session
-from tvm_integration.qnn.importer import load
-from tvm_integration.qnn.model import lower
+from tvm_integration.qnn.onnx.importer import load
+from tvm_integration.qnn.runtime.model import lower
 
 logging.getLogger("root").setLevel(logging.ERROR)      # quantize_static's pre-processing advice
 RANGES = {"uint8": (0, 255), "int8": (-128, 127)}

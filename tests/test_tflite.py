@@ -1,4 +1,4 @@
-"""TFLite full-integer models (tflite_importer.py, tflite_arithmetic.py) bit for bit against LiteRT's
+"""TFLite full-integer models (tflite/importer.py, litert_arithmetic.py) bit for bit against LiteRT's
 default interpreter (``ai_edge_litert``, op resolver AUTO: the XNNPACK delegate): every network of
 tests/data/tflite (written by scripts/make_tflite_models.py) on random inputs, the single-op add and
 mean models on every case of their arithmetic; refusals and the command line's one-line errors.
@@ -15,8 +15,8 @@ from ai_edge_litert import interpreter as litert
 
 from qsynth import cli
 from tvm_integration.bench.models import bench_model
-from tvm_integration.qnn.errors import ModelError
-from tvm_integration.qnn.model import compile_model
+from tvm_integration.qnn.runtime.model import compile_model
+from tvm_integration.qnn.semantics.errors import ModelError
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data" / "tflite"

@@ -20,8 +20,9 @@ from scripts import bench_tflite
 from test_tflite import DATA, litert_outputs, random_feeds, requantized
 from test_tflite_keras import assert_exact
 
-from tvm_integration.qnn import pipeline, tflite_importer
-from tvm_integration.qnn.model import compile_model
+from tvm_integration.qnn.lower import pipeline
+from tvm_integration.qnn.runtime.model import compile_model
+from tvm_integration.qnn.tflite import importer as tflite_importer
 
 ROOT = Path(__file__).resolve().parent.parent
 TF_PYTHON = os.environ.get("QSYNTH_TF_PYTHON", sys.executable)

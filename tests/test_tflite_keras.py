@@ -12,10 +12,10 @@ import tflite
 from test_tflite import DATA, litert_outputs, random_feeds, requantized
 
 from qsynth import cli
-from tvm_integration.qnn import tflite_importer
-from tvm_integration.qnn.errors import ModelError
-from tvm_integration.qnn.integer_op import IntegerOp
-from tvm_integration.qnn.model import compile_model
+from tvm_integration.qnn.runtime.model import compile_model
+from tvm_integration.qnn.semantics.errors import ModelError
+from tvm_integration.qnn.semantics.integer_op import IntegerOp
+from tvm_integration.qnn.tflite import importer as tflite_importer
 
 KERAS = ["mnv2_uint8", "resnet_int8", "effnet_int8", "resize_int8", "branches_int8", "shapes_int8", "unary_int8",
          "mnv3_int8"]

@@ -16,8 +16,8 @@ from qsynth.cli import main
 from transformer_models import calibration, encoder
 from tvm_integration.bench import int8_models
 from tvm_integration.bench.models import reference_session
-from tvm_integration.qnn.importer import load
-from tvm_integration.qnn.report import layers
+from tvm_integration.qnn.onnx.importer import load
+from tvm_integration.qnn.runtime.report import layers
 
 SEQ, HIDDEN, VOCAB = 16, 64, 100
 DENSE = ["l0.q.mm", "l0.k.mm", "l0.v.mm", "l0.o.mm", "l0.ff1.mm", "l0.ff2.mm"]

@@ -5,7 +5,7 @@ import json
 
 from tvm_integration.bench import int8_models, tuned_shapes
 from tvm_integration.kernels import tuning
-from tvm_integration.qnn.model import compile_model
+from tvm_integration.qnn.runtime.model import compile_model
 
 
 def test_counted_keys_are_the_keys_the_operators_look_up(tmp_path, monkeypatch):

@@ -149,7 +149,7 @@ def test_a_model_for_amx_is_bit_exact_with_onnxruntime(tmp_path):
     from tvm_integration.bench import int8_models
     from tvm_integration.bench.models import reference_session
     import onnx
-    from tvm_integration.qnn.model import compile_model, lower
+    from tvm_integration.qnn.runtime.model import compile_model, lower
     path = int8_models.quantize(int8_models.resnet(size=32, widths=(16, 32, 64, 64), classes=10), tmp_path / "m.onnx")
     assert lower(onnx.load(path), "amx").script().count("_kruns_amx") >= 5      # every conv and the dense
     x = np.random.default_rng(5).standard_normal((1, 3, 32, 32)).astype(np.float32)

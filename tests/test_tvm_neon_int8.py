@@ -16,7 +16,7 @@ from tvm_integration.kernels import neon_int8
 from tvm_integration.kernels.selection import SelectionError
 from tvm_integration.ops import neon_int8 as ops
 from tvm_integration.ops.output_stage import OutputStage, ResidualAdd, ScaleRequantize
-from tvm_integration.qnn.arithmetic import fma32
+from tvm_integration.qnn.semantics.arithmetic import fma32
 
 qemu = [pytest.mark.qemu, skip_if(HOST_RUNS.qemu)]
 

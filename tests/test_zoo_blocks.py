@@ -21,7 +21,7 @@ import pytest
 from qsynth.cli import main
 from tvm_integration.bench import inputs
 from tvm_integration.bench.models import reference_session, random_inputs
-from tvm_integration.qnn.model import compile_model
+from tvm_integration.qnn.runtime.model import compile_model
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data" / "zoo"

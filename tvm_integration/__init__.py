@@ -9,7 +9,7 @@ pre-quantized models onto them. A model's path, by subpackage (each imports only
 
 ``bench/`` holds the benchmarks and the models they run, built in code; nothing above imports it.
 
-``compile_model(path, target="host", threads=N)`` (tvm_integration.qnn.model) is the entry point for
+``compile_model(path, target="host", threads=N)`` (tvm_integration.qnn.runtime.model) is the entry point for
 a model; it and ``CompiledModel`` are imported on first use, so that importing an operator does not
 import the ONNX and TFLite front ends."""
 
@@ -18,6 +18,6 @@ __all__ = ["compile_model", "CompiledModel"]
 
 def __getattr__(name: str):
     if name in ("compile_model", "CompiledModel"):
-        from tvm_integration.qnn import model
+        from tvm_integration.qnn.runtime import model
         return getattr(model, name)
     raise AttributeError(f"module 'tvm_integration' has no attribute {name!r}")

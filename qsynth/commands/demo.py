@@ -192,8 +192,9 @@ def _compile(path: Path, threads: int):
     operators call (their names vanish once LLVM inlines them)."""
     import tvm
     from tvm import tirx
-    from tvm_integration.qnn import bind, pipeline, schedules
-    from tvm_integration.qnn.model import CompiledModel, read
+    from tvm_integration.qnn.lower import bind, pipeline
+    from tvm_integration.qnn.prim import schedules
+    from tvm_integration.qnn.runtime.model import CompiledModel, read
     mod, inputs, outputs = read(path)
     mod = pipeline.lower(mod)
     used = sorted({m for f in mod.functions.values()

@@ -9,7 +9,7 @@
     qsynth inspect w2a2.onnx [--target host] [--json]     (or MODEL.tflite)
 
 ``run`` compiles once and keeps the library in a private, checked cache (``~/.cache/qsynth/models``,
-``tvm_integration.qnn.artifacts``), so the next run loads it; ``--target neon`` keeps its AArch64
+``tvm_integration.qnn.runtime.artifacts``), so the next run loads it; ``--target neon`` keeps its AArch64
 library there too (keyed by the core as well) and runs it under qemu-aarch64 (ops/cross_model.py).
 A model the pipeline refuses is a ``ModelError``, one line and exit 1 (qsynth/cli.py); bad input (an
 unreadable or non-finite ``.npy``, an output that would overwrite the model or an input, or is a
@@ -64,7 +64,7 @@ def compile(model: str = MODEL,
             target: Target = TARGET, threads: Optional[int] = THREADS, allow_float: bool = ALLOW_FLOAT,
             mcpu: Optional[str] = MCPU, lowbit: Lowbit = LOWBIT) -> int:
     """Compile a pre-quantized ONNX or TFLite model to a library (--target neon: for AArch64, with the cross gcc)."""
-    from tvm_integration.qnn.model import compile_model
+    from tvm_integration.qnn.runtime.model import compile_model
     out = _output(output, "-o", [Path(model)], also=[Path(output + ".json")])
     _arm(target, mcpu)
     with spinner(f"compiling {model}"), _private_temporary_files():
@@ -88,8 +88,8 @@ def run(model: str = MODEL,
     """Run a pre-quantized ONNX or TFLite model on numpy inputs (compiled once, the library kept in a private
     cache, ~/.cache/qsynth/models, and checked before it is loaded again; --target neon: compiled for AArch64
     and run under qemu-aarch64)."""
-    from tvm_integration.qnn.artifacts import compiled_model
-    from tvm_integration.qnn.model import input_specs
+    from tvm_integration.qnn.runtime.artifacts import compiled_model
+    from tvm_integration.qnn.runtime.model import input_specs
     model_path = Path(model)
     out = _output(output, "--output", [model_path, *(Path(spec.partition("=")[2] or spec) for spec in input)])
     _runs_here(target)
@@ -171,7 +171,7 @@ def bench_model(model: str = MODEL,
     VNNI) and TVM's own import (a .tflite model: next to LiteRT's default interpreter). --target neon: the
     estimated cycles of one inference on an Arm core (qemu's block counts x llvm-mca) next to onnxruntime's
     AArch64 build, by the same method."""
-    from tvm_integration.qnn.model import input_specs, set_threads
+    from tvm_integration.qnn.runtime.model import input_specs, set_threads
     if target == "neon":
         return _bench_arm(model, fp32, threads, input, mcpu, tvm_default, json)
     from tvm_integration.bench.models import bench_model as run_bench
@@ -207,7 +207,7 @@ def _bench_arm(model: str, fp32: str | None, threads: int, input: list[str] | No
     """``bench-model --target neon``: bench/arm_models.py's row, printed."""
     from tvm_integration.bench import arm_models, ort_aarch64, qemu_blocks
     from tvm_integration.kernels import neon_int8
-    from tvm_integration.qnn.model import input_specs
+    from tvm_integration.qnn.runtime.model import input_specs
     if mcpu is None:
         raise UsageError(f"--target neon: give --mcpu CORE, one qemu models ({', '.join(qemu_blocks.CORES)})")
     try:
@@ -246,7 +246,7 @@ def _bench_arm(model: str, fp32: str | None, threads: int, input: list[str] | No
 
 def _print_references(row: dict) -> None:
     """bench-model --target neon: the difference from each reference and which op kinds follow which."""
-    from tvm_integration.qnn import arm_reference
+    from tvm_integration.qnn.runtime import arm_reference
     for reference, difference in row["max_abs_diff"].items():
         kinds = [k for k, r in row["follows"].items() if r == reference]
         print(f"  largest difference from {arm_reference.REFERENCES[reference]}: {difference:g}; followed by "
@@ -260,7 +260,7 @@ def _print_references(row: dict) -> None:
 
 def _print_inexact(kinds: list) -> None:
     """--target neon: each op kind not known to be exact against its reference, one line each."""
-    from tvm_integration.qnn import arm_reference
+    from tvm_integration.qnn.runtime import arm_reference
     for kind in kinds:
         print(f"note: {arm_reference.describe(kind)}")
 
@@ -271,10 +271,10 @@ def inspect(model: str = MODEL, target: Target = TARGET, allow_float: bool = ALL
     """Each conv/dense layer's and MatMul's precision (AxWy, encoding; float32), operator and kernel, without
     compiling. --target neon: also each op kind's reference and whether it is exact against it (--json: an
     object, its layers and its op_kinds)."""
-    from tvm_integration.qnn import arm_reference
-    from tvm_integration.qnn.importer import load
-    from tvm_integration.qnn.model import read
-    from tvm_integration.qnn.report import layers, table
+    from tvm_integration.qnn.onnx.importer import load
+    from tvm_integration.qnn.runtime import arm_reference
+    from tvm_integration.qnn.runtime.model import read
+    from tvm_integration.qnn.runtime.report import layers, table
     _core(target, mcpu)
     rows = layers(Path(model) if Path(model).suffix == ".tflite" else load(model, allow_float=allow_float), target,
                   mcpu, lowbit)
@@ -291,7 +291,7 @@ def inspect(model: str = MODEL, target: Target = TARGET, allow_float: bool = ALL
     else:
         print(table(rows))
         if kinds is not None:
-            print("\nop kinds on Arm, each against its reference (qnn/arm_reference.py):")
+            print("\nop kinds on Arm, each against its reference (qnn/runtime/arm_reference.py):")
             print("\n".join(f"  {arm_reference.describe(k)}" for k in kinds))
     return 0
 
@@ -321,7 +321,7 @@ def _input_name(spec: str, names: list[str]) -> tuple[str, str]:
     """``--input`` ``NAME=PATH`` split at its first ``=`` when NAME is one of the model's inputs; else, for
     a model's only input, the whole of ``spec`` where that file exists (a path may hold ``=``) or holds
     no ``=``; ModelError otherwise, naming the inputs."""
-    from tvm_integration.qnn.errors import ModelError
+    from tvm_integration.qnn.semantics.errors import ModelError
     name, sep, path = spec.partition("=")
     if sep and name in names:
         return name, path
@@ -383,7 +383,7 @@ def _save_outputs(outputs: dict[str, np.ndarray], path: Path) -> None:
     """One output: a .npy file; several: a .npz archive, each under its output name; atomically."""
     import numpy as np
     from synth.files import write_atomically
-    from tvm_integration.qnn.errors import ModelError
+    from tvm_integration.qnn.semantics.errors import ModelError
     buffer = io.BytesIO()
     if len(outputs) == 1 and path.suffix == ".npy":
         np.save(buffer, next(iter(outputs.values())))
@@ -403,7 +403,7 @@ def _output(output: str, option: str, inputs: list[Path], also: list[Path] = ())
     pipeline cannot write for), and neither it nor the files written ``also`` a directory or the model
     or an input (bad usage: exit 2, nothing written; ``compile m.onnx -o m.onnx`` used to replace the
     model with the library, and ``-o`` a directory left a stray signature beside it)."""
-    from tvm_integration.qnn.errors import ModelError
+    from tvm_integration.qnn.semantics.errors import ModelError
     out = Path(output)
     if not out.parent.is_dir() or not os.access(out.parent, os.W_OK):
         raise ModelError(f"{option} {out}: {out.parent} is not a writable directory")
@@ -422,7 +422,7 @@ def _private_temporary_files():
     """Every temporary file of the block in a workspace of the private model cache, removed at its end
     (and, left by a killed compile, by a later one): nothing beside the model or in /tmp survives
     ``kill -9``. Where that folder is not private, the system's temporary directory."""
-    from tvm_integration.qnn import artifacts
+    from tvm_integration.qnn.runtime import artifacts
     try:
         folder = artifacts.private_folder()
     except artifacts.UnsafeFolder:

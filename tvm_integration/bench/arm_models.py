@@ -29,7 +29,7 @@ from tvm_integration.bench import mca, ort_aarch64, qemu_blocks
 from tvm_integration.bench.models import Refused, random_inputs, reference_session, tvm_own_import
 from tvm_integration.bench.neon_int8_layers import is_multiply
 from tvm_integration.ops import cross_model
-from tvm_integration.qnn import arm_reference
+from tvm_integration.qnn.runtime import arm_reference
 
 
 def cycles(blocks: list[mca.Block], core: str) -> dict:
@@ -84,8 +84,8 @@ def bench_arm_model(path: str | Path, core: str, fp32: str | Path | None = None,
     and onnxruntime's AArch64 build under qemu), the reference each of the model's op kinds follows
     (``follows``), those not known to be exact against theirs (``not_exact``) and those where onnxruntime's
     AArch64 build departs from the ONNX definition the build follows (``runtime_departs``;
-    qnn/arm_reference.py)."""
-    from tvm_integration.qnn.model import compile_model
+    qnn/runtime/arm_reference.py)."""
+    from tvm_integration.qnn.runtime.model import compile_model
     qemu_blocks.root(core)                                  # a core qemu does not model: ValueError, first
     path, start = Path(path), time.perf_counter()
     model = compile_model(path, target="neon", mcpu=core)

@@ -24,7 +24,7 @@ from tvm import relax
 from isa_specs import host
 from tvm_integration.bench import inputs, openvino_baseline, tuned_shapes
 from tvm_integration.bench.timing import median_seconds, side_by_side
-from tvm_integration.qnn.model import compile_model
+from tvm_integration.qnn.runtime.model import compile_model
 
 
 def median_ms(fn, trials: int) -> float:
@@ -166,7 +166,7 @@ class Refused(Exception):
 
 def tvm_own_import(path):
     """TVM 0.27's own Relax import of the quantized model at ``path``, with TVM's converters only (ours
-    are given to our importer per call, qnn/importer.py), or Refused with TVM's reason."""
+    are given to our importer per call, qnn/onnx/importer.py), or Refused with TVM's reason."""
     from tvm.relax.frontend.onnx import from_onnx
     try:
         return from_onnx(onnx.load(str(path)), keep_params_in_input=False)

@@ -11,11 +11,11 @@ from tvm_integration.ops.conv2d import conv_geometry, pair
 
 
 def shapes(path: str | Path) -> list[tuple[str, tuple]]:
-    """(kind, arguments) of every tensorized op of the ONNX model at ``path``, as qnn/bind.py builds them:
+    """(kind, arguments) of every tensorized op of the ONNX model at ``path``, as qnn/lower/bind.py builds them:
     ("dense", (weight, rows, dtype)) or ("conv2d", (weight, NHWC shape, strides, padding, groups, dtype))."""
-    from tvm_integration.qnn.importer import load
-    from tvm_integration.qnn.integer_op import IntegerOp
-    from tvm_integration.qnn.model import lower
+    from tvm_integration.qnn.onnx.importer import load
+    from tvm_integration.qnn.runtime.model import lower
+    from tvm_integration.qnn.semantics.integer_op import IntegerOp
     mod = lower(load(path), stage="legalize")
     found = []
     for binding in mod["main"].body.blocks[0].bindings:

@@ -22,7 +22,7 @@ from tvm import relax
 from tvm_integration.bench import openvino_baseline, tuned_shapes
 from tvm_integration.bench.models import onnxruntime_session, reference_session, side_by_side_ms
 from tvm_integration.bench.timing import median_seconds
-from tvm_integration.qnn.model import CompiledModel
+from tvm_integration.qnn.runtime.model import CompiledModel
 
 
 def inputs(model: CompiledModel, count: int, seed: int = 0) -> list[dict[str, np.ndarray]]:

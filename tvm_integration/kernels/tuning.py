@@ -23,7 +23,7 @@ The log is a JSON object ``{shape key: {"kernel": intrin, "ms": {intrin: ms per 
 atomically under a file lock; a log that does not parse is an error naming the file, never ignored.
 A log only ranks the tiles an operator admits (``choose`` picks among its candidates, every one proved
 and admitted for the layer's weights), so an edited log can cost speed but never an answer; it is a
-source of the compiled-model key (qnn/artifacts.py), so an edit also recompiles.
+source of the compiled-model key (qnn/runtime/artifacts.py), so an edit also recompiles.
 """
 from __future__ import annotations
 

@@ -1,0 +1,179 @@
+"""The matmul of two float activations (a quantized transformer's attention in a QDQ model's float
+ops, onnxruntime's MatMul and FusedMatMul) as MLAS's sgemm sums it: K in MLAS's blocks (``stride_k``),
+each block's sum added to C in turn, so the block decides the rounding (tests/test_float_ops.py)."""
+from __future__ import annotations
+
+import numpy as np
+from tvm import s_tir, te, tirx
+
+from isa_specs import host
+from tvm_integration.qnn.float import mlas_math
+
+LANES = 16                    # float32 lanes of an AVX-512 vector
+# MLAS_SGEMM_PACKED_STRIDEK: the K block of MLAS's sgemm over a B packed once (MlasGemmPackB), what
+# onnxruntime's MatMul does with a constant 2-D B on every build (x86: 1351 of 1536 outputs of a
+# [1, 768] x [768, 1536] MatMul differed with stride_k's 128, 0 with 256)
+PACKED_STRIDE_K = 256
+
+
+def stride_k(k: int, n: int, trans_a: bool = False) -> int:
+    """MLAS sgemm's K block for a K x N operand B: 128 (with N blocks of 128), halved while K fits in
+    half of it (N's block doubled), doubled while N fits in half of N's block (down to 16) unless A
+    is transposed (``trans_a``: its panel holds the transposed block, so K's block stays). Each
+    block's sum is added to C in turn, so the block decides the rounding."""
+    stride_n, stride = 128, 128
+    if n >= k:
+        while stride // 2 >= k:
+            stride_n, stride = stride_n * 2, stride // 2
+    elif not trans_a:
+        while stride_n > 16 and stride_n // 2 >= n:
+            stride_n, stride = stride_n // 2, stride * 2
+    return stride
+
+
+def matmul_func(a_shape: tuple[int, ...], b_shape: tuple[int, ...], alpha: float | None = None,
+                trans_a: bool = False, stride: int | None = None) -> tirx.PrimFunc:
+    """``a @ b`` with numpy's broadcasting, as MLAS's sgemm sums: each output one FMA chain over k from
+    0, a K longer than MLAS's block (stride_k) in blocks whose sums are added in order. With
+    ``alpha`` (onnxruntime's FusedMatMul): the first block's sum times alpha, each later one added as
+    fma(sum, alpha, C); ``trans_a``: ``a`` is the transpose FusedMatMul's transA reads (its blocks);
+    ``stride``: K's block when given (a B that onnxruntime packs: neon_float.py), else stride_k's.
+    Parallel over batch and row tiles; each tile 4 rows by up to 64 columns held in registers across
+    k; more than 32 columns not in whole vectors (ViT's 196 keys) over B padded with zero columns to
+    32-lane tiles (in scalars: 9x slower), each tile writing its first n columns (of one K block;
+    else a second pass cuts them: ViT's Q.K^T took 30% longer)."""
+    batch = tuple(int(d) for d in np.broadcast_shapes(a_shape[:-2], b_shape[:-2]))
+    m, k, n = a_shape[-2], a_shape[-1], b_shape[-1]
+    a = te.placeholder(a_shape, "float32", "a")
+    b = te.placeholder(b_shape, "float32", "b")
+    wide = n if n % LANES == 0 or n <= 2 * LANES else -(-n // (2 * LANES)) * 2 * LANES
+    padded = b if wide == n else te.compute((*b_shape[:-1], wide), lambda *i: tirx.Select(
+        i[-1] < n, b[(*i[:-1], tirx.min(i[-1], n - 1))], mlas_math.f32(0.0)), name="padded")
+
+    def pick(shape, index):
+        own = shape[:-2]
+        return [0 if d == 1 else i for d, i in zip(own, index[len(index) - len(own):])]
+
+    def block_sum(start, size):
+        r = te.reduce_axis((0, size), f"k{start}")
+        return te.compute((*batch, m, wide), lambda *i: te.sum(
+            a[(*pick(a_shape, i[:-2]), i[-2], r + start)] * padded[(*pick(b_shape, i[:-2]), r + start, i[-1])],
+            axis=r), name=f"block{start}")
+
+    def added(partial, block, start):
+        if alpha is None:
+            return _added(partial, block, start)
+        return te.compute(partial.shape, lambda *i: tirx.op.fma(block(*i), mlas_math.f32(alpha), partial(*i)),
+                          name=f"sum{start}")
+
+    blocks = _k_blocks(k, stride or stride_k(k, n, trans_a))
+    partial = block_sum(*blocks[0])
+    if alpha is not None:
+        first = partial
+        partial = te.compute(first.shape, lambda *i: first(*i) * mlas_math.f32(alpha), name="sum0")
+    for start, size in blocks[1:]:
+        partial = added(partial, block_sum(start, size), start)
+    if wide != n:
+        partial = te.compute((*batch, m, n), partial, name="cut")          # its first n columns
+    sch = s_tir.Schedule(te.create_prim_func([a, b, partial]))
+    width = next((w for w in (64, 32, 16) if wide % w == 0), None)
+    rows = next(r for r in (4, 2, 1) if m % r == 0)
+    for name in ("padded", "cut")[:1 + (len(blocks) > 1)] if wide != n else ():
+        sch.parallel(sch.fuse(*sch.get_loops(sch.get_sblock(name))[:-1]))
+    _schedule_blocks(sch, blocks, rows, width)
+    if alpha is not None:       # the product by alpha as the tile leaves its registers, not another pass
+        sch.reverse_compute_inline(sch.get_sblock("sum0"))
+    if wide != n and len(blocks) == 1:      # each tile writes its first n columns, no second pass
+        sch.reverse_compute_inline(sch.get_sblock("cut"))
+    return sch.mod["main"]
+
+
+def _k_blocks(k: int, stride: int) -> list[tuple[int, int]]:
+    """(start, size) of each of MLAS's K blocks, in the order their sums are added."""
+    return [(s, min(stride, k - s)) for s in range(0, k, stride)]
+
+
+def _added(partial, block, start):
+    return te.compute(partial.shape, lambda *i: partial(*i) + block(*i), name=f"sum{start}")
+
+
+def _schedule_blocks(sch, blocks, rows: int, width: int | None) -> None:
+    """Each K block's sum in ``rows`` x ``width`` register tiles; each later block's add to C in one
+    parallel, vectorized pass."""
+    for start, _ in blocks:
+        _register_tile(sch, sch.get_sblock(f"block{start}"), rows, width)
+        if start:
+            *outer, last = sch.get_loops(sch.get_sblock(f"sum{start}"))
+            sch.parallel(sch.fuse(*outer))
+            sch.vectorize(last)
+
+
+def _register_columns() -> int:
+    """The columns of a 4-row register tile whose accumulators fit the target's vector registers: four
+    zmm of 16 on AVX-512 (16 of 32 registers), two ymm of 8 on AVX2 (8 of 16; 64 columns spilled
+    there: an S8S8 ResNet-18's float convs took 60 of its 80 ms on the Zen 3 host)."""
+    return 64 if "avx512f" in host.x86_features(host.model()) else 16
+
+
+def _register_tile(sch, block, rows: int, width: int | None) -> None:
+    """``rows`` x ``width`` outputs accumulated in registers over the whole reduction (k outermost
+    within the tile, so each output's sum keeps k's order), the tiles parallel."""
+    *outer, i, j, k = sch.get_loops(block)
+    io, ii = sch.split(i, [None, rows])
+    jo, ji = sch.split(j, [None, width or 1])
+    sch.reorder(*outer, io, jo, k, ii, ji)
+    sch.parallel(sch.fuse(*outer, io))
+    acc = sch.cache_write(block, 0, "local")
+    sch.reverse_compute_at(acc, jo)
+    sch.unroll(ii)
+    if width:
+        sch.vectorize(ji)
+        sch.vectorize(sch.get_loops(acc)[-1])
+    init = sch.decompose_reduction(block, k)
+    if width:
+        sch.vectorize(sch.get_loops(init)[-1])
+
+
+def conv2d_func(x_shape: tuple[int, ...], w_shape: tuple[int, ...], strides, padding) -> tirx.PrimFunc:
+    """A float NCHW/OIHW conv2d (one group, no dilation) as onnxruntime's x86 Conv computes it: MLAS's
+    MlasConvOperation per image, the filters [M, K = C*kh*kw] times the image's columns [K, OH*OW]
+    (im2col, zero where padded) as the sgemm above sums them, K in blocks of ``stride_k(K, OH*OW)``
+    (the bias is a float add after it, as MlasActivation adds it). Columns padded with zeros to
+    whole vectors; parallel over image and row tiles."""
+    batch, c, h, w = x_shape
+    m, _, kh, kw = w_shape
+    (sh, sw), (pt, pl) = strides, padding[:2]
+    oh, ow = (h + padding[0] + padding[2] - kh) // sh + 1, (w + padding[1] + padding[3] - kw) // sw + 1
+    k, n = c * kh * kw, oh * ow
+    wide = -(-n // LANES) * LANES
+    x = te.placeholder(x_shape, "float32", "x")
+    filters = te.placeholder(w_shape, "float32", "w")
+
+    def column(b, r, j):
+        ch, ky, kx, oy, ox = r // (kh * kw), r // kw % kh, r % kw, j // ow, j % ow
+        iy, ix = oy * sh + ky - pt, ox * sw + kx - pl
+        inside = tirx.all(j < n, iy >= 0, iy < h, ix >= 0, ix < w)
+        return tirx.Select(inside, x[b, ch, tirx.max(tirx.min(iy, h - 1), 0), tirx.max(tirx.min(ix, w - 1), 0)],
+                           mlas_math.f32(0.0))
+    col = te.compute((batch, k, wide), column, name="col")
+
+    def block_sum(start, size):
+        r = te.reduce_axis((0, size), f"k{start}")
+        return te.compute((batch, m, wide), lambda b, i, j: te.sum(
+            filters[i, (r + start) // (kh * kw), (r + start) // kw % kh, (r + start) % kw] * col[b, r + start, j],
+            axis=r), name=f"block{start}")
+
+    blocks = _k_blocks(k, stride_k(k, n))
+    partial = block_sum(*blocks[0])
+    for start, size in blocks[1:]:
+        partial = _added(partial, block_sum(start, size), start)
+    out = te.compute((batch, m, oh, ow), lambda b, i, y, z: partial[b, i, y * ow + z], name="out")
+    sch = s_tir.Schedule(te.create_prim_func([x, filters, out]))
+    *outer, last = sch.get_loops(sch.get_sblock("col"))
+    sch.parallel(sch.fuse(*outer))
+    sch.vectorize(last)
+    width = next(v for v in (_register_columns(), 32, 16) if wide % v == 0)
+    rows = next(r for r in (4, 2, 1) if m % r == 0)
+    _schedule_blocks(sch, blocks, rows, width)
+    sch.parallel(sch.fuse(*sch.get_loops(sch.get_sblock("out"))[:2]))
+    return sch.mod["main"]

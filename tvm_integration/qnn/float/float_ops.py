@@ -1,0 +1,494 @@
+"""The float ops a quantized transformer keeps between DequantizeLinear and QuantizeLinear (or, after
+quantize_dynamic, between the integer matmuls): the matmul of two activations (float_matmul.py), Softmax, Erf/GELU,
+Tanh, LayerNormalization (layer_norm.py), ReduceMean and GlobalAveragePool (reduce_mean.py), and the
+whole-tensor min/max of DynamicQuantizeLinear. Each is computed as onnxruntime's x86 kernels compute
+it (bit-exact: tests/test_float_ops.py, test_float_onnxruntime_math.py), and all are
+scheduled here (TVM's legalized defaults run them serially: 75 of a 4-layer BERT's 95 ms).
+
+``legalize_map()`` is the LegalizeOps override bind.py uses; the PrimFuncs it writes carry
+``schedules.SCHEDULED`` and are not rescheduled.
+"""
+from __future__ import annotations
+
+import numpy as np
+import tvm
+from tvm import relax, s_tir, te, tirx, topi
+
+from tvm_integration.qnn.float import layer_norm, mlas_math, reduce_mean
+from tvm_integration.qnn.float.float_calls import emit, float32, shape_of
+from tvm_integration.qnn.float.float_gemv import row_times_transposed_func
+from tvm_integration.qnn.float.float_matmul import LANES, PACKED_STRIDE_K, matmul_func
+from tvm_integration.qnn.semantics.quant import constant
+
+
+# -- Softmax over the last axis -----------------------------------------------------------------------
+
+def softmax_func(shape: tuple[int, ...], lanes: int | None = None) -> tirx.PrimFunc:
+    """MLAS's softmax of each row (the last axis): its maximum (over ``lanes``, exact in any order: a
+    chain of scalar maxima took two thirds of the time at rows of 384); exp(x - max) (mlas_math); the
+    sum as MLAS's sum-exp kernel adds on this CPU (``mlas_math.float_lanes``: AVX-512F 16, FMA3 8), one
+    lane sum per vector lane over the row in order, then the lanes' tree (``_tree``); each exp times
+    float32(1 / sum). Rows parallel, the lanes vectorized (a row not a multiple of 16, ViT's 196, in whole
+    vectors and a scalar tail: _rows_parallel)."""
+    lanes = lanes or mlas_math.float_lanes()
+    rows = shape[:-1]
+    x = te.placeholder(shape, "float32", "x")
+    top_lanes = _lane_reduce(x, te.max, tirx.min_value("float32"), "top_lanes", lanes)
+    top = te.compute(rows, lambda *i: _tree(lambda j: top_lanes[(*i, j)], tirx.max, lanes), name="top")
+    e = te.compute(shape, lambda *i: mlas_math.exp_nonpositive(x[i] + (-top[i[:-1]])), name="e")
+    sums = _lane_reduce(e, te.sum, mlas_math.f32(0.0), "lanes", lanes)
+    scale = te.compute(rows, lambda *i: mlas_math.f32(1.0) / _tree(lambda j: sums[(*i, j)], tirx.Add, lanes),
+                       name="scale")
+    y = te.compute(shape, lambda *i: e[i] * scale[i[:-1]], name="y")
+    sch = s_tir.Schedule(te.create_prim_func([x, y]))
+    _rows_parallel(sch, ["top_lanes", "top", "e", "lanes", "scale", "y"], len(rows))
+    return sch.mod["main"]
+
+
+def _lane_reduce(t: te.Tensor, reducer, identity, name: str, lanes: int) -> te.Tensor:
+    """``[..., lanes]``: lane j reduces elements j, j + lanes, ... of each row of ``t`` in order (the
+    row's tail padded with ``identity``)."""
+    *rows, d = (int(v) for v in t.shape)
+    c = te.reduce_axis((0, (d + lanes - 1) // lanes), "c")
+    return te.compute((*rows, lanes), lambda *i: reducer(
+        tirx.Select(c * lanes + i[-1] < d, t[(*i[:-1], tirx.min(c * lanes + i[-1], d - 1))], identity),
+        axis=c), name=name)
+
+
+def _tree(lane, combine, lanes: int):
+    """MLAS's reduction of a vector's lanes: AVX-512F's 16, halves (j with j + 8), pairs, pairs, halves;
+    FMA3's 8 (two vhaddps, then the 128-bit halves), pairs, pairs, halves."""
+    h = [combine(lane(j), lane(j + 8)) for j in range(8)] if lanes == 16 else [lane(j) for j in range(8)]
+    pairs = [combine(combine(h[0], h[1]), combine(h[2], h[3])), combine(combine(h[4], h[5]), combine(h[6], h[7]))]
+    return combine(*pairs)
+
+
+def _rows_parallel(sch, names: list[str], row_axes: int) -> None:
+    """Every block under one parallel loop over the rows (the first ``row_axes`` axes, fused), each
+    block's innermost spatial axis vectorized: whole vectors, then the rest of an elementwise row in
+    scalars (ViT's 196: LLVM vectorized neither part of the unsplit loop, 2x slower)."""
+    last = sch.get_sblock(names[-1])
+    loops = sch.get_loops(last)
+    row = sch.fuse(*loops[:row_axes]) if row_axes > 1 else loops[0]
+    sch.parallel(row)
+    for name in reversed(names[:-1]):
+        sch.compute_at(sch.get_sblock(name), row)
+    for name in names:
+        block = sch.get_sblock(name)
+        inner = sch.get_loops(block)[1:]
+        kinds = [iv.iter_type for iv in sch.get(block).iter_vars]
+        spatial = [loop for loop, kind in zip(inner, kinds[row_axes:]) if kind == 0]
+        extent = sch.get(spatial[-1]).extent.value if spatial else 0
+        if extent > LANES and extent % LANES and all(kind == 0 for kind in kinds):
+            spatial[-1], _ = sch.loop_partition(spatial[-1], [extent - extent % LANES, None])
+            extent -= extent % LANES
+        if spatial and extent % LANES == 0:
+            if any(kind != 0 for kind in kinds):       # a reduction: lanes innermost, the sum outside
+                reduction = [loop for loop, kind in zip(inner, kinds[row_axes:]) if kind != 0]
+                sch.reorder(*reduction, spatial[-1])
+            _, lanes = sch.split(spatial[-1], [None, LANES])
+            sch.vectorize(lanes)
+
+
+# -- Erf ----------------------------------------------------------------------------------------------
+
+def elementwise_func(shape: tuple[int, ...], fn, name: str) -> tirx.PrimFunc:
+    """``fn`` of every element of a float32 tensor: parallel, LANES-wide vectors."""
+    x = te.placeholder(shape, "float32", "x")
+    y = te.compute(shape, lambda *i: fn(x[i]), name=name)
+    return _flat_parallel(te.create_prim_func([x, y]), name, shape)
+
+
+def dequantize_chain(shape: tuple[int, ...], fused: bool = False):
+    """quantize_dynamic's output chain of an integer matmul, ``float32(acc - correction) * scale + bias``
+    (the correction and bias per column, the scale a run-time scalar), the product rounded before the
+    add as MatMulIntegerToFloat's output stage computes it on x86 (a multiply, then an add: no FMA;
+    ``fused``: one FMA, as its AArch64 build does): (its inputs, its value at an index)."""
+    n = shape[-1]
+    acc = te.placeholder(shape, "int32", "acc")
+    correction = te.placeholder((n,), "int32", "correction")
+    scale = te.placeholder((), "float32", "scale")
+    bias = te.placeholder((n,), "float32", "bias")
+    if fused:
+        return [acc, correction, scale, bias], lambda i: tirx.op.fma(
+            (acc[i] - correction[i[-1]]).astype("float32"), scale[()], bias[i[-1]])
+    return [acc, correction, scale, bias], lambda i: layer_norm.rounded(
+        (acc[i] - correction[i[-1]]).astype("float32") * scale[()]) + bias[i[-1]]
+
+
+def dequantized_func(shape: tuple[int, ...], then=None, fused: bool = False) -> tirx.PrimFunc:
+    """The dequantize chain (dequantize_chain) in one pass, and ``then`` (an elementwise function:
+    the feed-forward's GELU) of it in the same pass."""
+    inputs, value = dequantize_chain(shape, fused)
+    y = te.compute(shape, lambda *i: value(i) if then is None else then(value(i)), name="dequantized")
+    return _flat_parallel(te.create_prim_func([*inputs, y]), "dequantized", shape)
+
+
+def _flat_parallel(func: tirx.PrimFunc, name: str, shape: tuple[int, ...]) -> tirx.PrimFunc:
+    """The elementwise block ``name`` over one flat loop: parallel, LANES-wide vectors."""
+    sch = s_tir.Schedule(func)
+    loops = sch.get_loops(sch.get_sblock(name))
+    fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
+    size = int(np.prod(shape))
+    if size % LANES == 0 and size > LANES:
+        fused, lanes = sch.split(fused, [None, LANES])
+        sch.vectorize(lanes)
+    sch.parallel(fused)
+    return sch.mod["main"]
+
+
+def gelu(x):
+    """onnxruntime's Gelu (the fusion of x * (erf(x / sqrt 2) + 1) * 0.5): erf of x times
+    float32(1 / sqrt 2), not x divided by float32(sqrt 2), then (0.5 x)(erf + 1)."""
+    return (mlas_math.f32(0.5) * x) * (mlas_math.erf(x * mlas_math.f32(0.70710678118654752440)) + mlas_math.f32(1.0))
+
+
+def _scalar(expr, value: float) -> bool:
+    array = constant(expr)
+    return array is not None and array.size == 1 and array.reshape(-1)[0] == np.float32(value)
+
+
+def fuse_gelu(func: relax.Function) -> relax.Function:
+    """``x * (erf(x / sqrt 2) + 1) * 0.5`` (torch's export of exact GELU) -> ``nn.gelu(x)``, as
+    onnxruntime's GeluFusion rewrites it, so the model computes what onnxruntime's Gelu computes."""
+    from tvm.relax.dpl import is_op, rewrite_call, wildcard
+    x, c0, c1, c2 = wildcard(), wildcard(), wildcard(), wildcard()
+    inner = is_op("relax.multiply")(x, is_op("relax.add")(is_op("relax.erf")(is_op("relax.divide")(x, c0)), c1))
+    pattern = is_op("relax.multiply")(inner, c2)
+
+    def rewriter(matched, bound):
+        if _scalar(bound[c0], np.sqrt(2)) and _scalar(bound[c1], 1.0) and _scalar(bound[c2], 0.5) and \
+                _float32_tensor(bound[x]):
+            return relax.op.nn.gelu(bound[x])
+        return matched
+    return rewrite_call(pattern, rewriter, func)
+
+
+def _float32_tensor(expr) -> bool:
+    return isinstance(expr.ty, relax.TensorType) and str(expr.ty.dtype) == "float32"
+
+
+# -- whole-tensor max and min (DynamicQuantizeLinear's range) -----------------------------------------
+
+def reduce_all_func(shape: tuple[int, ...], kind: str) -> tirx.PrimFunc:
+    """The max or min of every element (exact in any order): LANES partial results over the
+    flattened tensor, then one over them."""
+    size = int(np.prod(shape))
+    x = te.placeholder(shape, "float32", "x")
+    flat = lambda index: x[tuple(reduce_mean.unravel(index, shape))]
+    reducer, start = (te.max, -np.inf) if kind == "max" else (te.min, np.inf)
+    chunks = (size + LANES - 1) // LANES
+    t = te.reduce_axis((0, chunks), "t")
+    lanes = te.compute((LANES,), lambda j: reducer(
+        tirx.Select(t * LANES + j < size, flat(tirx.min(t * LANES + j, size - 1)), mlas_math.f32(start)), axis=t),
+        name="lanes")
+    j = te.reduce_axis((0, LANES), "j")
+    y = te.compute((), lambda: reducer(lanes[j], axis=j), name="y")
+    sch = s_tir.Schedule(te.create_prim_func([x, y]))
+    block = sch.get_sblock("lanes")
+    lane, chunk = sch.get_loops(block)
+    sch.reorder(chunk, lane)
+    sch.vectorize(lane)
+    return sch.mod["main"]
+
+
+def range_func(shape: tuple[int, ...]) -> tirx.PrimFunc:
+    """The max and the min of every element in one pass (DynamicQuantizeLinear takes both of one
+    tensor): LANES partial maxima and minima over the flattened tensor, then one of each over them."""
+    size = int(np.prod(shape))
+    x = te.placeholder(shape, "float32", "x")
+    extremes = te.comm_reducer(lambda a, b: (tirx.max(a[0], b[0]), tirx.min(a[1], b[1])),
+                               lambda t0, t1: (mlas_math.f32(-np.inf), mlas_math.f32(np.inf)), name="extremes")
+    t = te.reduce_axis((0, (size + LANES - 1) // LANES), "t")
+
+    def lane(j):
+        inside = t * LANES + j < size
+        value = x[tuple(reduce_mean.unravel(tirx.min(t * LANES + j, size - 1), shape))]
+        return extremes((tirx.Select(inside, value, mlas_math.f32(-np.inf)),
+                         tirx.Select(inside, value, mlas_math.f32(np.inf))), axis=t)
+    top, bottom = te.compute((LANES,), lane, name="lanes")
+    j = te.reduce_axis((0, LANES), "j")
+    high = te.compute((), lambda: te.max(top[j], axis=j), name="high")
+    low = te.compute((), lambda: te.min(bottom[j], axis=j), name="low")
+    sch = s_tir.Schedule(te.create_prim_func([x, high, low]))
+    lane_loop, chunk = sch.get_loops(sch.get_sblock("lanes"))
+    sch.reorder(chunk, lane_loop)
+    sch.vectorize(lane_loop)
+    return sch.mod["main"]
+
+
+# -- the LegalizeOps override -------------------------------------------------------------------------
+
+def _matmul(bb, call):
+    """MLAS's sgemm: over a constant 2-D B, which onnxruntime packs once, K in PACKED_STRIDE_K blocks;
+    over an activation, in stride_k's."""
+    a, b = (shape_of(x) for x in call.args)
+    if a is None or b is None or len(a) < 2 or len(b) < 2 or not float32(call):
+        return None
+    out = (*np.broadcast_shapes(a[:-2], b[:-2]), a[-2], b[-1])
+    packed = len(b) == 2 and constant(call.args[1]) is not None
+    return emit(bb, matmul_func(a, b, stride=PACKED_STRIDE_K if packed else None), "qsynth_float_matmul",
+                call.args, out)
+
+
+def softmax_rule(row_func):
+    """The Softmax rule over ``row_func(shape)``, a softmax over the last axis (MLAS's x86 order here,
+    its generic one in neon_float.py): over another axis, that axis swapped with the last before and
+    after, as onnxruntime's Softmax kernel transposes (opset 13)."""
+    def legalize(bb, call):
+        shape = shape_of(call.args[0])
+        if shape is None or not float32(call):
+            return None
+        axis, swap = int(call.attrs.axis) % len(shape), list(range(len(shape)))
+        if axis == len(shape) - 1:
+            return emit(bb, row_func(shape), "qsynth_softmax", call.args, shape)
+        swap[axis], swap[-1] = swap[-1], axis
+        x = bb.emit(bb.call_te(topi.transpose, call.args[0], swap))
+        swapped = [shape[a] for a in swap]
+        y = bb.emit(emit(bb, row_func(tuple(swapped)), "qsynth_softmax", [x], swapped))
+        return bb.call_te(topi.transpose, y, swap)
+    return legalize
+
+
+def _elementwise(fn, name):
+    def legalize(bb, call):
+        shape = shape_of(call.args[0])
+        if shape is None or not float32(call):
+            return None
+        return emit(bb, elementwise_func(shape, fn, name), "qsynth_" + name, call.args, shape)
+    return legalize
+
+
+def _reduce_all(kind):
+    def legalize(bb, call):
+        shape = shape_of(call.args[0])
+        if shape is None or not float32(call) or call.attrs.axis is not None or not shape:
+            return None
+        return emit(bb, reduce_all_func(shape, kind), f"qsynth_{kind}", call.args, ())
+    return legalize
+
+
+RULES = {"relax.matmul": _matmul, "relax.nn.softmax": softmax_rule(softmax_func), "relax.erf": _elementwise(mlas_math.erf, "erf"),
+         "relax.nn.gelu": _elementwise(gelu, "gelu"), "relax.max": _reduce_all("max"), "relax.min": _reduce_all("min"),
+         "relax.tanh": _elementwise(mlas_math.tanh, "tanh")}
+
+
+def legalize_map(overrides: dict | None = None) -> dict:
+    """op name -> LegalizeOps function: ours (``RULES``, with ``overrides`` in place of some: a target's
+    own, neon_float.py) where the call fits (float32, static shapes), else the op's registered
+    legalization."""
+    def with_default(name, rule):
+        def legalize(bb, call):
+            new = rule(bb, call)
+            return new if new is not None else tvm.ir.Op.get(name).get_attr("FLegalize")(bb, call)
+        return legalize
+    return {name: with_default(name, rule) for name, rule in {**RULES, **(overrides or {})}.items()}
+
+
+# -- LayerNormalization and onnxruntime's SkipLayerNormalization fusion (layer_norm.py) ---------------
+
+def layer_norm_rule(func):
+    """The LayerNormalization rule over ``func(shape, epsilon)`` (MLAS's x86 kernel here, onnxruntime's
+    C++ Welford loop in neon_float.py): over the last axis, gamma and beta of its length."""
+    def legalize(bb, call):
+        shape = shape_of(call.args[0])
+        axes = [int(a) % len(shape) for a in call.attrs.axes] if shape else None
+        if shape is None or len(shape) < 2 or not float32(call) or axes != [len(shape) - 1] or \
+                any(shape_of(a) != shape[-1:] for a in call.args[1:]):
+            return None
+        return emit(bb, func(shape, float(call.attrs.epsilon)), "qsynth_layer_norm", call.args, shape)
+    return legalize
+
+
+RULES["relax.nn.layer_norm"] = layer_norm_rule(layer_norm.layer_norm_func)
+
+
+@relax.expr_functor.mutator
+class _Fusions(relax.PyExprMutator):
+    """Fusions of onnxruntime's graph optimizer, rewritten to call_tir of functions that compute what
+    its fused kernels do:
+
+    - ``matmul(a, b)`` divided or multiplied by a scalar constant (MatMulScaleFusion): FusedMatMul,
+      the scale its alpha (1 / c in float for a divisor).
+    - ``layer_norm(a + b)`` over the last axis, a and b float32 of one 3-D shape, one of them ``c + bias``
+      (a constant [n]) or not (SkipLayerNormFusion's three forms): SkipLayerNormalization, the bias
+      its last input.
+    - an integer matmul's dequantize chain, ``float32(acc - c) * scale + bias`` (quantize_dynamic's
+      form): MatMulIntegerToFloat's output stage, one pass instead of four.
+    - ``matmul(a, b)``, a a transpose of its last two axes (MatmulTransposeFusion: FusedMatMul with
+      transA, whose K blocks differ), in a second pass (``bare_matmuls``) once the scaled ones are
+      fused.
+
+    and, computing the same values in fewer passes: the whole-tensor max and min of one tensor
+    (DynamicQuantizeLinear's range) in one; a dequantize chain in the pass of the GELU or the
+    SkipLayerNormalization that reads it.
+
+    ``fused``: the SkipLayerNormalization and the dequantize chains as onnxruntime's AArch64 build
+    computes them (with FMAs: layer_norm.welford_func, dequantize_chain)."""
+
+    def __init__(self, mod, bare_matmuls: bool = False, fused: bool = False):
+        super().__init__(mod)
+        self.bare_matmuls, self.fused = bare_matmuls, fused
+        self.ranged, self.ranges = _ranged(mod["main"]), {}
+
+    def visit_call_(self, call):
+        source, call = call, super().visit_call_(call)
+        fused = None
+        if self.bare_matmuls:
+            if call.op == tvm.ir.Op.get("relax.matmul"):
+                fused = self._transposed_matmul(call)
+                fused = self._row_matmul(call) if fused is None else fused
+        elif call.op in (tvm.ir.Op.get("relax.max"), tvm.ir.Op.get("relax.min")):
+            fused = self._range(source.args[0], call)
+        elif call.op == tvm.ir.Op.get("relax.nn.layer_norm"):
+            fused = self._skip_layer_norm(call)
+        elif call.op in (tvm.ir.Op.get("relax.divide"), tvm.ir.Op.get("relax.multiply")):
+            fused = self._scaled_matmul(call)
+        elif call.op == tvm.ir.Op.get("relax.add"):
+            fused = self._dequantized(call)
+        elif call.op == tvm.ir.Op.get("relax.nn.gelu"):
+            fused = self._dequantized_gelu(call)
+        return call if fused is None else fused
+
+    def _bound(self, expr, op: str):
+        value = self.lookup_binding(expr) if isinstance(expr, relax.Var) else None
+        return value if isinstance(value, relax.Call) and value.op == tvm.ir.Op.get(op) else None
+
+    def _skip_layer_norm(self, call):
+        add, shape = self._bound(call.args[0], "relax.add"), shape_of(call.args[0])
+        if add is None or shape is None or len(shape) != 3 or any(shape_of(a) != shape for a in add.args) or \
+                not float32(add) or [int(a) % 3 for a in call.attrs.axes] != [2] or \
+                any(shape_of(a) != shape[-1:] for a in call.args[1:]):
+            return None
+        operands, bias = list(add.args), []
+        for index in (0, 1):          # its first form, then its second: the bias Add an operand of this one
+            inner = self._bound(add.args[index], "relax.add")
+            if inner is not None and shape_of(inner.args[0]) == shape and shape_of(inner.args[1]) == shape[-1:] and \
+                    constant(inner.args[1]) is not None and float32(inner) and not self._gemm(inner.args[0]):
+                operands[index], bias = inner.args[0], [inner.args[1]]
+                break
+        for index in (0, 1):          # an operand still to dequantize: in the same pass
+            if (chain := self._dequantize_chain(operands[index])) is not None:
+                func = layer_norm.skip_layer_norm_func(shape, float(call.attrs.epsilon), bool(bias),
+                                                       first=dequantize_chain(shape, self.fused), fused=self.fused)
+                return emit(self.builder_, func, "qsynth_skip_layer_norm", [*chain, operands[1 - index],
+                                                                           *call.args[1:], *bias], shape)
+        func = layer_norm.skip_layer_norm_func(shape, float(call.attrs.epsilon), bias=bool(bias), fused=self.fused)
+        return emit(self.builder_, func, "qsynth_skip_layer_norm", [*operands, *call.args[1:], *bias], shape)
+
+    def _dequantize_chain(self, expr):
+        """The inputs of the dequantize chain (dequantized_func, as _dequantized wrote it) ``expr`` is
+        bound to, else None."""
+        value = self.lookup_binding(expr) if isinstance(expr, relax.Var) else None
+        if isinstance(value, relax.Call) and value.op == tvm.ir.Op.get("relax.call_tir") and \
+                value.args[0].name_hint.rstrip("0123456789") == "qsynth_dequantized":
+            return list(value.args[1].fields)
+        return None
+
+    def _dequantized_gelu(self, call):
+        """GELU of a dequantize chain (the feed-forward's first matmul): both in one pass."""
+        chain, shape = self._dequantize_chain(call.args[0]), shape_of(call.args[0])
+        if chain is None or shape is None:
+            return None
+        return emit(self.builder_, dequantized_func(shape, then=gelu, fused=self.fused), "qsynth_dequantized_gelu",
+                    chain, shape)
+
+    def _gemm(self, expr) -> bool:
+        """``expr`` a float matmul by a 2-D operand, whose bias Add onnxruntime 1.32's MatMulAddFusion
+        takes into a Gemm before SkipLayerNormFusion runs (attention's output projection too)."""
+        matmul = self._bound(expr, "relax.matmul")
+        return matmul is not None and len(shape_of(matmul.args[1]) or ()) == 2 and float32(matmul)
+
+    def _dequantized(self, call):
+        multiply = self._bound(call.args[0], "relax.multiply")
+        cast = None if multiply is None else self._bound(multiply.args[0], "relax.astype")
+        subtract = None if cast is None else self._bound(cast.args[0], "relax.subtract")
+        if subtract is None or str(cast.ty.dtype) != "float32" or str(subtract.ty.dtype) != "int32":
+            return None
+        shape = shape_of(call.args[0])
+        if shape is None or shape_of(subtract.args[0]) != shape or shape_of(subtract.args[1]) != shape[-1:] or \
+                shape_of(multiply.args[1]) != () or shape_of(call.args[1]) != shape[-1:] or not float32(call):
+            return None
+        return emit(self.builder_, dequantized_func(shape, fused=self.fused), "qsynth_dequantized",
+                    [*subtract.args, multiply.args[1], call.args[1]], shape)
+
+    def _scaled_matmul(self, call):
+        divide = call.op == tvm.ir.Op.get("relax.divide")
+        for index in ((0,) if divide else (0, 1)):
+            matmul, scale = self._bound(call.args[index], "relax.matmul"), constant(call.args[1 - index])
+            if matmul is None or scale is None or scale.size != 1 or scale.dtype != np.float32 or \
+                    scale.ndim > len(shape_of(call.args[index]) or ()):
+                continue
+            a, b = (shape_of(x) for x in matmul.args)
+            if a is None or b is None or len(a) < 2 or len(b) < 2 or not float32(matmul):
+                continue
+            c = scale.reshape(-1)[0]
+            alpha = float(np.float32(1) / c if divide else c)
+            return emit(self.builder_, matmul_func(a, b, alpha, self._transposed_a(matmul)), "qsynth_float_matmul",
+                        matmul.args, shape_of(call.args[index]))
+        return None
+
+    def _range(self, source, call):
+        """The whole-tensor max or min of a tensor whose other one is taken too: both in one pass."""
+        shape = shape_of(call.args[0])
+        if source not in self.ranged or shape is None or not float32(call):
+            return None
+        if source not in self.ranges:
+            self.ranges[source] = self.builder_.emit(
+                emit(self.builder_, range_func(shape), "qsynth_range", [call.args[0]], (), outputs=2))
+        return relax.TupleGetItem(self.ranges[source], 0 if call.op == tvm.ir.Op.get("relax.max") else 1)
+
+    def _transposed_a(self, matmul) -> bool:
+        """``a`` a transpose of its last two axes, which MatmulTransposeFusion folds in as transA."""
+        permute, rank = self._bound(matmul.args[0], "relax.permute_dims"), len(shape_of(matmul.args[0]) or ())
+        if permute is None or rank < 2:
+            return False
+        axes = list(range(rank))[::-1] if permute.attrs.axes is None else [int(a) for a in permute.attrs.axes]
+        return axes == [*range(rank - 2), rank - 1, rank - 2]
+
+    def _row_matmul(self, call):
+        """One row times a transposed 2-D B (an ONNX Gemm with transB): MLAS's M = 1 kernel (float_gemv.py),
+        on x86-64 only (``fused``: the AArch64 build, whose MlasGemm has no such case)."""
+        a, permute = shape_of(call.args[0]), self._bound(call.args[1], "relax.permute_dims")
+        w = None if permute is None else shape_of(permute.args[0])
+        if self.fused or a is None or len(a) != 2 or a[0] != 1 or w is None or len(w) != 2 or w[1] != a[1] or not float32(call) or \
+                permute.attrs.axes is not None and [int(x) for x in permute.attrs.axes] != [1, 0]:
+            return None
+        return emit(self.builder_, row_times_transposed_func(w[1], w[0]), "qsynth_float_gemv",
+                    [call.args[0], permute.args[0]], (1, w[0]))
+
+    def _transposed_matmul(self, call):
+        a, b = (shape_of(x) for x in call.args)
+        if a is None or b is None or len(b) < 2 or not float32(call) or not self._transposed_a(call):
+            return None
+        out = (*np.broadcast_shapes(a[:-2], b[:-2]), a[-2], b[-1])
+        return emit(self.builder_, matmul_func(a, b, trans_a=True), "qsynth_float_matmul", call.args, out)
+
+
+def _ranged(func: relax.Function) -> set:
+    """The tensors of ``func`` whose whole-tensor max and min are both taken (DynamicQuantizeLinear's
+    range)."""
+    kinds: dict = {}
+    for block in func.body.blocks:
+        for binding in block.bindings:
+            value = binding.value
+            if isinstance(value, relax.Call) and value.op in (tvm.ir.Op.get("relax.max"), tvm.ir.Op.get("relax.min")) \
+                    and value.attrs.axis is None and isinstance(value.args[0], relax.Var):
+                kinds.setdefault(value.args[0], set()).add(value.op.name)
+    return {var for var, names in kinds.items() if len(names) == 2}
+
+
+def onnxruntime_fusions(mod: tvm.IRModule, fused: bool = False) -> tvm.IRModule:
+    """The float fusions of onnxruntime's graph optimizer that change what is computed (fuse_gelu,
+    _Fusions), applied to ``mod["main"]`` so it rounds as onnxruntime's fused kernels (``fused``: as
+    its AArch64 build's, neon_float.py)."""
+    for bare_matmuls in (False, True):
+        mutator = _Fusions(mod, bare_matmuls, fused)
+        main = fuse_gelu(mod["main"]) if not bare_matmuls else mod["main"]
+        mutator.builder_.update_func(mod.get_global_var("main"), mutator.visit_expr(main))
+        mod = relax.transform.DeadCodeElimination(["main"])(mutator.builder_.finalize())
+    return mod
+
+
+RULES["relax.mean"] = reduce_mean.mean
+RULES["relax.nn.adaptive_avg_pool2d"] = reduce_mean.global_pool

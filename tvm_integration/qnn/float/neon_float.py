@@ -1,0 +1,103 @@
+"""The float ops of a model built for Arm (``--target neon``), computed as onnxruntime's AArch64 build
+computes them, the reference those ops follow on Arm (arm_reference.py). float_ops.py computes them in
+MLAS's x86 order; where the AArch64 build rounds differently, this module has its own function:
+
+- Softmax: MLAS's generic kernels (compute.cpp), which its AArch64 build runs: exp(x - max) with the
+  same polynomial as on x86 but 2^m put back by one multiply (vscalefps on x86), the row summed in four
+  lanes (NEON's float32x4: lane j adds elements j, j + 4, ... in order), the lanes reduced by two
+  pairwise adds, (l0 + l1) + (l2 + l3), the last d % 4 elements added after that in order; each exp
+  times float32(1 / sum).
+- ReduceMean over trailing axes and GlobalAveragePool: the same sums as on x86 (reduce_mean.py), a
+  vector's four lanes reduced (0 + 1) + (2 + 3) by NEON's pairwise adds instead of SSE's (0 + 2) + (1 + 3).
+- LayerNormalization: no MLAS kernel on AArch64, so every row takes onnxruntime's C++ Welford loop,
+  built with FMAs (layer_norm.welford_func ``fused``); SkipLayerNormalization and the dequantize chain
+  of quantize_dynamic's MatMulIntegerToFloat likewise (float_ops.onnxruntime_fusions ``fused``).
+- A Conv of one group left in float: MLAS's im2col and unpacked sgemm, as on x86 (float_matmul.conv2d_func;
+  onnxruntime's x86 build runs its NCHWc kernels instead, so the two builds differ there).
+
+Erf, GELU, Tanh and the float MatMuls take float_ops' functions (by constant weights, MLAS's packed
+sgemm's K blocks of 256, float_matmul.PACKED_STRIDE_K): both builds compute them alike (measured
+equal: tests/test_arm_float_ops.py).
+"""
+from __future__ import annotations
+
+import tvm
+from tvm import s_tir, te, tirx
+
+from tvm_integration.qnn.float import float_matmul, float_ops, layer_norm, mlas_math, reduce_mean
+from tvm_integration.qnn.float.float_calls import emit, float32, shape_of
+
+LANES = 4           # NEON's float32x4
+
+
+def times_power_of_two(p, m):
+    """``p * 2**m`` as MLAS's generic sum-exp kernel reconstructs it: 2^m built from its exponent
+    bits ((m + 127) << 23, zero for m = -127) and one multiply."""
+    return p * tirx.reinterpret("float32", tirx.shift_left(tirx.Cast("int32", m) + 127, 23))
+
+
+def softmax_func(shape: tuple[int, ...]) -> tirx.PrimFunc:
+    """MLAS's generic softmax of each row (the last axis), as the module docstring says. Rows parallel."""
+    *rows, d = shape
+    body = d - d % LANES
+    x = te.placeholder(shape, "float32", "x")
+    k = te.reduce_axis((0, d), "k")
+    top = te.compute(rows, lambda *i: te.max(x[(*i, k)], axis=k), name="top")
+    e = te.compute(shape, lambda *i: mlas_math.exp_nonpositive(x[i] + (-top[i[:-1]]), times_power_of_two), name="e")
+    c = te.reduce_axis((0, max(body // LANES, 1)), "c")
+    lanes = te.compute((*rows, LANES), lambda *i: te.sum(tirx.Select(
+        c * LANES < body, e[(*i[:-1], tirx.min(c * LANES + i[-1], d - 1))], mlas_math.f32(0.0)), axis=c), name="lanes")
+
+    def total(*i):
+        value = (lanes[(*i, 0)] + lanes[(*i, 1)]) + (lanes[(*i, 2)] + lanes[(*i, 3)])
+        for j in range(body, d):
+            value = value + e[(*i, j)]
+        return value
+    scale = te.compute(rows, lambda *i: mlas_math.f32(1.0) / total(*i), name="scale")
+    y = te.compute(shape, lambda *i: e[i] * scale[i[:-1]], name="y")
+    sch = s_tir.Schedule(te.create_prim_func([x, y]))
+    loops = sch.get_loops(sch.get_sblock("y"))
+    row = sch.fuse(*loops[:len(rows)]) if len(rows) > 1 else loops[0]
+    sch.parallel(row)
+    for name in ("scale", "lanes", "e", "top"):
+        sch.compute_at(sch.get_sblock(name), row)
+    if d % LANES == 0:
+        sch.vectorize(sch.split(sch.get_loops(sch.get_sblock("y"))[-1], [None, LANES])[1])
+    return sch.mod["main"]
+
+
+def layer_norm_func(shape: tuple[int, ...], epsilon: float) -> tirx.PrimFunc:
+    """LayerNormalization over the last axis: onnxruntime's Welford loop with FMAs, every row."""
+    n = shape[-1]
+    x = te.placeholder(shape, "float32", "x")
+    gamma = te.placeholder((n,), "float32", "gamma")
+    beta = te.placeholder((n,), "float32", "beta")
+    return layer_norm.welford_func(x, [x, gamma, beta], gamma, beta, epsilon, fused=True)
+
+
+def _conv2d(bb, call):
+    """A float NCHW conv2d of one group (a Conv left in float): MLAS's im2col and sgemm, as on x86
+    (float_matmul.conv2d_func); else None."""
+    x, w = (shape_of(a) for a in call.args)
+    a = call.attrs
+    if x is None or w is None or len(x) != 4 or len(w) != 4 or not float32(call) or int(a.groups) != 1 or \
+            a.data_layout != "NCHW" or a.kernel_layout != "OIHW" or any(int(d) != 1 for d in a.dilation):
+        return None
+    func = float_matmul.conv2d_func(x, w, [int(s) for s in a.strides], [int(p) for p in a.padding])
+    return emit(bb, func, "qsynth_float_conv2d", call.args, shape_of(call))
+
+
+def legalize_map() -> dict:
+    """float_ops.legalize_map() with this module's Softmax, LayerNormalization, float Conv, ReduceMean and
+    GlobalAveragePool, each where it fits, else the op's registered legalization."""
+    return float_ops.legalize_map({
+        "relax.nn.softmax": float_ops.softmax_rule(softmax_func),
+        "relax.nn.layer_norm": float_ops.layer_norm_rule(layer_norm_func),
+        "relax.nn.conv2d": _conv2d,
+        "relax.mean": lambda bb, call: reduce_mean.mean(bb, call, pairs=reduce_mean.NEON_PAIRS),
+        "relax.nn.adaptive_avg_pool2d": lambda bb, call: reduce_mean.global_pool(bb, call, reduce_mean.NEON_PAIRS)})
+
+
+def onnxruntime_fusions(mod: tvm.IRModule) -> tvm.IRModule:
+    """onnxruntime's float fusions (float_ops.onnxruntime_fusions), their kernels as its AArch64 build's."""
+    return float_ops.onnxruntime_fusions(mod, fused=True)

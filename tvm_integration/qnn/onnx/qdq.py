@@ -1,0 +1,133 @@
+"""The QDQ graph as imported (importer.py), read for the rewrite (rewrite.py): the quantization
+parameters of a quantize/dequantize (``QParams``), what a variable is bound to, and the forms the
+rewrite matches on, each a method of ``QDQReader`` returning the parts or None: a call of given ops,
+a clip by constant bounds (a QCDQ tensor's declared range), DQ(x), DQ(constant), and the
+zero-point-subtracted ``astype`` of ConvInteger and MatMulInteger.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+from tvm import relax
+from tvm.ir import Op
+
+from tvm_integration.ops.output_stage import QUANT_RANGES
+from tvm_integration.qnn.onnx.importer import LAYER_NAMES
+from tvm_integration.qnn.semantics.quant import constant, per_tensor
+
+
+@dataclass(frozen=True)
+class QParams:
+    scale: np.ndarray        # float32, per tensor (shape ()) or per channel
+    zero_point: np.ndarray   # int64, same shape
+    dtype: str
+    range: tuple[int, int] | None = None     # the values' declared range (a QCDQ clip); None: the type's
+
+    @property
+    def bounds(self) -> tuple[int, int]:
+        return self.range or QUANT_RANGES[self.dtype]
+
+    @property
+    def per_tensor_8bit(self) -> bool:
+        """One scale and zero point, to a type of the integer ops (8-bit; int32): what the rewrite fuses."""
+        return self.scale.size == self.zero_point.size == 1 and self.dtype in QUANT_RANGES
+
+    def narrowed(self, lo: int, hi: int) -> "QParams":
+        low, high = self.bounds
+        return replace(self, range=(max(low, lo), min(high, hi)))
+
+    def scalar(self, what: str) -> tuple[np.float32, int]:
+        return per_tensor(what, self.scale, self.zero_point)
+
+    def same(self, other: "QParams") -> bool:
+        return self.dtype == other.dtype and self.bounds == other.bounds and np.array_equal(
+            self.scale, other.scale) and np.array_equal(self.zero_point, other.zero_point)
+
+
+class QDQReader(relax.PyExprMutator):
+    """A mutator of the imported module that reads its graph (``var2val`` of the function it is in)."""
+
+    def __init__(self, mod):
+        super().__init__(mod)
+        self.mod = mod
+        self.var2val = {}
+        self.bound = {}             # value -> the variable bound to it
+
+    def run(self):
+        for gvar, func in self.mod.functions.items():
+            if isinstance(func, relax.Function):
+                self.var2val = relax.analysis.get_var2val(func)
+                self.bound = {value: var for var, value in self.var2val.items()}
+                self.builder_.update_func(gvar, self.visit_expr(func))
+        return self.builder_.get()
+
+    def value(self, expr):
+        """What ``expr`` is bound to (following variables), else ``expr``."""
+        while isinstance(expr, relax.Var) and expr in self.var2val:
+            expr = self.var2val[expr]
+        return expr
+
+    def call(self, expr, *names):
+        """``expr``'s value when it is a call of one of the ops ``names``, else None."""
+        expr = self.value(expr)
+        if isinstance(expr, relax.Call) and isinstance(expr.op, Op) and expr.op.name in names:
+            return expr
+        return None
+
+    def qparams(self, call) -> QParams | None:
+        """The constant quantization parameters of a quantize/dequantize call; None when they are
+        computed at run time (DynamicQuantizeLinear): such a call stays TVM's own op."""
+        scale, zero_point = constant(self.value(call.args[1])), constant(self.value(call.args[2]))
+        if scale is None or zero_point is None:
+            return None
+        dtype = str(call.attrs.out_dtype if call.op.name == "relax.quantize" else call.args[0].ty.dtype.dtype)
+        return QParams(scale.astype(np.float32), zero_point.astype(np.int64), dtype)
+
+    def clipped(self, expr):
+        """(the clipped expression, (lo, hi)) when ``expr`` is a clip by constant integer bounds."""
+        clip = self.call(expr, "relax.clip")
+        if clip is None or not all(isinstance(getattr(b, "value", None), int) for b in clip.args[1:3]):
+            return None
+        return clip.args[0], tuple(int(b.value) for b in clip.args[1:3])
+
+    def dequantized(self, expr):
+        """(integer input, its QParams) when ``expr`` is DQ(x), else None; a clip under the DQ is the
+        tensor's range."""
+        dq = self.call(expr, "relax.dequantize")
+        params = None if dq is None else self.qparams(dq)
+        if params is None:
+            return None
+        if (clipped := self.clipped(dq.args[0])) is not None:
+            params = params.narrowed(*clipped[1])
+        return dq.args[0], params
+
+    def dequantized_constant(self, expr):
+        """(the constant array, its QParams) when ``expr`` is DQ(constant), else None."""
+        dq = self.dequantized(expr)
+        if dq is None:
+            return None
+        clipped = self.clipped(dq[0])
+        array = constant(self.value(dq[0] if clipped is None else clipped[0]))
+        return None if array is None else (array, dq[1])
+
+    def zero_point_subtracted(self, expr):
+        """(integer tensor, its zero point expression or None) when ``expr`` is ``astype(t, int32)``
+        or ``astype(t, int32) - astype(zp, int32)``: how ConvInteger and MatMulInteger import."""
+        zero_point = None
+        if (sub := self.call(expr, "relax.subtract")) is not None:
+            expr, zero_point = sub.args
+            if (zp := self.call(zero_point, "relax.astype", "relax.reshape", "relax.expand_dims")) is not None:
+                zero_point = zp.args[0]
+                if (zp := self.call(zero_point, "relax.astype")) is not None:
+                    zero_point = zp.args[0]
+        cast = self.call(expr, "relax.astype")
+        if cast is None or str(cast.args[0].ty.dtype) not in ("uint8", "int8"):
+            return None
+        return cast.args[0], zero_point
+
+    def layer_name(self, *exprs) -> str:
+        """The ONNX node a conv/matmul came from (importer.py names its variable: given, or the one
+        bound to the expression), else ''."""
+        names = (v.name for e in exprs if isinstance(v := self.bound.get(e, e), relax.Var))
+        return next((LAYER_NAMES[name] for name in names if name in LAYER_NAMES), "")

@@ -1,0 +1,122 @@
+"""What a model built for Arm (``--target neon``) is exact against, op kind by op kind (issue 50).
+
+Two runtimes disagree on Arm, so each op kind names the one it follows:
+
+- ``onnx``: the ONNX definition (float32 division, round half to even, saturation), which onnxruntime's
+  x86 exact mode computes. Integer ops and QuantizeLinear follow it: their result is defined. Where
+  onnxruntime's AArch64 build departs from it (QLinearAdd: MLAS's NEON kernel rounds ties away from
+  zero, docs/measurements.md), the build follows the definition, not the runtime.
+- ``onnxruntime_aarch64``: onnxruntime's AArch64 build (MLAS's NEON code and the C++ kernels as GCC built
+  them). Float ops whose order of operations ONNX leaves open follow it: it is what an Arm user runs.
+
+``KINDS`` records, per op kind, that reference and how the build compares with it, as measured by the
+tests named there (under qemu). ``kinds(mod)`` reads the op kinds of a rewritten model, ``follows``
+maps them to their references, ``inexact`` picks those not known to be exact, and ``describe`` says
+one kind's state in a line.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+ONNX = "onnx"
+AARCH64 = "onnxruntime_aarch64"
+LITERT = "litert"
+REFERENCES = {ONNX: "the ONNX definition (onnxruntime's x86 exact mode)",
+              AARCH64: "onnxruntime's AArch64 build", LITERT: "LiteRT's AArch64 build"}
+TFLITE = "tflite:"          # the prefix kinds() gives a TFLite model's op kinds
+
+
+@dataclass(frozen=True)
+class Kind:
+    name: str
+    reference: str             # ONNX or AARCH64
+    exact: bool | None         # None: not measured against the reference
+    note: str = ""             # how it was measured, or by how much it differs
+    runtime_departs: bool = False  # ONNX kinds: onnxruntime's AArch64 build computes them otherwise
+
+
+_DEFINED = "integer arithmetic the ONNX definition fixes"
+_EQUAL = "equal on the shapes of tests/test_arm_float_ops.py"
+KINDS = {k.name: k for k in [
+    *(Kind(name, ONNX, True, _DEFINED) for name in
+      ("conv2d", "dense", "batch_matmul", "mul", "lookup", "max_pool2d", "gather", "quantize", "dequantize")),
+    Kind("add", ONNX, True, "QLinearAdd as ONNX defines it; onnxruntime's AArch64 build rounds near-ties away from "
+         "zero (1 step of the output's scale; docs/measurements.md); where MLAS refuses the scale ratios its float "
+         "path is the reference, equal on every input pair (tests/test_arm_float_ops.py)", runtime_departs=True),
+    Kind("global_avg_pool", AARCH64, True, "QLinearGlobalAveragePool: equal on ResNet-18 (docs/measurements.md)"),
+    Kind("avg_pool2d", AARCH64, True, f"QLinearAveragePool 3x3, padded, count_include_pad 0: {_EQUAL}"),
+    Kind("qlinear_softmax", AARCH64, True, f"QLinearSoftmax: {_EQUAL}"),
+    Kind("softmax", AARCH64, True, f"MLAS's generic kernel, 4 lanes (neon_float.py): {_EQUAL}"),
+    Kind("layer_norm", AARCH64, True, f"Welford's loop with FMAs, SkipLayerNormalization too: {_EQUAL}"),
+    Kind("gelu", AARCH64, True, f"MLAS's erf, as on x86: {_EQUAL}"),
+    Kind("tanh", AARCH64, True, f"MLAS's tanh, as on x86: {_EQUAL}"),
+    Kind("reduce_mean", AARCH64, True, f"ReduceMean over the last axis and GlobalAveragePool in float: {_EQUAL}"),
+    Kind("float_matmul", AARCH64, True, f"a MatMul of two activations, Q.K^T / sqrt(d): {_EQUAL}"),
+    Kind("float_dense", AARCH64, True, f"a float MatMul by constant weights, K in MLAS's packed blocks: {_EQUAL}"),
+    Kind("float_conv", AARCH64, True, f"a Conv of one group left in float, MLAS's im2col and sgemm: {_EQUAL}"),
+    Kind("float_grouped_conv", AARCH64, None, "a grouped or depthwise Conv left in float, on TVM's own conv2d: equal "
+         "on a 3x3 depthwise conv of [1, 64, 28, 28], other shapes not measured"),
+    Kind("dynamic_quantize", AARCH64, True, f"MatMulIntegerToFloat's output stage with one FMA: {_EQUAL}"),
+]}
+
+# Relax ops (float32) -> the op kind they are part of
+_RELAX = {"relax.nn.softmax": "softmax", "relax.nn.layer_norm": "layer_norm", "relax.erf": "gelu",
+          "relax.nn.gelu": "gelu", "relax.tanh": "tanh", "relax.mean": "reduce_mean",
+          "relax.nn.adaptive_avg_pool2d": "reduce_mean", "relax.matmul": "float_matmul",
+          "relax.max": "dynamic_quantize", "relax.min": "dynamic_quantize", "relax.nn.conv2d": "float_conv"}
+
+
+def kinds(mod, tflite: bool = False) -> list[str]:
+    """The op kinds of a rewritten Relax module (model.lower(..., stage="rewrite")), in order of first use;
+    ``tflite``: the module of a TFLite model, each kind prefixed with TFLITE (its reference is LiteRT's)."""
+    from tvm import relax
+
+    from tvm_integration.qnn.semantics.integer_op import IntegerOp
+    from tvm_integration.qnn.semantics.quant import constant
+    seen: dict[str, None] = {}
+    for block in mod["main"].body.blocks:
+        for binding in block.bindings:
+            op = IntegerOp.read(binding.value, mod)
+            if op is not None:
+                seen[op.kind] = None
+            elif isinstance(binding.value, relax.Call) and str(getattr(binding.value.ty, "dtype", "")) == "float32":
+                kind = _RELAX.get(getattr(binding.value.op, "name", ""))
+                if kind == "float_matmul" and constant(binding.value.args[1]) is not None:
+                    kind = "float_dense"
+                if kind == "float_conv" and int(binding.value.attrs.groups) != 1:
+                    kind = "float_grouped_conv"
+                if kind is not None:
+                    seen[kind] = None
+    return [TFLITE + k if tflite else k for k in seen]
+
+
+def kind(name: str) -> Kind:
+    """An op kind's record: a TFLite model's follows LiteRT, not run on Arm here (its PyPI wheel is a
+    Python extension and no AArch64 Python runs under qemu here; on x86 the TFLite path is bit-exact
+    with LiteRT); one not in KINDS follows the ONNX definition, unmeasured."""
+    if name.startswith(TFLITE):
+        return Kind(name, LITERT, None, "LiteRT's AArch64 build is not run here; the x86 build of this path is "
+                    "bit-exact with LiteRT on x86")
+    return KINDS.get(name, Kind(name, ONNX, None))
+
+
+def follows(names: list[str]) -> dict[str, str]:
+    """op kind -> the reference it follows."""
+    return {n: kind(n).reference for n in names}
+
+
+def inexact(names: list[str]) -> list[Kind]:
+    """The kinds among ``names`` not known to be exact against their reference."""
+    return [kind(n) for n in names if kind(n).exact is not True]
+
+
+def departures(names: list[str]) -> list[Kind]:
+    """The kinds among ``names`` that follow the ONNX definition where onnxruntime's AArch64 build does
+    not: a model holding one differs from that build even when every kind is exact against its reference."""
+    return [kind(n) for n in names if kind(n).runtime_departs]
+
+
+def describe(k: Kind) -> str:
+    """One line: the kind, its reference and how the build compares with it."""
+    state = {True: "exact", False: "NOT exact", None: "not measured"}[k.exact]
+    return f"{k.name}: {state} against {REFERENCES[k.reference]}" + (f" ({k.note})" if k.note else "")
