@@ -268,11 +268,6 @@ def _reduce_all(kind):
     return legalize
 
 
-RULES = {"relax.matmul": _matmul, "relax.nn.softmax": softmax_rule(softmax_func), "relax.erf": _elementwise(mlas_math.erf, "erf"),
-         "relax.nn.gelu": _elementwise(gelu, "gelu"), "relax.max": _reduce_all("max"), "relax.min": _reduce_all("min"),
-         "relax.tanh": _elementwise(mlas_math.tanh, "tanh")}
-
-
 def legalize_map(overrides: dict | None = None) -> dict:
     """op name -> LegalizeOps function: ours (``RULES``, with ``overrides`` in place of some: a target's
     own, neon_float.py) where the call fits (float32, static shapes), else the op's registered
@@ -298,9 +293,6 @@ def layer_norm_rule(func):
             return None
         return emit(bb, func(shape, float(call.attrs.epsilon)), "qsynth_layer_norm", call.args, shape)
     return legalize
-
-
-RULES["relax.nn.layer_norm"] = layer_norm_rule(layer_norm.layer_norm_func)
 
 
 @relax.expr_functor.mutator
@@ -490,5 +482,9 @@ def onnxruntime_fusions(mod: tvm.IRModule, fused: bool = False) -> tvm.IRModule:
     return mod
 
 
-RULES["relax.mean"] = reduce_mean.mean
-RULES["relax.nn.adaptive_avg_pool2d"] = reduce_mean.global_pool
+# Every float op this module computes, one rule each (a target's own in its place: neon_float.py).
+RULES = {"relax.matmul": _matmul, "relax.nn.softmax": softmax_rule(softmax_func),
+         "relax.erf": _elementwise(mlas_math.erf, "erf"), "relax.nn.gelu": _elementwise(gelu, "gelu"),
+         "relax.tanh": _elementwise(mlas_math.tanh, "tanh"), "relax.max": _reduce_all("max"),
+         "relax.min": _reduce_all("min"), "relax.nn.layer_norm": layer_norm_rule(layer_norm.layer_norm_func),
+         "relax.mean": reduce_mean.mean, "relax.nn.adaptive_avg_pool2d": reduce_mean.global_pool}
