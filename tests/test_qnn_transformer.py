@@ -79,8 +79,8 @@ def test_activation_matmul_exact(tmp_path, a_dtype, b_dtype, a_shape, b_shape):
     za, zb = (131 if a_dtype == "uint8" else -7), (118 if b_dtype == "uint8" else 5)
     path = qlinear_matmul(tmp_path / "m.onnx", a_shape, a_dtype, b_shape, b_dtype,      # onnxruntime: y typed as a
                           (1 / 64, za, 1 / 64, zb, 1 / 16, 128 if a_dtype == "uint8" else 0, a_dtype))
-    model = assert_exact(path, lambda rng: {"a": near(rng, za, a_dtype, a_shape, 12),
-                                            "b": near(rng, zb, b_dtype, b_shape, 12)})
+    assert_exact(path, lambda rng: {"a": near(rng, za, a_dtype, a_shape, 12),
+                                    "b": near(rng, zb, b_dtype, b_shape, 12)})
     rng = np.random.default_rng(0)
     a, b = near(rng, za, a_dtype, a_shape, 12), near(rng, zb, b_dtype, b_shape, 12)
     acc = np.matmul(a.astype(np.int64) - za, b.astype(np.int64) - zb)

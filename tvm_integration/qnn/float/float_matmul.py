@@ -38,7 +38,7 @@ def matmul_func(a_shape: tuple[int, ...], b_shape: tuple[int, ...], alpha: float
     ``alpha`` (onnxruntime's FusedMatMul): the first block's sum times alpha, each later one added as
     fma(sum, alpha, C); ``trans_a``: ``a`` is the transpose FusedMatMul's transA reads (its blocks);
     ``stride``: K's block when given (a B that onnxruntime packs: neon_float.py), else stride_k's.
-    Parallel over batch and row tiles; each tile 4 rows by up to 64 columns held in registers across
+    Parallel over batch and row tiles; each tile (``_register_tile_shape``) held in registers across
     k; more than 32 columns not in whole vectors (ViT's 196 keys) over B padded with zero columns to
     32-lane tiles (in scalars: 9x slower), each tile writing its first n columns (of one K block;
     else a second pass cuts them: ViT's Q.K^T took 30% longer)."""
@@ -76,8 +76,7 @@ def matmul_func(a_shape: tuple[int, ...], b_shape: tuple[int, ...], alpha: float
     if wide != n:
         partial = te.compute((*batch, m, n), partial, name="cut")          # its first n columns
     sch = s_tir.Schedule(te.create_prim_func([a, b, partial]))
-    width = next((w for w in (64, 32, 16) if wide % w == 0), None)
-    rows = next(r for r in (4, 2, 1) if m % r == 0)
+    rows, width = _register_tile_shape(m, wide)
     for name in ("padded", "cut")[:1 + (len(blocks) > 1)] if wide != n else ():
         sch.parallel(sch.fuse(*sch.get_loops(sch.get_sblock(name))[:-1]))
     _schedule_blocks(sch, blocks, rows, width)
@@ -108,11 +107,18 @@ def _schedule_blocks(sch, blocks, rows: int, width: int | None) -> None:
             sch.vectorize(last)
 
 
-def _register_columns() -> int:
-    """The columns of a 4-row register tile whose accumulators fit the target's vector registers: four
-    zmm of 16 on AVX-512 (16 of 32 registers), two ymm of 8 on AVX2 (8 of 16; 64 columns spilled
-    there: an S8S8 ResNet-18's float convs took 60 of its 80 ms on the Zen 3 host)."""
-    return 64 if "avx512f" in host.x86_features(host.model()) else 16
+def _register_tile_shape(m: int, wide: int) -> tuple[int, int | None]:
+    """(rows, columns) of the register tile: 4, 2 or 1 rows (what divides ``m``), then the widest of
+    64, 32 and 16 columns dividing ``wide`` whose accumulators fit half the vector registers (256 floats,
+    16 zmm, on AVX-512; 64, 8 ymm, on AVX2), else the narrowest that divides. On the Zen 3 host (CPU
+    time, BERT's and ViT's attention matmuls and a [128, 768] x [768, 768] one) every shape ran fastest
+    at 64 floats (4x16, 2x32, 1x64: 0.39-0.47 ms at 128 tokens), 4x64 took 2.2-2.5x as long (spilled),
+    and the 197-token rows, one row per tile, 1x64 0.80x 1x32's time; an S8S8 ResNet-18's float
+    convs took 60 of its 80 ms in 4x64 tiles."""
+    budget = 256 if "avx512f" in host.x86_features(host.model()) else 64
+    rows = next(r for r in (4, 2, 1) if m % r == 0)
+    fits = [w for w in (64, 32, 16) if wide % w == 0]
+    return rows, next((w for w in fits if rows * w <= budget), fits[-1] if fits else None)
 
 
 def _register_tile(sch, block, rows: int, width: int | None) -> None:
@@ -172,8 +178,7 @@ def conv2d_func(x_shape: tuple[int, ...], w_shape: tuple[int, ...], strides, pad
     *outer, last = sch.get_loops(sch.get_sblock("col"))
     sch.parallel(sch.fuse(*outer))
     sch.vectorize(last)
-    width = next(v for v in (_register_columns(), 32, 16) if wide % v == 0)
-    rows = next(r for r in (4, 2, 1) if m % r == 0)
+    rows, width = _register_tile_shape(m, wide)
     _schedule_blocks(sch, blocks, rows, width)
     sch.parallel(sch.fuse(*sch.get_loops(sch.get_sblock("out"))[:2]))
     return sch.mod["main"]
