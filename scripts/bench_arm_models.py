@@ -35,7 +35,7 @@ from tvm_integration.bench import core_models, mca, provenance  # noqa: E402
 from tvm_integration.bench.arm_models import bench_arm_model  # noqa: E402
 from tvm_integration.bench.int8_models import write_pair  # noqa: E402
 from tvm_integration.bench.lowbit_models import resnet_lowbit  # noqa: E402
-from tvm_integration.ops import cross  # noqa: E402
+from tvm_integration.qemu import cross  # noqa: E402
 
 LOWBIT = {"resnet18_w1a1": (1, 1), "resnet18_w2a2": (2, 2)}      # name: (abits, wbits)
 MODELS = ("resnet18", "mobilenet_v2", "mobilenet_v3", *LOWBIT)

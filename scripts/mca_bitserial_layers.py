@@ -22,7 +22,7 @@ import numpy as np
 from tvm_integration.bench import mca, provenance
 from tvm_integration.bench.bitserial_layers import mca_bitserial_layer, parse_config
 from tvm_integration.bench.layers import LAYERS
-from tvm_integration.ops import cross
+from tvm_integration.qemu import cross
 
 CORES = ("cortex-a53", "cortex-a72")
 

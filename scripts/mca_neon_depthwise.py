@@ -24,10 +24,11 @@ from synth.files import write_atomically  # noqa: E402
 from tvm_integration.bench import mca, provenance  # noqa: E402
 from tvm_integration.bench.neon_int8_layers import costed  # noqa: E402
 from tvm_integration.kernels import neon_int8  # noqa: E402
-from tvm_integration.ops import cross, depthwise  # noqa: E402
+from tvm_integration.ops import depthwise  # noqa: E402
 from tvm_integration.ops.neon_int8 import NEON_DEPTHWISE_TILES  # noqa: E402
 from tvm_integration.ops.operator import Built  # noqa: E402
 from tvm_integration.ops.output_stage import OutputStage, ScaleRequantize  # noqa: E402
+from tvm_integration.qemu import cross  # noqa: E402
 
 # (H, W, C, stride) of MobileNetV2's 3x3 depthwise layers (224x224 input), and how many it has
 LAYERS = [((112, 112, 32), 1, 1), ((112, 112, 96), 2, 1), ((56, 56, 144), 1, 1), ((56, 56, 144), 2, 1),

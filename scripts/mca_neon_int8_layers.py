@@ -19,7 +19,7 @@ import numpy as np
 
 from tvm_integration.bench import mca, provenance
 from tvm_integration.bench.neon_int8_layers import NEON_LAYERS, mca_layer
-from tvm_integration.ops import cross
+from tvm_integration.qemu import cross
 
 CORES = ("cortex-a53", "cortex-a72")
 

@@ -81,7 +81,7 @@ class HostRuns:
     @functools.cached_property
     def qemu(self) -> str | None:
         """None when AArch64 operators build and run here under qemu-aarch64, else the missing tool."""
-        from tvm_integration.ops import cross
+        from tvm_integration.qemu import cross
         return (why := cross.missing_tools()) and f"AArch64 operators run under qemu: {why}"
 
 
@@ -101,9 +101,9 @@ def host_runs() -> HostRuns:
 
 @pytest.fixture(scope="module")
 def lib_dir():
-    """TVM's AArch64 runtime libraries for models run under qemu (ops/cross_model.py), fetched once: a
+    """TVM's AArch64 runtime libraries for models run under qemu (qemu/cross_model.py), fetched once: a
     host without qemu or the cross gcc skips, a failed fetch fails."""
-    from tvm_integration.ops import cross_model
+    from tvm_integration.qemu import cross_model
     if (why := cross_model.missing_tools()) is not None:
         pytest.skip(f"cannot run AArch64 programs here: {why}")
     return cross_model.runtime()

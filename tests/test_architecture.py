@@ -263,3 +263,12 @@ def test_the_qnn_check_sees_an_import_against_the_order(tmp_path):
     assert qnn_order_violations(modules) == [
         f"{QNN}.prim.a:1 (prim) imports {QNN}.float.float_ops (float)",
         f"{QNN}.onnx.b:2 (onnx) imports {QNN}.tflite.importer.read (tflite)"]
+
+
+def test_pyproject_lists_every_package():
+    """A package missing from pyproject.toml's explicit list is missing from a (non-editable) install."""
+    import tomllib
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {".".join(init.parent.relative_to(ROOT).parts)
+             for package in ORDER for init in (ROOT / package).rglob("__init__.py")}
+    assert listed == found

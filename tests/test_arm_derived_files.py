@@ -1,5 +1,5 @@
 """The files the Arm path derives and runs are checked before each use (issue 46): TVM's AArch64 runtime
-and the driver linked against it (ops/wheels.py, ops/cross_model.py), the AArch64 models ``run --target
+and the driver linked against it (qemu/wheels.py, qemu/cross_model.py), the AArch64 models ``run --target
 neon`` keeps (qnn/runtime/artifacts.py), the qemu plugin and guest root (bench/qemu_blocks.py). Each case runs in
 a scratch cache (``XDG_CACHE_HOME``, ``QSYNTH_MODEL_CACHE``), the wheels from pip's own cache, and checks
 the outputs against onnxruntime's exact mode."""
@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tvm_integration.ops import cross, cross_model
+from tvm_integration.qemu import cross, cross_model
 
 MISSING = cross_model.missing_tools()
 pytestmark = [pytest.mark.qemu,

@@ -17,7 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from tvm_integration.bench import mca
 from tvm_integration.bench.models import reference_session
-from tvm_integration.ops import cross_model
+from tvm_integration.qemu import cross_model
 from tvm_integration.qnn.runtime import arm_reference
 
 MISSING = cross_model.missing_tools() or mca.missing_tools()

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tvm_integration.bench import mca, qemu_blocks
-from tvm_integration.ops import cross, cross_model
+from tvm_integration.qemu import cross, cross_model
 from tvm_integration.qnn.runtime import arm_reference
 
 MISSING = cross_model.missing_tools() or mca.missing_tools()
@@ -38,7 +38,7 @@ def ort_dir():
     """onnxruntime's AArch64 library, fetched once: a host without qemu or the cross gcc skips, a failed
     fetch fails."""
     from tvm_integration.bench import ort_aarch64
-    from tvm_integration.ops import cross_model
+    from tvm_integration.qemu import cross_model
     if (why := cross_model.missing_tools()) is not None:
         pytest.skip(f"cannot run AArch64 programs here: {why}")
     return ort_aarch64.runtime()

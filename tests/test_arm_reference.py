@@ -9,7 +9,7 @@ import numpy as np
 import onnx
 import pytest
 
-from tvm_integration.ops import cross_model
+from tvm_integration.qemu import cross_model
 from tvm_integration.qnn.runtime import arm_reference
 
 INTEGER = {"dense", "add", "batch_matmul", "quantize", "dequantize", "mul", "lookup"}

@@ -1,4 +1,4 @@
-"""Whole Relax models compiled for AArch64 (tvm_integration/ops/cross_model.py): exported as one shared
+"""Whole Relax models compiled for AArch64 (tvm_integration/qemu/cross_model.py): exported as one shared
 library with the cross gcc and run under qemu-aarch64 by TVM's own AArch64 runtime (the registry's
 aarch64 wheels) through model_driver.c, no Python on the Arm side; marked ``qemu``. Models built with
 onnx.helper and imported by TVM's ONNX frontend: constants inside the library, several inputs,
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from tvm_integration.ops import cross_model
+from tvm_integration.qemu import cross_model
 
 MISSING = cross_model.missing_tools()
 pytestmark = [pytest.mark.qemu, pytest.mark.skipif(MISSING is not None, reason=f"AArch64 models run under qemu: {MISSING}")]
@@ -87,8 +87,9 @@ def test_neon_int8_operator_inside_a_relax_model(tmp_path, lib_dir):
     what the operator gives alone."""
     import subprocess
     from tvm import relax
-    from tvm_integration.ops import cross, neon_int8
+    from tvm_integration.ops import neon_int8
     from tvm_integration.ops.output_stage import OutputStage, ResidualAdd, ScaleRequantize
+    from tvm_integration.qemu import cross
     rng = np.random.default_rng(2)
     x = rng.integers(0, 256, (1, 9, 9, 16)).astype(np.uint8)
     shortcut = rng.integers(0, 256, (1, 9, 9, 12)).astype(np.uint8)

@@ -14,7 +14,7 @@ from conftest import HOST_RUNS, skip_if
 from isa_specs import host
 from tvm_integration.bench import int8_models
 from tvm_integration.kernels.selection import aarch64_target
-from tvm_integration.ops import cross
+from tvm_integration.qemu import cross
 from tvm_integration.qnn.onnx.importer import load
 from tvm_integration.qnn.prim import schedules, table_lookup
 from tvm_integration.qnn.runtime.model import lower

@@ -19,7 +19,7 @@ import pytest
 
 from helpers_lowbit import conv, dense, float_dense, make, reference
 from tvm_integration.bench.lowbit_models import resnet_lowbit
-from tvm_integration.ops import cross, cross_model
+from tvm_integration.qemu import cross, cross_model
 
 MISSING = cross_model.missing_tools()
 pytestmark = [pytest.mark.qemu,

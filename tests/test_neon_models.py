@@ -1,6 +1,6 @@
 """Whole quantized models for AArch64 (issue 34 step 2): ``compile_model(..., target="neon", mcpu=...)``
 puts every integer conv2d and dense on the NEON int8 operators (ops/neon_int8.py), exports the library
-with the cross gcc and runs it under qemu-aarch64 with TVM's AArch64 runtime (ops/cross_model.py):
+with the cross gcc and runs it under qemu-aarch64 with TVM's AArch64 runtime (qemu/cross_model.py):
 bit-exact with onnxruntime, on a v8.0 core (Cortex-A53, A72: onnxruntime's symmetric weights, all in
 [-127, 127], on the smull/smlal2/sadalp acc tile) and a dotprod core (Cortex-A76: sdot), MobileNetV2's
 depthwise layers on the core's vectorized TIR. ``qsynth compile/run --target neon --mcpu``, and its bad
@@ -10,7 +10,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from tvm_integration.ops import cross, cross_model
+from tvm_integration.qemu import cross, cross_model
 
 MISSING = cross_model.missing_tools()
 pytestmark = [pytest.mark.qemu,

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from conftest import HOST_RUNS, skip_if
-from tvm_integration.ops import cross
+from tvm_integration.qemu import cross
 
 pytestmark = [pytest.mark.qemu, skip_if(HOST_RUNS.qemu)]
 

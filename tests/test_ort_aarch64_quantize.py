@@ -19,7 +19,7 @@ from onnx import TensorProto, helper
 
 from tvm_integration.bench import mca
 from tvm_integration.bench.models import reference_session
-from tvm_integration.ops import cross_model
+from tvm_integration.qemu import cross_model
 
 MISSING = cross_model.missing_tools() or mca.missing_tools()
 pytestmark = [pytest.mark.qemu,

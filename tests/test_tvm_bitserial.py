@@ -4,7 +4,7 @@ references computed from the unpacked integer values.
 
 An operator case runs where its ISA does: AVX-512 and AVX2 on an x86 host with the CPU feature (AVX2
 operators are built for x86-64-v3, no AVX-512 anywhere in them), NEON compiled for AArch64 and run
-under qemu-aarch64 (tvm_integration/ops/cross.py; marked ``qemu``), ``host`` on the host's first ISA.
+under qemu-aarch64 (tvm_integration/qemu/cross.py; marked ``qemu``), ``host`` on the host's first ISA.
 The NEON tiles add in 16-bit lanes, so a long K runs in chunks (the acc tiles' in the operator, the
 lanes tiles' inside their _gemm): the largest values of a configuration make a dot product past 16
 bits, which only the chunks get right; the dense and conv2d cases set them."""
@@ -23,11 +23,11 @@ from tvm_integration.bench import mca
 from tvm_integration.kernels.bitpack import Packing
 from tvm_integration.kernels.bitserial import gemm_kernels, word_kernels
 from tvm_integration.kernels.selection import bitserial_kernel
-from tvm_integration.ops import cross
 from tvm_integration.ops.bitserial_conv2d import bitserial_conv2d
 from tvm_integration.ops.bitserial_dense import bitserial_dense, build_bitserial_dense
 from tvm_integration.ops.bitserial_gemm import Config, chunks, tile_for
 from tvm_integration.ops.output_stage import OutputStage, ScaleRequantize
+from tvm_integration.qemu import cross
 
 CPU_FEATURE = {"avx512": "avx512vpopcntdq", "avx2": "avx2"}
 

@@ -1,6 +1,6 @@
 """NEON int8 operators (issue 34 step 1): conv2d (NHWC: 1x1, 3x3, the 7x7 stride-2 stem, stride 1 and 2,
 padding with a zero point, depthwise) and dense on the cache's proved NEON int8 tiles, built for
-AArch64 and run under qemu-aarch64 (tvm_integration/ops/cross.py; marked ``qemu``), bit-exact against
+AArch64 and run under qemu-aarch64 (tvm_integration/qemu/cross.py; marked ``qemu``), bit-exact against
 numpy with the output stage fused: every tile family (v8.0 umull/uadalp acc tile, its smull/smlal2/
 sadalp form for weights in [-127, 127], dotprod sdot, i8mm sudot), u8 inputs of 128 and more, s8
 inputs, tile remainders in rows, columns and K, and requantize ties (a scale 2^-j, accumulators at

@@ -10,7 +10,7 @@
 
 ``run`` compiles once and keeps the library in a private, checked cache (``~/.cache/qsynth/models``,
 ``tvm_integration.qnn.runtime.artifacts``), so the next run loads it; ``--target neon`` keeps its AArch64
-library there too (keyed by the core as well) and runs it under qemu-aarch64 (ops/cross_model.py).
+library there too (keyed by the core as well) and runs it under qemu-aarch64 (qemu/cross_model.py).
 A model the pipeline refuses is a ``ModelError``, one line and exit 1 (qsynth/cli.py); bad input (an
 unreadable or non-finite ``.npy``, an output that would overwrite the model or an input, or is a
 directory) is a ``UsageError``, one line and exit 2. No output file is written unless the whole
@@ -127,7 +127,7 @@ def _arm(target: str, mcpu: str | None) -> None:
     cross gcc, qemu-aarch64 and TVM's AArch64 runtime (compile too: it asks that runtime whether it
     defines every function the library calls): each refused in one line, up front (a bad option:
     UsageError; a tool this host lacks: WorkFailed)."""
-    from tvm_integration.ops import cross_model
+    from tvm_integration.qemu import cross_model
     if not _core(target, mcpu):
         return
     if (why := cross_model.missing_tools()) is not None:

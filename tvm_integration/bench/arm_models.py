@@ -28,7 +28,7 @@ from tvm_integration.bench import inputs as model_inputs
 from tvm_integration.bench import mca, ort_aarch64, qemu_blocks
 from tvm_integration.bench.models import Refused, random_inputs, reference_session, tvm_own_import
 from tvm_integration.bench.neon_int8_layers import is_multiply
-from tvm_integration.ops import cross_model
+from tvm_integration.qemu import cross_model
 from tvm_integration.qnn.runtime import arm_reference
 
 

@@ -4,8 +4,8 @@ costed like qsynth's (bench/arm_models.py), by the same qemu block counts and ll
 ``runtime()`` fetches ``libonnxruntime.so`` from the registry's aarch64 wheel of the onnxruntime version
 this host runs (``pip download --platform manylinux_2_28_aarch64``; its MLAS kernels are inside it) once
 into the private folder ``$XDG_CACHE_HOME/qsynth/aarch64-onnxruntime<version>/``, and ``driver`` links
-ops/ort_driver.c against it with the cross gcc (onnxruntime's C API: this host has no AArch64 C++
-compiler); both are checked before every use (ops/wheels.py). ``run`` runs the driver: a warm-up inference, then the
+qemu/ort_driver.c against it with the cross gcc (onnxruntime's C API: this host has no AArch64 C++
+compiler); both are checked before every use (qemu/wheels.py). ``run`` runs the driver: a warm-up inference, then the
 measured one between the driver's marks, its blocks counted (bench/qemu_blocks.py).
 """
 from __future__ import annotations
@@ -19,15 +19,15 @@ import numpy as np
 
 from isa_specs import derived_files
 from tvm_integration.bench import mca, qemu_blocks
-from tvm_integration.ops import cross, cross_model, wheels
+from tvm_integration.qemu import cross, cross_model, wheels
 
-DRIVER = Path(__file__).parent.parent / "ops" / "ort_driver.c"
+DRIVER = Path(__file__).parent.parent / "qemu" / "ort_driver.c"
 LIBRARY = "libonnxruntime.so.1"             # its soname, what the driver is linked against
 
 
 def runtime() -> Path:
     """The private folder holding onnxruntime's AArch64 library, checked against its digest, fetched from
-    the registry when missing or damaged (ops/wheels.py); RuntimeError when it cannot be."""
+    the registry when missing or damaged (qemu/wheels.py); RuntimeError when it cannot be."""
     version = importlib.metadata.version("onnxruntime")
     folder = derived_files.cache_folder(f"aarch64-onnxruntime{version}")
     wheels.library(folder, "onnxruntime", version, lambda name: Path(name).name == f"libonnxruntime.so.{version}",

@@ -4,7 +4,7 @@
 mca.profile logs every block with ``-d exec,nochain``, a line per run: fine for one operator, too slow
 and too large for a whole model (hundreds of millions of runs). Here a small qemu plugin
 (block_counter.c, built once with the host's cc) counts each block inline, and counts only the blocks
-run between the two marks the driver executes around the inference it measures (ops/measure.h), after
+run between the two marks the driver executes around the inference it measures (qemu/measure.h), after
 a warm-up run; the driver writes its code mappings (/proc/self/maps, the guest's under qemu), so every
 block is attributed to its library: the compiled model, TVM's runtime, onnxruntime, libc, ...
 
@@ -26,7 +26,7 @@ from pathlib import Path
 from isa_specs import derived_files
 from synth.files import write_atomically
 from tvm_integration.bench import mca
-from tvm_integration.ops import cross_model
+from tvm_integration.qemu import cross_model
 
 PLUGIN = Path(__file__).with_name("block_counter.c")
 # qemu-aarch64's -cpu models, as LLVM names the core: (MIDR part number, /proc/cpuinfo features)

@@ -29,7 +29,7 @@ from synth.spec import BitserialSpec
 
 log = logging.getLogger(__name__)
 WORD = "uint64"
-CROSS = ("neon",)              # built for AArch64 and run under qemu (ops/cross.py), never "host"
+CROSS = ("neon",)              # built for AArch64 and run under qemu (qemu/cross.py), never "host"
 
 
 @dataclass(frozen=True)

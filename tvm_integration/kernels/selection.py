@@ -8,7 +8,7 @@ operator checks on its constant weights (``Kernel.admits``; weights of -128 are 
 the rest added apart, ``packing.raised``); on a host with AMX (and the tile data
 permission), an operator of reduction depth 64 bytes or more takes the AMX tile instead
 (``amx_pays``). Bitserial: ``isa="host"``
-takes AVX-512, else AVX2; NEON tiles are built for AArch64 and run under qemu (ops/cross.py), never
+takes AVX-512, else AVX2; NEON tiles are built for AArch64 and run under qemu (qemu/cross.py), never
 for "host". An explicit ISA builds for that ISA; running the operator then needs a host that has it.
 Which of an ISA's tile shapes an int8 operator takes per shape is tuning.py's choice among
 ``int8_candidates``.

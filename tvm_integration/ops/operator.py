@@ -23,7 +23,7 @@ class Built:
 
     def compile(self) -> "Operator":
         """Loaded for this host; for an AArch64 target, a cross.QemuOperator (run under qemu)."""
-        from tvm_integration.ops import cross
+        from tvm_integration.qemu import cross
         if cross.is_aarch64(self.target):
             return cross.QemuOperator(tvm.compile(self.mod, target=self.target), self.constants, self.out_shape,
                                       self.out_dtype, self.in_shape, self.in_dtype, self.result_shape)

@@ -28,8 +28,8 @@ from tvm import tirx
 from tvm.script import tirx as T
 from tvm.target import Target
 
-from tvm_integration.ops.cross import is_aarch64
 from tvm_integration.ops.output_stage import QUANT_RANGES
+from tvm_integration.qemu.cross import is_aarch64
 
 PIXELS = 16                 # pixels per vector: one 16-byte register of each channel's outputs
 CHANNELS = (2, 3, 4)        # the interleaved stores (st2, st3, st4)

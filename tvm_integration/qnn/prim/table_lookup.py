@@ -22,7 +22,7 @@ from tvm import tirx
 from tvm.script import tirx as T
 from tvm.target import Target, codegen
 
-from tvm_integration.ops.cross import is_aarch64
+from tvm_integration.qemu.cross import is_aarch64
 
 LANES = 64
 VPERMI2B = "llvm.x86.avx512.vpermi2var.qi.512"

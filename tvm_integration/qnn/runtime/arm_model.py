@@ -6,7 +6,7 @@ operators (qnn/lower/bitserial_layer.py), the rest scheduled for the core.
     outputs = model({"input": x})        # exported with the cross gcc, run under qemu-aarch64
     model.save("resnet_int8.so")         # an AArch64 library (+ .so.json), for TVM's aarch64 runtime
 
-The library is exported and run by ops/cross_model.py: TVM's own AArch64 runtime (the registry's
+The library is exported and run by qemu/cross_model.py: TVM's own AArch64 runtime (the registry's
 aarch64 wheels) drives the Relax VM under qemu, no Python on the Arm side. It is never loaded in this
 process, and not timed here: qemu's speed says nothing of the core's (``time`` and ``profile`` refuse).
 """
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tvm_integration.ops import cross_model
+from tvm_integration.qemu import cross_model
 from tvm_integration.qnn.runtime import arm_reference
 from tvm_integration.qnn.runtime.model import CompiledModel
 from tvm_integration.qnn.semantics.errors import ModelError

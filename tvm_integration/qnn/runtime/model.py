@@ -97,7 +97,7 @@ def compile_model(path: str | Path, target: str = "host", threads: int | None = 
     build_target = bind.model_target(target, mcpu)
     executable = tvm.compile(mod, target=tvm.target.Target(build_target))
     if target == "neon":
-        from tvm_integration.ops import cross_model
+        from tvm_integration.qemu import cross_model
         from tvm_integration.qnn.runtime.arm_model import ArmModel
         if missing := cross_model.missing_functions(executable):
             raise ModelError(f"TVM's AArch64 runtime has no {', '.join(missing)}, which this model needs (TVM "

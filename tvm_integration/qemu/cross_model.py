@@ -35,7 +35,7 @@ import numpy as np
 
 from isa_specs import derived_files
 from tvm_integration.kernels.selection import aarch64_target
-from tvm_integration.ops import cross, wheels
+from tvm_integration.qemu import cross, wheels
 
 SYSROOT = Path("/usr/aarch64-linux-gnu")
 DRIVER = Path(__file__).with_name("model_driver.c")
@@ -137,7 +137,7 @@ class CrossModel:
     def __call__(self, *inputs: np.ndarray, qemu_options: tuple[str, ...] = (),
                  measure: bool = False) -> list[np.ndarray]:
         """The outputs on ``inputs``; ``measure``: after a warm-up run, once more between the driver's
-        marks (ops/measure.h), for a block-counting ``qemu_options``."""
+        marks (qemu/measure.h), for a block-counting ``qemu_options``."""
         paths = []
         for i, x in enumerate(inputs):
             paths.append(self._dir / f"input{i}.npy")

@@ -1,6 +1,6 @@
 /* Runs a whole compiled Relax model (a VM executable exported as an AArch64 shared library) under
  * qemu-aarch64, with TVM's own C++ runtime for AArch64 (libtvm_runtime.so and libtvm_ffi.so from the
- * aarch64 wheels) and no Python: tvm_integration/ops/cross_model.py builds and runs it.
+ * aarch64 wheels) and no Python: tvm_integration/qemu/cross_model.py builds and runs it.
  *
  *   model_driver [--measure] LIBRARY OUT_PREFIX [IN.npy ...]
  *   model_driver --missing NAME ...

@@ -1,5 +1,5 @@
 /* Runs one TVM-compiled AArch64 function (its packed entry __tvm_ffi_main) without a TVM runtime, for
- * qemu-aarch64 (tvm_integration/ops/cross.py builds it, statically linked with the operator's object).
+ * qemu-aarch64 (tvm_integration/qemu/cross.py builds it, statically linked with the operator's object).
  *
  *   driver ARG...      each ARG is "code:bits:d0,d1,...:path": the tensor's DLDataType code and bits,
  *                      its shape (empty: a 0-d tensor), and a file holding its bytes in C order,
