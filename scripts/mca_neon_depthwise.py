@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """MobileNetV2's depthwise layers on the NEON depthwise conv2d (ops/depthwise.py built for AArch64 by
-ops/neon_int8.py), costed with llvm-mca on Arm core models: the int32 form (4-lane smlal per tap) next
+ops/neon_gemm.py), costed with llvm-mca on Arm core models: the int32 form (4-lane smlal per tap) next
 to the tap pairs (two taps' s8 products summed in int16, smull + smlal + saddw, with the pad pass at
 stride 1 and the speculative window read at stride 2), both on the same symmetric weights (in [-127,
 127], onnxruntime's), each run once under qemu-aarch64, checked against numpy, every block that ran
@@ -25,7 +25,7 @@ from tvm_integration.bench import mca, provenance  # noqa: E402
 from tvm_integration.bench.neon_int8_layers import costed  # noqa: E402
 from tvm_integration.kernels import neon_int8  # noqa: E402
 from tvm_integration.ops import depthwise  # noqa: E402
-from tvm_integration.ops.neon_int8 import NEON_DEPTHWISE_TILES  # noqa: E402
+from tvm_integration.ops.neon_gemm import NEON_DEPTHWISE_TILES  # noqa: E402
 from tvm_integration.ops.operator import Built  # noqa: E402
 from tvm_integration.ops.output_stage import OutputStage, ScaleRequantize  # noqa: E402
 from tvm_integration.qemu import cross  # noqa: E402
@@ -39,7 +39,7 @@ ZERO_POINT, PAD_VALUE = 120, 3
 
 def layer(hwc, stride: int):
     """(x, w, stage, the numpy reference output) of one layer: random, fixed seed, u8 data padded with
-    PAD_VALUE, a per-channel float requantize to u8 (in AArch64's form, as ops/neon_int8.py builds it)."""
+    PAD_VALUE, a per-channel float requantize to u8 (in AArch64's form, as ops/neon_gemm.py builds it)."""
     rng = np.random.default_rng(2)
     (h, w_, c) = hwc
     x = rng.integers(0, 256, (1, h, w_, c)).astype(np.uint8)

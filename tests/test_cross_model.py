@@ -81,13 +81,13 @@ def test_wrong_input_is_one_clear_error(tmp_path, lib_dir):
 
 
 def test_neon_int8_operator_inside_a_relax_model(tmp_path, lib_dir):
-    """The NEON int8 conv (ops/neon_int8.py, the v8 umull/uadalp tile, its residual add fused) called from
+    """The NEON int8 conv (ops/neon_gemm.py, the v8 umull/uadalp tile, its residual add fused) called from
     a Relax function as the QNN pipeline calls its operators (call_tir, packed weights and output-stage
     parameters as constants), the shortcut a second model input: the whole library under qemu gives
     what the operator gives alone."""
     import subprocess
     from tvm import relax
-    from tvm_integration.ops import neon_int8
+    from tvm_integration.ops import neon_gemm
     from tvm_integration.ops.output_stage import OutputStage, ResidualAdd, ScaleRequantize
     from tvm_integration.qemu import cross
     rng = np.random.default_rng(2)
@@ -97,7 +97,7 @@ def test_neon_int8_operator_inside_a_relax_model(tmp_path, lib_dir):
     stage = OutputStage(bias=rng.integers(-5000, 5000, 12).astype(np.int32),
                         requantize=ScaleRequantize(np.float32(1 / 512), 128, "uint8"),
                         residual=ResidualAdd(0.5, 0.75, np.float32(1.5), "uint8", (0, 255), 0, "uint8"))
-    built = neon_int8.build_conv2d(w, x.shape, 1, 1, stage=stage, family="v8")
+    built = neon_gemm.build_conv2d(w, x.shape, 1, 1, stage=stage, family="v8")
     bb = relax.BlockBuilder()
     xv = relax.Var("x", relax.TensorType(x.shape, "uint8"))
     rv = relax.Var("shortcut", relax.TensorType(built.out_shape, "uint8"))

@@ -1,5 +1,5 @@
 """Whole quantized models for AArch64 (issue 34 step 2): ``compile_model(..., target="neon", mcpu=...)``
-puts every integer conv2d and dense on the NEON int8 operators (ops/neon_int8.py), exports the library
+puts every integer conv2d and dense on the NEON int8 operators (ops/neon_gemm.py), exports the library
 with the cross gcc and runs it under qemu-aarch64 with TVM's AArch64 runtime (qemu/cross_model.py):
 bit-exact with onnxruntime, on a v8.0 core (Cortex-A53, A72: onnxruntime's symmetric weights, all in
 [-127, 127], on the smull/smlal2/sadalp acc tile) and a dotprod core (Cortex-A76: sdot), MobileNetV2's

@@ -14,7 +14,7 @@ import pytest
 from conftest import HOST_RUNS, skip_if
 from tvm_integration.kernels import neon_int8
 from tvm_integration.kernels.selection import SelectionError
-from tvm_integration.ops import neon_int8 as ops
+from tvm_integration.ops import neon_gemm as ops
 from tvm_integration.ops.output_stage import OutputStage, ResidualAdd, ScaleRequantize
 from tvm_integration.qnn.semantics.arithmetic import fma32
 

@@ -1,4 +1,4 @@
-"""ResNet-18's conv layers on the NEON int8 conv2d (ops/neon_int8.py), costed with llvm-mca on an Arm
+"""ResNet-18's conv layers on the NEON int8 conv2d (ops/neon_gemm.py), costed with llvm-mca on an Arm
 core model next to the plain-TIR schedule built for the same core (mca.py's method: run once under
 qemu, checked against numpy, every block that ran costed by llvm-mca times its runs).
 
@@ -16,7 +16,7 @@ import numpy as np
 from tvm_integration.bench import mca
 from tvm_integration.bench.layers import LAYERS
 from tvm_integration.kernels import neon_int8
-from tvm_integration.ops import neon_int8 as ops
+from tvm_integration.ops import neon_gemm as ops
 from tvm_integration.ops.output_stage import OutputStage, ScaleRequantize
 
 # name: (H=W, IC, OC, kernel, stride); padding kernel // 2

@@ -14,7 +14,7 @@ tiles, chosen by the layer's weights:
   NEON instructions per 128 MACs): both operands unsigned, so the weights enter as their codes
   ``w + 128`` (u8), and the K loop around the tile (``ACC_KLOOP``) computes ``C += A B + R``, R one
   int32 per row: the operator passes ``-128 * sum_k a``, each packed row summed once
-  (ops/neon_int8.py), not once per column tile;
+  (ops/neon_gemm.py), not once per column tile;
 * v8.0 with every weight in [-127, 127] (``v8s7``; onnxruntime's symmetric quantization):
   ``int8_s8s7_acc_4x4x16_neon``, MLAS's s8 x s8 form: smull and smlal2 add two products into each
   int16 lane (|a b + a' b'| <= 2 * 128 * 127 < 2^15, the tile's B precondition), sadalp widens pairs

@@ -4,7 +4,7 @@ contiguous axis (channels in NHWC, output columns in NCHW), parallel over output
 s8 products are ``vpmaddwd``s, and on a VNNI host each with its add one ``vpdpwssd`` (the target's
 ``fast-dpwssd``: isa_specs/host.py ``target_of``).
 
-``pairs`` (AArch64, NHWC, channels a multiple of 8, every weight in [-127, 127]; ops/neon_int8.py): the
+``pairs`` (AArch64, NHWC, channels a multiple of 8, every weight in [-127, 127]; ops/neon_gemm.py): the
 taps two at a time, each pair's two products summed in int16 and that sum added to the int32
 accumulator, as the s8 x s7 NEON tile does: ``smull``, ``smlal`` and ``saddw`` on 8 channels, half the
 widening multiplies of the int32 form (``smlal`` of 4 lanes). The data enters as s8 (u8 data shifted by

@@ -75,7 +75,7 @@ class OutputStage:
     when requantized); ``clamp``: (lo, hi) in the output's integer domain; ``residual``: a quantized
     add applied to the requantized result (the operator then reads a second tensor); ``aarch64``: a
     ScaleRequantize without a residual add in the form cheaper on AArch64 (``_saturated_result``, the
-    same result), set by the operators built for an Arm core (ops/neon_int8.py)."""
+    same result), set by the operators built for an Arm core (ops/neon_gemm.py)."""
     bias: np.ndarray | None = None
     requantize: ScaleRequantize | FixedPointRequantize | None = None
     relu: bool = False

@@ -24,7 +24,7 @@ from tvm import relax, tirx
 
 from tvm_integration.kernels import selection
 from tvm_integration.kernels import neon_int8 as neon_kernels
-from tvm_integration.ops import neon_int8 as neon_ops
+from tvm_integration.ops import neon_gemm as neon_ops
 from tvm_integration.ops.batch_matmul import Operand, build_batch_matmul
 from tvm_integration.ops.conv2d import build_conv2d
 from tvm_integration.ops.dense import build_dense
@@ -264,7 +264,7 @@ class Binder:
                             if scale else None,
                             clamp=tuple(p["clamp"]), residual=residual)
         x = op.inputs[0]
-        neon = self.isa == "neon"           # AArch64: ops/neon_int8.py for the core self.mcpu
+        neon = self.isa == "neon"           # AArch64: ops/neon_gemm.py for the core self.mcpu
         if op.kind == "dense":
             built = neon_ops.build_dense(weight, int(x.ty.shape[0]), str(x.ty.dtype), stage, mcpu=self.mcpu) if neon \
                 else build_dense(weight, int(x.ty.shape[0]), str(x.ty.dtype), stage, self.isa)

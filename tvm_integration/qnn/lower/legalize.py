@@ -16,7 +16,7 @@ of the two exact ones for the target (kernels/lowbit_choice.py: a 1-3-bit code i
 else they take the int8 path above, their ``lowbit`` parameter saying why. Widths of 5-7 bits are
 refused.
 
-``neon`` (AArch64, ops/neon_int8.py) takes the same s8 weights: its tiles' own operand offsets (u8
+``neon`` (AArch64, ops/neon_gemm.py) takes the same s8 weights: its tiles' own operand offsets (u8
 codes for umull/uadalp, -128 activations for sdot) are the operator's business; bind.py builds it for
 the core named by ``mcpu``.
 """

@@ -1,5 +1,5 @@
 """A model compiled for AArch64 (``compile_model(path, target="neon", mcpu=...)``): every integer conv2d
-and dense on the NEON int8 operators (ops/neon_int8.py), its low-bit layers on the NEON bitserial
+and dense on the NEON int8 operators (ops/neon_gemm.py), its low-bit layers on the NEON bitserial
 operators (qnn/lower/bitserial_layer.py), the rest scheduled for the core.
 
     model = compile_model("resnet_int8.onnx", target="neon", mcpu="cortex-a53")

@@ -113,7 +113,7 @@ def _operator(op: IntegerOp, target: str, mcpu: str | None = None) -> tuple[str,
 
 
 def _neon_int8(op: IntegerOp, mcpu: str | None) -> tuple[str, str]:
-    """The NEON int8 operator of a tensorized layer (ops/neon_int8.py): the core's tile, one per core."""
+    """The NEON int8 operator of a tensorized layer (ops/neon_gemm.py): the core's tile, one per core."""
     from tvm_integration.kernels import neon_int8
     core = mcpu or "a generic v8.0 core"
     if op.depthwise:
