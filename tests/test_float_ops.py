@@ -174,7 +174,7 @@ def test_whole_tensor_reduction(tmp_path, kind):
 
 def test_range_in_one_pass(tmp_path):
     """DynamicQuantizeLinear's range, the max and the min of one tensor, taken in one pass
-    (float_ops.range_func); each equal to onnxruntime's."""
+    (tensor_range.range_func); each equal to onnxruntime's."""
     shape = (1, 37, 70)
     x = np.random.default_rng(4).standard_normal(shape).astype(np.float32)
     nodes = [helper.make_node("ReduceMax", ["x"], ["high"], keepdims=0),

@@ -1,7 +1,7 @@
 """The float ops a quantized transformer keeps between DequantizeLinear and QuantizeLinear (or, after
 quantize_dynamic, between the integer matmuls): the matmul of two activations (float_matmul.py), Softmax, Erf/GELU,
 Tanh, LayerNormalization (layer_norm.py), ReduceMean and GlobalAveragePool (reduce_mean.py), and the
-whole-tensor min/max of DynamicQuantizeLinear. Each is computed as onnxruntime's x86 kernels compute
+whole-tensor min/max of DynamicQuantizeLinear (tensor_range.py). Each is computed as onnxruntime's x86 kernels compute
 it (bit-exact: tests/test_float_ops.py, test_float_onnxruntime_math.py), and all are
 scheduled here (TVM's legalized defaults run them serially: 75 of a 4-layer BERT's 95 ms).
 
@@ -15,6 +15,7 @@ import tvm
 from tvm import relax, s_tir, te, tirx, topi
 
 from tvm_integration.qnn.float import layer_norm, mlas_math, reduce_mean
+from tvm_integration.qnn.float.tensor_range import range_func, reduce_all_func
 from tvm_integration.qnn.float.float_calls import emit, float32, shape_of
 from tvm_integration.qnn.float.float_gemv import row_times_transposed_func
 from tvm_integration.qnn.float.float_matmul import LANES, PACKED_STRIDE_K, matmul_func
@@ -166,55 +167,6 @@ def fuse_gelu(func: relax.Function) -> relax.Function:
 
 def _float32_tensor(expr) -> bool:
     return isinstance(expr.ty, relax.TensorType) and str(expr.ty.dtype) == "float32"
-
-
-# -- whole-tensor max and min (DynamicQuantizeLinear's range) -----------------------------------------
-
-def reduce_all_func(shape: tuple[int, ...], kind: str) -> tirx.PrimFunc:
-    """The max or min of every element (exact in any order): LANES partial results over the
-    flattened tensor, then one over them."""
-    size = int(np.prod(shape))
-    x = te.placeholder(shape, "float32", "x")
-    flat = lambda index: x[tuple(reduce_mean.unravel(index, shape))]
-    reducer, start = (te.max, -np.inf) if kind == "max" else (te.min, np.inf)
-    chunks = (size + LANES - 1) // LANES
-    t = te.reduce_axis((0, chunks), "t")
-    lanes = te.compute((LANES,), lambda j: reducer(
-        tirx.Select(t * LANES + j < size, flat(tirx.min(t * LANES + j, size - 1)), mlas_math.f32(start)), axis=t),
-        name="lanes")
-    j = te.reduce_axis((0, LANES), "j")
-    y = te.compute((), lambda: reducer(lanes[j], axis=j), name="y")
-    sch = s_tir.Schedule(te.create_prim_func([x, y]))
-    block = sch.get_sblock("lanes")
-    lane, chunk = sch.get_loops(block)
-    sch.reorder(chunk, lane)
-    sch.vectorize(lane)
-    return sch.mod["main"]
-
-
-def range_func(shape: tuple[int, ...]) -> tirx.PrimFunc:
-    """The max and the min of every element in one pass (DynamicQuantizeLinear takes both of one
-    tensor): LANES partial maxima and minima over the flattened tensor, then one of each over them."""
-    size = int(np.prod(shape))
-    x = te.placeholder(shape, "float32", "x")
-    extremes = te.comm_reducer(lambda a, b: (tirx.max(a[0], b[0]), tirx.min(a[1], b[1])),
-                               lambda t0, t1: (mlas_math.f32(-np.inf), mlas_math.f32(np.inf)), name="extremes")
-    t = te.reduce_axis((0, (size + LANES - 1) // LANES), "t")
-
-    def lane(j):
-        inside = t * LANES + j < size
-        value = x[tuple(reduce_mean.unravel(tirx.min(t * LANES + j, size - 1), shape))]
-        return extremes((tirx.Select(inside, value, mlas_math.f32(-np.inf)),
-                         tirx.Select(inside, value, mlas_math.f32(np.inf))), axis=t)
-    top, bottom = te.compute((LANES,), lane, name="lanes")
-    j = te.reduce_axis((0, LANES), "j")
-    high = te.compute((), lambda: te.max(top[j], axis=j), name="high")
-    low = te.compute((), lambda: te.min(bottom[j], axis=j), name="low")
-    sch = s_tir.Schedule(te.create_prim_func([x, high, low]))
-    lane_loop, chunk = sch.get_loops(sch.get_sblock("lanes"))
-    sch.reorder(chunk, lane_loop)
-    sch.vectorize(lane_loop)
-    return sch.mod["main"]
 
 
 # -- the LegalizeOps override -------------------------------------------------------------------------
