@@ -32,12 +32,14 @@ def stride_k(k: int, n: int, trans_a: bool = False) -> int:
 
 
 def matmul_func(a_shape: tuple[int, ...], b_shape: tuple[int, ...], alpha: float | None = None,
-                trans_a: bool = False, stride: int | None = None) -> tirx.PrimFunc:
+                trans_a: bool = False, stride: int | None = None, bias: bool = False) -> tirx.PrimFunc:
     """``a @ b`` with numpy's broadcasting, as MLAS's sgemm sums: each output one FMA chain over k from
     0, a K longer than MLAS's block (stride_k) in blocks whose sums are added in order. With
     ``alpha`` (onnxruntime's FusedMatMul): the first block's sum times alpha, each later one added as
     fma(sum, alpha, C); ``trans_a``: ``a`` is the transpose FusedMatMul's transA reads (its blocks);
-    ``stride``: K's block when given (a B that onnxruntime packs: neon_float.py), else stride_k's.
+    ``stride``: K's block when given (a B that onnxruntime packs: neon_float.py), else stride_k's;
+    ``bias``: a third input ``c [n]``, onnxruntime's Gemm with C (MatMulAddFusion's MatMul + Add), which
+    copies C into the output first, so the first block's sum is added to C as the later ones are.
     Parallel over batch and row tiles; each tile (``_register_tile_shape``) held in registers across
     k; more than 32 columns not in whole vectors (ViT's 196 keys) over B padded with zero columns to
     32-lane tiles (in scalars: 9x slower), each tile writing its first n columns (of one K block;
@@ -68,19 +70,22 @@ def matmul_func(a_shape: tuple[int, ...], b_shape: tuple[int, ...], alpha: float
 
     blocks = _k_blocks(k, stride or stride_k(k, n, trans_a))
     partial = block_sum(*blocks[0])
+    c = te.placeholder((n,), "float32", "c") if bias else None
+    first = partial
     if alpha is not None:
-        first = partial
         partial = te.compute(first.shape, lambda *i: first(*i) * mlas_math.f32(alpha), name="sum0")
+    elif bias:
+        partial = te.compute(first.shape, lambda *i: c[tirx.min(i[-1], n - 1)] + first(*i), name="sum0")
     for start, size in blocks[1:]:
         partial = added(partial, block_sum(start, size), start)
     if wide != n:
         partial = te.compute((*batch, m, n), partial, name="cut")          # its first n columns
-    sch = s_tir.Schedule(te.create_prim_func([a, b, partial]))
+    sch = s_tir.Schedule(te.create_prim_func([a, b, *([c] if bias else []), partial]))
     rows, width = _register_tile_shape(m, wide)
     for name in ("padded", "cut")[:1 + (len(blocks) > 1)] if wide != n else ():
         sch.parallel(sch.fuse(*sch.get_loops(sch.get_sblock(name))[:-1]))
     _schedule_blocks(sch, blocks, rows, width)
-    if alpha is not None:       # the product by alpha as the tile leaves its registers, not another pass
+    if alpha is not None or bias:    # the product by alpha, the add to C, as the tile leaves its registers
         sch.reverse_compute_inline(sch.get_sblock("sum0"))
     if wide != n and len(blocks) == 1:      # each tile writes its first n columns, no second pass
         sch.reverse_compute_inline(sch.get_sblock("cut"))

@@ -10,6 +10,8 @@ scheduled here (TVM's legalized defaults run them serially: 75 of a 4-layer BERT
 """
 from __future__ import annotations
 
+import collections
+
 import numpy as np
 import tvm
 from tvm import relax, s_tir, te, tirx, topi
@@ -254,6 +256,7 @@ class _Fusions(relax.PyExprMutator):
 
     - ``matmul(a, b)`` divided or multiplied by a scalar constant (MatMulScaleFusion): FusedMatMul,
       the scale its alpha (1 / c in float for a divisor).
+    - ``matmul(a, b) + c``, b 2-D, c a constant [n] (MatMulAddFusion): Gemm, its K blocks summed onto C.
     - ``layer_norm(a + b)`` over the last axis, a and b float32 of one 3-D shape, one of them ``c + bias``
       (a constant [n]) or not (SkipLayerNormFusion's three forms): SkipLayerNormalization, the bias
       its last input.
@@ -274,6 +277,7 @@ class _Fusions(relax.PyExprMutator):
         super().__init__(mod)
         self.bare_matmuls, self.fused = bare_matmuls, fused
         self.ranged, self.ranges = _ranged(mod["main"]), {}
+        self.readers = _readers(mod["main"])
 
     def visit_call_(self, call):
         source, call = call, super().visit_call_(call)
@@ -290,6 +294,7 @@ class _Fusions(relax.PyExprMutator):
             fused = self._scaled_matmul(call)
         elif call.op == tvm.ir.Op.get("relax.add"):
             fused = self._dequantized(call)
+            fused = self._gemm(source, call) if fused is None else fused
         elif call.op == tvm.ir.Op.get("relax.nn.gelu"):
             fused = self._dequantized_gelu(call)
         return call if fused is None else fused
@@ -308,7 +313,7 @@ class _Fusions(relax.PyExprMutator):
         for index in (0, 1):          # its first form, then its second: the bias Add an operand of this one
             inner = self._bound(add.args[index], "relax.add")
             if inner is not None and shape_of(inner.args[0]) == shape and shape_of(inner.args[1]) == shape[-1:] and \
-                    constant(inner.args[1]) is not None and float32(inner) and not self._gemm(inner.args[0]):
+                    constant(inner.args[1]) is not None and float32(inner):
                 operands[index], bias = inner.args[0], [inner.args[1]]
                 break
         for index in (0, 1):          # an operand still to dequantize: in the same pass
@@ -337,11 +342,21 @@ class _Fusions(relax.PyExprMutator):
         return emit(self.builder_, dequantized_func(shape, then=gelu, fused=self.fused), "qsynth_dequantized_gelu",
                     chain, shape)
 
-    def _gemm(self, expr) -> bool:
-        """``expr`` a float matmul by a 2-D operand, whose bias Add onnxruntime 1.32's MatMulAddFusion
-        takes into a Gemm before SkipLayerNormFusion runs (attention's output projection too)."""
-        matmul = self._bound(expr, "relax.matmul")
-        return matmul is not None and len(shape_of(matmul.args[1]) or ()) == 2 and float32(matmul)
+    def _gemm(self, source, call):
+        """``matmul(a, b) + c``, b 2-D, c a constant [n], the matmul read by the add alone: onnxruntime's
+        MatMulAddFusion makes it a Gemm with C (before SkipLayerNormFusion could take c), which sums onto
+        C (matmul_func's ``bias``); B packed as _matmul's: a constant, not a DequantizeLinear's output."""
+        for index in (0, 1):
+            matmul, c = self._bound(call.args[index], "relax.matmul"), call.args[1 - index]
+            a, b = (None, None) if matmul is None else (shape_of(x) for x in matmul.args)
+            if a is None or b is None or len(a) < 2 or len(b) != 2 or constant(c) is None or \
+                    shape_of(c) != b[-1:] or not float32(matmul) or not float32(call) or \
+                    self.readers[source.args[index]] != 1:
+                continue
+            stride = PACKED_STRIDE_K if constant(matmul.args[1]) is not None else None
+            return emit(self.builder_, matmul_func(a, b, stride=stride, bias=True), "qsynth_float_gemm",
+                        [*matmul.args, c], shape_of(call))
+        return None
 
     def _dequantized(self, call):
         multiply = self._bound(call.args[0], "relax.multiply")
@@ -407,6 +422,15 @@ class _Fusions(relax.PyExprMutator):
             return None
         out = (*np.broadcast_shapes(a[:-2], b[:-2]), a[-2], b[-1])
         return emit(self.builder_, matmul_func(a, b, trans_a=True), "qsynth_float_matmul", call.args, out)
+
+
+def _readers(func: relax.Function) -> collections.Counter:
+    """How many bindings of ``func`` (and its output) read each variable."""
+    counts = collections.Counter(relax.analysis.used_vars(func.body.body))
+    for block in func.body.blocks:
+        for binding in block.bindings:
+            counts.update(relax.analysis.used_vars(binding.value))
+    return counts
 
 
 def _ranged(func: relax.Function) -> set:

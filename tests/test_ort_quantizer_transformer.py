@@ -1,0 +1,72 @@
+"""NNCF's transformer patterns (issue 49: ``nncf.quantize(..., model_type=TRANSFORMER)`` of a BERT) on
+small graphs built in code, each compiled and compared with onnxruntime's exact result
+(bench/models.reference_session) over several inputs: the float Gemm a projection without a
+QuantizeLinear after it becomes (MatMulAddFusion, its K blocks summed onto the bias)."""
+from __future__ import annotations
+
+import platform
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from tvm_integration.bench.models import reference_session
+
+pytestmark = pytest.mark.skipif(platform.machine() != "x86_64", reason="onnxruntime's x86 fusions")
+
+ROWS, K = 16, 768              # K: six of MLAS's 128 blocks for N = 64
+
+
+def save_model(path, nodes, inputs, outputs, inits) -> None:
+    """One graph as a model of opset 13 (IR 8, what NNCF writes) saved at ``path``."""
+    model = helper.make_model(helper.make_graph(nodes, "nncf", inputs, outputs, inits),
+                              opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+
+
+def activation(name: str, scale: float) -> tuple[list, list]:
+    """(initializers, nodes) of NNCF's int8 activation pair ``name`` -> Q -> DQ -> ``name``.dq."""
+    inits = [numpy_helper.from_array(np.array(scale, np.float32), f"{name}.s"),
+             numpy_helper.from_array(np.array(0, np.int8), f"{name}.z")]
+    nodes = [helper.make_node("QuantizeLinear", [name, f"{name}.s", f"{name}.z"], [f"{name}.q"]),
+             helper.make_node("DequantizeLinear", [f"{name}.q", f"{name}.s", f"{name}.z"], [f"{name}.dq"])]
+    return inits, nodes
+
+
+def projection(rng, x: str, name: str, n: int) -> tuple[list, list]:
+    """(initializers, nodes) of NNCF's projection ``DQ(x) @ DQ(W) + bias``: int8 weights per output
+    channel (axis 1), the bias float."""
+    w = rng.integers(-127, 128, (K, n)).astype(np.int8)
+    inits = [numpy_helper.from_array(w, f"{name}.w"),
+             numpy_helper.from_array((rng.uniform(0.5, 1.5, n) / 400).astype(np.float32), f"{name}.ws"),
+             numpy_helper.from_array(np.zeros(n, np.int8), f"{name}.wz"),
+             numpy_helper.from_array(rng.standard_normal(n).astype(np.float32), f"{name}.b")]
+    nodes = [helper.make_node("DequantizeLinear", [f"{name}.w", f"{name}.ws", f"{name}.wz"], [f"{name}.wd"], axis=1),
+             helper.make_node("MatMul", [x, f"{name}.wd"], [f"{name}.mm"], name=f"{name}.mm"),
+             helper.make_node("Add", [f"{name}.mm", f"{name}.b"], [name], name=name)]
+    return inits, nodes
+
+
+def inputs(count: int) -> list[dict[str, np.ndarray]]:
+    return [{"x": np.random.default_rng(seed).standard_normal((1, ROWS, K)).astype(np.float32)} for seed in range(count)]
+
+
+def differing(path, output: str, count: int = 3) -> int:
+    from tvm_integration.qnn.runtime.model import compile_model
+    model, session = compile_model(path, threads=1), reference_session(path)
+    return sum(int(np.count_nonzero(model(f)[output] != session.run([output], f)[0])) for f in inputs(count))
+
+
+def test_float_gemm_sums_onto_its_bias(tmp_path):
+    """NNCF's value projection, ``DQ(x) @ DQ(W) + bias`` read by no QuantizeLinear: onnxruntime's
+    MatMulAddFusion makes it a float Gemm, which copies the bias into its output and adds each K block's
+    sum to it, ``((bias + s0) + s1) + ...``, not ``((s0 + s1) + ...) + bias`` (float_matmul.matmul_func's
+    ``bias``). Before, 1334 of the 3072 outputs differed."""
+    rng = np.random.default_rng(0)
+    inits, nodes = activation("x", 0.03)
+    more, proj = projection(rng, "x.dq", "v", 64)
+    save_model(tmp_path / "v.onnx", nodes + proj, [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, ROWS, K))],
+               [helper.make_tensor_value_info("v", TensorProto.FLOAT, (1, ROWS, 64))], inits + more)
+    assert differing(tmp_path / "v.onnx", "v") == 0
