@@ -345,13 +345,14 @@ class _Fusions(relax.PyExprMutator):
     def _gemm(self, source, call):
         """``matmul(a, b) + c``, b 2-D, c a constant [n], the matmul read by the add alone: onnxruntime's
         MatMulAddFusion makes it a Gemm with C (before SkipLayerNormFusion could take c), which sums onto
-        C (matmul_func's ``bias``); B packed as _matmul's: a constant, not a DequantizeLinear's output."""
+        C (matmul_func's ``bias``); B packed as _matmul's: a constant, not a DequantizeLinear's output.
+        Not one row on x86-64, which MlasGemm gives its M = 1 kernels (adding C after: _row_matmul)."""
         for index in (0, 1):
             matmul, c = self._bound(call.args[index], "relax.matmul"), call.args[1 - index]
             a, b = (None, None) if matmul is None else (shape_of(x) for x in matmul.args)
-            if a is None or b is None or len(a) < 2 or len(b) != 2 or constant(c) is None or \
-                    shape_of(c) != b[-1:] or not float32(matmul) or not float32(call) or \
-                    self.readers[source.args[index]] != 1:
+            if a is None or b is None or len(a) < 2 or len(b) != 2 or constant(c) is None or shape_of(c) != b[-1:] \
+                    or not float32(matmul) or not float32(call) or self.readers[source.args[index]] != 1 \
+                    or not self.fused and np.prod(a[:-1]) == 1:
                 continue
             stride = PACKED_STRIDE_K if constant(matmul.args[1]) is not None else None
             return emit(self.builder_, matmul_func(a, b, stride=stride, bias=True), "qsynth_float_gemm",
