@@ -1,7 +1,8 @@
 """NNCF's transformer patterns (issue 49: ``nncf.quantize(..., model_type=TRANSFORMER)`` of a BERT) on
 small graphs built in code, each compiled and compared with onnxruntime's exact result
 (bench/models.reference_session) over several inputs: the float Gemm a projection without a
-QuantizeLinear after it becomes (MatMulAddFusion, its K blocks summed onto the bias)."""
+QuantizeLinear after it becomes (MatMulAddFusion, its K blocks summed onto the bias); Q.K^T of two
+quantized activations with no QuantizeLinear after it (MatMulIntegerToFloat)."""
 from __future__ import annotations
 
 import platform
@@ -49,14 +50,15 @@ def projection(rng, x: str, name: str, n: int) -> tuple[list, list]:
     return inits, nodes
 
 
-def inputs(count: int) -> list[dict[str, np.ndarray]]:
-    return [{"x": np.random.default_rng(seed).standard_normal((1, ROWS, K)).astype(np.float32)} for seed in range(count)]
+def inputs(count: int, shapes: dict) -> list[dict[str, np.ndarray]]:
+    return [{name: np.random.default_rng(seed + 10 * i).standard_normal(shape).astype(np.float32)
+             for i, (name, shape) in enumerate(shapes.items())} for seed in range(count)]
 
 
-def differing(path, output: str, count: int = 3) -> int:
+def differing(path, output: str, shapes: dict, count: int = 3) -> int:
     from tvm_integration.qnn.runtime.model import compile_model
     model, session = compile_model(path, threads=1), reference_session(path)
-    return sum(int(np.count_nonzero(model(f)[output] != session.run([output], f)[0])) for f in inputs(count))
+    return sum(int(np.count_nonzero(model(f)[output] != session.run([output], f)[0])) for f in inputs(count, shapes))
 
 
 def test_float_gemm_sums_onto_its_bias(tmp_path):
@@ -69,4 +71,21 @@ def test_float_gemm_sums_onto_its_bias(tmp_path):
     more, proj = projection(rng, "x.dq", "v", 64)
     save_model(tmp_path / "v.onnx", nodes + proj, [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, ROWS, K))],
                [helper.make_tensor_value_info("v", TensorProto.FLOAT, (1, ROWS, 64))], inits + more)
-    assert differing(tmp_path / "v.onnx", "v") == 0
+    assert differing(tmp_path / "v.onnx", "v", {"x": (1, ROWS, K)}) == 0
+
+
+def test_matmul_of_two_activations_to_float(tmp_path):
+    """NNCF's attention scores, ``DQ(q) @ Transpose(DQ(k))`` then a Div, no QuantizeLinear after the
+    MatMul: onnxruntime's MatMulIntegerToFloat on the pairs its x86 build turned uint8, the integer
+    product times float32(sq * sk) (activation_matmul.to_float), not the float matmul of the
+    dequantized values. Before, 1280 of the 3 x 512 scores differed."""
+    shape = (1, 2, ROWS, 64)
+    inits, nodes = activation("q", 0.05)
+    more, k_nodes = activation("k", 0.04)
+    nodes += k_nodes + [helper.make_node("Transpose", ["k.dq"], ["kt"], perm=[0, 1, 3, 2]),
+                        helper.make_node("MatMul", ["q.dq", "kt"], ["qk"], name="qk"),
+                        helper.make_node("Div", ["qk", "root"], ["scores"])]
+    inits += more + [numpy_helper.from_array(np.array(8, np.float32), "root")]
+    save_model(tmp_path / "qk.onnx", nodes, [helper.make_tensor_value_info(n, TensorProto.FLOAT, shape) for n in "qk"],
+               [helper.make_tensor_value_info("scores", TensorProto.FLOAT, (1, 2, ROWS, ROWS))], inits)
+    assert differing(tmp_path / "qk.onnx", "scores", {"q": shape, "k": shape}) == 0

@@ -214,9 +214,12 @@ def requantize(acc, scale, zero_point: int, dtype: str, clamp: tuple[int, int]):
     """MLAS MlasRequantizeOutput, and XNNPACK's "fp32" requantization, which is the same, on one int32
     value: ``float32(acc) * scale`` (a float32 value) clamped to the output range less the zero point,
     rounded half to even, plus the zero point. ``clamp``: the output range, narrower than the type's
-    under a fused Relu or Clip. ``OutputStage`` applies it per channel in the tensorized operators."""
-    lo, hi = clamp
+    under a fused Relu or Clip. ``OutputStage`` applies it per channel in the tensorized operators.
+    ``dtype`` float32: ``float32(acc) * scale`` itself (MLAS's scale output processor: MatMulIntegerToFloat)."""
     y = acc.astype("float32") * scale
+    if dtype == "float32":
+        return y
+    lo, hi = clamp
     y = tirx.max(tirx.min(y, float(hi - zero_point)), float(lo - zero_point))
     return (round_to_int(y) + zero_point).astype(dtype)
 

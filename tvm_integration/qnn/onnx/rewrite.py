@@ -12,7 +12,8 @@ replaced by one integer op when onnxruntime computes it as one (its QDQ fusions)
   (docs/operators.md); a matmul of a [..., M, K] activation (a transformer's projections) is the
   dense of its flattened rows (a reshape, no copy), as onnxruntime's QLinearMatMul computes it;
 * ``Q(matmul(DQ(a), DQ(b)))`` of two activations (Q.K^T, attention.V) -> ``batch_matmul``
-  (ops/batch_matmul.py), an operand that is a transpose of the integers read through it;
+  (ops/batch_matmul.py), an operand that is a transpose of the integers read through it; without the
+  ``Q``, a uint8 ``a``: ``batch_matmul`` to float32 (MatMulIntegerToFloat: activation_matmul.py);
 * ConvInteger / MatMulInteger (``conv2d`` / ``matmul`` in int32 of zero-point-subtracted 8-bit
   tensors, constant weights; any rank of input for MatMulInteger) -> ``conv2d`` / ``dense`` with an
   int32 output; an input zero point
@@ -53,7 +54,7 @@ from tvm_integration.ops.output_stage import QUANT_RANGES
 from tvm_integration.qnn.float.float_calls import emit, shape_of
 from tvm_integration.qnn.float.float_matmul import conv2d_func
 from tvm_integration.qnn.float.reduce_mean import is_global_average_pool
-from tvm_integration.qnn.onnx import batch_norm, channels, ort_fusion
+from tvm_integration.qnn.onnx import activation_matmul, batch_norm, channels, ort_fusion
 from tvm_integration.qnn.onnx.qdq import QDQReader, QParams
 from tvm_integration.qnn.semantics import arithmetic, qlinear_softmax
 from tvm_integration.qnn.semantics.errors import ModelError
@@ -94,7 +95,7 @@ class QDQToInteger(QDQReader):
         # axis: no op onnxruntime fuses; TVM's own op computes it as QuantizeLinear / DequantizeLinear do
         if isinstance(call.op, Op) and call.op.name == "relax.quantize" and (out := self.qparams(call)) is not None \
                 and out.per_tensor_8bit:
-            for rule in (self.conv_or_dense, self.batch_matmul, self.add, self.mul, self.global_avg_pool, self.avg_pool, self.movement,
+            for rule in (self.conv_or_dense, partial(activation_matmul.quantized, self), self.add, self.mul, self.global_avg_pool, self.avg_pool, self.movement,
                          partial(channels.concat, self), partial(channels.split_item, self),
                          partial(batch_norm.rewritten, self), self.requantize_free, self.lookup, self.softmax):
                 new = rule(call.args[0], out)
@@ -105,6 +106,9 @@ class QDQToInteger(QDQReader):
                                 out_dtype=out.dtype)
         if isinstance(call.op, Op) and call.op.name in ("relax.nn.conv2d", "relax.matmul") \
                 and str(call.ty.dtype) == "int32" and (new := self.integer_accumulate(call)) is not None:
+            return new
+        if isinstance(call.op, Op) and call.op.name == "relax.matmul" and call not in self.float_cores \
+                and (new := activation_matmul.to_float(self, call)) is not None:
             return new
         if isinstance(call.op, Op) and call.op.name == "relax.dequantize" \
                 and self.dequantized_constant(call) is None and (params := self.qparams(call)) is not None \
@@ -197,34 +201,6 @@ class QDQToInteger(QDQReader):
             return None
         func = conv2d_func(shapes[0], shapes[1], [int(s) for s in a.strides], [int(p) for p in a.padding])
         return emit(self.builder_, func, "qsynth_float_conv2d", [self.visit_expr(arg) for arg in call.args], shapes[2])
-
-    def batch_matmul(self, expr, out: QParams):
-        """``Q(matmul(DQ(a), DQ(b)))`` of two activations (QLinearMatMul: Q.K^T, attention.V), batched;
-        an operand that is a transpose of the integers is read through it by the operator
-        (ops/batch_matmul.py), not copied first."""
-        core = self.call(expr, "relax.matmul")
-        operands = [] if core is None else [self.dequantized(arg) for arg in core.args]
-        if not operands or any(o is None or constant(self.value(o[0])) is not None or o[1].scale.size != 1
-                               or o[1].zero_point.size != 1 or o[1].dtype not in ("uint8", "int8") for o in operands):
-            return None
-        (sa, za), (sb, zb) = (o[1].scalar("a matmul input") for o in operands)
-        sy, zy = out.scalar("a matmul output")
-        inputs, axes = [], []
-        for x, _ in operands:
-            new = self.visit_expr(x)
-            bound = self.lookup_binding(new) if isinstance(new, relax.Var) else None
-            if isinstance(bound, relax.Call) and isinstance(bound.op, Op) and bound.op.name == "relax.permute_dims":
-                rank = len(bound.ty.shape)
-                inputs.append(bound.args[0])
-                axes.append([int(d) for d in bound.attrs.axes] if bound.attrs.axes is not None
-                            else list(range(rank))[::-1])
-            else:
-                inputs.append(new)
-                axes.append([])
-        scale = np.float32(np.float32(sa * sb) / np.float32(sy))      # onnxruntime's order
-        return self.integer("batch_matmul", inputs, a_axes=axes[0], b_axes=axes[1], a_zero_point=za,
-                            b_zero_point=zb, scale=float(scale), out_zero_point=zy, out_dtype=out.dtype,
-                            clamp=list(out.bounds), layer=self.layer_name(expr))
 
     @staticmethod
     def integer_bias(bias: np.ndarray, scale: np.ndarray, layer: str) -> np.ndarray:
