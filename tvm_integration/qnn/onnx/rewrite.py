@@ -207,8 +207,10 @@ class QDQToInteger(QDQReader):
         """A float bias in the accumulator's scale ``x_scale * w_scale``: exact when it is a whole number
         of steps (QONNX exports of quantized biases), else rounded to the nearest step (the layer can then
         differ from a float reference by one output step where the sum falls within half an accumulator
-        step of a rounding tie)."""
-        steps = np.round(bias.astype(np.float64) / scale.astype(np.float64))
+        step of a rounding tie). Rounded as onnxruntime's WeightBiasQuantization folds it (NNCF's q and k
+        projections): ``Round(bias / scale)`` in float32, ties to even (a float64 quotient rounds apart
+        where the float32 one is a tie)."""
+        steps = np.round(bias.astype(np.float32) / scale.astype(np.float32))
         if not np.array_equal((steps * scale.astype(np.float64)).astype(np.float32), bias.astype(np.float32)):
             log.warning("layer %s: float bias is not a whole number of accumulator steps: rounded", layer or "?")
         return steps.astype(np.int32)
