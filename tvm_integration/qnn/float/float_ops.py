@@ -1,8 +1,8 @@
 """The float ops a quantized transformer keeps between DequantizeLinear and QuantizeLinear (or, after
 quantize_dynamic, between the integer matmuls): the matmul of two activations (float_matmul.py), Softmax, Erf/GELU,
 Tanh, LayerNormalization (layer_norm.py), ReduceMean and GlobalAveragePool (reduce_mean.py), and the
-whole-tensor min/max of DynamicQuantizeLinear (tensor_range.py). Each is computed as onnxruntime's x86 kernels compute
-it (bit-exact: tests/test_float_ops.py, test_float_onnxruntime_math.py), and all are
+whole-tensor min/max of DynamicQuantizeLinear (tensor_range.py). Each is computed as onnxruntime's x86
+kernels compute it (bit-exact: tests/test_float_ops.py, test_float_onnxruntime_math.py), and all are
 scheduled here (TVM's legalized defaults run them serially: 75 of a 4-layer BERT's 95 ms).
 
 ``legalize_map()`` is the LegalizeOps override bind.py uses; the PrimFuncs it writes carry
@@ -17,10 +17,10 @@ import tvm
 from tvm import relax, s_tir, te, tirx, topi
 
 from tvm_integration.qnn.float import layer_norm, mlas_math, reduce_mean
-from tvm_integration.qnn.float.tensor_range import range_func, reduce_all_func
 from tvm_integration.qnn.float.float_calls import emit, float32, shape_of
 from tvm_integration.qnn.float.float_gemv import row_times_transposed_func
 from tvm_integration.qnn.float.float_matmul import LANES, PACKED_STRIDE_K, matmul_func
+from tvm_integration.qnn.float.tensor_range import range_func, reduce_all_func
 from tvm_integration.qnn.semantics.quant import constant
 
 

@@ -95,7 +95,8 @@ class QDQToInteger(QDQReader):
         # axis: no op onnxruntime fuses; TVM's own op computes it as QuantizeLinear / DequantizeLinear do
         if isinstance(call.op, Op) and call.op.name == "relax.quantize" and (out := self.qparams(call)) is not None \
                 and out.per_tensor_8bit:
-            for rule in (self.conv_or_dense, partial(activation_matmul.quantized, self), self.add, self.mul, self.global_avg_pool, self.avg_pool, self.movement,
+            for rule in (self.conv_or_dense, partial(activation_matmul.quantized, self), self.add, self.mul,
+                         self.global_avg_pool, self.avg_pool, self.movement,
                          partial(channels.concat, self), partial(channels.split_item, self),
                          partial(batch_norm.rewritten, self), self.requantize_free, self.lookup, self.softmax):
                 new = rule(call.args[0], out)
