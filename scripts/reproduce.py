@@ -54,18 +54,28 @@ def latest(data) -> dict:
 
 
 def rerun_command(command: str, old: Path, folder: Path) -> list[str]:
-    """``command`` writing into ``folder`` (which holds a copy of ``old``, for runs that merge into it)."""
-    _, script, *args = shlex.split(command)
+    """``command`` writing into ``folder`` (which holds a copy of ``old``, for runs that merge into it):
+    a script run by this Python, or a ``qsynth`` command by this Python's ``qsynth.cli`` (so that it
+    runs this checkout's code; ``qsynth sweep`` merges its rows into ``--out``'s synthesis.json)."""
+    program, script, *args = shlex.split(command)
     shutil.copy(old, folder / old.name)
+    if program == "qsynth":
+        return [sys.executable, "-m", "qsynth.cli", script, *without_out(args), "--out", str(folder)]
     if "--json" in args:
         args[args.index("--json") + 1] = str(folder / old.name)
     elif script in JSON_OUTPUT:
         args += ["--json", str(folder / old.name)]
     else:
-        if "--out" in args:
-            del args[args.index("--out"):args.index("--out") + 2]
-        args += ["--out", str(folder)]
+        args = [*without_out(args), "--out", str(folder)]
     return [sys.executable, script, *args]
+
+
+def without_out(args: list[str]) -> list[str]:
+    """``args`` less its ``--out DIR``."""
+    if "--out" not in args:
+        return args
+    i = args.index("--out")
+    return args[:i] + args[i + 2:]
 
 
 def figures(data, path: str = "") -> dict[str, float]:
