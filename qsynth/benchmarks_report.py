@@ -20,6 +20,7 @@ PAPER_TABLE2 = {"A1W1": (2.4, 9.0, 5.8, 17.2), "A2W1": (21.0, 13.9, 10.6, 45.5),
                 "A2W2": (90.4, 52.4, 15.5, 158.3)}
 CONFIGS = ["A1W1", "A1W2", "A2W1", "A2W2", "A1W3", "A3W1", "A2W3", "A3W2", "A3W3"]
 NAME_CONFIG = re.compile(r"bitserial_a(\d)w(\d)_")
+SOURCES = ("layers_bitserial", "layers", "synthesis", "kernels", "models", "lowbit_accuracy")   # README.md's files
 PAPER_TILE = re.compile(r"bitserial_a\dw\d_unipolar_8x128_neon$")      # the paper's 8x8·8x1 layout, Q registers
 
 
@@ -39,8 +40,7 @@ class Written:
 
 def write_report(benchmarks: Path) -> Written:
     """Write ``benchmarks``/README.md and its figures from the JSON files there."""
-    data = {name: _load(benchmarks / f"{name}.json") for name in
-            ("layers_bitserial", "layers", "synthesis", "kernels", "models", "lowbit_accuracy")}
+    data = {name: _load(benchmarks / f"{name}.json") for name in SOURCES}
     sections = [_layers(data["layers_bitserial"], data["layers"]), _synthesis(data["synthesis"]),
                 _kernels(data["kernels"]), _models(data["models"]), _pareto(data["lowbit_accuracy"])]
     for section in sections:
@@ -100,7 +100,8 @@ def _layers(bitserial, int8) -> dict:
     lines = ["Each ResNet-18 layer (the paper's Table 1, batch 1, NHWC) on our operators, 1 thread: speedup = "
              "onnxruntime fp32's time on the layer / ours (`layers_bitserial.json`"
              + (", int8: `layers.json`" if int8 is not None else "") + "). The paper's Figure 10 is the same "
-             "measure on a Cortex-A53 against TVM fp32.", "", "![speedup per layer](figures/layers_speedup.png)", ""]
+             "measure on a Cortex-A53 against TVM fp32.", "", *_run_lines([bitserial, int8]), "",
+             "![speedup per layer](figures/layers_speedup.png)", ""]
     lines += _table(["layer", *series], [[layer, *(f"{v[i]:.2f}x" if v[i] else None for v in series.values())]
                                          for i, layer in enumerate(layers)])
     lines += ["", "Geometric means: " + ", ".join(
@@ -124,6 +125,11 @@ def _layers(bitserial, int8) -> dict:
     if wrong:
         lines += ["", f"Left out, their output was wrong in that run: {', '.join(wrong)}."]
     return _section(title, lines, figs)
+
+
+def _run_lines(data: list) -> list[str]:
+    """One line per run behind a section's figures: its record, or its mark (provenance.described)."""
+    return [f"- Run: {provenance.described(run)}." for run in provenance.runs(data)]
 
 
 def _config_of(name: str) -> str:
@@ -196,7 +202,7 @@ def _kernels(kernels) -> dict:
     lines = [f"`kernels.json` ({machine.get('cpu', '?')}, {machine.get('uarch', '?')}): each cached x86 kernel on "
              "an L1-resident workload, its rate over the peak of the instruction that bounds it (vpdpbusd for int8, "
              "vpopcntq for AVX-512 bitserial), probed right before it. NEON kernels are estimated with llvm-mca "
-             f"(cycles, no peak): {len(kernels.get('neon', []))} rows in `kernels.md`.", ""]
+             f"(cycles, no peak): {len(kernels.get('neon', []))} rows in `kernels.md`.", "", *_run_lines([kernels]), ""]
     figs = {}
     if measured:
         figs["kernels_peak.png"] = figures.horizontal_bars(
@@ -233,8 +239,7 @@ def _models(models) -> dict:
     groups = [f"{r['name']} {r['threads']}t" for r in rows]
     baselines = sorted({b for r in rows for b in r["baselines"]})
     series = {"qsynth": [r["ours_ms"] for r in rows]} | {b: [r["baselines"].get(b) for r in rows] for b in baselines}
-    run = models.get("run")
-    lines = [f"`models.json` ({provenance.described(run) if run else models['command']}): median ms per inference, "
+    lines = [f"`models.json` ({provenance.described(models['run'])}): median ms per inference, "
              "batch 1; every row's output compared with onnxruntime's (largest difference in the table). Log scale.",
              "", "![model latency](figures/models_latency.png)", ""]
     lines += _table(["model", "threads", "qsynth ms", *(f"{b} ms" for b in baselines), "max diff vs onnxruntime",

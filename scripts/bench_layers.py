@@ -37,7 +37,7 @@ def markdown(rows: list[dict], meta: dict) -> str:
              if report.get("max_diff_steps") is not None]
     lines = ["# ResNet-18 conv layers, int8, batch 1", "",
              f"- Run: {provenance.described(meta['run'])}" if "run" in meta else
-             f"Host: {meta['host']}; {meta['command']}", "", f"Kernels: {meta['kernel']}.", "",
+             f"- Run: {provenance.described(meta)}; host {meta['host']}", "", f"Kernels: {meta['kernel']}.", "",
              "Ours: NHWC conv2d + bias + requantize to u8, tensorized with the cached kernel. Times: median ms; "
              "x = baseline time / ours. % peak: of one core's rate of the tile's multiply (probed before each row: "
              "vpdpbusd zmm, 64 MACs, for the VNNI tiles; vpmaddwd ymm, 16 MACs, for the exact AVX2 ones) "

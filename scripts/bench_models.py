@@ -136,15 +136,14 @@ def cell(row: dict, name: str) -> str:
 
 
 def markdown(data: dict) -> str:
-    """The table of ``models.json``: its run's record (an older file: its command and load) above it."""
-    rows, run = data["rows"], data.get("run") or {"command": data["command"].strip("`").split("`")[0]}
+    """The table of ``models.json``: its run's record (provenance.described) above it."""
+    rows, run = data["rows"], data["run"]
     names = ["onnxruntime_int8", "onnxruntime_int8_exact", "onnxruntime_fp32", "openvino_int8", "openvino_int8_vnni",
              "tvm_default"]
     unavailable = sorted({f"{name} ({r['threads']} thread(s)): {report['unavailable']}" for r in rows
                           for name, report in r.get("openvino", {}).items() if "unavailable" in report})
     lines = ["# Whole models through the QNN pipeline, batch 1", "",
-             f"- Run: {provenance.described(run)}" if "commit" in run else
-             f"Host: {rows[0]['host']} (LLVM's name for its model number, not its features); {data['command']}", "",
+             f"- Run: {provenance.described(run)}", "",
              "Ours: the QDQ model imported into Relax, rewritten to integer arithmetic, legalized and dispatched "
              "to the tensorized int8 operators (tvm_integration/qnn). Times: median ms; x = baseline / ours "
              "(above 1: we are faster). tvm_default: TVM 0.27's own import of the same quantized model (conv and "

@@ -134,9 +134,8 @@ def measure(rounds: int, trials: int) -> dict:
 def markdown(rep: dict) -> str:
     h = rep["host"]
     lines = [f"# Micro-architecture evidence: {h['model_name']} ({h['uarch_basis']}), `{h['uarch']}`", "",
-             (f"- Run: {provenance.described(rep['run'])}." if "run" in rep else
-              f"Produced by `python scripts/bench_uarch.py --rounds {rep['rounds']} --trials {rep['trials']}`.")
-             + " Every figure from one run, rounds interleaved (side by side), medians over rounds.", ""]
+             f"- Run: {provenance.described(rep['run'])}. Every figure from one run, rounds interleaved (side by "
+             "side), medians over rounds.", ""]
     if rep["mixes"]:
         lines += ["## int8: the AVX-512 tile load mixes against the register-only vpdpbusd zmm peak", "",
                   f"Register-only peak: {rep['peak_g_mac_s']:.0f} G MAC/s. A mix runs a tile's B loads, A broadcasts "

@@ -22,31 +22,18 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tvm_integration.bench import provenance  # noqa: E402
+
 KEYS = ("model", "name", "layer", "config", "encoding", "core", "threads", "case", "isa")   # what names a row
 JSON_OUTPUT = ("scripts/bench_digits.py", "scripts/bench_bitserial_layers.py")     # --json FILE, not --out DIR
 SKIPPED = {"run", "runs", "meta", "bench", "seconds", "load_before", "load_after", "by_function", "by_library"}
 
 
-def runs(data) -> list[dict]:
-    """Every run record (or, from before records, every ``command``) a table's JSON holds."""
-    found = []
-    if isinstance(data, dict):
-        for key, value in data.items():
-            if key in ("run", "runs") and isinstance(value, (dict, list)):
-                found += value if isinstance(value, list) else [value]
-            elif key == "command" and isinstance(value, str):
-                found.append({"command": value.strip("`").split("`")[0]})
-            else:
-                found += runs(value)
-    elif isinstance(data, list):
-        for item in data:
-            found += runs(item)
-    return found
-
-
 def latest(data) -> dict:
     """The run to reproduce: the latest with a full record, else the last command recorded."""
-    found = runs(data)
+    found = provenance.runs(data)
     if not found:
         raise SystemExit("the table records no command to rerun")
     complete = [r for r in found if "commit" in r]

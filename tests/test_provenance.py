@@ -29,3 +29,10 @@ def test_record_names_host_threads_load_and_date():
     assert run["threads"] == [1, 2] and len(run["load_before"]) == 3 and run["host"]["cpu"] is not None
     line = provenance.line(run)
     assert run["command"] in line and run["host"]["uarch"] in line and run["commit"][:10] in line
+
+
+def test_runs_finds_every_command_once_and_a_mark_is_printed():
+    mark = {"command": "python scripts/old.py", "unrecorded": "commit not recorded; made on another host"}
+    data = {"run": {"command": "python scripts/a.py"}, "meta": mark, "rows": [{"ms": 1.0, "run": mark}]}
+    assert provenance.runs(data) == [{"command": "python scripts/a.py"}, mark]
+    assert provenance.described(mark) == "`python scripts/old.py` (commit not recorded; made on another host)"

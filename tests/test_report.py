@@ -42,7 +42,7 @@ INPUTS = {
                          "fraction_of_peak": 0.875, "peak_instruction": "vpdpbusd zmm"},
                         {"name": "bitserial_a1w1_unipolar_acc_4x256_avx2", "isa": "avx2", "length": 40}],
                 "x86_skipped": {"int8_u8s8_tile_32x32x256_amx": "host CPU lacks amx_int8"}},
-    "models": {"command": "test", "rows": [
+    "models": {"run": {"command": "test", "unrecorded": "a test's"}, "rows": [
         {"name": "resnet18", "threads": 1, "ours_ms": 12.0, "max_abs_diff_vs_onnxruntime": 0.0, "compile_s": 30.0,
          "baselines": {"onnxruntime_int8": 10.0, "onnxruntime_fp32": 36.0}}]},
 }

@@ -68,12 +68,28 @@ def line(run: dict) -> str:
 
 
 def described(run: dict) -> str:
-    """``line`` of a finished record; of a run from before records, what it kept and what it lacks."""
+    """``line`` of a finished record; of a run from before records, what it kept and its mark
+    (``unrecorded``: what the record lacks, where the run was made and why it was not rerun), or, unmarked,
+    what it lacks."""
     if "commit" in run:
         return line(run)
-    load = (f"; load average {run['load_before']} before, {run['load_after']} after" if "load_before" in run
-            else "; load not recorded")
-    return f"`{run['command']}` (its commit and full command line not recorded{load})"
+    if "load_before" in run:
+        load = f"; load average {run['load_before']} before, {run['load_after']} after"
+    else:
+        load = "" if "unrecorded" in run else "; load not recorded"
+    return f"`{run['command']}` ({run.get('unrecorded', 'its commit and full command line not recorded')}{load})"
+
+
+def runs(data) -> list[dict]:
+    """Every run a benchmark JSON holds, in order, each once: each dict with a command line (a record, an
+    item of ``runs``, an older file's ``meta``, a row's ``run``)."""
+    if isinstance(data, list):
+        found = [r for item in data for r in runs(item)]
+    elif isinstance(data, dict):
+        found = ([data] if isinstance(data.get("command"), str) else []) + [r for v in data.values() for r in runs(v)]
+    else:
+        return []
+    return [r for i, r in enumerate(found) if r not in found[:i]]
 
 
 def lines(rows: list[dict], label=None, run_of=None) -> list[str]:
