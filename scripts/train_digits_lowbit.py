@@ -3,7 +3,11 @@
 quantization-aware trained with Brevitas at W8A8, W3A3, W2A2 and W1A1, exported, and scored by the
 reference executors:
 
-    python scripts/train_digits_lowbit.py     # tests/data/lowbit/digits_*.onnx, benchmarks/lowbit_accuracy.json
+    python scripts/train_digits_lowbit.py --models DIR --json FILE     # DIR/digits_*.onnx, FILE: their top-1
+
+Both are named on every run, so that a rerun never replaces the committed test fixtures unasked:
+``--models tests/data/lowbit --json benchmarks/lowbit_accuracy.json`` refreshes them (then
+``scripts/bench_digits.py`` times them); another folder checks whether this machine trains the same files.
 
 Needs the ``lowbit`` extra (torch, brevitas, onnxoptimizer) and the ``test`` one (scikit-learn, qonnx).
 Seeded and single-threaded: the same files on every run on one machine (about 2 minutes).
@@ -274,8 +278,10 @@ def reference_name(form: str) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", type=Path, default=ROOT / "tests" / "data" / "lowbit")
-    ap.add_argument("--json", type=Path, default=ROOT / "benchmarks" / "lowbit_accuracy.json")
+    ap.add_argument("--models", type=Path, required=True,
+                    help="where the exports go (tests/data/lowbit: the committed fixtures)")
+    ap.add_argument("--json", type=Path, required=True,
+                    help="where their top-1 goes (benchmarks/lowbit_accuracy.json: the committed figures)")
     ap.add_argument("--qat-epochs", type=int, default=Schedule.qat_epochs)
     ap.add_argument("--qat-lr", type=float, default=Schedule.qat_lr)
     ap.add_argument("--configs", default=",".join(c.name for c in CONFIGS))
