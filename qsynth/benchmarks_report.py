@@ -290,13 +290,15 @@ def _pareto(accuracy) -> dict:
              "no other beats on both.", "", "![Pareto front](figures/pareto.png)", ""]
     if isinstance(accuracy, dict) and accuracy.get("data"):
         lines += [f"Data: {accuracy['data']}.", ""]
-    if isinstance(accuracy, dict) and ("run" in accuracy or "command" in accuracy):
-        lines += [f"Top-1 by {provenance.described(accuracy.get('run') or {'command': accuracy['command']})}.", ""]
-    if isinstance(accuracy, dict) and accuracy.get("bench"):
-        bench = accuracy["bench"]
-        lines += [f"Timed by {provenance.described(bench['run'])}." if "run" in bench else
-                  f"Timed by `{bench['command']}` on {bench['host']} (its commit not recorded; load average "
-                  f"{bench['load_average']}).", ""]
+    if isinstance(accuracy, dict) and "run" in accuracy:
+        lines += [f"Trained and exported by {provenance.described(accuracy['run'])}.", ""]
+    if isinstance(accuracy, dict) and "bench" in accuracy:
+        lines += [f"Top-1 of the committed models and times by {provenance.described(accuracy['bench']['run'])}.", ""]
+    if isinstance(accuracy, dict) and "retrain" in accuracy:
+        retrain = accuracy["retrain"]
+        lines += [f"Retrained by {provenance.described(retrain['run'])}: top-1 "
+                  + ", ".join(f"{r['config']} {100 * r['top1']:.1f}%" for r in retrain["rows"])
+                  + f"; {retrain['note']}.", ""]
     lines += _table(["config", "top-1", "images/s", "on the front"],
                     [[n, f"{y:.1f}%", f"{x:.1f}", "yes" if n in front else ""] for n, (x, y) in points.items()]
                     + [[n, f"{top1:.1f}%", "not measured", ""] for n, (top1, _) in unmeasured.items()])

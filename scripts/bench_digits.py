@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""The digits models of issue 16 (scripts/train_digits_lowbit.py) through qsynth: each exported model
-compiled by ``tvm_integration.compile_model``, run on every test image, its top-1, its predictions'
-agreement with the reference executor's (onnxruntime; qonnx's executor for QONNX) and its largest
-|logit| difference from them, and its latency next to onnxruntime's on the same model (none for
-QONNX: onnxruntime does not run Quant / BipolarQuant). Fills ``ms`` / ``images_per_s`` of
+"""The digits models of issue 16 (scripts/train_digits_lowbit.py) through qsynth: each exported model's
+top-1 by its reference executor (onnxruntime; qonnx's executor for QONNX), measured again on the file
+as committed (``top1``, so that the figure carries this run's record), then the model compiled by
+``tvm_integration.compile_model``, run on every test image, its top-1, its predictions' agreement with
+the reference executor's and its largest |logit| difference from them, and its latency next to
+onnxruntime's on the same model (none for QONNX: onnxruntime does not run Quant / BipolarQuant). Fills
+``top1``, ``ms`` / ``images_per_s`` of
 benchmarks/lowbit_accuracy.json's rows (qsynth's; onnxruntime's for fp32, which qsynth does not
 compile), which ``qsynth report`` draws as the accuracy/throughput Pareto plot:
 
@@ -39,8 +41,9 @@ def onnxruntime_ms(path: Path, x: np.ndarray, threads: int, trials: int) -> floa
     return median_ms(lambda: session.run(None, feeds), trials)
 
 
-def qsynth_run(path: Path, form: str, x: np.ndarray, y: np.ndarray, threads: int, trials: int) -> dict:
-    """qsynth's top-1, agreement and exactness against the reference executor, and latency, on ``path``."""
+def qsynth_run(path: Path, expected: np.ndarray, x: np.ndarray, y: np.ndarray, threads: int, trials: int) -> dict:
+    """qsynth's top-1, agreement and exactness against the reference executor's logits ``expected``, and
+    latency, on ``path``."""
     from tvm_integration.qnn.runtime.model import compile_model
     from tvm_integration.qnn.semantics.errors import ModelError
     start = time.perf_counter()
@@ -51,7 +54,6 @@ def qsynth_run(path: Path, form: str, x: np.ndarray, y: np.ndarray, threads: int
     compile_s = time.perf_counter() - start
     name_in, name_out = next(iter(model.inputs)), model.outputs[0]
     ours = np.concatenate([model({name_in: xb})[name_out] for xb in batches(x)])[:len(x)]
-    expected = reference_outputs(path, form, x)
     ms = model.time({name_in: batches(x)[0]}, repeat=trials) * 1e3
     return {"qsynth_top1": float(np.mean(ours.argmax(1) == y)),
             "agreement": float(np.mean(ours.argmax(1) == expected.argmax(1))),
@@ -75,7 +77,9 @@ def main() -> int:
         path = ROOT / export["model"]
         for key in ("qsynth_error", "qsynth_top1", "agreement", "max_abs_diff", "ms", "images_per_s", "compile_s"):
             export.pop(key, None)
-        export.update(qsynth_run(path, export["form"], x, y, a.threads, a.trials))
+        expected = reference_outputs(path, export["form"], x)
+        export["top1"] = float(np.mean(expected.argmax(1) == y))
+        export.update(qsynth_run(path, expected, x, y, a.threads, a.trials))
         if export["form"] == "qcdq":
             export["onnxruntime_ms"] = onnxruntime_ms(path, first, a.threads, a.trials)
         print(f"{export['config']} {export['form']}: " + ", ".join(
@@ -86,9 +90,11 @@ def main() -> int:
             row.pop(key, None)
         if row["config"] == "fp32":
             ms = onnxruntime_ms(ROOT / row["model"], first, a.threads, a.trials)
-            row.update(ms=ms, images_per_s=BATCH * 1e3 / ms, runtime="onnxruntime fp32")
+            top1 = float(np.mean(reference_outputs(ROOT / row["model"], "fp32", x).argmax(1) == y))
+            row.update(top1=top1, ms=ms, images_per_s=BATCH * 1e3 / ms, runtime="onnxruntime fp32")
             continue
         export = next(e for e in result["exports"] if e["model"] == row["model"])
+        row["top1"] = export["top1"]
         if "qsynth_error" in export:
             row["qsynth_error"] = export["qsynth_error"]
             continue
