@@ -145,8 +145,39 @@ def test_direct_conv2d_reads_the_padded_input_in_place(kernel):
         padded = np.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0)), constant_values=pad_value)
         want = conv_reference(padded, w, "NHWC", stride, 0, 1)
         for use_kernel in (True, False):
-            op = conv2d(w, shape, "NHWC", stride, 1, 1, dtype, kernel=kernel, use_kernel=use_kernel, pad_value=pad_value)
+            op = conv2d(w, shape, "NHWC", stride, 1, 1, dtype, kernel=kernel, use_kernel=use_kernel, pad_value=pad_value,
+                        in_place=True)
             assert np.array_equal(op(x), want)
+
+
+@pytest.mark.parametrize("tile, out_hw, in_place", (
+    (Tile(5, 16, 2), (7, 7), False),      # flat: 7 rows of 9 pixels (2 padding columns each) = 65, im2col 50
+    (Tile(4, 16, 8), (7, 7), True),       # rows rounded up to 8: 56, im2col 52 (7.7% more)
+    (Tile(6, 16, 8), (7, 7), False),      # flat: 63 rounded up to 66, im2col 54
+    (Tile(5, 16, 2), (56, 56), True),     # rows rounded up to 60: 3360, im2col 3140 (7.0% more)
+    (Tile(5, 16, 2), (14, 14), True),     # 15 per row: 210, im2col 200
+    (Tile(32, 32, 64), (7, 7), True),     # flat: 63 rounded up to 64, as im2col's 49
+    (Tile(14, 16, 16), (7, 7), False),    # flat: 63 rounded up to 70, im2col 56
+), ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else str(v) if isinstance(v, bool) else f"{v.mr}x{v.nr}")
+def test_in_place_pays_up_to_a_tenth_more_pixels_than_im2col(tile, out_hw, in_place):
+    """direct.pays on a 3x3 window, stride 1, padding 1: the direct GEMM's computed pixels against im2col's
+    (the output's pixels rounded up to whole row tiles), counted by hand in the cases' comments."""
+    assert direct.pays(tile, out_hw[1], (1, 1, 1, 1), 3, 1, out_hw) == in_place
+
+
+@pytest.mark.parametrize("kernel", selection.int8_candidates("host"), ids=lambda k: f"{k.spec.mr}x{k.spec.nr}x{k.spec.k}")
+def test_narrow_output_rows_take_im2col_where_in_place_would_not_pay(kernel):
+    """ResNet-18's 7x7x512 layers in small (7x7, 64 channels, 40 outputs, batch 2, requantized): the
+    operator reads in place where direct.pays (the im2col packing then is absent from the module), else
+    packs im2col; both paths equal numpy."""
+    shape = (2, 7, 7, 64)
+    x, w = random(shape, "uint8"), random((40, 64, 3, 3), "int8")
+    stage = OutputStage(bias=RNG.integers(-5000, 5000, 40).astype(np.int32), requantize=ScaleRequantize(0.002, 3, "uint8"))
+    want = requantize_onnxruntime(conv_reference(x, w, "NHWC", 1, 1, 1) + stage.bias, 0.002, 3, 0, 255)
+    pays = direct.pays(Tile.of(kernel), 7, (1, 1, 1, 1), 3, 1, (7, 7))
+    assert ('"pack"' in build_conv2d(w, shape, "NHWC", 1, 1, stage=stage, kernel=kernel).mod.script()) != pays
+    for in_place in (None, not pays):
+        assert np.array_equal(conv2d(w, shape, "NHWC", 1, 1, 1, "uint8", stage, kernel=kernel, in_place=in_place)(x), want)
 
 
 @pytest.mark.parametrize("ksize", (1, 3), ids=("im2col", "direct"))
@@ -183,7 +214,7 @@ def test_direct_conv2d_runs_column_tiles_outermost(kernel, case):
     assert weights_outer(rows * mr, npad) == wide
     stage = OutputStage(bias=RNG.integers(-5000, 5000, o).astype(np.int32), requantize=ScaleRequantize(0.002, 3, "uint8"))
     acc = conv_reference(x, w, "NHWC", 1, 1, 1) + stage.bias
-    op = conv2d(w, shape, "NHWC", 1, 1, 1, "uint8", stage, kernel=kernel)
+    op = conv2d(w, shape, "NHWC", 1, 1, 1, "uint8", stage, kernel=kernel, in_place=True)
     assert np.array_equal(op(x), requantize_onnxruntime(acc, 0.002, 3, 0, 255))
 
 
@@ -204,7 +235,8 @@ def test_direct_conv2d_runs_partial_row_tiles_over_the_flat_pixel_order(kernel, 
     assert direct.flat(Tile.of(kernel), mr + 1)
     want = requantize_onnxruntime(acc, 0.003, 5, -128, 127)
     for use_kernel in (True, False):
-        op = conv2d(w, shape, "NHWC", stride, pads, 1, "int8", stage, kernel=kernel, use_kernel=use_kernel, pad_value=-7)
+        op = conv2d(w, shape, "NHWC", stride, pads, 1, "int8", stage, kernel=kernel, use_kernel=use_kernel, pad_value=-7,
+                    in_place=True)
         assert np.array_equal(op(x), want)
 
 

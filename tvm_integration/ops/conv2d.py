@@ -1,12 +1,12 @@
 """int8 conv2d, NCHW or NHWC, any kernel size, stride, padding and groups: x u8 or s8, weights s8
 OIHW, ``out = stage(conv)``.
 
-Ordinary NHWC convolutions with a window wider than 1x1 read their input in place (direct.py) when
-their output rows split into whole row tiles. The others, grouped ones included, are the tensorized
-GEMM (gemm.py) over an im2col packing done at run time: row p = output pixel (oh, ow), k = (kh, kw,
-c) with the channels innermost, and zero where the window leaves the padded input. Depthwise
-convolutions (one input and one output channel per group) would fill one column of a 48-column
-tile, so they take depthwise.py's direct vectorized TIR.
+Ordinary NHWC convolutions with a window wider than 1x1 read their input in place (direct.py) unless
+that computes over 10% more output pixels than the im2col GEMM (``reads_in_place``). The others,
+grouped ones included, are the tensorized GEMM (gemm.py) over an im2col packing done at run time: row
+p = output pixel (oh, ow), k = (kh, kw, c) with the channels innermost, and zero where the window
+leaves the padded input. Depthwise convolutions (one input and one output channel per group) would
+fill one column of a 48-column tile, so they take depthwise.py's direct vectorized TIR.
 """
 from __future__ import annotations
 
@@ -51,12 +51,21 @@ def conv_geometry(input_shape, layout, weight_shape, stride, padding):
 
 def conv2d(weight: np.ndarray, input_shape: tuple[int, ...], layout: str = "NCHW", stride=1, padding=0,
            groups: int = 1, data_dtype: str = "uint8", stage: OutputStage = OutputStage(), isa: str = "host",
-           use_kernel: bool = True, pad_value: int = 0, kernel=None) -> Operator:
+           use_kernel: bool = True, pad_value: int = 0, kernel=None, in_place: bool | None = None) -> Operator:
     """Compile a conv2d for inputs of ``input_shape`` (in ``layout``); ``use_kernel=False``: the same
     schedule in plain TIR; ``pad_value``: what the padding holds (the input's zero point)."""
     built = build_conv2d(weight, input_shape, layout, stride, padding, groups, data_dtype, stage, isa, use_kernel,
-                         pad_value, kernel)
+                         pad_value, kernel, in_place)
     return built.compile()
+
+
+def reads_in_place(tile: Tile, weight_shape, input_shape, layout: str, stride, padding, groups: int) -> bool:
+    """Whether the conv2d reads its input in place (direct.py) with ``tile``: where the direct GEMM
+    applies and computes at most ``direct.PIXELS_LIMIT`` times im2col's pixels (``direct.pays``)."""
+    stride = pair(stride)
+    (_, c, _, w), out_hw, pads = conv_geometry(input_shape, layout, weight_shape, stride, padding)
+    return (direct.applies(tile, weight_shape, c, layout, groups)
+            and direct.pays(tile, w, pads, weight_shape[3], stride[1], out_hw))
 
 
 def space_to_depth(weight_shape, channels: int, stride: tuple[int, int], k_step: int) -> tuple[int, int]:
@@ -74,9 +83,11 @@ def space_to_depth(weight_shape, channels: int, stride: tuple[int, int], k_step:
 
 def build_conv2d(weight: np.ndarray, input_shape: tuple[int, ...], layout: str = "NCHW", stride=1, padding=0,
                  groups: int = 1, data_dtype: str = "uint8", stage: OutputStage = OutputStage(), isa: str = "host",
-                 use_kernel: bool = True, pad_value: int = 0, kernel=None) -> Built:
+                 use_kernel: bool = True, pad_value: int = 0, kernel=None, in_place: bool | None = None) -> Built:
     """The scheduled, not yet compiled conv2d (conv2d's arguments): for a larger module to include.
-    ``kernel``: the tile to use (selection.int8_candidates), else the tuning log's or least-padding one."""
+    ``kernel``: the tile to use (selection.int8_candidates), else the tuning log's or least-padding one.
+    ``in_place``: True reads the input in place wherever direct.py applies, False takes im2col, None
+    (default) decides by ``reads_in_place``."""
     if weight.dtype != np.int8 or weight.ndim != 4:
         raise ValueError(f"weight must be int8 OIHW, got {weight.dtype}{list(weight.shape)}")
     if data_dtype not in ("uint8", "int8"):
@@ -98,7 +109,8 @@ def build_conv2d(weight: np.ndarray, input_shape: tuple[int, ...], layout: str =
     kernel = kernel or tuning.choose(key, selection.admitted(selection.int8_candidates(isa, depth, groups), weight),
                                      oh * ow, o // groups, depth=depth)
     tile = Tile.of(kernel)
-    if direct.applies(tile, weight.shape, c, layout, groups):
+    if (reads_in_place(tile, weight.shape, input_shape, layout, stride, padding, groups) if in_place is None
+            else in_place and direct.applies(tile, weight.shape, c, layout, groups)):
         mod, constants, out_shape = direct.build(x, weight, stride, pads, (oh, ow), stage, tile,
                                                  kernel if use_kernel else None, pad_value)
         return Built(mod, constants, out_shape, stage.out_dtype, input_shape, data_dtype, result_shape,
