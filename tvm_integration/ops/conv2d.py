@@ -2,7 +2,7 @@
 OIHW, ``out = stage(conv)``.
 
 Ordinary NHWC convolutions with a window wider than 1x1 read their input in place (direct.py) unless
-that computes over 10% more output pixels than the im2col GEMM (``reads_in_place``). The others,
+that computes too many more output pixels than the im2col GEMM (``reads_in_place``). The others,
 grouped ones included, are the tensorized GEMM (gemm.py) over an im2col packing done at run time: row
 p = output pixel (oh, ow), k = (kh, kw, c) with the channels innermost, and zero where the window
 leaves the padded input. Depthwise convolutions (one input and one output channel per group) would
@@ -59,13 +59,15 @@ def conv2d(weight: np.ndarray, input_shape: tuple[int, ...], layout: str = "NCHW
     return built.compile()
 
 
-def reads_in_place(tile: Tile, weight_shape, input_shape, layout: str, stride, padding, groups: int) -> bool:
-    """Whether the conv2d reads its input in place (direct.py) with ``tile``: where the direct GEMM
-    applies and computes at most ``direct.PIXELS_LIMIT`` times im2col's pixels (``direct.pays``)."""
-    stride = pair(stride)
+def reads_in_place(kernel, weight_shape, input_shape, layout: str, stride, padding, groups: int) -> bool:
+    """Whether the conv2d reads its input in place (direct.py) with ``kernel``'s tile: where the direct
+    GEMM applies and computes at most the kernel kind's ``direct.PIXELS_LIMIT`` times im2col's pixels
+    (``direct.pays``)."""
+    stride, tile = pair(stride), Tile.of(kernel)
     (_, c, _, w), out_hw, pads = conv_geometry(input_shape, layout, weight_shape, stride, padding)
+    limit = direct.PIXELS_LIMIT.get((kernel.spec.isa, kernel.spec.types))
     return (direct.applies(tile, weight_shape, c, layout, groups)
-            and direct.pays(tile, w, pads, weight_shape[3], stride[1], out_hw))
+            and direct.pays(tile, w, pads, weight_shape[3], stride[1], out_hw, limit))
 
 
 def space_to_depth(weight_shape, channels: int, stride: tuple[int, int], k_step: int) -> tuple[int, int]:
@@ -109,7 +111,7 @@ def build_conv2d(weight: np.ndarray, input_shape: tuple[int, ...], layout: str =
     kernel = kernel or tuning.choose(key, selection.admitted(selection.int8_candidates(isa, depth, groups), weight),
                                      oh * ow, o // groups, depth=depth)
     tile = Tile.of(kernel)
-    if (reads_in_place(tile, weight.shape, input_shape, layout, stride, padding, groups) if in_place is None
+    if (reads_in_place(kernel, weight.shape, input_shape, layout, stride, padding, groups) if in_place is None
             else in_place and direct.applies(tile, weight.shape, c, layout, groups)):
         mod, constants, out_shape = direct.build(x, weight, stride, pads, (oh, ow), stage, tile,
                                                  kernel if use_kernel else None, pad_value)

@@ -22,8 +22,8 @@ reads the real rows back in a pass of its own (``flat``) Where one window row's 
 flat GEMM runs window row by window row over all row tiles (``run_by_run``), C kept in memory.
 
 It applies to ordinary (one-group) NHWC convolutions with a window wider than 1x1 and window rows of
-whole K blocks (``applies``), and is taken where it computes at most 10% more pixels than the im2col
-GEMM would (``pays``); the others take gemm.py's im2col path.
+whole K blocks (``applies``), and is taken where it computes few enough more pixels than the im2col
+GEMM would (``pays``: on AVX2's exact tiles, at most 10% more); the others take gemm.py's im2col path.
 """
 from __future__ import annotations
 
@@ -43,15 +43,18 @@ def applies(tile: Tile, weight_shape, channels: int, layout: str, groups: int) -
     return layout == "NHWC" and groups == 1 and kh * kw > 1 and kw * channels % tile.k == 0
 
 
-# How many more output pixels the direct GEMM may compute than im2col's GEMM of the same tile (the
-# pixels rounded up to whole row tiles) and still read its input in place (``pays``). Zen 3, w16 tiles,
-# CPU time, one thread, ResNet-18's weights, direct / im2col: 7.1% more pixels (5-row tiles on rows of
-# 56, 28 and 14) 1.622 / 1.638, 0.828 / 0.822, 1.586 / 1.567, 0.808 / 0.836, 1.611 / 1.586 ms: the same
+# How many times im2col's pixels (the output's pixels rounded up to whole row tiles) the direct GEMM may
+# compute and still read its input in place (``pays``), per tile kind (ISA, types) where measured.
+# Zen 3, w16 tiles, CPU time, one thread, ResNet-18's weights, direct / im2col (each path forced by
+# build_conv2d's ``in_place``, side by side, medians of 9): 7.1% more pixels (5-row tiles on rows of 56,
+# 28 and 14) 1.622 / 1.638, 0.828 / 0.822, 1.586 / 1.567, 0.808 / 0.836, 1.611 / 1.586 ms, the same
 # within the noise; on its 7x7 outputs (512 channels, K 2304 and 4608), 5-row tiles flat 20-30% more
-# pixels (rows of 9 and 8 padded columns): 1.965 / 1.583 ms and 0.939 / 0.788; 4-row tiles, rows
-# rounded up to 8 (7.7% more), 1.970 / 1.818 and 1.005 / 0.922 (each path forced by build_conv2d's
-# ``in_place``, side by side, medians of 9).
-PIXELS_LIMIT = 1.1
+# pixels (rows of 9 and 8 padded columns) 1.965 / 1.583 and 0.939 / 0.788; 4-row tiles, rows rounded
+# up to 8 (7.7% more), 1.970 / 1.818 and 1.005 / 0.922. s8s7's row is slower than w16's, so its
+# packing weighs less still. Other kinds read in place wherever direct.py applies: on the AMX and VNNI
+# hosts, where the packing weighs more against the multiplies, the rounding up (up to a quarter more
+# pixels, ``flat``) was measured to pay (the docstrings below); they are not in this table until measured.
+PIXELS_LIMIT = {("avx2", "w16"): 1.1, ("avx2", "s8s7"): 1.1}
 
 
 def row_geometry(tile: Tile, width: int, pads: tuple[int, ...], kw: int, sw: int, out_hw: tuple[int, int]):
@@ -64,12 +67,13 @@ def row_geometry(tile: Tile, width: int, pads: tuple[int, ...], kw: int, sw: int
     return owp, wp, round_up(oh * (wp // sw), tile.mr) if flat(tile, ow) else 0
 
 
-def pays(tile: Tile, width: int, pads: tuple[int, ...], kw: int, sw: int, out_hw: tuple[int, int]) -> bool:
-    """Whether reading the input in place computes at most ``PIXELS_LIMIT`` times the pixels of
-    im2col's GEMM: narrow output rows (ResNet's 7) on small row tiles take im2col, whose row tiles
-    run on across output rows without computing the padding columns between them."""
+def pays(tile: Tile, width: int, pads: tuple[int, ...], kw: int, sw: int, out_hw: tuple[int, int],
+         limit: float | None) -> bool:
+    """Whether reading the input in place computes at most ``limit`` times the pixels of im2col's GEMM
+    (None: no limit; ``PIXELS_LIMIT``): narrow output rows (ResNet's 7) on small row tiles take
+    im2col, whose row tiles run on across output rows without computing the padding columns between them."""
     owp, _, rows = row_geometry(tile, width, pads, kw, sw, out_hw)
-    return (rows or out_hw[0] * owp) <= PIXELS_LIMIT * round_up(out_hw[0] * out_hw[1], tile.mr)
+    return limit is None or (rows or out_hw[0] * owp) <= limit * round_up(out_hw[0] * out_hw[1], tile.mr)
 
 
 def flat(tile: Tile, out_width: int) -> bool:

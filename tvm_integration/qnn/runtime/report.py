@@ -128,7 +128,6 @@ def _int8_kernel(op: IntegerOp, isa: str) -> str:
     """The int8 tile of the layer's shape, how it reads its input, and why a 1-3-bit layer is on it."""
     from tvm_integration.kernels import selection, tuning
     from tvm_integration.ops.conv2d import output_size, reads_in_place
-    from tvm_integration.ops.gemm import Tile
     from tvm_integration.qnn.lower.legalize import tuning_key
     weight = op.constants[0]
     key = tuning_key(op)
@@ -142,7 +141,7 @@ def _int8_kernel(op: IntegerOp, isa: str) -> str:
     depth = weight.shape[1] * weight.shape[2] * weight.shape[3]
     kernel = tuning.choose(key, selection.int8_candidates(isa, depth, op.params["groups"]), oh * ow,
                            weight.shape[0] // op.params["groups"], depth=depth)
-    reads = ("in place" if reads_in_place(Tile.of(kernel), weight.shape, (b, h, w, c), "NHWC", op.params["strides"],
+    reads = ("in place" if reads_in_place(kernel, weight.shape, (b, h, w, c), "NHWC", op.params["strides"],
                                           tuple(op.params["padding"]), op.params["groups"]) else "im2col")
     return f"{kernel.spec.name} ({'; '.join([reads, *notes])})"
 
