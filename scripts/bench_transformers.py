@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from scripts import bench_zoo  # noqa: E402
 from synth.files import write_atomically  # noqa: E402
-from tvm_integration.bench import provenance  # noqa: E402
+from tvm_integration.bench import provenance, tuned_shapes  # noqa: E402
 
 ARCHITECTURES = {"bert_l4_s128": {"layers": 4, "seq": 128}, "bert_l4_s384": {"layers": 4, "seq": 384},
                  "bert_l12_s128": {"layers": 12, "seq": 128}, "bert_l12_s384": {"layers": 12, "seq": 384},
@@ -98,14 +98,16 @@ def markdown(data: dict) -> str:
              "faster); exact: qsynth's output equals onnxruntime int8's on 3 random inputs, else the largest "
              "difference in steps of the output's scale (absolute where the output is float); CPU ms: process "
              "CPU time per inference at 1 thread, what the load of other jobs on this shared machine disturbs "
-             "least (wall times at load 4-8 carry 10-30% noise).", ""]
+             "least (wall times at load 4-8 carry 10-30% noise); tuning: how many of the model's int8 tile shapes this "
+             "host's tuning log chose (tuned, partly k/n, untuned: the rest take kernels/tuning.py's least-padding "
+             "rule; -: the run did not record it).", ""]
     for threads in sorted({r["threads"] for r in rows}):
         cpu = threads == 1
         lines += [f"## {threads} thread{'s' if threads > 1 else ''}", "",
                   "| model | qsynth ms | " + " | ".join(k.replace("_", " ") for k in keys)
-                  + " | ratio to onnxruntime int8 | exact | compile s |"
+                  + " | ratio to onnxruntime int8 | exact | compile s | tuning |"
                   + (" CPU ms qsynth / onnxruntime int8 (ratio) |" if cpu else ""),
-                  "|---|---|" + "---|" * len(keys) + "---|---|---|" + ("---|" if cpu else "")]
+                  "|---|---|" + "---|" * len(keys) + "---|---|---|---|" + ("---|" if cpu else "")]
         for name in data["models"]:
             r = next((r for r in rows if r["name"] == name and r["threads"] == threads), None)
             c = compiles.get(name, {})
@@ -117,7 +119,8 @@ def markdown(data: dict) -> str:
             cells = [f"{r['baselines'][k]:.2f}" if k in r["baselines"] else "-" for k in keys]
             ratio = r["speedups"].get("onnxruntime_int8")
             line = (f"| {name} | {r['ours_ms']:.2f} | " + " | ".join(cells)
-                    + f" | {f'{ratio:.2f}x' if ratio else '-'} | {bench_zoo.exact_cell(r)} | {c['compile_s']:.0f} |")
+                    + f" | {f'{ratio:.2f}x' if ratio else '-'} | {bench_zoo.exact_cell(r)} | {c['compile_s']:.0f} | "
+                    f"{tuned_shapes.label(r.get('tuning'))} |")
             if cpu and "ours_cpu_ms" in r:
                 ours, theirs = r["ours_cpu_ms"], r["onnxruntime_int8_cpu_ms"]
                 line += f" {ours:.2f} / {theirs:.2f} ({theirs / ours:.2f}x) |"

@@ -64,6 +64,16 @@ def test_an_mca_table_is_its_json_with_the_record_of_its_run(name):
     assert f"- Run: {provenance.line(data['run'])}." in md
 
 
+# Tables each made whole by their script's ``markdown(data)`` from their JSON (the Zen 3 host's).
+RENDERED = {"models_znver3": "bench_models", "transformers_znver3": "bench_transformers"}
+
+
+@pytest.mark.parametrize("name", sorted(RENDERED))
+def test_a_table_is_its_scripts_rendering_of_its_json(name):
+    data = json.loads((BENCH / f"{name}.json").read_text())
+    assert importlib.import_module(f"scripts.{RENDERED[name]}").markdown(data) == (BENCH / f"{name}.md").read_text()
+
+
 def test_every_synthesis_row_carries_the_record_of_the_sweep_that_listed_it():
     from qsynth.sweep import markdown
     data = json.loads((BENCH / "synthesis.json").read_text())
