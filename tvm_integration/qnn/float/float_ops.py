@@ -173,16 +173,19 @@ def _float32_tensor(expr) -> bool:
 
 # -- the LegalizeOps override -------------------------------------------------------------------------
 
+def _packed_stride(b) -> int | None:
+    """MLAS's K block over ``b``: PACKED_STRIDE_K for a constant 2-D B, which onnxruntime packs once;
+    None (stride_k's) for an activation."""
+    return PACKED_STRIDE_K if len(shape_of(b) or ()) == 2 and constant(b) is not None else None
+
+
 def _matmul(bb, call):
-    """MLAS's sgemm: over a constant 2-D B, which onnxruntime packs once, K in PACKED_STRIDE_K blocks;
-    over an activation, in stride_k's."""
+    """MLAS's sgemm, K in the blocks of ``_packed_stride``."""
     a, b = (shape_of(x) for x in call.args)
     if a is None or b is None or len(a) < 2 or len(b) < 2 or not float32(call):
         return None
     out = (*np.broadcast_shapes(a[:-2], b[:-2]), a[-2], b[-1])
-    packed = len(b) == 2 and constant(call.args[1]) is not None
-    return emit(bb, matmul_func(a, b, stride=PACKED_STRIDE_K if packed else None), "qsynth_float_matmul",
-                call.args, out)
+    return emit(bb, matmul_func(a, b, stride=_packed_stride(call.args[1])), "qsynth_float_matmul", call.args, out)
 
 
 def softmax_rule(row_func):
@@ -345,7 +348,7 @@ class _Fusions(relax.PyExprMutator):
     def _gemm(self, source, call):
         """``matmul(a, b) + c``, b 2-D, c a constant [n], the matmul read by the add alone: onnxruntime's
         MatMulAddFusion makes it a Gemm with C (before SkipLayerNormFusion could take c), which sums onto
-        C (matmul_func's ``bias``); B packed as _matmul's: a constant, not a DequantizeLinear's output.
+        C (matmul_func's ``bias``), K in the blocks of ``_packed_stride``.
         Not one row on x86-64, which MlasGemm gives its M = 1 kernels (adding C after: _row_matmul)."""
         for index in (0, 1):
             matmul, c = self._bound(call.args[index], "relax.matmul"), call.args[1 - index]
@@ -354,9 +357,8 @@ class _Fusions(relax.PyExprMutator):
                     or not float32(matmul) or not float32(call) or self.readers[source.args[index]] != 1 \
                     or not self.fused and np.prod(a[:-1]) == 1:
                 continue
-            stride = PACKED_STRIDE_K if constant(matmul.args[1]) is not None else None
-            return emit(self.builder_, matmul_func(a, b, stride=stride, bias=True), "qsynth_float_gemm",
-                        [*matmul.args, c], shape_of(call))
+            return emit(self.builder_, matmul_func(a, b, stride=_packed_stride(matmul.args[1]), bias=True),
+                        "qsynth_float_gemm", [*matmul.args, c], shape_of(call))
         return None
 
     def _dequantized(self, call):
