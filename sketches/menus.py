@@ -85,11 +85,12 @@ def int8(isa: str, types: str, layout: str) -> dict:
         return {"constants": {"ones16": int.from_bytes(b"\x01\x00" * 16, "little")}, "sign_cases": ("a",),
                 "pairs": ops("vpabsb.ymm", "vpsignb.ymm", "vpmaddubsw.ymm"),
                 "widen": ops("vpmaddwd.ymm", "vpaddd.ymm", "vpaddw.ymm")}
-    if isa == "avx512" and types == "w16":       # AVX-512BW without VNNI (Skylake-SP): the AVX2 w16 row on zmm
+    if isa == "avx512" and types in ("w16", "s16"):   # AVX-512BW without VNNI (Skylake-SP): the AVX2 row on zmm
         return {"group": ops("vpmaddwd.zmm", "vpaddd.zmm")}
-    if isa == "avx2" and types == "w16":
-        # exact for every int8 operand: both widened to int16 ahead of the kernel (B when packed at
-        # compile time, A when packed at run time), vpmaddwd multiplies each lane's pair into int32
+    if isa == "avx2" and types in ("w16", "s16"):
+        # w16: exact for every int8 operand, both widened to int16 ahead of the kernel (B when packed at
+        # compile time, A when packed at run time); s16: any int16 operands (the Winograd domain,
+        # ops/winograd.py). vpmaddwd multiplies each lane's pair into int32
         return {"group": ops("vpmaddwd.ymm", "vpaddd.ymm")}
     if isa == "avx2" and types == "u7s8":
         return {"constants": {"ones16": int.from_bytes(b"\x01\x00" * 16, "little")}, "multiplies_in_pairs": True,

@@ -48,6 +48,8 @@ INT8_TILES = {
     # exact on every AVX2 host for any int8 weights: int16 operands (8-bit data widened when packed),
     # vpmaddwd + vpaddd; 6 rows x 2 registers of C, 2 of B, a broadcast and a product fill the 16 ymm
     ("avx2", "w16", "k4b"): (6, 16, 8),
+    ("avx2", "s16", "k4b"): (5, 16, 2),       # the w16 row on any int16 operands: Winograd's (ops/winograd.py)
+    ("avx512", "s16", "k4b"): (12, 32, 8),
     ("avx2", "u7s8", "k4b"): (6, 8, 4),       # vpmaddubsw + vpmaddwd, activations < 128 (no saturation)
     ("avx2", "u8s8", "k4b"): (12, 8, 4),      # AVX-VNNI vpdpbusd ymm (16 ymm registers)
     # AMX: 2x2 accumulator tiles (a tdpbusd's latency covers ~4 issues), A and B tiles loaded once per
