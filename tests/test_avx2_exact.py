@@ -53,7 +53,7 @@ def test_conv2d_on_the_avx2_tiles(avx2_only, layout, c, o, ksize, stride, pad, g
     lo, hi = (0, 256) if dtype == "uint8" else (-128, 128)
     x = rng.integers(lo, hi, shape).astype(dtype)
     w = weights((o, c // groups, ksize, ksize), rng, minus_128)
-    out = conv2d(w, shape, layout, stride, pad, groups, dtype, kernel=avx2_only[types])(x)
+    out = conv2d(w, shape, layout, stride, pad, groups, dtype, kernel=avx2_only[types], use_winograd=False)(x)
     np.testing.assert_array_equal(out, conv_reference(x, w, layout, stride, pad, groups))
 
 
@@ -68,14 +68,14 @@ def test_dense_on_the_avx2_tiles(avx2_only, dtype, minus_128, types):
     np.testing.assert_array_equal(dense(w, 13, dtype, kernel=avx2_only[types])(x), dense_reference(x, w))
 
 
-@pytest.mark.parametrize("types", TYPES)
-def test_operands_that_saturate_vpmaddubsw_are_exact(avx2_only, types):
+@pytest.mark.parametrize("types,use_winograd", [(t, False) for t in TYPES] + [("w16", True)])
+def test_operands_that_saturate_vpmaddubsw_are_exact(avx2_only, types, use_winograd):
     """u8 activations of 200-255 against same-sign weight pairs of 127 and -128: every pair sum of
-    vpmaddubsw(x, w) passes int16 (255 * 127 * 2 = 64770)."""
+    vpmaddubsw(x, w) passes int16 (255 * 127 * 2 = 64770). The direct tiles and Winograd's."""
     rng = np.random.default_rng(1)
     x = rng.integers(200, 256, (1, 7, 7, 64)).astype(np.uint8)
     w = np.where(rng.random((32, 64, 3, 3)) < 0.5, 127, -128).astype(np.int8)
-    out = conv2d(w, x.shape, "NHWC", 1, 1, kernel=avx2_only[types])(x)
+    out = conv2d(w, x.shape, "NHWC", 1, 1, kernel=avx2_only[types], use_winograd=use_winograd)(x)
     np.testing.assert_array_equal(out, conv_reference(x, w, "NHWC", 1, 1, 1))
 
 

@@ -1,7 +1,9 @@
 """int8 conv2d, NCHW or NHWC, any kernel size, stride, padding and groups: x u8 or s8, weights s8
 OIHW, ``out = stage(conv)``.
 
-Ordinary NHWC convolutions with a window wider than 1x1 read their input in place (direct.py) unless
+On hosts whose exact int8 tiles are int16 rows (no VNNI), 3x3 stride-1 NHWC convolutions take
+Winograd's F(2x2, 3x3) in integers (winograd.py), exact, with 2.25x fewer multiplies. Other ordinary
+NHWC convolutions with a window wider than 1x1 read their input in place (direct.py) unless
 that computes too many more output pixels than the im2col GEMM (``reads_in_place``). The others,
 grouped ones included, are the tensorized GEMM (gemm.py) over an im2col packing done at run time: row
 p = output pixel (oh, ow), k = (kh, kw, c) with the channels innermost, and zero where the window
@@ -15,7 +17,7 @@ from tvm import te
 
 from tvm_integration.kernels import selection, tuning
 from tvm_integration.ops.operator import Built, Operator
-from tvm_integration.ops import depthwise, direct
+from tvm_integration.ops import depthwise, direct, winograd
 from tvm_integration.ops.gemm import Gemm, Tile, build
 from tvm_integration.ops.output_stage import OutputStage
 from tvm_integration.kernels.packing import conv_weight_matrix, folded_weight_matrix, round_up
@@ -51,11 +53,12 @@ def conv_geometry(input_shape, layout, weight_shape, stride, padding):
 
 def conv2d(weight: np.ndarray, input_shape: tuple[int, ...], layout: str = "NCHW", stride=1, padding=0,
            groups: int = 1, data_dtype: str = "uint8", stage: OutputStage = OutputStage(), isa: str = "host",
-           use_kernel: bool = True, pad_value: int = 0, kernel=None, in_place: bool | None = None) -> Operator:
+           use_kernel: bool = True, pad_value: int = 0, kernel=None, in_place: bool | None = None,
+           use_winograd: bool | None = None) -> Operator:
     """Compile a conv2d for inputs of ``input_shape`` (in ``layout``); ``use_kernel=False``: the same
     schedule in plain TIR; ``pad_value``: what the padding holds (the input's zero point)."""
     built = build_conv2d(weight, input_shape, layout, stride, padding, groups, data_dtype, stage, isa, use_kernel,
-                         pad_value, kernel, in_place)
+                         pad_value, kernel, in_place, use_winograd)
     return built.compile()
 
 
@@ -85,11 +88,13 @@ def space_to_depth(weight_shape, channels: int, stride: tuple[int, int], k_step:
 
 def build_conv2d(weight: np.ndarray, input_shape: tuple[int, ...], layout: str = "NCHW", stride=1, padding=0,
                  groups: int = 1, data_dtype: str = "uint8", stage: OutputStage = OutputStage(), isa: str = "host",
-                 use_kernel: bool = True, pad_value: int = 0, kernel=None, in_place: bool | None = None) -> Built:
+                 use_kernel: bool = True, pad_value: int = 0, kernel=None, in_place: bool | None = None,
+                 use_winograd: bool | None = None) -> Built:
     """The scheduled, not yet compiled conv2d (conv2d's arguments): for a larger module to include.
     ``kernel``: the tile to use (selection.int8_candidates), else the tuning log's or least-padding one.
     ``in_place``: True reads the input in place wherever direct.py applies, False takes im2col, None
-    (default) decides by ``reads_in_place``."""
+    (default) decides by ``reads_in_place``. ``use_winograd``: True takes winograd.py wherever it
+    applies and the kernel's ISA has s16 tiles, False never, None (default) where ``winograd.pays``."""
     if weight.dtype != np.int8 or weight.ndim != 4:
         raise ValueError(f"weight must be int8 OIHW, got {weight.dtype}{list(weight.shape)}")
     if data_dtype not in ("uint8", "int8"):
@@ -110,6 +115,13 @@ def build_conv2d(weight: np.ndarray, input_shape: tuple[int, ...], layout: str =
     depth = cg * kh * kw
     kernel = kernel or tuning.choose(key, selection.admitted(selection.int8_candidates(isa, depth, groups), weight),
                                      oh * ow, o // groups, depth=depth)
+    if use_kernel and (winograd.pays(kernel) if use_winograd is None else use_winograd) and winograd.applies(
+            weight.shape, c, layout, stride, groups, data_dtype):
+        tiles = -(-oh // 2) * -(-ow // 2)
+        if s16 := winograd.choose_kernel(key, kernel.spec.isa, tiles, o, c):
+            mod, constants = winograd.build(x, weight, pads, (oh, ow), stage, s16, pad_value)
+            return Built(mod, constants, result_shape, stage.out_dtype, input_shape, data_dtype, result_shape,
+                         selection.int8_target(s16))
     tile = Tile.of(kernel)
     if (reads_in_place(kernel, weight.shape, input_shape, layout, stride, padding, groups) if in_place is None
             else in_place and direct.applies(tile, weight.shape, c, layout, groups)):

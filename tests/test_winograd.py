@@ -1,0 +1,134 @@
+"""Winograd's F(2x2, 3x3) in integers (ops/winograd.py): the transforms' identity, the operand ranges
+the s16 tiles are proved on, and the operator against numpy's direct convolution. AVX2 runs on every
+x86-64 host of the pool, so the operator is built on the AVX2 s16 tiles and run natively everywhere;
+which hosts take it by default is the host model's (``pays``), checked on an AVX2-only model."""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import tvm
+from tvm import te
+
+from isa_specs import host
+from tests.test_tvm_ops import conv_reference
+from tvm_integration.kernels import selection
+from tvm_integration.ops import winograd
+from tvm_integration.ops.conv2d import build_conv2d, conv2d, conv_geometry
+from tvm_integration.ops.operator import Built
+from tvm_integration.ops.output_stage import OutputStage, ResidualAdd, ScaleRequantize
+
+
+def correlation(d: np.ndarray, g: np.ndarray) -> np.ndarray:
+    """The 2x2 valid cross-correlation of a 4x4 tile with a 3x3 filter, as the convolution computes it."""
+    return np.array([[(d[i:i + 3, j:j + 3] * g).sum() for j in range(2)] for i in range(2)])
+
+
+def test_the_transforms_give_four_times_the_convolution_on_every_basis_pair():
+    """A^T [(G' g G'^T) * (B^T d B)] A = 4 conv(d, g) for every unit tile d and unit filter g. The left
+    side is bilinear in (d, g), so this holds for all integer inputs, and in int32 with wrap-around
+    (every step a ring operation) modulo 2^32."""
+    for (i, j), (k, m) in itertools.product(np.ndindex(4, 4), np.ndindex(3, 3)):
+        d, g = np.zeros((4, 4), np.int64), np.zeros((3, 3), np.int64)
+        d[i, j], g[k, m] = 1, 1
+        u = winograd.WEIGHT @ g @ winograd.WEIGHT.T
+        v = winograd.INPUT @ d @ winograd.INPUT.T
+        y = winograd.OUTPUT @ (u * v) @ winograd.OUTPUT.T
+        np.testing.assert_array_equal(y, winograd.SCALE * correlation(d, g))
+
+
+def test_the_transformed_operands_fit_the_s16_tiles_and_the_sum_fits_int32():
+    """Each transformed input is a signed sum of pixels (|V| <= 4 * 255 for u8), each transformed weight
+    of taps (|U| <= 9 * 128); the weight transform of the extreme filters reaches its bound, and
+    ``max_channels`` is the last channel count whose 4 * conv cannot leave int32."""
+    terms = np.abs(winograd.INPUT)[:, None, :, None] * np.abs(winograd.INPUT)[None, :, None, :]
+    assert terms.sum(axis=(2, 3)).max() * 255 <= 2**15 - 1
+    u = winograd.weight_transform(np.full((1, 1, 3, 3), -128, np.int8)).astype(np.int64)
+    assert np.abs(u).max() == 9 * 128 <= 2**15 - 1
+    for dtype, largest in (("uint8", 255), ("int8", 128)):
+        c = winograd.max_channels(dtype)
+        assert winograd.SCALE * 9 * c * largest * 128 < 2**31 <= winograd.SCALE * 9 * (c + 1) * largest * 128
+
+
+def s16_kernels():
+    kernels = winograd.kernels("avx2")
+    assert kernels, "no proved AVX2 s16 tile in the kernel cache"
+    return kernels
+
+
+@pytest.mark.parametrize("case,hw,c,o,pads,dtype,pad_value", [
+    (0, (9, 9), 24, 40, 1, "uint8", 37),          # odd output: the last tiles half outside
+    (1, (7, 10), 5, 3, 1, "int8", -3),            # channels not whole vectors, columns not a whole tile
+    (2, (8, 8), 16, 16, 0, "uint8", 0),           # no padding: 6x6 output
+    (3, (6, 5), 32, 20, (0, 1, 2, 1), "uint8", 255),   # padding (top, left, bottom, right)
+    (4, (5, 5), 64, 48, 1, "uint8", 128)])
+def test_winograd_convolution_equals_numpy(case, hw, c, o, pads, dtype, pad_value):
+    """Each case on another of the s16 tiles (row tiles of 4-6, K steps of 2 and 8)."""
+    rng = np.random.default_rng(5)
+    lo, hi = (0, 256) if dtype == "uint8" else (-128, 128)
+    x = rng.integers(lo, hi, (1, *hw, c)).astype(dtype)
+    w = rng.integers(-128, 128, (o, c, 3, 3)).astype(np.int8)
+    padding = (pads,) * 4 if isinstance(pads, int) else pads
+    padded = np.pad(x.astype(np.int64), ((0, 0), padding[0::2], padding[1::2], (0, 0)), constant_values=pad_value)
+    want = conv_reference(padded, w, "NHWC", 1, 0, 1)
+    kernels = s16_kernels()
+    kernel = kernels[case % len(kernels)]
+    np.testing.assert_array_equal(_winograd(w, x, padding, dtype, pad_value, kernel), want, err_msg=kernel.intrin)
+
+
+def _winograd(w, x, padding, dtype, pad_value, kernel, stage=OutputStage()):
+    """The Winograd operator on ``kernel`` (an s16 tile), whatever the tuning log would pick."""
+    _, out_hw, pads = conv_geometry(x.shape, "NHWC", w.shape, (1, 1), padding)
+    mod, constants = winograd.build(te.placeholder(x.shape, dtype, name="data"), w, pads, out_hw, stage, kernel,
+                                    pad_value)
+    shape = (x.shape[0], *out_hw, w.shape[0])
+    return Built(mod, constants, shape, stage.out_dtype, x.shape, dtype, shape, selection.int8_target(kernel)).compile()(x)
+
+
+def test_the_largest_channel_count_at_the_extremes_is_exact():
+    """Every input 255 against every weight -128 over ``max_channels`` channels: 4 * conv is within a
+    few channels of 2^31, and every partial sum of the transforms wraps."""
+    c = winograd.max_channels("uint8")
+    x = np.full((1, 4, 4, c), 255, np.uint8)
+    w = np.full((2, c, 3, 3), -128, np.int8)
+    w[1, ::2] = 127
+    want = conv_reference(x, w, "NHWC", 1, 1, 1)
+    np.testing.assert_array_equal(_winograd(w, x, 1, "uint8", 0, s16_kernels()[0]), want)
+
+
+def test_the_output_stage_and_residual_add_match_the_direct_convolution():
+    """Requantized, clamped by a Relu and added to a residual (ResNet's block end), the Winograd output
+    equals the direct convolution's on the w16 tile, value for value."""
+    rng = np.random.default_rng(2)
+    x = rng.integers(0, 256, (1, 11, 11, 32)).astype(np.uint8)
+    w = rng.integers(-128, 128, (24, 32, 3, 3)).astype(np.int8)
+    stage = OutputStage(bias=rng.integers(-5000, 5000, 24).astype(np.int32),
+                        requantize=ScaleRequantize(rng.uniform(1e-4, 3e-4, 24).astype(np.float32), 3, "uint8"),
+                        relu=True, residual=ResidualAdd(0.7, 1.1, -2.5, "uint8", (0, 255), 0, "uint8"))
+    residual = rng.integers(0, 256, (1, 11, 11, 24)).astype(np.uint8)
+    w16 = next(k for k in selection.int8_candidates("avx2") if k.spec.types == "w16")
+
+    def run(use_winograd):
+        op = conv2d(w, x.shape, "NHWC", 1, 1, stage=stage, pad_value=9, kernel=w16, use_winograd=use_winograd)
+        args = op.args(x)
+        args.insert(-1, tvm.runtime.tensor(residual.reshape(op.out_shape)))
+        op.module["main"](*args)
+        return op.out.numpy().reshape(op.result_shape)
+    direct, transformed = run(False), run(True)
+    assert len(np.unique(direct)) > 50
+    np.testing.assert_array_equal(transformed, direct)
+
+
+def test_an_avx2_only_host_takes_winograd_for_3x3_stride_1_and_not_otherwise(monkeypatch):
+    live = host.model()
+    monkeypatch.setattr(host, "model", lambda: host.restricted(live, "avx2"))
+    w = np.ones((16, 16, 3, 3), np.int8)
+
+    def names(shape, stride=1, layout="NHWC"):
+        built = build_conv2d(w, shape, layout, stride, 1)
+        return built.mod.script()
+    assert "int8_s16" in names((1, 8, 8, 16))
+    assert "int8_s16" not in names((1, 8, 8, 16), stride=2)
+    assert "int8_s16" not in names((1, 16, 8, 8), layout="NCHW")
+    assert "int8_s16" not in build_conv2d(w, (1, 8, 8, 16), "NHWC", 1, 1, use_winograd=False).mod.script()

@@ -1,0 +1,184 @@
+"""int8 3x3 stride-1 convolution by Winograd's F(2x2, 3x3) in integers, exact, for hosts whose int8
+tiles are int16 rows (AVX2 and AVX-512BW without VNNI: ``vpmaddwd``, 16 MACs a multiply whatever the
+operands' width): on int16 operands the transformed product does 16 multiplies where the direct
+convolution does 36, so each multiply of the same tile carries 2.25x the MACs.
+
+Lavin and Gray's minimal filtering, with the weight transform scaled by 2 per axis (G' = 2G) so that
+every transform has integer entries (``INPUT``, ``WEIGHT``, ``OUTPUT``):
+
+* ``V = B^T d B`` of each 4x4 input tile d (u8 or s8): at most four terms of +-1, so |V| <= 1024 (int16);
+* ``U = G' g G'^T`` of each 3x3 filter g (int8), at compile time: |U| <= 9 * 128 = 1152 (int16);
+* ``M = sum_c U V``, one GEMM per of the 16 tile positions on the s16 tiles (proved on any int16
+  operands, int32 with wrap-around);
+* ``Y = A^T M A``: four times the 2x2 outputs of the tile.
+
+Every step is a ring operation, so Y is 4 * conv modulo 2^32; ``max_channels`` bounds the input
+channels so that |4 * conv| < 2^31, where Y is 4 * conv exactly and ``Y >> 2`` the convolution. The
+transforms' identity is checked on every pair of basis inputs (tests/test_winograd.py), which covers
+all inputs, the product being bilinear.
+
+Layout: NHWC. The tiles are numbered row-major over the output (``t = (oh // 2) * tiles_w + ow // 2``)
+and are the GEMM's rows, padded to whole row tiles; the output stage writes each tile's 2x2 pixels
+into a tile-ordered buffer (``result``) right after the tile's 16 products, and a last pass copies it
+into the NHWC output (one byte per output value: 0.2 MB for ResNet-18's largest layer).
+"""
+from __future__ import annotations
+
+import numpy as np
+from tvm import s_tir, te, tirx
+
+from tvm_integration.kernels import int8, selection, tuning
+from tvm_integration.kernels.packing import round_up
+from tvm_integration.ops import depthwise
+from tvm_integration.ops.gemm import Tile, parallel_rows, run_pieces, stage_params, tensorize_tile, weights_outer
+from tvm_integration.ops.output_stage import OutputStage
+
+INPUT = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]])      # B^T
+WEIGHT = np.array([[2, 0, 0], [1, 1, 1], [1, -1, 1], [0, 0, 2]])                 # G' = 2G
+OUTPUT = np.array([[1, 1, 1, 0], [0, 1, -1, -1]])                                # A^T
+SCALE = 4                      # Y = SCALE * conv: G' is 2G on each axis
+POSITIONS = 16                 # the 4x4 tile's transformed elements, one GEMM each
+
+
+def max_channels(data_dtype: str) -> int:
+    """The most input channels for which |SCALE * conv| < 2^31: 9 taps of |x| <= 255 (u8) or 128 (s8)
+    times |w| <= 128 per channel."""
+    largest = 255 if data_dtype == "uint8" else 128
+    return (2**31 - 1) // (SCALE * 9 * largest * 128)
+
+
+def applies(weight_shape, channels: int, layout: str, stride, groups: int, data_dtype: str) -> bool:
+    """A 3x3, stride-1, ungrouped NHWC convolution of at most ``max_channels`` input channels."""
+    return (tuple(weight_shape[2:]) == (3, 3) and tuple(stride) == (1, 1) and groups == 1 and layout == "NHWC"
+            and channels <= max_channels(data_dtype))
+
+
+def pays(kernel: int8.Kernel) -> bool:
+    """Whether a convolution the host would run on ``kernel`` runs faster by Winograd: where that tile
+    is one of the exact rows without a byte dot product (w16, s8s7: AVX2 or AVX-512BW without VNNI).
+    Zen 3, CPU time, one thread, ResNet-18's 3x3 layers (int32 out), direct w16 -> Winograd s16 (best
+    tile): 56x56x64 1.597 -> 0.855 ms, 28x28x128 1.600 -> 0.801, 14x14x256 1.551 -> 0.795, 7x7x512
+    1.573 -> 0.999. VNNI's and AMX's byte tiles, 2-4x the MACs a multiply of these, were not measured
+    against it."""
+    return kernel.spec.types in ("w16", "s8s7")
+
+
+def kernels(isa: str) -> list[int8.Kernel]:
+    """The proved s16 tiles of ``isa`` (the int16 row on any operands) this host runs."""
+    return [k for k in int8.proved_kernels(isa) if k.spec.types == "s16" and selection.usable(k) is None]
+
+
+def weight_transform(weight: np.ndarray) -> np.ndarray:
+    """OIHW int8 3x3 weights -> ``U[position, O, I]`` int16, position = 4 * row + column of G' g G'^T."""
+    u = np.einsum("xi,ocij,yj->xyoc", WEIGHT, weight.astype(np.int64), WEIGHT)
+    return u.reshape(POSITIONS, *weight.shape[:2]).astype(np.int16)
+
+
+def _select(index, values):
+    """TIR: ``values[index]`` for a loop variable ``index`` the schedule unrolls (then a constant)."""
+    out = values[-1]
+    for i in range(len(values) - 2, -1, -1):
+        out = tirx.Select(index == i, values[i], out)
+    return out
+
+
+def build(x: te.Tensor, weight: np.ndarray, pads, out_hw, stage: OutputStage, kernel: int8.Kernel,
+          pad_value: int = 0):
+    """The scheduled module and its constants, ``main(data, *constants[, residual], out)`` with out NHWC
+    ``[b, oh, ow, o]``; ``kernel``: an s16 tile (``kernels``)."""
+    b, h, w, c = (int(v) for v in x.shape)
+    o = weight.shape[0]
+    oh, ow = out_hw
+    tiles_w = -(-ow // 2)
+    tiles = -(-oh // 2) * tiles_w
+    tile = Tile.of(kernel)
+    rows, cols, depth = round_up(tiles, tile.mr), round_up(o, tile.nr), round_up(c, tile.k)
+
+    def pixel(bi, t, i, j, ch):
+        value = depthwise.padded_value(x, "NHWC", bi, ch, t // tiles_w * 2 + i - pads[0], t % tiles_w * 2 + j - pads[1],
+                                       pad_value)
+        return value.astype("int16")
+
+    def transformed(bi, t, g, ch):
+        """V at position g of tile t: sum of INPUT[xi, i] INPUT[nu, j] d[i, j] over the nonzero terms."""
+        def position(xi, nu):       # in int16 lanes: the terms are +-1 times a pixel
+            total = tirx.const(0, "int16")
+            for i in np.flatnonzero(INPUT[xi]):
+                for j in np.flatnonzero(INPUT[nu]):
+                    term = pixel(bi, t, i, j, ch)
+                    total = total + term if INPUT[xi, i] * INPUT[nu, j] > 0 else total - term
+            return total
+        return _select(g, [position(xi, nu) for xi in range(4) for nu in range(4)])
+
+    packed = te.compute((b, rows // tile.mr, POSITIONS, tile.mr, depth), lambda bi, p0, g, p1, ch: tirx.if_then_else(
+        ch < c, transformed(bi, p0 * tile.mr + p1, g, ch), tirx.const(0, "int16")), name="pack")
+    q = tile.group
+    wp = te.placeholder((POSITIONS, cols // tile.nr, depth // q, tile.nr, q), "int16", name="weights")
+    k = te.reduce_axis((0, depth), name="k")
+    acc = te.compute((b, POSITIONS, rows, cols), lambda bi, g, p, n: te.sum(
+        packed[bi, p // tile.mr, g, p % tile.mr, k].astype("int32")
+        * wp[g, n // tile.nr, k // q, n % tile.nr, k % q].astype("int32"), axis=k), name="gemm")
+
+    values, params = stage_params(stage, weight.reshape(1, o, -1), cols, 0)
+    residual = te.placeholder((b, oh, ow, o), stage.residual.residual_dtype, name="residual") if stage.residual else None
+
+    def output_value(bi, t, r, s, n):
+        """Y at output (r, s) of tile t, divided by SCALE, through the output stage. OUTPUT's rows are
+        linear in r: (1 - r, 1, 1 - 2r, -r)."""
+        coefficient = (lambda r, xi: [1 - r, 1, 1 - 2 * r, -r][xi])
+        y = sum(coefficient(r, xi) * coefficient(s, nu) * acc[bi, 4 * xi + nu, t, n] for xi in range(4) for nu in range(4))
+        there = None
+        if residual is not None:
+            there = residual[bi, tirx.min(t // tiles_w * 2 + r, oh - 1), tirx.min(t % tiles_w * 2 + s, ow - 1),
+                             tirx.min(n, o - 1)]
+        return stage.expression(tirx.shift_right(y, 2), params, 0, n, there)
+
+    result = te.compute((b, rows, 2, 2, cols), output_value, name="result")
+    out = te.compute((b, oh, ow, o), lambda bi, i, j, n: result[bi, i // 2 * tiles_w + j // 2, i % 2, j % 2, n],
+                     name="output")
+    func = te.create_prim_func([x, wp, *params.values(), *([residual] if residual is not None else []), out])
+    constants = [tile.packed_weights(weight_transform(weight)), *values.values()]
+    return _schedule(func, tile, kernel, weights_outer(rows, cols)), constants
+
+
+def _schedule(func, tile: Tile, kernel: int8.Kernel, columns_outer: bool):
+    """Loops ``(b, t0) | n0 | g | p1 n1 k`` over (row tile, column tile) (``columns_outer``: ``(b, n0) |
+    t0 | ...``, the input transformed whole first, as gemm.py's weights-outer order): each block of the
+    output stage computes its 16 products right before it (``compute_at``: a consumer's read of 16
+    constant positions defeats ``reverse_compute_at``), the kernel over ``p1 n1 k``."""
+    sch = s_tir.Schedule(func)
+    result = sch.get_sblock("result")
+    b, t, r, s, n = sch.get_loops(result)
+    t0, t1 = sch.split(t, [None, tile.mr])
+    n0, n1 = sch.split(n, [None, tile.nr])
+    if columns_outer:
+        sch.reorder(b, n0, t0, t1, r, s, n1)
+        outer, inner = sch.fuse(b, n0), t0
+    else:
+        sch.reorder(b, t0, n0, t1, r, s, n1)
+        outer, inner = sch.fuse(b, t0), n0
+    sch.parallel(outer)
+    sch.unroll(r)
+    sch.unroll(s)
+    sch.vectorize(n1)
+    block = sch.get_sblock("gemm")
+    sch.compute_at(block, inner)
+    *_, g, p1, n1, k = sch.get_loops(block)
+    pack = sch.get_sblock("pack")
+    if columns_outer:
+        sch.parallel(sch.fuse(*sch.get_loops(pack)[:2]))
+    else:
+        sch.compute_at(pack, outer)
+    *_, positions, _, channels = sch.get_loops(pack)
+    sch.unroll(positions)
+    sch.vectorize(sch.split(channels, run_pieces(int(sch.get(channels).extent), (16, 8)))[-1])
+    parallel_rows(sch, sch.get_sblock("output"))
+    tensorize_tile(sch, outer, p1, kernel.product_intrin(int(sch.get(k).extent) // tile.k), kernel)
+    return sch.mod
+
+
+def choose_kernel(key: str, isa: str, tiles: int, cols: int, depth: int) -> int8.Kernel | None:
+    """The s16 tile for a Winograd convolution (its tuning key ``key``), or None where ``isa`` has none
+    this host runs."""
+    candidates = kernels(isa)
+    return tuning.choose(key + " winograd", candidates, tiles, cols, depth=depth) if candidates else None
