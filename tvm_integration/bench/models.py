@@ -240,5 +240,5 @@ def bench_model(path: str | Path, fp32: str | Path | None = None, threads: int =
            "speedups": {k: v / ours_ms for k, v in baselines.items() if v is not None},
            "reference": reference, f"max_abs_diff_vs_{reference}": diff,
            "compile_s": compile_s, **({} if default is None else {f"{reference}_int8_default": default}),
-           **({} if tflite else {"tuning": tuned_shapes.coverage(path)})}
+           "tuning": tuned_shapes.coverage(path)}
     return row if openvino is None else dict(row, openvino=openvino)

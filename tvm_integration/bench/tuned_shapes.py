@@ -11,12 +11,13 @@ from tvm_integration.ops.conv2d import conv_geometry, pair
 
 
 def shapes(path: str | Path) -> list[tuple[str, tuple]]:
-    """(kind, arguments) of every tensorized op of the ONNX model at ``path``, as qnn/lower/bind.py builds them:
+    """(kind, arguments) of every tensorized op of the ONNX or TFLite model at ``path``, as its frontend reads
+    it (runtime/model.py ``read``, what ``compile_model`` lowers) and qnn/lower/bind.py builds them:
     ("dense", (weight, rows, dtype)) or ("conv2d", (weight, NHWC shape, strides, padding, groups, dtype))."""
-    from tvm_integration.qnn.onnx.importer import load
-    from tvm_integration.qnn.runtime.model import lower
+    from tvm_integration.qnn.lower import pipeline
+    from tvm_integration.qnn.runtime.model import read
     from tvm_integration.qnn.semantics.integer_op import IntegerOp
-    mod = lower(load(path), stage="legalize")
+    mod = pipeline.lower(read(path)[0], stage="legalize")
     found = []
     for binding in mod["main"].body.blocks[0].bindings:
         op = IntegerOp.read(binding.value, mod)
@@ -45,7 +46,7 @@ def key_of(kind: str, args: tuple) -> str:
 
 
 def coverage(path: str | Path, log: Path | None = None) -> dict:
-    """How many of the ONNX model's distinct tile shapes this host's tuning log (or ``log``) holds."""
+    """How many of the (ONNX or TFLite) model's distinct tile shapes this host's tuning log (or ``log``) holds."""
     log = log or tuning.log_path()
     keys = {key_of(kind, args) for kind, args in shapes(path)}
     logged = tuning.read_log(log)
