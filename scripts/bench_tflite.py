@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 from scripts.bench_zoo import host_line, run_of  # noqa: E402
 from scripts.make_tflite_applications import APPLICATIONS, DEFAULT_OUT  # noqa: E402
 from synth.files import write_atomically  # noqa: E402
-from tvm_integration.bench import provenance  # noqa: E402
+from tvm_integration.bench import provenance, tuned_shapes  # noqa: E402
 
 NOTES = ("<!-- notes: hand-written, kept by scripts/bench_tflite.py -->", "<!-- /notes -->")
 BASELINES = {"litert_int8": "LiteRT (XNNPACK)", "openvino_int8": "OpenVINO int8",
@@ -146,7 +146,8 @@ def row(directory: Path, name: str, threads: int, trials: int, count: int, recom
     ours = times.pop("ours")
     result = {"name": name, "threads": threads, "ours_ms": ours, "baselines": times,
               "speedups": {k: v / ours for k, v in times.items()}, "max_diff_steps": diff, "compared": count,
-              "baseline_reports": report, **({"compile_s": compile_s} if compile_s is not None else {})}
+              "baseline_reports": report, "tuning": tuned_shapes.coverage(path),
+              **({"compile_s": compile_s} if compile_s is not None else {})}
     if threads == 1:            # CPU time: what the load of other jobs on a shared machine disturbs least
         model.vm.set_input("main", *model.arguments(feed))
         ours_cpu = cpu_ms(lambda: model.vm.invoke_stateful("main"), trials)
@@ -187,23 +188,26 @@ def markdown(data: dict, notes: str) -> str:
              "the baselines timed side by side in one process (`models.side_by_side_ms`); ratio = LiteRT / qsynth "
              "(above 1: qsynth is faster); steps: the largest |qsynth - LiteRT| over the random inputs compared, "
              "in steps of the output (0: bit-exact); CPU ms (1 thread): process CPU time per inference "
-             "(`zoo.cpu_ms`), which load from the other jobs on this shared 2-core machine disturbs least.", ""]
+             "(`zoo.cpu_ms`), which load from the other jobs on this shared 2-core machine disturbs least; tuning: "
+             "how many of the model's int8 tile shapes this host's tuning log chose (tuned, partly k/n, untuned: the "
+             "rest take kernels/tuning.py's least-padding rule; -: the run did not record it).", ""]
     for threads in sorted({r["threads"] for r in rows}):
         cpu = threads == 1
         lines += [f"## {threads} thread{'s' if threads > 1 else ''}", "",
                   "| model | qsynth ms | " + " | ".join(BASELINES[k] for k in keys) + " | ratio to LiteRT | steps "
-                  "vs LiteRT (inputs) |" + (" CPU ms qsynth / LiteRT (ratio) |" if cpu else ""),
-                  "|---|---|" + "---|" * len(keys) + "---|---|" + ("---|" if cpu else "")]
+                  "vs LiteRT (inputs) | tuning |" + (" CPU ms qsynth / LiteRT (ratio) |" if cpu else ""),
+                  "|---|---|" + "---|" * len(keys) + "---|---|---|" + ("---|" if cpu else "")]
         for name in data["models"]:
             r = next((r for r in rows if r["name"] == name and r["threads"] == threads), None)
             if r is None:
                 continue
             if "error" in r:
-                lines.append(f"| {name} | fails: {r['error']} |" + " |" * (len(keys) + 2 + cpu))
+                lines.append(f"| {name} | fails: {r['error']} |" + " |" * (len(keys) + 3 + cpu))
                 continue
             ratio = r["speedups"].get("litert_int8")
             line = (f"| {name} | {r['ours_ms']:.2f} | " + " | ".join(cell(r, k) for k in keys)
-                    + f" | {f'{ratio:.2f}x' if ratio else '-'} | {r['max_diff_steps']} ({r['compared']}) |")
+                    + f" | {f'{ratio:.2f}x' if ratio else '-'} | {r['max_diff_steps']} ({r['compared']}) | "
+                    f"{tuned_shapes.label(r.get('tuning'))} |")
             if cpu:
                 line += (f" {r['ours_cpu_ms']:.2f} / {r['litert_int8_cpu_ms']:.2f} "
                          f"({r['litert_int8_cpu_ms'] / r['ours_cpu_ms']:.2f}x) |")
@@ -238,6 +242,12 @@ def markdown(data: dict, notes: str) -> str:
     return "\n".join(lines)
 
 
+def kept_notes(table: str) -> str:
+    """The hand-written notes of a table ``markdown`` wrote ("" where none were written), which it keeps."""
+    notes = table.split(NOTES[0], 1)[1].split(NOTES[1], 1)[0] if NOTES[0] in table else ""
+    return "" if notes.strip() == "(no notes written yet)" else notes
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default=",".join(APPLICATIONS))
@@ -259,9 +269,7 @@ def main() -> int:
         worker(a.dir, names, a.worker, a.trials, a.inputs, a.recompile, not a.no_openvino)
         return 0
     md, js = a.out / "tflite_models.md", a.out / "tflite_models.json"
-    text = md.read_text() if md.exists() else ""
-    notes = text.split(NOTES[0], 1)[1].split(NOTES[1], 1)[0] if NOTES[0] in text else ""
-    notes = "" if notes.strip() == "(no notes written yet)" else notes
+    notes = kept_notes(md.read_text() if md.exists() else "")
     previous = json.loads(js.read_text()) if js.exists() else {}
     if a.markdown_only:
         write_atomically(md, markdown(previous, notes))

@@ -20,6 +20,7 @@ from scripts import bench_tflite
 from test_tflite import DATA, litert_outputs, random_feeds, requantized
 from test_tflite_keras import assert_exact
 
+from tvm_integration.bench import tuned_shapes
 from tvm_integration.qnn.lower import pipeline
 from tvm_integration.qnn.runtime.model import compile_model
 from tvm_integration.qnn.tflite import importer as tflite_importer
@@ -73,14 +74,15 @@ def test_report_lists_every_row_failures_and_keeps_the_notes():
     data = {"host": "a host", "models": ["mobilenet_v2", "resnet50", "efficientnet_b0"],
             "runs": [{"command": "python scripts/bench_tflite.py", "load_before": "1", "load_after": "2",
                       "models": ["mobilenet_v2", "resnet50"], "threads": [1]}],
-            "rows": [_row("mobilenet_v2", 1, 2.0, 3.0, ours_cpu_ms=2.0, litert_int8_cpu_ms=3.0, compile_s=30.0),
+            "rows": [_row("mobilenet_v2", 1, 2.0, 3.0, ours_cpu_ms=2.0, litert_int8_cpu_ms=3.0, compile_s=30.0,
+                          tuning={"log": "znver3-8817b8ee.json", "shapes": 7, "tuned": 2}),
                      _row("resnet50", 1, 10.0, 8.0, steps=2, ours_cpu_ms=10.0, litert_int8_cpu_ms=8.0,
                           profile={"by_kind": {"qsynth_conv2d": [6.0, 20, 20]}, "slowest": [["qsynth_conv2d3", 1.5]]}),
                      {"name": "efficientnet_b0", "threads": 1, "error": "ModelError: unsupported operators: X"}]}
     md = bench_tflite.markdown(data, "the stem costs 1 ms")
     lines = md.splitlines()
-    assert "| mobilenet_v2 | 2.00 | 3.00 | 1.50x | 0 (5) | 2.00 / 3.00 (1.50x) |" in lines
-    assert "| resnet50 | 10.00 | 8.00 | 0.80x | 2 (5) | 10.00 / 8.00 (0.80x) |" in lines
+    assert "| mobilenet_v2 | 2.00 | 3.00 | 1.50x | 0 (5) | partly (2/7) | 2.00 / 3.00 (1.50x) |" in lines
+    assert "| resnet50 | 10.00 | 8.00 | 0.80x | 2 (5) | - | 10.00 / 8.00 (0.80x) |" in lines     # no coverage recorded
     assert any(line.startswith("| efficientnet_b0 | fails: ModelError: unsupported operators: X |") for line in lines)
     assert "- by operator (CPU ms): qsynth_conv2d 6.00 (20 fn, 20 calls)" in lines
     assert "Compile seconds (`compile_model`, once per model): mobilenet_v2 30." in lines
@@ -89,6 +91,14 @@ def test_report_lists_every_row_failures_and_keeps_the_notes():
     assert notes.strip() == "the stem costs 1 ms"
     table = [line for line in lines if line.startswith("| ")]
     assert len({line.count("|") for line in table}) == 1, "every row of the table has the header's cells"
+
+
+def test_a_row_records_its_models_tuning_coverage(tmp_path):
+    """bench_tflite's row says how many of the model's tile shapes this host's tuning log holds
+    (tuned_shapes.coverage of the .tflite it ran), which its table prints."""
+    (tmp_path / "mlp_int8.tflite").write_bytes((DATA / "mlp_int8.tflite").read_bytes())
+    row = bench_tflite.row(tmp_path, "mlp_int8", threads=1, trials=2, count=1, recompile=False, openvino=False)
+    assert row["tuning"] == tuned_shapes.coverage(tmp_path / "mlp_int8.tflite") and row["tuning"]["shapes"] == 3
 
 
 def _tensorflow_python() -> str:
