@@ -118,7 +118,7 @@ def build_conv2d(weight: np.ndarray, input_shape: tuple[int, ...], layout: str =
     if use_kernel and (winograd.pays(kernel) if use_winograd is None else use_winograd) and winograd.applies(
             weight.shape, c, layout, stride, groups, data_dtype):
         tiles = -(-oh // 2) * -(-ow // 2)
-        if s16 := winograd.choose_kernel(key, kernel.spec.isa, tiles, o, c):
+        if s16 := winograd.choose_kernel(kernel.spec.isa, tiles, o, c):
             mod, constants = winograd.build(x, weight, pads, (oh, ow), stage, s16, pad_value)
             return Built(mod, constants, result_shape, stage.out_dtype, input_shape, data_dtype, result_shape,
                          selection.int8_target(s16))

@@ -177,8 +177,9 @@ def _schedule(func, tile: Tile, kernel: int8.Kernel, columns_outer: bool):
     return sch.mod
 
 
-def choose_kernel(key: str, isa: str, tiles: int, cols: int, depth: int) -> int8.Kernel | None:
-    """The s16 tile for a Winograd convolution (its tuning key ``key``), or None where ``isa`` has none
-    this host runs."""
+def choose_kernel(isa: str, tiles: int, cols: int, depth: int) -> int8.Kernel | None:
+    """The s16 tile for a Winograd convolution of ``tiles`` 2x2 tiles, ``cols`` output and ``depth`` input
+    channels: the least-padding one (the tuning log has no Winograd entries yet), or None where ``isa``
+    has none this host runs."""
     candidates = kernels(isa)
-    return tuning.choose(key + " winograd", candidates, tiles, cols, depth=depth) if candidates else None
+    return tuning.least_padding(candidates, tiles, cols, depth) if candidates else None
