@@ -177,9 +177,23 @@ def _schedule(func, tile: Tile, kernel: int8.Kernel, columns_outer: bool):
     return sch.mod
 
 
+ROWS_PADDING = 0.02      # the share of padded tiles a taller row tile may add (``choose_kernel``)
+
+
 def choose_kernel(isa: str, tiles: int, cols: int, depth: int) -> int8.Kernel | None:
-    """The s16 tile for a Winograd convolution of ``tiles`` 2x2 tiles, ``cols`` output and ``depth`` input
-    channels: the least-padding one (the tuning log has no Winograd entries yet), or None where ``isa``
-    has none this host runs."""
+    """The s16 tile for a Winograd convolution of ``tiles`` 2x2 tiles (the GEMM's rows): K steps of 2
+    (a shorter unrolled loop), then the most rows whose padding adds at most ``ROWS_PADDING`` of the
+    tiles (fewer loads of B per product), else the least padding; None where ``isa`` has no s16 tile
+    this host runs. The tuning log holds no Winograd entries. Zen 3, CPU time, one thread, median of
+    30, int32 output, ResNet-18's 3x3 layers, every s16 tile (4x16x2 5x16x2 6x16x2 4x16x8 6x16x8):
+    56x56x64 (784 tiles) 0.890 0.855 0.855 0.892 0.904 ms; 28x28x128 (196) 0.887 0.851 0.801 0.914
+    0.869; 14x14x256 (49) 0.830 0.795 0.840 0.899 0.888; 7x7x512 (16) 0.999 1.241 1.075 1.071 1.148:
+    the rule takes the fastest of each (6x16x2, 6x16x2, 5x16x2, 4x16x2)."""
     candidates = kernels(isa)
-    return tuning.least_padding(candidates, tiles, cols, depth) if candidates else None
+    if not candidates:
+        return None
+    shallow = [k for k in candidates if k.spec.k == min(c.spec.k for c in candidates)]
+    fits = [k for k in shallow if round_up(tiles, k.spec.mr) <= tiles * (1 + ROWS_PADDING)]
+    if fits:
+        return max(fits, key=lambda k: (k.spec.mr, k.spec.nr))
+    return tuning.least_padding(shallow, tiles, cols, depth)
