@@ -132,3 +132,18 @@ def test_an_avx2_only_host_takes_winograd_for_3x3_stride_1_and_not_otherwise(mon
     assert "int8_s16" not in names((1, 8, 8, 16), stride=2)
     assert "int8_s16" not in names((1, 16, 8, 8), layout="NCHW")
     assert "int8_s16" not in build_conv2d(w, (1, 8, 8, 16), "NHWC", 1, 1, use_winograd=False).mod.script()
+
+
+def test_avx512bw_s16_tiles_run_winograd_on_a_skylake_sp_host_model(monkeypatch):
+    """AVX-512BW without VNNI (Skylake-SP: the host model restricted to it) takes Winograd on the zmm s16
+    tiles, exact against numpy; hosts without AVX-512BW skip, naming the flag."""
+    live = host.model()
+    if why := host.lacks("avx512bw", live.flags):
+        pytest.skip(why)
+    monkeypatch.setattr(host, "model", lambda: host.restricted(live, "avx2,avx512f,avx512bw,avx512vl"))
+    rng = np.random.default_rng(4)
+    x = rng.integers(0, 256, (1, 9, 9, 40)).astype(np.uint8)
+    w = rng.integers(-128, 128, (48, 40, 3, 3)).astype(np.int8)
+    built = build_conv2d(w, x.shape, "NHWC", 1, 1)
+    assert "int8_s16" in built.mod.script() and "avx512" in built.mod.script()
+    np.testing.assert_array_equal(built.compile()(x), conv_reference(x, w, "NHWC", 1, 1, 1))
