@@ -313,6 +313,30 @@ def test_elementwise_channels_16_does_not_divide_are_one_vector(channels):
     np.testing.assert_array_equal(result.numpy(), np.maximum(x, y))
 
 
+def test_a_max_pool_over_many_channels_vectorizes_the_channels_alone():
+    """An NHWC 3x3 stride-1 max pool over 96 channels (GoogLeNet's inception pools: 192-832): the
+    channel axis split into vectors of 16 under a parallel loop over pixels and channel blocks; 16
+    lanes of the fused axis each tested the window on their own (GoogLeNet's pools 8.98 of its 25.4
+    CPU ms on Zen 3, 0.43 in onnxruntime)."""
+    import tvm
+    from tvm import te
+    from tvm_integration.qnn.prim.schedules import schedule
+    from tvm_integration.qnn.semantics.arithmetic import max_pool2d
+    x = te.placeholder((1, 6, 5, 96), "uint8", name="x")
+    out = max_pool2d(x, pool=(3, 3), strides=(1, 1), padding=(1, 1, 1, 1), layout="NHWC")
+    func = schedule(te.create_prim_func([x, out]))
+    script = func.script()
+    [lane] = re.findall(r"for (\w+) in T\.vectorized\((?:T\.int64\()?16\)", script)
+    bindings = dict(re.findall(r"(v_\w+) = T\.axis\.spatial\([^,]+, (.*)\)$", script, re.M))
+    assert lane in bindings["v_ch"] and not any(lane in bindings[v] for v in ("v_n", "v_i", "v_j"))
+    data = np.random.default_rng(3).integers(0, 256, (1, 6, 5, 96), dtype=np.uint8)
+    padded = np.pad(data, ((0, 0), (1, 1), (1, 1), (0, 0)))
+    want = np.max([padded[:, i:i + 6, j:j + 5] for i in range(3) for j in range(3)], axis=0)
+    result = tvm.runtime.empty((1, 6, 5, 96), "uint8")
+    tvm.compile(func, target="llvm")(tvm.runtime.tensor(data), result)
+    np.testing.assert_array_equal(result.numpy(), want)
+
+
 def test_cli_run_compile_and_errors(tmp_path, capsys, monkeypatch):
     from qsynth.cli import main
     monkeypatch.setenv("QSYNTH_MODEL_CACHE", str(tmp_path / "cache" / "qsynth" / "models"))      # run's compiled-model cache
