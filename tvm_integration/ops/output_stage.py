@@ -10,7 +10,9 @@ Two requantizations, each bit-exact to the runtime it comes from:
   (both round half away from zero), plus the zero point, saturated.
 
 Scales, multipliers and shifts are per output channel (a scalar is broadcast). Without a
-requantization the output is the int32 accumulator plus bias. ``ScaleRequantize`` has two exact forms
+requantization the output is the int32 accumulator plus bias; a ``ScaleRequantize`` to float32 is
+``float32(acc + bias) * scale`` itself, unrounded (MLAS's scale output processor: onnxruntime's
+MatMulIntegerToFloat). ``ScaleRequantize`` has two exact forms
 of the same result: x86's (clamp in float32, then ``lrint``) and AArch64's (``OutputStage.aarch64``:
 round, a saturating conversion, then clamp in integers), each the cheaper on its target.
 """
@@ -84,10 +86,15 @@ class OutputStage:
     aarch64: bool = False
 
     def __post_init__(self):
-        if self.requantize is not None and self.requantize.out_dtype not in ("uint8", "int8"):
-            raise ValueError(f"requantize to uint8 or int8, not {self.requantize.out_dtype!r}")
-        if self.residual is not None and self.requantize is None:
+        if self.requantize is not None and self.requantize.out_dtype not in ("uint8", "int8") and not self.to_float:
+            raise ValueError(f"requantize to uint8, int8 or (ScaleRequantize) float32, not {self.requantize.out_dtype!r}")
+        if self.residual is not None and (self.requantize is None or self.to_float):
             raise ValueError("a residual add needs a requantized result")
+
+    @property
+    def to_float(self) -> bool:
+        """The float32 product, neither rounded nor clamped (MatMulIntegerToFloat)."""
+        return isinstance(self.requantize, ScaleRequantize) and self.requantize.out_dtype == "float32"
 
     @property
     def result_dtype(self) -> str:
@@ -166,6 +173,8 @@ class OutputStage:
         return (clamped + tirx.const(zero, "int16")).astype(self.result_dtype)
 
     def _result(self, acc, p: dict, g, n):
+        if self.to_float:
+            return self._product(acc, p, g, n)
         lo, hi = self.bounds()
         x = acc + p["bias"][g, n]
         rq = self.requantize

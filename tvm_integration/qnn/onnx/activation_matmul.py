@@ -5,7 +5,12 @@
 * ``matmul(DQ(a), DQ(b))`` read by no QuantizeLinear, ``a`` uint8 -> MatMulIntegerToFloat: the same
   integer product in float32, ``float32(acc) * float32(sa * sb)`` (NNCF's transformer Q.K^T, whose int8
   pairs onnxruntime's x86 build turns uint8 first: ort_fusion.converted; int8 activations it leaves in
-  float there).
+  float there). ``b`` a constant (a weight: an NNCF model's last projection or classifier, whose
+  output it leaves float): the integer ``dense`` to float32, ``sb`` per tensor or per output column,
+  unless onnxruntime's MatMulAddFusion (graph level 1, before the QDQ fusions) first takes the matmul
+  into a float Gemm with the Add that alone reads it (float_ops._gemm): an Add of a [N] operand, or on
+  2-D rows of a [1, N], [M, 1] or [M, N] one. Another Add after it (a residual of a [..., M, K]
+  activation, a [1, 1, N] bias) stays a float Add of MatMulIntegerToFloat's output.
 
 An operand that is a transpose of the integers is read through it by the operator (ops/batch_matmul.py),
 not copied first.
@@ -16,6 +21,7 @@ import numpy as np
 from tvm import relax
 from tvm.ir import Op
 
+from tvm_integration.qnn.float.float_calls import shape_of
 from tvm_integration.qnn.onnx.qdq import QParams
 from tvm_integration.qnn.semantics.quant import constant
 
@@ -31,16 +37,58 @@ def quantized(reader, expr, out: QParams):
     return _batch_matmul(reader, found, scale, out.dtype, zy, list(out.bounds), expr)
 
 
+# MatMulIntegerToFloat's output as the integer dense computes it: ``x_scale * w_scale / 1`` in float32 is
+# onnxruntime's multiplier ``a_scale * b_scale`` (arithmetic.linear_constants), the product neither rounded
+# nor clamped (output_stage.OutputStage.to_float)
+FLOAT_OUTPUT = QParams(np.array(1, np.float32), np.array(0, np.int64), "float32")
+
+
 def to_float(reader, call):
     """``matmul(DQ(a), DQ(b))`` of a uint8 ``a``, read by no QuantizeLinear -> MatMulIntegerToFloat."""
-    found = _operands(reader, call)
     var = reader.bound.get(call)
-    if found is None or found[1][0].dtype != "uint8" or var is None or any(
-            isinstance(v, relax.Call) and isinstance(v.op, Op) and v.op.name == "relax.quantize" and
-            v.args[0].same_as(var) for v in reader.var2val.values()):
+    readers = [] if var is None else reader.readers(var)
+    if var is None or any(_op(r) == "relax.quantize" for r in readers):
+        return None
+    if (weight := reader.dequantized_constant(call.args[1])) is not None:
+        data = reader.dequantized(call.args[0])
+        if data is None or data[1].dtype != "uint8" or not data[1].per_tensor_8bit or data[1].range or \
+                not _by_column(reader, call, *weight) or _gemm_fused(reader, call, readers):
+            return None
+        return reader.linear(call, None, FLOAT_OUTPUT, [0, 0], reader.layer_name(call), movement=False)
+    found = _operands(reader, call)
+    if found is None or found[1][0].dtype != "uint8":
         return None
     (sa, _), (sb, _) = found[2]
     return _batch_matmul(reader, found, np.float32(sa * sb), "float32", 0, [0, 0], call)
+
+
+def _op(call) -> str:
+    return call.op.name if isinstance(call, relax.Call) and isinstance(call.op, Op) else ""
+
+
+def _by_column(reader, call, w: np.ndarray, params: QParams) -> bool:
+    """An 8-bit 2-D weight ``w`` of the whole type's range, its scale per tensor or per output column
+    (DequantizeLinear's axis 1), one zero point: MatMulIntegerToFloat's B (the integer dense takes one
+    zero point)."""
+    scale, zero_point = params.scale.reshape(-1), params.zero_point.reshape(-1)
+    axis = reader.call(call.args[1], "relax.dequantize").attrs.axis
+    return w.ndim == 2 and params.dtype in ("uint8", "int8") and params.range is None and \
+        np.all(zero_point == zero_point[0]) and (scale.size == 1 or scale.size == w.shape[1] and int(axis) in (1, -1))
+
+
+def _gemm_fused(reader, call, readers) -> bool:
+    """Whether onnxruntime's MatMulAddFusion makes ``call`` (a matmul by a 2-D constant) and the Add
+    that alone reads it one float Gemm: that Add's other operand [N], or, the matmul's input 2-D, [1, N],
+    [M, 1] or [M, N] (Gemm's broadcasts of C)."""
+    add = readers[0] if len(readers) == 1 else None
+    if _op(add) != "relax.add":
+        return False
+    other = next(arg for arg in add.args if not arg.same_as(reader.bound[call]))
+    shape, rows = shape_of(other), shape_of(call.args[0])
+    n = int(call.ty.shape[-1])
+    if shape is None or rows is None:
+        return False
+    return shape == (n,) or len(rows) == 2 and shape in ((1, n), (rows[0], 1), (rows[0], n))
 
 
 def _operands(reader, core):

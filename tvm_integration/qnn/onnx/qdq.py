@@ -53,14 +53,23 @@ class QDQReader(relax.PyExprMutator):
         self.mod = mod
         self.var2val = {}
         self.bound = {}             # value -> the variable bound to it
+        self.outputs = set()        # the function's outputs (variables)
 
     def run(self):
         for gvar, func in self.mod.functions.items():
             if isinstance(func, relax.Function):
                 self.var2val = relax.analysis.get_var2val(func)
                 self.bound = {value: var for var, value in self.var2val.items()}
+                self.outputs = set(func.body.body.fields if isinstance(func.body.body, relax.Tuple) else [func.body.body])
                 self.builder_.update_func(gvar, self.visit_expr(func))
         return self.builder_.get()
+
+    def readers(self, var) -> list:
+        """The calls that read variable ``var``, one per argument that is ``var``; a function output
+        (``self.outputs``) is read by the function too (None in the list)."""
+        calls = [value for value in self.var2val.values() if isinstance(value, relax.Call)
+                 for arg in value.args if isinstance(arg, relax.Var) and arg.same_as(var)]
+        return calls + [None] * any(var.same_as(out) for out in self.outputs)
 
     def value(self, expr):
         """What ``expr`` is bound to (following variables), else ``expr``."""

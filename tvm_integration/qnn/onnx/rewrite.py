@@ -13,7 +13,9 @@ replaced by one integer op when onnxruntime computes it as one (its QDQ fusions)
   dense of its flattened rows (a reshape, no copy), as onnxruntime's QLinearMatMul computes it;
 * ``Q(matmul(DQ(a), DQ(b)))`` of two activations (Q.K^T, attention.V) -> ``batch_matmul``
   (ops/batch_matmul.py), an operand that is a transpose of the integers read through it; without the
-  ``Q``, a uint8 ``a``: ``batch_matmul`` to float32 (MatMulIntegerToFloat: activation_matmul.py);
+  ``Q``, a uint8 ``a``: ``batch_matmul`` to float32 (MatMulIntegerToFloat: activation_matmul.py), and
+  ``matmul(DQ(x), DQ(W))`` of a constant W so too, a ``dense`` to float32, unless onnxruntime first fuses
+  it with an Add into a float Gemm (MatMulAddFusion, float_ops._gemm);
 * ConvInteger / MatMulInteger (``conv2d`` / ``matmul`` in int32 of zero-point-subtracted 8-bit
   tensors, constant weights; any rank of input for MatMulInteger) -> ``conv2d`` / ``dense`` with an
   int32 output; an input zero point
@@ -168,12 +170,18 @@ class QDQToInteger(QDQReader):
         core = self.call(inner, "relax.nn.conv2d", "relax.matmul")
         if core is None or core in self.float_cores:
             return None
+        return self.linear(core, bias, out, clamp, self.layer_name(*named))
+
+    def linear(self, core, bias, out: QParams, clamp, layer: str, movement: bool = True):
+        """The integer conv2d or dense of ``core`` = conv2d / matmul(DQ(x), DQ(W)), W constant, with
+        ``bias`` and the output ``out`` (conv_or_dense; activation_matmul.to_float: float32), else None.
+        ``movement``: a Flatten/Reshape between DQ(x) and the matmul, a transpose of W, taken too."""
         data, weight = self.dequantized(core.args[0]), core.args[1]
         shaped = None            # matmul(reshape(DQ(x))): a classifier's Flatten/Reshape before its Gemm/MatMul
-        if data is None and core.op.name == "relax.matmul" and \
+        if data is None and core.op.name == "relax.matmul" and movement and \
                 (shaped := self.call(core.args[0], "relax.reshape", "relax.flatten")) is not None:
             data = self.dequantized(shaped.args[0])
-        transposed = self.call(weight, "relax.permute_dims")
+        transposed = self.call(weight, "relax.permute_dims") if movement else None
         weight = self.dequantized_constant(transposed.args[0] if transposed is not None else weight)
         if data is None or weight is None:
             return None
@@ -190,7 +198,7 @@ class QDQToInteger(QDQReader):
                 x = self.builder_.emit(relax.op.reshape(self.visit_expr(x), [-1, rows[-1]]))
         if shaped is not None:   # the reshape moves to the integers (exact), before the integer dense
             x = self.builder_.emit(relax.Call(shaped.op, [self.visit_expr(x), *shaped.args[1:]], shaped.attrs))
-        result = self.integer_linear(core, x, xq, w, wq, bias, out, clamp, self.layer_name(*named))
+        result = self.integer_linear(core, x, xq, w, wq, bias, out, clamp, layer)
         return result if rows is None else relax.op.reshape(self.builder_.emit(result), [*rows[:-1], w.shape[0]])
 
     def float_conv(self, call):
