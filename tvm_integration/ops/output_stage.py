@@ -87,7 +87,7 @@ class OutputStage:
 
     def __post_init__(self):
         if self.requantize is not None and self.requantize.out_dtype not in ("uint8", "int8") and not self.to_float:
-            raise ValueError(f"requantize to uint8, int8 or (ScaleRequantize) float32, not {self.requantize.out_dtype!r}")
+            raise ValueError(f"requantize to uint8, int8 or (by a scale) float32, not {self.requantize.out_dtype!r}")
         if self.residual is not None and (self.requantize is None or self.to_float):
             raise ValueError("a residual add needs a requantized result")
 

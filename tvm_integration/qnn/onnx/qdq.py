@@ -60,7 +60,8 @@ class QDQReader(relax.PyExprMutator):
             if isinstance(func, relax.Function):
                 self.var2val = relax.analysis.get_var2val(func)
                 self.bound = {value: var for var, value in self.var2val.items()}
-                self.outputs = set(func.body.body.fields if isinstance(func.body.body, relax.Tuple) else [func.body.body])
+                out = func.body.body
+                self.outputs = set(out.fields if isinstance(out, relax.Tuple) else [out])
                 self.builder_.update_func(gvar, self.visit_expr(func))
         return self.builder_.get()
 
