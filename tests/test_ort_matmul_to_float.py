@@ -87,3 +87,13 @@ def test_bias_add_fused_into_float_gemm(tmp_path, rows):
     differs (15908 and 31702 outputs, checked with _gemm_fused made false)."""
     shapes = matmul_model(tmp_path / "m.onnx", rows, after=(N,))
     assert differing(tmp_path / "m.onnx", "y", shapes) == 0
+
+
+@pytest.mark.parametrize("after", ["residual", (1, N), (64, 1)])
+def test_float_gemm_broadcasts_c(tmp_path, after):
+    """On 2-D rows MatMulAddFusion takes an Add of a [M, N] (here an input), [1, N] or [M, 1] operand
+    too: a float Gemm that sums onto C broadcast to its output (float_ops.gemm_c_shapes), where qsynth
+    took only a constant [N] and added the others after the float matmul: 8925, 8885 and 8955 of the
+    3 x 6144 outputs differed (by at most 7.6e-6)."""
+    shapes = matmul_model(tmp_path / "m.onnx", (64,), after=after)
+    assert differing(tmp_path / "m.onnx", "y", shapes) == 0

@@ -32,14 +32,15 @@ def stride_k(k: int, n: int, trans_a: bool = False) -> int:
 
 
 def matmul_func(a_shape: tuple[int, ...], b_shape: tuple[int, ...], alpha: float | None = None,
-                trans_a: bool = False, stride: int | None = None, bias: bool = False) -> tirx.PrimFunc:
+                trans_a: bool = False, stride: int | None = None, bias: tuple[int, ...] | None = None) -> tirx.PrimFunc:
     """``a @ b`` with numpy's broadcasting, as MLAS's sgemm sums: each output one FMA chain over k from
     0, a K longer than MLAS's block (stride_k) in blocks whose sums are added in order. With
     ``alpha`` (onnxruntime's FusedMatMul): the first block's sum times alpha, each later one added as
     fma(sum, alpha, C); ``trans_a``: ``a`` is the transpose FusedMatMul's transA reads (its blocks);
     ``stride``: K's block when given (a B that onnxruntime packs: neon_float.py), else stride_k's;
-    ``bias``: a third input ``c [n]``, onnxruntime's Gemm with C (MatMulAddFusion's MatMul + Add), which
-    copies C into the output first, so the first block's sum is added to C as the later ones are.
+    ``bias``: the shape of a third input ``c`` ([n]; or, ``a`` 2-D, [1, n], [m, 1], [m, n]: Gemm's
+    broadcasts of C), onnxruntime's Gemm with C (MatMulAddFusion's MatMul + Add), which copies C into
+    the output first, so the first block's sum is added to C as the later ones are.
     Parallel over batch and row tiles; each tile (``_register_tile_shape``) held in registers across
     k; more than 32 columns not in whole vectors (ViT's 196 keys) over B padded with zero columns to
     32-lane tiles (in scalars: 9x slower), each tile writing its first n columns (of one K block;
@@ -70,12 +71,15 @@ def matmul_func(a_shape: tuple[int, ...], b_shape: tuple[int, ...], alpha: float
 
     blocks = _k_blocks(k, stride or stride_k(k, n, trans_a))
     partial = block_sum(*blocks[0])
-    c = te.placeholder((n,), "float32", "c") if bias else None
+    c = te.placeholder(bias, "float32", "c") if bias else None
     first = partial
     if alpha is not None:
         partial = te.compute(first.shape, lambda *i: first(*i) * mlas_math.f32(alpha), name="sum0")
     elif bias:
-        partial = te.compute(first.shape, lambda *i: c[tirx.min(i[-1], n - 1)] + first(*i), name="sum0")
+        def c_at(i):            # C broadcast to the output; a padded column reads the last one (then cut)
+            index = (*i[:-1], tirx.min(i[-1], n - 1))[len(i) - len(bias):]
+            return c[tuple(0 if d == 1 else j for d, j in zip(bias, index))]
+        partial = te.compute(first.shape, lambda *i: c_at(i) + first(*i), name="sum0")
     for start, size in blocks[1:]:
         partial = added(partial, block_sum(start, size), start)
     if wide != n:

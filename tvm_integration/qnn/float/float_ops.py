@@ -179,6 +179,13 @@ def _packed_stride(b) -> int | None:
     return PACKED_STRIDE_K if len(shape_of(b) or ()) == 2 and constant(b) is not None else None
 
 
+def gemm_c_shapes(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+    """The shapes of C that MatMulAddFusion takes into a Gemm with ``a @ b`` (b 2-D): [n]; with a 2-D,
+    [1, n], [m, 1] and [m, n] too (Gemm broadcasts C one way only). Also activation_matmul._gemm_fused."""
+    (m, n) = (a[0] if len(a) == 2 else None), b[-1]
+    return ((n,),) if m is None else ((n,), (1, n), (m, 1), (m, n))
+
+
 def _matmul(bb, call):
     """MLAS's sgemm, K in the blocks of ``_packed_stride``."""
     a, b = (shape_of(x) for x in call.args)
@@ -346,18 +353,19 @@ class _Fusions(relax.PyExprMutator):
                     chain, shape)
 
     def _gemm(self, source, call):
-        """``matmul(a, b) + c``, b 2-D, c a constant [n], the matmul read by the add alone: onnxruntime's
-        MatMulAddFusion makes it a Gemm with C (before SkipLayerNormFusion could take c), which sums onto
-        C (matmul_func's ``bias``), K in the blocks of ``_packed_stride``.
+        """``matmul(a, b) + c``, b 2-D, c [n] (or, a 2-D, [1, n], [m, 1] or [m, n]: what Gemm broadcasts
+        to its output), the matmul read by the add alone: onnxruntime's MatMulAddFusion makes it a Gemm
+        with C (before SkipLayerNormFusion could take c), which sums onto C (matmul_func's ``bias``), K in
+        the blocks of ``_packed_stride``.
         Not one row on x86-64, which MlasGemm gives its M = 1 kernels (adding C after: _row_matmul)."""
         for index in (0, 1):
             matmul, c = self._bound(call.args[index], "relax.matmul"), call.args[1 - index]
             a, b = (None, None) if matmul is None else (shape_of(x) for x in matmul.args)
-            if a is None or b is None or len(a) < 2 or len(b) != 2 or constant(c) is None or shape_of(c) != b[-1:] \
+            if a is None or b is None or len(a) < 2 or len(b) != 2 or shape_of(c) not in gemm_c_shapes(a, b) \
                     or not float32(matmul) or not float32(call) or self.readers[source.args[index]] != 1 \
                     or not self.fused and np.prod(a[:-1]) == 1:
                 continue
-            return emit(self.builder_, matmul_func(a, b, stride=_packed_stride(matmul.args[1]), bias=True),
+            return emit(self.builder_, matmul_func(a, b, stride=_packed_stride(matmul.args[1]), bias=shape_of(c)),
                         "qsynth_float_gemm", [*matmul.args, c], shape_of(call))
         return None
 

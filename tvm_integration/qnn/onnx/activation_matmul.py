@@ -22,6 +22,7 @@ from tvm import relax
 from tvm.ir import Op
 
 from tvm_integration.qnn.float.float_calls import shape_of
+from tvm_integration.qnn.float.float_ops import gemm_c_shapes
 from tvm_integration.qnn.onnx.qdq import QParams
 from tvm_integration.qnn.semantics.quant import constant
 
@@ -78,17 +79,14 @@ def _by_column(reader, call, w: np.ndarray, params: QParams) -> bool:
 
 def _gemm_fused(reader, call, readers) -> bool:
     """Whether onnxruntime's MatMulAddFusion makes ``call`` (a matmul by a 2-D constant) and the Add
-    that alone reads it one float Gemm: that Add's other operand [N], or, the matmul's input 2-D, [1, N],
-    [M, 1] or [M, N] (Gemm's broadcasts of C)."""
+    that alone reads it one float Gemm: that Add's other operand of a shape Gemm takes for C
+    (float_ops.gemm_c_shapes, the float Gemm's rule)."""
     add = readers[0] if len(readers) == 1 else None
     if _op(add) != "relax.add":
         return False
     other = next(arg for arg in add.args if not arg.same_as(reader.bound[call]))
-    shape, rows = shape_of(other), shape_of(call.args[0])
-    n = int(call.ty.shape[-1])
-    if shape is None or rows is None:
-        return False
-    return shape == (n,) or len(rows) == 2 and shape in ((1, n), (rows[0], 1), (rows[0], n))
+    rows, weight = (shape_of(arg) for arg in call.args)
+    return rows is not None and weight is not None and shape_of(other) in gemm_c_shapes(rows, weight)
 
 
 def _operands(reader, core):
