@@ -22,11 +22,11 @@ pytestmark = pytest.mark.skipif(platform.machine() != "x86_64", reason="onnxrunt
 K, N = 512, 96
 
 
-def weight(rng, per_channel: bool, dtype: str) -> tuple[list, list]:
-    """(initializers, nodes) of ``DQ(W) -> w.dq``: W [K, N] of ``dtype`` (its zero point 0, or 128 for
+def weight(rng, per_channel: bool, dtype: str, k: int = K) -> tuple[list, list]:
+    """(initializers, nodes) of ``DQ(W) -> w.dq``: W [k, N] of ``dtype`` (its zero point 0, or 128 for
     uint8), the scale per tensor or per output column (axis 1)."""
     zero = 128 if dtype == "uint8" else 0
-    w = (rng.integers(-127, 128, (K, N)) + zero).astype(dtype)
+    w = (rng.integers(-127, 128, (k, N)) + zero).astype(dtype)
     scale = (rng.uniform(0.5, 1.5, N if per_channel else ()) / 300).astype(np.float32)
     inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(scale, "w.s"),
              numpy_helper.from_array(np.full(scale.shape, zero, dtype), "w.z")]
@@ -34,17 +34,17 @@ def weight(rng, per_channel: bool, dtype: str) -> tuple[list, list]:
                                     **({"axis": 1} if per_channel else {}))]
 
 
-def matmul_model(path, rows: tuple, per_channel=True, w_dtype="int8", x_dtype="int8", after=None) -> dict:
-    """``DQ(Q(x)) @ DQ(W)``, then ``after``: None, "residual" (+ an input of the output's shape) or a
-    bias shape (+ a constant); saved at ``path``; the inputs' shapes."""
+def matmul_model(path, rows: tuple, per_channel=True, w_dtype="int8", x_dtype="int8", after=None, k=K) -> dict:
+    """``DQ(Q(x)) @ DQ(W)``, x [*rows, k], then ``after``: None, "residual" (+ an input of the output's
+    shape) or a bias shape (+ a constant); saved at ``path``; the inputs' shapes."""
     rng = np.random.default_rng(0)
     inits, nodes = activation("x", 0.02)
     if x_dtype == "uint8":
         inits[1] = numpy_helper.from_array(np.array(128, np.uint8), "x.z")
-    more, w_nodes = weight(rng, per_channel, w_dtype)
+    more, w_nodes = weight(rng, per_channel, w_dtype, k)
     out = (*rows, N)
     nodes += w_nodes + [helper.make_node("MatMul", ["x.dq", "w.dq"], ["y" if after is None else "mm"], name="mm")]
-    shapes = {"x": (*rows, K)}
+    shapes = {"x": (*rows, k)}
     if after == "residual":
         shapes["r"] = out
         nodes.append(helper.make_node("Add", ["mm", "r"], ["y"], name="add"))
@@ -96,4 +96,15 @@ def test_float_gemm_broadcasts_c(tmp_path, after):
     took only a constant [N] and added the others after the float matmul: 8925, 8885 and 8955 of the
     3 x 6144 outputs differed (by at most 7.6e-6)."""
     shapes = matmul_model(tmp_path / "m.onnx", (64,), after=after)
+    assert differing(tmp_path / "m.onnx", "y", shapes) == 0
+
+
+@pytest.mark.parametrize("rows, k", [((1,), K), ((1, 1), 510), ((1,), 7)])
+def test_float_gemm_of_one_row(tmp_path, rows, k):
+    """One row and a [N] bias: MatMulAddFusion's Gemm over B not packed (a DequantizeLinear's output),
+    which MlasGemm gives MlasSgemmKernelM1Avx: each group of four k's sum added onto C in turn, then a
+    group of two and one of one (K = 510: a two; 7: a two and a one), float_gemv.row_times_func. qsynth
+    added the bias after the float matmul: 248, 263 and 144 of the 3 x 96 outputs differed (by at most
+    9.5e-6)."""
+    shapes = matmul_model(tmp_path / "m.onnx", rows, after=(N,), k=k)
     assert differing(tmp_path / "m.onnx", "y", shapes) == 0

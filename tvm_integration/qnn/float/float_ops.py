@@ -18,7 +18,7 @@ from tvm import relax, s_tir, te, tirx, topi
 
 from tvm_integration.qnn.float import layer_norm, mlas_math, reduce_mean
 from tvm_integration.qnn.float.float_calls import emit, float32, shape_of
-from tvm_integration.qnn.float.float_gemv import row_times_transposed_func
+from tvm_integration.qnn.float.float_gemv import row_times_func, row_times_transposed_func
 from tvm_integration.qnn.float.float_matmul import LANES, PACKED_STRIDE_K, matmul_func
 from tvm_integration.qnn.float.tensor_range import range_func, reduce_all_func
 from tvm_integration.qnn.semantics.quant import constant
@@ -357,14 +357,22 @@ class _Fusions(relax.PyExprMutator):
         to its output), the matmul read by the add alone: onnxruntime's MatMulAddFusion makes it a Gemm
         with C (before SkipLayerNormFusion could take c), which sums onto C (matmul_func's ``bias``), K in
         the blocks of ``_packed_stride``.
-        Not one row on x86-64, which MlasGemm gives its M = 1 kernels (adding C after: _row_matmul)."""
+        One row on x86-64 MlasGemm gives its M = 1 kernels: over B as it is (not packed), c [n] summed
+        onto in k's groups (float_gemv.row_times_func); over a transposed B, c added after (_row_matmul)."""
         for index in (0, 1):
             matmul, c = self._bound(call.args[index], "relax.matmul"), call.args[1 - index]
             a, b = (None, None) if matmul is None else (shape_of(x) for x in matmul.args)
             if a is None or b is None or len(a) < 2 or len(b) != 2 or shape_of(c) not in gemm_c_shapes(a, b) \
-                    or not float32(matmul) or not float32(call) or self.readers[source.args[index]] != 1 \
-                    or not self.fused and np.prod(a[:-1]) == 1:
+                    or not float32(matmul) or not float32(call) or self.readers[source.args[index]] != 1:
                 continue
+            if not self.fused and np.prod(a[:-1]) == 1:
+                if shape_of(c) != b[-1:] or _packed_stride(matmul.args[1]) is not None or \
+                        self._bound(matmul.args[1], "relax.permute_dims") is not None:
+                    continue
+                row = matmul.args[0] if len(a) == 2 else self.builder_.emit(relax.op.reshape(matmul.args[0], (1, b[0])))
+                y = emit(self.builder_, row_times_func(*b, bias=True), "qsynth_float_gemv", [row, matmul.args[1], c],
+                         (1, b[1]))
+                return y if len(a) == 2 else relax.op.reshape(self.builder_.emit(y), shape_of(call))
             return emit(self.builder_, matmul_func(a, b, stride=_packed_stride(matmul.args[1]), bias=shape_of(c)),
                         "qsynth_float_gemm", [*matmul.args, c], shape_of(call))
         return None
