@@ -6,7 +6,9 @@ result (bench/models.reference_session) over standard-normal inputs.
 onnxruntime's QDQ fusion makes it MatMulIntegerToFloat, ``float32(acc) * float32(sa * sb)`` per tensor or
 per output column (activation_matmul.to_float), unless its MatMulAddFusion (graph level 1, first) takes the
 MatMul into a float Gemm with the Add that alone reads it; an Add that fusion leaves (a residual of a
-[B, M, K] input, a [1, 1, N] bias) is a float Add of MatMulIntegerToFloat's output."""
+[B, M, K] input, a [1, 1, N] bias) is a float Add of MatMulIntegerToFloat's output. Where that Gemm's C is
+DQ(int32), or an ONNX Gemm of DQ(x) and DQ(W) has no C, QGemm to float32 (activation_matmul.gemm_to_float).
+The float Gemms themselves: C of each shape MatMulAddFusion takes, and one row."""
 from __future__ import annotations
 
 import platform
@@ -48,12 +50,41 @@ def matmul_model(path, rows: tuple, per_channel=True, w_dtype="int8", x_dtype="i
     if after == "residual":
         shapes["r"] = out
         nodes.append(helper.make_node("Add", ["mm", "r"], ["y"], name="add"))
+    elif after == "int32":               # DQ(int32 bias), its scale sx * sw
+        more += int32_bias(rng, nodes, more)
+        nodes.append(helper.make_node("Add", ["mm", "b"], ["y"], name="add"))
     elif after is not None:
         more.append(numpy_helper.from_array(rng.standard_normal(after).astype(np.float32), "b"))
         nodes.append(helper.make_node("Add", ["mm", "b"], ["y"], name="add"))
     save_model(path, nodes, [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in shapes.items()],
                [helper.make_tensor_value_info("y", TensorProto.FLOAT, out)], inits + more)
     return shapes
+
+
+def int32_bias(rng, nodes: list, inits: list) -> list:
+    """The initializers of ``DQ(int32 [N]) -> b`` (appended to ``nodes``), scaled by the x and W scales
+    of ``inits`` as quantize_static writes a bias."""
+    scales = {t.name: numpy_helper.to_array(t) for t in inits if t.name in ("w.s",)}
+    scale = (np.float32(0.02) * np.broadcast_to(scales["w.s"], (N,))).astype(np.float32)
+    nodes.append(helper.make_node("DequantizeLinear", ["b.q", "b.s", "b.z"], ["b"], axis=0))
+    return [numpy_helper.from_array(rng.integers(-20000, 20000, N).astype(np.int32), "b.q"),
+            numpy_helper.from_array(scale, "b.s"), numpy_helper.from_array(np.zeros(N, np.int32), "b.z")]
+
+
+def gemm_model(path, rows: int, per_channel: bool, bias: bool) -> dict:
+    """An ONNX Gemm ``DQ(Q(x)) . DQ(W)^T (+ DQ(int32 c))``, transB, as a quantizer writes a classifier
+    (W [N, K], its scale per row: axis 0); saved at ``path``; the inputs' shapes."""
+    rng = np.random.default_rng(1)
+    inits, nodes = activation("x", 0.02)
+    more = weight(rng, per_channel, "int8")[0]
+    more[0] = numpy_helper.from_array(numpy_helper.to_array(more[0]).T.copy(), "w")
+    nodes.append(helper.make_node("DequantizeLinear", ["w", "w.s", "w.z"], ["w.dq"], **({"axis": 0} if per_channel else {})))
+    if bias:
+        more += int32_bias(rng, nodes, more)
+    nodes.append(helper.make_node("Gemm", ["x.dq", "w.dq", *(["b"] if bias else [])], ["y"], name="gemm", transB=1))
+    save_model(path, nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, (rows, K))],
+               [helper.make_tensor_value_info("y", TensorProto.FLOAT, (rows, N))], inits + more)
+    return {"x": (rows, K)}
 
 
 @pytest.mark.parametrize("rows, per_channel, w_dtype, x_dtype", [
@@ -107,4 +138,22 @@ def test_float_gemm_of_one_row(tmp_path, rows, k):
     added the bias after the float matmul: 248, 263 and 144 of the 3 x 96 outputs differed (by at most
     9.5e-6)."""
     shapes = matmul_model(tmp_path / "m.onnx", rows, after=(N,), k=k)
+    assert differing(tmp_path / "m.onnx", "y", shapes) == 0
+
+
+@pytest.mark.parametrize("rows, per_channel, bias", [(64, True, True), (64, False, False), (1, True, True)])
+def test_gemm_to_float(tmp_path, rows, per_channel, bias):
+    """An ONNX Gemm (transB) of DQ(x) and DQ(W), with or without a DQ(int32) C, read by no QuantizeLinear:
+    GemmNodeGroupSelector's QGemm to float32, ``float32(acc + c) * float32(sx * sw)`` (c's integers,
+    its scale unread): activation_matmul.gemm_to_float and, without C, to_float. qsynth computed the
+    float Gemm of the dequantized values: 16020 (per column, C) and 16026 (per tensor, no C) of the
+    3 x 6144 outputs of 64 rows differed (by at most 9.5e-6), 250 of the row's 3 x 96."""
+    shapes = gemm_model(tmp_path / "g.onnx", rows, per_channel, bias)
+    assert differing(tmp_path / "g.onnx", "y", shapes) == 0
+
+
+def test_matmul_add_of_int32_bias_to_float(tmp_path):
+    """A MatMul and an Add of DQ(int32 c) (2-D rows): MatMulAddFusion's Gemm of three DequantizeLinear
+    outputs, then QGemm to float32 as above. Before: 16081 of 3 x 6144 outputs differed (8.1e-6)."""
+    shapes = matmul_model(tmp_path / "m.onnx", (64,), after="int32")
     assert differing(tmp_path / "m.onnx", "y", shapes) == 0

@@ -10,7 +10,9 @@
   unless onnxruntime's MatMulAddFusion (graph level 1, before the QDQ fusions) first takes the matmul
   into a float Gemm with the Add that alone reads it (float_ops._gemm): an Add of a [N] operand, or on
   2-D rows of a [1, N], [M, 1] or [M, N] one. Another Add after it (a residual of a [..., M, K]
-  activation, a [1, 1, N] bias) stays a float Add of MatMulIntegerToFloat's output.
+  activation, a [1, 1, N] bias) stays a float Add of MatMulIntegerToFloat's output. That Gemm is
+  QGemm to float32 instead where its C is DQ of int32 too (``gemm_to_float``), as is an ONNX Gemm of
+  DQ(x) and DQ(W) without C (W transposed).
 
 An operand that is a transpose of the integers is read through it by the operator (ops/batch_matmul.py),
 not copied first.
@@ -50,12 +52,10 @@ def to_float(reader, call):
     readers = [] if var is None else reader.readers(var)
     if var is None or any(_op(r) == "relax.quantize" for r in readers):
         return None
-    if (weight := reader.dequantized_constant(call.args[1])) is not None:
-        data = reader.dequantized(call.args[0])
-        if data is None or data[1].dtype != "uint8" or not data[1].per_tensor_8bit or data[1].range or \
-                not _by_column(reader, call, *weight) or _gemm_fused(reader, call, readers):
+    if _weight(reader, call) is not None:
+        if not _activation(reader, call) or _gemm_fused(reader, call, readers):
             return None
-        return reader.linear(call, None, FLOAT_OUTPUT, [0, 0], reader.layer_name(call), movement=False)
+        return reader.linear(call, None, FLOAT_OUTPUT, [0, 0], reader.layer_name(call), reshaped=False)
     found = _operands(reader, call)
     if found is None or found[1][0].dtype != "uint8":
         return None
@@ -67,14 +67,47 @@ def _op(call) -> str:
     return call.op.name if isinstance(call, relax.Call) and isinstance(call.op, Op) else ""
 
 
-def _by_column(reader, call, w: np.ndarray, params: QParams) -> bool:
-    """An 8-bit 2-D weight ``w`` of the whole type's range, its scale per tensor or per output column
-    (DequantizeLinear's axis 1), one zero point: MatMulIntegerToFloat's B (the integer dense takes one
-    zero point)."""
+def gemm_to_float(reader, add):
+    """``matmul(DQ(x), DQ(W)) + DQ(c)``, x 2-D, c an int32 constant [N], read by no QuantizeLinear: the
+    Gemm MatMulAddFusion makes of it (or an ONNX Gemm), whose three inputs are DequantizeLinear outputs,
+    GemmNodeGroupSelector makes QGemm to float32: c added to the int32 sum, ``float32(acc + c) *
+    float32(sx * sw)`` (its scale output processor), c's own scale unread. The integer dense with c."""
+    var = reader.bound.get(add)
+    if var is None or any(_op(r) == "relax.quantize" for r in reader.readers(var)):
+        return None
+    for index in (0, 1):
+        matmul, bias = reader.call(add.args[index], "relax.matmul"), reader.dequantized_constant(add.args[1 - index])
+        if matmul is None or bias is None or bias[0].dtype != np.int32 or _weight(reader, matmul) is None or \
+                len(shape_of(matmul.args[0]) or ()) != 2 or bias[0].shape != (shape_of(matmul)[-1],) or \
+                not _activation(reader, matmul) or reader.readers(reader.bound.get(matmul, add)) != [add]:
+            continue
+        return reader.linear(matmul, bias[0], FLOAT_OUTPUT, [0, 0], reader.layer_name(add), reshaped=False)
+    return None
+
+
+def _activation(reader, call) -> bool:
+    """``call``'s first operand is DQ of a uint8 tensor per tensor (onnxruntime's x86 build turns the
+    int8 pairs it can: ort_fusion.converted)."""
+    data = reader.dequantized(call.args[0])
+    return data is not None and data[1].dtype == "uint8" and data[1].per_tensor_8bit and data[1].range is None
+
+
+def _weight(reader, call):
+    """The (array, QParams) of ``call``'s second operand, DQ(W) or its transpose, W an 8-bit 2-D constant
+    of the whole type's range, its scale per tensor or per output column, one zero point:
+    MatMulIntegerToFloat's and QGemm's B (the integer dense takes one zero point); else None."""
+    operand, column = call.args[1], 1
+    if (transposed := reader.call(operand, "relax.permute_dims")) is not None:
+        operand, column = transposed.args[0], 0
+    weight = reader.dequantized_constant(operand)
+    if weight is None or weight[0].ndim != 2 or transposed is not None and transposed.attrs.axes is not None and \
+            [int(a) for a in transposed.attrs.axes] != [1, 0]:
+        return None
+    (w, params), axis = weight, reader.call(operand, "relax.dequantize").attrs.axis
     scale, zero_point = params.scale.reshape(-1), params.zero_point.reshape(-1)
-    axis = reader.call(call.args[1], "relax.dequantize").attrs.axis
-    return w.ndim == 2 and params.dtype in ("uint8", "int8") and params.range is None and \
-        np.all(zero_point == zero_point[0]) and (scale.size == 1 or scale.size == w.shape[1] and int(axis) in (1, -1))
+    by_column = scale.size == 1 or scale.size == w.shape[column] and int(axis) % 2 == column
+    ok = params.dtype in ("uint8", "int8") and params.range is None and np.all(zero_point == zero_point[0])
+    return weight if ok and by_column else None
 
 
 def _gemm_fused(reader, call, readers) -> bool:

@@ -15,7 +15,8 @@ replaced by one integer op when onnxruntime computes it as one (its QDQ fusions)
   (ops/batch_matmul.py), an operand that is a transpose of the integers read through it; without the
   ``Q``, a uint8 ``a``: ``batch_matmul`` to float32 (MatMulIntegerToFloat: activation_matmul.py), and
   ``matmul(DQ(x), DQ(W))`` of a constant W so too, a ``dense`` to float32, unless onnxruntime first fuses
-  it with an Add into a float Gemm (MatMulAddFusion, float_ops._gemm);
+  it with an Add into a Gemm (MatMulAddFusion): a float one (float_ops._gemm), or with a DQ(int32) bias
+  QGemm to float32, the dense with that bias;
 * ConvInteger / MatMulInteger (``conv2d`` / ``matmul`` in int32 of zero-point-subtracted 8-bit
   tensors, constant weights; any rank of input for MatMulInteger) -> ``conv2d`` / ``dense`` with an
   int32 output; an input zero point
@@ -113,6 +114,9 @@ class QDQToInteger(QDQReader):
         if isinstance(call.op, Op) and call.op.name == "relax.matmul" and call not in self.float_cores \
                 and (new := activation_matmul.to_float(self, call)) is not None:
             return new
+        if isinstance(call.op, Op) and call.op.name == "relax.add" and call not in self.float_cores \
+                and (new := activation_matmul.gemm_to_float(self, call)) is not None:
+            return new
         if isinstance(call.op, Op) and call.op.name == "relax.dequantize" \
                 and self.dequantized_constant(call) is None and (params := self.qparams(call)) is not None \
                 and params.scale.size == 1 and params.zero_point.size == 1:
@@ -172,16 +176,16 @@ class QDQToInteger(QDQReader):
             return None
         return self.linear(core, bias, out, clamp, self.layer_name(*named))
 
-    def linear(self, core, bias, out: QParams, clamp, layer: str, movement: bool = True):
-        """The integer conv2d or dense of ``core`` = conv2d / matmul(DQ(x), DQ(W)), W constant, with
-        ``bias`` and the output ``out`` (conv_or_dense; activation_matmul.to_float: float32), else None.
-        ``movement``: a Flatten/Reshape between DQ(x) and the matmul, a transpose of W, taken too."""
+    def linear(self, core, bias, out: QParams, clamp, layer: str, reshaped: bool = True):
+        """The integer conv2d or dense of ``core`` = conv2d / matmul(DQ(x), DQ(W)), W constant (or its
+        transpose), with ``bias`` and the output ``out`` (conv_or_dense; activation_matmul: float32), else
+        None. ``reshaped``: a Flatten/Reshape between DQ(x) and the matmul taken too."""
         data, weight = self.dequantized(core.args[0]), core.args[1]
         shaped = None            # matmul(reshape(DQ(x))): a classifier's Flatten/Reshape before its Gemm/MatMul
-        if data is None and core.op.name == "relax.matmul" and movement and \
+        if data is None and core.op.name == "relax.matmul" and reshaped and \
                 (shaped := self.call(core.args[0], "relax.reshape", "relax.flatten")) is not None:
             data = self.dequantized(shaped.args[0])
-        transposed = self.call(weight, "relax.permute_dims") if movement else None
+        transposed = self.call(weight, "relax.permute_dims")
         weight = self.dequantized_constant(transposed.args[0] if transposed is not None else weight)
         if data is None or weight is None:
             return None
