@@ -79,7 +79,7 @@ def gemm_to_float(reader, add):
         matmul, bias = reader.call(add.args[index], "relax.matmul"), reader.dequantized_constant(add.args[1 - index])
         if matmul is None or bias is None or bias[0].dtype != np.int32 or _weight(reader, matmul) is None or \
                 len(shape_of(matmul.args[0]) or ()) != 2 or bias[0].shape != (shape_of(matmul)[-1],) or \
-                not _activation(reader, matmul) or reader.readers(reader.bound.get(matmul, add)) != [add]:
+                not _activation(reader, matmul) or reader.readers(reader.bound[matmul]) != [add]:
             continue
         return reader.linear(matmul, bias[0], FLOAT_OUTPUT, [0, 0], reader.layer_name(add), reshaped=False)
     return None
@@ -112,8 +112,8 @@ def _weight(reader, call):
 
 def _gemm_fused(reader, call, readers) -> bool:
     """Whether onnxruntime's MatMulAddFusion makes ``call`` (a matmul by a 2-D constant) and the Add
-    that alone reads it one float Gemm: that Add's other operand of a shape Gemm takes for C
-    (float_ops.gemm_c_shapes, the float Gemm's rule)."""
+    that alone reads it one Gemm (float, or QGemm where C is DQ(int32): gemm_to_float): that Add's other
+    operand of a shape Gemm takes for C (float_ops.gemm_c_shapes, the float Gemm's rule)."""
     add = readers[0] if len(readers) == 1 else None
     if _op(add) != "relax.add":
         return False
