@@ -1,7 +1,8 @@
 """One ResNet-18 layer (layers.py's C2-C12, batch 1, NHWC) on the bitserial conv2d, next to, in the
-same run: the same schedule in plain TIR (``T.popcount``, the old topi shape), our int8 conv2d and
-onnxruntime fp32 and int8 on the layer. Medians of ``trials`` runs; our output checked against
-numpy from the unpacked values in the same run. Used by ``qsynth bench-layer --config AxWy`` and
+same run: the same schedule in plain TIR (``T.popcount``, the old topi shape), our int8 conv2d (its
+tile in ``int8_kernel``: an s16 one where it runs by Winograd) and onnxruntime fp32 and int8 on the
+layer. Medians of ``trials`` runs; our output checked against numpy from the unpacked values in the
+same run. Used by ``qsynth bench-layer --config AxWy`` and
 scripts/bench_bitserial_layers.py. Threads: TVM_NUM_THREADS (read when TVM's pool starts).
 
 ``mca_bitserial_layer``: the same layer on the NEON tile, built for an Arm core, checked against numpy
@@ -23,6 +24,7 @@ from tvm_integration.kernels import lowbit_choice, tuning
 from tvm_integration.kernels.selection import aarch64_target, bitserial_kernel
 from tvm_integration.ops.bitserial_conv2d import bitserial_conv2d, build_bitserial_conv2d
 from tvm_integration.ops.bitserial_gemm import Config, tile_for
+from tvm_integration.ops.conv2d import chosen_tiles
 
 
 def parse_config(text: str, encoding: str) -> Config:
@@ -57,6 +59,7 @@ def bench_bitserial_layer(name: str, config: Config, threads: int, trials: int, 
     correct = bool(np.array_equal(ours(x), conv_reference(x, w, layer.s, layer.pad)))
     t_ours = tvm_seconds(ours.module, ours.args(x), trials)
     int8 = layer.ours()
+    int8_tile, s16 = chosen_tiles(layer.w, layer.x.shape, "NHWC", layer.s, layer.pad)
     baselines = {"plain_tir": tvm_seconds(plain.module, plain.args(x), trials),
                  "int8_ours": tvm_seconds(int8.module, int8.args(layer.x), trials)}
     if onnx is None:
@@ -65,7 +68,7 @@ def bench_bitserial_layer(name: str, config: Config, threads: int, trials: int, 
     baselines |= onnx
     return {"layer": name, "config": f"A{config.abits}W{config.wbits}", "encoding": config.encoding,
             "isa": isa, "threads": threads, "shape": LAYERS[name], "macs": layer.macs,
-            "kernel": tile_name(kernel, config, layer),
+            "kernel": tile_name(kernel, config, layer), "int8_kernel": (s16 or int8_tile).spec.name,
             "correct": correct, "ours_ms": t_ours * 1e3, "gmacs": layer.macs / t_ours / 1e9,
             "baselines": {k: v * 1e3 for k, v in baselines.items()},
             "speedups": {k: v / t_ours for k, v in baselines.items()}}

@@ -15,12 +15,19 @@ MAC/s), while the int8 operator's does not. It runs bitserial when its A1W1 rate
   and Zen 4's A2W2 on int8 would be 1.2-1.6x slower: the rule takes the figure that costs least when
   wrong); AVX2's exact w16 tiles 72 (Zen 3, tuning_logs/znver3, C6 1.6 ms). Not measured: AVX-VNNI on
   ymm (taken as half of VNNI's zmm) and AVX-512BW's w16 on zmm (twice AVX2's);
+* int8 by Winograd (``WINOGRAD_GMACS``: a 3x3 stride-1 layer where the host's tiles are int16 rows,
+  ops/winograd.py; legalize.py says which layers): AVX2 145 G MAC/s (Zen 3, CPU time, ResNet-18's
+  four such layers 116-145, C12's 7x7x512 the slowest: winograd.py). The rule takes the fastest
+  layer's, the figure that costs least when wrong: bitserial where int8 is faster breaks issue 49's
+  target (a low-bit layer at least as fast as our int8 layer of its shape), int8 where bitserial is
+  faster only forgoes a gain. AVX-512BW's taken as twice AVX2's (not measured);
 * bitserial A1W1 rates: AVX-512 (VPOPCNTDQ) 1100 G MAC/s (Zen 4, C6 0.105 ms), AVX2 209 (Zen 3, C2).
 
-So on an AVX2 host A1W1, A1W2 and A2W1 run bitserial (3.0x and 1.5x our int8 there), A2W2 and wider
-int8 (bitserial 0.74x, A3W3 0.35x: ``python scripts/bench_bitserial_layers.py --configs A1W1 A1W2 A2W2
-A3W3``); with AVX-512 VNNI and VPOPCNTDQ up to A2W2 and A1W3, with VNNI and the AVX2 bitserial tiles
-(no VPOPCNTDQ: Cascade Lake) A1W1; with AMX none.
+So on an AVX2 host A1W1, A1W2 and A2W1 run bitserial where the int8 operator is direct (1x1 and
+strided layers), only A1W1 on the 3x3 stride-1 ones (A1W2's ~104 against Winograd's 145), A2W2 and
+wider int8 (``python scripts/bench_bitserial_layers.py --configs A1W1 A1W2 A2W2 A3W3``,
+benchmarks/layers_bitserial_znver3.md); with AVX-512 VNNI and VPOPCNTDQ up to A2W2 and A1W3, with
+VNNI and the AVX2 bitserial tiles (no VPOPCNTDQ: Cascade Lake) A1W1; with AMX none.
 tests/test_lowbit_choice.py holds the rule to every committed measurement. A layer whose weights
 keep a zero point after legalization (the int8 tiles take symmetric weights, legalize.py) stays
 bitserial.
@@ -33,6 +40,7 @@ from tvm_integration.kernels import selection, tuning
 
 OPERATORS = ("fastest", "bitserial", "int8")
 INT8_GMACS = {"amx": 1780, "avx512vnni": 200, "avxvnni": 100, "avx512bw": 144, "avx2": 72}
+WINOGRAD_GMACS = {"avx512bw": 290, "avx2": 145}      # the int8 operator by Winograd (3x3, stride 1)
 BITSERIAL_A1W1_GMACS = {"avx512": 1100, "avx2": 209}
 INT8_FAMILIES = ("avx512vnni", "avxvnni", "avx512bw", "avx2")     # checked in this order
 
@@ -57,9 +65,10 @@ def log_key(int8_key: str, abits: int, wbits: int, encoding: str) -> str:
 
 
 def choose(abits: int, wbits: int, encoding: str, target: str, depth: int, int8_key: str,
-           operator: str = "fastest", groups: int = 1) -> Choice:
+           operator: str = "fastest", groups: int = 1, winograd: bool = False) -> Choice:
     """The operator of a 1-3-bit layer of reduction ``depth`` for ``target`` (legalize.py's);
-    ``operator`` other than "fastest" forces one."""
+    ``operator`` other than "fastest" forces one; ``winograd``: the layer's int8 operator would run by
+    Winograd (ops/conv2d.chosen_tiles, which legalize.py asks: kernels/ does not import ops/)."""
     if operator not in OPERATORS:
         raise ValueError(f"low-bit operator must be one of {', '.join(OPERATORS)}, got {operator!r}")
     if operator != "fastest":
@@ -74,13 +83,14 @@ def choose(abits: int, wbits: int, encoding: str, target: str, depth: int, int8_
     family = int8_family(target if target in selection.INT8_ISAS else "host", depth, groups)
     bitserial_isa = selection.bitserial_kernel(target if target in selection.BITSERIAL_ISAS else "host",
                                                abits, wbits, encoding).spec.isa
-    return rule(abits, wbits, family, bitserial_isa)
+    return rule(abits, wbits, family, bitserial_isa, winograd)
 
 
-def rule(abits: int, wbits: int, family: str, bitserial_isa: str) -> Choice:
+def rule(abits: int, wbits: int, family: str, bitserial_isa: str, winograd: bool = False) -> Choice:
     """The untuned choice: bitserial when its A1W1 rate over ``abits * wbits`` bit-plane pairs beats the
-    int8 ``family``'s rate."""
+    int8 ``family``'s rate, its Winograd rate where the int8 operator would run by Winograd."""
     bitserial = BITSERIAL_A1W1_GMACS[bitserial_isa] / (abits * wbits)
-    winner = "bitserial" if bitserial > INT8_GMACS[family] else "int8"
+    int8_rate = WINOGRAD_GMACS[family] if winograd else INT8_GMACS[family]
+    winner = "bitserial" if bitserial > int8_rate else "int8"
     return Choice(winner, f"rule: {bitserial_isa} bitserial A{abits}W{wbits} ~{bitserial:.0f} G MAC/s against "
-                          f"{family} int8 ~{INT8_GMACS[family]}")
+                          f"{family} int8{' Winograd' if winograd else ''} ~{int8_rate}")

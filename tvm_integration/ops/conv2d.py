@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 from tvm import te
 
-from tvm_integration.kernels import selection, tuning
+from tvm_integration.kernels import int8, selection, tuning
 from tvm_integration.ops.operator import Built, Operator
 from tvm_integration.ops import depthwise, direct, winograd
 from tvm_integration.ops.gemm import Gemm, Tile, build
@@ -86,6 +86,25 @@ def space_to_depth(weight_shape, channels: int, stride: tuple[int, int], k_step:
     return max([(1, 1), stride], key=lambda f: (useful(*f), f == (1, 1)))
 
 
+def chosen_tiles(weight: np.ndarray, input_shape: tuple[int, ...], layout: str = "NCHW", stride=1, padding=0,
+                 groups: int = 1, data_dtype: str = "uint8", isa: str = "host", kernel=None,
+                 use_winograd: bool | None = None) -> tuple[int8.Kernel, int8.Kernel | None]:
+    """The tiles build_conv2d takes for a convolution that is not depthwise (its arguments): the int8
+    tile (``kernel``, else the tuning log's or least-padding one) and the s16 tile of winograd.py
+    where the convolution runs by Winograd, else None (also what legalize.py tells the low-bit rule)."""
+    stride = pair(stride)
+    (_, c, _, _), (oh, ow), pads = conv_geometry(input_shape, layout, weight.shape, stride, padding)
+    o, cg, kh, kw = weight.shape
+    key = tuning.conv2d_key(input_shape, layout, weight.shape, stride, pads, groups, data_dtype)
+    depth = cg * kh * kw
+    kernel = kernel or tuning.choose(key, selection.admitted(selection.int8_candidates(isa, depth, groups), weight),
+                                     oh * ow, o // groups, depth=depth)
+    if (winograd.pays(kernel) if use_winograd is None else use_winograd) and winograd.applies(
+            weight.shape, c, layout, stride, groups, data_dtype):
+        return kernel, winograd.choose_kernel(kernel.spec.isa, -(-oh // 2) * -(-ow // 2), o, c)
+    return kernel, None
+
+
 def build_conv2d(weight: np.ndarray, input_shape: tuple[int, ...], layout: str = "NCHW", stride=1, padding=0,
                  groups: int = 1, data_dtype: str = "uint8", stage: OutputStage = OutputStage(), isa: str = "host",
                  use_kernel: bool = True, pad_value: int = 0, kernel=None, in_place: bool | None = None,
@@ -111,17 +130,12 @@ def build_conv2d(weight: np.ndarray, input_shape: tuple[int, ...], layout: str =
         return Built(mod, constants, out_shape, stage.out_dtype, input_shape, data_dtype, result_shape,
                      selection.int8_target())
 
-    key = tuning.conv2d_key(input_shape, layout, weight.shape, stride, pads, groups, data_dtype)
-    depth = cg * kh * kw
-    kernel = kernel or tuning.choose(key, selection.admitted(selection.int8_candidates(isa, depth, groups), weight),
-                                     oh * ow, o // groups, depth=depth)
-    if use_kernel and (winograd.pays(kernel) if use_winograd is None else use_winograd) and winograd.applies(
-            weight.shape, c, layout, stride, groups, data_dtype):
-        tiles = -(-oh // 2) * -(-ow // 2)
-        if s16 := winograd.choose_kernel(kernel.spec.isa, tiles, o, c):
-            mod, constants = winograd.build(x, weight, pads, (oh, ow), stage, s16, pad_value)
-            return Built(mod, constants, result_shape, stage.out_dtype, input_shape, data_dtype, result_shape,
-                         selection.int8_target(s16))
+    kernel, s16 = chosen_tiles(weight, input_shape, layout, stride, padding, groups, data_dtype, isa, kernel,
+                               use_winograd)
+    if use_kernel and s16:
+        mod, constants = winograd.build(x, weight, pads, (oh, ow), stage, s16, pad_value)
+        return Built(mod, constants, result_shape, stage.out_dtype, input_shape, data_dtype, result_shape,
+                     selection.int8_target(s16))
     tile = Tile.of(kernel)
     if (reads_in_place(kernel, weight.shape, input_shape, layout, stride, padding, groups) if in_place is None
             else in_place and direct.applies(tile, weight.shape, c, layout, groups)):

@@ -28,6 +28,7 @@ import numpy as np
 from tvm import relax
 
 from tvm_integration.kernels import lowbit_choice, selection, tuning
+from tvm_integration.ops.conv2d import chosen_tiles
 from tvm_integration.ops.output_stage import QUANT_RANGES
 from tvm_integration.qnn.semantics.errors import ModelError
 from tvm_integration.qnn.semantics.integer_op import LINEAR, IntegerOp
@@ -69,8 +70,7 @@ class Legalize(relax.PyExprMutator):
                                    w_low=chosen.w_low)
             return replace(op, implementation="bitserial").emit_reference(self.builder_)
         if weight.dtype == np.uint8:
-            weight = (weight.astype(np.int16) - 128).astype(np.int8)
-            op = op.with_constants(weight, bias, *scale, w_zero_point=op.params["w_zero_point"] - 128)
+            op = op.with_constants(signed(weight), bias, *scale, w_zero_point=op.params["w_zero_point"] - 128)
         why = "tensorized" if op.params["w_zero_point"] == 0 else \
             f"reference: weight zero point {op.params['w_zero_point']} (the u8 x s8 tiles take symmetric weights)"
         return replace(op, implementation=why).emit_reference(self.builder_)
@@ -83,7 +83,23 @@ class Legalize(relax.PyExprMutator):
             return lowbit_choice.Choice("bitserial", f"weight zero point {zero_point} on the int8 tiles")
         return lowbit_choice.choose(chosen.abits, chosen.wbits, chosen.encoding, self.target,
                                     int(np.prod(op.constants[0].shape[1:])), tuning_key(op), self.lowbit,
-                                    op.params.get("groups", 1))
+                                    op.params.get("groups", 1), self.target != "neon" and by_winograd(op, self.target))
+
+
+def by_winograd(op: IntegerOp, target: str) -> bool:
+    """Whether the int8 operator of a conv2d op (bind.py's: NHWC, its weights as s8 after legalization)
+    would run by Winograd on ``target`` (ops/conv2d.chosen_tiles)."""
+    if op.kind != "conv2d" or op.depthwise:
+        return False
+    x = op.inputs[0]
+    b, c, h, w = (int(d) for d in x.ty.shape)
+    return chosen_tiles(signed(op.constants[0]), (b, h, w, c), "NHWC", tuple(op.params["strides"]),
+                        tuple(op.params["padding"]), op.params["groups"], str(x.ty.dtype), target)[1] is not None
+
+
+def signed(weight: np.ndarray) -> np.ndarray:
+    """u8 weights as the s8 ``w - 128`` the x86 tiles take; s8 ones as they are."""
+    return (weight.astype(np.int16) - 128).astype(np.int8) if weight.dtype == np.uint8 else weight
 
 
 def precision(op: IntegerOp) -> Precision:
