@@ -40,6 +40,8 @@ def test_the_files_hold_every_configuration():
     seen = {(name, r["config"]) for name, *_, r in rows()}
     assert {c for n, c in seen if n == "layers_bitserial_znver3.json"} == {"A1W1", "A1W2", "A2W2", "A3W3"}
     assert {c for n, c in seen if n == "layers_bitserial.json"} >= {"A1W1", "A2W2", "A1W2", "A2W1"}
+    # Zen 3's int8 operator runs ResNet-18's 3x3 stride-1 layers by Winograd, the others directly
+    assert {r["layer"] for name, *_, winograd, r in rows() if winograd} == {"C2", "C6", "C9", "C12"}
 
 
 def test_the_rule_picks_every_operator_measured_decisively_faster():
@@ -52,6 +54,22 @@ def test_the_rule_picks_every_operator_measured_decisively_faster():
         if measured and chosen != measured:
             wrong.append(f"{name} {r['layer']} {r['config']} {r['encoding']}: {chosen}, measured {speedup:.2f}x")
     assert not wrong, wrong
+
+
+def test_on_the_winograd_layers_the_rule_picks_the_operator_faster_over_them():
+    """Zen 3's 3x3 stride-1 layers, whose int8 operator runs by Winograd: per configuration, the rule's
+    operator takes less time summed over the four layers than the other one (A1W2 among them: no row
+    is decisive, bitserial 0.73-1.18x as fast as Winograd's int8, but int8 wins over the four)."""
+    totals = {}
+    for name, family, isa, winograd, r in rows():
+        if winograd:
+            a, w = map(int, r["config"][1::2])
+            chosen = lowbit_choice.rule(a, w, family, isa, winograd).operator
+            times = totals.setdefault((r["config"], chosen), {"bitserial": 0.0, "int8": 0.0})
+            times["bitserial"] += r["ours_ms"]
+            times["int8"] += r["baselines"]["int8_ours"]
+    assert {config for config, _ in totals} == {"A1W1", "A1W2", "A2W2", "A3W3"}
+    assert all(times[chosen] == min(times.values()) for (_, chosen), times in totals.items()), totals
 
 
 @pytest.mark.parametrize("family,isa,winograd,bitserial", [
@@ -89,7 +107,7 @@ def test_legalize_tells_the_rule_which_int8_operators_run_by_winograd(tmp_path, 
     assert "int8 ~72" in ops[1].params["lowbit"]
     monkeypatch.setattr(legalize, "by_winograd", lambda op, target: op.params.get("layer") == "/conv2/Conv")
     notes = [op.params.get("lowbit") for op in linear_ops()]
-    assert "int8 Winograd ~145" in notes[1] and "int8 ~72" in notes[2]
+    assert "int8 Winograd ~150" in notes[1] and "int8 ~72" in notes[2]
 
 
 def test_a_logged_measurement_wins_over_the_rule(tmp_path, monkeypatch):

@@ -4,7 +4,7 @@ choice is speed alone: the tuning log's measurement for the layer's shape where 
 (``scripts/bench_bitserial_layers.py --log``), else a rule from the operators' measured rates.
 
 The rule: a bitserial layer does one pass of AND/popcount per pair of bit-planes, so its time grows
-with ``abits * wbits`` (Zen 3, ResNet-18's C2, AVX2 tiles: A1W1 209, A1W2 101, A2W2 52, A3W3 25 G
+with ``abits * wbits`` (Zen 3, ResNet-18's C2, AVX2 tiles: A1W1 209, A1W2 101, A2W2 53, A3W3 25 G
 MAC/s), while the int8 operator's does not. It runs bitserial when its A1W1 rate over
 ``abits * wbits`` beats the host's int8 rate, on the ResNet-18 3x3 layers, one thread (CPU time):
 
@@ -13,21 +13,25 @@ MAC/s), while the int8 operator's does not. It runs bitserial when its A1W1 rate
   the 1x1 ones; the AMX host's VNNI
   ran 430, where the rule's A2W2 on bitserial is then 1.17x slower than int8, 0.409 ms against 0.35,
   and Zen 4's A2W2 on int8 would be 1.2-1.6x slower: the rule takes the figure that costs least when
-  wrong); AVX2's exact w16 tiles 72 (Zen 3, tuning_logs/znver3, C6 1.6 ms). Not measured: AVX-VNNI on
+  wrong); AVX2's exact w16 tiles 72 (Zen 3, direct: tuning_logs/znver3, C6 1.6 ms; 63-75 on the layers
+  benchmarks/layers_bitserial_znver3.json runs directly). Not measured: AVX-VNNI on
   ymm (taken as half of VNNI's zmm) and AVX-512BW's w16 on zmm (twice AVX2's);
 * int8 by Winograd (``WINOGRAD_GMACS``: a 3x3 stride-1 layer where the host's tiles are int16 rows,
-  ops/winograd.py; legalize.py says which layers): AVX2 145 G MAC/s (Zen 3, CPU time, ResNet-18's
-  four such layers 116-145, C12's 7x7x512 the slowest: winograd.py). The rule takes the fastest
-  layer's, the figure that costs least when wrong: bitserial where int8 is faster breaks issue 49's
-  target (a low-bit layer at least as fast as our int8 layer of its shape), int8 where bitserial is
-  faster only forgoes a gain. AVX-512BW's taken as twice AVX2's (not measured);
+  ops/winograd.py; legalize.py says which layers): AVX2 150 G MAC/s (Zen 3, ResNet-18's four such
+  layers in benchmarks/layers_bitserial_znver3.json's int8_ours: C2 137-139, C6 144-149, C9 151-153,
+  C12 117-118). The rule takes the fastest layer's, the figure that costs least when wrong: bitserial
+  where int8 is faster breaks issue 49's target (a low-bit layer at least as fast as our int8 layer of
+  its shape), int8 where bitserial is faster only forgoes a gain (A1W2 on C12: bitserial 1.18x
+  faster there, int8 1.37x faster on C2, 1.10x over the four). AVX-512BW's taken as twice AVX2's (not
+  measured);
 * bitserial A1W1 rates: AVX-512 (VPOPCNTDQ) 1100 G MAC/s (Zen 4, C6 0.105 ms), AVX2 209 (Zen 3, C2).
 
 So on an AVX2 host A1W1, A1W2 and A2W1 run bitserial where the int8 operator is direct (1x1 and
-strided layers), only A1W1 on the 3x3 stride-1 ones (A1W2's ~104 against Winograd's 145), A2W2 and
-wider int8 (``python scripts/bench_bitserial_layers.py --configs A1W1 A1W2 A2W2 A3W3``,
-benchmarks/layers_bitserial_znver3.md); with AVX-512 VNNI and VPOPCNTDQ up to A2W2 and A1W3, with
-VNNI and the AVX2 bitserial tiles (no VPOPCNTDQ: Cascade Lake) A1W1; with AMX none.
+strided layers: 2.9-3.9x and 1.2-1.9x our int8 there), only A1W1 on the 3x3 stride-1 ones
+(1.51-2.55x Winograd's int8; A1W2's ~104 against its 150), A2W2 and wider int8 (bitserial 0.05-1.01x:
+``python scripts/bench_bitserial_layers.py --configs A1W1 A1W2 A2W2 A3W3``,
+benchmarks/layers_bitserial_znver3.md); with AVX-512 VNNI and VPOPCNTDQ up to A2W2 and A1W3, with VNNI
+and the AVX2 bitserial tiles (no VPOPCNTDQ: Cascade Lake) A1W1; with AMX none.
 tests/test_lowbit_choice.py holds the rule to every committed measurement. A layer whose weights
 keep a zero point after legalization (the int8 tiles take symmetric weights, legalize.py) stays
 bitserial.
@@ -40,7 +44,7 @@ from tvm_integration.kernels import selection, tuning
 
 OPERATORS = ("fastest", "bitserial", "int8")
 INT8_GMACS = {"amx": 1780, "avx512vnni": 200, "avxvnni": 100, "avx512bw": 144, "avx2": 72}
-WINOGRAD_GMACS = {"avx512bw": 290, "avx2": 145}      # the int8 operator by Winograd (3x3, stride 1)
+WINOGRAD_GMACS = {"avx512bw": 300, "avx2": 150}      # the int8 operator by Winograd (3x3, stride 1)
 BITSERIAL_A1W1_GMACS = {"avx512": 1100, "avx2": 209}
 INT8_FAMILIES = ("avx512vnni", "avxvnni", "avx512bw", "avx2")     # checked in this order
 
