@@ -147,3 +147,24 @@ def test_avx512bw_s16_tiles_run_winograd_on_a_skylake_sp_host_model(monkeypatch)
     built = build_conv2d(w, x.shape, "NHWC", 1, 1)
     assert "int8_s16" in built.mod.script() and "avx512" in built.mod.script()
     np.testing.assert_array_equal(built.compile()(x), conv_reference(x, w, "NHWC", 1, 1, 1))
+
+
+def test_inspect_names_the_winograd_layers(monkeypatch, tmp_path):
+    """``qsynth inspect``'s kernel column on an AVX2-only host model: the s16 tile and Winograd for each
+    3x3 stride-1 convolution of the ONNX graph, the int8 tile and how it reads its input for the others."""
+    import onnx
+    from tvm_integration.bench import int8_models
+    from tvm_integration.qnn.runtime.report import layers
+    live = host.model()
+    monkeypatch.setattr(host, "model", lambda: host.restricted(live, "avx2"))
+    path = int8_models.quantize(int8_models.resnet(32, (8, 16, 16, 32), 10), tmp_path / "tiny.int8.onnx")
+    model = onnx.load(path)
+    convs = [{a.name: onnx.helper.get_attribute_value(a) for a in n.attribute} for n in model.graph.node
+             if n.op_type == "Conv"]
+    stride_1 = sum(c["kernel_shape"] == [3, 3] and c.get("strides", [1, 1]) == [1, 1] and c.get("group", 1) == 1
+                   for c in convs)
+    rows = [r for r in layers(model) if r.kind == "conv2d"]
+    by_winograd = [r for r in rows if "Winograd" in r.kernel]
+    assert len(rows) == len(convs) and 0 < len(by_winograd) == stride_1
+    assert all(r.kernel.startswith("int8_s16_") and r.shape.endswith("x3x3") for r in by_winograd)
+    assert all(("in place" in r.kernel or "im2col" in r.kernel) for r in rows if r not in by_winograd)

@@ -127,22 +127,20 @@ def _neon_int8(op: IntegerOp, mcpu: str | None) -> tuple[str, str]:
 def _int8_kernel(op: IntegerOp, isa: str) -> str:
     """The int8 tile of the layer's shape, how it reads its input, and why a 1-3-bit layer is on it."""
     from tvm_integration.kernels import selection, tuning
-    from tvm_integration.ops.conv2d import output_size, reads_in_place
-    from tvm_integration.qnn.lower.legalize import tuning_key
+    from tvm_integration.ops.conv2d import chosen_tiles, reads_in_place
+    from tvm_integration.qnn.lower.legalize import signed, tuning_key
     weight = op.constants[0]
-    key = tuning_key(op)
     notes = [op.params["lowbit"]] if "lowbit" in op.params else []       # a 1-3-bit layer: why on int8
     if op.kind == "dense":
         m, (n, k) = int(op.inputs[0].ty.shape[0]), weight.shape
-        name = tuning.choose(key, selection.int8_candidates(isa, k), m, n, depth=k).spec.name
+        name = tuning.choose(tuning_key(op), selection.int8_candidates(isa, k), m, n, depth=k).spec.name
         return f"{name} ({'; '.join(notes)})" if notes else name
     b, c, h, w = (int(d) for d in op.inputs[0].ty.shape)
-    oh, ow = output_size((h, w), weight.shape[2:], op.params["strides"], tuple(op.params["padding"]))
-    depth = weight.shape[1] * weight.shape[2] * weight.shape[3]
-    kernel = tuning.choose(key, selection.int8_candidates(isa, depth, op.params["groups"]), oh * ow,
-                           weight.shape[0] // op.params["groups"], depth=depth)
-    reads = ("in place" if reads_in_place(kernel, weight.shape, (b, h, w, c), "NHWC", op.params["strides"],
-                                          tuple(op.params["padding"]), op.params["groups"]) else "im2col")
+    nhwc, strides, padding, groups = (b, h, w, c), op.params["strides"], tuple(op.params["padding"]), op.params["groups"]
+    kernel, s16 = chosen_tiles(signed(weight), nhwc, "NHWC", strides, padding, groups, str(op.inputs[0].ty.dtype), isa)
+    if s16 is not None:
+        return f"{s16.spec.name} ({'; '.join(['Winograd F(2x2, 3x3)', *notes])})"
+    reads = "in place" if reads_in_place(kernel, weight.shape, nhwc, "NHWC", strides, padding, groups) else "im2col"
     return f"{kernel.spec.name} ({'; '.join([reads, *notes])})"
 
 
