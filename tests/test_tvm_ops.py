@@ -186,16 +186,19 @@ def test_only_measured_tile_kinds_limit_the_pixels_in_place():
 def test_narrow_output_rows_take_im2col_where_in_place_would_not_pay(kernel):
     """ResNet-18's 7x7x512 layers in small (7x7, 64 channels, 40 outputs, batch 2, requantized): the
     operator reads in place where direct.pays within the tile kind's limit (the im2col packing then is
-    absent from the module), else packs im2col; both paths equal numpy."""
+    absent from the module), else packs im2col; both paths equal numpy. Winograd, which AVX2's tiles
+    would take for these (test_winograd.py), is held off: this is the direct operator's choice."""
     shape = (2, 7, 7, 64)
     x, w = random(shape, "uint8"), random((40, 64, 3, 3), "int8")
     stage = OutputStage(bias=RNG.integers(-5000, 5000, 40).astype(np.int32), requantize=ScaleRequantize(0.002, 3, "uint8"))
     want = requantize_onnxruntime(conv_reference(x, w, "NHWC", 1, 1, 1) + stage.bias, 0.002, 3, 0, 255)
     limit = direct.PIXELS_LIMIT.get((kernel.spec.isa, kernel.spec.types))
     pays = direct.pays(Tile.of(kernel), 7, (1, 1, 1, 1), 3, 1, (7, 7), limit)
-    assert ('"pack"' in build_conv2d(w, shape, "NHWC", 1, 1, stage=stage, kernel=kernel).mod.script()) != pays
+    built = build_conv2d(w, shape, "NHWC", 1, 1, stage=stage, kernel=kernel, use_winograd=False)
+    assert ('"pack"' in built.mod.script()) != pays
     for in_place in (None, not pays):
-        assert np.array_equal(conv2d(w, shape, "NHWC", 1, 1, 1, "uint8", stage, kernel=kernel, in_place=in_place)(x), want)
+        op = conv2d(w, shape, "NHWC", 1, 1, 1, "uint8", stage, kernel=kernel, in_place=in_place, use_winograd=False)
+        assert np.array_equal(op(x), want)
 
 
 @pytest.mark.parametrize("ksize", (1, 3), ids=("im2col", "direct"))
