@@ -49,9 +49,8 @@ def layers(model: Path) -> list[tuple]:
 
 def measure(weight, shape, padding, dtype, trials: int) -> dict:
     from tvm_integration.bench.timing import batch_timer
-    from tvm_integration.kernels import selection
     from tvm_integration.ops import winograd
-    from tvm_integration.ops.conv2d import build_conv2d, conv_geometry
+    from tvm_integration.ops.conv2d import build_conv2d, chosen_tiles, conv_geometry
     from tvm_integration.ops.output_stage import OutputStage, ScaleRequantize
     rng = np.random.default_rng(1)
     cols = weight.shape[0]
@@ -67,7 +66,7 @@ def measure(weight, shape, padding, dtype, trials: int) -> dict:
     ms = np.median(np.array([[t() for t in timers] for _ in range(trials)]), axis=0) * 1e3
     _, (oh, ow), _ = conv_geometry(shape, "NHWC", weight.shape, (1, 1), padding)
     tiles = -(-oh // 2) * -(-ow // 2)
-    kernel = winograd.choose_kernel(selection.int8_kernel().spec.isa, tiles, cols, shape[3])   # as conv2d.py
+    kernel = chosen_tiles(weight, shape, "NHWC", 1, padding, 1, dtype, use_winograd=True)[1]
     rows = -(-tiles // kernel.spec.mr) * kernel.spec.mr
     return {"weight": list(weight.shape), "input": list(shape), "macs": oh * ow * cols * int(np.prod(weight.shape[1:])),
             "products": winograd.POSITIONS * rows * shape[3] * cols, "tile": kernel.spec.name,

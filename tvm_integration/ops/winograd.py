@@ -123,9 +123,10 @@ def build(x: te.Tensor, weight: np.ndarray, pads, out_hw, stage: OutputStage, ke
     residual = te.placeholder((b, oh, ow, o), stage.residual.residual_dtype, name="residual") if stage.residual else None
 
     def output_value(bi, t, r, s, n):
-        """Y at output (r, s) of tile t, divided by SCALE, through the output stage. OUTPUT's rows are
-        linear in r: (1 - r, 1, 1 - 2r, -r)."""
-        coefficient = (lambda r, xi: [1 - r, 1, 1 - 2 * r, -r][xi])
+        """Y at output (r, s) of tile t, divided by SCALE, through the output stage; OUTPUT's entry in row
+        r (0 or 1, a loop variable) is the row-0 entry plus r times the rows' difference."""
+        def coefficient(r, xi):
+            return int(OUTPUT[0, xi]) + r * int(OUTPUT[1, xi] - OUTPUT[0, xi])
         y = sum(coefficient(r, xi) * coefficient(s, nu) * acc[bi, 4 * xi + nu, t, n] for xi in range(4) for nu in range(4))
         there = None
         if residual is not None:
