@@ -4,6 +4,7 @@ neon`` keeps (qnn/runtime/artifacts.py), the qemu plugin and guest root (bench/q
 a scratch cache (``XDG_CACHE_HOME``, ``QSYNTH_MODEL_CACHE``), the wheels from pip's own cache, and checks
 the outputs against onnxruntime's exact mode."""
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -27,22 +28,43 @@ int main(int argc, char **argv) {       /* what a planted driver would do: its o
 """
 
 
-@pytest.fixture
-def scratch(tmp_path, monkeypatch):
-    """A scratch cache for everything derived; pip keeps using the user's cache, so no download repeats."""
+def use_cache(monkeypatch, folder: Path) -> None:
+    """Everything derived under ``folder / "cache"``; pip keeps using the user's cache, so no download repeats."""
     pip_cache = subprocess.run(["pip", "cache", "dir"], capture_output=True, text=True).stdout.strip()
     if pip_cache:
         monkeypatch.setenv("PIP_CACHE_DIR", pip_cache)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    monkeypatch.setenv("QSYNTH_MODEL_CACHE", str(tmp_path / "cache" / "qsynth" / "models"))
-    monkeypatch.setenv("MARKER", str(tmp_path / "marker"))
-    return tmp_path
+    monkeypatch.setenv("XDG_CACHE_HOME", str(folder / "cache"))
+    monkeypatch.setenv("QSYNTH_MODEL_CACHE", str(folder / "cache" / "qsynth" / "models"))
+    monkeypatch.setenv("MARKER", str(folder / "marker"))
 
 
 @pytest.fixture(scope="module")
 def mlp(tmp_path_factory):
     from tvm_integration.bench import int8_models
     return int8_models.quantize(int8_models.mlp(), tmp_path_factory.mktemp("arm-files") / "mlp.onnx")
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory, mlp) -> Path:
+    """A cache as a first ``run --target neon`` of the MLP leaves it: the runtime fetched, the driver
+    linked, the model compiled. Fetching and compiling took most of this file's four minutes when every
+    case began from nothing; each case now begins from its own copy (``scratch``)."""
+    folder = tmp_path_factory.mktemp("prepared")
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        use_cache(monkeypatch, folder)
+        from qsynth.cli import main
+        np.save(folder / "x.npy", np.zeros((4, 64), np.float32))
+        assert main(["run", str(mlp), "--target", "neon", "--input", str(folder / "x.npy"),
+                     "--output", str(folder / "y.npy")]) == 0
+    return folder / "cache"
+
+
+@pytest.fixture
+def scratch(tmp_path, monkeypatch, prepared):
+    """A private copy of the prepared cache (modes kept: the checks refuse a folder others can write)."""
+    shutil.copytree(prepared, tmp_path / "cache", symlinks=True)
+    use_cache(monkeypatch, tmp_path)
+    return tmp_path
 
 
 def run_neon(mlp, folder: Path, capsys) -> tuple[int, np.ndarray | None, str]:
