@@ -218,6 +218,13 @@ def markdown(data: dict, findings: str) -> str:
               "onnxruntime's own profile by (fused) operator type (its profiler slows every node down; its times are "
               "scaled to its unprofiled CPU time per inference, i.e. shares of it).", "",
               FINDINGS[0], findings.strip() or "(no findings written yet)", FINDINGS[1], ""]
+    return "\n".join(lines + profile_lines(profiles))
+
+
+def profile_lines(profiles: dict) -> list[str]:
+    """A section per profiled model (``zoo.where_the_time_goes``): ours by operator, onnxruntime's by
+    operator, our slowest functions."""
+    lines = []
     for name, p in profiles.items():
         ours = ", ".join(f"{k} {v[0]:.2f} ({v[2]} fn)" for k, v in list(p["ours_by_kind"].items())[:8])
         theirs = ", ".join(f"{k} {v[0]:.2f} ({v[1]})" for k, v in list(p["onnxruntime_by_op"].items())[:8])
@@ -228,7 +235,7 @@ def markdown(data: dict, findings: str) -> str:
                   f"- qsynth by operator (CPU ms, functions): {ours}",
                   f"- onnxruntime by operator (ms, nodes): {theirs}",
                   f"- qsynth's slowest functions (CPU ms): {slow}", ""]
-    return "\n".join(lines)
+    return lines
 
 
 def main() -> int:

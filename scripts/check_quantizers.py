@@ -10,17 +10,23 @@ each option of OPTIONS, or ``quantize_dynamic``; NNCF (``pip install nncf==3.4.0
 ``nncf.quantize`` on the ONNX backend, presets performance and mixed, and model_type transformer for the
 BERT. The models are tens of MB each (written to --out, never commit them); an existing one is reused.
 
+``--bench``: the same set through the zoo's compile (a process per model, the library kept in --out)
+and worker (scripts/bench_zoo.py, tvm_integration/bench/zoo.py ``row``), one thread: exactness as above,
+and qsynth timed side by side with onnxruntime int8 (its default and its exact mode) and OpenVINO int8 on
+the same file, by wall and by CPU time; models slower than onnxruntime int8 (CPU time) or not exact
+profiled (``zoo.where_the_time_goes``). Writes ``<benchmarks>/quantizers_<uarch>.{json,md}``.
+
     python scripts/check_quantizers.py [--out /tmp/ort49] [--models s8s8_per_channel,nncf_bert_transformer,...]
+    python scripts/check_quantizers.py --bench [--trials 10] [--recompile] [--no-openvino] [--no-profile]
 """
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 import time
 from pathlib import Path
-
-import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -56,9 +62,10 @@ def options() -> dict:
 
 
 def build(out: Path, name: str) -> Path:
-    """The quantized ResNet-18 (or BERT) of option ``name`` (made once)."""
+    """The quantized ResNet-18 (or BERT) of option ``name`` (made once), ``NAME.int8.onnx``: the name
+    scripts/bench_zoo.py's compile and worker read."""
     import make_zoo
-    path = out / f"{name}.onnx"
+    path = out / f"{name}.int8.onnx"
     if path.exists():
         return path
     option = options()[name]
@@ -109,33 +116,129 @@ def build_bert(path: Path) -> Path:
     return path
 
 
-def compare(path: Path) -> tuple[int, int, float]:
-    """(outputs that differ from reference_session, outputs compared, the largest difference) on 3
-    standard-normal inputs."""
-    from tvm_integration.bench.models import reference_session
+def compare(path: Path) -> dict:
+    """``zoo.difference`` of the model compiled here from onnxruntime's exact result on 3 standard-normal
+    inputs."""
+    from tvm_integration.bench import zoo
     from tvm_integration.qnn.runtime.model import compile_model
-    model, session = compile_model(path, threads=1), reference_session(path)
-    rng = np.random.default_rng(1)
-    count, total, largest = 0, 0, 0.0
-    for _ in range(3):
-        x = {name: rng.standard_normal(shape).astype(np.float32) for name, (shape, _) in model.inputs.items()}
-        d = np.abs(model(x)[model.outputs[0]].astype(np.float64) - session.run(None, x)[0])
-        count, total, largest = count + int(np.count_nonzero(d)), total + d.size, max(largest, float(d.max()))
-    return count, total, largest
+    model = compile_model(path, threads=1)
+    return zoo.difference(model, path, zoo.inputs(model, 3), 1)
+
+
+def described(option) -> str:
+    """An option of ``options()`` in words: the quantizer and its arguments."""
+    if option is None:
+        return "quantize_dynamic, defaults"
+    if isinstance(option, str):
+        return "NNCF, 4-layer BERT, model_type TRANSFORMER" if option == "TRANSFORMER" else f"NNCF, preset {option}"
+    return "quantize_static, " + (", ".join(f"{k}={getattr(v, 'name', v)}" for k, v in option.items()) or "defaults")
+
+
+def bench(args, names: list[str]) -> int:
+    """The --bench run: build, compile and time ``names``; write the record and its table."""
+    from isa_specs import host
+    from scripts import bench_zoo
+    from synth.files import write_atomically
+    from tvm_integration.bench import provenance
+    record = provenance.record(1)
+    for name in names:
+        build(args.out, name)
+    compiles = bench_zoo.compile_all(args.out, names, args.recompile)
+    ready = [n for n in names if "error" not in compiles[n]]
+    rows = bench_zoo.subprocess_rows(["--worker", "1", "--models", ",".join(ready), "--dir", str(args.out),
+                                      "--trials", str(args.trials)] + (["--no-openvino"] if args.no_openvino else []),
+                                     1) if ready else []
+    profiles = {}
+    for r in rows:
+        if bench_zoo.is_slow_or_inexact(r) and not args.no_profile:
+            profiles |= {p.pop("name"): p for p in
+                         bench_zoo.subprocess_rows(["--profile-one", r["name"], "--dir", str(args.out)], 1)}
+    data = {"host": bench_zoo.host_line(), "run": provenance.finished(record),
+            "quantizers": {n: described(options()[n]) for n in names}, "compile": compiles, "rows": rows,
+            "profiles": profiles}
+    stem = args.benchmarks / f"quantizers_{host.model().uarch}"
+    write_atomically(stem.with_suffix(".json"), json.dumps(data, indent=1) + "\n")
+    write_atomically(stem.with_suffix(".md"), markdown(data))
+    print(markdown(data))
+    return 0 if len(rows) == len(names) and all(r.get("max_abs_diff") == 0 for r in rows) else 1
+
+
+RUNTIMES = {"onnxruntime_int8": "onnxruntime int8", "onnxruntime_int8_exact": "its exact mode",
+            "openvino_int8": "OpenVINO int8"}
+
+
+def markdown(data: dict) -> str:
+    """The table of a --bench run (its JSON, ``data``)."""
+    from scripts import bench_zoo
+    from tvm_integration.bench import provenance, tuned_shapes
+    rows = {r["name"]: r for r in data["rows"]}
+    lines = ["# Quantizer outputs: exactness and speed, 1 thread", "", f"Host: {data['host']}.", "",
+             f"- Run: {provenance.line(data['run'])}.", "",
+             "Written by `scripts/check_quantizers.py --bench` (its docstring says how the models are made: "
+             "torchvision ResNet-18 and a 4-layer BERT, random weights, 8 standard-normal calibration inputs). "
+             "exact: qsynth's outputs against onnxruntime's exact mode (`session.x64quantprecision` = 1) on 3 "
+             "standard-normal inputs, values that differ of those compared. Times: medians of ms per inference, "
+             "qsynth and each runtime in interleaved rounds (`timing.side_by_side`), first by CPU time (the "
+             "process's, OpenVINO's that of its worker process: what the other jobs on these 2 shared cores "
+             "disturb least), then by wall time; x: the runtime's time / qsynth's (at least 1.00x: qsynth as "
+             "fast or faster). OpenVINO compiles the same QDQ file (its native input for the NNCF rows); "
+             "OpenVINO exact: its outputs against the same reference. tuning: the share of the model's int8 tile "
+             "shapes this host's tuning log chose.", "",
+             "| model | quantizer | exact | CPU ms qsynth | " + " | ".join(f"{v} (x)" for v in RUNTIMES.values())
+             + " | wall ms qsynth | " + " | ".join(RUNTIMES.values()) + " | OpenVINO exact | compile s | tuning |",
+             "|---|---|---|---|" + "---|" * len(RUNTIMES) + "---|" + "---|" * len(RUNTIMES) + "---|---|---|"]
+    width = lines[-1].count("|") - 1
+    for name, quantizer in data["quantizers"].items():
+        r, c = rows.get(name), data["compile"].get(name, {})
+        if r is None or "error" in r or "error" in c:
+            why = f"compile fails: {c['error']}" if "error" in c else f"fails: {r['error']}" if r else "not run"
+            lines.append(f"| {name} | {quantizer} | {why} |" + " |" * (width - 3))
+            continue
+        cpu = r.get("cpu_baselines", {})
+        ov = r["openvino"].get("openvino_int8", {})
+        ov_exact = f"{ov['differing']} of {ov['compared']}" if "differing" in ov else ov.get("unavailable", "-")
+        lines.append(
+            f"| {name} | {quantizer} | {r['differing']} of {r['values']} | {r['ours_cpu_ms']:.2f} | "
+            + " | ".join(f"{cpu[k]:.2f} ({cpu[k] / r['ours_cpu_ms']:.2f}x)" if k in cpu else "-" for k in RUNTIMES)
+            + f" | {r['ours_ms']:.2f} | " + " | ".join(f"{r['baselines'][k]:.2f}" if k in r["baselines"] else "-"
+                                                       for k in RUNTIMES)
+            + f" | {ov_exact} | {c['compile_s']:.0f} | {tuned_shapes.label(r.get('tuning'))} |")
+    misses = [f"{n} {x:.2f}x {RUNTIMES[k]}" for n, r in rows.items() if "cpu_baselines" in r
+              for k, x in ((k, r["cpu_baselines"][k] / r["ours_cpu_ms"]) for k in ("onnxruntime_int8", "openvino_int8")
+                           if k in r["cpu_baselines"] and (k == "onnxruntime_int8" or n.startswith("nncf")))
+              if x < 1]
+    lines += ["", "Below the targets by CPU time (at least 1.0x onnxruntime int8 for every row, 1.0x OpenVINO "
+              "for the NNCF rows): " + (", ".join(misses) or "none") + ".", ""]
+    if data["profiles"]:
+        lines += ["## Where the time goes", "",
+                  "Rows slower than onnxruntime int8 by CPU time, or not exact (`zoo.where_the_time_goes`): CPU ms "
+                  "per inference by operator (TVM's function names without their numbers) next to onnxruntime's "
+                  "own profile, scaled to its unprofiled CPU time. docs/measurements.md says why.", "",
+                  *bench_zoo.profile_lines(data["profiles"])]
+    return "\n".join(lines)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("/tmp/ort49"))
     ap.add_argument("--models", default=",".join(options()))
+    ap.add_argument("--bench", action="store_true", help="time the set too; write quantizers_<uarch>.{json,md}")
+    ap.add_argument("--trials", type=int, default=10)
+    ap.add_argument("--benchmarks", type=Path, default=ROOT / "benchmarks", help="where --bench writes")
+    ap.add_argument("--recompile", action="store_true", help="compile even where --out holds a library")
+    ap.add_argument("--no-openvino", action="store_true")
+    ap.add_argument("--no-profile", action="store_true")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     logging.getLogger("root").setLevel(logging.ERROR)
-    for name in args.models.split(","):
+    names = args.models.split(",")
+    if args.bench:
+        return bench(args, names)
+    for name in names:
         start = time.time()
-        count, total, largest = compare(build(args.out, name))
-        print(f"{name}: {count} of {total} outputs differ, max {largest:.3g} ({time.time() - start:.0f} s)",
-              flush=True)
+        d = compare(build(args.out, name))
+        print(f"{name}: {d['differing']} of {d['values']} outputs differ, max {d['max_abs_diff']:.3g} "
+              f"({time.time() - start:.0f} s)", flush=True)
     return 0
 
 

@@ -1,6 +1,7 @@
 """The benchmarks' batch timer: each batch's first call, which finds the caches holding what ran
-before, is not timed, as TVM's time evaluator does not time ours."""
-from tvm_integration.bench.timing import batch_timer
+before, is not timed, as TVM's time evaluator does not time ours; ``side_by_side`` times the baselines
+by the clock it is given (CPU time, where the host is shared)."""
+from tvm_integration.bench.timing import batch_timer, side_by_side
 
 
 class Workload:
@@ -27,3 +28,10 @@ def test_a_batch_after_other_work_is_timed_warm():
     for _ in range(3):
         work.evict()
         assert run() == 1
+
+
+def test_side_by_side_times_the_baselines_by_the_clock_it_is_given():
+    work = Workload()
+    times = side_by_side(lambda: 1.0, {"baseline": lambda: work}, trials=3, threads=1, clock=work.clock)
+    assert times == {"ours": 1.0, "baseline": 1}
+    assert side_by_side(lambda: 1.0, {"baseline": lambda: work}, trials=3, threads=2, clock=work.clock)["baseline"] == 1

@@ -3,7 +3,8 @@ runs, its outputs are those of OpenVINO run here directly and its difference fro
 reported in steps of the output's scale read from the ONNX file; on an AMX host the VNNI-only
 configuration really leaves AMX; where OpenVINO cannot be imported, crashes or cannot read the model,
 each configuration is reported unavailable with the reason instead of failing the benchmark, and
-``qsynth bench-model`` says so. Times are not asserted (benchmarks, not tests)."""
+``qsynth bench-model`` says so; the worker times its batches by wall or by CPU time. Times are not
+asserted (benchmarks, not tests)."""
 from __future__ import annotations
 
 import json
@@ -89,6 +90,7 @@ def test_runs_and_reports_its_difference_from_onnxruntime(tiny):
         assert not any("amx" in p for p in report["openvino_int8_vnni"]["primitives"])
     times = side_by_side(lambda: 1e-3, runs, trials=2, threads=1)
     assert set(times) == {"ours", *runs} and all(t > 0 for t in times.values())
+    assert runs["openvino_int8"](cpu=True)() > 0        # its batches timed by the worker's CPU time
 
 
 @pytest.mark.parametrize("body, reason", [

@@ -1,5 +1,6 @@
-"""The zoo benchmark's helpers (tvm_integration/bench/zoo.py, scripts/bench_zoo.py) on small inputs: the
-models themselves need torch and take minutes (scripts/make_zoo.py, scripts/bench_zoo.py)."""
+"""The zoo benchmark's helpers (tvm_integration/bench/zoo.py, scripts/bench_zoo.py, and the quantizer
+table of scripts/check_quantizers.py, which uses them) on small inputs: the models themselves need torch
+and take minutes (scripts/make_zoo.py, scripts/bench_zoo.py)."""
 from __future__ import annotations
 
 import numpy as np
@@ -70,3 +71,25 @@ def test_profiled_when_slower_by_cpu_time_or_not_exact():
     assert bench_zoo.is_slow_or_inexact({**loaded, "max_abs_diff": 5e-7})
     assert bench_zoo.is_slow_or_inexact(_row("googlenet", 2, 8.0, 7.0))     # no CPU time: wall time decides
     assert not bench_zoo.is_slow_or_inexact({"name": "densenet121", "threads": 1, "error": "exit code -11"})
+
+
+def test_the_quantizer_table_has_every_row_and_names_the_misses():
+    from scripts import check_quantizers
+    cpu = {"onnxruntime_int8": 20.0, "onnxruntime_int8_exact": 30.0, "openvino_int8": 18.0}
+    row = {**_row("nncf_performance", 1, 19.0, 21.0), "ours_cpu_ms": 19.0, "cpu_baselines": cpu, "differing": 0,
+           "values": 3000, "openvino": {"openvino_int8": {"differing": 2000, "compared": 1000}}}
+    run = {"commit": "0" * 40, "command": "python scripts/check_quantizers.py --bench", "date": "2026-11-29T18:00:00+00:00",
+           "seconds": 1, "host": {"cpu": "AMD EPYC", "uarch": "znver3", "features": ["avx2"], "cpus": 2},
+           "threads": 1, "load_before": [1, 1, 1], "load_after": [1, 1, 1]}
+    data = {"host": "a host", "run": run, "rows": [row], "profiles": {},
+            "quantizers": {"nncf_performance": "NNCF, preset PERFORMANCE", "s8s8_per_channel": "quantize_static",
+                           "dynamic": "quantize_dynamic"},
+            "compile": {"nncf_performance": {"compile_s": 40.0}, "s8s8_per_channel": {"error": "InternalError: x"}}}
+    md = check_quantizers.markdown(data)
+    table = [line for line in md.splitlines() if line.startswith("|")]
+    assert len(table) == 5 and len({line.count("|") for line in table}) == 1      # header, separator, 3 rows
+    assert "| nncf_performance | NNCF, preset PERFORMANCE | 0 of 3000 | 19.00 | 20.00 (1.05x) |" in md
+    assert "| s8s8_per_channel | quantize_static | compile fails: InternalError: x |" in md
+    assert "| dynamic | quantize_dynamic | not run |" in md
+    assert "targets by CPU time (at least 1.0x onnxruntime int8 for every row, 1.0x OpenVINO for the NNCF rows): " \
+           "nncf_performance 0.95x OpenVINO int8." in md

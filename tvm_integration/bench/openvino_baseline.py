@@ -8,8 +8,9 @@ be set before oneDNN loads; a missing OpenVINO, a failed compile or a crash beco
 instead of ending the benchmark; and OpenVINO's thread pool never shares a process with TVM's or
 onnxruntime's. The worker runs the model once on the benchmark's input (its outputs, compared with
 onnxruntime's, in quantization steps of the output) and then times batches of inferences when asked
-(``timing.batch_timer``, inputs set once as ours are), so the benchmark interleaves them with ours
-(``timing.side_by_side``) without the pipe's round trip in the time."""
+(``timing.batch_timer``, inputs set once as ours are; by wall clock, or by its process's CPU time), so
+the benchmark interleaves them with ours (``timing.side_by_side``) without the pipe's round trip in the
+time."""
 from __future__ import annotations
 
 import json
@@ -18,6 +19,7 @@ import select
 import subprocess
 import sys
 import tempfile
+import time
 import weakref
 from pathlib import Path
 
@@ -44,15 +46,18 @@ def configurations(flags: frozenset[str] | None = None) -> dict[str, dict[str, s
 class Worker:
     """One configuration's worker process on one model: ``outputs`` (name -> array) of its first run,
     ``info`` (OpenVINO's version, the primitives its convolutions and matmuls run on), ``batch()``:
-    seconds per inference over one batch. Ended by ``close()`` or when no longer referenced."""
+    seconds per inference over one batch (``cpu``: the worker process's CPU seconds, every thread's).
+    Ended by ``close()`` or when no longer referenced."""
 
-    def __init__(self, path: Path, threads: int, feeds: dict[str, np.ndarray], env: dict[str, str]):
+    def __init__(self, path: Path, threads: int, feeds: dict[str, np.ndarray], env: dict[str, str],
+                 cpu: bool = False):
         self._tmp = tempfile.TemporaryDirectory(prefix="qsynth-openvino-")
         tmp = Path(self._tmp.name)
         np.savez(tmp / "feeds.npz", **feeds)
         self._stderr = open(tmp / "stderr", "w+")
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", __name__, str(path), str(threads), str(tmp / "feeds.npz"), str(tmp / "out.npz")],
+            [sys.executable, "-m", __name__, str(path), str(threads), str(tmp / "feeds.npz"), str(tmp / "out.npz"),
+             "cpu" if cpu else "wall"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, text=True, env={**os.environ, **env})
         self._finalizer = weakref.finalize(self, _end, self._proc, self._stderr, self._tmp)
         try:
@@ -144,9 +149,10 @@ def compare(outputs: dict[str, np.ndarray], expected: dict[str, np.ndarray], sca
 def baselines(path: str | Path, feeds: dict[str, np.ndarray], expected: dict[str, np.ndarray],
               threads: int) -> tuple[dict, dict]:
     """OpenVINO's configurations on the ONNX model ``path``: (name -> a function starting a worker and
-    returning its ``SelfTimed`` batch timer, as ``timing.side_by_side`` takes baselines; name -> its
-    report: version, primitives and the difference from ``expected``, onnxruntime's outputs on
-    ``feeds``, or ``unavailable`` and why). A configuration that cannot run is only reported."""
+    returning its ``SelfTimed`` batch timer, as ``timing.side_by_side`` takes baselines (``cpu=True``:
+    timed by the worker's CPU time); name -> its report: version, primitives and the difference from
+    ``expected``, onnxruntime's outputs on ``feeds``, or ``unavailable`` and why). A configuration that
+    cannot run is only reported."""
     from tvm_integration.bench.timing import SelfTimed
     path = Path(path)
     scales = output_scales(path)
@@ -160,8 +166,8 @@ def baselines(path: str | Path, feeds: dict[str, np.ndarray], expected: dict[str
             report[name] = {"unavailable": str(e)}
             continue
 
-        def start(env=env):
-            return SelfTimed(Worker(path, threads, feeds, env).batch)     # a new worker per session
+        def start(env=env, cpu: bool = False):
+            return SelfTimed(Worker(path, threads, feeds, env, cpu).batch)     # a new worker per session
         runs[name] = start
     return runs, report
 
@@ -183,9 +189,10 @@ def differences(report: dict) -> str:
             + (f", by up to {diff}" if report["differing"] else ""))
 
 
-def _serve(path: str, threads: int, feeds_path: str, out_path: str) -> int:
-    """The worker: compile, run once, write the outputs, say so; then one batch per line of input. Its
-    messages go to the original stdout; anything else printed there (by OpenVINO too) goes to stderr."""
+def _serve(path: str, threads: int, feeds_path: str, out_path: str, clock: str) -> int:
+    """The worker: compile, run once, write the outputs, say so; then one batch per line of input, timed
+    by ``clock`` (``wall``, or ``cpu``: the process's CPU time). Its messages go to the original stdout;
+    anything else printed there (by OpenVINO too) goes to stderr."""
     channel = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
 
@@ -215,7 +222,7 @@ def _serve(path: str, threads: int, feeds_path: str, out_path: str) -> int:
         return 1
     from tvm_integration.bench.timing import batch_timer
     say({"version": ov.__version__.split("-")[0], "primitives": primitives})
-    run = batch_timer(request.infer)
+    run = batch_timer(request.infer, clock=time.process_time if clock == "cpu" else time.perf_counter)
     for _ in sys.stdin:
         say({"seconds": run()})
     return 0
@@ -228,4 +235,4 @@ def _info(op, key: str) -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(_serve(sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]))
+    sys.exit(_serve(sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]))

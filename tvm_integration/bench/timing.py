@@ -65,32 +65,34 @@ class SelfTimed:
         return self.batch()
 
 
-def side_by_side(ours, baselines: dict, trials: int, threads: int) -> dict[str, float]:
+def side_by_side(ours, baselines: dict, trials: int, threads: int, clock=time.perf_counter) -> dict[str, float]:
     """Median seconds per call of ``ours`` (a batch timer: ``batch_timer``, ``tvm_batch_timer``) and
     of each baseline (name -> a function making its run function, in a new session of its runtime,
-    or its ``SelfTimed`` batch timer), ``"ours"`` first. On one thread over ``trials`` rounds that run
-    them all in turn, so that a burst of load on the shared machine lands on both sides of a ratio.
+    or its ``SelfTimed`` batch timer), ``"ours"`` first; the baselines' run functions timed by
+    ``clock`` (as for ``median_seconds``: ``ours`` and a ``SelfTimed`` timer keep their own). On one
+    thread over ``trials`` rounds that run them all in turn, so that a burst of load on the shared
+    machine lands on both sides of a ratio.
     On more, one after the other, one baseline session alive at a time: interleaved, the runtimes'
     worker pools took each other's cores (2-thread rows 2-4x slower than 1-thread ones), and two
     2-thread onnxruntime sessions slowed each other even with one idle (C2 int8 0.42 ms alone,
     0.67 ms beside an fp32 session)."""
     if threads == 1:
-        timers = {"ours": ours, **{name: _batch_timer(make()) for name, make in baselines.items()}}
+        timers = {"ours": ours, **{name: _batch_timer(make(), clock) for name, make in baselines.items()}}
         samples = {name: [] for name in timers}
         for _ in range(trials):
             for name, run in timers.items():
                 samples[name].append(run())
         return {name: float(np.median(v)) for name, v in samples.items()}
     return {"ours": float(np.median([ours() for _ in range(trials)])),
-            **{name: _median(make(), trials) for name, make in baselines.items()}}
+            **{name: _median(make(), trials, clock) for name, make in baselines.items()}}
 
 
-def _batch_timer(run):
-    return run if isinstance(run, SelfTimed) else batch_timer(run)
+def _batch_timer(run, clock):
+    return run if isinstance(run, SelfTimed) else batch_timer(run, clock=clock)
 
 
-def _median(run, trials: int) -> float:
+def _median(run, trials: int, clock) -> float:
     """Median seconds per call of a run function, or of a ``SelfTimed`` baseline's batches."""
     if isinstance(run, SelfTimed):
         return float(np.median([run() for _ in range(trials)]))
-    return median_seconds(run, trials)
+    return median_seconds(run, trials, clock)

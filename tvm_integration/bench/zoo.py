@@ -8,6 +8,7 @@ TVM thread every kernel runs on the calling thread, and CPU time is what load fr
 shared machine disturbs least), grouped by operator, next to onnxruntime's own per-operator profile."""
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -21,7 +22,7 @@ from tvm import relax
 
 from tvm_integration.bench import openvino_baseline, tuned_shapes
 from tvm_integration.bench.models import onnxruntime_session, reference_session, side_by_side_ms
-from tvm_integration.bench.timing import median_seconds
+from tvm_integration.bench.timing import batch_timer, median_seconds, side_by_side
 from tvm_integration.qnn.runtime.model import CompiledModel
 
 
@@ -33,22 +34,24 @@ def inputs(model: CompiledModel, count: int, seed: int = 0) -> list[dict[str, np
 
 def difference(model: CompiledModel, path: Path, feeds: list[dict], threads: int) -> dict:
     """The largest |ours - onnxruntime int8| over ``feeds`` and outputs, absolute and in steps of the
-    output's quantization scale, and how many top-1 classes agree; onnxruntime's exact mode
-    (``models.reference_session``), whose default saturates vpmaddubsw on hosts without VNNI."""
+    output's quantization scale, how many output values differ (of how many), and how many top-1
+    classes agree; onnxruntime's exact mode (``models.reference_session``), whose default saturates
+    vpmaddubsw on hosts without VNNI."""
     session = reference_session(path, threads)
     scales = output_scales(path)
-    absolute, steps, top1 = 0.0, 0.0, 0
+    absolute, steps, top1, differing, values = 0.0, 0.0, 0, 0, 0
     for feed in feeds:
         ours = model(feed)
         want = dict(zip(model.outputs, session.run(None, feed)))
         for name, w in want.items():
-            d = float(np.max(np.abs(ours[name].astype(np.float64) - w.astype(np.float64))))
-            absolute = max(absolute, d)
-            steps = None if steps is None or name not in scales else max(steps, d / scales[name])
+            d = np.abs(ours[name].astype(np.float64) - w.astype(np.float64))
+            absolute = max(absolute, float(d.max()))
+            steps = None if steps is None or name not in scales else max(steps, float(d.max()) / scales[name])
+            differing, values = differing + int(np.count_nonzero(d)), values + d.size
         first = model.outputs[0]
         top1 += int(np.argmax(ours[first]) == np.argmax(want[first]))
     return {"max_abs_diff": absolute, "max_diff_steps": None if steps is None else round(steps, 6),
-            "top1_agree": top1, "compared": len(feeds)}
+            "differing": differing, "values": values, "top1_agree": top1, "compared": len(feeds)}
 
 
 SHAPE_OR_FLOAT_TAIL = ("Reshape", "Flatten", "Squeeze", "ReduceMean", "GlobalAveragePool")
@@ -79,7 +82,8 @@ def row(name: str, library: Path, path: Path, fp32: Path | None, threads: int, t
     """The benchmark row of the model ``name``: ``library`` (our build of ``path``, saved by
     ``CompiledModel.save``) timed side by side with onnxruntime int8 on ``path`` (its default and its
     exact mode), fp32 on ``fp32`` and OpenVINO int8 on ``path``, at ``threads`` threads (the process's
-    TVM pool must have that size: TVM_NUM_THREADS before the first run)."""
+    TVM pool must have that size: TVM_NUM_THREADS before the first run). At one thread also by CPU time
+    (``cpu_baselines``: every baseline's, OpenVINO's its worker process's), side by side again."""
     model = CompiledModel.load(library, threads=threads)
     feeds = inputs(model, 3)
     diff = difference(model, path, feeds, threads)
@@ -91,18 +95,17 @@ def row(name: str, library: Path, path: Path, fp32: Path | None, threads: int, t
             "onnxruntime_int8_exact": lambda: _run(reference_session(path, threads), feed)}
     if fp32 is not None and fp32.exists():
         runs["onnxruntime_fp32"] = lambda: _run(onnxruntime_session(fp32, threads), feed)
-    report = {}
-    if openvino:
-        more, report = openvino_baseline.baselines(path, feed, expected, threads)
-        runs |= more
-    times = side_by_side_ms(model, feed, runs, trials)
+    more, report = openvino_baseline.baselines(path, feed, expected, threads) if openvino else ({}, {})
+    times = side_by_side_ms(model, feed, runs | more, trials)
     ours = times.pop("ours")
     cpu = {}
     if threads == 1:                # CPU time: what the load of other jobs on a shared machine disturbs least
-        model.vm.set_input("main", *model.arguments(feed))
-        session = onnxruntime_session(path, 1)
-        cpu = {"ours_cpu_ms": cpu_ms(lambda: model.vm.invoke_stateful("main"), trials),
-               "onnxruntime_int8_cpu_ms": cpu_ms(lambda: session.run(None, feed), trials)}
+        seconds = side_by_side(batch_timer(lambda: model.vm.invoke_stateful("main"), clock=time.process_time),
+                               runs | {k: functools.partial(start, cpu=True) for k, start in more.items()}, trials, 1,
+                               clock=time.process_time)
+        cpu_times = {k: v * 1e3 for k, v in seconds.items()}
+        cpu = {"ours_cpu_ms": cpu_times.pop("ours"), "onnxruntime_int8_cpu_ms": cpu_times["onnxruntime_int8"],
+               "cpu_baselines": cpu_times}
     return {"name": name, "threads": threads, "ours_ms": ours, "baselines": times, "tuning": tuned_shapes.coverage(path),
             "speedups": {k: v / ours for k, v in times.items()}, **cpu, **diff, "openvino": report}
 
