@@ -68,7 +68,8 @@ def test_an_mca_table_is_its_json_with_the_record_of_its_run(name):
 # TFLite tables of both hosts, whose script keeps the notes written by hand between its markers: read back
 # from the table by its ``kept_notes``).
 RENDERED = {"models_znver3": "bench_models", "transformers_znver3": "bench_transformers",
-            "tflite_models": "bench_tflite", "tflite_models_znver3": "bench_tflite"}
+            "tflite_models": "bench_tflite", "tflite_models_znver3": "bench_tflite",
+            "quantizers_znver3": "check_quantizers"}
 
 
 @pytest.mark.parametrize("name", sorted(RENDERED))
