@@ -209,6 +209,21 @@ def test_float_conv_sums_as_mlas(tmp_path, monkeypatch, relu):
     assert sum(int(np.count_nonzero(integer(x)["out1"] != w[0])) for x, w in zip(xs, want)) > 0
 
 
+def test_float_conv_weights_are_dequantized_once(tmp_path):
+    """The float convs' DQ(constant) weights are read as the float constant they dequantize to, made once
+    when the model is compiled (bit-exact: test_float_conv_sums_as_mlas), not dequantized at every run."""
+    from tvm import relax
+    from tvm.ir import Constant
+
+    from tvm_integration.qnn.runtime.model import read
+    path = tmp_path / "conv.onnx"
+    conv_model(path, 0)
+    mod = read(path)[0]
+    convs = [b.value for block in mod["main"].body.blocks for b in block.bindings if isinstance(b.value, relax.Call)
+             and b.value.args and getattr(b.value.args[0], "name_hint", "").startswith("qsynth_float_conv2d")]
+    assert len(convs) == 2 and all(isinstance(c.args[1].fields[1], Constant) for c in convs)
+
+
 PARAMS = {"Add": (0.09954256, -10, 0.03843492, 15, 0.026444115, -10),      # scale, zero point of a, b, y
           "Mul": (0.05, 3, 0.07, -4, 0.1, 6),
           "GlobalAveragePool": (0.049, 3, 1.0, 0, 0.002, -7),       # y_scale 2 x_scale / 49: halves

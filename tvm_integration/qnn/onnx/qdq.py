@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 from tvm import relax
-from tvm.ir import Op
+from tvm.ir import Constant, Op
 
 from tvm_integration.ops.output_stage import QUANT_RANGES
 from tvm_integration.qnn.onnx.importer import LAYER_NAMES
@@ -120,6 +120,20 @@ class QDQReader(relax.PyExprMutator):
         clipped = self.clipped(dq[0])
         array = constant(self.value(dq[0] if clipped is None else clipped[0]))
         return None if array is None else (array, dq[1])
+
+    def dequantized_weights(self, expr) -> Constant | None:
+        """DQ(a constant), unclipped, as the float32 constant it computes, ``float32(w - zp) * scale``
+        along its axis: the same float32 operations as TVM's dequantize (and onnxruntime's), for a float
+        op to read instead of dequantizing at every run (an S8S8 ResNet-18's 11 float convs: 7.8 of its
+        66 CPU ms on Zen 3)."""
+        dq = self.call(expr, "relax.dequantize")
+        found = None if dq is None or self.clipped(dq.args[0]) is not None else self.dequantized_constant(expr)
+        if found is None:
+            return None
+        (w, params), axis = found, int(dq.attrs.axis) % found[0].ndim
+        shape = [-1 if d == axis else 1 for d in range(w.ndim)] if params.scale.size > 1 else []
+        steps = (w.astype(np.int32) - params.zero_point.astype(np.int32).reshape(shape)).astype(np.float32)
+        return relax.const(steps * params.scale.astype(np.float32).reshape(shape))
 
     def zero_point_subtracted(self, expr):
         """(integer tensor, its zero point expression or None) when ``expr`` is ``astype(t, int32)``

@@ -213,7 +213,10 @@ class QDQToInteger(QDQReader):
                 or str(a.kernel_layout) != "OIHW" or any(int(d) != 1 for d in a.dilation):
             return None
         func = conv2d_func(shapes[0], shapes[1], [int(s) for s in a.strides], [int(p) for p in a.padding])
-        return emit(self.builder_, func, "qsynth_float_conv2d", [self.visit_expr(arg) for arg in call.args], shapes[2])
+        args = [self.visit_expr(arg) for arg in call.args]
+        weights = self.dequantized_weights(call.args[1])      # computed once, not at every run
+        return emit(self.builder_, func, "qsynth_float_conv2d",
+                    [args[0], args[1] if weights is None else weights, *args[2:]], shapes[2])
 
     @staticmethod
     def integer_bias(bias: np.ndarray, scale: np.ndarray, layer: str) -> np.ndarray:
