@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """Whole models on Arm core models, estimated cycles (tvm_integration/bench/arm_models.py): the
 built-in int8 ResNet-18, MobileNetV2 and MobileNetV3 (tvm_integration/bench/int8_models.py, 224x224, QDQ
-u8/s8 per-channel) and the W1A1 and W2A2 ResNet-18 (bench/lowbit_models.py, QCDQ, their inner layers on
-the NEON bitserial operators) compiled by qsynth for each core, next to onnxruntime's AArch64 build on the
+u8/s8 per-channel), the W1A1 and W2A2 ResNet-18 (bench/lowbit_models.py, QCDQ, their inner layers on
+the NEON bitserial operators) and the encoders of benchmarks/transformers.md (issue 50; built by
+scripts/bench_transformers.build, static QDQ and dynamic) compiled by qsynth for each core, next to
+onnxruntime's AArch64 build on the
 same model (int8: onnxruntime fuses a low-bit model's QCDQ groups onto its int8 kernels) and on the
 float original (fp32; the low-bit rows: the float ResNet-18), each run once under qemu-aarch64 as the
 core, every block of its measured inference costed once by llvm-mca's model of the core.
 
-    python scripts/bench_arm_models.py [--models resnet18,mobilenet_v2,mobilenet_v3,resnet18_w1a1,resnet18_w2a2]
+    python scripts/bench_arm_models.py [--models resnet18,...,bert_l4_s128_static,bert_l4_s128_dynamic,vit_conv_static]
                                        [--cores cortex-a53,cortex-a72,cortex-a76] [--tvm-default] [--out benchmarks]
                                        [--update]
 
@@ -30,24 +32,31 @@ import onnx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from scripts import bench_transformers  # noqa: E402
 from synth.files import write_atomically  # noqa: E402
 from tvm_integration.bench import core_models, mca, provenance  # noqa: E402
 from tvm_integration.bench.arm_models import bench_arm_model  # noqa: E402
 from tvm_integration.bench.int8_models import write_pair  # noqa: E402
 from tvm_integration.bench.lowbit_models import resnet_lowbit  # noqa: E402
 from tvm_integration.qemu import cross  # noqa: E402
+from tvm_integration.qnn.runtime import arm_reference  # noqa: E402
 
 LOWBIT = {"resnet18_w1a1": (1, 1), "resnet18_w2a2": (2, 2)}      # name: (abits, wbits)
-MODELS = ("resnet18", "mobilenet_v2", "mobilenet_v3", *LOWBIT)
+ENCODERS = ("bert_l4_s128_static", "bert_l4_s128_dynamic", "vit_conv_static", "vit_conv_dynamic")
+MODELS = ("resnet18", "mobilenet_v2", "mobilenet_v3", *LOWBIT, *ENCODERS)
 CORES = core_models.REPORTED
 TARGETS = ["- ResNet-18 int8 on Cortex-A53: at most 0.7x onnxruntime int8's cycles, and at least 3.9x fewer "
            "than fp32 (at most 0.256x onnxruntime fp32).",
            "- MobileNetV2 int8 on Cortex-A53 and A72: at most 0.8x onnxruntime int8's cycles.",
-           "- W1A1 ResNet-18 on Cortex-A53: at least 8x fewer cycles than onnxruntime fp32 (at most 0.125x)."]
+           "- W1A1 ResNet-18 on Cortex-A53: at least 8x fewer cycles than onnxruntime fp32 (at most 0.125x).",
+           "- The encoders (issue 50) on Cortex-A53 and on the out-of-order Cortex-A76: at most 0.8x onnxruntime "
+           "int8's cycles, exact against each op kind's stated reference."]
 CHECKS = [("resnet18", "cortex-a53", "onnxruntime_int8", 0.7), ("resnet18", "cortex-a53", "onnxruntime_fp32", 0.256),
           ("mobilenet_v2", "cortex-a53", "onnxruntime_int8", 0.8),
           ("mobilenet_v2", "cortex-a72", "onnxruntime_int8", 0.8),
-          ("resnet18_w1a1", "cortex-a53", "onnxruntime_fp32", 0.125)]    # (model, core, column, its bound)
+          ("resnet18_w1a1", "cortex-a53", "onnxruntime_fp32", 0.125),
+          *((m, c, "onnxruntime_int8", 0.8) for m in ENCODERS for c in ("cortex-a53", "cortex-a76"))]
+# (model, core, column, its bound)
 RUNTIMES = {"model.so": "model", "tvm_default.so": "model", "libtvm_runtime.so": "runtime",
             "libtvm_ffi.so": "runtime", "libonnxruntime.so.1": "runtime"}
 
@@ -73,8 +82,11 @@ def parts(column: dict) -> dict[str, float]:
 
 
 def model_pair(name: str, directory: Path) -> tuple[Path, Path]:
-    """The model benchmarked and its float original (write_pair's); a low-bit ResNet-18's float
-    original is the float ResNet-18, the same layout."""
+    """The model benchmarked and its float original (write_pair's; an encoder's bench_transformers.build's);
+    a low-bit ResNet-18's float original is the float ResNet-18, the same layout."""
+    if name in ENCODERS:
+        bench_transformers.build(directory, name)
+        return directory / f"{name}.int8.onnx", directory / f"{name}.fp32.onnx"
     if name not in LOWBIT:
         return write_pair(name, directory)
     path = directory / f"{name}.qcdq.onnx"
@@ -112,6 +124,31 @@ def kloop_lines(rows: list[dict]) -> list[str]:
             *out] if out else []
 
 
+def reference_lines(rows: list[dict]) -> list[str]:
+    """Each model's op kinds by the reference they follow (arm_reference), with those not known to be exact
+    against it and those where onnxruntime's AArch64 build departs from the ONNX definition."""
+    out, seen = [], set()
+    for r in rows:
+        if "follows" not in r or r["model"] in seen:
+            continue
+        seen.add(r["model"])
+        kinds = [f"{arm_reference.REFERENCES[ref]}: {', '.join(k for k, f in r['follows'].items() if f == ref)}"
+                 for ref in dict.fromkeys(r["follows"].values())]
+        departs = f"; onnxruntime's AArch64 build departs from the ONNX definition on {', '.join(r['runtime_departs'])}"
+        out.append(f"- {r['model']}: " + "; ".join(kinds) + (departs if r["runtime_departs"] else "")
+                   + "".join(f"; {line}" for line in r["not_exact"]) + ".")
+    return ["", "The reference each op kind follows (tvm_integration/qnn/runtime/arm_reference.py; rows measured "
+            "before it was recorded are not listed):", *out] if out else []
+
+
+def diff_cell(row: dict) -> str:
+    """The largest differences from the ONNX definition, onnxruntime AArch64 and the stated reference
+    ('-': not measured by the row's run)."""
+    stated = row.get("max_abs_diff_vs_stated")
+    return (f"{row['max_abs_diff_vs_onnxruntime']:.3g} / {row['max_abs_diff_vs_onnxruntime_aarch64']:.3g} / "
+            + ("-" if stated is None else f"{stated:.3g}"))
+
+
 def cell(row: dict, name: str) -> str:
     """A baseline column's cell: its Mcycles and ratio, "refused: REASON" where TVM's own import refused
     the model, or "-" where it did not run."""
@@ -131,7 +168,8 @@ def markdown(run: dict) -> str:
     out = ["# Whole models on Arm cores: estimated cycles", "",
            (f"Each model compiled by qsynth for the core (`qsynth compile --target neon --mcpu CORE`) and "
             f"onnxruntime {run['tools']['onnxruntime']}'s AArch64 build (the registry's aarch64 wheel, its C API "
-            "from a C driver) on the same QDQ model (int8) and on its float original (fp32; the W1A1 and W2A2 "
+            "from a C driver) on the same quantized model (int8: QDQ; a dynamic encoder's, quantize_dynamic's) and on "
+            "its float original (fp32; the W1A1 and W2A2 "
             "ResNet-18 are QCDQ models, whose groups onnxruntime fuses onto its int8 kernels, and their float "
             "original is the float ResNet-18), batch 1, 1 thread, "
             f"each run under {run['tools']['qemu']} as the core (`-cpu CORE`, a /proc/cpuinfo naming it): one "
@@ -142,25 +180,27 @@ def markdown(run: dict) -> str:
             "executor, inside libonnxruntime with its MLAS kernels) and the C/C++ libraries. No caches, memory "
             "stalls or branch mispredictions: block throughput on a warm core (docs/measurements.md). "
             "ratio = qsynth / baseline (below 1: qsynth needs fewer cycles). diff: the largest |qsynth - "
-            "onnxruntime| over the output (the model's float logits; 0: bit-exact), against onnxruntime on this "
-            "host and against its AArch64 build under qemu (which rounds some requantizations differently from "
-            "its x86 build: its own difference from the host's is the same figure when ours is 0)."),
+            "reference| over the output (the model's float logits or tokens; 0: bit-exact) against each "
+            "reference (issue 50): the ONNX definition (onnxruntime's x86 exact mode on this host), onnxruntime's "
+            "AArch64 build under qemu (whose QLinearAdd rounds ties away from zero), and the stated one, each op "
+            "kind's own reference (that build on the same model with its QDQ Adds left unfused, so computed as "
+            "ONNX defines them: ort_aarch64.adds_as_defined). Input: standard normal, numpy's default_rng(0)."),
            "", *provenance.lines(rows, lambda r: f"{r['model']}/{r['core']}"), "",
            "| model | core (llvm-mca's scheduling model) | qsynth Mcycles | " + " | ".join(f"{n} Mcycles (ratio)" for n in names)
            + " | qsynth model / runtime / libc Mcycles | onnxruntime_int8 library / libc Mcycles "
-           "| diff host / aarch64 |",
+           "| diff ONNX / AArch64 / stated |",
            "|---|---|---|" + "---|" * len(names) + "---|---|---|"]
     for r in rows:
         cells = [cell(r, n) for n in names]
         ours, theirs = parts(r["columns"]["qsynth"]), parts(r["columns"]["onnxruntime_int8"])
-        diff = f"{r['max_abs_diff_vs_onnxruntime']:g} / {r['max_abs_diff_vs_onnxruntime_aarch64']:.3g}"
         out.append(f"| {r['model']} | {core_models.label(r['core'], r.get('mca_cpu', r['core']))} | "
                    f"{r['columns']['qsynth']['cycles'] / 1e6:.1f} | "
                    + " | ".join(cells) + f" | {ours['model'] / 1e6:.1f} / {ours['runtime'] / 1e6:.1f} / "
-                   f"{ours['libc'] / 1e6:.1f} | {theirs['model'] / 1e6:.1f} / {theirs['libc'] / 1e6:.1f} | {diff} |")
+                   f"{ours['libc'] / 1e6:.1f} | {theirs['model'] / 1e6:.1f} / {theirs['libc'] / 1e6:.1f} | {diff_cell(r)} |")
     out += lowbit_lines(rows)
+    out += reference_lines(rows)
     out += kloop_lines(rows)
-    out += ["", "Targets (issue 34):", *TARGETS, "", "Measured:"]
+    out += ["", "Targets (issues 34 and 50):", *TARGETS, "", "Measured:"]
     for model, core, versus, bound in CHECKS:
         r = next((r for r in rows if r["model"] == model and r["core"] == core and versus in r["ratios"]), None)
         if r is not None:

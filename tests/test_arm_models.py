@@ -101,6 +101,7 @@ def test_bench_model_neon_cli(mlp, ort_dir, lib_dir, capsys):
     assert row["core"] == "cortex-a53" and set(row["columns"]) == {"qsynth", "onnxruntime_int8"}
     assert row["max_abs_diff_vs_onnxruntime"] == 0 and row["max_abs_diff_vs_onnxruntime_aarch64"] == 0
     assert row["max_abs_diff"] == {"onnx": 0, "onnxruntime_aarch64": 0}
+    assert row["max_abs_diff_vs_stated"] == 0
     assert row["follows"]["dense"] == "onnx" and row["not_exact"] == []     # integer ops only: the ONNX definition
     assert row["runtime_departs"] == [k for k in row["follows"] if arm_reference.kind(k).runtime_departs]
     ours, theirs = row["columns"]["qsynth"], row["columns"]["onnxruntime_int8"]

@@ -125,3 +125,16 @@ def test_aarch64_qlinear_add_on_resnet18_scales(runs):
     np.testing.assert_array_equal(arm["c2"], neon_add(feeds["a2"], feeds["b2"], *RESNET))
     (i,) = np.nonzero(arm["c2"] != expected["c2"])[0]
     assert (feeds["a2"][i], feeds["b2"][i], expected["c2"][i], arm["c2"][i]) == (136, 142, 100, 99)
+
+
+def test_aarch64_adds_left_unfused_are_the_onnx_definition(runs, tmp_path):
+    """With each Add's float sum also a graph output (ort_aarch64.adds_as_defined), onnxruntime does not fuse
+    it into QLinearAdd, and its AArch64 build computes the ONNX definition: the stated reference on Arm."""
+    from tvm_integration.bench import ort_aarch64
+    feeds, arm, _, expected = runs
+    model(tmp_path / "fused.onnx")
+    onnx.save(ort_aarch64.adds_as_defined(onnx.load(str(tmp_path / "fused.onnx"))), str(tmp_path / "defined.onnx"))
+    defined, _ = ort_aarch64.run(tmp_path / "defined.onnx", feeds, ["c1", "c2"], "cortex-a53")
+    assert np.count_nonzero(arm["c1"] != expected["c1"]) and np.count_nonzero(arm["c2"] != expected["c2"])
+    np.testing.assert_array_equal(defined[0], expected["c1"])
+    np.testing.assert_array_equal(defined[1], expected["c2"])

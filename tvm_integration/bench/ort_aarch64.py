@@ -16,6 +16,8 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+import onnx
+from onnx import helper
 
 from isa_specs import derived_files
 from tvm_integration.bench import mca, qemu_blocks
@@ -66,3 +68,19 @@ def run(model: str | Path, feeds: dict[str, np.ndarray], outputs: list[str], cor
             raise RuntimeError(f"onnxruntime failed under qemu (exit {proc.returncode}): {proc.stderr.strip()[-2000:]}")
         results = [np.load(tmp / f"out{i}.npy") for i in range(len(outputs))]
         return results, qemu_blocks.read(tmp / "counts.txt", tmp / "outmaps.txt")
+
+
+def adds_as_defined(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``model`` whose DequantizeLinear -> Add -> QuantizeLinear groups each also output the Add's
+    float sum: onnxruntime fuses no node whose output leaves the graph (its QDQ selectors' CheckOutputEdges),
+    so its AArch64 build computes those Adds as ONNX defines them (float Add, then QuantizeLinear, which
+    rounds half to even) instead of MLAS's NEON QLinearAdd (integer multipliers, ties away from zero;
+    docs/measurements.md). The model's stated reference on Arm where it holds QDQ Adds (arm_reference)."""
+    made_by = {out: n.op_type for n in model.graph.node for out in n.output}
+    quantized = {i for n in model.graph.node if n.op_type == "QuantizeLinear" for i in n.input[:1]}
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    copy.graph.output.extend(helper.make_tensor_value_info(n.output[0], onnx.TensorProto.FLOAT, None)
+                             for n in model.graph.node if n.op_type == "Add" and n.output[0] in quantized
+                             and all(made_by.get(i) == "DequantizeLinear" for i in n.input))
+    return copy
