@@ -25,6 +25,7 @@ import logging
 import subprocess
 import sys
 import tempfile
+from collections import defaultdict
 from pathlib import Path
 
 import onnx
@@ -34,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 from scripts import bench_transformers  # noqa: E402
 from synth.files import write_atomically  # noqa: E402
-from tvm_integration.bench import core_models, mca, provenance  # noqa: E402
+from tvm_integration.bench import core_models, mca, provenance, zoo  # noqa: E402
 from tvm_integration.bench.arm_models import bench_arm_model  # noqa: E402
 from tvm_integration.bench.int8_models import write_pair  # noqa: E402
 from tvm_integration.bench.lowbit_models import resnet_lowbit  # noqa: E402
@@ -111,15 +112,21 @@ def lowbit_lines(rows: list[dict]) -> list[str]:
 
 def kloop_lines(rows: list[dict]) -> list[str]:
     """Each row's compiled model split into its K loops (blocks with a vector multiply) and the rest,
-    with its largest function (arm_models.by_function)."""
+    with its largest function (arm_models.by_function) and its three costliest operators (the functions
+    of one operator summed, zoo.kind)."""
     out = []
     for r in rows:
         ours = r["columns"]["qsynth"]
         if "k_loop" in ours:
             model = sum(ours["by_function"].values())
             name, largest = next(iter(ours["by_function"].items()))
+            operators = defaultdict(float)
+            for function, c in ours["by_function"].items():
+                operators[zoo.kind(function.removesuffix("_compute_"))] += c
+            top = ", ".join(f"{k} {c / 1e6:.1f}" for k, c in sorted(operators.items(), key=lambda kv: -kv[1])[:3])
             out.append(f"- {r['model']} on {r['core']}: {ours['k_loop'] / 1e6:.1f} of {model / 1e6:.1f} M in K loops "
-                       f"({ours['k_loop'] / model:.0%}); largest function {name} {largest / 1e6:.1f} M.")
+                       f"({ours['k_loop'] / model:.0%}); largest function {name} {largest / 1e6:.1f} M; by operator "
+                       f"{top} M.")
     return ["", "qsynth's compiled model by where its cycles go (K loops: the blocks holding a vector multiply):",
             *out] if out else []
 

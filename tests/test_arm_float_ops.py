@@ -156,6 +156,33 @@ def test_dynamic_encoder_equals_onnxruntime_aarch64(tmp_path):
     assert not np.array_equal(arm, x86)
 
 
+def test_qdq_add_is_the_onnx_definition(tmp_path):
+    """A QDQ Add on Arm computes the ONNX definition (dequantize each input, add, divide by the output's
+    scale, each in float32, round half to even), on every input pair of the scales of bert_l4_s128_static's
+    l1.q bias Add. onnxruntime computes it otherwise in both builds, each fusing it into QLinearAdd: the x86
+    exact mode by MLAS's float ratios (fma(a, sa/sc, fma(b, sb/sc, zc - ...)): (197, 95) is 63.4999979 steps,
+    64 there, 63 by the definition), the AArch64 build by integer multipliers (ties away from zero)."""
+    f32, node = np.float32, helper.make_node
+    sa, za, sb, zb, sc, zc = (np.uint32(1024997483).view(f32), 133, np.uint32(992712695).view(f32), 127,
+                              np.uint32(1024721843).view(f32), 136)
+    inits = [numpy_helper.from_array(np.array(v, f32 if k == "s" else np.uint8), f"{k}{name}")
+             for name, scale, zero in (("a", sa, za), ("b", sb, zb), ("c", sc, zc)) for k, v in (("s", scale), ("z", zero))]
+    nodes = [node("DequantizeLinear", ["a", "sa", "za"], ["fa"]), node("DequantizeLinear", ["b", "sb", "zb"], ["fb"]),
+             node("Add", ["fa", "fb"], ["f"]), node("QuantizeLinear", ["f", "sc", "zc"], ["c"])]
+    u8 = lambda name: helper.make_tensor_value_info(name, TensorProto.UINT8, [1, 65536])
+    model = helper.make_model(helper.make_graph(nodes, "add", [u8("a"), u8("b")], [u8("c")], inits),
+                              opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, str(tmp_path / "add.onnx"))
+    a, b = (v.reshape(1, -1).astype(np.uint8) for v in np.meshgrid(np.arange(256), np.arange(256), indexing="ij"))
+    fa, fb = ((x.astype(np.int32) - z).astype(f32) * s for x, s, z in ((a, sa, za), (b, sb, zb)))
+    defined = np.clip(np.rint((fa + fb) / sc) + zc, 0, 255).astype(np.uint8)
+    ((ours, arm, x86),) = three_ways(tmp_path / "add.onnx", {"a": a, "b": b}).values()
+    np.testing.assert_array_equal(ours, defined)
+    assert (a[x86 != defined].tolist(), b[x86 != defined].tolist()) == ([96, 197], [38, 95])
+    assert np.count_nonzero(arm != defined)
+
+
 def test_qlinear_add_float_path_equals_onnxruntime_aarch64(tmp_path):
     """MLAS's NEON QLinearAdd falls back to float (division, nearbyintf) where a scale ratio is refused
     (below 2^-14 or not below 256): there the AArch64 build is the reference, and it agrees with ours (the

@@ -54,16 +54,27 @@ class ResidualAdd:
     clamp: tuple[int, int]
     operand: int
     residual_dtype: str
+    defined: tuple | None = None
 
     def expression(self, result, residual):
         a, b = (result, residual) if self.operand == 0 else (residual, result)
-        return qlinear_add(a, b, self.ratio_a, self.ratio_b, self.fixed, self.out_dtype, self.clamp)
+        return qlinear_add(a, b, self.ratio_a, self.ratio_b, self.fixed, self.out_dtype, self.clamp, self.defined)
 
 
-def qlinear_add(a, b, ratio_a: float, ratio_b: float, fixed: float, out_dtype: str, clamp):
+def qlinear_add(a, b, ratio_a: float, ratio_b: float, fixed: float, out_dtype: str, clamp, defined=None):
     """QLinearAdd as MLAS's AVX2 kernel computes it: ``fma(a, sa/sc, fma(b, sb/sc, fixed))`` with
     ``fixed = zc - (sa/sc * za + sb/sc * zb)`` (computed by the caller in float32), rounded half to
-    even, saturated to ``clamp``."""
+    even, saturated to ``clamp``. ``defined``, (sa, za, sb, zb, sc, zc): as ONNX defines a QDQ Add
+    instead (the reference of a build for Arm, qnn/runtime/arm_reference.py): each input dequantized,
+    the two added and the sum divided by sc, each step rounded to float32, then rounded half to even;
+    the ratios' form rounds a sum within a few ulps of a half step apart (63.4999979 -> 64)."""
+    if defined is not None:
+        sa, za, sb, zb, sc, zc = defined
+        fa, fb = ((x.astype("int32") - z).astype("float32") * tirx.const(s, "float32")
+                  for x, s, z in ((a, sa, za), (b, sb, zb)))
+        y = fenced(fenced(fa) + fenced(fb)) / tirx.const(sc, "float32")
+        return (round_saturated(y, (clamp[0] - zc, clamp[1] - zc), "int32") + zc).astype(out_dtype)
+
     def fma(x, y, z):
         return tirx.call_intrin("float32", "tirx.fma", x, y, z)      # one rounding, as vfmadd
     y = fma(a.astype("float32"), tirx.const(ratio_a, "float32"),

@@ -137,8 +137,15 @@ class Binder:
         return True
 
     def add(self, var, op: IntegerOp) -> bool:
-        """Fused into the convolution it reads (fused_add), else as any op computed in NHWC."""
-        return self.fused_add(var, op) or self.in_nhwc(var, op)
+        """Fused into the convolution it reads (fused_add), else as any op computed in NHWC. On neon a
+        QDQ Add computes the ONNX definition (``defined``, arm_reference.py), wherever it is emitted."""
+        if self.isa != "neon" or "quant" not in op.params:
+            return self.fused_add(var, op) or self.in_nhwc(var, op)
+        op = replace(op, params={**op.params, "defined": op.params["quant"]})
+        if not (self.fused_add(var, op) or self.in_nhwc(var, op)):
+            inputs = tuple(x if isinstance(x, relax.Var) else self.builder.emit(x) for x in map(self.substitute, op.inputs))
+            self.value[var] = replace(op, inputs=inputs).emit_reference(self.builder)
+        return True
 
     def quantize(self, var, op: IntegerOp) -> bool:
         """An image's quantize, in NHWC, unless a matmul of activations reads it in the model's layout."""
@@ -222,7 +229,7 @@ class Binder:
             return False
         p = add.params
         residual = ResidualAdd(p["ratio_a"], p["ratio_b"], p["fixed"], p["out_dtype"], tuple(p["clamp"]), operand,
-                               str(other.ty.dtype))
+                               str(other.ty.dtype), tuple(p["defined"]) if "defined" in p else None)
         self.tensorized(var, conv, residual, self.nhwc_of(other))
         return True
 

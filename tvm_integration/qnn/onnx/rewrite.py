@@ -305,7 +305,8 @@ class QDQToInteger(QDQReader):
         ra, rb = np.float32(sa / sc), np.float32(sb / sc)
         fixed = np.float32(np.float32(zc) - arithmetic.fma32(ra, np.float32(za), np.float32(rb * np.float32(zb))))
         return self.integer("add", [a[0], b[0]], ratio_a=float(ra), ratio_b=float(rb), fixed=float(fixed),
-                            out_dtype=out.dtype, clamp=list(clamp))
+                            out_dtype=out.dtype, clamp=list(clamp),
+                            quant=[float(sa), int(za), float(sb), int(zb), float(sc), int(zc)])
 
     def mul(self, expr, out: QParams):
         mul = self.call(expr, "relax.multiply")

@@ -159,13 +159,14 @@ def fma32(a, b, c) -> np.float32:
     return np.float32(np.longdouble(np.float32(a)) * np.longdouble(np.float32(b)) + np.longdouble(np.float32(c)))
 
 
-def add(a, b, *, ratio_a: float, ratio_b: float, fixed: float, out_dtype: str, clamp):
-    """QLinearAdd (output_stage.qlinear_add: MLAS's arithmetic), ``a`` and ``b`` broadcast as numpy does."""
+def add(a, b, *, ratio_a: float, ratio_b: float, fixed: float, out_dtype: str, clamp, defined=None):
+    """QLinearAdd (output_stage.qlinear_add: MLAS's arithmetic, or with ``defined`` the ONNX definition),
+    ``a`` and ``b`` broadcast as numpy does."""
     shape = broadcast_shape(a.shape, b.shape)
 
     def value(*i):
         return qlinear_add(a(*broadcast_index(a.shape, i)), b(*broadcast_index(b.shape, i)), ratio_a, ratio_b,
-                           fixed, out_dtype, clamp)
+                           fixed, out_dtype, clamp, defined)
     return te.compute(shape, value, name="qadd")
 
 

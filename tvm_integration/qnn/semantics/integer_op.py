@@ -22,7 +22,8 @@ COMPUTATIONS = {"conv2d": arithmetic.conv2d, "dense": arithmetic.dense, "batch_m
                 **litert_arithmetic.COMPUTATIONS, **qlinear_softmax.COMPUTATIONS}
 LINEAR = ("conv2d", "dense")
 # parameters that describe an op (for legalize.py, bind.py, qsynth inspect), not its computation
-DESCRIPTIVE = ("x_range", "w_range", "layer", "abits", "wbits", "encoding", "w_low", "lowbit")
+DESCRIPTIVE = ("x_range", "w_range", "layer", "abits", "wbits", "encoding", "w_low", "lowbit",
+               "quant")     # an add's (sa, za, sb, zb, sc, zc), which bind.py makes ``defined`` on Arm
 IMPLEMENTATION = "qnn.implementation"     # legalize.py's verdict: "tensorized", or why the reference stays
 
 
