@@ -188,8 +188,9 @@ def markdown(run: dict) -> str:
             "stalls or branch mispredictions: block throughput on a warm core (docs/measurements.md). "
             "ratio = qsynth / baseline (below 1: qsynth needs fewer cycles). diff: the largest |qsynth - "
             "reference| over the output (the model's float logits or tokens; 0: bit-exact) against each "
-            "reference (issue 50): the ONNX definition (onnxruntime's x86 exact mode on this host), onnxruntime's "
-            "AArch64 build under qemu (whose QLinearAdd rounds ties away from zero), and the stated one, each op "
+            "reference (issue 50): the ONNX definition as onnxruntime's x86 exact mode computes it on this host (its "
+            "QLinearAdd rounds by MLAS's float ratios, not as defined), onnxruntime's AArch64 build under qemu (whose "
+            "QLinearAdd rounds ties away from zero), and the stated one, each op "
             "kind's own reference (that build on the same model with its QDQ Adds left unfused, so computed as "
             "ONNX defines them: ort_aarch64.adds_as_defined). Input: standard normal, numpy's default_rng(0)."),
            "", *provenance.lines(rows, lambda r: f"{r['model']}/{r['core']}"), "",

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 ONNX = "onnx"
 AARCH64 = "onnxruntime_aarch64"
 LITERT = "litert"
-REFERENCES = {ONNX: "the ONNX definition (onnxruntime's x86 exact mode)",
+REFERENCES = {ONNX: "the ONNX definition (onnxruntime's x86 exact mode but for QLinearAdd)",
               AARCH64: "onnxruntime's AArch64 build", LITERT: "LiteRT's AArch64 build"}
 TFLITE = "tflite:"          # the prefix kinds() gives a TFLite model's op kinds
 
