@@ -156,31 +156,71 @@ def test_dynamic_encoder_equals_onnxruntime_aarch64(tmp_path):
     assert not np.array_equal(arm, x86)
 
 
-def test_qdq_add_is_the_onnx_definition(tmp_path):
-    """A QDQ Add on Arm computes the ONNX definition (dequantize each input, add, divide by the output's
-    scale, each in float32, round half to even), on every input pair of the scales of bert_l4_s128_static's
-    l1.q bias Add. onnxruntime computes it otherwise in both builds, each fusing it into QLinearAdd: the x86
-    exact mode by MLAS's float ratios (fma(a, sa/sc, fma(b, sb/sc, zc - ...)): (197, 95) is 63.4999979 steps,
-    64 there, 63 by the definition), the AArch64 build by integer multipliers (ties away from zero)."""
-    f32, node = np.float32, helper.make_node
-    sa, za, sb, zb, sc, zc = (np.uint32(1024997483).view(f32), 133, np.uint32(992712695).view(f32), 127,
-                              np.uint32(1024721843).view(f32), 136)
+# bert_l4_s128_static's l1.q bias Add: sa, za, sb, zb, sc, zc (the scales' float32 bits as stored)
+L1Q = (np.uint32(1024997483).view(np.float32), 133, np.uint32(992712695).view(np.float32), 127,
+       np.uint32(1024721843).view(np.float32), 136)
+
+
+def qdq_add_model(path, shape, conv_channels=None):
+    """c = QDQ Add of a and b with L1Q's parameters, u8 tensors of ``shape``; ``conv_channels``: a first goes
+    through an identity 1x1 Conv (weights 1, scale 1, its output scale and zero point a's), so that the Add
+    is the conv's residual add (bind.fused_add)."""
+    sa, za, sb, zb, sc, zc = L1Q
+    node, f32 = helper.make_node, np.float32
     inits = [numpy_helper.from_array(np.array(v, f32 if k == "s" else np.uint8), f"{k}{name}")
              for name, scale, zero in (("a", sa, za), ("b", sb, zb), ("c", sc, zc)) for k, v in (("s", scale), ("z", zero))]
-    nodes = [node("DequantizeLinear", ["a", "sa", "za"], ["fa"]), node("DequantizeLinear", ["b", "sb", "zb"], ["fb"]),
-             node("Add", ["fa", "fb"], ["f"]), node("QuantizeLinear", ["f", "sc", "zc"], ["c"])]
-    u8 = lambda name: helper.make_tensor_value_info(name, TensorProto.UINT8, [1, 65536])
+    nodes = [node("DequantizeLinear", ["a", "sa", "za"], ["fa" if conv_channels is None else "fx"])]
+    if conv_channels is not None:
+        inits += [numpy_helper.from_array(np.eye(conv_channels, dtype=np.int8).reshape(conv_channels, -1, 1, 1), "w"),
+                  numpy_helper.from_array(np.ones(conv_channels, f32), "sw"),
+                  numpy_helper.from_array(np.zeros(conv_channels, np.int8), "zw")]
+        nodes += [node("DequantizeLinear", ["w", "sw", "zw"], ["fw"], axis=0), node("Conv", ["fx", "fw"], ["conv"]),
+                  node("QuantizeLinear", ["conv", "sa", "za"], ["qa"]), node("DequantizeLinear", ["qa", "sa", "za"], ["fa"])]
+    nodes += [node("DequantizeLinear", ["b", "sb", "zb"], ["fb"]), node("Add", ["fa", "fb"], ["f"]),
+              node("QuantizeLinear", ["f", "sc", "zc"], ["c"])]
+    u8 = lambda name: helper.make_tensor_value_info(name, TensorProto.UINT8, shape)
     model = helper.make_model(helper.make_graph(nodes, "add", [u8("a"), u8("b")], [u8("c")], inits),
                               opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8
-    onnx.save(model, str(tmp_path / "add.onnx"))
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+
+
+def defined_add(a, b):
+    """The ONNX definition with L1Q's parameters, in numpy."""
+    sa, za, sb, zb, sc, zc = L1Q
+    fa, fb = ((x.astype(np.int32) - z).astype(np.float32) * s for x, s, z in ((a, sa, za), (b, sb, zb)))
+    return np.clip(np.rint((fa + fb) / sc) + zc, 0, 255).astype(np.uint8)
+
+
+def test_qdq_add_is_the_onnx_definition(tmp_path):
+    """A QDQ Add on Arm computes the ONNX definition (dequantize each input, add, divide by the output's
+    scale, each in float32, round half to even), on every input pair of L1Q. onnxruntime computes it
+    otherwise in both builds, each fusing it into QLinearAdd: the x86 exact mode by MLAS's float ratios
+    (fma(a, sa/sc, fma(b, sb/sc, zc - ...)): (197, 95) is 63.4999979 steps, 64 there, 63 by the definition),
+    the AArch64 build by integer multipliers (ties away from zero)."""
+    qdq_add_model(tmp_path / "add.onnx", [1, 65536])
     a, b = (v.reshape(1, -1).astype(np.uint8) for v in np.meshgrid(np.arange(256), np.arange(256), indexing="ij"))
-    fa, fb = ((x.astype(np.int32) - z).astype(f32) * s for x, s, z in ((a, sa, za), (b, sb, zb)))
-    defined = np.clip(np.rint((fa + fb) / sc) + zc, 0, 255).astype(np.uint8)
+    defined = defined_add(a, b)
     ((ours, arm, x86),) = three_ways(tmp_path / "add.onnx", {"a": a, "b": b}).values()
     np.testing.assert_array_equal(ours, defined)
     assert (a[x86 != defined].tolist(), b[x86 != defined].tolist()) == ([96, 197], [38, 95])
     assert np.count_nonzero(arm != defined)
+
+
+def test_qdq_add_fused_into_a_conv_is_the_onnx_definition(tmp_path):
+    """The same Add as a convolution's residual add, computed in the conv's output stage (the op list has
+    no add of its own): the definition on every input pair, in each of 8 channels."""
+    from tvm_integration.qnn.lower import pipeline
+    from tvm_integration.qnn.runtime.model import compile_model, read
+    shape = [1, 8, 256, 256]
+    qdq_add_model(tmp_path / "residual.onnx", shape, conv_channels=8)
+    lowered = pipeline.lower(read(tmp_path / "residual.onnx", target="neon")[0], "neon", CORE)
+    assert not [g.name_hint for g in lowered.functions if "add" in g.name_hint]
+    a, b = (np.broadcast_to(v, shape).astype(np.uint8) for v in np.meshgrid(np.arange(256), np.arange(256),
+                                                                          indexing="ij"))
+    ours = compile_model(tmp_path / "residual.onnx", target="neon", mcpu=CORE)({"a": a, "b": b})["c"]
+    np.testing.assert_array_equal(ours, defined_add(a, b))
 
 
 def test_qlinear_add_float_path_equals_onnxruntime_aarch64(tmp_path):
