@@ -85,8 +85,12 @@ def test_the_rows_issue_below_their_multiply_peak(tmp_path, host_runs):
         pytest.skip(why)
     exe = tmp_path / "peak"
     subprocess.run(["gcc", "-O2", "-o", str(exe), str(ROOT / "scripts" / "peak_x86.c")], check=True)
-    r = json.loads(subprocess.run([str(exe), "vpmaddwd_ymm", "vpmaddwd_ymm_w16_5x16_reg", "vpmaddwd_ymm_w16_5x16",
-                                   "vpmaddubsw_ymm_u8s8_5x16"], capture_output=True, text=True, check=True).stdout)
+    probes = ["vpmaddwd_ymm", "vpmaddwd_ymm_w16_5x16_reg", "vpmaddwd_ymm_w16_5x16", "vpmaddubsw_ymm_u8s8_5x16"]
+    # each probe's best of five rounds: one round under the suite's load had the register row 6% slow
+    # (4.53 against 4.81 G/s), which a single sample took for a property of the core
+    rounds = [json.loads(subprocess.run([str(exe), *probes], capture_output=True, text=True, check=True).stdout)
+              for _ in range(5)]
+    r = {p: max(round_[p] for round_ in rounds) for p in probes}
     assert r["vpmaddwd_ymm_w16_5x16_reg"] < 0.9 * r["vpmaddwd_ymm"]
     assert r["vpmaddwd_ymm_w16_5x16"] <= 1.05 * r["vpmaddwd_ymm_w16_5x16_reg"]
     assert 32 * r["vpmaddubsw_ymm_u8s8_5x16"] > 16 * r["vpmaddwd_ymm_w16_5x16"]
