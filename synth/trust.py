@@ -257,13 +257,21 @@ def load_all(paths: list[Path], jobs: int | None = None) -> tuple[list[dict], li
         elif stamped(entry, stamps):
             entries[p] = entry
         else:
-            unstamped.append((p, entry["content_hash"]))
-    for v, (_, content) in zip(verify_paths([p for p, _ in unstamped], jobs), unstamped):
-        if v["ok"]:
-            entries[Path(v["path"])] = v["entry"]
-        else:
-            refused.append(_REFUSED.setdefault(content, f"{v['file']} {v['name']}: not proved here: "
-                                                        f"{'; '.join(v['failures'])}"))
+            unstamped.append((p, entry))
+    if unstamped:
+        # one process re-proves, the others wait and then load its stamps: the suite's two workers each
+        # re-proved the whole cache while collecting (45 s each, four provers on two cores)
+        store_path().parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(store_path()) + ".prove.lock"):
+            stamps = _stamps()
+            todo = [(p, entry["content_hash"]) for p, entry in unstamped if not stamped(entry, stamps)]
+            entries.update((p, entry) for p, entry in unstamped if stamped(entry, stamps))
+            for v, (_, content) in zip(verify_paths([p for p, _ in todo], jobs), todo):
+                if v["ok"]:
+                    entries[Path(v["path"])] = v["entry"]
+                else:
+                    refused.append(_REFUSED.setdefault(content, f"{v['file']} {v['name']}: not proved here: "
+                                                                f"{'; '.join(v['failures'])}"))
     return [entries[p] for p in paths if p in entries], list(dict.fromkeys(refused))
 
 
