@@ -216,3 +216,27 @@ def test_a_prover_that_dies_refuses_its_entry(tmp_path, monkeypatch):
     assert [v["path"] for v in verdicts] == [str(p) for p in paths]
     assert all(v["failures"] == ["the prover process died (exit status 3)"] for v in verdicts)
     assert not any(trust.stamped(cache.read(p)) for p in paths)
+
+
+def test_processes_loading_at_once_prove_each_entry_once(tmp_path):
+    """Two processes load the same unstamped entries at the same moment (the suite's xdist workers while
+    collecting): one re-proves them, the other waits for its stamps instead of proving them again."""
+    script = tmp_path / "load.py"
+    script.write_text(
+        "import os, sys, time\nfrom synth import cache, trust\n"
+        "proving = trust.verify_paths\n"
+        "def counted(paths, jobs=None):\n"
+        "    paths = list(paths)\n    print(len(paths), flush=True)\n    return proving(paths, jobs)\n"
+        "trust.verify_paths = counted\n"
+        "open(sys.argv[1], 'w').close()\n"
+        "while not os.path.exists(sys.argv[2]):\n    time.sleep(0.01)\n"      # both start together
+        "entries, refused = trust.load_all(cache.entries()[:4], 1)\n"
+        "print(len(entries), len(refused), flush=True)\n")
+    env = dict(os.environ, QSYNTH_TRUST=str(tmp_path / "trust.json"), PYTHONPATH=os.pathsep.join(sys.path))
+    ready = [tmp_path / "a", tmp_path / "b"]
+    procs = [subprocess.Popen([sys.executable, str(script), str(mine), str(other)], stdout=subprocess.PIPE,
+                              text=True, env=env) for mine, other in (ready, ready[::-1])]
+    outputs = [p.communicate(timeout=300)[0].split() for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    assert all(out[-2:] == ["4", "0"] for out in outputs), outputs           # each loads all four
+    assert sorted(int(out[0]) if len(out) == 3 else 0 for out in outputs) == [0, 4], outputs
