@@ -118,6 +118,27 @@ def test_int8_reference_matches_matmul(isa, types, layout):
     assert np.array_equal(got, want)
 
 
+@pytest.mark.parametrize("spec", [Int8Spec.for_isa("avx2", "w16", 4, 16, k=2), Int8Spec.for_isa("neon", "s8s8", layout="k4"),
+                                  Int8Spec.for_isa("neon", "u8u8", layout="rows"), Int8Spec.for_isa("avx512", "u8s8", k=4)],
+                         ids=lambda s: s.name)
+def test_int8_reference_is_the_same_on_numpy_and_z3(spec):
+    """A numpy batch takes one product of matrices (int8_spec._sums_of_products), Z3 the element-wise
+    terms the proofs use: on the same inputs, their edges included (every lane at the bound of its range,
+    where products and sums wrap), they agree."""
+    from synth.stages import kernel_inputs
+    from isa_specs.lanes import Z3
+    from isa_specs.ranges import sample
+    import z3
+    names, bits, ranges, cidx = kernel_inputs(spec, {})
+    arrays = sample(bits, ranges, cidx, np.random.default_rng(1), 3)
+    arrays = [np.concatenate([a, np.full_like(a[:1], 0xFF), np.full_like(a[:1], 0x80)]) for a in arrays]
+    numpy_out = [NUMPY.to_bytes(o, len(arrays[0])) for o in spec.reference(NUMPY, _bits(arrays, bits))]
+    for row in range(len(arrays[0])):
+        ins = [Z3.const(int.from_bytes(a[row].tobytes(), "little"), b) for a, b in zip(arrays, bits)]
+        z3_out = [z3.simplify(o).as_long() for o in spec.reference(Z3, ins)]
+        assert z3_out == [int.from_bytes(o[row].tobytes(), "little") for o in numpy_out]
+
+
 def test_int8_k_block_is_a_choice_of_the_k4_and_amx_tile_layouts():
     assert Int8Spec.for_isa("avx512", "u8s8").k == 16
     assert Int8Spec.for_isa("avx512", "u8s8", 14, 16, k=4).name == "int8_u8s8_k4b_14x16x4_avx512"
