@@ -141,6 +141,20 @@ def entries(root: Path = ROOT) -> list[Path]:
     return out
 
 
+def state(root: Path = ROOT) -> tuple:
+    """The entries under ``root`` by name, inode, size and modification time: another value whenever
+    an entry is written (``store`` renames a new file into place) or removed, so what is computed from
+    the entries can be kept while it is the same."""
+    out = []
+    for path in entries(root):
+        try:
+            st = path.lstat()
+        except FileNotFoundError:
+            continue
+        out.append((path.name, st.st_ino, st.st_size, st.st_mtime_ns))
+    return tuple(out)
+
+
 def readable(root: Path = ROOT):
     """(path, entry) of each entry under ``root`` that reads and checks (``read``); the others are
     skipped with one warning per process naming them."""

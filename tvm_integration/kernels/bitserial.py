@@ -13,6 +13,7 @@ words`` uint64, both contiguous; C = ``cols × rows`` lanes with a row stride.
 """
 from __future__ import annotations
 
+import functools
 import logging
 import re
 from dataclasses import dataclass
@@ -30,6 +31,9 @@ from synth.spec import BitserialSpec
 log = logging.getLogger(__name__)
 WORD = "uint64"
 CROSS = ("neon",)              # built for AArch64 and run under qemu (qemu/cross.py), never "host"
+# TensorIntrin name -> the kernel function it calls, as registered in this process: each layer of a
+# model asks again, and parsing a tile's TVMScript took 0.1-1 s (T.prim_func inspects the whole stack)
+_REGISTERED: dict[str, str] = {}
 
 
 @dataclass(frozen=True)
@@ -70,7 +74,15 @@ class BitserialKernel:
         return 1 if self.lanes or self.word_tile else self.spec.reg_bits // 64
 
 
-def gemm_kernels(isa: str, abits: int, wbits: int, encoding: str, lanes_first: bool = True) -> list[BitserialKernel]:
+def _per_cache_state(f):
+    """``f`` computed once per state of the kernel cache (``cache.state``): every layer of a model asks
+    again, and reading, checking and re-stamping the cache's entries took 0.5 s a time."""
+    memo = functools.lru_cache(maxsize=256)(lambda state, *args, **kwargs: f(*args, **kwargs))
+    return functools.wraps(f)(lambda *args, **kwargs: memo(cache.state(), *args, **kwargs))
+
+
+@_per_cache_state
+def gemm_kernels(isa: str, abits: int, wbits: int, encoding: str, lanes_first: bool = True) -> tuple[BitserialKernel, ...]:
     """The proved GEMM-shaped tiles of a configuration, re-proved on this machine unless stamped
     (``synth.trust``): the lanes tiles (``lanes_first``; K along the loop, no lane sums, no padding of
     K to register blocks; in ``_lanes_order``) before the acc tiles, these the tile doing the most
@@ -87,7 +99,8 @@ def gemm_kernels(isa: str, abits: int, wbits: int, encoding: str, lanes_first: b
     # found no two-row tile within its budget), whatever lanes tiles there are (kernel_layout="acc")
     larger = any(k.spec.rows > 1 for k in kernels if not k.lanes)
     kernels = [k for k in kernels if k.lanes or k.spec.rows > 1 or not larger]
-    return sorted(kernels, key=lambda k: (False, *_lanes_order(k.spec)) if k.lanes else (True, -reuse(k.spec), -k.spec.rows))
+    return tuple(sorted(kernels, key=lambda k: (False, *_lanes_order(k.spec)) if k.lanes
+                        else (True, -reuse(k.spec), -k.spec.rows)))
 
 
 # The lanes tile's activation columns the operators prefer, where measured: AVX-512 2 (32 channels x 2
@@ -137,6 +150,7 @@ def _proved(paths) -> list[BitserialKernel]:
 WORD_TILE_WORDS = {"neon": 2}
 
 
+@_per_cache_state
 def word_kernels(isa: str, abits: int, wbits: int, encoding: str) -> tuple[BitserialKernel, ...]:
     """The proved ``tile`` kernels of a configuration with one 64-bit word of K per row (the ones
     ``emit`` gives a ``_gemm``), the shortest program first, then the one with more rows."""
@@ -213,36 +227,40 @@ def register(kernel: BitserialKernel, words: int, stride: int | None = None, uni
         raise ValueError(f"{words} words are not whole {spec.reg_bits}-bit blocks")
     stride = stride or words
     name = f"qsynth_{spec.name}_k{words}" + (f"_s{stride}" if stride != words else "")
+    if _REGISTERED.get(name) == kernel.function:
+        return name
     w_strides, a_strides = ([rows * stride, stride, 1], [ab * stride, stride, 1]) if stride != words else (None, None)
 
-    @T.prim_func(s_tir=True)
-    def desc(W: T.Buffer((wb, rows, words), WORD, offset_factor=1, strides=w_strides),
-             A: T.Buffer((cols, ab, words), WORD, offset_factor=1, strides=a_strides),
-             C: T.Buffer((cols, rows), acc, offset_factor=1, strides=[T.int32(), 1])) -> None:
-        with T.sblock("root"):
-            T.reads(C[0:cols, 0:rows], W[0:wb, 0:rows, 0:words], A[0:cols, 0:ab, 0:words])
-            T.writes(C[0:cols, 0:rows])
-            for n, i, r in T.grid(cols, rows, wb * ab * words):
-                with T.sblock("update"):
-                    vn, vi, vr = T.axis.remap("SSR", [n, i, r])
-                    C[vn, vi] = C[vn, vi] + dot_term(W[vr // (ab * words), vi, vr % words],
-                                                     A[vn, vr // words % ab, vr % words],
-                                                     vr // (ab * words), vr // words % ab, spec.encoding, acc)
-
-    @T.prim_func(s_tir=True)
-    def one_row(W: T.Buffer((wb, rows, words), WORD, offset_factor=1, strides=w_strides),
-                A: T.Buffer((cols, ab, words), WORD, offset_factor=1, strides=a_strides),
-                C: T.Buffer((cols, rows), acc, offset_factor=1, strides=[T.int32(), 1])) -> None:
-        # desc of a one-row tile: TVM folds the operator's unit row loop, so the description has none
-        with T.sblock("root"):
-            T.reads(C[0:cols, 0:rows], W[0:wb, 0:rows, 0:words], A[0:cols, 0:ab, 0:words])
-            T.writes(C[0:cols, 0:rows])
-            for n, r in T.grid(cols, wb * ab * words):
-                with T.sblock("update"):
-                    vn, vr = T.axis.remap("SR", [n, r])
-                    C[vn, 0] = C[vn, 0] + dot_term(W[vr // (ab * words), 0, vr % words],
-                                                   A[vn, vr // words % ab, vr % words],
-                                                   vr // (ab * words), vr // words % ab, spec.encoding, acc)
+    # only the description registered is parsed: each T.prim_func took 0.1-0.2 s in the test suite
+    if rows > 1:
+        @T.prim_func(s_tir=True)
+        def desc(W: T.Buffer((wb, rows, words), WORD, offset_factor=1, strides=w_strides),
+                 A: T.Buffer((cols, ab, words), WORD, offset_factor=1, strides=a_strides),
+                 C: T.Buffer((cols, rows), acc, offset_factor=1, strides=[T.int32(), 1])) -> None:
+            with T.sblock("root"):
+                T.reads(C[0:cols, 0:rows], W[0:wb, 0:rows, 0:words], A[0:cols, 0:ab, 0:words])
+                T.writes(C[0:cols, 0:rows])
+                for n, i, r in T.grid(cols, rows, wb * ab * words):
+                    with T.sblock("update"):
+                        vn, vi, vr = T.axis.remap("SSR", [n, i, r])
+                        C[vn, vi] = C[vn, vi] + dot_term(W[vr // (ab * words), vi, vr % words],
+                                                         A[vn, vr // words % ab, vr % words],
+                                                         vr // (ab * words), vr // words % ab, spec.encoding, acc)
+    else:
+        @T.prim_func(s_tir=True)
+        def desc(W: T.Buffer((wb, rows, words), WORD, offset_factor=1, strides=w_strides),
+                 A: T.Buffer((cols, ab, words), WORD, offset_factor=1, strides=a_strides),
+                 C: T.Buffer((cols, rows), acc, offset_factor=1, strides=[T.int32(), 1])) -> None:
+            # a one-row tile: TVM folds the operator's unit row loop, so the description has none
+            with T.sblock("root"):
+                T.reads(C[0:cols, 0:rows], W[0:wb, 0:rows, 0:words], A[0:cols, 0:ab, 0:words])
+                T.writes(C[0:cols, 0:rows])
+                for n, r in T.grid(cols, wb * ab * words):
+                    with T.sblock("update"):
+                        vn, vr = T.axis.remap("SR", [n, r])
+                        C[vn, 0] = C[vn, 0] + dot_term(W[vr // (ab * words), 0, vr % words],
+                                                       A[vn, vr // words % ab, vr % words],
+                                                       vr // (ab * words), vr // words % ab, spec.encoding, acc)
 
     @T.prim_func(s_tir=True)
     def impl(W: T.Buffer((wb, rows, words), WORD, offset_factor=1, strides=w_strides),
@@ -254,7 +272,8 @@ def register(kernel: BitserialKernel, words: int, stride: int | None = None, uni
             T.evaluate(T.call_extern("int32", kernel.function, W.access_ptr("r"), stride * 8, A.access_ptr("r"),
                                      stride * 8, C.access_ptr("rw"), C.strides[0], words // kernel.block_words))
 
-    s_tir.TensorIntrin.register(name, one_row if rows == 1 else desc, impl, override=True)
+    s_tir.TensorIntrin.register(name, desc, impl, override=True)
+    _REGISTERED[name] = kernel.function
     return name
 
 
@@ -269,6 +288,8 @@ def _register_lanes(kernel: BitserialKernel, words: int, unit_loop: bool = True,
     rows, cols, wb, ab = spec.rows, kernel.cols, spec.wbits, spec.abits
     stride = stride or words
     name = f"qsynth_{spec.name}_k{words}" + (f"_s{stride}" if stride != words else "") + ("" if unit_loop else "_nounit")
+    if _REGISTERED.get(name) == kernel.function:
+        return name
     shift = wb * ab > 1
     a_strides = [ab * stride, stride, 1] if stride != words else None
     if kernel.word_tile:
@@ -276,45 +297,46 @@ def _register_lanes(kernel: BitserialKernel, words: int, unit_loop: bool = True,
     else:
         shape, at, w_stride = (wb, words, rows), lambda W, j, t, i: W[j, t, i], words * rows * 8
 
-    @T.prim_func(s_tir=True)
-    def single(W: T.Buffer(shape, WORD, offset_factor=1),
-               A: T.Buffer((cols, ab, words), WORD, offset_factor=1, strides=a_strides),
-               C: T.Buffer((cols, rows), acc, offset_factor=1, strides=[T.int32(), 1])) -> None:
-        # desc of a one-term reduction (A1W1, K one word): TVM binds the operator's unit reduction loop
-        # outside the block, so the description has no reduction variable
-        with T.sblock("root"):
-            T.reads(C[0:cols, 0:rows], W[0:shape[0], 0:shape[1], 0:rows], A[0:cols, 0:ab, 0:words])
-            T.writes(C[0:cols, 0:rows])
-            for n, i, r in T.grid(cols, rows, 1):
-                with T.sblock("update"):
-                    vn, vi = T.axis.remap("SS", [n, i])
-                    C[vn, vi] = C[vn, vi] + dot_term(at(W, 0, 0, vi), A[vn, 0, 0], 0, 0, spec.encoding, acc, False)
-
-    @T.prim_func(s_tir=True)
-    def single_flat(W: T.Buffer(shape, WORD, offset_factor=1),
-                    A: T.Buffer((cols, ab, words), WORD, offset_factor=1, strides=a_strides),
-                    C: T.Buffer((cols, rows), acc, offset_factor=1, strides=[T.int32(), 1])) -> None:
-        with T.sblock("root"):
-            T.reads(C[0:cols, 0:rows], W[0:shape[0], 0:shape[1], 0:rows], A[0:cols, 0:ab, 0:words])
-            T.writes(C[0:cols, 0:rows])
-            for n, i in T.grid(cols, rows):
-                with T.sblock("update"):
-                    vn, vi = T.axis.remap("SS", [n, i])
-                    C[vn, vi] = C[vn, vi] + dot_term(at(W, 0, 0, vi), A[vn, 0, 0], 0, 0, spec.encoding, acc, False)
-
-    @T.prim_func(s_tir=True)
-    def desc(W: T.Buffer(shape, WORD, offset_factor=1),
-             A: T.Buffer((cols, ab, words), WORD, offset_factor=1, strides=a_strides),
-             C: T.Buffer((cols, rows), acc, offset_factor=1, strides=[T.int32(), 1])) -> None:
-        with T.sblock("root"):
-            T.reads(C[0:cols, 0:rows], W[0:shape[0], 0:shape[1], 0:rows], A[0:cols, 0:ab, 0:words])
-            T.writes(C[0:cols, 0:rows])
-            for n, i, r in T.grid(cols, rows, wb * ab * words):
-                with T.sblock("update"):
-                    vn, vi, vr = T.axis.remap("SSR", [n, i, r])
-                    C[vn, vi] = C[vn, vi] + dot_term(at(W, vr // (ab * words), vr % words, vi),
-                                                     A[vn, vr // words % ab, vr % words],
-                                                     plane_shift(vr, wb, ab, words), 0, spec.encoding, acc, shift)
+    if wb * ab * words > 1:
+        @T.prim_func(s_tir=True)
+        def desc(W: T.Buffer(shape, WORD, offset_factor=1),
+                 A: T.Buffer((cols, ab, words), WORD, offset_factor=1, strides=a_strides),
+                 C: T.Buffer((cols, rows), acc, offset_factor=1, strides=[T.int32(), 1])) -> None:
+            with T.sblock("root"):
+                T.reads(C[0:cols, 0:rows], W[0:shape[0], 0:shape[1], 0:rows], A[0:cols, 0:ab, 0:words])
+                T.writes(C[0:cols, 0:rows])
+                for n, i, r in T.grid(cols, rows, wb * ab * words):
+                    with T.sblock("update"):
+                        vn, vi, vr = T.axis.remap("SSR", [n, i, r])
+                        C[vn, vi] = C[vn, vi] + dot_term(at(W, vr // (ab * words), vr % words, vi),
+                                                         A[vn, vr // words % ab, vr % words],
+                                                         plane_shift(vr, wb, ab, words), 0, spec.encoding, acc, shift)
+    elif unit_loop:
+        @T.prim_func(s_tir=True)
+        def desc(W: T.Buffer(shape, WORD, offset_factor=1),
+                 A: T.Buffer((cols, ab, words), WORD, offset_factor=1, strides=a_strides),
+                 C: T.Buffer((cols, rows), acc, offset_factor=1, strides=[T.int32(), 1])) -> None:
+            # a one-term reduction (A1W1, K one word): TVM binds the operator's unit reduction loop
+            # outside the block, so the description has no reduction variable
+            with T.sblock("root"):
+                T.reads(C[0:cols, 0:rows], W[0:shape[0], 0:shape[1], 0:rows], A[0:cols, 0:ab, 0:words])
+                T.writes(C[0:cols, 0:rows])
+                for n, i, r in T.grid(cols, rows, 1):
+                    with T.sblock("update"):
+                        vn, vi = T.axis.remap("SS", [n, i])
+                        C[vn, vi] = C[vn, vi] + dot_term(at(W, 0, 0, vi), A[vn, 0, 0], 0, 0, spec.encoding, acc, False)
+    else:
+        @T.prim_func(s_tir=True)
+        def desc(W: T.Buffer(shape, WORD, offset_factor=1),
+                 A: T.Buffer((cols, ab, words), WORD, offset_factor=1, strides=a_strides),
+                 C: T.Buffer((cols, rows), acc, offset_factor=1, strides=[T.int32(), 1])) -> None:
+            with T.sblock("root"):
+                T.reads(C[0:cols, 0:rows], W[0:shape[0], 0:shape[1], 0:rows], A[0:cols, 0:ab, 0:words])
+                T.writes(C[0:cols, 0:rows])
+                for n, i in T.grid(cols, rows):
+                    with T.sblock("update"):
+                        vn, vi = T.axis.remap("SS", [n, i])
+                        C[vn, vi] = C[vn, vi] + dot_term(at(W, 0, 0, vi), A[vn, 0, 0], 0, 0, spec.encoding, acc, False)
 
     @T.prim_func(s_tir=True)
     def impl(W: T.Buffer(shape, WORD, offset_factor=1),
@@ -326,6 +348,6 @@ def _register_lanes(kernel: BitserialKernel, words: int, unit_loop: bool = True,
             T.evaluate(T.call_extern("int32", kernel.function, W.access_ptr("r"), w_stride, A.access_ptr("r"),
                                      stride * 8, C.access_ptr("rw"), C.strides[0], words))
 
-    one = single if unit_loop else single_flat
-    s_tir.TensorIntrin.register(name, one if wb * ab * words == 1 else desc, impl, override=True)
+    s_tir.TensorIntrin.register(name, desc, impl, override=True)
+    _REGISTERED[name] = kernel.function
     return name
