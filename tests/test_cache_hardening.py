@@ -184,3 +184,17 @@ def test_timeout_bounds_the_whole_synthesis(tmp_path):
     assert proc.returncode == 1 and seconds < 40, (seconds, proc.stderr)
     assert proc.stderr.splitlines() == ["qsynth: error: synthesis failed within --timeout 5s: time limit reached"]
     assert not root.exists() or not list(root.iterdir())
+
+
+def test_cache_state_changes_with_each_entry_written_or_removed(tmp_path):
+    """What the operators keep per state of the cache (bitserial._per_cache_state) is recomputed once an
+    entry is stored, rewritten or removed: cache.state differs after each, and not otherwise."""
+    entry = cache.read(_path(SMALL))
+    empty = cache.state(tmp_path)
+    path = cache.store(entry, tmp_path)
+    one = cache.state(tmp_path)
+    assert one != empty and cache.state(tmp_path) == one
+    cache.store(entry, tmp_path)                       # the same entry written again: a new file renamed in
+    assert cache.state(tmp_path) not in (empty, one)
+    path.unlink()
+    assert cache.state(tmp_path) == empty == ()
