@@ -84,3 +84,19 @@ def test_an_entry_of_another_engine_version_is_not_registered(tmp_path):
     entry = _vnni_entry()
     cache.store(dict(entry, key=dict(entry["key"], engine="0")), tmp_path)
     assert proved_kernels("avx512", tmp_path) == ()
+
+
+def test_tensorintrin_functions_are_parsed_on_a_short_stack():
+    """short_stack runs a TVMScript builder on a thread of its own (T.prim_func's inspect.stack() then
+    walks a few frames, not pytest's): the builder sees few frames, its TVMScript resolves a local of
+    the enclosing builder used only in an annotation, and an exception reaches the caller."""
+    import inspect
+    from tvm_integration.kernels.short_stack import short_stack
+    from tvm_integration.kernels.int8 import loop_functions
+    depth = short_stack(lambda: len(inspect.stack()))()
+    assert depth < 8 < len(inspect.stack())
+    kernel = proved_kernels("avx512")[0]
+    desc, impl = loop_functions(kernel.spec, kernel.function, 2)    # its buffers' shapes are locals
+    assert isinstance(desc, tvm.tirx.PrimFunc) and isinstance(impl, tvm.tirx.PrimFunc)
+    with pytest.raises(ZeroDivisionError):
+        short_stack(lambda: 1 // 0)()

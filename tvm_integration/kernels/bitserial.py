@@ -27,6 +27,7 @@ from emit.llvm_ir import emit_llvm_ir
 from emit.model import TILE_GEMM_COLUMNS, kernel_model
 from synth.kernel import spec_from_key
 from synth.spec import BitserialSpec
+from tvm_integration.kernels.short_stack import short_stack
 
 log = logging.getLogger(__name__)
 WORD = "uint64"
@@ -216,6 +217,7 @@ def dot_term(w, a, j, k, encoding: str, acc: str, shift: bool = True):
     return d << (j + k).astype(acc) if shift else d
 
 
+@short_stack
 def register(kernel: BitserialKernel, words: int, stride: int | None = None, unit_loop: bool = True) -> str:
     """Register the tile over ``words`` words of K (a whole number of blocks) of rows ``stride``
     words apart (default ``words``: K in one piece; more: a chunk of a longer K); returns its name."""

@@ -37,6 +37,7 @@ from emit.model import kernel_model
 from synth.kernel import spec_from_key
 from synth.int8_spec import Int8Spec
 from tvm_integration.kernels import amx_runtime
+from tvm_integration.kernels.short_stack import short_stack
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +141,7 @@ def proved_entries(isa: str, root: Path = cache.ROOT) -> list[dict]:
     return [e for e in entries if e["proof"]["proved"]]
 
 
+@short_stack
 def loop_functions(spec: Int8Spec, function: str, kblocks: int):
     """(description, implementation) of ``kblocks`` consecutive k blocks of a k4-image tile, A given as
     ``mr`` rows of the whole depth (row i at ``A.strides[0]`` bytes from row i - 1, as a GEMM packs
@@ -207,6 +209,7 @@ def next_arguments(prefetch: Prefetch | None, A, C, mr: int) -> list:
     return [prefetch.part(A if prefetch.operand == "A" else C, mr), prefetch.parts]
 
 
+@short_stack
 def product_functions(spec: Int8Spec, function: str, kblocks: int, prefetch: Prefetch | None = None):
     """(description, implementation) as ``loop_functions``'s over the whole dot product, C = A·B (the
     block's init and its update): the kernel's ``_kruns``, one run, starts from zeroed tiles, so C is
@@ -262,6 +265,7 @@ class Runs:
         return r % self.planes * self.plane_step + r // self.planes * self.run_step
 
 
+@short_stack
 def direct_functions(spec: Int8Spec, function: str, kblocks: int, row_step: int, runs: Runs, init: bool = True,
                      prefetch: Prefetch | None = None):
     """(description, implementation) of a whole dot product, C = A·B (the block's init and its update),

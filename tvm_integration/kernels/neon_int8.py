@@ -52,6 +52,7 @@ from tvm_integration.kernels import int8
 from tvm_integration.kernels.bitserial import kernel_ir
 from tvm_integration.kernels.packing import round_up
 from tvm_integration.kernels.selection import SelectionError, aarch64_target
+from tvm_integration.kernels.short_stack import short_stack
 
 # family -> (cache kernel name, the activation offset into the tile's A type, weights offset to u8)
 FAMILIES = {
@@ -118,6 +119,7 @@ def adds_row_sums(spec: Int8Spec) -> bool:
     return not spec.signed[1]
 
 
+@short_stack
 def acc_functions(spec: Int8Spec, function: str, kblocks: int, row_sums: bool):
     """(description, implementation) of ``kblocks`` k blocks of an acc tile's K loop, ``C += A B + R``
     (``row_sums``) or ``C += A B``: A ``mr`` rows of the depth, B ``kblocks`` blocks of ``nr`` rows of

@@ -28,6 +28,7 @@ from tvm import tirx
 from tvm.script import tirx as T
 from tvm.target import Target
 
+from tvm_integration.kernels.short_stack import short_stack
 from tvm_integration.ops.output_stage import QUANT_RANGES
 from tvm_integration.qemu.cross import is_aarch64
 
@@ -80,6 +81,7 @@ def _typed(dtype: str, lanes: int) -> str:
     return dtype if lanes == 1 else f"{dtype}x{lanes}"
 
 
+@short_stack
 def _nhwc(shape, scale: float, zero_point: int, dtype: str) -> tirx.PrimFunc:
     b, c, h, w = shape
     vectors = w // PIXELS

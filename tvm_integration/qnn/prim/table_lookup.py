@@ -22,6 +22,7 @@ from tvm import tirx
 from tvm.script import tirx as T
 from tvm.target import Target, codegen
 
+from tvm_integration.kernels.short_stack import short_stack
 from tvm_integration.qemu.cross import is_aarch64
 
 LANES = 64
@@ -48,6 +49,7 @@ def vectorized(func: tirx.PrimFunc, target: Target) -> tirx.PrimFunc:
     return form(tuple(int(d) for d in x.shape), x.dtype, y.dtype, offset).with_attrs(func.attrs)
 
 
+@short_stack
 def _vbmi(shape, x_dtype: str, y_dtype: str, offset: int) -> tirx.PrimFunc:
     n = math.prod(shape)
     vectors = n // LANES
@@ -72,6 +74,7 @@ def _vbmi(shape, x_dtype: str, y_dtype: str, offset: int) -> tirx.PrimFunc:
     return lookup
 
 
+@short_stack
 def _tbl(shape, x_dtype: str, y_dtype: str, offset: int) -> tirx.PrimFunc:
     n = math.prod(shape)
     vectors = n // NEON_LANES
