@@ -3,12 +3,15 @@
 (tvm_integration/tuning_logs/<uarch>-<tag>.json): the ResNet-18 layers of the layer benchmark (C2-C12) and
 every tensorized convolution and dense of the named models as the QNN pipeline compiles them: the
 built-in CNNs (int8_models), the encoders of scripts/bench_transformers.py (bert_l4_s128_static, ...) and
-quantized .onnx files named by path (/tmp/zoo/resnet50.int8.onnx).
+quantized .onnx and .tflite files named by path (/tmp/zoo/resnet50.int8.onnx, tests/data/tflite/*.tflite).
 Each candidate tile is compiled, its output compared with the others' on random data, and timed
 by CPU time, one thread (the least of ``--trials`` rounds that run a batch of every candidate in
 turn). ``--models ""``: the benchmark layers alone.
 
     python scripts/tune_layers.py [--models resnet18,mobilenet_v2,bert_l4_s128_static] [--trials 9] [--no-layers]
+
+A name that is neither a model above nor an existing .onnx or .tflite file is refused before any tuning
+(one line, exit 2).
 """
 from __future__ import annotations
 
@@ -35,13 +38,28 @@ from tvm_integration.ops.dense import build_dense  # noqa: E402
 from tvm_integration.ops.output_stage import OutputStage, ScaleRequantize  # noqa: E402
 
 
-def quantized_model(name: str, directory: Path) -> Path:
-    """The int8 ONNX file of a built-in model (tvm_integration/bench/int8_models.py) or of an encoder of
-    scripts/bench_transformers.py, written into ``directory``; or ``name`` itself, a quantized .onnx file
-    (the zoo's, scripts/make_zoo.py)."""
+MODEL_FILES = (".onnx", ".tflite")
+
+
+def unknown_model(name: str) -> str | None:
+    """Why ``name`` names no model ``quantized_model`` can give, or None."""
     from scripts import bench_transformers
     from tvm_integration.bench import int8_models
-    if name.endswith(".onnx"):
+    if Path(name).suffix in MODEL_FILES:
+        return None if Path(name).is_file() else f"{name}: no such file"
+    if name in bench_transformers.MODELS or name in int8_models.BUILT_IN:
+        return None
+    return (f"{name!r} is no model: accepted are {', '.join([*int8_models.BUILT_IN, *bench_transformers.MODELS])} "
+            f"and paths of quantized {' or '.join(MODEL_FILES)} files")
+
+
+def quantized_model(name: str, directory: Path) -> Path:
+    """The int8 ONNX file of a built-in model (tvm_integration/bench/int8_models.py) or of an encoder of
+    scripts/bench_transformers.py, written into ``directory``; or ``name`` itself, a quantized .onnx or
+    .tflite file (the zoo's, scripts/make_zoo.py; TFLite's, read by its own frontend)."""
+    from scripts import bench_transformers
+    from tvm_integration.bench import int8_models
+    if Path(name).suffix in MODEL_FILES:
         return Path(name)
     if name in bench_transformers.MODELS:
         bench_transformers.build(directory, name)
@@ -107,11 +125,16 @@ def main() -> int:
     ap.add_argument("--trials", type=int, default=9)
     ap.add_argument("--no-layers", action="store_true", help="the models' shapes only, not the benchmark layers")
     a = ap.parse_args()
+    names = [name for name in a.models.split(",") if name]
+    wrong = [why for why in map(unknown_model, names) if why]
+    if wrong:
+        print(f"tune_layers: {'; '.join(wrong)}", file=sys.stderr)
+        return 2
     logging.getLogger("root").setLevel(logging.ERROR)
     path = tuning.log_path()
     # the models' layers first: a benchmark layer of the same shape (and key) has random weights, -128
     # among them, which only the w16 tiles admit, so it would time those alone for the model's layer too
-    shapes = [s for name in a.models.split(",") if name for s in model_shapes(name)]
+    shapes = [s for name in names for s in model_shapes(name)]
     shapes += [] if a.no_layers else layer_shapes()
     seen = set()
     for kind, args in shapes:
