@@ -12,7 +12,7 @@ MLAS's x86 order; where the AArch64 build rounds differently, this module has it
 - LayerNormalization: no MLAS kernel on AArch64, so every row takes onnxruntime's C++ Welford loop,
   built with FMAs (layer_norm.welford_func ``fused``); SkipLayerNormalization and the dequantize chain
   of quantize_dynamic's MatMulIntegerToFloat likewise (float_ops.onnxruntime_fusions ``fused``).
-- A Conv of one group left in float: MLAS's im2col and unpacked sgemm, as on x86 (float_matmul.conv2d_func;
+- A Conv of one group left in float: MLAS's im2col and unpacked sgemm, as on x86 (float_conv.conv2d_func;
   onnxruntime's x86 build runs its NCHWc kernels instead, so the two builds differ there).
 
 Erf, GELU, Tanh and the float MatMuls take float_ops' functions (by constant weights, MLAS's packed
@@ -24,7 +24,7 @@ from __future__ import annotations
 import tvm
 from tvm import s_tir, te, tirx
 
-from tvm_integration.qnn.float import float_matmul, float_ops, layer_norm, mlas_math, reduce_mean
+from tvm_integration.qnn.float import float_conv, float_ops, layer_norm, mlas_math, reduce_mean
 from tvm_integration.qnn.float.float_calls import emit, float32, shape_of
 
 LANES = 4           # NEON's float32x4
@@ -77,13 +77,13 @@ def layer_norm_func(shape: tuple[int, ...], epsilon: float) -> tirx.PrimFunc:
 
 def _conv2d(bb, call):
     """A float NCHW conv2d of one group (a Conv left in float): MLAS's im2col and sgemm, as on x86
-    (float_matmul.conv2d_func); else None."""
+    (float_conv.conv2d_func); else None."""
     x, w = (shape_of(a) for a in call.args)
     a = call.attrs
     if x is None or w is None or len(x) != 4 or len(w) != 4 or not float32(call) or int(a.groups) != 1 or \
             a.data_layout != "NCHW" or a.kernel_layout != "OIHW" or any(int(d) != 1 for d in a.dilation):
         return None
-    func = float_matmul.conv2d_func(x, w, [int(s) for s in a.strides], [int(p) for p in a.padding])
+    func = float_conv.conv2d_func(x, w, [int(s) for s in a.strides], [int(p) for p in a.padding])
     return emit(bb, func, "qsynth_float_conv2d", call.args, shape_of(call))
 
 

@@ -21,7 +21,7 @@ and fuses only what then has uint8 activations:
 So in a ResNet quantized with int8 activations (quantize_static's default), every convolution whose input
 is also the residual branch's runs in float (11 of ResNet-18's 20), and so does every residual Add (its
 output, read twice, stays int8). ``float_layers`` names them; the rewrite leaves them in float: a conv2d
-as MLAS sums it (float_matmul.conv2d_func), an Add as dequantize, float add, quantize (QLinearAdd's
+as MLAS sums it (float_conv.py), an Add as dequantize, float add, quantize (QLinearAdd's
 arithmetic rounds differently). ``converted`` turns the same pairs in the model qsynth compiles: a fused
 QLinearAdd computes in float from the integers and zero points, so on turned tensors it rounds as
 onnxruntime's only in their uint8 values (NNCF's ResNet-18: 18 of a residual Add's 100352 values).

@@ -55,7 +55,7 @@ from tvm.ir import Constant, Op
 
 from tvm_integration.ops.output_stage import QUANT_RANGES
 from tvm_integration.qnn.float.float_calls import emit, shape_of
-from tvm_integration.qnn.float.float_matmul import conv2d_func
+from tvm_integration.qnn.float.float_conv import conv2d_func
 from tvm_integration.qnn.float.reduce_mean import is_global_average_pool
 from tvm_integration.qnn.onnx import activation_matmul, batch_norm, channels, ort_fusion
 from tvm_integration.qnn.onnx.qdq import QDQReader, QParams
@@ -206,7 +206,7 @@ class QDQToInteger(QDQReader):
         return result if rows is None else relax.op.reshape(self.builder_.emit(result), [*rows[:-1], w.shape[0]])
 
     def float_conv(self, call):
-        """A conv2d of float_layers as onnxruntime's x86 Conv sums it (MLAS, float_matmul.conv2d_func)."""
+        """A conv2d of float_layers as onnxruntime's x86 Conv sums it (MLAS, float_conv.py)."""
         a = call.attrs
         shapes = [shape_of(arg) for arg in (*call.args, call)]
         if any(s is None or len(s) != 4 for s in shapes) or int(a.groups) != 1 or str(a.data_layout) != "NCHW" \

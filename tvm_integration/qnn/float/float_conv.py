@@ -1,0 +1,102 @@
+"""A float Conv as onnxruntime's x86 build computes it (a Conv it leaves in float between a
+DequantizeLinear and a QuantizeLinear): MLAS's MlasConvOperation, the filters [M, K = C*kh*kw] times
+the image's columns [K, OH*OW] (im2col, zero where padded), in the sgemm's order of sums: each output
+one FMA chain over k from 0 within a K block of ``stride_k(K, OH*OW)``, the blocks' sums added to the
+output in turn (the bias is a float add after it, as MlasActivation adds it). tests/test_float_conv.py
+checks each path against onnxruntime's own Conv, bit for bit.
+
+The schedule is MLAS's too: per block of columns and K block, the columns packed into panels of
+``COLUMNS`` (MlasConvIm2Col and MlasSgemmCopyPackB in one copy), then ``ROWS`` x ``COLUMNS`` register
+tiles broadcasting the filters, each added onto the output as it leaves its registers."""
+from __future__ import annotations
+
+from tvm import s_tir, te, tirx
+
+from tvm_integration.qnn.float import mlas_math
+from tvm_integration.qnn.float.float_matmul import stride_k
+
+# 4 x 16: eight ymm accumulators on AVX2 (two vectors of 16 floats a row). On the Zen 3 host, ResNet-18's
+# 3x3 convs took 0.96-1.5x onnxruntime's float Conv with it; 6 x 16 was within the host's noise of it,
+# 3 x 32 and 2 x 32 1.2-2.2x slower, 4 x 24 9x (vectors of 24 floats)
+ROWS, COLUMNS = 4, 16
+PANELS_PER_BLOCK = 8          # at most this many panels of columns between two K blocks (MLAS_SGEMM_STRIDEN: 128)
+
+
+def conv2d_func(x_shape: tuple[int, ...], w_shape: tuple[int, ...], strides, padding) -> tirx.PrimFunc:
+    """A float NCHW/OIHW conv2d (one group, no dilation) summed as MLAS does (module docstring).
+
+    The image is copied once with its zero padding; the K blocks are padded to whole blocks with zero
+    rows of columns, which add exact zeros to each FMA chain, the columns to whole panels and the
+    output channels to whole tiles, both computed and dropped. (Reading a stride-1 conv's columns
+    from the padded image at its rows' pitch, each panel one copy of 16 floats, took 5-20% longer on
+    ResNet-18's 3x3 convs than this gather: the dropped columns past each row's end, 3.5-29%.)"""
+    batch, c, h, w = x_shape
+    m, _, kh, kw = w_shape
+    (sh, sw), (pt, pl) = strides, padding[:2]
+    hp, wp = h + padding[0] + padding[2], w + padding[1] + padding[3]
+    oh, ow = (hp - kh) // sh + 1, (wp - kw) // sw + 1
+    k, n = c * kh * kw, oh * ow
+    stride = stride_k(k, n)
+    blocks_k = -(-k // stride)
+    depth = blocks_k * stride
+    panels = -(-n // COLUMNS)
+    wide, tall = panels * COLUMNS, -(-m // ROWS) * ROWS
+    x = te.placeholder(x_shape, "float32", "x")
+    filters = te.placeholder(w_shape, "float32", "w")
+
+    def image(b, ch, y, z):                         # zero where padded
+        inside = tirx.all(y >= pt, y < h + pt, z >= pl, z < w + pl)
+        return tirx.Select(inside, x[b, ch, tirx.max(tirx.min(y - pt, h - 1), 0),
+                                     tirx.max(tirx.min(z - pl, w - 1), 0)], mlas_math.f32(0.0))
+
+    padded = te.compute((batch, c, hp, wp), image, name="padded")
+
+    def column(b, p, q, j):             # MlasConvIm2Col's column p * COLUMNS + j, row q (the last past n)
+        at, r = tirx.min(p * COLUMNS + j, n - 1), tirx.min(q, k - 1)
+        value = padded[b, r // (kh * kw), at // ow * sh + r // kw % kh, at % ow * sw + r % kw]
+        return tirx.Select(q < k, value, mlas_math.f32(0.0))
+    col = te.compute((batch, panels, depth, COLUMNS), column, name="col")
+
+    def weight(i, q):
+        i, q = tirx.min(i, m - 1), tirx.min(q, k - 1)
+        return filters[i, q // (kh * kw), q // kw % kh, q % kw]
+    r = te.reduce_axis((0, stride), "r")
+    block = te.compute((batch, blocks_k, tall, wide), lambda b, kb, i, j: te.sum(
+        weight(i, kb * stride + r) * col[b, j // COLUMNS, kb * stride + r, j % COLUMNS], axis=r), name="block")
+    # the blocks' sums added in turn, ((0 + s0) + s1) + ...: as MLAS's, but for the sign of a zero sum
+    kb = te.reduce_axis((0, blocks_k), "kb")
+    acc = te.compute((batch, tall, wide), lambda b, i, j: te.sum(block[b, kb, i, j], axis=kb), name="acc")
+    out = te.compute((batch, m, oh, ow), lambda b, i, y, z: acc[b, i, y * ow + z], name="out")
+    sch = s_tir.Schedule(te.create_prim_func([x, filters, out]))
+    _schedule(sch, panels)
+    return sch.mod["main"]
+
+
+def _schedule(sch, panels: int) -> None:
+    """Parallel over images and blocks of column panels; in each, per K block: its panels packed,
+    then each ROWS x COLUMNS tile's FMA chain in registers (k outermost in the tile) added onto acc."""
+    acc = sch.get_sblock("acc")
+    b, i, j, kb = sch.get_loops(acc)
+    per_block = max(d for d in range(1, PANELS_PER_BLOCK + 1) if panels % d == 0)
+    if per_block < PANELS_PER_BLOCK // 2 and panels <= 2 * PANELS_PER_BLOCK:
+        per_block = panels                          # 13 panels: one block, not 13 of one
+    jn, jp, ji = sch.split(j, [None, per_block, COLUMNS])
+    io, ii = sch.split(i, [None, ROWS])
+    sch.reorder(b, jn, kb, io, jp, ii, ji)
+    sch.parallel(sch.fuse(b, jn))
+    block = sch.get_sblock("block")
+    sch.compute_at(block, jp)
+    sch.set_scope(block, 0, "local")
+    *_, bi, bj, br = sch.get_loops(block)
+    sch.reorder(br, bi, bj)
+    sch.unroll(bi)
+    sch.vectorize(bj)
+    sch.vectorize(sch.get_loops(sch.decompose_reduction(block, br))[-1])
+    sch.unroll(ii)
+    sch.vectorize(ji)
+    sch.vectorize(sch.get_loops(sch.decompose_reduction(acc, kb))[-1])
+    col = sch.get_sblock("col")
+    sch.compute_at(col, kb)
+    sch.vectorize(sch.get_loops(col)[-1])
+    sch.parallel(sch.fuse(*sch.get_loops(sch.get_sblock("padded"))[:2]))
+    sch.parallel(sch.fuse(*sch.get_loops(sch.get_sblock("out"))[:2]))
