@@ -25,9 +25,10 @@ PANELS_PER_BLOCK = 8          # at most this many panels of columns between two 
 def conv2d_func(x_shape: tuple[int, ...], w_shape: tuple[int, ...], strides, padding) -> tirx.PrimFunc:
     """A float NCHW/OIHW conv2d (one group, no dilation) summed as MLAS does (module docstring).
 
-    The image is copied once with its zero padding; the K blocks are padded to whole blocks with zero
-    rows of columns, which add exact zeros to each FMA chain, the columns to whole panels and the
-    output channels to whole tiles, both computed and dropped. (Reading a stride-1 conv's columns
+    The image is copied once with its zero padding; a K that is no whole number of blocks ends in a
+    shorter block of its own (zero rows padding it to a whole block took 11% more FMAs at K = 576); the
+    columns are padded to whole panels and the output channels to whole tiles, both computed and
+    dropped. (Reading a stride-1 conv's columns
     from the padded image at its rows' pitch, each panel one copy of 16 floats, took 5-20% longer on
     ResNet-18's 3x3 convs than this gather: the dropped columns past each row's end, 3.5-29%.)"""
     batch, c, h, w = x_shape
@@ -37,8 +38,9 @@ def conv2d_func(x_shape: tuple[int, ...], w_shape: tuple[int, ...], strides, pad
     oh, ow = (hp - kh) // sh + 1, (wp - kw) // sw + 1
     k, n = c * kh * kw, oh * ow
     stride = stride_k(k, n)
-    blocks_k = -(-k // stride)
-    depth = blocks_k * stride
+    whole, tail = divmod(k, stride)                 # K's whole blocks, and the last one's depth
+    if not whole:                                   # K under one block: a whole block of K
+        stride, whole, tail = k, 1, 0
     panels = -(-n // COLUMNS)
     wide, tall = panels * COLUMNS, -(-m // ROWS) * ROWS
     x = te.placeholder(x_shape, "float32", "x")
@@ -52,46 +54,55 @@ def conv2d_func(x_shape: tuple[int, ...], w_shape: tuple[int, ...], strides, pad
     padded = te.compute((batch, c, hp, wp), image, name="padded")
 
     def column(b, p, q, j):             # MlasConvIm2Col's column p * COLUMNS + j, row q (the last past n)
-        at, r = tirx.min(p * COLUMNS + j, n - 1), tirx.min(q, k - 1)
-        value = padded[b, r // (kh * kw), at // ow * sh + r // kw % kh, at % ow * sw + r % kw]
-        return tirx.Select(q < k, value, mlas_math.f32(0.0))
-    col = te.compute((batch, panels, depth, COLUMNS), column, name="col")
+        at = tirx.min(p * COLUMNS + j, n - 1)
+        return padded[b, q // (kh * kw), at // ow * sh + q // kw % kh, at % ow * sw + q % kw]
 
     def weight(i, q):
-        i, q = tirx.min(i, m - 1), tirx.min(q, k - 1)
-        return filters[i, q // (kh * kw), q // kw % kh, q % kw]
+        return filters[tirx.min(i, m - 1), q // (kh * kw), q // kw % kh, q % kw]
+    col = te.compute((batch, panels, whole * stride, COLUMNS), column, name="col")
     r = te.reduce_axis((0, stride), "r")
-    block = te.compute((batch, blocks_k, tall, wide), lambda b, kb, i, j: te.sum(
+    block = te.compute((batch, whole, tall, wide), lambda b, kb, i, j: te.sum(
         weight(i, kb * stride + r) * col[b, j // COLUMNS, kb * stride + r, j % COLUMNS], axis=r), name="block")
     # the blocks' sums added in turn, ((0 + s0) + s1) + ...: as MLAS's, but for the sign of a zero sum
-    kb = te.reduce_axis((0, blocks_k), "kb")
-    acc = te.compute((batch, tall, wide), lambda b, i, j: te.sum(block[b, kb, i, j], axis=kb), name="acc")
-    out = te.compute((batch, m, oh, ow), lambda b, i, y, z: acc[b, i, y * ow + z], name="out")
+    kb = te.reduce_axis((0, whole), "kb")
+    total = te.compute((batch, tall, wide), lambda b, i, j: te.sum(block[b, kb, i, j], axis=kb), name="acc")
+    if tail:                                        # then the last, shorter block's
+        start = whole * stride
+        last_col = te.compute((batch, panels, tail, COLUMNS), lambda b, p, q, j: column(b, p, start + q, j),
+                              name="last_col")
+        r = te.reduce_axis((0, tail), "r_last")
+        last = te.compute((batch, tall, wide), lambda b, i, j: te.sum(
+            weight(i, start + r) * last_col[b, j // COLUMNS, r, j % COLUMNS], axis=r), name="last")
+        acc = total
+        total = te.compute(acc.shape, lambda *i: acc(*i) + last(*i), name="total")
+    out = te.compute((batch, m, oh, ow), lambda b, i, y, z: total[b, i, y * ow + z], name="out")
     sch = s_tir.Schedule(te.create_prim_func([x, filters, out]))
-    _schedule(sch, panels)
+    _schedule(sch, panels, tail)
     return sch.mod["main"]
 
 
-def _schedule(sch, panels: int) -> None:
+def _schedule(sch, panels: int, tail: int) -> None:
     """Parallel over images and blocks of column panels; in each, per K block: its panels packed,
-    then each ROWS x COLUMNS tile's FMA chain in registers (k outermost in the tile) added onto acc."""
-    acc = sch.get_sblock("acc")
-    b, i, j, kb = sch.get_loops(acc)
+    then each ROWS x COLUMNS tile's FMA chain in registers (k outermost in the tile) added onto acc;
+    then (``tail``) the last block's, each tile added as it leaves its registers."""
     per_block = max(d for d in range(1, PANELS_PER_BLOCK + 1) if panels % d == 0)
     if per_block < PANELS_PER_BLOCK // 2 and panels <= 2 * PANELS_PER_BLOCK:
         per_block = panels                          # 13 panels: one block, not 13 of one
-    jn, jp, ji = sch.split(j, [None, per_block, COLUMNS])
-    io, ii = sch.split(i, [None, ROWS])
-    sch.reorder(b, jn, kb, io, jp, ii, ji)
-    sch.parallel(sch.fuse(b, jn))
-    block = sch.get_sblock("block")
-    sch.compute_at(block, jp)
-    sch.set_scope(block, 0, "local")
-    *_, bi, bj, br = sch.get_loops(block)
-    sch.reorder(br, bi, bj)
-    sch.unroll(bi)
-    sch.vectorize(bj)
-    sch.vectorize(sch.get_loops(sch.decompose_reduction(block, br))[-1])
+    acc = sch.get_sblock("acc")
+    outer = None
+    if tail:
+        total = sch.get_sblock("total")
+        outer, jp, ii, ji = _tiles(sch, total, per_block)
+        _in_registers(sch, sch.get_sblock("last"), jp)
+        sch.unroll(ii)
+        sch.vectorize(ji)
+        last_col = sch.get_sblock("last_col")
+        sch.compute_at(last_col, outer)
+        sch.vectorize(sch.get_loops(last_col)[-1])
+        sch.compute_at(acc, outer, preserve_unit_loops=True)     # kb, were there one K block
+    kb = sch.get_loops(acc)[-1]
+    _, jp, ii, ji = _tiles(sch, acc, per_block, kb, outer)
+    _in_registers(sch, sch.get_sblock("block"), jp)
     sch.unroll(ii)
     sch.vectorize(ji)
     sch.vectorize(sch.get_loops(sch.decompose_reduction(acc, kb))[-1])
@@ -100,3 +111,30 @@ def _schedule(sch, panels: int) -> None:
     sch.vectorize(sch.get_loops(col)[-1])
     sch.parallel(sch.fuse(*sch.get_loops(sch.get_sblock("padded"))[:2]))
     sch.parallel(sch.fuse(*sch.get_loops(sch.get_sblock("out"))[:2]))
+
+
+def _tiles(sch, block, per_block: int, kb=None, outer=None):
+    """``block``'s rows and columns in ROWS x COLUMNS tiles, ``per_block`` column panels at a time
+    (images and those blocks fused and parallel, unless under ``outer`` already), ``kb`` (the K
+    blocks) outside the tiles: the loops (outer, panel, row in tile, column in tile)."""
+    loops = sch.get_loops(block)[:-1] if kb is not None else sch.get_loops(block)
+    i, j = loops[-2:]
+    jn, jp, ji = sch.split(j, [None, per_block, COLUMNS])
+    io, ii = sch.split(i, [None, ROWS])
+    sch.reorder(jn, *([kb] if kb is not None else []), io, jp, ii, ji)
+    if outer is None:
+        outer = sch.fuse(loops[-3], jn)
+        sch.parallel(outer)
+    return outer, jp, ii, ji
+
+
+def _in_registers(sch, block, loop) -> None:
+    """``block``'s tile (one K block's FMA chains) under ``loop``, in registers: k outermost, the
+    rows unrolled, the columns vectors."""
+    sch.compute_at(block, loop)
+    sch.set_scope(block, 0, "local")
+    *_, rows, columns, k = sch.get_loops(block)
+    sch.reorder(k, rows, columns)
+    sch.unroll(rows)
+    sch.vectorize(columns)
+    sch.vectorize(sch.get_loops(sch.decompose_reduction(block, k))[-1])
