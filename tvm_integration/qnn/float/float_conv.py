@@ -25,12 +25,12 @@ PANELS_PER_BLOCK = 8          # at most this many panels of columns between two 
 def conv2d_func(x_shape: tuple[int, ...], w_shape: tuple[int, ...], strides, padding) -> tirx.PrimFunc:
     """A float NCHW/OIHW conv2d (one group, no dilation) summed as MLAS does (module docstring).
 
-    The image is copied once with its zero padding; a K that is no whole number of blocks ends in a
+    The image is copied once with its zero padding; a stride-1 conv's panels are then copied from it
+    in runs (``_runs``), another stride's gathered. A K that is no whole number of blocks ends in a
     shorter block of its own (zero rows padding it to a whole block took 11% more FMAs at K = 576); the
     columns are padded to whole panels and the output channels to whole tiles, both computed and
-    dropped. (Reading a stride-1 conv's columns
-    from the padded image at its rows' pitch, each panel one copy of 16 floats, took 5-20% longer on
-    ResNet-18's 3x3 convs than this gather: the dropped columns past each row's end, 3.5-29%.)"""
+    dropped. (Reading a stride-1 conv's columns from the padded image at its rows' pitch, computing
+    and dropping the columns past each row's end, 3.5-29% of them, took 5-20% longer than a gather.)"""
     batch, c, h, w = x_shape
     m, _, kh, kw = w_shape
     (sh, sw), (pt, pl) = strides, padding[:2]
@@ -48,14 +48,17 @@ def conv2d_func(x_shape: tuple[int, ...], w_shape: tuple[int, ...], strides, pad
 
     def image(b, ch, y, z):                         # zero where padded
         inside = tirx.all(y >= pt, y < h + pt, z >= pl, z < w + pl)
-        return tirx.Select(inside, x[b, ch, tirx.max(tirx.min(y - pt, h - 1), 0),
-                                     tirx.max(tirx.min(z - pl, w - 1), 0)], mlas_math.f32(0.0))
+        value = x[b, ch, tirx.max(tirx.min(y - pt, h - 1), 0), tirx.max(tirx.min(z - pl, w - 1), 0)]
+        return tirx.Select(inside, value, mlas_math.f32(0.0))
 
-    padded = te.compute((batch, c, hp, wp), image, name="padded")
+    if (sh, sw) == (1, 1):
+        column, padded = _runs(image, batch, c, hp, wp, kh, kw, ow, panels)
+    else:
+        padded = te.compute((batch, c, hp, wp), image, name="padded")
 
-    def column(b, p, q, j):             # MlasConvIm2Col's column p * COLUMNS + j, row q (the last past n)
-        at = tirx.min(p * COLUMNS + j, n - 1)
-        return padded[b, q // (kh * kw), at // ow * sh + q // kw % kh, at % ow * sw + q % kw]
+        def column(b, p, q, j):         # MlasConvIm2Col's column p * COLUMNS + j, row q (the last past n)
+            at = tirx.min(p * COLUMNS + j, n - 1)
+            return padded[b, q // (kh * kw), at // ow * sh + q // kw % kh, at % ow * sw + q % kw]
 
     def weight(i, q):
         return filters[tirx.min(i, m - 1), q // (kh * kw), q // kw % kh, q % kw]
@@ -77,11 +80,34 @@ def conv2d_func(x_shape: tuple[int, ...], w_shape: tuple[int, ...], strides, pad
         total = te.compute(acc.shape, lambda *i: acc(*i) + last(*i), name="total")
     out = te.compute((batch, m, oh, ow), lambda b, i, y, z: total[b, i, y * ow + z], name="out")
     sch = s_tir.Schedule(te.create_prim_func([x, filters, out]))
-    _schedule(sch, panels, tail)
+    _schedule(sch, panels, tail, hp, wp)
     return sch.mod["main"]
 
 
-def _schedule(sch, panels: int, tail: int) -> None:
+def _runs(image, batch, c, hp, wp, kh, kw, ow, panels):
+    """A stride-1 conv's columns as runs of its padded image: (column(b, p, q, j), the image
+    flattened). Column j = oy * ow + ox, row q = (ch, ky, kx) reads the image at
+    ch * hp * wp + ky * wp + kx + j + oy * (wp - ow): a panel's 16 columns lie in a few output rows
+    (2 at 28 columns and more, 4 at 7), each row's run one vector load at that row's offset, the
+    lanes picked by where the rows end, not 16 loads at 16 computed addresses."""
+    plane, spans = c * hp * wp, -(-COLUMNS // ow) + 1
+    size = plane + panels * COLUMNS + ((panels - 1) * COLUMNS // ow + spans) * (wp - ow)
+    size = -(-size // (hp * wp)) * hp * wp          # whole channels: its loops split into (ch, y, z)
+    flat = te.compute((batch, size), lambda b, e: tirx.Select(
+        e < plane, image(b, e // (hp * wp), e // wp % hp, e % wp), mlas_math.f32(0.0)), name="padded")
+
+    def column(b, p, q, j):
+        start = q // (kh * kw) * hp * wp + q // kw % kh * wp + q % kw + p * COLUMNS + j
+        first = p * COLUMNS // ow                   # the output row of the panel's first column
+        value = flat[b, start + (first + spans - 1) * (wp - ow)]
+        for row in reversed(range(spans - 1)):      # lanes before that row's end read its run
+            end = (first + row + 1) * ow - p * COLUMNS
+            value = tirx.Select(j < end, flat[b, start + (first + row) * (wp - ow)], value)
+        return value
+    return column, flat
+
+
+def _schedule(sch, panels: int, tail: int, hp: int, wp: int) -> None:
     """Parallel over images and blocks of column panels; in each, per K block: its panels packed,
     then each ROWS x COLUMNS tile's FMA chain in registers (k outermost in the tile) added onto acc;
     then (``tail``) the last block's, each tile added as it leaves its registers."""
@@ -109,8 +135,15 @@ def _schedule(sch, panels: int, tail: int) -> None:
     col = sch.get_sblock("col")
     sch.compute_at(col, kb)
     sch.vectorize(sch.get_loops(col)[-1])
-    sch.parallel(sch.fuse(*sch.get_loops(sch.get_sblock("padded"))[:2]))
-    sch.parallel(sch.fuse(*sch.get_loops(sch.get_sblock("out"))[:2]))
+    padded = sch.get_loops(sch.get_sblock("padded"))
+    if len(padded) == 2:                            # _runs' flat image: per channel, row and column
+        padded = [padded[0], *sch.split(padded[1], [None, hp, wp])]
+    sch.parallel(sch.fuse(*padded[:2]))
+    b, i, y, z = sch.get_loops(sch.get_sblock("out"))
+    sch.parallel(sch.fuse(b, i))
+    columns = sch.fuse(y, z)                        # acc's columns in order: a copy in vectors
+    n = sch.get(columns).extent.value
+    sch.vectorize(sch.split(columns, [None, next(v for v in (16, 8, 4, 2, 1) if n % v == 0)])[1])
 
 
 def _tiles(sch, block, per_block: int, kb=None, outer=None):
