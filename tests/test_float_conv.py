@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tvm
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from tvm_integration.bench.models import onnxruntime_session
 from tvm_integration.qnn.float import float_conv
@@ -15,18 +15,25 @@ from tvm_integration.qnn.float.float_matmul import stride_k
 from tvm_integration.qnn.lower.bind import model_target
 
 
-def onnxruntime_conv(x: np.ndarray, w: np.ndarray, strides, pads) -> np.ndarray:
-    node = helper.make_node("Conv", ["x", "w"], ["y"], strides=list(strides), pads=list(pads))
-    graph = helper.make_graph([node], "conv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape),
-                                               helper.make_tensor_value_info("w", TensorProto.FLOAT, w.shape)],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+def onnxruntime_conv(x: np.ndarray, w: np.ndarray, strides, pads, dequantize=None) -> np.ndarray:
+    """onnxruntime's Conv of ``x`` (``dequantize``: (scale, zero point) of a DequantizeLinear before it)."""
+    nodes = [helper.make_node("Conv", ["xd" if dequantize else "x", "w"], ["y"], strides=list(strides), pads=list(pads))]
+    inits = []
+    if dequantize:
+        nodes.insert(0, helper.make_node("DequantizeLinear", ["x", "s", "z"], ["xd"]))
+        inits = [numpy_helper.from_array(np.array(dequantize[0], np.float32), "s"),
+                 numpy_helper.from_array(np.array(dequantize[1], x.dtype), "z")]
+    kind = helper.np_dtype_to_tensor_dtype(x.dtype)
+    graph = helper.make_graph(nodes, "conv", [helper.make_tensor_value_info("x", kind, x.shape),
+                                              helper.make_tensor_value_info("w", TensorProto.FLOAT, w.shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     return onnxruntime_session(model.SerializeToString(), 1).run(None, {"x": x, "w": w})[0]
 
 
-def ours(x: np.ndarray, w: np.ndarray, strides, pads) -> np.ndarray:
-    func = float_conv.conv2d_func(x.shape, w.shape, strides, pads)
+def ours(x: np.ndarray, w: np.ndarray, strides, pads, dequantize=None) -> np.ndarray:
+    func = float_conv.conv2d_func(x.shape, w.shape, strides, pads, dequantize and (*dequantize, str(x.dtype)))
     lib = tvm.compile(tvm.IRModule({"main": func}), target=tvm.target.Target(model_target()))
     (pt, pl, pb, pr), (sh, sw) = pads, strides
     out = np.zeros((x.shape[0], w.shape[0], (x.shape[2] + pt + pb - w.shape[2]) // sh + 1,
@@ -60,6 +67,20 @@ def test_float_conv_equals_onnxruntime(name):
     w = (rng.standard_normal(w_shape) * 0.1).astype(np.float32)
     expected = onnxruntime_conv(x, w, strides, pads)
     np.testing.assert_array_equal(ours(x, w, strides, pads), expected)
+
+
+@pytest.mark.parametrize("dtype, zero_point", [(np.int8, -3), (np.uint8, 131)])
+def test_dequantized_input(dtype, zero_point):
+    """The integers of a DequantizeLinear read by the conv, dequantized as it pads them (the rewrite's
+    float conv of DQ(x)): equal to onnxruntime's DequantizeLinear then Conv."""
+    x_shape, w_shape, strides, pads = CASES["k_blocks_tail"]
+    rng = np.random.default_rng(1)
+    info = np.iinfo(dtype)
+    x = rng.integers(info.min, info.max + 1, x_shape).astype(dtype)
+    w = (rng.standard_normal(w_shape) * 0.1).astype(np.float32)
+    dequantize = (0.0371, zero_point)
+    expected = onnxruntime_conv(x, w, strides, pads, dequantize)
+    np.testing.assert_array_equal(ours(x, w, strides, pads, dequantize), expected)
 
 
 def test_the_order_shows():

@@ -211,7 +211,9 @@ def test_float_conv_sums_as_mlas(tmp_path, monkeypatch, relu):
 
 def test_float_conv_weights_are_dequantized_once(tmp_path):
     """The float convs' DQ(constant) weights are read as the float constant they dequantize to, made once
-    when the model is compiled (bit-exact: test_float_conv_sums_as_mlas), not dequantized at every run."""
+    when the model is compiled (bit-exact: test_float_conv_sums_as_mlas), not dequantized at every run;
+    their input's DQ is computed as the conv pads its input (float_conv.conv2d_func's ``dequantize``):
+    the conv reads the int8 tensor."""
     from tvm import relax
     from tvm.ir import Constant
 
@@ -222,6 +224,7 @@ def test_float_conv_weights_are_dequantized_once(tmp_path):
     convs = [b.value for block in mod["main"].body.blocks for b in block.bindings if isinstance(b.value, relax.Call)
              and b.value.args and getattr(b.value.args[0], "name_hint", "").startswith("qsynth_float_conv2d")]
     assert len(convs) == 2 and all(isinstance(c.args[1].fields[1], Constant) for c in convs)
+    assert all(str(c.args[1].fields[0].ty.dtype) == "int8" for c in convs)
 
 
 PARAMS = {"Add": (0.09954256, -10, 0.03843492, 15, 0.026444115, -10),      # scale, zero point of a, b, y

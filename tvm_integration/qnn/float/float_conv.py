@@ -22,8 +22,12 @@ ROWS, COLUMNS = 4, 16
 PANELS_PER_BLOCK = 8          # at most this many panels of columns between two K blocks (MLAS_SGEMM_STRIDEN: 128)
 
 
-def conv2d_func(x_shape: tuple[int, ...], w_shape: tuple[int, ...], strides, padding) -> tirx.PrimFunc:
+def conv2d_func(x_shape: tuple[int, ...], w_shape: tuple[int, ...], strides, padding,
+                dequantize: tuple[float, int, str] | None = None) -> tirx.PrimFunc:
     """A float NCHW/OIHW conv2d (one group, no dilation) summed as MLAS does (module docstring).
+    ``dequantize`` (scale, zero point, integer type): the input is the integers of a per-tensor
+    DequantizeLinear, dequantized as the image is padded, ``float32(x - zero point) * scale`` as
+    DequantizeLinear computes it, instead of in a pass of its own.
 
     The image is copied once with its zero padding; a stride-1 conv's panels are then copied from it
     in runs (``_runs``), another stride's gathered. A K that is no whole number of blocks ends in a
@@ -43,12 +47,15 @@ def conv2d_func(x_shape: tuple[int, ...], w_shape: tuple[int, ...], strides, pad
         stride, whole, tail = k, 1, 0
     panels = -(-n // COLUMNS)
     wide, tall = panels * COLUMNS, -(-m // ROWS) * ROWS
-    x = te.placeholder(x_shape, "float32", "x")
+    x = te.placeholder(x_shape, dequantize[2] if dequantize else "float32", "x")
     filters = te.placeholder(w_shape, "float32", "w")
 
     def image(b, ch, y, z):                         # zero where padded
         inside = tirx.all(y >= pt, y < h + pt, z >= pl, z < w + pl)
         value = x[b, ch, tirx.max(tirx.min(y - pt, h - 1), 0), tirx.max(tirx.min(z - pl, w - 1), 0)]
+        if dequantize:
+            scale, zero_point, _ = dequantize
+            value = (value.astype("int32") - zero_point).astype("float32") * mlas_math.f32(scale)
         return tirx.Select(inside, value, mlas_math.f32(0.0))
 
     if (sh, sw) == (1, 1):

@@ -212,11 +212,17 @@ class QDQToInteger(QDQReader):
         if any(s is None or len(s) != 4 for s in shapes) or int(a.groups) != 1 or str(a.data_layout) != "NCHW" \
                 or str(a.kernel_layout) != "OIHW" or any(int(d) != 1 for d in a.dilation):
             return None
-        func = conv2d_func(shapes[0], shapes[1], [int(s) for s in a.strides], [int(p) for p in a.padding])
-        args = [self.visit_expr(arg) for arg in call.args]
+        image = self.dequantized(call.args[0])   # DQ(x) per tensor: dequantized as the conv pads its input
+        dequantize = None
+        if image is not None and image[1].per_tensor_8bit and image[1].dtype in ("int8", "uint8"):
+            scale, zero_point = image[1].scalar("a float conv's input")
+            dequantize = (float(scale), int(zero_point), image[1].dtype)
+        func = conv2d_func(shapes[0], shapes[1], [int(s) for s in a.strides], [int(p) for p in a.padding],
+                           dequantize)
         weights = self.dequantized_weights(call.args[1])      # computed once, not at every run
         return emit(self.builder_, func, "qsynth_float_conv2d",
-                    [args[0], args[1] if weights is None else weights, *args[2:]], shapes[2])
+                    [self.visit_expr(image[0] if dequantize else call.args[0]),
+                     self.visit_expr(call.args[1]) if weights is None else weights], shapes[2])
 
     @staticmethod
     def integer_bias(bias: np.ndarray, scale: np.ndarray, layer: str) -> np.ndarray:
