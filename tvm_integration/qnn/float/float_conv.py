@@ -15,9 +15,10 @@ from tvm import s_tir, te, tirx
 from tvm_integration.qnn.float import mlas_math
 from tvm_integration.qnn.float.float_matmul import stride_k
 
-# 4 x 16: eight ymm accumulators on AVX2 (two vectors of 16 floats a row). On the Zen 3 host, ResNet-18's
-# 3x3 convs took 0.96-1.5x onnxruntime's float Conv with it; 6 x 16 was within the host's noise of it,
-# 3 x 32 and 2 x 32 1.2-2.2x slower, 4 x 24 9x (vectors of 24 floats)
+# 4 x 16: eight ymm accumulators on AVX2 (a row's 16 floats two ymm). On the Zen 3 host 6 x 16 (MLAS's
+# FMA3 kernel's, 12 accumulators) was within the host's noise of it on ResNet-18's float convs (the
+# output channels then padded to whole tiles: 64 -> 66), 3 x 32 and 2 x 32 1.2-2.2x slower, 8 x 16
+# (16 accumulators, spilled) 1.3x, 4 x 24 8-10x (vectors of 24 floats)
 ROWS, COLUMNS = 4, 16
 PANELS_PER_BLOCK = 8          # at most this many panels of columns between two K blocks (MLAS_SGEMM_STRIDEN: 128)
 
@@ -29,12 +30,12 @@ def conv2d_func(x_shape: tuple[int, ...], w_shape: tuple[int, ...], strides, pad
     DequantizeLinear, dequantized as the image is padded, ``float32(x - zero point) * scale`` as
     DequantizeLinear computes it, instead of in a pass of its own.
 
-    The image is copied once with its zero padding; a stride-1 conv's panels are then copied from it
-    in runs (``_runs``), another stride's gathered. A K that is no whole number of blocks ends in a
+    The image is copied once with its zero padding (in phases of its columns at a stride over 1), the
+    panels then from it in runs (``_runs``). A K that is no whole number of blocks ends in a
     shorter block of its own (zero rows padding it to a whole block took 11% more FMAs at K = 576); the
     columns are padded to whole panels and the output channels to whole tiles, both computed and
-    dropped. (Reading a stride-1 conv's columns from the padded image at its rows' pitch, computing
-    and dropping the columns past each row's end, 3.5-29% of them, took 5-20% longer than a gather.)"""
+    dropped. (Tried instead: a stride-1 conv's columns at the padded image's pitch, the columns past
+    each row's end computed and dropped, 3.5-29% of them: 5-20% slower than a gather of each column.)"""
     batch, c, h, w = x_shape
     m, _, kh, kw = w_shape
     (sh, sw), (pt, pl) = strides, padding[:2]
@@ -58,14 +59,7 @@ def conv2d_func(x_shape: tuple[int, ...], w_shape: tuple[int, ...], strides, pad
             value = (value.astype("int32") - zero_point).astype("float32") * mlas_math.f32(scale)
         return tirx.Select(inside, value, mlas_math.f32(0.0))
 
-    if (sh, sw) == (1, 1):
-        column, padded = _runs(image, batch, c, hp, wp, kh, kw, ow, panels)
-    else:
-        padded = te.compute((batch, c, hp, wp), image, name="padded")
-
-        def column(b, p, q, j):         # MlasConvIm2Col's column p * COLUMNS + j, row q (the last past n)
-            at = tirx.min(p * COLUMNS + j, n - 1)
-            return padded[b, q // (kh * kw), at // ow * sh + q // kw % kh, at % ow * sw + q % kw]
+    column = _runs(image, batch, c, hp, wp, kh, kw, (sh, sw), ow, panels)
 
     def weight(i, q):
         return filters[tirx.min(i, m - 1), q // (kh * kw), q // kw % kh, q % kw]
@@ -87,34 +81,42 @@ def conv2d_func(x_shape: tuple[int, ...], w_shape: tuple[int, ...], strides, pad
         total = te.compute(acc.shape, lambda *i: acc(*i) + last(*i), name="total")
     out = te.compute((batch, m, oh, ow), lambda b, i, y, z: total[b, i, y * ow + z], name="out")
     sch = s_tir.Schedule(te.create_prim_func([x, filters, out]))
-    _schedule(sch, panels, tail, hp, wp)
+    _schedule(sch, panels, tail, hp, wp, sw)
     return sch.mod["main"]
 
 
-def _runs(image, batch, c, hp, wp, kh, kw, ow, panels):
-    """A stride-1 conv's columns as runs of its padded image: (column(b, p, q, j), the image
-    flattened). Column j = oy * ow + ox, row q = (ch, ky, kx) reads the image at
-    ch * hp * wp + ky * wp + kx + j + oy * (wp - ow): a panel's 16 columns lie in a few output rows
-    (2 at 28 columns and more, 4 at 7), each row's run one vector load at that row's offset, the
-    lanes picked by where the rows end, not 16 loads at 16 computed addresses."""
-    plane, spans = c * hp * wp, -(-COLUMNS // ow) + 1
-    size = plane + panels * COLUMNS + ((panels - 1) * COLUMNS // ow + spans) * (wp - ow)
-    size = -(-size // (hp * wp)) * hp * wp          # whole channels: its loops split into (ch, y, z)
-    flat = te.compute((batch, size), lambda b, e: tirx.Select(
-        e < plane, image(b, e // (hp * wp), e // wp % hp, e % wp), mlas_math.f32(0.0)), name="padded")
+def _runs(image, batch, c, hp, wp, kh, kw, strides, ow, panels):
+    """The columns as runs of the padded image: column(b, p, q, j) of panel p, row q. The image is
+    laid out in ``sw`` phases of its columns (phase f holds columns f, f + sw, ...: one phase at
+    stride 1), each ``wq`` wide, so that column j = oy * ow + ox of row q = (ch, ky, kx) reads
+    phase kx % sw at (ch, oy * sh + ky, ox + kx // sw): offset(q) + j + oy * (sh * wq - ow). A panel's
+    16 columns lie in a few output rows (2 at 16 columns a row and more, 4 at 7), each row's run one
+    vector load at that row's offset, the lanes picked by where the rows end: not 16 loads at 16
+    computed addresses (MlasConvIm2Col copies runs too)."""
+    sh, sw = strides
+    wq = -(-wp // sw)
+    plane, spans, skip = sw * c * hp * wq, -(-COLUMNS // ow) + 1, sh * wq - ow
+    size = plane + panels * COLUMNS + ((panels - 1) * COLUMNS // ow + spans) * skip
+    size = -(-size // (hp * wq)) * hp * wq          # whole channels: its loops split into (phase, ch), y, z
+
+    def phased(b, e):
+        plane_of, y, z = e // (hp * wq), e // wq % hp, e % wq * sw + e // (hp * wq) // c
+        return tirx.Select(tirx.all(e < plane, z < wp), image(b, plane_of % c, y, z), mlas_math.f32(0.0))
+    flat = te.compute((batch, size), phased, name="padded")
 
     def column(b, p, q, j):
-        start = q // (kh * kw) * hp * wp + q // kw % kh * wp + q % kw + p * COLUMNS + j
+        ch, ky, kx = q // (kh * kw), q // kw % kh, q % kw
+        start = ((kx % sw * c + ch) * hp + ky) * wq + kx // sw + p * COLUMNS + j
         first = p * COLUMNS // ow                   # the output row of the panel's first column
-        value = flat[b, start + (first + spans - 1) * (wp - ow)]
+        value = flat[b, start + (first + spans - 1) * skip]
         for row in reversed(range(spans - 1)):      # lanes before that row's end read its run
             end = (first + row + 1) * ow - p * COLUMNS
-            value = tirx.Select(j < end, flat[b, start + (first + row) * (wp - ow)], value)
+            value = tirx.Select(j < end, flat[b, start + (first + row) * skip], value)
         return value
-    return column, flat
+    return column
 
 
-def _schedule(sch, panels: int, tail: int, hp: int, wp: int) -> None:
+def _schedule(sch, panels: int, tail: int, hp: int, wp: int, sw: int) -> None:
     """Parallel over images and blocks of column panels; in each, per K block: its panels packed,
     then each ROWS x COLUMNS tile's FMA chain in registers (k outermost in the tile) added onto acc;
     then (``tail``) the last block's, each tile added as it leaves its registers."""
@@ -142,10 +144,8 @@ def _schedule(sch, panels: int, tail: int, hp: int, wp: int) -> None:
     col = sch.get_sblock("col")
     sch.compute_at(col, kb)
     sch.vectorize(sch.get_loops(col)[-1])
-    padded = sch.get_loops(sch.get_sblock("padded"))
-    if len(padded) == 2:                            # _runs' flat image: per channel, row and column
-        padded = [padded[0], *sch.split(padded[1], [None, hp, wp])]
-    sch.parallel(sch.fuse(*padded[:2]))
+    b, e = sch.get_loops(sch.get_sblock("padded"))          # per (phase, channel), row and column
+    sch.parallel(sch.fuse(b, sch.split(e, [None, hp, -(-wp // sw)])[0]))
     b, i, y, z = sch.get_loops(sch.get_sblock("out"))
     sch.parallel(sch.fuse(b, i))
     columns = sch.fuse(y, z)                        # acc's columns in order: a copy in vectors
