@@ -13,7 +13,7 @@ and is no tile an operator takes; on B_safe its instructions are exact for every
 ``exact`` columns check against the w16 output on inputs 30% of which are 255). Columns, CPU ms per
 call, medians of ``--trials`` interleaved rounds, one thread: ``w16`` (5x16x2, ResNet-18's tuned tile);
 ``row`` the vpmaddubsw row on B_safe alone (not exact: the speed the split could at best reach);
-``row+fix`` with B_fix through ``packing.correction`` (what the operators do for s8s7's raised
+``row+fix`` with B_fix through ``packing.correction`` (what the operators do for s8s7's clamped
 weights); ``w16+fix`` the same correction on w16 (its cost alone). Writes
 ``<out>/pair_split_<uarch>.{json,md}``.
 
@@ -56,7 +56,7 @@ def pair_safe(w: np.ndarray) -> np.ndarray:
 
 
 def split_correction(w: np.ndarray, n_padded: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """B_safe and B_fix = w - B_safe as ``packing.raised``'s sparse correction (``fix_index``, ``fix_amount``)."""
+    """B_safe and B_fix = w - B_safe as ``packing.clamped``'s sparse correction (``fix_index``, ``fix_amount``)."""
     safe = pair_safe(w)
     rest = w.astype(np.int32) - safe
     counts = (rest != 0).sum(axis=2)
@@ -89,10 +89,10 @@ def worker(model: Path, trials: int) -> None:
 
     kernels = {k.spec.name: k for k in int8.proved_kernels("avx2")}
     w16, row = kernels[W16_TILE], kernels["int8_{}_k4b_{}x{}x{}_avx2".format(*ROW_TILE)]
-    raised = packing.raised
-    configs = (("w16", w16, raised), ("row", row, lambda w, lo, npad: (pair_safe(w), {})),
-               ("row+fix", row, lambda w, lo, npad: split_correction(w, npad)),
-               ("w16+fix", w16, lambda w, lo, npad: split_correction(w, npad)))
+    clamped = packing.clamped
+    configs = (("w16", w16, clamped), ("row", row, lambda w, lo, hi, npad: (pair_safe(w), {})),
+               ("row+fix", row, lambda w, lo, hi, npad: split_correction(w, npad)),
+               ("w16+fix", w16, lambda w, lo, hi, npad: split_correction(w, npad)))
     seen = set()
     for kind, args in tuned_shapes.shapes(model):
         weight, shape, stride, padding, groups, dtype = args if kind == "conv2d" else (args[0], None, None, 0, 1, "")
@@ -106,9 +106,9 @@ def worker(model: Path, trials: int) -> None:
                             requantize=ScaleRequantize((rng.random(cols) * 1e-3).astype(np.float32), 128, "uint8"))
         ops = []
         for _, kernel, split in configs:     # the operators' weight split, replaced for this build
-            direct.raised = gemm.raised = split
+            direct.clamped = gemm.clamped = split
             ops.append(build_conv2d(weight, shape, "NHWC", stride, padding, groups, dtype, stage, kernel=kernel).compile())
-        direct.raised = gemm.raised = raised
+        direct.clamped = gemm.clamped = clamped
         data = np.random.default_rng(0)
         x = data.integers(0, 256, ops[0].in_shape).astype(np.uint8)
         x[data.random(x.shape) < 0.3] = 255

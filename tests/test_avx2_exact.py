@@ -2,7 +2,8 @@
 model is made AVX2-only (``host.restricted``, what QSYNTH_HOST_FEATURES=avx2 does), so these run the
 AVX2 tiles natively on every x86-64 host of the pool, both kinds: s8s7 (vpsignb + vpmaddubsw on bytes)
 and w16 (vpmaddwd on operands widened to int16): the operators against numpy's integer result, on
-weights of -128 (s8s7: raised to -127 for the tile, the rest added apart; w16: as they are) and on
+weights of -128 (s8s7: raised to -127 for the tile, the rest added apart; w16: as they are), on the
+9-bit weights of U8U8 layers (w16 as they are, s8s7 clamped likewise) and on
 operands at which vpmaddubsw's int16 pair sums saturate (onnxruntime's and OpenVINO's answers there
 are wrong)."""
 from __future__ import annotations
@@ -66,6 +67,36 @@ def test_dense_on_the_avx2_tiles(avx2_only, dtype, minus_128, types):
     x = rng.integers(lo, hi, (13, 70)).astype(dtype)
     w = weights((40, 70), rng, minus_128)
     np.testing.assert_array_equal(dense(w, 13, dtype, kernel=avx2_only[types])(x), dense_reference(x, w))
+
+
+def nine_bit(shape, rng, types: str) -> np.ndarray:
+    """u8 weights less a zero point of 121 (legalize.nine_bit: int16 in [-121, 134]), at both ends; for the
+    s8s7 tile in its [-127, 127] but for one or two per output channel (a calibrated layer's extremes),
+    which it takes clamped (packing.clamped)."""
+    w = rng.integers(-121, 135, shape).astype(np.int16)
+    w.reshape(shape[0], -1)[:, :2] = [-121, 134]
+    if types == "s8s7":
+        w = np.clip(w, -127, 127)
+        w.reshape(shape[0], -1)[:, -1] = 134
+        w.reshape(shape[0], -1)[::2, 0] = -128
+    return w
+
+
+@pytest.mark.parametrize("types", TYPES)
+@pytest.mark.parametrize("layout,c,o,ksize,stride,pad,groups,dtype", CONVS)
+def test_nine_bit_weights_on_the_avx2_tiles(avx2_only, layout, c, o, ksize, stride, pad, groups, dtype, types):
+    """U8U8 layers' weights (``w - zw``): w16 as they are, s8s7 clamped and corrected; Winograd's s16
+    tile on w16's 3x3 stride-1 layers."""
+    rng = np.random.default_rng(11)
+    shape = (1, c, 9, 9) if layout == "NCHW" else (1, 9, 9, c)
+    lo, hi = (0, 256) if dtype == "uint8" else (-128, 128)
+    x = rng.integers(lo, hi, shape).astype(dtype)
+    w = nine_bit((o, c // groups, ksize, ksize), rng, types)
+    out = conv2d(w, shape, layout, stride, pad, groups, dtype, kernel=avx2_only[types], use_winograd=types == "w16")(x)
+    np.testing.assert_array_equal(out, conv_reference(x, w, layout, stride, pad, groups))
+    xd = rng.integers(0, 256, (5, 70)).astype(np.uint8)
+    wd = nine_bit((40, 70), rng, types)
+    np.testing.assert_array_equal(dense(wd, 5, "uint8", kernel=avx2_only[types])(xd), dense_reference(xd, wd))
 
 
 @pytest.mark.parametrize("types,use_winograd", [(t, False) for t in TYPES] + [("w16", True)])

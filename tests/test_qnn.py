@@ -79,14 +79,15 @@ def test_compiled_model_runs_kernels_and_no_default_loops(tmp_path):
 
 
 def single_conv(tmp_path, x_shape, w, stride, pads, group, x_scale, x_zp, w_scale, y_scale, y_zp, bias=None,
-                x_type=TensorProto.UINT8):
-    """One QLinearConv node (QOperator), as onnxruntime's own tests write them."""
+                x_type=TensorProto.UINT8, w_zp=0):
+    """One QLinearConv node (QOperator), as onnxruntime's own tests write them; ``w_zp``: the weights'
+    zero point (of w's type)."""
     co, k = w.shape[0], w.shape[2]
     out_hw = [(x_shape[2 + i] + pads[i] + pads[i + 2] - k) // stride + 1 for i in (0, 1)]
     inits = [numpy_helper.from_array(np.array(x_scale, np.float32), "xs"),
              numpy_helper.from_array(np.array(x_zp, helper.tensor_dtype_to_np_dtype(x_type)), "xz"),
              numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.asarray(w_scale, np.float32), "ws"),
-             numpy_helper.from_array(np.zeros(np.asarray(w_scale).shape, np.int8), "wz"),
+             numpy_helper.from_array(np.full(np.asarray(w_scale).shape, w_zp, w.dtype), "wz"),
              numpy_helper.from_array(np.array(y_scale, np.float32), "ys"),
              numpy_helper.from_array(np.array(y_zp, helper.tensor_dtype_to_np_dtype(x_type)), "yz")]
     inputs = ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"]

@@ -88,6 +88,18 @@ def test_conv2d_on_amx(layout, c, o, ksize, stride, pad, groups, dtype, hw, any_
     assert np.array_equal(out, conv_reference(x, w, layout, stride, pad, groups))
 
 
+def test_nine_bit_weights_on_amx(kernel):
+    """U8U8 layers' weights ``w - zw`` (int16, legalize.nine_bit) on the byte tile: clamped into
+    [-128, 127], the one or two extremes of each output channel added apart (packing.clamped)."""
+    w = np.clip(RNG.integers(-121, 135, (96, 64, 3, 3)), -128, 127).astype(np.int16)
+    w[:, 0, 0, 0], w[::3, 5, 1, 2] = 134, -130
+    x = random((1, 10, 10, 64), "uint8")
+    np.testing.assert_array_equal(conv2d(w, x.shape, "NHWC", 1, 1, 1, "uint8", kernel=kernel)(x),
+                                  conv_reference(x, w, "NHWC", 1, 1, 1))
+    wd, xd = w.reshape(96, -1)[:, :300], random((5, 300), "uint8")
+    np.testing.assert_array_equal(dense(wd, 5, "uint8", kernel=kernel)(xd), dense_reference(xd, wd))
+
+
 def test_fused_output_stage_and_residual_on_amx(kernel):
     shape, o = (1, 10, 10, 64), 96
     x, w = random(shape, "uint8"), random((o, 64, 3, 3), "int8")
@@ -143,14 +155,17 @@ int main(void) {{
         assert np.array_equal(c[i], want)
 
 
-def test_a_model_for_amx_is_bit_exact_with_onnxruntime(tmp_path):
+@pytest.mark.parametrize("weights", ["s8", "u8"])
+def test_a_model_for_amx_is_bit_exact_with_onnxruntime(tmp_path, weights):
     """A residual int8 CNN (stem, 3x3 and 1x1 layers, stride 2, a classifier) compiled for the AMX tiles:
-    natively on an AMX host, on the emulation elsewhere (the kernels this process built)."""
+    natively on an AMX host, on the emulation elsewhere (the kernels this process built). ``u8``: U8U8
+    per tensor, weight zero points not 128 (9-bit weights on the byte tiles, clamped)."""
     from tvm_integration.bench import int8_models
     from tvm_integration.bench.models import reference_session
     import onnx
     from tvm_integration.qnn.runtime.model import compile_model, lower
-    path = int8_models.quantize(int8_models.resnet(size=32, widths=(16, 32, 64, 64), classes=10), tmp_path / "m.onnx")
+    path = int8_models.quantize(int8_models.resnet(size=32, widths=(16, 32, 64, 64), classes=10), tmp_path / "m.onnx",
+                                weights=weights, per_channel=weights == "s8")
     assert lower(onnx.load(path), "amx").script().count("_kruns_amx") >= 5      # every conv and the dense
     x = np.random.default_rng(5).standard_normal((1, 3, 32, 32)).astype(np.float32)
     model = compile_model(path, target="amx", threads=2)

@@ -38,7 +38,7 @@ def test_the_w16_tiles_describe_int16_operands_in_k_groups_of_two(isa):
     tiles = [k for k in proved_kernels(isa) if k.spec.types == "w16"]
     assert tiles
     for k in tiles:
-        assert (k.a_dtype, k.b_dtype, k.group, k.b_min) == ("int16", "int16", 2, -256) and k.admits(None)
+        assert (k.a_dtype, k.b_dtype, k.group, k.b_range) == ("int16", "int16", 2, (-256, 255)) and k.admits(None)
         desc = tvm.s_tir.TensorIntrin.get(k.loop_intrin(3)).desc.script()      # 3 k blocks
         for buffer in (f'T.Buffer(({k.spec.mr}, {3 * k.spec.k}), "int16"', f'T.Buffer(({3 * k.spec.k // 2}, {k.spec.nr}, 2), "int16"'):
             assert buffer in desc

@@ -97,6 +97,19 @@ def test_the_largest_channel_count_at_the_extremes_is_exact():
     np.testing.assert_array_equal(_winograd(w, x, 1, "uint8", 0, s16_kernels()[0]), want)
 
 
+def test_nine_bit_weights_at_the_largest_channel_count_are_exact():
+    """9-bit weights (U8U8 layers' ``w - zw``, int16): |U| <= 9 * 256 still an int16, and 255 against -256
+    over ``max_channels(uint8, int16)`` channels within int32 after the scale."""
+    c = winograd.max_channels("uint8", "int16")
+    assert winograd.SCALE * 9 * c * 255 * 256 < 2**31 <= winograd.SCALE * 9 * (c + 1) * 255 * 256
+    assert np.abs(winograd.weight_transform(np.full((1, 1, 3, 3), -256, np.int16)).astype(np.int64)).max() == 9 * 256
+    x = np.full((1, 4, 4, c), 255, np.uint8)
+    w = np.full((2, c, 3, 3), -256, np.int16)
+    w[1, ::2] = 255
+    want = conv_reference(x, w, "NHWC", 1, 1, 1)
+    np.testing.assert_array_equal(_winograd(w, x, 1, "uint8", 0, s16_kernels()[0]), want)
+
+
 def test_the_output_stage_and_residual_add_match_the_direct_convolution():
     """Requantized, clamped by a Relu and added to a residual (ResNet's block end), the Winograd output
     equals the direct convolution's on the w16 tile, value for value."""

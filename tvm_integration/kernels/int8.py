@@ -102,18 +102,21 @@ class Kernel:
         return DTYPES[self.spec.types][0]
 
     @property
-    def b_min(self) -> int:
-        """The least B element the tile is proved for: -127 for the s8s7 tiles, whose pairs of products
-        cannot saturate in that range; -128 for byte tiles; -256 for the int16 ones (w16)."""
-        return next(r.lo for n, r in zip(self.spec.input_names, self.spec.lane_ranges()) if n.startswith("b"))
+    def b_range(self) -> tuple[int, int]:
+        """The B elements the tile is proved for: [-127, 127] for the s8s7 tiles, whose pairs of products
+        cannot saturate there; a byte's range for byte tiles; [-256, 255] for the int16 ones (w16): 8-bit
+        data minus a zero point."""
+        r = next(r for n, r in zip(self.spec.input_names, self.spec.lane_ranges()) if n.startswith("b"))
+        return r.lo, r.hi
 
     def admits(self, weights: np.ndarray | None) -> bool:
         """Whether the tile's precondition holds for ``weights`` (B known at compile time; None: B is
         computed at run time, so only a tile defined on every int8 B). A layer it does not admit runs
-        the tile on its weights raised to ``b_min`` and adds the rest apart (packing.raised)."""
-        if self.b_min <= -128:
-            return True
-        return weights is not None and (weights.size == 0 or int(weights.min()) >= self.b_min)
+        the tile on its weights clamped to ``b_range`` and adds the rest apart (packing.clamped)."""
+        lo, hi = self.b_range
+        if weights is None or weights.size == 0:
+            return weights is not None or (lo <= -128 and hi >= 127)
+        return lo <= int(weights.min()) and int(weights.max()) <= hi
 
     @property
     def b_dtype(self) -> str:

@@ -33,8 +33,8 @@ strided layers: 2.9-3.9x and 1.2-1.9x our int8 there), only A1W1 on the 3x3 stri
 benchmarks/layers_bitserial_znver3.md); with AVX-512 VNNI and VPOPCNTDQ up to A2W2 and A1W3, with VNNI
 and the AVX2 bitserial tiles (no VPOPCNTDQ: Cascade Lake) A1W1; with AMX none.
 tests/test_lowbit_choice.py holds the rule to every committed measurement. A layer whose weights
-keep a zero point after legalization (the int8 tiles take symmetric weights, legalize.py) stays
-bitserial.
+keep a zero point after legalization stays bitserial: the rule's measurements are of int8 layers on
+symmetric weights, not of the 9-bit ``w - zw`` that legalize.py gives such weights.
 """
 from __future__ import annotations
 

@@ -32,6 +32,19 @@ def kernel_activation(x, data_dtype: str, dtype: str):
     return ((x.astype("int32") + shift) if shift else x).astype(dtype)
 
 
+# An operator's weights: int8, or int16 holding 9-bit ``w - zw`` (8-bit weights less a zero point that is
+# not 0: qnn/lower/legalize.py), the w16 tiles' B domain.
+NINE_BITS = (-256, 255)
+
+
+def weights_error(w: np.ndarray, ndim: int, layout: str) -> str | None:
+    """Why ``w`` is no operator's weights (``ndim`` dimensions, ``layout`` named in the message), or None."""
+    if w.ndim == ndim and (w.dtype == np.int8 or w.dtype == np.int16 and (
+            w.size == 0 or NINE_BITS[0] <= int(w.min()) and int(w.max()) <= NINE_BITS[1])):
+        return None
+    return f"weight must be int8 {layout}, or int16 in {list(NINE_BITS)}, got {w.dtype}{list(w.shape)}"
+
+
 def round_up(x: int, multiple: int) -> int:
     return -(-x // multiple) * multiple
 
@@ -53,35 +66,44 @@ def folded_weight_matrix(w: np.ndarray, fold: tuple[int, int], step: int) -> np.
     o, c, kh, kw = w.shape
     (fh, fw), kh2, kw2 = fold, -(-kh // fold[0]), -(-kw // fold[1])
     run = kw2 * fh * fw * c
-    taps = np.zeros((o, c, kh2 * fh, kw2 * fw), np.int8)
+    taps = np.zeros((o, c, kh2 * fh, kw2 * fw), w.dtype)
     taps[:, :, :kh, :kw] = w                # [o, c, kh2, di, kw2, dj] -> [o, kh2, (kw2, di, dj, c)]
     rows = taps.reshape(o, c, kh2, fh, kw2, fw).transpose(0, 2, 4, 3, 5, 1).reshape(o, kh2, run)
     return np.pad(rows, ((0, 0), (0, 0), (0, step - run))).reshape(1, o, kh2 * step)
 
 
-def raised(w: np.ndarray, lo: int, n_padded: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """``w[g, n, k]`` with every weight below ``lo`` raised to it, for a tile proved for B in [lo, 127]
-    (the AVX2 s8s7 tiles: -127), and what was taken away, ``w - lo`` at those k, as a sparse
-    correction: ``fix_index`` and ``fix_amount``, ``[g, n_padded, S]`` int32, for each column the k and
-    amount of each raised weight, padded with amount 0 to the largest count S. A layer quantized to
-    [-128, 127] (PyTorch's default) has few weights of -128, so the correction reads a few activations
-    per output where the tile reads them all. Weights already in range come back as they are, with no
-    correction."""
-    low = w < lo
-    if not low.any():
-        return w, {}
-    counts = low.sum(axis=2)
+def clamped(w: np.ndarray, lo: int, hi: int, n_padded: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """``w[g, n, k]`` with every weight outside [lo, hi] clamped into it, for a tile proved for B in that
+    range (the AVX2 s8s7 tiles: [-127, 127]; the byte tiles, for 9-bit weights ``w - zw``:
+    [-128, 127]), and what was taken away, ``w - clamp(w)`` at those k, as a sparse correction:
+    ``fix_index`` and ``fix_amount``, ``[g, n_padded, S]`` int32, for each column the k and amount of
+    each clamped weight, padded with amount 0 to the largest count S (``outside``). A layer quantized to
+    [-128, 127] (PyTorch's default) has few weights of -128, and u8 weights less their zero point few
+    beyond [-128, 127] (the extremes of an asymmetric range whose zero point is near 128), so the
+    correction reads a few activations per output where the tile reads them all. Weights already in
+    range come back as they are (int8 for a byte tile), with no correction."""
+    out = (w < lo) | (w > hi)
+    if not out.any():
+        return w.astype(np.int8) if lo >= -128 and hi <= 127 else w, {}
+    counts = out.sum(axis=2)
     g, n, _ = w.shape
-    index = np.zeros((g, n_padded, max(1, int(counts.max()))), np.int32)
+    index = np.zeros((g, n_padded, outside(w.reshape(g * n, -1), lo, hi)), np.int32)
     amount = np.zeros_like(index)
+    inside = np.clip(w, lo, hi)
     for gi, ni in zip(*np.nonzero(counts)):
-        ks = np.flatnonzero(low[gi, ni])
-        index[gi, ni, :len(ks)], amount[gi, ni, :len(ks)] = ks, w[gi, ni, ks].astype(np.int32) - lo
-    return np.maximum(w, lo).astype(np.int8), {"fix_index": index, "fix_amount": amount}
+        ks = np.flatnonzero(out[gi, ni])
+        index[gi, ni, :len(ks)], amount[gi, ni, :len(ks)] = ks, w[gi, ni, ks].astype(np.int32) - inside[gi, ni, ks]
+    return inside.astype(np.int8 if lo >= -128 and hi <= 127 else w.dtype), {"fix_index": index, "fix_amount": amount}
+
+
+def outside(columns: np.ndarray, lo: int, hi: int) -> int:
+    """The most weights of one output column (a row of ``columns``, ``[N, depth]``) outside [lo, hi]: the
+    terms of ``clamped``'s correction per output."""
+    return int(((columns < lo) | (columns > hi)).sum(axis=1).max(initial=0))
 
 
 def correction(params: dict, g, n, activation):
-    """TIR: the sparse correction of ``raised`` for output column (g, n): the sum over its raised weights
+    """TIR: the sparse correction of ``clamped`` for output column (g, n): the sum over its clamped weights
     of their amount times ``activation(k)`` (int32, the activation the weight multiplies), or 0."""
     if "fix_index" not in params:
         return 0

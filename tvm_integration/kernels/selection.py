@@ -4,8 +4,9 @@ int8: ``isa="host"`` takes the best ISA the host executes, AVX-512 VNNI > AVX-VN
 read from the host's CPU flags (isa_specs.host), never from a CPU name; without VNNI, the exact w16
 tiles (int16 operands: AVX-512BW's on zmm, Skylake-SP; AVX2's on ymm) and, on AVX2, the s8s7 tiles,
 exact on u8 and s8 activations (shifted to s8 when packed) for weights in [-127, 127], which an
-operator checks on its constant weights (``Kernel.admits``; weights of -128 are raised for the tile and
-the rest added apart, ``packing.raised``); on a host with AMX (and the tile data
+operator checks on its constant weights (``Kernel.admits``; a tile whose range leaves a few weights out,
+-128 on s8s7 or the extremes of 9-bit weights ``w - zw`` on a byte tile, runs them clamped and adds the
+rest apart, ``packing.clamped``); on a host with AMX (and the tile data
 permission), an operator of reduction depth 64 bytes or more takes the AMX tile instead
 (``amx_pays``). Bitserial: ``isa="host"``
 takes AVX-512, else AVX2; NEON tiles are built for AArch64 and run under qemu (qemu/cross.py), never
@@ -18,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from isa_specs import host
-from tvm_integration.kernels import amx_runtime, int8
+from tvm_integration.kernels import amx_runtime, int8, packing
 from tvm_integration.kernels.bitserial import CROSS, BitserialKernel, gemm_kernels, word_kernels
 
 # Preference order of the u8 x s8 tiles: the cache's ISA name and the kernel's distinguishing feature.
@@ -53,6 +54,11 @@ def usable(kernel: int8.Kernel | BitserialKernel) -> str | None:
 # (A signed, so u8 activations are shifted by -128 when packed; B in [-127, 127], checked on the
 # weights). u7s8 assumes A < 128, so it is not one.
 EXACT_TYPES = ("u8s8", "s8s7", "w16")
+# The most weights per output channel a tile that does not admit them takes with packing.clamped's
+# correction, a scalar read of the activation each weight multiplies, per output: u8 weights less an
+# asymmetric zero point near 128 leave one on a byte tile (ResNet-18 quantized U8U8: every layer at most
+# 1 of 64-4608), at which s8s7 took 1.0-3.9x the w16 tile's time per layer (Zen 3, docs/measurements.md).
+FEW_OUTSIDE = 4
 
 
 def _u8s8_kernels(isa: str) -> list[int8.Kernel]:
@@ -61,10 +67,21 @@ def _u8s8_kernels(isa: str) -> list[int8.Kernel]:
 
 
 def admitted(candidates: list[int8.Kernel], weights: np.ndarray | None) -> list[int8.Kernel]:
-    """The candidates whose precondition ``weights`` satisfy (``Kernel.admits``), else all of them:
-    the operator then runs the chosen tile on its weights raised into the tile's range and adds the
-    rest apart (``packing.raised``)."""
-    return [k for k in candidates if k.admits(weights)] or candidates
+    """The candidates whose precondition ``weights`` (``[O, ...]``, O output channels) satisfy
+    (``Kernel.admits``); else those that leave at most ``FEW_OUTSIDE`` weights of any output channel
+    outside their range: the operator then runs the chosen tile on its weights clamped into the tile's
+    range and adds the rest apart (``packing.clamped``); SelectionError if none does. Weights computed at
+    run time (None): the candidates that admit every int8 B, else all of them (the operator then runs
+    plain TIR: ops/batch_matmul.py)."""
+    exact = [k for k in candidates if k.admits(weights)]
+    if exact or weights is None:
+        return exact or candidates
+    columns = weights.reshape(weights.shape[0], -1)
+    corrected = [k for k in candidates if packing.outside(columns, *k.b_range) <= FEW_OUTSIDE]
+    if not corrected:
+        raise SelectionError(f"no tile of {candidates[0].spec.isa} takes weights in [{int(weights.min())}, "
+                             f"{int(weights.max())}] with at most {FEW_OUTSIDE} per output channel outside its range")
+    return corrected
 
 
 def int8_kernel(isa: str = "host") -> int8.Kernel:

@@ -1,5 +1,5 @@
 """int8 conv2d, NCHW or NHWC, any kernel size, stride, padding and groups: x u8 or s8, weights s8
-OIHW, ``out = stage(conv)``.
+OIHW (or 9-bit, int16: packing.NINE_BITS), ``out = stage(conv)``.
 
 On hosts whose exact int8 tiles are int16 rows (no VNNI), 3x3 stride-1 NHWC convolutions take
 Winograd's F(2x2, 3x3) in integers (winograd.py), exact, with 2.25x fewer multiplies. Other ordinary
@@ -20,7 +20,7 @@ from tvm_integration.ops.operator import Built, Operator
 from tvm_integration.ops import depthwise, direct, winograd
 from tvm_integration.ops.gemm import Gemm, Tile, build
 from tvm_integration.ops.output_stage import OutputStage
-from tvm_integration.kernels.packing import conv_weight_matrix, folded_weight_matrix, round_up
+from tvm_integration.kernels.packing import conv_weight_matrix, folded_weight_matrix, round_up, weights_error
 
 LAYOUTS = ("NCHW", "NHWC")
 
@@ -100,7 +100,7 @@ def chosen_tiles(weight: np.ndarray, input_shape: tuple[int, ...], layout: str =
     kernel = kernel or tuning.choose(key, selection.admitted(selection.int8_candidates(isa, depth, groups), weight),
                                      oh * ow, o // groups, depth=depth)
     if (winograd.pays(kernel) if use_winograd is None else use_winograd) and winograd.applies(
-            weight.shape, c, layout, stride, groups, data_dtype):
+            weight, c, layout, stride, groups, data_dtype):
         return kernel, winograd.choose_kernel(kernel.spec.isa, -(-oh // 2) * -(-ow // 2), o, c)
     return kernel, None
 
@@ -114,8 +114,8 @@ def build_conv2d(weight: np.ndarray, input_shape: tuple[int, ...], layout: str =
     ``in_place``: True reads the input in place wherever direct.py applies, False takes im2col, None
     (default) decides by ``reads_in_place``. ``use_winograd``: True takes winograd.py wherever it
     applies and the kernel's ISA has s16 tiles, False never, None (default) where ``winograd.pays``."""
-    if weight.dtype != np.int8 or weight.ndim != 4:
-        raise ValueError(f"weight must be int8 OIHW, got {weight.dtype}{list(weight.shape)}")
+    if why := weights_error(weight, 4, "OIHW"):
+        raise ValueError(why)
     if data_dtype not in ("uint8", "int8"):
         raise ValueError(f"data_dtype must be uint8 or int8, got {data_dtype!r}")
     stride = pair(stride)

@@ -1,4 +1,5 @@
-"""int8 dense: ``out[m, n] = stage(sum_k x[m, k] * w[n, k])``, x u8 or s8, w s8 (``[N, K]``)."""
+"""int8 dense: ``out[m, n] = stage(sum_k x[m, k] * w[n, k])``, x u8 or s8, w s8 (``[N, K]``) or 9-bit
+(int16: packing.NINE_BITS)."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,6 +9,7 @@ from tvm_integration.kernels import selection, tuning
 from tvm_integration.ops.operator import Built, Operator
 from tvm_integration.ops.gemm import Gemm, Tile, build
 from tvm_integration.ops.output_stage import OutputStage
+from tvm_integration.kernels.packing import weights_error
 
 
 def dense(weight: np.ndarray, m: int, data_dtype: str = "uint8", stage: OutputStage = OutputStage(),
@@ -19,8 +21,8 @@ def dense(weight: np.ndarray, m: int, data_dtype: str = "uint8", stage: OutputSt
 def build_dense(weight: np.ndarray, m: int, data_dtype: str = "uint8", stage: OutputStage = OutputStage(),
                 isa: str = "host", use_kernel: bool = True, kernel=None) -> Built:
     """The scheduled, not yet compiled dense layer (dense's arguments; ``kernel`` as in build_conv2d)."""
-    if weight.dtype != np.int8 or weight.ndim != 2:
-        raise ValueError(f"weight must be int8 [N, K], got {weight.dtype}{list(weight.shape)}")
+    if why := weights_error(weight, 2, "[N, K]"):
+        raise ValueError(why)
     if data_dtype not in ("uint8", "int8"):
         raise ValueError(f"data_dtype must be uint8 or int8, got {data_dtype!r}")
     n, k = weight.shape

@@ -64,7 +64,7 @@ def build(x: te.Tensor, layout: str, weight: np.ndarray, stride, pads, out_hw, s
     # NHWC vectorizes along channels: the weights [KH, KW, C], one vector load per tap (as [C, KH, KW]
     # each tap's vector was 16 byte inserts, 2/3 of the run time); NCHW broadcasts one weight per tap
     nhwc = layout == "NHWC"
-    w = te.placeholder((kh, kw, c) if nhwc else (c, kh, kw), "int8", name="weights")
+    w = te.placeholder((kh, kw, c) if nhwc else (c, kh, kw), str(weight.dtype), name="weights")
     ry, rx = te.reduce_axis((0, kh), name="ry"), te.reduce_axis((0, kw), name="rx")
 
     def product(n, ch, y, xx):

@@ -35,7 +35,7 @@ from tvm_integration.ops import depthwise
 from tvm_integration.ops.gemm import Tile, output_tensor, stage_params, tensorize_tile, weights_outer
 from tvm_integration.ops.output_stage import OutputStage
 from tvm_integration.kernels.packing import (activation_shift, conv_weight_matrix, correction, kernel_activation,
-                                             raised, round_up)
+                                             clamped, round_up)
 
 
 def applies(tile: Tile, weight_shape, channels: int, layout: str, groups: int) -> bool:
@@ -132,11 +132,11 @@ def build(x: te.Tensor, weight: np.ndarray, stride: tuple[int, int], pads: tuple
             product(bi, runs.offset(r) + (i * sh * wp + j * sw) * c, n), axis=[r, t]), name="gemm")
         at = lambda bi, i, j, n: acc[bi, i, j, n]  # noqa: E731
     shift = activation_shift(str(x.dtype), a_dtype)
-    weights, fix = raised(weights, kernel.b_min, npad) if kernel else (weights, {})
+    weights, fix = clamped(weights, *tile.b_range(kernel), npad)
     values, params = stage_params(stage, weights, npad, shift, fix)
 
     def total(bi, i, j, n):
-        """The accumulator and the correction of raised weights (k = (kh, kw, c)), read from the input."""
+        """The accumulator and the correction of clamped weights (k = (kh, kw, c)), read from the input."""
         def activation(k):
             return depthwise.padded_value(x, "NHWC", bi, k % c, i * sh + k // run - pads[0],
                                           j * sw + k // c % kw - pads[1], pad_value).astype("int32")

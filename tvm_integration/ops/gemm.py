@@ -23,7 +23,7 @@ from tvm import s_tir, te, tirx
 
 from tvm_integration.kernels.int8 import Kernel, Prefetch
 from tvm_integration.ops.output_stage import OutputStage, placeholders
-from tvm_integration.kernels.packing import (activation_shift, correction, kernel_activation, pack_weights, raised,
+from tvm_integration.kernels.packing import (activation_shift, correction, kernel_activation, pack_weights, clamped,
                                              round_up, shift_compensation)
 
 ORDERS = ("rows", "channels")
@@ -42,6 +42,11 @@ class Tile:
     @staticmethod
     def of(kernel: Kernel) -> "Tile":
         return Tile(kernel.spec.mr, kernel.spec.nr, kernel.spec.k, kernel.group, kernel.b_dtype)
+
+    def b_range(self, kernel: Kernel | None) -> tuple[int, int]:
+        """The weights the tile takes as they are: ``kernel``'s proved range, or for plain TIR its B
+        type's (9-bit weights on a byte tile's shape are clamped and corrected all the same)."""
+        return kernel.b_range if kernel else (int(np.iinfo(self.b_dtype).min), int(np.iinfo(self.b_dtype).max))
 
     def packed_weights(self, weights: np.ndarray) -> np.ndarray:
         """``weights[g, n, k]`` in the tile's layout (packing.pack_weights)."""
@@ -73,7 +78,7 @@ def build(gemm: Gemm, data: te.Tensor, element, weights: np.ndarray, stage: Outp
     kh, kw, c), so that the packing's address arithmetic folds into loops when c is whole k steps.
     ``fold_run``: the bytes of the input each run of the ``fold`` stage (conv2d.py) copies.
     ``raw_element``: ``element`` read from ``data`` itself (default: ``element``), for the output stage's
-    correction of weights the tile does not admit (packing.raised), which no packing stage may feed."""
+    correction of weights the tile does not admit (packing.clamped), which no packing stage may feed."""
     if order not in ORDERS:
         raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
     pp, npad, kp = gemm.padded(tile)
@@ -94,7 +99,7 @@ def build(gemm: Gemm, data: te.Tensor, element, weights: np.ndarray, stage: Outp
         packed[b, g, p // tile.mr, p % tile.mr, k].astype("int32") * w[g, n // tile.nr, k // q, n % tile.nr, k % q].astype("int32"), axis=k),
         name="gemm")
 
-    weights, fix = raised(weights, kernel.b_min, npad) if kernel else (weights, {})
+    weights, fix = clamped(weights, *tile.b_range(kernel), npad)
     values, params = stage_params(stage, weights, npad, activation_shift(str(data.dtype), a_dtype), fix)
 
     def total(b, g, p, n):
@@ -116,7 +121,7 @@ def build(gemm: Gemm, data: te.Tensor, element, weights: np.ndarray, stage: Outp
 def stage_params(stage: OutputStage, weights: np.ndarray, npad: int, shift: int, fix: dict | None = None):
     """The output stage's per-channel constants ``[groups, npad]`` and their placeholders; with
     activations shifted by ``shift`` (packing.activation_shift) the bias carries its compensation;
-    ``fix``: the sparse correction's constants (packing.raised), after them."""
+    ``fix``: the sparse correction's constants (packing.clamped), after them."""
     groups, cols, _ = weights.shape
     values = stage.channel_params(groups, cols, npad) | (fix or {})
     if shift:

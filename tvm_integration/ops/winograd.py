@@ -7,7 +7,8 @@ Lavin and Gray's minimal filtering, with the weight transform scaled by 2 per ax
 every transform has integer entries (``INPUT``, ``WEIGHT``, ``OUTPUT``):
 
 * ``V = B^T d B`` of each 4x4 input tile d (u8 or s8): at most four terms of +-1, so |V| <= 1024 (int16);
-* ``U = G' g G'^T`` of each 3x3 filter g (int8), at compile time: |U| <= 9 * 128 = 1152 (int16);
+* ``U = G' g G'^T`` of each 3x3 filter g (int8, or 9-bit in int16), at compile time: |U| <= 9 * 256 =
+  2304 (int16);
 * ``M = sum_c U V``, one GEMM per of the 16 tile positions on the s16 tiles (proved on any int16
   operands, int32 with wrap-around);
 * ``Y = A^T M A``: four times the 2x2 outputs of the tile.
@@ -40,17 +41,17 @@ SCALE = 4                      # Y = SCALE * conv: G' is 2G on each axis
 POSITIONS = 16                 # the 4x4 tile's transformed elements, one GEMM each
 
 
-def max_channels(data_dtype: str) -> int:
+def max_channels(data_dtype: str, weight_dtype: str = "int8") -> int:
     """The most input channels for which |SCALE * conv| < 2^31: 9 taps of |x| <= 255 (u8) or 128 (s8)
-    times |w| <= 128 per channel."""
+    times |w| <= 128 (int8) or 256 (9-bit weights in int16, packing.NINE_BITS) per channel."""
     largest = 255 if data_dtype == "uint8" else 128
-    return (2**31 - 1) // (SCALE * 9 * largest * 128)
+    return (2**31 - 1) // (SCALE * 9 * largest * (128 if weight_dtype == "int8" else 256))
 
 
-def applies(weight_shape, channels: int, layout: str, stride, groups: int, data_dtype: str) -> bool:
+def applies(weight: np.ndarray, channels: int, layout: str, stride, groups: int, data_dtype: str) -> bool:
     """A 3x3, stride-1, ungrouped NHWC convolution of at most ``max_channels`` input channels."""
-    return (tuple(weight_shape[2:]) == (3, 3) and tuple(stride) == (1, 1) and groups == 1 and layout == "NHWC"
-            and channels <= max_channels(data_dtype))
+    return (tuple(weight.shape[2:]) == (3, 3) and tuple(stride) == (1, 1) and groups == 1 and layout == "NHWC"
+            and channels <= max_channels(data_dtype, str(weight.dtype)))
 
 
 def pays(kernel: int8.Kernel) -> bool:
@@ -69,7 +70,7 @@ def kernels(isa: str) -> list[int8.Kernel]:
 
 
 def weight_transform(weight: np.ndarray) -> np.ndarray:
-    """OIHW int8 3x3 weights -> ``U[position, O, I]`` int16, position = 4 * row + column of G' g G'^T."""
+    """OIHW int8 (or 9-bit) 3x3 weights -> ``U[position, O, I]`` int16, position = 4 * row + column of G' g G'^T."""
     u = np.einsum("xi,ocij,yj->xyoc", WEIGHT, weight.astype(np.int64), WEIGHT)
     return u.reshape(POSITIONS, *weight.shape[:2]).astype(np.int16)
 

@@ -7,8 +7,13 @@ x86 tiles (AVX-512 VNNI, AVX-VNNI, AVX2, AMX) multiply u8 activations by s8 weig
   change: ``-zx sum w + K zx zw`` moves by ``zx 128 K - K zx 128 = 0``;
 * s8 activations are shifted to u8 by the operator itself (``x + 128``, a compensating
   ``-128 sum w`` in its bias: ops/gemm.py);
-* a weight zero point that is still not 0 needs the window-sum term, which the tiles do not compute:
-  that op stays on its reference computation (scheduled, correct, slower), and says so.
+* a weight zero point zw that is still not 0 (U8U8 models: onnxruntime quantizes u8 weights
+  asymmetrically) would need the window-sum term ``-zw sum x``; the weights become ``w - zw`` on zero
+  point 0 instead, the folded bias ``-zx sum (w - zw)`` unchanged: int8 where they fit, else 9-bit in
+  int16 (``nine_bit``), which the w16 tiles (AVX2, AVX-512BW) take as they are and the byte tiles (VNNI,
+  AMX) clamped, with the few extremes added apart (kernels/selection.admitted, packing.clamped). Where
+  too many lie outside a byte tile's range, and on NEON, 9-bit weights stay on the reference
+  computation (scheduled, correct, slower), which says so.
 
 Layers of 1-3-bit activations and weights (precision.py) are marked ``bitserial`` instead, with
 their AxWy and encoding (bind.py hands them to bitserial_layer.py), where that operator is the faster
@@ -16,7 +21,7 @@ of the two exact ones for the target (kernels/lowbit_choice.py: a 1-3-bit code i
 else they take the int8 path above, their ``lowbit`` parameter saying why. Widths of 5-7 bits are
 refused.
 
-``neon`` (AArch64, ops/neon_gemm.py) takes the same s8 weights: its tiles' own operand offsets (u8
+``neon`` (AArch64, ops/neon_gemm.py) takes the same s8 weights (9-bit ones not): its tiles' own operand offsets (u8
 codes for umull/uadalp, -128 activations for sdot) are the operator's business; bind.py builds it for
 the core named by ``mcpu``.
 """
@@ -71,13 +76,29 @@ class Legalize(relax.PyExprMutator):
             return replace(op, implementation="bitserial").emit_reference(self.builder_)
         if weight.dtype == np.uint8:
             op = op.with_constants(signed(weight), bias, *scale, w_zero_point=op.params["w_zero_point"] - 128)
-        why = "tensorized" if op.params["w_zero_point"] == 0 else \
-            f"reference: weight zero point {op.params['w_zero_point']} (the u8 x s8 tiles take symmetric weights)"
-        return replace(op, implementation=why).emit_reference(self.builder_)
+        if op.params["w_zero_point"] != 0:
+            op = op.with_constants(nine_bit(op.constants[0], op.params["w_zero_point"]), bias, *scale, w_zero_point=0)
+        return replace(op, implementation=self.why_not(op) or "tensorized").emit_reference(self.builder_)
+
+    def why_not(self, op: IntegerOp) -> str | None:
+        """None where the target's int8 operator takes the op's weights, else the reference computation
+        and why: 9-bit weights on NEON (its tiles take bytes), or on x86 too many weights of an output
+        channel outside every tile's range (selection.admitted)."""
+        weight = op.constants[0]
+        if weight.dtype == np.int8 or op.kind == "conv2d" and op.depthwise and self.target != "neon":
+            return None         # depthwise.py's TIR takes either
+        if self.target == "neon":
+            return f"reference: 9-bit weights in [{int(weight.min())}, {int(weight.max())}] (the NEON tiles take bytes)"
+        try:
+            selection.admitted(selection.int8_candidates(self.target, int(np.prod(weight.shape[1:])),
+                                                         op.params.get("groups", 1)), weight)
+        except selection.SelectionError as e:
+            return f"reference: {e}"
+        return None
 
     def low_bit_operator(self, op: IntegerOp, chosen: Precision) -> lowbit_choice.Choice:
         """The faster exact operator of a 1-3-bit layer; bitserial where its weights would keep a zero
-        point on the int8 path (the tiles take symmetric weights)."""
+        point on the int8 path (lowbit_choice's rule was measured on symmetric weights only)."""
         zero_point = op.params["w_zero_point"] - (128 if op.constants[0].dtype == np.uint8 else 0)
         if zero_point != 0:
             return lowbit_choice.Choice("bitserial", f"weight zero point {zero_point} on the int8 tiles")
@@ -95,6 +116,14 @@ def by_winograd(op: IntegerOp, target: str) -> bool:
     b, c, h, w = (int(d) for d in x.ty.shape)
     return chosen_tiles(signed(op.constants[0]), (b, h, w, c), "NHWC", tuple(op.params["strides"]),
                         tuple(op.params["padding"]), op.params["groups"], str(x.ty.dtype), target)[1] is not None
+
+
+def nine_bit(weight: np.ndarray, zero_point: int) -> np.ndarray:
+    """s8 weights on a zero point that is not 0 as the exact ``w - zw`` (int8 where that fits, else
+    int16 in packing.NINE_BITS), whose zero point is 0: the folded bias ``-zx sum (w - zw)`` stays."""
+    shifted = weight.astype(np.int16) - zero_point
+    fits = shifted.size == 0 or -128 <= int(shifted.min()) and int(shifted.max()) <= 127
+    return shifted.astype(np.int8) if fits else shifted
 
 
 def signed(weight: np.ndarray) -> np.ndarray:

@@ -133,7 +133,8 @@ def _int8_kernel(op: IntegerOp, isa: str) -> str:
     notes = [op.params["lowbit"]] if "lowbit" in op.params else []       # a 1-3-bit layer: why on int8
     if op.kind == "dense":
         m, (n, k) = int(op.inputs[0].ty.shape[0]), weight.shape
-        name = tuning.choose(tuning_key(op), selection.int8_candidates(isa, k), m, n, depth=k).spec.name
+        name = tuning.choose(tuning_key(op), selection.admitted(selection.int8_candidates(isa, k), weight), m, n,
+                             depth=k).spec.name
         return f"{name} ({'; '.join(notes)})" if notes else name
     b, c, h, w = (int(d) for d in op.inputs[0].ty.shape)
     nhwc, strides, padding, groups = (b, h, w, c), op.params["strides"], tuple(op.params["padding"]), op.params["groups"]
