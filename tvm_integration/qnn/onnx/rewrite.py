@@ -32,6 +32,7 @@ replaced by one integer op when onnxruntime computes it as one (its QDQ fusions)
 * ``Q(f(DQ(x)))`` for data movement ``f`` (max pool, reshape, flatten, transpose, nearest resize) and
   ``Q(concat(DQ(x1), DQ(x2), ...))`` -> ``f`` or concat on the integers, each input first brought to
   the output's parameters by a lookup where its own differ; ``Q(DQ(x))`` with equal parameters -> ``x``;
+  a max pool of 8-bit integers themselves (QOperator's MaxPool) -> ``max_pool2d`` too;
 * any other ``quantize`` / activation ``dequantize`` -> onnxruntime's QuantizeLinear /
   DequantizeLinear; the float ops between them stay float, as in onnxruntime.
 
@@ -108,6 +109,10 @@ class QDQToInteger(QDQReader):
             scale, zero_point = out.scalar("an activation")
             return self.integer("quantize", [call.args[0]], scale=float(scale), zero_point=zero_point,
                                 out_dtype=out.dtype)
+        # a MaxPool of 8-bit integers with no Q/DQ around it (QOperator models: onnxruntime's NhwcMaxPool)
+        if isinstance(call.op, Op) and call.op.name == "relax.nn.max_pool2d" and str(call.ty.dtype) in ("uint8", "int8") \
+                and (new := self.max_pool(call, call.args[0])) is not None:
+            return new
         if isinstance(call.op, Op) and call.op.name in ("relax.nn.conv2d", "relax.matmul") \
                 and str(call.ty.dtype) == "int32" and (new := self.integer_accumulate(call)) is not None:
             return new
@@ -378,16 +383,22 @@ class QDQToInteger(QDQReader):
         if x is None:
             return None
         if op.op.name == "relax.nn.max_pool2d":
-            a = op.attrs
-            if str(a.layout) != "NCHW" or any(int(d) != 1 for d in a.dilation):
-                return None
-            pool, strides, padding = ([int(v) for v in vs] for vs in (a.pool_size, a.strides, a.padding))
-            if a.ceil_mode:      # the last windows' overhang as bottom/right padding, which never wins a max
-                (h, w), (oh, ow) = ([int(d) for d in list(e.ty.shape)[2:]] for e in (op.args[0], expr))
-                padding[2] = (oh - 1) * strides[0] + pool[0] - h - padding[0]
-                padding[3] = (ow - 1) * strides[1] + pool[1] - w - padding[1]
-            return self.integer("max_pool2d", [x], pool=pool, strides=strides, padding=padding)
+            return self.max_pool(op, x)
         return relax.Call(op.op, [x, *[self.visit_expr(a) for a in op.args[1:]]], op.attrs)
+
+    def max_pool(self, op, x):
+        """``max_pool2d`` of NCHW integers ``x`` (a rewritten tensor, or ``op``'s own 8-bit input) with
+        ``op``'s attributes, as the integer op, which bind.py computes in NHWC; None for what it does not
+        take (dilation, another layout)."""
+        a = op.attrs
+        if str(a.layout) != "NCHW" or any(int(d) != 1 for d in a.dilation):
+            return None
+        pool, strides, padding = ([int(v) for v in vs] for vs in (a.pool_size, a.strides, a.padding))
+        if a.ceil_mode:      # the last windows' overhang as bottom/right padding, which never wins a max
+            (h, w), (oh, ow) = ([int(d) for d in list(e.ty.shape)[2:]] for e in (op.args[0], op))
+            padding[2] = (oh - 1) * strides[0] + pool[0] - h - padding[0]
+            padding[3] = (ow - 1) * strides[1] + pool[1] - w - padding[1]
+        return self.integer("max_pool2d", [x], pool=pool, strides=strides, padding=padding)
 
     def in_output_params(self, expr, out: QParams):
         """For ``expr`` = DQ(x): the integers of Q(expr) in ``out``'s parameters, x itself where they
