@@ -83,7 +83,7 @@ def nine_bit(shape, rng, types: str) -> np.ndarray:
 
 
 @pytest.mark.parametrize("types", TYPES)
-@pytest.mark.parametrize("layout,c,o,ksize,stride,pad,groups,dtype", CONVS)
+@pytest.mark.parametrize("layout,c,o,ksize,stride,pad,groups,dtype", CONVS[:5])    # the tiles' layouts and strides
 def test_nine_bit_weights_on_the_avx2_tiles(avx2_only, layout, c, o, ksize, stride, pad, groups, dtype, types):
     """U8U8 layers' weights (``w - zw``): w16 as they are, s8s7 clamped and corrected; Winograd's s16
     tile on w16's 3x3 stride-1 layers."""
@@ -94,9 +94,13 @@ def test_nine_bit_weights_on_the_avx2_tiles(avx2_only, layout, c, o, ksize, stri
     w = nine_bit((o, c // groups, ksize, ksize), rng, types)
     out = conv2d(w, shape, layout, stride, pad, groups, dtype, kernel=avx2_only[types], use_winograd=types == "w16")(x)
     np.testing.assert_array_equal(out, conv_reference(x, w, layout, stride, pad, groups))
-    xd = rng.integers(0, 256, (5, 70)).astype(np.uint8)
-    wd = nine_bit((40, 70), rng, types)
-    np.testing.assert_array_equal(dense(wd, 5, "uint8", kernel=avx2_only[types])(xd), dense_reference(xd, wd))
+
+
+@pytest.mark.parametrize("types", TYPES)
+def test_nine_bit_dense_on_the_avx2_tiles(avx2_only, types):
+    rng = np.random.default_rng(12)
+    x, w = rng.integers(0, 256, (5, 70)).astype(np.uint8), nine_bit((40, 70), rng, types)
+    np.testing.assert_array_equal(dense(w, 5, "uint8", kernel=avx2_only[types])(x), dense_reference(x, w))
 
 
 @pytest.mark.parametrize("types,use_winograd", [(t, False) for t in TYPES] + [("w16", True)])
