@@ -2,7 +2,7 @@
 parameters of a quantize/dequantize (``QParams``), what a variable is bound to, and the forms the
 rewrite matches on, each a method of ``QDQReader`` returning the parts or None: a call of given ops,
 a clip by constant bounds (a QCDQ tensor's declared range), DQ(x), DQ(constant), and the
-zero-point-subtracted ``astype`` of ConvInteger and MatMulInteger.
+zero-point-subtracted ``astype`` of ConvInteger and MatMulInteger; a max pool's integer parameters.
 """
 from __future__ import annotations
 
@@ -155,3 +155,18 @@ class QDQReader(relax.PyExprMutator):
         bound to the expression), else ''."""
         names = (v.name for e in exprs if isinstance(v := self.bound.get(e, e), relax.Var))
         return next((LAYER_NAMES[name] for name in names if name in LAYER_NAMES), "")
+
+
+def max_pool_params(pool) -> dict | None:
+    """The integer ``max_pool2d``'s parameters (arithmetic.py) of a relax ``max_pool2d`` call ``pool``
+    (NCHW, no dilation; else None): ceil mode as bottom/right padding, the last windows' overhang,
+    which never wins a max."""
+    a = pool.attrs
+    if str(a.layout) != "NCHW" or any(int(d) != 1 for d in a.dilation):
+        return None
+    size, strides, padding = ([int(v) for v in vs] for vs in (a.pool_size, a.strides, a.padding))
+    if a.ceil_mode:
+        (h, w), (oh, ow) = ([int(d) for d in list(e.ty.shape)[2:]] for e in (pool.args[0], pool))
+        padding[2] = (oh - 1) * strides[0] + size[0] - h - padding[0]
+        padding[3] = (ow - 1) * strides[1] + size[1] - w - padding[1]
+    return dict(pool=size, strides=strides, padding=padding)

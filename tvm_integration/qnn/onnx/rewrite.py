@@ -59,7 +59,7 @@ from tvm_integration.qnn.float.float_calls import emit, shape_of
 from tvm_integration.qnn.float.float_conv import conv2d_func
 from tvm_integration.qnn.float.reduce_mean import is_global_average_pool
 from tvm_integration.qnn.onnx import activation_matmul, batch_norm, channels, ort_fusion
-from tvm_integration.qnn.onnx.qdq import QDQReader, QParams
+from tvm_integration.qnn.onnx.qdq import QDQReader, QParams, max_pool_params
 from tvm_integration.qnn.semantics import arithmetic, qlinear_softmax
 from tvm_integration.qnn.semantics.errors import ModelError
 from tvm_integration.qnn.semantics.integer_op import IntegerOp
@@ -109,10 +109,9 @@ class QDQToInteger(QDQReader):
             scale, zero_point = out.scalar("an activation")
             return self.integer("quantize", [call.args[0]], scale=float(scale), zero_point=zero_point,
                                 out_dtype=out.dtype)
-        # a MaxPool of 8-bit integers with no Q/DQ around it (QOperator models: onnxruntime's NhwcMaxPool)
         if isinstance(call.op, Op) and call.op.name == "relax.nn.max_pool2d" and str(call.ty.dtype) in ("uint8", "int8") \
-                and (new := self.max_pool(call, call.args[0])) is not None:
-            return new
+                and (pool := max_pool_params(call)) is not None:       # QOperator's MaxPool (NhwcMaxPool)
+            return self.integer("max_pool2d", [call.args[0]], **pool)
         if isinstance(call.op, Op) and call.op.name in ("relax.nn.conv2d", "relax.matmul") \
                 and str(call.ty.dtype) == "int32" and (new := self.integer_accumulate(call)) is not None:
             return new
@@ -383,22 +382,9 @@ class QDQToInteger(QDQReader):
         if x is None:
             return None
         if op.op.name == "relax.nn.max_pool2d":
-            return self.max_pool(op, x)
+            pool = max_pool_params(op)
+            return None if pool is None else self.integer("max_pool2d", [x], **pool)
         return relax.Call(op.op, [x, *[self.visit_expr(a) for a in op.args[1:]]], op.attrs)
-
-    def max_pool(self, op, x):
-        """``max_pool2d`` of NCHW integers ``x`` (a rewritten tensor, or ``op``'s own 8-bit input) with
-        ``op``'s attributes, as the integer op, which bind.py computes in NHWC; None for what it does not
-        take (dilation, another layout)."""
-        a = op.attrs
-        if str(a.layout) != "NCHW" or any(int(d) != 1 for d in a.dilation):
-            return None
-        pool, strides, padding = ([int(v) for v in vs] for vs in (a.pool_size, a.strides, a.padding))
-        if a.ceil_mode:      # the last windows' overhang as bottom/right padding, which never wins a max
-            (h, w), (oh, ow) = ([int(d) for d in list(e.ty.shape)[2:]] for e in (op.args[0], op))
-            padding[2] = (oh - 1) * strides[0] + pool[0] - h - padding[0]
-            padding[3] = (ow - 1) * strides[1] + pool[1] - w - padding[1]
-        return self.integer("max_pool2d", [x], pool=pool, strides=strides, padding=padding)
 
     def in_output_params(self, expr, out: QParams):
         """For ``expr`` = DQ(x): the integers of Q(expr) in ``out``'s parameters, x itself where they
