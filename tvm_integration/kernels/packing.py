@@ -83,8 +83,9 @@ def clamped(w: np.ndarray, lo: int, hi: int, n_padded: int) -> tuple[np.ndarray,
     correction reads a few activations per output where the tile reads them all. Weights already in
     range come back as they are (int8 for a byte tile), with no correction."""
     out = (w < lo) | (w > hi)
+    dtype = np.int8 if lo >= -128 and hi <= 127 else w.dtype
     if not out.any():
-        return w.astype(np.int8) if lo >= -128 and hi <= 127 else w, {}
+        return w.astype(dtype, copy=False), {}
     counts = out.sum(axis=2)
     g, n, _ = w.shape
     index = np.zeros((g, n_padded, outside(w.reshape(g * n, -1), lo, hi)), np.int32)
@@ -93,7 +94,7 @@ def clamped(w: np.ndarray, lo: int, hi: int, n_padded: int) -> tuple[np.ndarray,
     for gi, ni in zip(*np.nonzero(counts)):
         ks = np.flatnonzero(out[gi, ni])
         index[gi, ni, :len(ks)], amount[gi, ni, :len(ks)] = ks, w[gi, ni, ks].astype(np.int32) - inside[gi, ni, ks]
-    return inside.astype(np.int8 if lo >= -128 and hi <= 127 else w.dtype), {"fix_index": index, "fix_amount": amount}
+    return inside.astype(dtype), {"fix_index": index, "fix_amount": amount}
 
 
 def outside(columns: np.ndarray, lo: int, hi: int) -> int:
