@@ -70,7 +70,7 @@ def test_dense_on_the_avx2_tiles(avx2_only, dtype, minus_128, types):
 
 
 def nine_bit(shape, rng, types: str) -> np.ndarray:
-    """u8 weights less a zero point of 121 (legalize.nine_bit: int16 in [-121, 134]), at both ends; for the
+    """u8 weights less a zero point of 121 (arithmetic.nine_bit: int16 in [-121, 134]), at both ends; for the
     s8s7 tile in its [-127, 127] but for one or two per output channel (a calibrated layer's extremes),
     which it takes clamped (packing.clamped)."""
     w = rng.integers(-121, 135, shape).astype(np.int16)

@@ -84,7 +84,10 @@ def options():
         "symmetric": dict(per_channel=True, extra_options={"ActivationSymmetric": True, "WeightSymmetric": True}),
         "keep_activations": dict(per_channel=True, extra_options={"QDQKeepRemovableActivations": True}),
         "entropy": dict(per_channel=True, calibrate_method=q.CalibrationMethod.Entropy),
+        "u8u8_per_channel_qoperator": dict(per_channel=True, quant_format=q.QuantFormat.QOperator,
+                                           activation_type=q.QuantType.QUInt8, weight_type=q.QuantType.QUInt8),
         "dynamic": None,
+        "dynamic_u8_per_channel": dict(dynamic=True, per_channel=True, weight_type=q.QuantType.QUInt8),
     }
 
 
@@ -109,8 +112,8 @@ def quantized(source, name: str):
     path = source.with_name(f"residual.{name}.onnx")
     if not path.exists():
         opts = {**options(), **other_options()}[name]
-        if opts is None:
-            ort_quant.quantize_dynamic(str(source), str(path))
+        if opts is None or opts.get("dynamic"):
+            ort_quant.quantize_dynamic(str(source), str(path), **{k: v for k, v in (opts or {}).items() if k != "dynamic"})
         else:
             data = iter(feeds(4, 1))
 
@@ -131,6 +134,18 @@ def differences(path) -> int:
 @pytest.mark.parametrize("name", list(options()))
 def test_quantizer_option_is_exact(source, name):
     assert differences(quantized(source, name)) == 0
+
+
+@pytest.mark.parametrize("name", ["u8u8_per_channel_qoperator", "dynamic_u8_per_channel"])
+def test_weight_zero_points_per_column_run_on_the_tiles(source, name):
+    """u8 weights per channel (QGemm, MatMulInteger) whose zero points differ column by column take
+    the tiles as ``w - zw`` (arithmetic.nine_bit): all five layers tensorized (exact: above)."""
+    from test_u8u8 import tensorized
+    path = quantized(source, name)
+    graph = onnx.load(str(path)).graph
+    zero_points = [numpy_helper.to_array(i) for i in graph.initializer if i.name.endswith("zero_point")]
+    assert any(z.size > 1 and len(set(z.tolist())) > 1 for z in zero_points)
+    assert tensorized(path) == 5
 
 
 def onnxruntime_float_nodes(path) -> set[str]:

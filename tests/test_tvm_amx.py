@@ -89,7 +89,7 @@ def test_conv2d_on_amx(layout, c, o, ksize, stride, pad, groups, dtype, hw, any_
 
 
 def test_nine_bit_weights_on_amx(kernel):
-    """U8U8 layers' weights ``w - zw`` (int16, legalize.nine_bit) on the byte tile: clamped into
+    """U8U8 layers' weights ``w - zw`` (int16, arithmetic.nine_bit) on the byte tile: clamped into
     [-128, 127], the one or two extremes of each output channel added apart (packing.clamped)."""
     w = np.clip(RNG.integers(-121, 135, (96, 64, 3, 3)), -128, 127).astype(np.int16)
     w[:, 0, 0, 0], w[::3, 5, 1, 2] = 134, -130

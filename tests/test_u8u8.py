@@ -16,7 +16,7 @@ from isa_specs import host
 from test_qnn import GEOMETRIES, TINY, assert_bit_exact, single_conv
 from tvm_integration.bench import int8_models
 from tvm_integration.kernels import selection
-from tvm_integration.qnn.lower.legalize import nine_bit
+from tvm_integration.qnn.semantics.arithmetic import nine_bit
 from tvm_integration.qnn.onnx.importer import load
 from tvm_integration.qnn.prim.schedules import TENSORIZED
 from tvm_integration.qnn.runtime.model import lower

@@ -10,7 +10,7 @@ x86 tiles (AVX-512 VNNI, AVX-VNNI, AVX2, AMX) multiply u8 activations by s8 weig
 * a weight zero point zw that is still not 0 (U8U8 models: onnxruntime quantizes u8 weights
   asymmetrically) would need the window-sum term ``-zw sum x``; the weights become ``w - zw`` on zero
   point 0 instead, the folded bias ``-zx sum (w - zw)`` unchanged: int8 where they fit, else 9-bit in
-  int16 (``nine_bit``), which the w16 tiles (AVX2, AVX-512BW) take as they are and the byte tiles (VNNI,
+  int16 (arithmetic.nine_bit), which the w16 tiles (AVX2, AVX-512BW) take as they are and the byte tiles (VNNI,
   AMX) clamped, with the few extremes added apart (kernels/selection.admitted, packing.clamped). Where
   too many lie outside a byte tile's range, and on NEON, 9-bit weights stay on the reference
   computation (scheduled, correct, slower), which says so.
@@ -36,6 +36,7 @@ from tvm_integration.kernels import lowbit_choice, selection, tuning
 from tvm_integration.ops.conv2d import chosen_tiles
 from tvm_integration.ops.output_stage import QUANT_RANGES
 from tvm_integration.qnn.semantics.errors import ModelError
+from tvm_integration.qnn.semantics.arithmetic import nine_bit
 from tvm_integration.qnn.semantics.integer_op import LINEAR, IntegerOp
 from tvm_integration.qnn.semantics.precision import Precision, detect
 
@@ -116,14 +117,6 @@ def by_winograd(op: IntegerOp, target: str) -> bool:
     b, c, h, w = (int(d) for d in x.ty.shape)
     return chosen_tiles(signed(op.constants[0]), (b, h, w, c), "NHWC", tuple(op.params["strides"]),
                         tuple(op.params["padding"]), op.params["groups"], str(x.ty.dtype), target)[1] is not None
-
-
-def nine_bit(weight: np.ndarray, zero_point: int) -> np.ndarray:
-    """s8 weights on a zero point that is not 0 as the exact ``w - zw`` (int8 where that fits, else
-    int16 in packing.NINE_BITS), whose zero point is 0: the folded bias ``-zx sum (w - zw)`` stays."""
-    shifted = weight.astype(np.int16) - zero_point
-    fits = shifted.size == 0 or -128 <= int(shifted.min()) and int(shifted.max()) <= 127
-    return shifted.astype(np.int8) if fits else shifted
 
 
 def signed(weight: np.ndarray) -> np.ndarray:

@@ -248,8 +248,7 @@ class QDQToInteger(QDQReader):
         if bias is not None and np.issubdtype(bias.dtype, np.floating):
             w_scale = np.broadcast_to(wq.scale.astype(np.float32).reshape(-1), (w.shape[0],))
             bias = self.integer_bias(bias.reshape(-1), np.float32(x_scale) * w_scale, layer)
-        w_zp, constants = arithmetic.linear_constants(w, bias, x_scale, x_zp, wq.scale, wq.zero_point, out_scale,
-                                                      "weights")
+        w_zp, constants = arithmetic.linear_constants(w, bias, x_scale, x_zp, wq.scale, wq.zero_point, out_scale)
         common = dict(x_zero_point=x_zp, w_zero_point=w_zp, out_zero_point=out_zp, out_dtype=out.dtype,
                       clamp=list(clamp), x_range=list(xq.bounds), w_range=list(wq.bounds), layer=layer)
         return self.emit_linear(core, x, constants, common)
@@ -277,8 +276,8 @@ class QDQToInteger(QDQReader):
         if zx is not None and any(int(d) != 1 for d in zx.ty.shape):
             return None                      # a per-row input zero point (MatMulInteger allows it): TVM's op
         w_zps = np.zeros(1, np.int64) if w_zp is None else constant(self.value(w_zp))
-        if w_zps is None or np.any(w_zps != w_zps.flat[0]):
-            return None                      # per-channel weight zero points that differ: TVM's op
+        if w_zps is None:
+            return None
         zx_value = 0 if zx is None else constant(self.value(zx))
         runtime_zx = zx_value is None
         x_zp, w_zp = 0 if runtime_zx else int(np.asarray(zx_value).reshape(())), int(w_zps.flat[0])
@@ -290,8 +289,11 @@ class QDQToInteger(QDQReader):
             if len(x.ty.shape) > 2:          # [..., M, K]: the dense of the flattened rows, as conv_or_dense
                 rows = [int(d) for d in x.ty.shape]
                 x = self.builder_.emit(relax.op.reshape(self.visit_expr(x), [-1, rows[-1]]))
+        w_range = list(QUANT_RANGES[str(w.dtype)])
+        if np.any(w_zps != w_zp):            # one zero point per output channel (arithmetic.nine_bit)
+            w, w_zp = arithmetic.nine_bit(w, w_zps.reshape(-1)), 0
         common = dict(x_zero_point=x_zp, w_zero_point=w_zp, out_zero_point=0, out_dtype="int32",
-                      clamp=list(QUANT_RANGES["int32"]), layer=self.layer_name(core))
+                      clamp=list(QUANT_RANGES["int32"]), w_range=w_range, layer=self.layer_name(core))
         result = self.emit_linear(core, x, (w, arithmetic.folded_bias(w, x_zp, w_zp)), common)
         if rows is not None:
             result = relax.op.reshape(self.builder_.emit(result), [*rows[:-1], w.shape[0]])

@@ -32,7 +32,6 @@ from tvm import te, tirx
 from tvm_integration.ops.batch_matmul import Operand, geometry
 from tvm_integration.ops.conv2d import output_size
 from tvm_integration.ops.output_stage import QUANT_RANGES, fenced, qlinear_add, requantize, round_saturated, round_to_int
-from tvm_integration.qnn.semantics.errors import ModelError
 from tvm_integration.qnn.semantics.quant import broadcast_index, broadcast_shape
 
 
@@ -44,6 +43,16 @@ def requantize_channel(acc, scale, channel, zero_point: int, dtype: str, clamp: 
 def weight_sums(w: np.ndarray, w_zp: int) -> np.ndarray:
     """int64 per output channel: ``sum (w - zw)`` over its weights (what the input's zero point multiplies)."""
     return (w.reshape(w.shape[0], -1).astype(np.int64) - w_zp).sum(1)
+
+
+def nine_bit(weight: np.ndarray, zero_point) -> np.ndarray:
+    """Weights on a zero point that is not 0, one or one per output channel (axis 0), as the exact
+    ``w - zw`` on zero point 0: int8 where that fits, else int16 (9 bits, packing.NINE_BITS). The folded
+    bias ``-zx sum (w - zw)`` stays; the ops then take one zero point however many the model had."""
+    zero_point = np.asarray(zero_point, np.int16).reshape((-1,) + (1,) * (weight.ndim - 1))
+    shifted = weight.astype(np.int16) - zero_point
+    fits = shifted.size == 0 or -128 <= int(shifted.min()) and int(shifted.max()) <= 127
+    return shifted.astype(np.int8) if fits else shifted
 
 
 def valid_tap_sums(w: np.ndarray, size: tuple[int, int], attrs) -> np.ndarray:
@@ -70,14 +79,15 @@ def folded_bias(w: np.ndarray, x_zp: int, w_zp: int, bias: np.ndarray | None = N
 
 
 def linear_constants(w: np.ndarray, bias: np.ndarray | None, x_scale, x_zp: int, w_scale: np.ndarray,
-                     w_zero_point: np.ndarray, out_scale, weights: str) -> tuple[int, tuple]:
+                     w_zero_point: np.ndarray, out_scale) -> tuple[int, tuple]:
     """(the weights' zero point, conv2d / dense constants ``(w, bias, scale)``) as onnxruntime and
     LiteRT's XNNPACK delegate both compute them: the zero-point terms known at compile time folded
     into the int32 bias (``folded_bias``), and the requantization scale per output channel
-    ``x_scale * w_scale / y_scale`` in float32, in that order. ModelError for ``weights`` whose
-    per-channel zero points differ: the ops take one."""
+    ``x_scale * w_scale / y_scale`` in float32, in that order. Per-channel zero points that differ
+    (onnxruntime's u8 weights per channel, asymmetric) are subtracted from the weights (``nine_bit``):
+    the ops take one."""
     if np.any(w_zero_point != w_zero_point.flat[0]):
-        raise ModelError(f"{weights} have per-channel zero points that differ")
+        w, w_zero_point = nine_bit(w, w_zero_point.reshape(-1)), np.zeros(1, np.int64)
     w_zp = int(w_zero_point.flat[0])
     w_scale = np.broadcast_to(w_scale.astype(np.float32).reshape(-1), (w.shape[0],))
     scale = (np.float32(x_scale) * w_scale / np.float32(out_scale)).astype(np.float32)

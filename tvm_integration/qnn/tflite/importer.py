@@ -253,8 +253,7 @@ class Importer:
         """conv2d / dense constants and parameters: XNNPACK's requantization scale and folded bias are
         onnxruntime's (arithmetic.linear_constants)."""
         (x_scale, x_zp), (out_scale, out_zp) = x.scalar(), out.scalar()
-        w_zp, constants = linear_constants(weight, bias, x_scale, x_zp, w.scale, w.zero_point, out_scale,
-                                           f"{self.path}: weights {w.name!r}")
+        w_zp, constants = linear_constants(weight, bias, x_scale, x_zp, w.scale, w.zero_point, out_scale)
         return constants, dict(x_zero_point=x_zp, w_zero_point=w_zp, out_zero_point=out_zp, out_dtype=out.dtype,
                                clamp=clamp, **geometry)
 
