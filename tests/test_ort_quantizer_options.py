@@ -376,6 +376,46 @@ def test_quantize_carried_back_past_maxpool(tmp_path):
         np.testing.assert_array_equal(model(x)["out"], session.run(["out"], x)[0])
 
 
+def pt2e_block_model(path, bias: bool) -> list[dict[str, np.ndarray]]:
+    """PyTorch PT2E's residual block (torchao's ArmInductorQuantizer, exported by torch.onnx dynamo): int8
+    activations, ``Conv -> Relu -> Q -> DQ -> Conv -> Add(skip) -> Relu``, its float output compared
+    bit for bit. onnxruntime computes both Convs in float (their input is read twice): the first with
+    its float bias quantized (WeightBiasQuantization: ort_fusion.quantized_biases), the second, with a
+    bias, fused with the Add into a FusedConv summing onto the skip (onnx/float_convs.py); without a
+    bias, a float Conv and a float Add."""
+    rng, c, h = np.random.default_rng(7), 16, 28
+    inits = [numpy_helper.from_array(np.array(v, t), n) for n, v, t in (
+        ("xs", 0.03, np.float32), ("xz", 0, np.int8), ("ws", 0.004, np.float32), ("wz", 0, np.int8),
+        ("ys", 0.05, np.float32), ("yz", -128, np.int8))]
+    inits += [numpy_helper.from_array(rng.integers(-127, 128, (c, c, 3, 3)).astype(np.int8), n) for n in ("w1", "w2")]
+    inits += [numpy_helper.from_array(rng.standard_normal(c).astype(np.float32), n) for n in ("b1", "b2")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"]),
+             helper.make_node("DequantizeLinear", ["w1", "ws", "wz"], ["w1d"]),
+             helper.make_node("DequantizeLinear", ["w2", "ws", "wz"], ["w2d"]),
+             helper.make_node("Conv", ["xd", "w1d", *["b1"][:bias]], ["c1"], name="c1", pads=[1] * 4),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("QuantizeLinear", ["r1", "ys", "yz"], ["r1q"]),
+             helper.make_node("DequantizeLinear", ["r1q", "ys", "yz"], ["r1d"]),
+             helper.make_node("Conv", ["r1d", "w2d", *["b2"][:bias]], ["c2"], name="c2", pads=[1] * 4),
+             helper.make_node("Add", ["c2", "xd"], ["sum"], name="add"),
+             helper.make_node("Relu", ["sum"], ["out"])]
+    save_model(path, "pt2e_block", nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, c, h, h))],
+               [helper.make_tensor_value_info("out", TensorProto.FLOAT, (1, c, h, h))], inits)
+    return [{"x": np.random.default_rng(seed).uniform(-3, 3, (1, c, h, h)).astype(np.float32)} for seed in range(3)]
+
+
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no_bias"])
+def test_pt2e_residual_block_is_onnxruntimes(tmp_path, bias):
+    from tvm_integration.qnn.runtime.model import compile_model
+    path = tmp_path / "block.onnx"
+    xs = pt2e_block_model(path, bias)
+    session = reference_session(path)
+    model = compile_model(path, threads=1)
+    for x in xs:
+        np.testing.assert_array_equal(model(x)["out"], session.run(["out"], x)[0])
+
+
 def classifier_model(path) -> list[dict[str, np.ndarray]]:
     """NNCF's head: DQ -> GlobalAveragePool -> Q -> DQ -> Flatten -> Gemm (transB, float bias, float
     output), 100 channels into 1003 classes (K and N not multiples of MLAS's 8 lanes and 4 rows)."""

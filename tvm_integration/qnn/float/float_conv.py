@@ -24,11 +24,13 @@ PANELS_PER_BLOCK = 8          # at most this many panels of columns between two 
 
 
 def conv2d_func(x_shape: tuple[int, ...], w_shape: tuple[int, ...], strides, padding,
-                dequantize: tuple[float, int, str] | None = None) -> tirx.PrimFunc:
+                dequantize: tuple[float, int, str] | None = None, summand: bool = False) -> tirx.PrimFunc:
     """A float NCHW/OIHW conv2d (one group, no dilation) summed as MLAS does (module docstring).
     ``dequantize`` (scale, zero point, integer type): the input is the integers of a per-tensor
     DequantizeLinear, dequantized as the image is padded, ``float32(x - zero point) * scale`` as
-    DequantizeLinear computes it, instead of in a pass of its own.
+    DequantizeLinear computes it, instead of in a pass of its own. ``summand``: a third input of the
+    output's shape that the sums start from, ``((z + s0) + s1) + ...``, as onnxruntime's FusedConv
+    with a Sum input computes (the output a copy of it, MLAS's Beta = 1: conv_add.py).
 
     The image is copied once with its zero padding (in phases of its columns at a stride over 1), the
     panels then from it in runs (``_runs``). A K that is no whole number of blocks ends in a
@@ -69,6 +71,15 @@ def conv2d_func(x_shape: tuple[int, ...], w_shape: tuple[int, ...], strides, pad
         weight(i, kb * stride + r) * col[b, j // COLUMNS, kb * stride + r, j % COLUMNS], axis=r), name="block")
     # the blocks' sums added in turn, ((0 + s0) + s1) + ...: as MLAS's, but for the sign of a zero sum
     kb = te.reduce_axis((0, whole), "kb")
+    z = te.placeholder((batch, m, oh, ow), "float32", "z") if summand else None
+    if summand:                                     # ((0 + (z + s0)) + s1) + ...: TE drops a sum's init
+        sums = block
+
+        def started(b, kb, i, j):
+            column = tirx.min(j, n - 1)
+            first = z[b, tirx.min(i, m - 1), column // ow, column % ow] + sums[b, kb, i, j]
+            return tirx.if_then_else(kb == 0, first, sums[b, kb, i, j])
+        block = te.compute(sums.shape, started, name="summed")
     total = te.compute((batch, tall, wide), lambda b, i, j: te.sum(block[b, kb, i, j], axis=kb), name="acc")
     if tail:                                        # then the last, shorter block's
         start = whole * stride
@@ -80,7 +91,9 @@ def conv2d_func(x_shape: tuple[int, ...], w_shape: tuple[int, ...], strides, pad
         acc = total
         total = te.compute(acc.shape, lambda *i: acc(*i) + last(*i), name="total")
     out = te.compute((batch, m, oh, ow), lambda b, i, y, z: total[b, i, y * ow + z], name="out")
-    sch = s_tir.Schedule(te.create_prim_func([x, filters, out]))
+    sch = s_tir.Schedule(te.create_prim_func([x, filters, *([z] if summand else []), out]))
+    if summand:
+        sch.compute_inline(sch.get_sblock("summed"))
     _schedule(sch, panels, tail, hp, wp, sw)
     return sch.mod["main"]
 

@@ -165,9 +165,12 @@ def float_layers(model: onnx.ModelProto) -> frozenset[str]:
         users, clip = g.readers[node.output[0]], None
         if len(users) == 1 and users[0].op_type in ("Relu", "Clip"):
             clip, users = users[0], g.readers[users[0].output[0]]
-        if any(k is None for k in kinds) or len(ins) != FUSED.get(node.op_type, 1) \
-                or not any(u.op_type == "QuantizeLinear" for u in users):
+        if any(k is None for k in kinds) or len(ins) != FUSED.get(node.op_type, 1):
             continue                 # not a QDQ group: whatever the rewrite makes of it
+        if not any(u.op_type == "QuantizeLinear" for u in users):
+            if node.op_type == "Conv":          # no QuantizeLinear after it (PT2E's residual Conv -> Add)
+                names.add(node.name)
+            continue
         q = users[0]
         last = (clip or node).output[0]
         zp = g.zero_point(q) if len(users) == 1 and last not in g.outputs and node.output[0] not in g.outputs else None
@@ -191,3 +194,46 @@ def float_calls(mod, layers: frozenset[str]) -> set:
             linear = isinstance(first, relax.Call) and getattr(first.op, "name", "") in ("relax.nn.conv2d", "relax.matmul")
             calls.add(first if getattr(value.op, "name", "") == "relax.add" and linear else value)
     return calls
+
+
+def quantized_biases(model: onnx.ModelProto, layers: frozenset[str]) -> onnx.ModelProto:
+    """``model`` with the float bias of each Conv or Gemm of ``layers`` (computed in float) that
+    onnxruntime's WeightBiasQuantization quantizes replaced by what it computes from then on (a copy;
+    ``model`` itself when there is none): ``DQ(int32(Round(bias / (sx * sw))), sx * sw)``, each step in
+    float32. It applies where the node's input is a DequantizeLinear of one scale, its weights one of a
+    constant, and its output reaches a QuantizeLinear through Relu or Clip alone, no branch (PT2E's
+    convolutions whose input another node also reads: one of every such block's values differed)."""
+    g = Graph(model)
+
+    def to_quantize(node) -> bool:                  # IsNoBranchPathToQuantizeLinear
+        while len(users := g.readers[node.output[0]]) == 1 and node.output[0] not in g.outputs:
+            if users[0].op_type == "QuantizeLinear":
+                return True
+            if users[0].op_type not in ("Relu", "Clip"):
+                return False
+            node = users[0]
+        return False
+
+    biases = {}
+    for node in g.nodes:
+        if node.name not in layers or node.op_type not in ("Conv", "Gemm") or len(node.input) < 3:
+            continue
+        x, w = g.producer.get(node.input[0]), g.producer.get(node.input[1])
+        bias = g.constant(node.input[2])
+        if x is None or w is None or {x.op_type, w.op_type} != {"DequantizeLinear"} or bias is None \
+                or bias.dtype != np.float32 or bias.ndim != 1 or not to_quantize(node):
+            continue
+        sx, sw = g.constant(x.input[1]), g.constant(w.input[1])
+        if sx is None or sx.size != 1 or sw is None or sw.size not in (1, bias.size) or g.constant(w.input[0]) is None:
+            continue
+        scale = np.float32(sx.reshape(())) * sw.astype(np.float32).reshape(-1)
+        biases[node.name] = np.round(bias / scale).astype(np.int32).astype(np.float32) * scale
+    if not biases:
+        return model
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    for node in out.graph.node:
+        if node.name in biases:
+            node.input[2] = f"{node.name}_bias_dq"
+            out.graph.initializer.append(onnx.numpy_helper.from_array(biases[node.name], node.input[2]))
+    return out

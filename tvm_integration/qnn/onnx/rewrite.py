@@ -55,10 +55,8 @@ from tvm import relax
 from tvm.ir import Constant, Op
 
 from tvm_integration.ops.output_stage import QUANT_RANGES
-from tvm_integration.qnn.float.float_calls import emit, shape_of
-from tvm_integration.qnn.float.float_conv import conv2d_func
 from tvm_integration.qnn.float.reduce_mean import is_global_average_pool
-from tvm_integration.qnn.onnx import activation_matmul, batch_norm, channels, ort_fusion
+from tvm_integration.qnn.onnx import activation_matmul, batch_norm, channels, float_convs, ort_fusion
 from tvm_integration.qnn.onnx.qdq import QDQReader, QParams, max_pool_params
 from tvm_integration.qnn.semantics import arithmetic, qlinear_softmax
 from tvm_integration.qnn.semantics.errors import ModelError
@@ -89,7 +87,10 @@ class QDQToInteger(QDQReader):
         return super().run()
 
     def visit_call_(self, call):
-        if call in self.float_cores and call.op.name == "relax.nn.conv2d" and (new := self.float_conv(call)) is not None:
+        if call in self.float_cores and call.op.name == "relax.nn.conv2d" and not float_convs.fused_later(self, call) \
+                and (new := float_convs.conv(self, call)) is not None:
+            return new
+        if isinstance(call.op, Op) and call.op.name == "relax.add" and (new := float_convs.fused(self, call)) is not None:
             return new
         if isinstance(call.op, Op) and call.op.name == "relax.clip" and (clipped := self.clipped(call)) is not None \
                 and (q := self.call(clipped[0], "relax.quantize")) is not None and (out := self.qparams(q)) is not None \
@@ -208,25 +209,6 @@ class QDQToInteger(QDQReader):
             x = self.builder_.emit(relax.Call(shaped.op, [self.visit_expr(x), *shaped.args[1:]], shaped.attrs))
         result = self.integer_linear(core, x, xq, w, wq, bias, out, clamp, layer)
         return result if rows is None else relax.op.reshape(self.builder_.emit(result), [*rows[:-1], w.shape[0]])
-
-    def float_conv(self, call):
-        """A conv2d of float_layers as onnxruntime's x86 Conv sums it (MLAS, float_conv.py)."""
-        a = call.attrs
-        shapes = [shape_of(arg) for arg in (*call.args, call)]
-        if any(s is None or len(s) != 4 for s in shapes) or int(a.groups) != 1 or str(a.data_layout) != "NCHW" \
-                or str(a.kernel_layout) != "OIHW" or any(int(d) != 1 for d in a.dilation):
-            return None
-        image = self.dequantized(call.args[0])   # DQ(x) per tensor: dequantized as the conv pads its input
-        dequantize = None
-        if image is not None and image[1].per_tensor_8bit and image[1].dtype in ("int8", "uint8"):
-            scale, zero_point = image[1].scalar("a float conv's input")
-            dequantize = (float(scale), int(zero_point), image[1].dtype)
-        func = conv2d_func(shapes[0], shapes[1], [int(s) for s in a.strides], [int(p) for p in a.padding],
-                           dequantize)
-        weights = self.dequantized_weights(call.args[1])      # computed once, not at every run
-        return emit(self.builder_, func, "qsynth_float_conv2d",
-                    [self.visit_expr(image[0] if dequantize else call.args[0]),
-                     self.visit_expr(call.args[1]) if weights is None else weights], shapes[2])
 
     @staticmethod
     def integer_bias(bias: np.ndarray, scale: np.ndarray, layer: str) -> np.ndarray:

@@ -60,11 +60,13 @@ def input_specs(path: str | Path, allow_float: bool = False) -> dict[str, tuple[
 
 def onnxruntime_view(model: onnx.ModelProto, target: str) -> tuple[onnx.ModelProto, frozenset[str]]:
     """``model`` as onnxruntime's build for ``target`` types it and the layers it computes in float there
-    (ort_fusion.py: on x86 its int8 pairs turned uint8 and those layers; elsewhere as it is, none)."""
+    (ort_fusion.py: on x86 its int8 pairs turned uint8, the float biases it quantizes so, and those
+    layers; elsewhere as it is, none)."""
     if target == "neon":
         return model, frozenset()
     model = ort_fusion.converted(model)
-    return model, ort_fusion.float_layers(model)
+    layers = ort_fusion.float_layers(model)
+    return ort_fusion.quantized_biases(model, layers), layers
 
 
 def read(path: str | Path, allow_float: bool = False, target: str = "host") -> tuple[tvm.IRModule, dict, list[str]]:
