@@ -58,6 +58,7 @@ def options() -> dict:
         "nncf_performance": "PERFORMANCE",
         "nncf_mixed": "MIXED",
         "nncf_bert_transformer": "TRANSFORMER",
+        "pt2e_arm_inductor": "PT2E",
     }
 
 
@@ -71,6 +72,8 @@ def build(out: Path, name: str) -> Path:
     option = options()[name]
     if option == "TRANSFORMER":
         return build_bert(path)
+    if option == "PT2E":
+        return build_pt2e(path)
     fp32, pre = out / "resnet18.fp32.onnx", out / "resnet18.pre.onnx"
     if not fp32.exists():
         import torch
@@ -116,6 +119,28 @@ def build_bert(path: Path) -> Path:
     return path
 
 
+def build_pt2e(path: Path) -> Path:
+    """The ResNet-18 quantized by PyTorch's PT2E flow (torchao): ``torch.export``, ``prepare_pt2e`` with
+    ArmInductorQuantizer's default config (per-tensor int8; X86InductorQuantizer fails in prepare_pt2e on
+    this model with torch 2.13 and torchao 0.18, docs/measurements.md), the 8 calibration inputs,
+    ``convert_pt2e``, then ``torch.onnx.export(dynamo=True)``."""
+    import make_zoo
+    import torch
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+    from torchao.quantization.pt2e.quantizer.arm_inductor_quantizer import (
+        ArmInductorQuantizer, get_default_arm_inductor_quantization_config)
+    torch.manual_seed(0)
+    model = make_zoo.torchvision_models().resnet18(weights=None).eval()
+    example = torch.randn(1, 3, 224, 224)
+    quantizer = ArmInductorQuantizer().set_global(get_default_arm_inductor_quantization_config())
+    prepared = prepare_pt2e(torch.export.export(model, (example,)).module(), quantizer)
+    for feed in make_zoo.normal_inputs((1, 3, 224, 224), 8):
+        prepared(*(torch.from_numpy(v) for v in feed.values()))
+    torch.onnx.export(convert_pt2e(prepared), (example,), str(path), dynamo=True, input_names=["input"],
+                      output_names=["output"])
+    return path
+
+
 def compare(path: Path) -> dict:
     """``zoo.difference`` of the model compiled here from onnxruntime's exact result on 3 standard-normal
     inputs."""
@@ -129,6 +154,8 @@ def described(option) -> str:
     """An option of ``options()`` in words: the quantizer and its arguments."""
     if option is None:
         return "quantize_dynamic, defaults"
+    if option == "PT2E":
+        return "PyTorch PT2E (torchao 0.18), ArmInductorQuantizer, torch.onnx.export(dynamo=True)"
     if isinstance(option, str):
         return "NNCF, 4-layer BERT, model_type TRANSFORMER" if option == "TRANSFORMER" else f"NNCF, preset {option}"
     return "quantize_static, " + (", ".join(f"{k}={getattr(v, 'name', v)}" for k, v in option.items()) or "defaults")

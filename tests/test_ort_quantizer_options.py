@@ -169,7 +169,7 @@ def test_float_layers_are_onnxruntimes(source, name, expected):
     DedicatedQDQPair (a Q/DQ pair per reader) the same: CommonSubexpressionElimination merges the pairs
     first (ort_fusion.merged)."""
     path = quantized(source, name)
-    assert ort_fusion.float_layers(onnx.load(str(path))) == expected == onnxruntime_float_nodes(path)
+    assert set(ort_fusion.float_layers(onnx.load(str(path)))) == expected == onnxruntime_float_nodes(path)
 
 
 def conv_model(path, seed: int, relu: bool = False):
@@ -211,7 +211,7 @@ def test_float_conv_sums_as_mlas(tmp_path, monkeypatch, relu):
     path = tmp_path / "conv.onnx"
     conv_model(path, 0, relu)
     names = ["out1"] if relu else ["out1", "out2"]
-    assert ort_fusion.float_layers(onnx.load(str(path))) == {n.replace("out", "conv") for n in names}
+    assert set(ort_fusion.float_layers(onnx.load(str(path)))) == {n.replace("out", "conv") for n in names}
     xs = [{"input": np.random.default_rng(seed).uniform(-6, 6, (1, 32, 32, 32)).astype(np.float32)} for seed in range(6)]
     session = reference_session(path)
     want = [session.run(None, x) for x in xs]
@@ -219,7 +219,7 @@ def test_float_conv_sums_as_mlas(tmp_path, monkeypatch, relu):
     for x, w in zip(xs, want):
         for name, expected in zip(names, w):
             np.testing.assert_array_equal(ours(x)[name], expected, err_msg=name)
-    monkeypatch.setattr(ort_fusion, "float_layers", lambda model: frozenset())
+    monkeypatch.setattr(ort_fusion, "float_layers", lambda model: {})
     integer = compile_model(path, threads=1)
     assert sum(int(np.count_nonzero(integer(x)["out1"] != w[0])) for x, w in zip(xs, want)) > 0
 
@@ -292,7 +292,7 @@ def test_binary_and_pool_ops(tmp_path, op):
     from tvm_integration.qnn.runtime.model import compile_model
     path = tmp_path / f"{op}.onnx"
     xs = binary_model(path, op)
-    assert ort_fusion.float_layers(onnx.load(str(path))) == (set() if op == "uint8 Add" else {"op"})
+    assert set(ort_fusion.float_layers(onnx.load(str(path)))) == (set() if op == "uint8 Add" else {"op"})
     session = reference_session(path)
     model = compile_model(path, threads=1)
     for x in xs:
@@ -407,9 +407,16 @@ def pt2e_block_model(path, bias: bool) -> list[dict[str, np.ndarray]]:
 
 @pytest.mark.parametrize("bias", [True, False], ids=["bias", "no_bias"])
 def test_pt2e_residual_block_is_onnxruntimes(tmp_path, bias):
+    """Exact, and ``qsynth inspect`` names both Convs float, each with why (report.layers)."""
+    from tvm_integration.qnn.onnx.importer import load
     from tvm_integration.qnn.runtime.model import compile_model
+    from tvm_integration.qnn.runtime.report import layers
     path = tmp_path / "block.onnx"
     xs = pt2e_block_model(path, bias)
+    rows = {r.layer: r for r in layers(load(path))}
+    assert {name: r.operator for name, r in rows.items()} == {"c1": "float", "c2": "float"}
+    assert "int8 activations" in rows["c1"].kernel and "reaches no QuantizeLinear" in rows["c2"].kernel
+    assert ("FusedConv" in rows["c2"].kernel) == bias
     session = reference_session(path)
     model = compile_model(path, threads=1)
     for x in xs:

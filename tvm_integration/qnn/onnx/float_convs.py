@@ -14,6 +14,8 @@ from tvm import relax
 from tvm_integration.qnn.float.float_calls import emit, shape_of
 from tvm_integration.qnn.float.float_conv import conv2d_func
 
+LAYER, WHY = "qsynth.float_layer", "qsynth.float_why"     # the function's ONNX node and why it is float
+
 
 def conv(reader, call, summand=None):
     """A conv2d of the float layers as onnxruntime's x86 Conv sums it, from ``summand`` where given;
@@ -30,6 +32,11 @@ def conv(reader, call, summand=None):
         dequantize = (float(scale), int(zero_point), image[1].dtype)
     func = conv2d_func(shapes[0], shapes[1], [int(s) for s in a.strides], [int(p) for p in a.padding],
                        dequantize, summand is not None)
+    readers = reader.readers(reader.bound[call]) if call in reader.bound else []
+    name = reader.layer_name(call, *(r for r in readers if r is not None))
+    why = reader.float_layers.get(name, "") + ("; with the Add after it one FusedConv, summing onto the Add's "
+                                               "other operand" if summand is not None else "")
+    func = func.with_attr(LAYER, name).with_attr(WHY, why)
     weights = reader.dequantized_weights(call.args[1])      # computed once, not at every run
     return emit(reader.builder_, func, "qsynth_float_conv2d",
                 [reader.visit_expr(image[0] if dequantize else call.args[0]),

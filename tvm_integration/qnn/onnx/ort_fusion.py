@@ -124,8 +124,9 @@ def merged(model: onnx.ModelProto) -> onnx.ModelProto:
     return out
 
 
-def float_layers(model: onnx.ModelProto) -> frozenset[str]:
-    """Names of the QDQ nodes onnxruntime's x86 build leaves in float: Conv/MatMul/Gemm, Add/Mul and
+def float_layers(model: onnx.ModelProto) -> dict[str, str]:
+    """The QDQ nodes onnxruntime's x86 build leaves in float, name -> why (the pattern and the
+    quantizers that write it: ``qsynth inspect`` prints it): Conv/MatMul/Gemm, Add/Mul and
     GlobalAveragePool/AveragePool (their QLinear ops) whose group it does not fuse."""
     g = Graph(converted(model))
 
@@ -156,7 +157,7 @@ def float_layers(model: onnx.ModelProto) -> frozenset[str]:
         q_lo, q_hi = (int(np.rint(np.float32(b.reshape(())) / scale)) + zp for b in bounds)
         return q_lo <= lo and q_hi >= hi
 
-    names = set()
+    names = {}
     for node in g.nodes:
         if node.op_type not in (*LINEAR, *FUSED) or not node.name:
             continue
@@ -168,20 +169,27 @@ def float_layers(model: onnx.ModelProto) -> frozenset[str]:
         if any(k is None for k in kinds) or len(ins) != FUSED.get(node.op_type, 1):
             continue                 # not a QDQ group: whatever the rewrite makes of it
         if not any(u.op_type == "QuantizeLinear" for u in users):
-            if node.op_type == "Conv":          # no QuantizeLinear after it (PT2E's residual Conv -> Add)
-                names.add(node.name)
+            if node.op_type == "Conv":
+                names[node.name] = "its output reaches no QuantizeLinear (PyTorch PT2E's residual Conv -> Add)"
             continue
         q = users[0]
         last = (clip or node).output[0]
         zp = g.zero_point(q) if len(users) == 1 and last not in g.outputs and node.output[0] not in g.outputs else None
         out = None if zp is None else zp.dtype.name
-        fused = out is not None and (clip is None or redundant(clip, q)) and set(kinds) == {out}
-        if not fused or node.op_type in LINEAR and out == "int8":
-            names.add(node.name)
-    return frozenset(names)
+        if out is None:
+            names[node.name] = "its output is read by more than its QuantizeLinear, or is a model output"
+        elif clip is not None and not redundant(clip, q):
+            names[node.name] = f"a {clip.op_type} before its QuantizeLinear that the output's range keeps"
+        elif node.op_type in LINEAR and "int8" in (*kinds, out):
+            names[node.name] = (f"int8 activations (in {'/'.join(sorted(set(kinds)))}, out {out}), which MLAS has no "
+                                "x86 kernel for: a tensor another node reads too stays int8 (QDQS8ToU8Transformer; "
+                                "quantize_static's default int8 activations, NNCF, PT2E)")
+        elif set(kinds) != {out}:
+            names[node.name] = f"its input types ({', '.join(sorted(set(kinds)))}) are not its output's ({out})"
+    return names
 
 
-def float_calls(mod, layers: frozenset[str]) -> set:
+def float_calls(mod, layers) -> set:
     """The Relax calls of the nodes ``layers`` names (importer.py binds each to a variable named after
     it): a Conv/MatMul/Gemm's conv2d or matmul (under its bias's add), an Add/Mul/pool's own call."""
     calls = set()
@@ -196,7 +204,7 @@ def float_calls(mod, layers: frozenset[str]) -> set:
     return calls
 
 
-def quantized_biases(model: onnx.ModelProto, layers: frozenset[str]) -> onnx.ModelProto:
+def quantized_biases(model: onnx.ModelProto, layers) -> onnx.ModelProto:
     """``model`` with the float bias of each Conv or Gemm of ``layers`` (computed in float) that
     onnxruntime's WeightBiasQuantization quantizes replaced by what it computes from then on (a copy;
     ``model`` itself when there is none): ``DQ(int32(Round(bias / (sx * sw))), sx * sw)``, each step in

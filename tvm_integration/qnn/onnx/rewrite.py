@@ -78,9 +78,9 @@ class QDQToInteger(QDQReader):
     """Each group onnxruntime fuses (the module docstring's list) replaced by its integer op, matched
     on the graph as imported (qdq.py)."""
 
-    def __init__(self, mod, float_layers=frozenset()):
+    def __init__(self, mod, float_layers: dict[str, str] | None = None):
         super().__init__(mod)
-        self.float_layers, self.float_cores = float_layers, set()    # ort_fusion.py: nodes kept float, their calls
+        self.float_layers, self.float_cores = float_layers or {}, set()    # ort_fusion.py: nodes kept float, their calls
 
     def run(self):
         self.float_cores = ort_fusion.float_calls(self.mod, self.float_layers)
@@ -471,7 +471,7 @@ class QDQToInteger(QDQReader):
         return self.visit_expr(data[0])
 
 
-def rewrite(mod, float_layers=frozenset()):
+def rewrite(mod, float_layers: dict[str, str] | None = None):
     """The integer module: every group onnxruntime fuses is one integer op, each chain of channel
     movement one gather (channels.py, which counts readers: dead float code removed first);
     ``float_layers``: the ONNX nodes onnxruntime leaves in float (ort_fusion.py)."""

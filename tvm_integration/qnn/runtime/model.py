@@ -58,12 +58,12 @@ def input_specs(path: str | Path, allow_float: bool = False) -> dict[str, tuple[
     return importer.input_specs(importer.load(path, allow_float=allow_float))
 
 
-def onnxruntime_view(model: onnx.ModelProto, target: str) -> tuple[onnx.ModelProto, frozenset[str]]:
+def onnxruntime_view(model: onnx.ModelProto, target: str) -> tuple[onnx.ModelProto, dict[str, str]]:
     """``model`` as onnxruntime's build for ``target`` types it and the layers it computes in float there
     (ort_fusion.py: on x86 its int8 pairs turned uint8, the float biases it quantizes so, and those
     layers; elsewhere as it is, none)."""
     if target == "neon":
-        return model, frozenset()
+        return model, {}
     model = ort_fusion.converted(model)
     layers = ort_fusion.float_layers(model)
     return ort_fusion.quantized_biases(model, layers), layers

@@ -8,7 +8,8 @@ kernels/neon_int8.py).
 Every MatMul is listed (a transformer's): one with a constant weight is the int8 ``dense``; one of two
 quantized activations (Q.K^T, attention.V) the int8 ``batch_matmul`` (ops/batch_matmul.py) and its
 tile; one left in float (quantize_dynamic's Q.K^T and attention.V, a MatMul outside Q/DQ) a ``matmul``
-of precision float32, as float_ops.py schedules it."""
+of precision float32, as float_ops.py schedules it. A Conv onnxruntime's x86 build keeps in float is
+listed with why it does (ort_fusion.float_layers: the pattern, and the quantizers that write it)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -48,6 +49,8 @@ def layers(model: onnx.ModelProto | Path, target: str = "host", mcpu: str | None
             rows.append(_batch_matmul(op, target))
         elif op is None and _float_matmul(binding.value):
             rows.append(_float_layer(binding, target))
+        elif op is None and (conv := _float_conv(binding.value, mod)) is not None:
+            rows.append(conv)
         if op is None or op.kind not in LINEAR:
             continue
         precision = legalize.precision(op)
@@ -86,6 +89,21 @@ def _float_layer(binding, target: str) -> Layer:
     shape = " @ ".join("x".join(str(int(d)) for d in x.ty.shape) for x in binding.value.args)
     kernel = "TVM's legalized matmul" if target == "neon" else "qsynth_float_matmul (MLAS sgemm's sums, float_ops.py)"
     return Layer(LAYER_NAMES.get(binding.var.name, binding.var.name), "matmul", shape, None, "float", kernel)
+
+
+def _float_conv(value, mod) -> Layer | None:
+    """A Conv onnxruntime's x86 build computes in float (onnx/float_convs.py), and why it does, else None."""
+    from tvm import relax, tirx
+
+    from tvm_integration.qnn.onnx.float_convs import LAYER, WHY
+    if not (isinstance(value, relax.Call) and getattr(value.op, "name", "") == "relax.call_tir"):
+        return None
+    func = mod[value.args[0]]
+    if not isinstance(func, tirx.PrimFunc) or func.attrs is None or LAYER not in func.attrs:
+        return None
+    weights = "x".join(str(int(d)) for d in value.args[1].fields[1].ty.shape)
+    return Layer(str(func.attrs[LAYER]) or "(unnamed)", "conv2d", weights, None, "float",
+                 f"qsynth_float_conv2d (MLAS's sums, float_conv.py): {func.attrs[WHY]}")
 
 
 def _operator(op: IntegerOp, target: str, mcpu: str | None = None) -> tuple[str, str]:
