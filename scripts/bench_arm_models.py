@@ -133,7 +133,8 @@ def kloop_lines(rows: list[dict]) -> list[str]:
 
 def reference_lines(rows: list[dict]) -> list[str]:
     """Each model's op kinds by the reference they follow (arm_reference), with those not known to be exact
-    against it and those where onnxruntime's AArch64 build departs from the ONNX definition."""
+    against it and those where onnxruntime's AArch64 build departs from the ONNX definition; then what
+    explains each row's differences from the two onnxruntime builds, where the row records it."""
     out, seen = [], set()
     for r in rows:
         if "follows" not in r or r["model"] in seen:
@@ -144,8 +145,12 @@ def reference_lines(rows: list[dict]) -> list[str]:
         departs = f"; onnxruntime's AArch64 build departs from the ONNX definition on {', '.join(r['runtime_departs'])}"
         out.append(f"- {r['model']}: " + "; ".join(kinds) + (departs if r["runtime_departs"] else "")
                    + "".join(f"; {line}" for line in r["not_exact"]) + ".")
-    return ["", "The reference each op kind follows (tvm_integration/qnn/runtime/arm_reference.py; rows measured "
-            "before it was recorded are not listed):", *out] if out else []
+    explained = [f"- {r['model']} on {r['core']}: " + " ".join(f"{line}." for line in r["explanation"])
+                 for r in rows if r.get("explanation")]
+    return (["", "The reference each op kind follows (tvm_integration/qnn/runtime/arm_reference.py; rows measured "
+             "before it was recorded are not listed):", *out] if out else []) + \
+        (["", "What each row's differences from the two onnxruntime builds come from (arm_models.explanation; rows "
+          "measured before it was recorded are not listed):", *explained] if explained else [])
 
 
 def diff_cell(row: dict) -> str:

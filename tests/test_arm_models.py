@@ -104,6 +104,8 @@ def test_bench_model_neon_cli(mlp, ort_dir, lib_dir, capsys):
     assert row["max_abs_diff_vs_stated"] == 0
     assert row["follows"]["dense"] == "onnx" and row["not_exact"] == []     # integer ops only: the ONNX definition
     assert row["runtime_departs"] == [k for k in row["follows"] if arm_reference.kind(k).runtime_departs]
+    assert row["differing"] == {"onnx": 0, "onnxruntime_aarch64": 0, "stated": 0, "outputs": 4 * 10}
+    assert row["explanation"] == []                  # nothing differs, nothing to explain
     ours, theirs = row["columns"]["qsynth"], row["columns"]["onnxruntime_int8"]
     assert "model.so" in ours["by_library"] and "libtvm_runtime.so" in ours["by_library"]
     assert "libonnxruntime.so.1" in theirs["by_library"]

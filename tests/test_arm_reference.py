@@ -72,16 +72,58 @@ def test_an_unknown_kind_is_not_called_exact():
     assert "not measured" in arm_reference.describe(kind)
 
 
+def row(differing, largest, follows, not_exact=()):
+    """A bench_arm_model row's reference fields: differing and largest as (onnx, aarch64, stated)."""
+    names = list(follows)
+    return {"differing": dict(zip(("onnx", "onnxruntime_aarch64", "stated"), differing), outputs=1000),
+            "max_abs_diff": dict(zip(("onnx", "onnxruntime_aarch64"), largest)), "max_abs_diff_vs_stated": largest[2],
+            "follows": follows, "not_exact": list(not_exact),
+            "runtime_departs": [k.name for k in arm_reference.departures(names)],
+            "x86_departs": [k.name for k in arm_reference.x86_departures(names)]}
+
+
+def test_bench_model_explains_a_difference_only_when_ours_equals_the_stated_reference():
+    from tvm_integration.bench.arm_models import explanation
+    resnet = {"conv2d": "onnx", "add": "onnx", "global_avg_pool": "onnxruntime_aarch64", "dense": "onnx"}
+    # ResNet-18 on Cortex-A53: 0 from the x86 exact mode, 1.095 from AArch64, 0 from the stated reference
+    (line,) = explanation(row((0, 146, 0), (0, 1.095, 0), resnet))
+    assert line.startswith("the difference from onnxruntime's AArch64 build (1.095 on 146 of 1000 outputs) comes "
+                           "entirely from how it computes add: with those ops as ONNX defines them")
+    assert "that build equals ours on every output (add: MLAS's NEON QLinearAdd" in line
+    # a model differing from the x86 exact mode only: the kinds where that mode is not the stated reference
+    (line,) = explanation(row((12, 0, 0), (0.28, 0, 0), resnet))
+    assert "x86 exact mode (0.28 on 12 of 1000 outputs) comes from" in line
+    assert "global_avg_pool (ONNX leaves their order open" in line and "add (MLAS's AVX2 QLinearAdd" in line
+    assert "NOT explained" in explanation(row((3, 0, 0), (1, 0, 0), {"conv2d": "onnx"}))[0]
+    # ours differs from the stated reference: nothing is explained, and the unmeasured kinds are named
+    (line,) = explanation(row((146, 146, 2), (1.1, 1.1, 0.5), resnet, ["float_grouped_conv: not measured"]))
+    assert "NOT explained" in line and "0.5 on 2 of 1000" in line and "float_grouped_conv: not measured" in line
+    assert explanation(row((0, 0, 0), (0, 0, 0), resnet)) == []
+
+
+def test_a_departure_says_how_and_by_how_much():
+    line = arm_reference.describe_departure(arm_reference.kind("add"))
+    assert line.startswith("add: follows the ONNX definition") and "ties away from zero" in line
+    assert "one output step" in line
+
+
 @pytest.mark.qemu
 @pytest.mark.skipif(cross_model.missing_tools() is not None, reason=f"--target neon: {cross_model.missing_tools()}")
 def test_compile_and_inspect_name_the_inexact_op_kinds(encoders, tmp_path, capsys):
     from qsynth.cli import main
-    path = encoders["dynamic"]
-    inexact = arm_reference.inexact(kinds_of(path))
+    path = encoders["static"]
+    names = kinds_of(path)
+    inexact = arm_reference.inexact(names)
     assert main(["compile", str(path), "-o", str(tmp_path / "m.so"), "--target", "neon", "--mcpu", "cortex-a53"]) == 0
     notes = [line for line in capsys.readouterr().out.splitlines() if line.startswith("note: ")]
-    assert notes == [f"note: {arm_reference.describe(k)}" for k in inexact]
+    assert notes == [f"note: {arm_reference.describe(k)}" for k in inexact] + \
+        [f"note: {arm_reference.describe_departure(arm_reference.kind('add'))}"]      # the QDQ Adds: not silent
+    assert main(["inspect", str(path), "--target", "neon", "--mcpu", "cortex-a53"]) == 0
+    assert notes[-1][len("note: "):] in capsys.readouterr().out
+    path = encoders["dynamic"]
+    inexact = arm_reference.inexact(kinds_of(path))
     assert main(["inspect", str(path), "--target", "neon", "--mcpu", "cortex-a53", "--json"]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert [k["op"] for k in printed["op_kinds"] if k["exact"] is not True] == [k.name for k in inexact]
+    assert not any(k["onnxruntime_aarch64_departs"] for k in printed["op_kinds"])
     assert {k["op"]: k["reference"] for k in printed["op_kinds"]}["softmax"] == arm_reference.AARCH64

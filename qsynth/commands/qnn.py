@@ -74,7 +74,7 @@ def compile(model: str = MODEL,
     print(f"{out} ({', '.join(f'{n} {d}{list(s)}' for n, (s, d) in compiled.inputs.items())} -> "
           f"{', '.join(compiled.outputs)})")
     if target == "neon":
-        _print_inexact(compiled.inexact())
+        _print_inexact(compiled.inexact(), compiled.op_kinds or [])
     return 0
 
 
@@ -245,34 +245,42 @@ def _bench_arm(model: str, fp32: str | None, threads: int, input: list[str] | No
 
 
 def _print_references(row: dict) -> None:
-    """bench-model --target neon: the difference from each reference and which op kinds follow which."""
+    """bench-model --target neon: the difference from each reference, which op kinds follow which, and what
+    explains each difference (bench/arm_models.explanation)."""
     from tvm_integration.qnn.runtime import arm_reference
+    of = row["differing"]["outputs"]
+    measured = {arm_reference.ONNX: ("onnxruntime's x86 exact mode (the ONNX definition, but for its fused "
+                                     "QLinearAdd)", "the ONNX definition is the reference of"),
+                arm_reference.AARCH64: (arm_reference.REFERENCES[arm_reference.AARCH64], "the reference of")}
     for reference, difference in row["max_abs_diff"].items():
         kinds = [k for k, r in row["follows"].items() if r == reference]
-        print(f"  largest difference from {arm_reference.REFERENCES[reference]}: {difference:g}; followed by "
-              f"{', '.join(kinds) or 'no op of this model'}")
-    print(f"  largest difference from each op kind's own reference (onnxruntime's AArch64 build, its QDQ Adds as "
-          f"ONNX defines them): {row['max_abs_diff_vs_stated']:g}")
+        run, of_kinds = measured[reference]
+        print(f"  {run}: largest difference {difference:g}, {row['differing'][reference]} of {of} outputs differ; "
+              f"{of_kinds} {', '.join(kinds) or 'no op of this model'}")
+    print(f"  each op kind's own reference (onnxruntime's AArch64 build, its QDQ Adds as ONNX defines them): largest "
+          f"difference {row['max_abs_diff_vs_stated']:g}, {row['differing']['stated']} of {of} outputs differ")
     for line in row["not_exact"]:
         print(f"  {line}")
-    for name in row["runtime_departs"]:
-        print(f"  {name}: onnxruntime's AArch64 build departs from the ONNX definition, so the model can differ from "
-              f"that build with every op exact against its reference ({arm_reference.kind(name).note})")
+    for line in row["explanation"]:
+        print(f"  {line}")
 
 
-def _print_inexact(kinds: list) -> None:
-    """--target neon: each op kind not known to be exact against its reference, one line each."""
+def _print_inexact(kinds: list, names: list[str]) -> None:
+    """--target neon: each op kind not known to be exact against its reference, then each of ``names`` (the
+    model's op kinds) where onnxruntime's AArch64 build departs from the reference, one line each."""
     from tvm_integration.qnn.runtime import arm_reference
     for kind in kinds:
         print(f"note: {arm_reference.describe(kind)}")
+    for kind in arm_reference.departures(names):
+        print(f"note: {arm_reference.describe_departure(kind)}")
 
 
 def inspect(model: str = MODEL, target: Target = TARGET, allow_float: bool = ALLOW_FLOAT,
             json: bool = typer.Option(False, "--json", help=JSON_HELP), mcpu: Optional[str] = MCPU,
             lowbit: Lowbit = LOWBIT) -> int:
     """Each conv/dense layer's and MatMul's precision (AxWy, encoding; float32), operator and kernel, without
-    compiling. --target neon: also each op kind's reference and whether it is exact against it (--json: an
-    object, its layers and its op_kinds)."""
+    compiling. --target neon: also each op kind's reference, whether it is exact against it and where
+    onnxruntime's AArch64 build departs from it (--json: an object, its layers and its op_kinds)."""
     from tvm_integration.qnn.onnx.importer import load
     from tvm_integration.qnn.runtime import arm_reference
     from tvm_integration.qnn.runtime.model import read
@@ -289,12 +297,14 @@ def inspect(model: str = MODEL, target: Target = TARGET, allow_float: bool = ALL
                           dict(abits=r.precision.abits, wbits=r.precision.wbits, encoding=r.precision.encoding,
                                note=r.precision.weights))) for r in rows]
         print_json(listed if kinds is None else {"layers": listed, "op_kinds": [
-            dict(op=k.name, reference=k.reference, exact=k.exact, note=k.note) for k in kinds]})
+            dict(op=k.name, reference=k.reference, exact=k.exact, note=k.note,
+                 onnxruntime_aarch64_departs=k.runtime_departs) for k in kinds]})
     else:
         print(table(rows))
         if kinds is not None:
             print("\nop kinds on Arm, each against its reference (qnn/runtime/arm_reference.py):")
             print("\n".join(f"  {arm_reference.describe(k)}" for k in kinds))
+            print("".join(f"  {arm_reference.describe_departure(k)}\n" for k in kinds if k.runtime_departs), end="")
     return 0
 
 

@@ -12,8 +12,9 @@ Two runtimes disagree on Arm, so each op kind names the one it follows:
 
 ``KINDS`` records, per op kind, that reference and how the build compares with it, as measured by the
 tests named there (under qemu). ``kinds(mod)`` reads the op kinds of a rewritten model, ``follows``
-maps them to their references, ``inexact`` picks those not known to be exact, and ``describe`` says
-one kind's state in a line.
+maps them to their references, ``inexact`` picks those not known to be exact, ``departures`` and
+``x86_departures`` those the ONNX definition fixes but onnxruntime's AArch64 build or its x86 exact mode
+computes otherwise (and how), and ``describe`` says one kind's state in a line.
 """
 from __future__ import annotations
 
@@ -33,10 +34,18 @@ class Kind:
     reference: str             # ONNX or AARCH64
     exact: bool | None         # None: not measured against the reference
     note: str = ""             # how it was measured, or by how much it differs
-    runtime_departs: bool = False  # ONNX kinds: onnxruntime's AArch64 build computes them otherwise
+    runtime_departs: str = ""    # ONNX kinds: how onnxruntime's AArch64 build computes them otherwise, if it does
+    x86_departs: str = ""        # ONNX kinds: how onnxruntime's x86 exact mode computes them otherwise, if it does
 
 
 _DEFINED = "integer arithmetic the ONNX definition fixes"
+# How onnxruntime computes a QDQ Add, which it fuses into QLinearAdd (docs/measurements.md, "Why onnxruntime's
+# AArch64 build differs"; each formula reproduced bit for bit by numpy in tests/test_ort_aarch64_quantize.py)
+_NEON_ADD = ("MLAS's NEON QLinearAdd (qladd.cpp, MlasCalcQLinearAddParameters): the ratios sa/sc and sb/sc as "
+             "integer multipliers of 22 bits, the sum in int32, a rounding right shift (ties away from zero); "
+             "one output step apart from the definition where the sum lies near a half step")
+_AVX2_ADD = ("MLAS's AVX2 QLinearAdd: two FMAs over the float32 ratios sa/sc and sb/sc, rounded half to even; "
+             "one output step apart from the definition where the sum lies within float32 rounding of a half step")
 _EQUAL = "equal on the shapes of tests/test_arm_float_ops.py"
 KINDS = {k.name: k for k in [
     *(Kind(name, ONNX, True, _DEFINED) for name in
@@ -49,7 +58,8 @@ KINDS = {k.name: k for k in [
          "otherwise near a half step (1 step of the output's scale) in both builds: its x86 exact mode by MLAS's "
          "float ratios, its AArch64 build by integer multipliers, ties away from zero (docs/measurements.md); "
          "equal to the definition on every input pair of bert_l4_s128_static's l1.q scales, and where MLAS refuses "
-         "the scale ratios to its float path (tests/test_arm_float_ops.py)", runtime_departs=True),
+         "the scale ratios to its float path (tests/test_arm_float_ops.py)", runtime_departs=_NEON_ADD,
+         x86_departs=_AVX2_ADD),
     Kind("global_avg_pool", AARCH64, True, "QLinearGlobalAveragePool: equal on ResNet-18 (docs/measurements.md)"),
     Kind("avg_pool2d", AARCH64, True, f"QLinearAveragePool 3x3, padded, count_include_pad 0: {_EQUAL}"),
     Kind("qlinear_softmax", AARCH64, True, f"QLinearSoftmax: {_EQUAL}"),
@@ -123,7 +133,19 @@ def departures(names: list[str]) -> list[Kind]:
     return [kind(n) for n in names if kind(n).runtime_departs]
 
 
+def x86_departures(names: list[str]) -> list[Kind]:
+    """The kinds among ``names`` that follow the ONNX definition where onnxruntime's x86 exact mode does not."""
+    return [kind(n) for n in names if kind(n).x86_departs]
+
+
 def describe(k: Kind) -> str:
     """One line: the kind, its reference and how the build compares with it."""
     state = {True: "exact", False: "NOT exact", None: "not measured"}[k.exact]
     return f"{k.name}: {state} against {REFERENCES[k.reference]}" + (f" ({k.note})" if k.note else "")
+
+
+def describe_departure(k: Kind) -> str:
+    """One line: a kind the ONNX definition fixes and onnxruntime's AArch64 build computes otherwise, how,
+    and by how much (what compile --target neon notes, so that a difference from that build is not silent)."""
+    return (f"{k.name}: follows {REFERENCES[k.reference]}, which onnxruntime's AArch64 build does not compute: "
+            f"{k.runtime_departs}")
