@@ -12,8 +12,9 @@ MLAS's x86 order; where the AArch64 build rounds differently, this module has it
 - LayerNormalization: no MLAS kernel on AArch64, so every row takes onnxruntime's C++ Welford loop,
   built with FMAs (layer_norm.welford_func ``fused``); SkipLayerNormalization and the dequantize chain
   of quantize_dynamic's MatMulIntegerToFloat likewise (float_ops.onnxruntime_fusions ``fused``).
-- A Conv of one group left in float: MLAS's im2col and unpacked sgemm, as on x86 (float_conv.conv2d_func;
-  onnxruntime's x86 build runs its NCHWc kernels instead, so the two builds differ there).
+- A Conv left in float: MLAS's im2col and unpacked sgemm, as on x86 (float_conv.conv2d_func; onnxruntime's
+  x86 build runs its NCHWc kernels instead, so the two builds differ there), group by group; a depthwise
+  one on TVM's conv2d, equal to MLAS's.
 
 Erf, GELU, Tanh and the float MatMuls take float_ops' functions (by constant weights, MLAS's packed
 sgemm's K blocks of 256, float_matmul.PACKED_STRIDE_K): both builds compute them alike (measured
@@ -22,7 +23,7 @@ equal: tests/test_arm_float_ops.py).
 from __future__ import annotations
 
 import tvm
-from tvm import s_tir, te, tirx
+from tvm import s_tir, te, tirx, topi
 
 from tvm_integration.qnn.float import float_conv, float_ops, layer_norm, mlas_math, reduce_mean
 from tvm_integration.qnn.float.float_calls import emit, float32, shape_of
@@ -76,15 +77,31 @@ def layer_norm_func(shape: tuple[int, ...], epsilon: float) -> tirx.PrimFunc:
 
 
 def _conv2d(bb, call):
-    """A float NCHW conv2d of one group (a Conv left in float): MLAS's im2col and sgemm, as on x86
-    (float_conv.conv2d_func); else None."""
+    """A float NCHW conv2d (a Conv left in float): MLAS's im2col and sgemm, as on x86
+    (float_conv.conv2d_func), each group on its own, as MLAS's convolution loops over them (its input
+    channels and filters sliced, the groups' outputs concatenated); a depthwise one (one input channel a
+    group) stays on TVM's conv2d, which equals MLAS's there (measured: tests/test_arm_float_ops.py); else None."""
     x, w = (shape_of(a) for a in call.args)
     a = call.attrs
-    if x is None or w is None or len(x) != 4 or len(w) != 4 or not float32(call) or int(a.groups) != 1 or \
+    if x is None or w is None or len(x) != 4 or len(w) != 4 or not float32(call) or \
             a.data_layout != "NCHW" or a.kernel_layout != "OIHW" or any(int(d) != 1 for d in a.dilation):
         return None
-    func = float_conv.conv2d_func(x, w, [int(s) for s in a.strides], [int(p) for p in a.padding])
-    return emit(bb, func, "qsynth_float_conv2d", call.args, shape_of(call))
+    groups, strides, padding = int(a.groups), [int(s) for s in a.strides], [int(p) for p in a.padding]
+    channels, filters = x[1] // groups, w[0] // groups
+    if groups == 1:
+        return emit(bb, float_conv.conv2d_func(x, w, strides, padding), "qsynth_float_conv2d", call.args,
+                    shape_of(call))
+    if channels == 1:
+        return None
+    func = float_conv.conv2d_func((x[0], channels, *x[2:]), (filters, *w[1:]), strides, padding)
+    out = shape_of(call)
+    parts = []
+    for g in range(groups):
+        xg = bb.emit(bb.call_te(topi.strided_slice, call.args[0], [0, g * channels, 0, 0],
+                                [x[0], (g + 1) * channels, *x[2:]]))
+        wg = bb.emit(bb.call_te(topi.strided_slice, call.args[1], [g * filters, 0, 0, 0], [(g + 1) * filters, *w[1:]]))
+        parts.append(bb.emit(emit(bb, func, "qsynth_float_conv2d", [xg, wg], (out[0], filters, *out[2:]))))
+    return bb.call_te(topi.concatenate, parts, 1)
 
 
 def legalize_map() -> dict:

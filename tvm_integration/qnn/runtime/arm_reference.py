@@ -71,8 +71,8 @@ KINDS = {k.name: k for k in [
     Kind("float_matmul", AARCH64, True, f"a MatMul of two activations, Q.K^T / sqrt(d): {_EQUAL}"),
     Kind("float_dense", AARCH64, True, f"a float MatMul by constant weights, K in MLAS's packed blocks: {_EQUAL}"),
     Kind("float_conv", AARCH64, True, f"a Conv of one group left in float, MLAS's im2col and sgemm: {_EQUAL}"),
-    Kind("float_grouped_conv", AARCH64, None, "a grouped or depthwise Conv left in float, on TVM's own conv2d: equal "
-         "on a 3x3 depthwise conv of [1, 64, 28, 28], other shapes not measured"),
+    Kind("float_grouped_conv", AARCH64, True, "a grouped Conv left in float, MLAS's im2col and sgemm group by "
+         f"group; a depthwise one on TVM's conv2d: {_EQUAL}"),
     Kind("dynamic_quantize", AARCH64, True, f"MatMulIntegerToFloat's output stage with one FMA: {_EQUAL}"),
 ]}
 
