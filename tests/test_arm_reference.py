@@ -57,24 +57,9 @@ def test_a_tflite_models_kinds_follow_litert():
     path = Path(__file__).parent / "data" / "tflite" / "cnn_int8.tflite"
     names = arm_reference.kinds(read(path, target="neon")[0], tflite=True)
     assert "tflite:conv2d" in names and set(arm_reference.follows(names).values()) == {arm_reference.LITERT}
-    assert arm_reference.inexact(names) == [arm_reference.kind(n) for n in names]      # LiteRT not run on Arm
-
-
-@pytest.mark.qemu
-@pytest.mark.skipif(cross_model.missing_tools() is not None, reason=f"--target neon: {cross_model.missing_tools()}")
-@pytest.mark.parametrize("name", ["add_int8", "mnv3_int8", "resize_int8", "swish_uint8"])
-def test_a_tflite_model_on_arm_equals_litert_x86(name):
-    """Not its stated reference (LiteRT's AArch64 build, not run here) but the nearest measured: a TFLite
-    model built for Arm under qemu equals LiteRT on this host (all 17 models of tests/data/tflite did,
-    docs/measurements.md; these four: every int8 pair of an Add, MobileNetV3, Resize, a uint8 swish)."""
-    from test_tflite import DATA, every_pair, litert_outputs, random_feeds
-
-    from tvm_integration.qnn.runtime.model import compile_model
-    model = compile_model(DATA / f"{name}.tflite", target="neon", mcpu="cortex-a53")
-    feeds = every_pair() if name == "add_int8" else random_feeds(model, np.random.default_rng(0))
-    ours, theirs = model(feeds), litert_outputs(DATA / f"{name}.tflite", feeds)
-    for output, expected in theirs.items():
-        np.testing.assert_array_equal(ours[output], expected, err_msg=output)
+    # measured against LiteRT's AArch64 build (tests/test_litert_aarch64.py): as Cortex-A53 it rounds a uint8 conv
+    assert arm_reference.inexact(names) == [arm_reference.kind("tflite:conv2d")]
+    assert arm_reference.kind("tflite:some_op").exact is None
 
 
 def test_the_kinds_where_onnxruntime_aarch64_departs_from_onnx(encoders):

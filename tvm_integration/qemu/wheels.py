@@ -1,4 +1,4 @@
-"""Libraries taken from the registry's AArch64 wheels (TVM's runtime, onnxruntime), and the programs
+"""Libraries taken from the registry's AArch64 wheels (TVM's runtime, onnxruntime, LiteRT), and the programs
 linked against them, kept in a private cache folder and checked before every use (issue 46).
 
 A library is extracted from the wheel ``pip download`` fetches for the version this host runs, and
@@ -24,18 +24,21 @@ from isa_specs import derived_files
 PLATFORM = "manylinux_2_28_aarch64"
 
 
-def library(folder: Path, project: str, version: str, member: Callable[[str], bool], name: str) -> Path:
+def library(folder: Path, project: str, version: str, member: Callable[[str], bool], name: str,
+            platforms: tuple[str, ...] = (PLATFORM,)) -> Path:
     """``folder/name``: the wheel member of ``project==version`` that ``member`` picks, once it matches
-    the digest it was stored with; fetched anew when missing or damaged. RuntimeError when pip fails."""
-    return derived_files.cached_build(folder / name, lambda out: extract(project, version, member, out),
+    the digest it was stored with; fetched anew when missing or damaged. RuntimeError when pip fails.
+    ``platforms``: the wheel tags pip may take (ai-edge-litert's AArch64 wheel is manylinux_2_27)."""
+    return derived_files.cached_build(folder / name, lambda out: extract(project, version, member, out, platforms),
                                       f"AArch64 library {name}")
 
 
-def extract(project: str, version: str, member: Callable[[str], bool], out: Path) -> None:
+def extract(project: str, version: str, member: Callable[[str], bool], out: Path,
+            platforms: tuple[str, ...] = (PLATFORM,)) -> None:
     """The member of the registry's AArch64 wheel of ``project==version`` that ``member`` picks, written
     to ``out`` once it matches the wheel's RECORD."""
     with tempfile.TemporaryDirectory(prefix="qsynth-wheels-") as tmp:
-        cmd = ["pip", "download", "--no-deps", "--only-binary=:all:", "--platform", PLATFORM,
+        cmd = ["pip", "download", "--no-deps", "--only-binary=:all:", *(f"--platform={p}" for p in platforms),
                f"{project}=={version}", "-d", tmp]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
         if proc.returncode:

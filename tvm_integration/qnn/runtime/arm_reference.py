@@ -107,13 +107,26 @@ def kinds(mod, tflite: bool = False) -> list[str]:
     return [TFLITE + k if tflite else k for k in seen]
 
 
+# A TFLite model's op kinds against LiteRT's AArch64 build (bench/litert_aarch64.py under qemu), measured on the 17
+# models of tests/data/tflite as Cortex-A53, A72 and A76 (docs/measurements.md; tests/test_litert_aarch64.py)
+_LITERT_EQUAL = ("equal to LiteRT's AArch64 build as Cortex-A53, A72 and A76 on the models of tests/data/tflite "
+                 "holding it")
+LITERT_KINDS = {k.name: k for k in [
+    *(Kind(TFLITE + name, LITERT, True, _LITERT_EQUAL) for name in
+      ("dense", "tflite_add", "tflite_mul", "tflite_softmax", "max_pool2d", "tflite_avg_pool2d", "tflite_mean",
+       "lookup", "tflite_resize_bilinear", "tflite_resize_nearest")),
+    Kind(TFLITE + "conv2d", LITERT, False, "LiteRT's AArch64 build as Cortex-A53 computes legacy_uint8's first "
+         "Conv2D (uint8, 3x3, 3 -> 8 channels, weight zero point 143) otherwise than as A72 and A76 and on x86, "
+         "which this build equals: 88 of its 1152 outputs 1 step apart, 7 of the model's 10 outputs up to 3 steps; "
+         "equal as A72 and A76 on every model, and as A53 on the 8 other models holding a conv2d"),
+]}
+
+
 def kind(name: str) -> Kind:
-    """An op kind's record: a TFLite model's follows LiteRT, not run on Arm here (its PyPI wheel is a
-    Python extension and no AArch64 Python runs under qemu here; on x86 the TFLite path is bit-exact
-    with LiteRT); one not in KINDS follows the ONNX definition, unmeasured."""
+    """An op kind's record: a TFLite model's follows LiteRT's AArch64 build (LITERT_KINDS where measured);
+    one not in KINDS follows the ONNX definition, unmeasured."""
     if name.startswith(TFLITE):
-        return Kind(name, LITERT, None, "LiteRT's AArch64 build is not run here; this build for Arm equals LiteRT's "
-                    "x86 build on the 17 models of tests/data/tflite under qemu (tests/test_arm_reference.py)")
+        return LITERT_KINDS.get(name, Kind(name, LITERT, None, "no model of tests/data/tflite holds it"))
     return KINDS.get(name, Kind(name, ONNX, None))
 
 
