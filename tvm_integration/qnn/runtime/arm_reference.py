@@ -9,6 +9,8 @@ Two runtimes disagree on Arm, so each op kind names the one it follows:
   the definition, not the runtime.
 - ``onnxruntime_aarch64``: onnxruntime's AArch64 build (MLAS's NEON code and the C++ kernels as GCC built
   them). Float ops whose order of operations ONNX leaves open follow it: it is what an Arm user runs.
+- ``litert``: LiteRT's AArch64 build (XNNPACK's kernels), every op kind of a TFLite model (``LITERT_KINDS``:
+  measured under qemu, bench/litert_aarch64.py).
 
 ``KINDS`` records, per op kind, that reference and how the build compares with it, as measured by the
 tests named there (under qemu). ``kinds(mod)`` reads the op kinds of a rewritten model, ``follows``
