@@ -123,7 +123,7 @@ def build_pt2e(path: Path) -> Path:
     """The ResNet-18 quantized by PyTorch's PT2E flow (torchao): ``torch.export``, ``prepare_pt2e`` with
     ArmInductorQuantizer's default config (per-tensor int8; X86InductorQuantizer fails in prepare_pt2e on
     this model with torch 2.13 and torchao 0.18, docs/measurements.md), the 8 calibration inputs,
-    ``convert_pt2e``, then ``torch.onnx.export(dynamo=True)``."""
+    ``convert_pt2e``, then exported as the zoo is (torch.onnx's dynamo exporter, make_zoo.export_module)."""
     import make_zoo
     import torch
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
@@ -136,8 +136,7 @@ def build_pt2e(path: Path) -> Path:
     prepared = prepare_pt2e(torch.export.export(model, (example,)).module(), quantizer)
     for feed in make_zoo.normal_inputs((1, 3, 224, 224), 8):
         prepared(*(torch.from_numpy(v) for v in feed.values()))
-    torch.onnx.export(convert_pt2e(prepared), (example,), str(path), dynamo=True, input_names=["input"],
-                      output_names=["output"])
+    make_zoo.export_module(convert_pt2e(prepared), {"input": example}, ["output"], path)
     return path
 
 
@@ -155,7 +154,7 @@ def described(option) -> str:
     if option is None:
         return "quantize_dynamic, defaults"
     if option == "PT2E":
-        return "PyTorch PT2E (torchao 0.18), ArmInductorQuantizer, torch.onnx.export(dynamo=True)"
+        return "PyTorch PT2E (torchao 0.18), ArmInductorQuantizer, torch.onnx's dynamo exporter"
     if isinstance(option, str):
         return "NNCF, 4-layer BERT, model_type TRANSFORMER" if option == "TRANSFORMER" else f"NNCF, preset {option}"
     return "quantize_static, " + (", ".join(f"{k}={getattr(v, 'name', v)}" for k, v in option.items()) or "defaults")
