@@ -81,7 +81,7 @@ def conv2d_func(x_shape: tuple[int, ...], w_shape: tuple[int, ...], strides, pad
         total = te.compute(acc.shape, lambda *i: acc(*i) + last(*i), name="total")
     out = te.compute((batch, m, oh, ow), lambda b, i, y, z: total[b, i, y * ow + z], name="out")
     sch = s_tir.Schedule(te.create_prim_func([x, filters, out]))
-    _schedule(sch, panels, tail, hp, wp, sw)
+    _schedule(sch, panels, tail, -(-hp // sh), -(-wp // sw))
     return _as_filters(sch.mod["main"], w_shape)
 
 
@@ -99,26 +99,30 @@ def _as_filters(func: tirx.PrimFunc, w_shape) -> tirx.PrimFunc:
 
 def _runs(image, batch, c, hp, wp, kh, kw, strides, ow, panels):
     """The columns as runs of the padded image: column(b, p, q, j) of panel p, row q. The image is
-    laid out in ``sw`` phases of its columns (phase f holds columns f, f + sw, ...: one phase at
-    stride 1), each ``wq`` wide, so that column j = oy * ow + ox of row q = (ch, ky, kx) reads
-    phase kx % sw at (ch, oy * sh + ky, ox + kx // sw): offset(q) + j + oy * (sh * wq - ow). A panel's
-    16 columns lie in a few output rows (2 at 16 columns a row and more, 4 at 7), each row's run one
-    vector load at that row's offset, the lanes picked by where the rows end: not 16 loads at 16
-    computed addresses (MlasConvIm2Col copies runs too)."""
+    laid out in phases of its rows and columns (phase (g, f) holds rows g, g + sh, ... and columns
+    f, f + sw, ...; only the phases a kernel tap reads: one at stride 1, one for a 1x1 conv at stride
+    2, where copying the whole image took 29% of its time), each ``hq`` x ``wq``, so that column
+    j = oy * ow + ox of row q = (ch, ky, kx) reads phase (ky % sh, kx % sw) at (ch, oy + ky // sh,
+    ox + kx // sw): offset(q) + j + oy * (wq - ow). A panel's 16 columns lie in a few output rows
+    (2 at 16 columns a row and more, 4 at 7), each row's run one vector load at that row's offset,
+    the lanes picked by where the rows end: not 16 loads at 16 computed addresses (MlasConvIm2Col
+    copies runs too)."""
     sh, sw = strides
-    wq = -(-wp // sw)
-    plane, spans, skip = sw * c * hp * wq, -(-COLUMNS // ow) + 1, sh * wq - ow
+    gh, gw = min(sh, kh), min(sw, kw)               # the phases read
+    hq, wq = -(-hp // sh), -(-wp // sw)
+    plane, spans, skip = gh * gw * c * hq * wq, -(-COLUMNS // ow) + 1, wq - ow
     size = plane + panels * COLUMNS + ((panels - 1) * COLUMNS // ow + spans) * skip
-    size = -(-size // (hp * wq)) * hp * wq          # whole channels: its loops split into (phase, ch), y, z
+    size = -(-size // (hq * wq)) * hq * wq          # whole channels: its loops split into (phase, ch), y, z
 
     def phased(b, e):
-        plane_of, y, z = e // (hp * wq), e // wq % hp, e % wq * sw + e // (hp * wq) // c
-        return tirx.Select(tirx.all(e < plane, z < wp), image(b, plane_of % c, y, z), mlas_math.f32(0.0))
+        phase, ch = e // (hq * wq) // c, e // (hq * wq) % c
+        y, z = e // wq % hq * sh + phase // gw, e % wq * sw + phase % gw
+        return tirx.Select(tirx.all(e < plane, y < hp, z < wp), image(b, ch, y, z), mlas_math.f32(0.0))
     flat = te.compute((batch, size), phased, name="padded")
 
     def column(b, p, q, j):
         ch, ky, kx = q // (kh * kw), q // kw % kh, q % kw
-        start = ((kx % sw * c + ch) * hp + ky) * wq + kx // sw + p * COLUMNS + j
+        start = (((ky % sh * gw + kx % sw) * c + ch) * hq + ky // sh) * wq + kx // sw + p * COLUMNS + j
         first = p * COLUMNS // ow                   # the output row of the panel's first column
         value = flat[b, start + (first + spans - 1) * skip]
         for row in reversed(range(spans - 1)):      # lanes before that row's end read its run
@@ -128,7 +132,7 @@ def _runs(image, batch, c, hp, wp, kh, kw, strides, ow, panels):
     return column
 
 
-def _schedule(sch, panels: int, tail: int, hp: int, wp: int, sw: int) -> None:
+def _schedule(sch, panels: int, tail: int, hq: int, wq: int) -> None:
     """Parallel over images and blocks of column panels; in each, per K block: its panels packed,
     then each ROWS x COLUMNS tile's FMA chain in registers (k outermost in the tile) added onto acc;
     then (``tail``) the last block's, each tile added as it leaves its registers."""
@@ -157,7 +161,7 @@ def _schedule(sch, panels: int, tail: int, hp: int, wp: int, sw: int) -> None:
     sch.compute_at(col, kb)
     sch.vectorize(sch.get_loops(col)[-1])
     b, e = sch.get_loops(sch.get_sblock("padded"))          # per (phase, channel), row and column
-    sch.parallel(sch.fuse(b, sch.split(e, [None, hp, -(-wp // sw)])[0]))
+    sch.parallel(sch.fuse(b, sch.split(e, [None, hq, wq])[0]))
     b, i, y, z = sch.get_loops(sch.get_sblock("out"))
     sch.parallel(sch.fuse(b, i))
     columns = sch.fuse(y, z)                        # acc's columns in order: a copy in vectors
