@@ -15,11 +15,12 @@ from tvm import s_tir, te, tirx
 from tvm_integration.qnn.float import mlas_math
 from tvm_integration.qnn.float.float_matmul import stride_k
 
-# 4 x 16: eight ymm accumulators on AVX2 (a row's 16 floats two ymm). On the Zen 3 host 6 x 16 (MLAS's
-# FMA3 kernel's, 12 accumulators) was within the host's noise of it on ResNet-18's float convs (the
-# output channels then padded to whole tiles: 64 -> 66), 3 x 32 and 2 x 32 1.2-2.2x slower, 8 x 16
-# (16 accumulators, spilled) 1.3x, 4 x 24 8-10x (vectors of 24 floats)
-ROWS, COLUMNS = 4, 16
+# 6 x 16, MLAS's FMA3 kernel's: twelve ymm accumulators on AVX2 (a row's 16 floats two ymm), the
+# output channels padded to whole tiles (64 -> 66). On the Zen 3 host (ResNet-18's float convs, CPU
+# time) 0.90x the time of 4 x 16 (eight accumulators: the FMA's latency times its two pipes, no slack) and 0.97x of 5 x 16;
+# 12 x 8 and 8 x 8 (one ymm a row, N = 49 in 56 columns) 1.05-1.2x of 4 x 16; 3 x 32 and 2 x 32
+# 1.2-2.2x, 8 x 16 (16 accumulators, spilled) 1.3x, 4 x 24 8-10x (vectors of 24 floats)
+ROWS, COLUMNS = 6, 16
 PANELS_PER_BLOCK = 8          # at most this many panels of columns between two K blocks (MLAS_SGEMM_STRIDEN: 128)
 
 
