@@ -80,22 +80,23 @@ def conv2d_func(x_shape: tuple[int, ...], w_shape: tuple[int, ...], strides, pad
             weight(i, start + r) * last_col[b, j // COLUMNS, r, j % COLUMNS], axis=r), name="last")
         acc = total
         total = te.compute(acc.shape, lambda *i: acc(*i) + last(*i), name="total")
-    out = te.compute((batch, m, oh, ow), lambda b, i, y, z: total[b, i, y * ow + z], name="out")
+    out = te.compute((batch, m, n), lambda b, i, j: total[b, i, j], name="out")
     sch = s_tir.Schedule(te.create_prim_func([x, filters, out]))
-    _schedule(sch, panels, tail, -(-hp // sh), -(-wp // sw))
-    return _as_filters(sch.mod["main"], w_shape)
+    _schedule(sch, panels, tail, -(-hp // sh), -(-wp // sw), n % COLUMNS == 0)
+    return _as_views(sch.mod["main"], [w_shape, (batch, m, oh, ow)])
 
 
-def _as_filters(func: tirx.PrimFunc, w_shape) -> tirx.PrimFunc:
-    """``func`` taking the OIHW filters its [M, K] matrix views: read as [M, C, kh, kw], the tail
-    block's k = start + r split into (c, ky, kx) took a division per FMA (K = 576: 24% of the time)."""
-    x, flat, out = func.params
-    filters = tirx.decl_buffer(w_shape, "float32", "w")
+def _as_views(func: tirx.PrimFunc, shapes) -> tirx.PrimFunc:
+    """``func`` taking its filters and output in ``shapes`` (OIHW, NCHW), which the [M, K] and
+    [N, M, OH * OW] matrices it computes on view. Read as [M, C, kh, kw], the tail block's
+    k = start + r was split into (c, ky, kx) by a division per FMA (K = 576: 24% of the time)."""
+    x, *flat = func.params
+    params = [tirx.decl_buffer(shape, "float32", view.name) for view, shape in zip(flat, shapes)]
     root = func.body.block
-    body = tirx.SeqStmt([tirx.DeclBuffer(flat, data=filters.data), root.body])
+    body = tirx.SeqStmt([*(tirx.DeclBuffer(view, data=p.data) for view, p in zip(flat, params)), root.body])
     block = s_tir.SBlock(root.iter_vars, root.reads, root.writes, root.name_hint, body, root.init,
                          root.alloc_buffers, root.match_buffers, root.annotations)
-    return tirx.PrimFunc([x, filters, out], s_tir.SBlockRealize([], True, block), func.ret_type, func.attrs)
+    return tirx.PrimFunc([x, *params], s_tir.SBlockRealize([], True, block), func.ret_type, func.attrs)
 
 
 def _runs(image, batch, c, hp, wp, kh, kw, strides, ow, panels):
@@ -133,10 +134,12 @@ def _runs(image, batch, c, hp, wp, kh, kw, strides, ow, panels):
     return column
 
 
-def _schedule(sch, panels: int, tail: int, hq: int, wq: int) -> None:
+def _schedule(sch, panels: int, tail: int, hq: int, wq: int, whole_panels: bool) -> None:
     """Parallel over images and blocks of column panels; in each, per K block: its panels packed,
     then each ROWS x COLUMNS tile's FMA chain in registers (k outermost in the tile) added onto acc;
-    then (``tail``) the last block's, each tile added as it leaves its registers."""
+    then (``tail``) the last block's, each tile added as it leaves its registers; then, if the
+    columns are ``whole_panels``, the block's output rows copied out while in cache (else in a pass
+    of their own: a block's last panel cut would be a copy in scalars)."""
     per_block = max(d for d in range(1, PANELS_PER_BLOCK + 1) if panels % d == 0)
     if per_block < PANELS_PER_BLOCK // 2 and panels <= 2 * PANELS_PER_BLOCK:
         per_block = panels                          # 13 panels: one block, not 13 of one
@@ -153,7 +156,7 @@ def _schedule(sch, panels: int, tail: int, hq: int, wq: int) -> None:
         sch.vectorize(sch.get_loops(last_col)[-1])
         sch.compute_at(acc, outer, preserve_unit_loops=True)     # kb, were there one K block
     kb = sch.get_loops(acc)[-1]
-    _, jp, ii, ji = _tiles(sch, acc, per_block, kb, outer)
+    outer, jp, ii, ji = _tiles(sch, acc, per_block, kb, outer)
     _in_registers(sch, sch.get_sblock("block"), jp)
     sch.unroll(ii)
     sch.vectorize(ji)
@@ -163,9 +166,13 @@ def _schedule(sch, panels: int, tail: int, hq: int, wq: int) -> None:
     sch.vectorize(sch.get_loops(col)[-1])
     b, e = sch.get_loops(sch.get_sblock("padded"))          # per (phase, channel), row and column
     sch.parallel(sch.fuse(b, sch.split(e, [None, hq, wq])[0]))
-    b, i, y, z = sch.get_loops(sch.get_sblock("out"))
-    sch.parallel(sch.fuse(b, i))
-    columns = sch.fuse(y, z)                        # acc's columns in order: a copy in vectors
+    out = sch.get_sblock("out")
+    if whole_panels:
+        sch.reverse_compute_at(out, outer)
+    else:
+        b, i, _ = sch.get_loops(out)
+        sch.parallel(sch.fuse(b, i))
+    columns = sch.get_loops(out)[-1]
     n = sch.get(columns).extent.value
     sch.vectorize(sch.split(columns, [None, next(v for v in (16, 8, 4, 2, 1) if n % v == 0)])[1])
 
