@@ -47,10 +47,10 @@ def conv2d_func(x_shape: tuple[int, ...], w_shape: tuple[int, ...], strides, pad
     whole, tail = divmod(k, stride)                 # K's whole blocks, and the last one's depth
     if not whole:                                   # K under one block: a whole block of K
         stride, whole, tail = k, 1, 0
-    panels = -(-n // COLUMNS)
-    wide, tall = panels * COLUMNS, -(-m // ROWS) * ROWS
+    parts = _parts(n)
+    tall = -(-m // ROWS) * ROWS
     x = te.placeholder(x_shape, dequantize[2] if dequantize else "float32", "x")
-    filters = te.placeholder((m, k), "float32", "w")      # OIHW read as MLAS's A, [M, K] (``_as_filters``)
+    filters = te.placeholder((m, k), "float32", "w")      # OIHW read as MLAS's A, [M, K] (``_as_views``)
 
     def image(b, ch, y, z):                         # zero where padded
         inside = tirx.all(y >= pt, y < h + pt, z >= pl, z < w + pl)
@@ -60,30 +60,68 @@ def conv2d_func(x_shape: tuple[int, ...], w_shape: tuple[int, ...], strides, pad
             value = (value.astype("int32") - zero_point).astype("float32") * mlas_math.f32(scale)
         return tirx.Select(inside, value, mlas_math.f32(0.0))
 
-    column = _runs(image, batch, c, hp, wp, kh, kw, (sh, sw), ow, panels)
+    column = _runs(image, batch, c, hp, wp, kh, kw, (sh, sw), ow, parts[-1][0] + parts[-1][1])
 
     def weight(i, q):
         return filters[tirx.min(i, m - 1), q]
-    col = te.compute((batch, panels, whole * stride, COLUMNS), column, name="col")
+    totals = [_part(column, weight, (batch, tall), part, stride, whole, tail, str(t)) for t, part in enumerate(parts)]
+
+    def output(b, i, j):                            # each column from its part's total
+        value = totals[0][b, i, j if parts[0][1] >= n else tirx.min(j, parts[0][1] - 1)]
+        for (start, _, _), total in zip(parts[1:], totals[1:]):
+            value = tirx.Select(j < start, value, total[b, i, tirx.max(j - start, 0)])
+        return value
+    out = te.compute((batch, m, n), output, name="out")
+    sch = s_tir.Schedule(te.create_prim_func([x, filters, out]))
+    outer = [_schedule(sch, part[1] // part[2], tail, str(t)) for t, part in enumerate(parts)]
+    b, e = sch.get_loops(sch.get_sblock("padded"))          # per (phase, channel), row and column
+    sch.parallel(sch.fuse(b, sch.split(e, [None, -(-hp // sh), -(-wp // sw)])[0]))
+    out = sch.get_sblock("out")
+    if len(parts) == 1 and parts[0][1] == n:        # whole panels: each block's columns copied out while in cache
+        sch.reverse_compute_at(out, outer[0])
+    else:                                           # else in a pass of their own (cut, a copy in scalars)
+        b, i, _ = sch.get_loops(out)
+        sch.parallel(sch.fuse(b, i))
+    columns = sch.get_loops(out)[-1]
+    size = sch.get(columns).extent.value
+    sch.vectorize(sch.split(columns, [None, next(v for v in (16, 8, 4, 2, 1) if size % v == 0)])[1])
+    return _as_views(sch.mod["main"], [w_shape, (batch, m, oh, ow)])
+
+
+def _parts(n: int) -> list[tuple[int, int, int]]:
+    """The output's columns as (first column, columns, panel width): panels of COLUMNS, the last
+    one of half as many where the columns left fit in it and that cuts an eighth of the columns
+    computed (N = 49: 48 + 8, not 64, as MLAS's kernel ends in 8 columns). The narrow panel is a
+    pass over the filters of its own: at N = 196 (4 of 16 columns used; 4% of the FMAs) 2-3% slower."""
+    whole, left = divmod(n, COLUMNS)
+    if not whole or not left or left > COLUMNS // 2 or 8 * (COLUMNS // 2) < (whole + 1) * COLUMNS:
+        return [(0, -(-n // COLUMNS) * COLUMNS, COLUMNS)]
+    return [(0, whole * COLUMNS, COLUMNS), (whole * COLUMNS, COLUMNS // 2, COLUMNS // 2)]
+
+
+def _part(column, weight, shape, part, stride: int, whole: int, tail: int, suffix: str):
+    """The sum of one part of the columns (``_parts``): its K blocks' sums added in turn, the last
+    block shorter (``tail``); its stages' names end in ``suffix``."""
+    batch, tall = shape
+    start, count, width = part
+    panels = count // width
+    col = te.compute((batch, panels, whole * stride, width),
+                     lambda b, p, q, j: column(b, start + p * width, q, j), name="col" + suffix)
     r = te.reduce_axis((0, stride), "r")
-    block = te.compute((batch, whole, tall, wide), lambda b, kb, i, j: te.sum(
-        weight(i, kb * stride + r) * col[b, j // COLUMNS, kb * stride + r, j % COLUMNS], axis=r), name="block")
+    block = te.compute((batch, whole, tall, count), lambda b, kb, i, j: te.sum(
+        weight(i, kb * stride + r) * col[b, j // width, kb * stride + r, j % width], axis=r), name="block" + suffix)
     # the blocks' sums added in turn, ((0 + s0) + s1) + ...: as MLAS's, but for the sign of a zero sum
     kb = te.reduce_axis((0, whole), "kb")
-    total = te.compute((batch, tall, wide), lambda b, i, j: te.sum(block[b, kb, i, j], axis=kb), name="acc")
-    if tail:                                        # then the last, shorter block's
-        start = whole * stride
-        last_col = te.compute((batch, panels, tail, COLUMNS), lambda b, p, q, j: column(b, p, start + q, j),
-                              name="last_col")
-        r = te.reduce_axis((0, tail), "r_last")
-        last = te.compute((batch, tall, wide), lambda b, i, j: te.sum(
-            weight(i, start + r) * last_col[b, j // COLUMNS, r, j % COLUMNS], axis=r), name="last")
-        acc = total
-        total = te.compute(acc.shape, lambda *i: acc(*i) + last(*i), name="total")
-    out = te.compute((batch, m, n), lambda b, i, j: total[b, i, j], name="out")
-    sch = s_tir.Schedule(te.create_prim_func([x, filters, out]))
-    _schedule(sch, panels, tail, -(-hp // sh), -(-wp // sw), n % COLUMNS == 0)
-    return _as_views(sch.mod["main"], [w_shape, (batch, m, oh, ow)])
+    total = te.compute((batch, tall, count), lambda b, i, j: te.sum(block[b, kb, i, j], axis=kb), name="acc" + suffix)
+    if not tail:
+        return total
+    first = whole * stride                          # then the last, shorter block's
+    last_col = te.compute((batch, panels, tail, width), lambda b, p, q, j: column(b, start + p * width, first + q, j),
+                          name="last_col" + suffix)
+    r = te.reduce_axis((0, tail), "r_last")
+    last = te.compute((batch, tall, count), lambda b, i, j: te.sum(
+        weight(i, first + r) * last_col[b, j // width, r, j % width], axis=r), name="last" + suffix)
+    return te.compute(total.shape, lambda *i: total(*i) + last(*i), name="total" + suffix)
 
 
 def _as_views(func: tirx.PrimFunc, shapes) -> tirx.PrimFunc:
@@ -99,8 +137,9 @@ def _as_views(func: tirx.PrimFunc, shapes) -> tirx.PrimFunc:
     return tirx.PrimFunc([x, *params], s_tir.SBlockRealize([], True, block), func.ret_type, func.attrs)
 
 
-def _runs(image, batch, c, hp, wp, kh, kw, strides, ow, panels):
-    """The columns as runs of the padded image: column(b, p, q, j) of panel p, row q. The image is
+def _runs(image, batch, c, hp, wp, kh, kw, strides, ow, wide):
+    """The columns as runs of the padded image: column(b, s, q, j), column s + j of row q (``wide``
+    columns read, those past OH * OW computed and dropped). The image is
     laid out in phases of its rows and columns (phase (g, f) holds rows g, g + sh, ... and columns
     f, f + sw, ...; only the phases a kernel tap reads: one at stride 1, one for a 1x1 conv at stride
     2, where copying the whole image took 29% of its time), each ``hq`` x ``wq``, so that column
@@ -113,7 +152,7 @@ def _runs(image, batch, c, hp, wp, kh, kw, strides, ow, panels):
     gh, gw = min(sh, kh), min(sw, kw)               # the phases read
     hq, wq = -(-hp // sh), -(-wp // sw)
     plane, spans, skip = gh * gw * c * hq * wq, -(-COLUMNS // ow) + 1, wq - ow
-    size = plane + panels * COLUMNS + ((panels - 1) * COLUMNS // ow + spans) * skip
+    size = plane + wide + ((wide - 1) // ow + spans) * skip
     size = -(-size // (hq * wq)) * hq * wq          # whole channels: its loops split into (phase, ch), y, z
 
     def phased(b, e):
@@ -122,68 +161,57 @@ def _runs(image, batch, c, hp, wp, kh, kw, strides, ow, panels):
         return tirx.Select(tirx.all(e < plane, y < hp, z < wp), image(b, ch, y, z), mlas_math.f32(0.0))
     flat = te.compute((batch, size), phased, name="padded")
 
-    def column(b, p, q, j):
+    def column(b, s, q, j):
         ch, ky, kx = q // (kh * kw), q // kw % kh, q % kw
-        start = (((ky % sh * gw + kx % sw) * c + ch) * hq + ky // sh) * wq + kx // sw + p * COLUMNS + j
-        first = p * COLUMNS // ow                   # the output row of the panel's first column
+        start = (((ky % sh * gw + kx % sw) * c + ch) * hq + ky // sh) * wq + kx // sw + s + j
+        first = s // ow                             # the output row of the panel's first column
         value = flat[b, start + (first + spans - 1) * skip]
         for row in reversed(range(spans - 1)):      # lanes before that row's end read its run
-            end = (first + row + 1) * ow - p * COLUMNS
+            end = (first + row + 1) * ow - s
             value = tirx.Select(j < end, flat[b, start + (first + row) * skip], value)
         return value
     return column
 
 
-def _schedule(sch, panels: int, tail: int, hq: int, wq: int, whole_panels: bool) -> None:
-    """Parallel over images and blocks of column panels; in each, per K block: its panels packed,
-    then each ROWS x COLUMNS tile's FMA chain in registers (k outermost in the tile) added onto acc;
-    then (``tail``) the last block's, each tile added as it leaves its registers; then, if the
-    columns are ``whole_panels``, the block's output rows copied out while in cache (else in a pass
-    of their own: a block's last panel cut would be a copy in scalars)."""
+def _schedule(sch, panels: int, tail: int, suffix: str):
+    """One part's stages (``_part``): parallel over images and blocks of column panels; in each,
+    per K block: its panels packed, then each ROWS-row tile's FMA chain in registers (k outermost in
+    the tile) added onto acc; then (``tail``) the last block's, each tile added as it leaves its
+    registers. Returns the parallel loop."""
     per_block = max(d for d in range(1, PANELS_PER_BLOCK + 1) if panels % d == 0)
     if per_block < PANELS_PER_BLOCK // 2 and panels <= 2 * PANELS_PER_BLOCK:
         per_block = panels                          # 13 panels: one block, not 13 of one
-    acc = sch.get_sblock("acc")
+    acc = sch.get_sblock("acc" + suffix)
+    width = sch.get(sch.get_loops(sch.get_sblock("col" + suffix))[-1]).extent.value
     outer = None
     if tail:
-        total = sch.get_sblock("total")
-        outer, jp, ii, ji = _tiles(sch, total, per_block)
-        _in_registers(sch, sch.get_sblock("last"), jp)
+        outer, jp, ii, ji = _tiles(sch, sch.get_sblock("total" + suffix), per_block, width)
+        _in_registers(sch, sch.get_sblock("last" + suffix), jp)
         sch.unroll(ii)
         sch.vectorize(ji)
-        last_col = sch.get_sblock("last_col")
+        last_col = sch.get_sblock("last_col" + suffix)
         sch.compute_at(last_col, outer)
         sch.vectorize(sch.get_loops(last_col)[-1])
         sch.compute_at(acc, outer, preserve_unit_loops=True)     # kb, were there one K block
     kb = sch.get_loops(acc)[-1]
-    outer, jp, ii, ji = _tiles(sch, acc, per_block, kb, outer)
-    _in_registers(sch, sch.get_sblock("block"), jp)
+    outer, jp, ii, ji = _tiles(sch, acc, per_block, width, kb, outer)
+    _in_registers(sch, sch.get_sblock("block" + suffix), jp)
     sch.unroll(ii)
     sch.vectorize(ji)
     sch.vectorize(sch.get_loops(sch.decompose_reduction(acc, kb))[-1])
-    col = sch.get_sblock("col")
+    col = sch.get_sblock("col" + suffix)
     sch.compute_at(col, kb)
     sch.vectorize(sch.get_loops(col)[-1])
-    b, e = sch.get_loops(sch.get_sblock("padded"))          # per (phase, channel), row and column
-    sch.parallel(sch.fuse(b, sch.split(e, [None, hq, wq])[0]))
-    out = sch.get_sblock("out")
-    if whole_panels:
-        sch.reverse_compute_at(out, outer)
-    else:
-        b, i, _ = sch.get_loops(out)
-        sch.parallel(sch.fuse(b, i))
-    columns = sch.get_loops(out)[-1]
-    n = sch.get(columns).extent.value
-    sch.vectorize(sch.split(columns, [None, next(v for v in (16, 8, 4, 2, 1) if n % v == 0)])[1])
+    return outer
 
 
-def _tiles(sch, block, per_block: int, kb=None, outer=None):
-    """``block``'s rows and columns in ROWS x COLUMNS tiles, ``per_block`` column panels at a time
+def _tiles(sch, block, per_block: int, width: int, kb=None, outer=None):
+    """``block``'s rows and columns in ROWS x ``width`` tiles, ``per_block`` column panels at a time
     (images and those blocks fused and parallel, unless under ``outer`` already), ``kb`` (the K
     blocks) outside the tiles: the loops (outer, panel, row in tile, column in tile)."""
     loops = sch.get_loops(block)[:-1] if kb is not None else sch.get_loops(block)
     i, j = loops[-2:]
-    jn, jp, ji = sch.split(j, [None, per_block, COLUMNS])
+    jn, jp, ji = sch.split(j, [None, per_block, width])
     io, ii = sch.split(i, [None, ROWS])
     sch.reorder(jn, *([kb] if kb is not None else []), io, jp, ii, ji)
     if outer is None:
