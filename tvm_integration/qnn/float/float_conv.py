@@ -17,9 +17,10 @@ from tvm_integration.qnn.float.float_matmul import stride_k
 
 # 6 x 16, MLAS's FMA3 kernel's: twelve ymm accumulators on AVX2 (a row's 16 floats two ymm), the
 # output channels padded to whole tiles (64 -> 66). On the Zen 3 host (ResNet-18's float convs, CPU
-# time) 0.90x the time of 4 x 16 (eight accumulators: the FMA's latency times its two pipes, no slack) and 0.97x of 5 x 16;
-# 12 x 8 and 8 x 8 (one ymm a row, N = 49 in 56 columns) 1.05-1.2x of 4 x 16; 3 x 32 and 2 x 32
-# 1.2-2.2x, 8 x 16 (16 accumulators, spilled) 1.3x, 4 x 24 8-10x (vectors of 24 floats)
+# time) 0.90x the time of 4 x 16 (eight accumulators: the FMA's latency times its two pipes, no
+# slack) and 0.97x of 5 x 16; 12 x 8 and 8 x 8 everywhere (one ymm a row, N = 49 in 56 columns)
+# 1.05-1.2x of 4 x 16; 3 x 32 and 2 x 32 1.2-2.2x, 8 x 16 (16 accumulators, spilled) 1.3x, 4 x 24
+# 8-10x (vectors of 24 floats)
 ROWS, COLUMNS = 6, 16
 PANELS_PER_BLOCK = 8          # at most this many panels of columns between two K blocks (MLAS_SGEMM_STRIDEN: 128)
 
@@ -31,12 +32,13 @@ def conv2d_func(x_shape: tuple[int, ...], w_shape: tuple[int, ...], strides, pad
     DequantizeLinear, dequantized as the image is padded, ``float32(x - zero point) * scale`` as
     DequantizeLinear computes it, instead of in a pass of its own.
 
-    The image is copied once with its zero padding (in phases of its columns at a stride over 1), the
-    panels then from it in runs (``_runs``). A K that is no whole number of blocks ends in a
-    shorter block of its own (zero rows padding it to a whole block took 11% more FMAs at K = 576); the
-    columns are padded to whole panels and the output channels to whole tiles, both computed and
-    dropped. (Tried instead: a stride-1 conv's columns at the padded image's pitch, the columns past
-    each row's end computed and dropped, 3.5-29% of them: 5-20% slower than a gather of each column.)"""
+    The image is copied once with its zero padding (in phases of its rows and columns at a stride
+    over 1), the panels then from it in runs (``_runs``). A K that is no whole number of blocks ends
+    in a shorter block of its own (zero rows padding it to a whole block took 11% more FMAs at
+    K = 576); the columns are padded to whole panels (the last of 8 columns where ``_parts`` says)
+    and the output channels to whole tiles, both computed and dropped. (Tried instead: a stride-1
+    conv's columns at the padded image's pitch, the columns past each row's end computed and
+    dropped, 3.5-29% of them: 5-20% slower than a gather of each column.)"""
     batch, c, h, w = x_shape
     m, _, kh, kw = w_shape
     (sh, sw), (pt, pl) = strides, padding[:2]
@@ -64,7 +66,8 @@ def conv2d_func(x_shape: tuple[int, ...], w_shape: tuple[int, ...], strides, pad
 
     def weight(i, q):
         return filters[tirx.min(i, m - 1), q]
-    totals = [_part(column, weight, (batch, tall), part, stride, whole, tail, str(t)) for t, part in enumerate(parts)]
+    totals = [_part(column, weight, (batch, tall), part, stride, whole, tail, str(t))
+              for t, part in enumerate(parts)]
 
     def output(b, i, j):                            # each column from its part's total
         value = totals[0][b, i, j if parts[0][1] >= n else tirx.min(j, parts[0][1] - 1)]
@@ -94,7 +97,7 @@ def _parts(n: int) -> list[tuple[int, int, int]]:
     computed (N = 49: 48 + 8, not 64, as MLAS's kernel ends in 8 columns). The narrow panel is a
     pass over the filters of its own: at N = 196 (4 of 16 columns used; 4% of the FMAs) 2-3% slower."""
     whole, left = divmod(n, COLUMNS)
-    if not whole or not left or left > COLUMNS // 2 or 8 * (COLUMNS // 2) < (whole + 1) * COLUMNS:
+    if not whole or not left or left > COLUMNS // 2 or (whole + 1) * COLUMNS > 8 * (COLUMNS // 2):
         return [(0, -(-n // COLUMNS) * COLUMNS, COLUMNS)]
     return [(0, whole * COLUMNS, COLUMNS), (whole * COLUMNS, COLUMNS // 2, COLUMNS // 2)]
 
@@ -138,13 +141,13 @@ def _as_views(func: tirx.PrimFunc, shapes) -> tirx.PrimFunc:
 
 
 def _runs(image, batch, c, hp, wp, kh, kw, strides, ow, wide):
-    """The columns as runs of the padded image: column(b, s, q, j), column s + j of row q (``wide``
-    columns read, those past OH * OW computed and dropped). The image is
-    laid out in phases of its rows and columns (phase (g, f) holds rows g, g + sh, ... and columns
-    f, f + sw, ...; only the phases a kernel tap reads: one at stride 1, one for a 1x1 conv at stride
-    2, where copying the whole image took 29% of its time), each ``hq`` x ``wq``, so that column
-    j = oy * ow + ox of row q = (ch, ky, kx) reads phase (ky % sh, kx % sw) at (ch, oy + ky // sh,
-    ox + kx // sw): offset(q) + j + oy * (wq - ow). A panel's 16 columns lie in a few output rows
+    """The columns as runs of the padded image: column(b, s, q, j) is column s + j of row q (``wide``
+    columns read, those past OH * OW computed and dropped). The image is laid out in phases of its
+    rows and columns (phase (g, f) holds rows g, g + sh, ... and columns f, f + sw, ...; only the
+    phases a kernel tap reads: one at stride 1, one for a 1x1 conv at stride 2, where copying the
+    whole image took 29% of its time), each ``hq`` x ``wq``, so that column j = oy * ow + ox of row
+    q = (ch, ky, kx) reads phase (ky % sh, kx % sw) at (ch, oy + ky // sh, ox + kx // sw):
+    offset(q) + j + oy * (wq - ow). A panel's 16 columns lie in a few output rows
     (2 at 16 columns a row and more, 4 at 7), each row's run one vector load at that row's offset,
     the lanes picked by where the rows end: not 16 loads at 16 computed addresses (MlasConvIm2Col
     copies runs too)."""
