@@ -76,7 +76,7 @@ def conv2d_func(x_shape: tuple[int, ...], w_shape: tuple[int, ...], strides, pad
         return value
     out = te.compute((batch, m, n), output, name="out")
     sch = s_tir.Schedule(te.create_prim_func([x, filters, out]))
-    outer = [_schedule(sch, part[1] // part[2], tail, str(t)) for t, part in enumerate(parts)]
+    outer = [_schedule(sch, part[1] // part[2], tail, str(t), kh * kw > 1) for t, part in enumerate(parts)]
     b, e = sch.get_loops(sch.get_sblock("padded"))          # per (phase, channel), row and column
     sch.parallel(sch.fuse(b, sch.split(e, [None, -(-hp // sh), -(-wp // sw)])[0]))
     out = sch.get_sblock("out")
@@ -176,11 +176,11 @@ def _runs(image, batch, c, hp, wp, kh, kw, strides, ow, wide):
     return column
 
 
-def _schedule(sch, panels: int, tail: int, suffix: str):
+def _schedule(sch, panels: int, tail: int, suffix: str, by_row: bool):
     """One part's stages (``_part``): parallel over images and blocks of column panels; in each,
     per K block: its panels packed, then each ROWS-row tile's FMA chain in registers (k outermost in
     the tile) added onto acc; then (``tail``) the last block's, each tile added as it leaves its
-    registers. Returns the parallel loop."""
+    registers (the panels packed ``by_row``: ``_pack``). Returns the parallel loop."""
     per_block = max(d for d in range(1, PANELS_PER_BLOCK + 1) if panels % d == 0)
     if per_block < PANELS_PER_BLOCK // 2 and panels <= 2 * PANELS_PER_BLOCK:
         per_block = panels                          # 13 panels: one block, not 13 of one
@@ -192,9 +192,7 @@ def _schedule(sch, panels: int, tail: int, suffix: str):
         _in_registers(sch, sch.get_sblock("last" + suffix), jp)
         sch.unroll(ii)
         sch.vectorize(ji)
-        last_col = sch.get_sblock("last_col" + suffix)
-        sch.compute_at(last_col, outer)
-        sch.vectorize(sch.get_loops(last_col)[-1])
+        _pack(sch, sch.get_sblock("last_col" + suffix), outer, by_row)
         sch.compute_at(acc, outer, preserve_unit_loops=True)     # kb, were there one K block
     kb = sch.get_loops(acc)[-1]
     outer, jp, ii, ji = _tiles(sch, acc, per_block, width, kb, outer)
@@ -202,10 +200,19 @@ def _schedule(sch, panels: int, tail: int, suffix: str):
     sch.unroll(ii)
     sch.vectorize(ji)
     sch.vectorize(sch.get_loops(sch.decompose_reduction(acc, kb))[-1])
-    col = sch.get_sblock("col" + suffix)
-    sch.compute_at(col, kb)
-    sch.vectorize(sch.get_loops(col)[-1])
+    _pack(sch, sch.get_sblock("col" + suffix), kb, by_row)
     return outer
+
+
+def _pack(sch, block, loop, by_row: bool) -> None:
+    """``block``'s panels packed under ``loop``; ``by_row`` (a kernel of more than one tap), row by
+    row: each row's (c, ky, kx) and offset computed once for all the block's panels, not once per
+    panel (the 3x3 convs 2-9% faster; the 1x1 ones, no taps to split, 2-5% slower so)."""
+    sch.compute_at(block, loop, preserve_unit_loops=True)     # one panel: its loop kept
+    *_, panel, row, column = sch.get_loops(block)
+    if by_row:
+        sch.reorder(row, panel)
+    sch.vectorize(column)
 
 
 def _tiles(sch, block, per_block: int, width: int, kb=None, outer=None):
