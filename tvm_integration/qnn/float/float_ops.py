@@ -16,7 +16,7 @@ import numpy as np
 import tvm
 from tvm import relax, s_tir, te, tirx, topi
 
-from tvm_integration.qnn.float import layer_norm, mlas_math, reduce_mean
+from tvm_integration.qnn.float import float_gemm, layer_norm, mlas_math, reduce_mean
 from tvm_integration.qnn.float.float_calls import emit, float32, shape_of
 from tvm_integration.qnn.float.float_gemv import row_times_func, row_times_transposed_func
 from tvm_integration.qnn.float.float_matmul import LANES, PACKED_STRIDE_K, matmul_func
@@ -296,6 +296,7 @@ class _Fusions(relax.PyExprMutator):
             if call.op == tvm.ir.Op.get("relax.matmul"):
                 fused = self._transposed_matmul(call)
                 fused = self._row_matmul(call) if fused is None else fused
+                fused = self._by_weights(call, None, "qsynth_float_matmul") if fused is None else fused
         elif call.op in (tvm.ir.Op.get("relax.max"), tvm.ir.Op.get("relax.min")):
             fused = self._range(source.args[0], call)
         elif call.op == tvm.ir.Op.get("relax.nn.layer_norm"):
@@ -373,9 +374,17 @@ class _Fusions(relax.PyExprMutator):
                 y = emit(self.builder_, row_times_func(*b, bias=True), "qsynth_float_gemv", [row, matmul.args[1], c],
                          (1, b[1]))
                 return y if len(a) == 2 else relax.op.reshape(self.builder_.emit(y), shape_of(call))
+            if (packed := self._by_weights(matmul, c, "qsynth_float_gemm", shape_of(call))) is not None:
+                return packed
             return emit(self.builder_, matmul_func(a, b, stride=_packed_stride(matmul.args[1]), bias=shape_of(c)),
                         "qsynth_float_gemm", [*matmul.args, c], shape_of(call))
         return None
+
+    def _by_weights(self, matmul, c, name: str, out_shape=None):
+        """``matmul`` (+ ``c``) by constant weights, on x86 (float_gemm.by_weights), else None."""
+        dq = self._bound(matmul.args[1], "relax.dequantize")
+        return None if self.fused else float_gemm.by_weights(self.builder_, matmul, dq, c, name,
+                                                             out_shape or shape_of(matmul))
 
     def _dequantized(self, call):
         multiply = self._bound(call.args[0], "relax.multiply")
