@@ -86,6 +86,7 @@ def gemm_func(rows: int, k: int, n: int, stride: int, bias: tuple[int, ...] | No
     def c_at(i, j):             # C broadcast to the output; padding reads its last row and column
         index = (tirx.min(i, rows - 1), tirx.min(j, n - 1))[2 - len(bias):]
         return c[tuple(0 if d == 1 else x for d, x in zip(bias, index))]
+
     def term(kb, i, j):         # C enters with the first block's sum (TE drops a reduction's init)
         return tirx.Select(kb == 0, c_at(i, j) + block[kb, i, j], block[kb, i, j]) if bias else block[kb, i, j]
     kb = te.reduce_axis((0, blocks), "kb")
