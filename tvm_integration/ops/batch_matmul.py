@@ -160,14 +160,16 @@ def build_batch_matmul(a: Operand, b: Operand, za: int, zb: int, scale: float, o
 LANES = (16,)          # one 512-bit vector of int32 partial sums
 
 
-def zero_point_term(data, groups: int, extent: int, depth: int, factor: int, element, along_k: bool, name: str):
+def zero_point_term(data, groups: int, extent: int, depth: int, factor: int, element, along_k: bool, name: str,
+                    lane_choices: tuple[int, ...] = LANES):
     """The scheduled function ``term[g, x] = factor * sum_t element(g, x, t)``: with ``along_k`` (t
-    contiguous in memory) as partial sums of ``lanes`` consecutive t, added up after; else with x
+    contiguous in memory) as partial sums of ``lanes`` consecutive t (the first of ``lane_choices``
+    dividing the depth: a vector of int32), added up after; else with x
     innermost (the update's lanes left to LLVM's loop vectorizer: the schedule's vectorize refuses a
     loop under a reduction loop)."""
     if factor == 0:             # (an operand's zero point equals its shift): TE folds the sum away
         return te.create_prim_func([data, te.compute((groups, extent), lambda g, x: tirx.const(0, "int32"), name=name)])
-    lanes = next((l for l in LANES if depth % l == 0), None) if along_k else None
+    lanes = next((l for l in lane_choices if depth % l == 0), None) if along_k else None
     if lanes is None:
         t = te.reduce_axis((0, depth), name="t")
         term = te.compute((groups, extent), lambda g, x: te.sum(element(g, x, t).astype("int32") * factor, axis=t),

@@ -24,6 +24,7 @@ from tvm import relax, tirx
 
 from tvm_integration.kernels import selection
 from tvm_integration.kernels import neon_int8 as neon_kernels
+from tvm_integration.ops import neon_batch_matmul
 from tvm_integration.ops import neon_gemm as neon_ops
 from tvm_integration.ops.batch_matmul import Operand, build_batch_matmul
 from tvm_integration.ops.conv2d import build_conv2d
@@ -234,17 +235,17 @@ class Binder:
         return True
 
     def batch_matmul(self, var, op: IntegerOp) -> bool:
-        """A matmul of two activations on the tiles (ops/batch_matmul.py): the row and column
-        zero-point terms, then the tensorized product, reading each operand through its transpose.
-        On neon (no such operator) its reference computation."""
-        if self.isa == "neon":
-            return False
+        """A matmul of two activations on the tiles (ops/batch_matmul.py; on neon
+        ops/neon_batch_matmul.py, the core's NEON tile): the row and column zero-point terms, then the
+        tensorized product, reading each operand through its transpose."""
         p = op.params
         a, b = (self.substitute(i) for i in op.inputs)
         operands = [Operand(tuple(int(d) for d in x.ty.shape), str(x.ty.dtype), tuple(axes) or None)
                     for x, axes in ((a, p["a_axes"]), (b, p["b_axes"]))]
-        built = build_batch_matmul(*operands, p["a_zero_point"], p["b_zero_point"], p["scale"], p["out_zero_point"],
-                                   p["out_dtype"], tuple(p["clamp"]), self.isa)
+        args = (*operands, p["a_zero_point"], p["b_zero_point"], p["scale"], p["out_zero_point"], p["out_dtype"],
+                tuple(p["clamp"]))
+        built = neon_batch_matmul.build_batch_matmul(*args, mcpu=self.mcpu) if self.isa == "neon" \
+            else build_batch_matmul(*args, self.isa)
         def call(name, args, out):
             func = built.mod[name].with_attrs({schedules.TENSORIZED: True, "qnn.op": "batch_matmul"})
             symbol = "qsynth_batch_matmul" + ("" if name == "main" else "_" + name)

@@ -46,7 +46,7 @@ def layers(model: onnx.ModelProto | Path, target: str = "host", mcpu: str | None
     for binding in mod["main"].body.blocks[0].bindings:
         op = IntegerOp.read(binding.value, mod)
         if op is not None and op.kind == "batch_matmul":
-            rows.append(_batch_matmul(op, target))
+            rows.append(_batch_matmul(op, target, mcpu))
         elif op is None and _float_matmul(binding.value):
             rows.append(_float_layer(binding, target))
         elif op is None and (conv := _float_conv(binding.value, mod)) is not None:
@@ -60,9 +60,9 @@ def layers(model: onnx.ModelProto | Path, target: str = "host", mcpu: str | None
     return rows
 
 
-def _batch_matmul(op: IntegerOp, target: str) -> Layer:
+def _batch_matmul(op: IntegerOp, target: str, mcpu: str | None = None) -> Layer:
     """A matmul of two quantized activations: the int8 tile ops/batch_matmul.py takes on x86; on Arm
-    bind.py leaves it to its plain TIR."""
+    the core's NEON tile (ops/neon_batch_matmul.py)."""
     from tvm_integration.ops.batch_matmul import Operand, kernel_for
     a, b = (Operand(tuple(int(d) for d in x.ty.shape), str(x.ty.dtype), tuple(op.params[f"{n}_axes"]) or None)
             for x, n in zip(op.inputs, "ab"))
@@ -70,8 +70,9 @@ def _batch_matmul(op: IntegerOp, target: str) -> Layer:
     precision = Precision(8, 8, "int8", f"{short[a.dtype]} x {short[b.dtype]} activations")
     shape = " @ ".join("x".join(map(str, x.logical)) for x in (a, b))
     if target == "neon":
-        return Layer(op.params.get("layer") or "(unnamed)", "batch_matmul", shape, precision, "reference",
-                     "plain TIR (the tiles not yet on Arm)")
+        from tvm_integration.ops import neon_batch_matmul
+        return Layer(op.params.get("layer") or "(unnamed)", "batch_matmul", shape, precision, "int8",
+                     neon_batch_matmul.kernel_for(mcpu).intrin.removeprefix("qsynth_"))
     kernel = kernel_for(a, b, "host" if target == "host" else target).spec.name
     return Layer(op.params.get("layer") or "(unnamed)", "batch_matmul", shape, precision, "int8", kernel)
 
