@@ -202,14 +202,14 @@ def _schedule(sch, panels: int, tail: int, suffix: str, by_row: bool):
     outer = None
     if tail:
         outer, jp, ii, ji = _tiles(sch, sch.get_sblock("total" + suffix), per_block, width)
-        _in_registers(sch, sch.get_sblock("last" + suffix), jp)
+        in_registers(sch, sch.get_sblock("last" + suffix), jp)
         sch.unroll(ii)
         sch.vectorize(ji)
         _pack(sch, sch.get_sblock("last_col" + suffix), outer, by_row)
         sch.compute_at(acc, outer, preserve_unit_loops=True)     # kb, were there one K block
     kb = sch.get_loops(acc)[-1]
     outer, jp, ii, ji = _tiles(sch, acc, per_block, width, kb, outer)
-    _in_registers(sch, sch.get_sblock("block" + suffix), jp)
+    in_registers(sch, sch.get_sblock("block" + suffix), jp)
     sch.unroll(ii)
     sch.vectorize(ji)
     sch.vectorize(sch.get_loops(sch.decompose_reduction(acc, kb))[-1])
@@ -243,7 +243,7 @@ def _tiles(sch, block, per_block: int, width: int, kb=None, outer=None):
     return outer, jp, ii, ji
 
 
-def _in_registers(sch, block, loop) -> None:
+def in_registers(sch, block, loop) -> None:
     """``block``'s tile (one K block's FMA chains) under ``loop``, in registers: k outermost, the
     rows unrolled, the columns vectors."""
     sch.compute_at(block, loop)

@@ -14,6 +14,7 @@ import numpy as np
 from tvm import relax, s_tir, te, tirx
 
 from tvm_integration.qnn.float.float_calls import emit, shape_of
+from tvm_integration.qnn.float.float_conv import in_registers
 from tvm_integration.qnn.float.float_matmul import PACKED_STRIDE_K, stride_k
 from tvm_integration.qnn.semantics.quant import constant
 
@@ -108,14 +109,7 @@ def _schedule(sch, panels: int, cut: bool) -> None:
     io, ii = sch.split(i, [None, ROWS])
     sch.reorder(jn, kb, io, jp, ii, ji)
     sch.parallel(jn)
-    block = sch.get_sblock("block")
-    sch.compute_at(block, jp)
-    sch.set_scope(block, 0, "local")
-    *_, rows, columns, k = sch.get_loops(block)
-    sch.reorder(k, rows, columns)
-    sch.unroll(rows)
-    sch.vectorize(columns)
-    sch.vectorize(sch.get_loops(sch.decompose_reduction(block, k))[-1])
+    in_registers(sch, sch.get_sblock("block"), jp)
     sch.unroll(ii)
     sch.vectorize(ji)
     sch.vectorize(sch.get_loops(sch.decompose_reduction(acc, kb))[-1])

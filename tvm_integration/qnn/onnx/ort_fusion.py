@@ -213,8 +213,8 @@ def quantized_biases(model: onnx.ModelProto, layers) -> onnx.ModelProto:
     convolutions whose input another node also reads: one of every such block's values differed)."""
     g = Graph(model)
 
-    def to_quantize(node) -> bool:                  # IsNoBranchPathToQuantizeLinear
-        while len(users := g.readers[node.output[0]]) == 1 and node.output[0] not in g.outputs:
+    def to_quantize(node) -> bool:                  # IsNoBranchPathToQuantizeLinear (a graph output is no reader)
+        while len(users := g.readers[node.output[0]]) == 1:
             if users[0].op_type == "QuantizeLinear":
                 return True
             if users[0].op_type not in ("Relu", "Clip"):
