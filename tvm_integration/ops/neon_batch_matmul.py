@@ -26,7 +26,7 @@ from tvm_integration.kernels import neon_int8
 from tvm_integration.kernels.packing import activation_shift
 from tvm_integration.ops.batch_matmul import BuiltMatmul, Operand, batch_index, geometry, zero_point_term
 from tvm_integration.ops.gemm import Gemm, Tile
-from tvm_integration.ops.neon_gemm import _schedule
+from tvm_integration.ops.neon_gemm import schedule_tiles
 from tvm_integration.ops.output_stage import requantize
 
 
@@ -84,7 +84,7 @@ def build_batch_matmul(a: Operand, b: Operand, za: int, zb: int, scale: float, o
     out = te.compute((groups, m, n), lambda g, p, c: requantize(
         acc[0, g, p, c] + rows_out(g, p) + col_in[g, c] + fixed, tirx.const(scale, "float32"), out_zp, out_dtype,
         clamp), name="output")
-    mod = _schedule(te.create_prim_func([xa, xb, row_in, col_in, out]), tile, kernel, ())
+    mod = schedule_tiles(te.create_prim_func([xa, xb, row_in, col_in, out]), tile, kernel, ())
     sch = s_tir.Schedule(mod)
     loops = sch.get_loops(sch.get_sblock("weights"))
     sch.parallel(sch.fuse(*loops[:2]))

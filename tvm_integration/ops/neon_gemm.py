@@ -249,7 +249,7 @@ def build_gemm(gemm: Gemm, data: te.Tensor, element, weights: np.ndarray, stage:
     codes = weights.astype(np.int16) + neon_int8.WEIGHT_SHIFT * real[None, None, :] if unsigned_w else weights
     constants = [pack(codes.astype(b_dtype), tile.nr, tile.k, grp), *values.values()]
     loops = (kpack // segment, segment) if segment else depth_loops if kp == gemm.depth else ()
-    return _schedule(func, tile, kernel, loops), constants
+    return schedule_tiles(func, tile, kernel, loops), constants
 
 
 def pack(w: np.ndarray, nr: int, k_multiple: int, grp: int) -> np.ndarray:
@@ -261,7 +261,7 @@ def pack(w: np.ndarray, nr: int, k_multiple: int, grp: int) -> np.ndarray:
     return np.ascontiguousarray(padded.reshape(g, np_ // nr, nr, kp // grp, grp).transpose(0, 1, 3, 2, 4))
 
 
-def _schedule(func, tile: Tile, kernel, depth_loops: tuple[int, ...]):
+def schedule_tiles(func, tile: Tile, kernel, depth_loops: tuple[int, ...]):
     """Loops ``(b, p0) | n0 | p1 n1 k``: the outer loop parallel, the packing (and the packed rows'
     sums) per row tile before its column tiles, the inner three one call of the tile's K loop, the
     output stage after each column tile, or with an even number of them after each pair (the pair's two
