@@ -100,20 +100,17 @@ def kernel_for(a: Operand, b: Operand, isa: str = "host"):
                          selection.admitted(selection.int8_candidates(isa, k), None), m, n, depth=k)
 
 
-def build_batch_matmul(a: Operand, b: Operand, za: int, zb: int, scale: float, out_zp: int, out_dtype: str,
-                       clamp, isa: str = "host", use_kernel: bool = True) -> BuiltMatmul:
+def packed_operands(a: Operand, b: Operand, tile: Tile, q: int, dtypes: tuple[str, str]):
+    """((the placeholders of A and B, A packed in row tiles [1, groups, rows / mr, mr, K'], B in column
+    tiles of q-deep groups [groups, columns / nr, K' / q, nr, q]), (sa, sb)): each zero-padded to whole
+    tiles and shifted into the tile's operand types ``dtypes``, sa added to A and sb taken from B. The
+    x86 and NEON operators of a matmul of two activations pack alike."""
     batch, m, k, n = geometry(a, b)
     groups = int(np.prod(batch)) if batch else 1
-    kernel = kernel_for(a, b, isa)
-    use_kernel = use_kernel and kernel.admits(None)      # B is computed at run time
-    tile = Tile.of(kernel)
-    gemm = Gemm(1, groups, m, n, k)
-    pp, npad, kp = gemm.padded(tile)
-    xa = te.placeholder(a.shape, a.dtype, name="a")
-    xb = te.placeholder(b.shape, b.dtype, name="b")
-    a_dtype, b_dtype = (kernel.a_dtype, kernel.b_dtype) if use_kernel else ("uint8", "int8")
+    pp, npad, kp = Gemm(1, groups, m, n, k).padded(tile)
+    a_dtype, b_dtype = dtypes
+    xa, xb = te.placeholder(a.shape, a.dtype, name="a"), te.placeholder(b.shape, b.dtype, name="b")
     sa, sb = activation_shift(a.dtype, a_dtype), -activation_shift(b.dtype, b_dtype)
-    ca, cb = za + sa, zb - sb
 
     def a_at(g, p, t):
         return a.element(xa, batch, batch_index(g, batch), p, t)
@@ -124,11 +121,26 @@ def build_batch_matmul(a: Operand, b: Operand, za: int, zb: int, scale: float, o
     packed = te.compute((1, groups, pp // tile.mr, tile.mr, kp), lambda _, g, p0, p1, t: tirx.if_then_else(
         tirx.all(p0 * tile.mr + p1 < m, t < k), (a_at(g, p0 * tile.mr + p1, t).astype("int32") + sa).astype(a_dtype),
         tirx.const(0, a_dtype)), name="pack")
-    q = tile.group
     w = te.compute((groups, npad // tile.nr, kp // q, tile.nr, q), lambda g, n0, k0, n1, k1: tirx.if_then_else(
         tirx.all(n0 * tile.nr + n1 < n, k0 * q + k1 < k),
         (b_at(g, k0 * q + k1, n0 * tile.nr + n1).astype("int32") - sb).astype(b_dtype), tirx.const(0, b_dtype)),
         name="weights")
+    return (xa, xb, packed, w), (sa, sb)
+
+
+def build_batch_matmul(a: Operand, b: Operand, za: int, zb: int, scale: float, out_zp: int, out_dtype: str,
+                       clamp, isa: str = "host", use_kernel: bool = True) -> BuiltMatmul:
+    batch, m, k, n = geometry(a, b)
+    groups = int(np.prod(batch)) if batch else 1
+    kernel = kernel_for(a, b, isa)
+    use_kernel = use_kernel and kernel.admits(None)      # B is computed at run time
+    tile = Tile.of(kernel)
+    gemm = Gemm(1, groups, m, n, k)
+    pp, npad, kp = gemm.padded(tile)
+    q = tile.group
+    (xa, xb, packed, w), (sa, sb) = packed_operands(
+        a, b, tile, q, (kernel.a_dtype, kernel.b_dtype) if use_kernel else ("uint8", "int8"))
+    ca, cb = za + sa, zb - sb
     r = te.reduce_axis((0, kp), name="k")
     acc = te.compute((1, groups, pp, npad), lambda _, g, p, c: te.sum(
         packed[0, g, p // tile.mr, p % tile.mr, r].astype("int32")

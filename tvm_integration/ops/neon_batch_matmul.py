@@ -23,8 +23,8 @@ import tvm
 from tvm import s_tir, te, tirx
 
 from tvm_integration.kernels import neon_int8
-from tvm_integration.kernels.packing import activation_shift
-from tvm_integration.ops.batch_matmul import BuiltMatmul, Operand, batch_index, geometry, zero_point_term
+from tvm_integration.ops.batch_matmul import (BuiltMatmul, Operand, batch_index, geometry, packed_operands,
+                                              zero_point_term)
 from tvm_integration.ops.gemm import Gemm, Tile
 from tvm_integration.ops.neon_gemm import schedule_tiles
 from tvm_integration.ops.output_stage import requantize
@@ -48,27 +48,10 @@ def build_batch_matmul(a: Operand, b: Operand, za: int, zb: int, scale: float, o
         raise ValueError(f"{kernel.intrin}: not defined on every {kernel.b_dtype} B (a run-time operand)")
     tile, q = Tile.of(kernel), neon_int8.group(kernel)
     pp, npad, kp = Gemm(1, groups, m, n, k).padded(tile)
-    a_dtype, b_dtype = kernel.a_dtype, kernel.b_dtype
-    sa, sb = activation_shift(a.dtype, a_dtype), -activation_shift(b.dtype, b_dtype)
+    (xa, xb, packed, w), (sa, sb) = packed_operands(a, b, tile, q, (kernel.a_dtype, kernel.b_dtype))
     ca, cb = za + sa, zb - sb
-    xa = te.placeholder(a.shape, a.dtype, name="a")
-    xb = te.placeholder(b.shape, b.dtype, name="b")
     row_in = te.placeholder((groups, m), "int32", name="row_terms")
     col_in = te.placeholder((groups, n), "int32", name="col_terms")
-
-    def a_at(g, p, t):
-        return a.element(xa, batch, batch_index(g, batch), p, t)
-
-    def b_at(g, t, c):
-        return b.element(xb, batch, batch_index(g, batch), t, c)
-
-    packed = te.compute((1, groups, pp // tile.mr, tile.mr, kp), lambda _, g, p0, p1, t: tirx.if_then_else(
-        tirx.all(p0 * tile.mr + p1 < m, t < k), (a_at(g, p0 * tile.mr + p1, t).astype("int32") + sa).astype(a_dtype),
-        tirx.const(0, a_dtype)), name="pack")
-    w = te.compute((groups, npad // tile.nr, kp // q, tile.nr, q), lambda g, n0, k0, n1, k1: tirx.if_then_else(
-        tirx.all(n0 * tile.nr + n1 < n, k0 * q + k1 < k),
-        (b_at(g, k0 * q + k1, n0 * tile.nr + n1).astype("int32") - sb).astype(b_dtype), tirx.const(0, b_dtype)),
-        name="weights")
     r = te.reduce_axis((0, kp), name="k")
     row_in_tile = neon_int8.adds_row_sums(kernel.spec) if kernel.spec.layout == "acc" else False
     row_term = lambda g, p, t: 0
