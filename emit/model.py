@@ -18,7 +18,7 @@ from synth.kernel import spec_from_key
 
 # int8 kernels that get a ``_kloop`` (the K loop of a GEMM around the step): byte elements or 8-bit data
 # widened to int16 (w16) or any int16 (s16), B in k groups of one 32-bit lane per column
-KLOOP_LAYOUTS, KLOOP_TYPES = ("k4", "k4b"), ("u8s8", "u7s8", "s8s8", "s8s7", "u8u8", "w16", "s16")
+KLOOP_LAYOUTS, KLOOP_TYPES = ("k4", "k4b"), ("u8s8", "u7s8", "u8r7", "s8s8", "s8s7", "u8u8", "w16", "s16")
 
 
 def kernel_model(entry: dict) -> dict:

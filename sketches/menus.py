@@ -92,7 +92,7 @@ def int8(isa: str, types: str, layout: str) -> dict:
         # compile time, A when packed at run time); s16: any int16 operands (the Winograd domain,
         # ops/winograd.py). vpmaddwd multiplies each lane's pair into int32
         return {"group": ops("vpmaddwd.ymm", "vpaddd.ymm")}
-    if isa == "avx2" and types == "u7s8":
+    if isa == "avx2" and types in ("u7s8", "u8r7"):      # vpmaddubsw where its pairs cannot saturate
         return {"constants": {"ones16": int.from_bytes(b"\x01\x00" * 16, "little")}, "multiplies_in_pairs": True,
                 "row": ops("vpmaddubsw.ymm", "vpmaddwd.ymm", "vpaddd.ymm", "vpaddw.ymm")}
     if isa == "amx":

@@ -51,6 +51,9 @@ INT8_TILES = {
     ("avx2", "s16", "k4b"): (5, 16, 2),       # the w16 row on any int16 operands: Winograd's (ops/winograd.py)
     ("avx512", "s16", "k4b"): (12, 32, 8),
     ("avx2", "u7s8", "k4b"): (6, 8, 4),       # vpmaddubsw + vpmaddwd, activations < 128 (no saturation)
+    # the same row on any u8 activation for weights in [-64, 64] (reduce_range); 5 rows x 2 registers of C,
+    # 2 of B, a broadcast, the pair sums and the ones fill 15 of the 16 ymm (tuning.ROW_EXTRAS)
+    ("avx2", "u8r7", "k4b"): (5, 16, 4),
     ("avx2", "u8s8", "k4b"): (12, 8, 4),      # AVX-VNNI vpdpbusd ymm (16 ymm registers)
     # AMX: 2x2 accumulator tiles (a tdpbusd's latency covers ~4 issues), A and B tiles loaded once per
     # k step and used twice; k = 4 steps per call keeps A and B (16 KiB) in L1

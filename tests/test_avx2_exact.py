@@ -21,11 +21,12 @@ from synth.stages import prove_stage
 from tests.test_qnn_transformer import qlinear_matmul
 from tests.test_tvm_ops import CONVS, conv_reference, dense_reference
 from tvm_integration.kernels import selection
-from tvm_integration.ops.conv2d import conv2d
+from tvm_integration.ops.conv2d import chosen_tiles, conv2d
 from tvm_integration.ops.dense import dense
 
 
-TYPES = ("s8s7", "w16")          # the exact AVX2 tile kinds
+TYPES = ("s8s7", "w16")          # the exact AVX2 tile kinds for any int8 weights
+REDUCE_RANGE = "u8r7"            # and the one for weights in [-64, 64]
 
 
 @pytest.fixture
@@ -34,8 +35,9 @@ def avx2_only(monkeypatch):
     live = host.model()
     monkeypatch.setattr(host, "model", lambda: host.restricted(live, "avx2"))
     candidates = selection.int8_candidates("host")
-    assert {k.spec.isa for k in candidates} == {"avx2"} and {k.spec.types for k in candidates} == set(TYPES)
-    return {t: next(k for k in candidates if k.spec.types == t) for t in TYPES}
+    kinds = {*TYPES, REDUCE_RANGE}
+    assert {k.spec.isa for k in candidates} == {"avx2"} and {k.spec.types for k in candidates} == kinds
+    return {t: next(k for k in candidates if k.spec.types == t) for t in kinds}
 
 
 def weights(shape, rng, minus_128: float):
@@ -136,6 +138,66 @@ def test_batch_matmul_of_two_activations_runs_on_the_w16_tile(avx2_only, tmp_pat
         np.testing.assert_array_equal(model({"a": a, "b": b})["y"], want)
 
 
+def reduce_range_weights(shape, rng) -> np.ndarray:
+    """Weights as onnxruntime's ``reduce_range`` writes them, in [-64, 64], with same-sign pairs of 64 at
+    the start of every output channel's K (the largest pair sums vpmaddubsw then forms: 2 * 255 * 64)."""
+    w = rng.integers(-64, 65, shape).astype(np.int8)
+    w.reshape(shape[0], -1)[:, :4] = [64, 64, -64, -64]
+    return w
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int8"])
+@pytest.mark.parametrize("stride,use_winograd", [(2, False), (1, True)])
+def test_reduce_range_weights_run_on_the_vpmaddubsw_row(avx2_only, dtype, stride, use_winograd):
+    """Weights in [-64, 64] take the u8r7 tile, onnxruntime's own row, exact on every activation (s8 ones
+    shifted to u8 when packed), dense and conv2d (direct; by Winograd where it applies); one weight of
+    65 puts the layer back on the tiles exact for any weights."""
+    rng = np.random.default_rng(5)
+    lo, hi = (0, 256) if dtype == "uint8" else (-128, 128)
+    x = rng.integers(lo, hi, (13, 72)).astype(dtype)
+    x[:2] = [[hi - 1], [lo]]
+    w = reduce_range_weights((40, 72), rng)
+    kinds = lambda w: {k.spec.types for k in selection.admitted(selection.int8_candidates("host", 72), w)}
+    assert kinds(w) == {REDUCE_RANGE}
+    np.testing.assert_array_equal(dense(w, 13, dtype)(x), dense_reference(x, w))
+    w[0, 5] = 65
+    assert kinds(w) == set(TYPES)
+    np.testing.assert_array_equal(dense(w, 13, dtype)(x), dense_reference(x, w))
+    image = rng.integers(lo, hi, (1, 9, 9, 16)).astype(dtype)
+    image[0, :3] = hi - 1
+    w = reduce_range_weights((24, 16, 3, 3), rng)
+    kernel, by_winograd = chosen_tiles(w, image.shape, "NHWC", stride, 1, 1, dtype)
+    assert kernel.spec.types == REDUCE_RANGE and (by_winograd is not None) == use_winograd
+    out = conv2d(w, image.shape, "NHWC", stride, 1, 1, dtype)(image)
+    np.testing.assert_array_equal(out, conv_reference(image, w, "NHWC", stride, 1, 1))
+
+
+def saturating_row():
+    """The u8r7 tile's row stage and its program, onnxruntime's row: vpmaddubsw(a, b), vpmaddwd(ones, .),
+    vpaddd(c, .) (registers a, b, c, ones)."""
+    problem = int8_stages.stages(Int8Spec.for_isa("avx2", REDUCE_RANGE, 5, 16), get_isa("avx2"))[0].problem
+    assert problem.name == "row" and list(problem.input_names) == ["a0_0", "b0_0", "c0_0", "ones16"]
+    body = (Instr(Op.parse("vpmaddubsw.ymm"), (0, 1)), Instr(Op.parse("vpmaddwd.ymm"), (3, 4)),
+            Instr(Op.parse("vpaddd.ymm"), (2, 5)))
+    return problem, Program("avx2", tuple(problem.input_names), tuple(problem.input_bits), body, (6,))
+
+
+def test_the_saturating_row_is_proved_for_weights_in_64_and_wrong_at_65():
+    """Why u8r7's weights stop at 64: the row is proved on every u8 A and B in [-64, 64], and a pair of
+    65s against A = 255 (2 * 255 * 65 = 33150) saturates vpmaddubsw's int16 sum (numpy run)."""
+    from isa_specs.lanes import NUMPY
+    problem, row = saturating_row()
+    assert prove_stage(problem, row, 1e18).result == "proved"
+    a = np.full((1, 32), 255, np.uint8)
+    b = np.full((1, 32), 65, np.int8).view(np.uint8)
+    c, ones = np.zeros((1, 32), np.uint8), np.tile(np.array([1, 0], np.uint8), (1, 16))
+    ins = [NUMPY.from_bytes(v, 256) for v in (a, b, c, ones)]
+    got, want = (NUMPY.to_bytes(v[0], 1).view(np.int32)[0] for v in (problem.run(NUMPY, row, ins),
+                                                                     problem.spec(NUMPY, ins)))
+    np.testing.assert_array_equal(want, np.full(8, 4 * 255 * 65))
+    np.testing.assert_array_equal(got, np.full(8, 2 * 32767))
+
+
 def pairs_problem():
     """The tile's first stage: (a, b) -> the int16 sums of two products of one k group."""
     spec = Int8Spec.for_isa("avx2", "s8s7", 4, 16)
@@ -195,12 +257,12 @@ def test_a_quantized_model_is_exact_on_the_avx2_tiles(avx2_only, tmp_path):
 @pytest.mark.parametrize("name,features,isa,types", [
     ("zen4", None, "avx512", {"u8s8"}),                                         # VNNI
     ("sapphirerapids", "avx2,avx512f,avx512bw,avx512vl", "avx512", {"w16"}),      # a Skylake-SP: AVX-512BW, no VNNI
-    ("zen3", None, "avx2", set(TYPES)),
-    ("skylake", None, "avx2", set(TYPES))])
+    ("zen3", None, "avx2", {*TYPES, REDUCE_RANGE}),
+    ("skylake", None, "avx2", {*TYPES, REDUCE_RANGE})])
 def test_recorded_hosts_select_an_exact_int8_tile(monkeypatch, name, features, isa, types):
     """Which tile family each recorded host's int8 operators take (QSYNTH_HOST_FEATURES's restriction for
     the Skylake-SP): VNNI where there is VNNI, else the w16 tiles on zmm where AVX-512BW is, else the
-    AVX2 tiles of both exact kinds; never the saturating vpmaddubsw alone (u7s8)."""
+    AVX2 tiles of the three exact kinds; never the saturating vpmaddubsw on every weight (u7s8)."""
     recorded = host.parse_cpuinfo((Path(__file__).parent / "data" / f"cpuinfo_{name}.txt").read_text())
     monkeypatch.setattr(host, "model", lambda: host.restricted(recorded, features) if features else recorded)
     candidates = selection.int8_candidates("host")

@@ -41,10 +41,10 @@ from tvm_integration.kernels.short_stack import short_stack
 
 log = logging.getLogger(__name__)
 
-# Element types of A and B per Int8Spec.types. u7s8 is u8 data with the precondition A < 128, s8s7 s8
-# data with B > -128, w16 8-bit data of either sign widened to int16.
-DTYPES = {"u8s8": ("uint8", "int8"), "u7s8": ("uint8", "int8"), "s8s8": ("int8", "int8"), "s8s7": ("int8", "int8"),
-          "u8u8": ("uint8", "uint8"), "w16": ("int16", "int16"), "s16": ("int16", "int16")}
+# Element types of A and B per Int8Spec.types. u7s8 is u8 data with the precondition A < 128, u8r7 s8
+# weights in [-64, 64], s8s7 s8 data with B > -128, w16 8-bit data of either sign widened to int16.
+DTYPES = {"u8s8": ("uint8", "int8"), "u7s8": ("uint8", "int8"), "u8r7": ("uint8", "int8"), "s8s8": ("int8", "int8"),
+          "s8s7": ("int8", "int8"), "u8u8": ("uint8", "uint8"), "w16": ("int16", "int16"), "s16": ("int16", "int16")}
 K4_LAYOUTS = ("k4", "k4b", "tile")
 _REGISTERED: set[str] = set()     # TensorIntrin names registered in this process
 

@@ -50,10 +50,15 @@ def usable(kernel: int8.Kernel | BitserialKernel) -> str | None:
     return why
 
 
-# Tile types exact on every activation: u8s8, w16 (8-bit data of either sign widened to int16), and s8s7
+# Tile types exact on every activation: u8s8, w16 (8-bit data of either sign widened to int16), s8s7
 # (A signed, so u8 activations are shifted by -128 when packed; B in [-127, 127], checked on the
-# weights). u7s8 assumes A < 128, so it is not one.
-EXACT_TYPES = ("u8s8", "s8s7", "w16")
+# weights) and u8r7 (B in [-64, 64]). u7s8 assumes A < 128, so it is not one.
+EXACT_TYPES = ("u8s8", "s8s7", "u8r7", "w16")
+# Tiles that, where they admit a layer's weights, run it faster than every other exact tile, so they
+# alone are its candidates: u8r7, onnxruntime's own saturating row (vpmaddubsw, vpmaddwd by ones,
+# vpaddd: 98.7 G MAC/s from L1 on Zen 3 against w16's 78.1, docs/measurements.md), exact on the
+# reduce_range weights onnxruntime advises for these hosts.
+FASTEST_WHERE_ADMITTED = ("u8r7",)
 # The most weights per output channel a tile that does not admit them takes with packing.clamped's
 # correction, a scalar read of the activation each weight multiplies, per output: u8 weights less an
 # asymmetric zero point near 128 leave one on a byte tile (ResNet-18 quantized U8U8: every layer at most
@@ -68,12 +73,15 @@ def _u8s8_kernels(isa: str) -> list[int8.Kernel]:
 
 def admitted(candidates: list[int8.Kernel], weights: np.ndarray | None) -> list[int8.Kernel]:
     """The candidates whose precondition ``weights`` (``[O, ...]``, O output channels) satisfy
-    (``Kernel.admits``); else those that leave at most ``FEW_OUTSIDE`` weights of any output channel
+    (``Kernel.admits``), only the ``FASTEST_WHERE_ADMITTED`` ones among them where any is; else those that leave at most ``FEW_OUTSIDE`` weights of any output channel
     outside their range: the operator then runs the chosen tile on its weights clamped into the tile's
     range and adds the rest apart (``packing.clamped``); SelectionError if none does. Weights computed at
     run time (None): the candidates that admit every int8 B, else all of them (the operator then runs
     plain TIR: ops/batch_matmul.py)."""
     exact = [k for k in candidates if k.admits(weights)]
+    fastest = [k for k in exact if k.spec.types in FASTEST_WHERE_ADMITTED]
+    if fastest:
+        return fastest
     if exact or weights is None:
         return exact or candidates
     columns = weights.reshape(weights.shape[0], -1)

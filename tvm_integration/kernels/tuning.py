@@ -95,8 +95,9 @@ def spills(kernel: Kernel) -> bool:
 # constant, |a|, and one temporary its sign(b, a), pair sums and their widening pass through. Its 6x16
 # tile (18 registers) ran at 36.6 G MAC/s from L1 where 5x16 (16) ran at 52.4 (Zen 3 host,
 # scripts/bench_kernels.py --isa avx2 --configs s8s7, loaded); at k = 16, quiet: 5x16 54.9, 10x8 40.3.
-# The w16 tile's one: the product vpmaddwd writes before vpaddd adds it.
-ROW_EXTRAS = {"s8s7": 3, "w16": 1}
+# The w16 tile's one: the product vpmaddwd writes before vpaddd adds it; u8r7's two: the ones and the
+# pair sums vpmaddubsw writes (widened in place by vpmaddwd).
+ROW_EXTRAS = {"s8s7": 3, "w16": 1, "u8r7": 2}
 
 
 def least_padding(candidates: list[Kernel], rows: int, cols: int, depth: int = 1) -> Kernel:

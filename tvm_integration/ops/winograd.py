@@ -56,12 +56,12 @@ def applies(weight: np.ndarray, channels: int, layout: str, stride, groups: int,
 
 def pays(kernel: int8.Kernel) -> bool:
     """Whether a convolution the host would run on ``kernel`` runs faster by Winograd: where that tile
-    is one of the exact rows without a byte dot product (w16, s8s7: AVX2 or AVX-512BW without VNNI).
+    is one of the exact rows without a byte dot product (w16, s8s7, u8r7: AVX2 or AVX-512BW without VNNI).
     Zen 3, CPU time, one thread, ResNet-18's 3x3 layers (int32 out), direct w16 -> Winograd s16 (best
     tile): 56x56x64 1.597 -> 0.855 ms, 28x28x128 1.600 -> 0.801, 14x14x256 1.551 -> 0.795, 7x7x512
     1.573 -> 0.999. VNNI's and AMX's byte tiles, 2-4x the MACs a multiply of these, were not measured
     against it."""
-    return kernel.spec.types in ("w16", "s8s7")
+    return kernel.spec.types in ("w16", "s8s7", "u8r7")
 
 
 def kernels(isa: str) -> list[int8.Kernel]:
