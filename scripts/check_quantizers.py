@@ -10,6 +10,10 @@ each option of OPTIONS, or ``quantize_dynamic``; NNCF (``pip install nncf==3.4.0
 ``nncf.quantize`` on the ONNX backend, presets performance and mixed, and model_type transformer for the
 BERT. The models are tens of MB each (written to --out, never commit them); an existing one is reused.
 
+``--target neon [--mcpu CORE]``: each model compiled for AArch64 and run under qemu as CORE on the same 3
+inputs, compared with the stated reference on Arm (qnn/runtime/arm_reference.py: onnxruntime's AArch64 build
+under qemu, its QDQ Adds as ONNX defines them) and, for information, with onnxruntime's x86 exact mode.
+
 ``--bench``: the same set through the zoo's compile (a process per model, the library kept in --out)
 and worker (scripts/bench_zoo.py, tvm_integration/bench/zoo.py ``row``), one thread: exactness as above,
 and qsynth timed side by side with onnxruntime int8 (its default and its exact mode) and OpenVINO int8 on
@@ -17,6 +21,7 @@ the same file, by wall and by CPU time; models slower than onnxruntime int8 (CPU
 profiled (``zoo.where_the_time_goes``). Writes ``<benchmarks>/quantizers_<uarch>.{json,md}``.
 
     python scripts/check_quantizers.py [--out /tmp/ort49] [--models s8s8_per_channel,nncf_bert_transformer,...]
+    python scripts/check_quantizers.py --target neon [--mcpu cortex-a76] [--models ...]
     python scripts/check_quantizers.py --bench [--trials 10] [--recompile] [--no-openvino] [--no-profile]
 """
 from __future__ import annotations
@@ -149,6 +154,30 @@ def compare(path: Path) -> dict:
     return zoo.difference(model, path, zoo.inputs(model, 3), 1)
 
 
+def compare_arm(path: Path, core: str) -> dict:
+    """The model compiled for ``core`` (``--target neon``), run under qemu on the 3 inputs of ``compare``,
+    against the stated reference on Arm (``stated``: onnxruntime's AArch64 build under qemu, with any op it
+    computes otherwise than ONNX defines as defined, arm_models.stated_model; qnn/runtime/arm_reference.py)
+    and, for information, onnxruntime's x86 exact mode (``x86``): ``zoo.compared`` of each."""
+    import tempfile
+
+    from tvm_integration.bench import arm_models, ort_aarch64, zoo
+    from tvm_integration.bench.models import reference_session
+    from tvm_integration.qnn.runtime.model import compile_model
+    model = compile_model(path, target="neon", mcpu=core)
+    feeds = zoo.inputs(model, 3)
+    ours = [model(feed) for feed in feeds]
+    session, scales = reference_session(path), zoo.output_scales(path)
+    x86 = [dict(zip(model.outputs, session.run(None, feed))) for feed in feeds]
+    with tempfile.TemporaryDirectory(prefix="qsynth-check-quantizers-") as work:
+        stated_path = arm_models.stated_model(path, model.op_kinds, Path(work))
+        stated = [dict(zip(model.outputs, ort_aarch64.run(stated_path, feed, model.outputs, core,
+                                                                   counted=False)[0]))
+                  for feed in feeds]
+    return {"stated": zoo.compared(ours, stated, scales), "x86": zoo.compared(ours, x86, scales),
+            "op_kinds": sorted(map(str, model.op_kinds))}
+
+
 def described(option) -> str:
     """An option of ``options()`` in words: the quantizer and its arguments."""
     if option is None:
@@ -255,6 +284,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("/tmp/ort49"))
     ap.add_argument("--models", default=",".join(options()))
+    ap.add_argument("--target", choices=("host", "neon"), default="host",
+                    help="neon: compile for AArch64, run under qemu, compare with the stated reference on Arm")
+    ap.add_argument("--mcpu", default="cortex-a53", help="the Arm core of --target neon")
     ap.add_argument("--bench", action="store_true", help="time the set too; write quantizers_<uarch>.{json,md}")
     ap.add_argument("--trials", type=int, default=10)
     ap.add_argument("--benchmarks", type=Path, default=ROOT / "benchmarks", help="where --bench writes")
@@ -266,12 +298,24 @@ def main() -> int:
     logging.getLogger("root").setLevel(logging.ERROR)
     names = args.models.split(",")
     if args.bench:
+        if args.target != "host":
+            ap.error("--bench times the host build only; --target neon checks exactness")
         return bench(args, names)
     for name in names:
         start = time.time()
-        d = compare(build(args.out, name))
-        print(f"{name}: {d['differing']} of {d['values']} outputs differ, max {d['max_abs_diff']:.3g} "
-              f"({time.time() - start:.0f} s)", flush=True)
+        if args.target == "host":
+            d = compare(build(args.out, name))
+            print(f"{name}: {d['differing']} of {d['values']} outputs differ, max {d['max_abs_diff']:.3g} "
+                  f"({time.time() - start:.0f} s)", flush=True)
+            continue
+        try:
+            d = compare_arm(build(args.out, name), args.mcpu)
+        except Exception as e:                      # a refusal or a failure: the row says which, the rest run
+            print(f"{name} on {args.mcpu}: fails: {type(e).__name__}: {e}", flush=True)
+            continue
+        print(f"{name} on {args.mcpu}: " + ", ".join(
+            f"from {ref} {d[ref]['differing']} of {d[ref]['values']} outputs differ, max {d[ref]['max_abs_diff']:.3g}"
+            for ref in ("stated", "x86")) + f" ({time.time() - start:.0f} s)", flush=True)
     return 0
 
 

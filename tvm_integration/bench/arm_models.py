@@ -75,6 +75,18 @@ def tvm_default(path: Path, core: str, folder: Path) -> cross_model.CrossModel:
     return cross_model.CrossModel(cross_model.export(tvm_own_import(path), folder / "tvm_default.so", mcpu=core))
 
 
+def stated_model(path: Path, op_kinds, folder: Path) -> Path:
+    """The model onnxruntime's AArch64 build runs to give the stated reference of a model whose rewritten op
+    kinds are ``op_kinds``: ``path`` itself or, where that build departs from the ONNX definition on one of
+    them (a QDQ Add, the one kind that departs), a copy in ``folder`` with those ops as defined
+    (ort_aarch64.adds_as_defined)."""
+    if not arm_reference.departures(op_kinds):
+        return path
+    stated = folder / "adds_as_defined.onnx"
+    onnx.save(ort_aarch64.adds_as_defined(onnx.load(str(path))), str(stated))
+    return stated
+
+
 def bench_arm_model(path: str | Path, core: str, fp32: str | Path | None = None, with_tvm_default: bool = False,
                     feeds: dict[str, np.ndarray] | None = None, threads: int = 1) -> dict:
     """The row: each column's estimated cycles on ``core`` (``cycles``; None and ``refused``, the reason,
@@ -105,9 +117,8 @@ def bench_arm_model(path: str | Path, core: str, fp32: str | Path | None = None,
     theirs, blocks = ort_aarch64.run(path, feeds, model.outputs, core, threads)
     columns["onnxruntime_int8"] = cycles(blocks, core)
     stated = theirs
-    if arm_reference.departures(model.op_kinds):          # QDQ Adds, the one kind that departs: as defined
-        onnx.save(ort_aarch64.adds_as_defined(onnx.load(str(path))), str(work / "adds_as_defined.onnx"))
-        stated, _ = ort_aarch64.run(work / "adds_as_defined.onnx", feeds, model.outputs, core, threads)
+    if (stated_path := stated_model(path, model.op_kinds, work)) != path:
+        stated, _ = ort_aarch64.run(stated_path, feeds, model.outputs, core, threads)
     if fp32 is not None:
         names = [o.name for o in onnx.load(str(fp32), load_external_data=False).graph.output]
         _, blocks = ort_aarch64.run(fp32, feeds, names, core, threads)

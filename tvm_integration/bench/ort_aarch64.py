@@ -48,9 +48,10 @@ def driver() -> Path:
 
 
 def run(model: str | Path, feeds: dict[str, np.ndarray], outputs: list[str], core: str,
-        threads: int = 1) -> tuple[list[np.ndarray], list[mca.Block]]:
+        threads: int = 1, counted: bool = True) -> tuple[list[np.ndarray], list[mca.Block]]:
     """onnxruntime's outputs (in the order of ``outputs``, the model's output names) on ``feeds`` under
-    qemu as ``core``, and the blocks its measured inference ran (bench/qemu_blocks.py)."""
+    qemu as ``core``, and the blocks its measured inference ran (bench/qemu_blocks.py); ``counted`` False:
+    no blocks, qemu without the counting plugin (several times faster, for outputs only)."""
     if (why := cross_model.missing_tools()) is not None:
         raise RuntimeError(f"cannot run onnxruntime for AArch64 here: {why}")
     binary = driver()
@@ -61,13 +62,15 @@ def run(model: str | Path, feeds: dict[str, np.ndarray], outputs: list[str], cor
         for i, (name, x) in enumerate(feeds.items()):
             np.save(tmp / f"input{i}.npy", np.ascontiguousarray(x))
             inputs.append(f"{name}={tmp / f'input{i}.npy'}")
-        cmd = [*cross.QEMU, *qemu_blocks.qemu_options(core, tmp / "counts.txt"), "-E", f"LD_LIBRARY_PATH={lib_dir}",
+        options = qemu_blocks.qemu_options(core, tmp / "counts.txt") if counted else \
+            ("-cpu", core, "-L", str(qemu_blocks.root(core)))
+        cmd = [*cross.QEMU, *options, "-E", f"LD_LIBRARY_PATH={lib_dir}",
                str(binary), str(Path(model).resolve()), str(tmp / "out"), str(threads), *inputs, "--", *outputs]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
         if proc.returncode:
             raise RuntimeError(f"onnxruntime failed under qemu (exit {proc.returncode}): {proc.stderr.strip()[-2000:]}")
         results = [np.load(tmp / f"out{i}.npy") for i in range(len(outputs))]
-        return results, qemu_blocks.read(tmp / "counts.txt", tmp / "outmaps.txt")
+        return results, qemu_blocks.read(tmp / "counts.txt", tmp / "outmaps.txt") if counted else []
 
 
 def adds_as_defined(model: onnx.ModelProto) -> onnx.ModelProto:

@@ -33,25 +33,28 @@ def inputs(model: CompiledModel, count: int, seed: int = 0) -> list[dict[str, np
 
 
 def difference(model: CompiledModel, path: Path, feeds: list[dict], threads: int) -> dict:
-    """The largest |ours - onnxruntime int8| over ``feeds`` and outputs, absolute and in steps of the
-    output's quantization scale, how many output values differ (of how many), and how many top-1
-    classes agree; onnxruntime's exact mode (``models.reference_session``), whose default saturates
-    vpmaddubsw on hosts without VNNI."""
+    """``compared``: ours on ``feeds`` against onnxruntime's exact mode (``models.reference_session``), whose
+    default saturates vpmaddubsw on hosts without VNNI."""
     session = reference_session(path, threads)
-    scales = output_scales(path)
+    return compared([model(feed) for feed in feeds],
+                    [dict(zip(model.outputs, session.run(None, feed))) for feed in feeds], output_scales(path))
+
+
+def compared(ours: list[dict], wanted: list[dict], scales: dict[str, float]) -> dict:
+    """The largest |ours - wanted| over the runs (each a dict output name -> array, in the model's order) and
+    outputs, absolute and in steps of the output's quantization scale (``scales``, ``output_scales``), how
+    many output values differ (of how many), and how many top-1 classes of the first output agree."""
     absolute, steps, top1, differing, values = 0.0, 0.0, 0, 0, 0
-    for feed in feeds:
-        ours = model(feed)
-        want = dict(zip(model.outputs, session.run(None, feed)))
+    for got, want in zip(ours, wanted, strict=True):
         for name, w in want.items():
-            d = np.abs(ours[name].astype(np.float64) - w.astype(np.float64))
+            d = np.abs(got[name].astype(np.float64) - w.astype(np.float64))
             absolute = max(absolute, float(d.max()))
             steps = None if steps is None or name not in scales else max(steps, float(d.max()) / scales[name])
             differing, values = differing + int(np.count_nonzero(d)), values + d.size
-        first = model.outputs[0]
-        top1 += int(np.argmax(ours[first]) == np.argmax(want[first]))
+        first = next(iter(want))
+        top1 += int(np.argmax(got[first]) == np.argmax(want[first]))
     return {"max_abs_diff": absolute, "max_diff_steps": None if steps is None else round(steps, 6),
-            "differing": differing, "values": values, "top1_agree": top1, "compared": len(feeds)}
+            "differing": differing, "values": values, "top1_agree": top1, "compared": len(ours)}
 
 
 SHAPE_OR_FLOAT_TAIL = ("Reshape", "Flatten", "Squeeze", "ReduceMean", "GlobalAveragePool")
