@@ -94,8 +94,9 @@ def _activation(reader, call) -> bool:
 
 def _weight(reader, call):
     """The (array, QParams) of ``call``'s second operand, DQ(W) or its transpose, W an 8-bit 2-D constant
-    of the whole type's range, its scale per tensor or per output column, one zero point:
-    MatMulIntegerToFloat's and QGemm's B (the integer dense takes one zero point); else None."""
+    (a QCDQ Clip of it too, Brevitas' weights: onnxruntime folds a Clip of a constant), its scale per
+    tensor or per output column, one zero point: MatMulIntegerToFloat's and QGemm's B (the integer dense
+    takes one zero point); else None."""
     operand, column = call.args[1], 1
     if (transposed := reader.call(operand, "relax.permute_dims")) is not None:
         operand, column = transposed.args[0], 0
@@ -106,7 +107,7 @@ def _weight(reader, call):
     (w, params), axis = weight, reader.call(operand, "relax.dequantize").attrs.axis
     scale, zero_point = params.scale.reshape(-1), params.zero_point.reshape(-1)
     by_column = scale.size == 1 or scale.size == w.shape[column] and int(axis) % 2 == column
-    ok = params.dtype in ("uint8", "int8") and params.range is None and np.all(zero_point == zero_point[0])
+    ok = params.dtype in ("uint8", "int8") and np.all(zero_point == zero_point[0])
     return weight if ok and by_column else None
 
 
