@@ -64,6 +64,8 @@ def options() -> dict:
         "nncf_mixed": "MIXED",
         "nncf_bert_transformer": "TRANSFORMER",
         "pt2e_arm_inductor": "PT2E",
+        "brevitas_resnet_w8a8": "BREVITAS_W8A8",
+        "brevitas_resnet_w2a2": "BREVITAS_W2A2",
     }
 
 
@@ -79,6 +81,8 @@ def build(out: Path, name: str) -> Path:
         return build_bert(path)
     if option == "PT2E":
         return build_pt2e(path)
+    if str(option).startswith("BREVITAS"):
+        return build_brevitas(path, int(option[-1]))
     fp32, pre = out / "resnet18.fp32.onnx", out / "resnet18.pre.onnx"
     if not fp32.exists():
         import torch
@@ -145,6 +149,72 @@ def build_pt2e(path: Path) -> Path:
     return path
 
 
+def build_brevitas(path: Path, bits: int) -> Path:
+    """A small torchvision-style ResNet in Brevitas' quantized modules (``pip install brevitas==0.13.4
+    onnxoptimizer==0.4.2``, pyproject's lowbit extra), random weights, exported as QCDQ (QuantizeLinear ->
+    Clip -> DequantizeLinear below 8 bits) at opset 13, as scripts/train_digits_lowbit.py exports: a 7x7
+    stride-2 stem and max pool, two BasicBlocks (the second strided, with a 1x1 downsample), each residual
+    Add's operands requantized by one shared signed 8-bit quantizer, global average pool and a fully
+    connected layer. The stem, the classifier and the Adds stay 8-bit; the blocks' convs take ``bits``-bit
+    weights and their ReLUs ``bits``-bit activations. Scales from Brevitas' calibration mode on the 8
+    calibration inputs (the graph a QAT run exports, without the training that only moves its values)."""
+    import make_zoo
+    import torch
+    import torch.nn as nn
+    try:
+        import brevitas.nn as qnn
+        from brevitas.export import export_onnx_qcdq
+        from brevitas.graph.calibrate import calibration_mode
+        from brevitas.quant import Int8ActPerTensorFloat, Int8WeightPerTensorFloat, Int32Bias, Uint8ActPerTensorFloat
+    except ImportError as e:
+        raise RuntimeError(f"the Brevitas rows need brevitas==0.13.4 and onnxoptimizer==0.4.2 (the lowbit extra): {e}")
+
+    def conv(cin, cout, kernel, stride, weight_bits):
+        return qnn.QuantConv2d(cin, cout, kernel, stride=stride, padding=kernel // 2, bias_quant=Int32Bias,
+                               weight_quant=Int8WeightPerTensorFloat, weight_bit_width=weight_bits,
+                               return_quant_tensor=True)
+
+    def relu(act_bits, quant_tensor=True):
+        return qnn.QuantReLU(act_quant=Uint8ActPerTensorFloat, bit_width=act_bits, return_quant_tensor=quant_tensor)
+
+    class Block(nn.Module):
+        def __init__(self, cin, cout, stride, last=False):
+            super().__init__()
+            self.conv1, self.relu1 = conv(cin, cout, 3, stride, bits), relu(bits)
+            self.conv2 = conv(cout, cout, 3, 1, bits)
+            self.downsample = conv(cin, cout, 1, stride, bits) if stride != 1 else None
+            self.residual = qnn.QuantIdentity(act_quant=Int8ActPerTensorFloat, return_quant_tensor=True)
+            self.relu2 = relu(bits, quant_tensor=not last)
+
+        def forward(self, x):
+            shortcut = x if self.downsample is None else self.downsample(x)
+            y = self.conv2(self.relu1(self.conv1(x)))
+            return self.relu2(self.residual(y) + self.residual(shortcut))
+
+    class ResNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.input = qnn.QuantIdentity(act_quant=Int8ActPerTensorFloat, return_quant_tensor=True)
+            self.stem, self.stem_relu = conv(3, 32, 7, 2, 8), relu(8)
+            self.pool = nn.MaxPool2d(3, stride=2, padding=1)          # a QuantTensor in, one out
+            self.blocks = nn.Sequential(Block(32, 32, 1), Block(32, 64, 2, last=True))
+            self.pooled = qnn.QuantIdentity(act_quant=Uint8ActPerTensorFloat, return_quant_tensor=True)
+            self.fc = qnn.QuantLinear(64, 100, bias=True, bias_quant=Int32Bias, weight_quant=Int8WeightPerTensorFloat)
+
+        def forward(self, x):
+            x = self.blocks(self.pool(self.stem_relu(self.stem(self.input(x)))))
+            return self.fc(self.pooled(x.mean((2, 3))))
+
+    torch.manual_seed(0)
+    model = ResNet().eval()
+    with torch.no_grad(), calibration_mode(model):
+        for feed in make_zoo.normal_inputs((1, 3, 64, 64), 8):
+            model(torch.from_numpy(feed["input"]))
+    export_onnx_qcdq(model, torch.zeros(1, 3, 64, 64), export_path=str(path), dynamo=False, opset_version=13,
+                     input_names=["input"], output_names=["output"])
+    return path
+
+
 def compare(path: Path) -> dict:
     """``zoo.difference`` of the model compiled here from onnxruntime's exact result on 3 standard-normal
     inputs."""
@@ -182,6 +252,8 @@ def described(option) -> str:
     """An option of ``options()`` in words: the quantizer and its arguments."""
     if option is None:
         return "quantize_dynamic, defaults"
+    if str(option).startswith("BREVITAS"):
+        return f"Brevitas 0.13.4, a small ResNet, W{option[-1]}A{option[-1]} blocks, QCDQ export"
     if option == "PT2E":
         return "PyTorch PT2E (torchao 0.18), ArmInductorQuantizer, torch.onnx's dynamo exporter"
     if isinstance(option, str):
