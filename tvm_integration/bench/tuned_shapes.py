@@ -6,8 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tvm_integration.kernels import tuning
+import numpy as np
+
+from tvm_integration.kernels import selection, tuning
 from tvm_integration.ops.conv2d import conv_geometry, pair
+from tvm_integration.qnn.lower.legalize import signed
 
 
 def shapes(path: str | Path) -> list[tuple[str, tuple]]:
@@ -45,12 +48,20 @@ def key_of(kind: str, args: tuple) -> str:
     return tuning.conv2d_key(shape, "NHWC", weight.shape, pair(stride), pads, groups, dtype)
 
 
+def candidates(kind: str, args: tuple) -> list:
+    """The host's tiles the operator of a shape of ``shapes`` chooses among (its weights admit them)."""
+    weight = signed(args[0])
+    groups = 1 if kind == "dense" else args[4]
+    return selection.admitted(selection.int8_candidates("host", int(np.prod(weight.shape[1:])), groups), weight)
+
+
 def coverage(path: str | Path, log: Path | None = None) -> dict:
-    """How many of the (ONNX or TFLite) model's distinct tile shapes this host's tuning log (or ``log``) holds."""
+    """How many of the (ONNX or TFLite) model's distinct tile shapes this host's tuning log (or ``log``)
+    chooses the tile of: it holds the shape and timed a tile the shape's weights admit."""
     log = log or tuning.log_path()
-    keys = {key_of(kind, args) for kind, args in shapes(path)}
-    logged = tuning.read_log(log)
-    return {"log": log.name, "shapes": len(keys), "tuned": sum(key in logged for key in keys)}
+    by_key = {key_of(kind, args): (kind, args) for kind, args in shapes(path)}
+    tuned = sum(tuning.logged(key, candidates(*shape), log) is not None for key, shape in by_key.items())
+    return {"log": log.name, "shapes": len(by_key), "tuned": tuned}
 
 
 def label(covered: dict | None) -> str:

@@ -119,18 +119,22 @@ def least_padding(candidates: list[Kernel], rows: int, cols: int, depth: int = 1
                                           -k.spec.nr, k.spec.k if k.spec.layout == "tile" else -k.spec.k))
 
 
-def choose(key: str, candidates: list[Kernel], rows: int, cols: int, path: Path | None = None,
-           depth: int = 1) -> Kernel:
+def logged(key: str, candidates: list[Kernel], path: Path | None = None) -> Kernel | None:
     """The logged tile for ``key`` when it is among ``candidates``; else the fastest logged one of the
     first candidate's ISA (``selection.int8_candidates`` puts the preferred family first): an operator
-    built for an explicit ISA, e.g. VNNI on the AMX host, whose logged winner is an AMX tile; else
-    that family's least-padding tile."""
+    built for an explicit ISA, e.g. VNNI on the AMX host, whose logged winner is an AMX tile; None
+    where the log timed none of them (a shape it lacks, or weights that admit tiles it did not time)."""
     entry = read_log(path or log_path()).get(key, {})
     by_name = {k.intrin: k for k in candidates}
-    family = [k for k in candidates if k.spec.isa == candidates[0].spec.isa]
-    timed = [k for k in family if k.intrin in entry.get("ms", {})]
-    return (by_name.get(entry.get("kernel")) or min(timed, key=lambda k: entry["ms"][k.intrin], default=None)
-            or least_padding(family, rows, cols, depth))
+    timed = [k for k in candidates if k.spec.isa == candidates[0].spec.isa and k.intrin in entry.get("ms", {})]
+    return by_name.get(entry.get("kernel")) or min(timed, key=lambda k: entry["ms"][k.intrin], default=None)
+
+
+def choose(key: str, candidates: list[Kernel], rows: int, cols: int, path: Path | None = None,
+           depth: int = 1) -> Kernel:
+    """``logged``'s tile, else the least-padding one of the first candidate's ISA."""
+    return (logged(key, candidates, path)
+            or least_padding([k for k in candidates if k.spec.isa == candidates[0].spec.isa], rows, cols, depth))
 
 
 def conv2d_key(input_shape, layout: str, weight_shape, stride, padding, groups: int, data_dtype: str) -> str:
