@@ -1,10 +1,12 @@
 """Whole-model cycle estimates on Arm cores (tvm_integration/bench/arm_models.py, qemu_blocks.py,
 ort_aarch64.py): the qemu plugin counts exactly the blocks run between the driver's marks, each
 attributed to its library; onnxruntime's AArch64 build under qemu gives what onnxruntime gives here;
-``qsynth bench-model --target neon`` on a small model, and its bad input in one line. Marked ``qemu``;
-onnxruntime's and TVM's AArch64 libraries come from the registry once (skipped when they cannot)."""
+``qsynth bench-model --target neon`` on a small ONNX model and a small TFLite model (next to LiteRT's AArch64
+build), and its bad input in one line. Marked ``qemu``; onnxruntime's, LiteRT's and TVM's AArch64 libraries
+come from the registry once (skipped when they cannot)."""
 import json
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,6 +15,7 @@ from tvm_integration.bench import mca, qemu_blocks
 from tvm_integration.qemu import cross, cross_model
 from tvm_integration.qnn.runtime import arm_reference
 
+TFLITE = Path(__file__).parent / "data" / "tflite" / "mlp_int8.tflite"
 MISSING = cross_model.missing_tools() or mca.missing_tools()
 pytestmark = [pytest.mark.qemu,
               pytest.mark.skipif(MISSING is not None, reason=f"Arm estimates run under qemu: {MISSING}")]
@@ -115,6 +118,20 @@ def test_bench_model_neon_cli(mlp, ort_dir, lib_dir, capsys):
     assert row["ratios"]["onnxruntime_int8"] == pytest.approx(ours["cycles"] / theirs["cycles"])
 
 
+def test_bench_model_neon_on_a_tflite_model_against_litert_aarch64(lib_dir, capsys):
+    """A .tflite model: LiteRT's AArch64 build under qemu is both the baseline column and the one reference."""
+    from qsynth.cli import main
+    assert main(["bench-model", str(TFLITE), "--target", "neon", "--mcpu", "cortex-a53", "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)
+    assert row["core"] == "cortex-a53" and set(row["columns"]) == {"qsynth", "litert_int8"}
+    assert row["max_abs_diff"] == {"litert": 0} and row["max_abs_diff_vs_stated"] == 0
+    assert set(row["follows"].values()) == {"litert"} and row["explanation"] == []
+    assert row["differing"]["stated"] == 0 and row["differing"]["outputs"] > 0
+    ours, theirs = row["columns"]["qsynth"], row["columns"]["litert_int8"]
+    assert "model.so" in ours["by_library"] and "libLiteRt.so" in theirs["by_library"]
+    assert row["ratios"]["litert_int8"] == pytest.approx(ours["cycles"] / theirs["cycles"])
+
+
 def test_bench_model_neon_bad_input_one_line(mlp, capsys):
     from qsynth.cli import main
     cases = [(["--target", "neon"], "give --mcpu CORE"),
@@ -125,3 +142,6 @@ def test_bench_model_neon_bad_input_one_line(mlp, capsys):
         assert main(["bench-model", str(mlp), *options]) == 2, options
         err = capsys.readouterr().err.strip()
         assert message in err and len(err.splitlines()) == 1, err
+    assert main(["bench-model", str(TFLITE), "--target", "neon", "--mcpu", "cortex-a53", "--fp32", str(mlp)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "alone against LiteRT's AArch64 build" in err and len(err.splitlines()) == 1, err

@@ -170,7 +170,7 @@ def bench_model(model: str = MODEL,
     """A model on our build next to onnxruntime int8/fp32, OpenVINO int8 (and, on AMX hosts, OpenVINO held to
     VNNI) and TVM's own import (a .tflite model: next to LiteRT's default interpreter). --target neon: the
     estimated cycles of one inference on an Arm core (qemu's block counts x llvm-mca) next to onnxruntime's
-    AArch64 build, by the same method."""
+    AArch64 build (a .tflite model: LiteRT's AArch64 build), by the same method."""
     from tvm_integration.qnn.runtime.model import input_specs, set_threads
     if target == "neon":
         return _bench_arm(model, fp32, threads, input, mcpu, tvm_default, json)
@@ -205,7 +205,7 @@ def bench_model(model: str = MODEL,
 def _bench_arm(model: str, fp32: str | None, threads: int, input: list[str] | None, mcpu: str | None,
                tvm_default: bool, json: bool) -> int:
     """``bench-model --target neon``: bench/arm_models.py's row, printed."""
-    from tvm_integration.bench import arm_models, ort_aarch64, qemu_blocks
+    from tvm_integration.bench import arm_models, litert_aarch64, ort_aarch64, qemu_blocks
     from tvm_integration.kernels import neon_int8
     from tvm_integration.qnn.runtime.model import input_specs
     if mcpu is None:
@@ -216,12 +216,15 @@ def _bench_arm(model: str, fp32: str | None, threads: int, input: list[str] | No
     except ValueError as e:
         raise UsageError(f"--mcpu {mcpu}: {e}")
     _arm("neon", mcpu)
-    if Path(model).suffix == ".tflite":
-        raise UsageError("--target neon: an ONNX model (the baseline is onnxruntime's AArch64 build)")
+    tflite = Path(model).suffix == ".tflite"
+    if tflite and (fp32 is not None or tvm_default or threads != 1):
+        raise UsageError("--target neon: a .tflite model is benchmarked alone against LiteRT's AArch64 build "
+                         "(no --fp32, no --tvm-default, one thread)")
+    runtime, name = (litert_aarch64.runtime, "LiteRT") if tflite else (ort_aarch64.runtime, "onnxruntime")
     try:
-        ort_aarch64.runtime()
+        runtime()
     except RuntimeError as e:
-        raise WorkFailed(f"--target neon: no AArch64 onnxruntime: {' '.join(str(e).split())[:300]}")
+        raise WorkFailed(f"--target neon: no AArch64 {name}: {' '.join(str(e).split())[:300]}")
     feeds = _inputs(input, list(input_specs(model)), Path(model)) if input else {}
     with spinner(f"compiling {model} for {mcpu} and counting its blocks under qemu"), _private_temporary_files():
         row = arm_models.bench_arm_model(model, mcpu, fp32, with_tvm_default=tvm_default, feeds=feeds,
@@ -251,14 +254,17 @@ def _print_references(row: dict) -> None:
     of = row["differing"]["outputs"]
     measured = {arm_reference.ONNX: ("onnxruntime's x86 exact mode (the ONNX definition, but for its fused "
                                      "QLinearAdd)", "the ONNX definition is the reference of"),
-                arm_reference.AARCH64: (arm_reference.REFERENCES[arm_reference.AARCH64], "the reference of")}
+                arm_reference.AARCH64: (arm_reference.REFERENCES[arm_reference.AARCH64], "the reference of"),
+                arm_reference.LITERT: (arm_reference.REFERENCES[arm_reference.LITERT], "the reference of")}
     for reference, difference in row["max_abs_diff"].items():
         kinds = [k for k, r in row["follows"].items() if r == reference]
         run, of_kinds = measured[reference]
         print(f"  {run}: largest difference {difference:g}, {row['differing'][reference]} of {of} outputs differ; "
               f"{of_kinds} {', '.join(kinds) or 'no op of this model'}")
-    print(f"  each op kind's own reference (onnxruntime's AArch64 build, its QDQ Adds as ONNX defines them): largest "
-          f"difference {row['max_abs_diff_vs_stated']:g}, {row['differing']['stated']} of {of} outputs differ")
+    if arm_reference.LITERT not in row["max_abs_diff"]:       # a TFLite model's one reference is printed above
+        print(f"  each op kind's own reference (onnxruntime's AArch64 build, its QDQ Adds as ONNX defines them): "
+              f"largest difference {row['max_abs_diff_vs_stated']:g}, {row['differing']['stated']} of {of} outputs "
+              "differ")
     for line in row["not_exact"]:
         print(f"  {line}")
     for line in row["explanation"]:

@@ -10,7 +10,8 @@ cycles are those of every block its process ran during the inference: the compil
 that drives it (TVM's VM in libtvm_runtime/libtvm_ffi; onnxruntime's session, graph executor and MLAS
 kernels, all in libonnxruntime) and the C/C++ libraries they call (memcpy, malloc, expf); ``by_library``
 splits them, and qsynth's column also by the compiled model's functions (``by_function``). Outputs are
-checked: ours against onnxruntime on this host and under qemu.
+checked: ours against onnxruntime on this host and under qemu. A TFLite model's baseline and one reference
+is LiteRT's AArch64 build under qemu (bench/litert_aarch64.py), its blocks costed the same way.
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ import numpy as np
 import onnx
 
 from tvm_integration.bench import inputs as model_inputs
-from tvm_integration.bench import mca, ort_aarch64, qemu_blocks
+from tvm_integration.bench import litert_aarch64, mca, ort_aarch64, qemu_blocks
 from tvm_integration.bench.models import Refused, random_inputs, reference_session, tvm_own_import
 from tvm_integration.bench.neon_int8_layers import is_multiply
 from tvm_integration.qemu import cross_model
@@ -100,19 +101,27 @@ def bench_arm_model(path: str | Path, core: str, fp32: str | Path | None = None,
     AArch64 build departs from the ONNX definition the build follows (``runtime_departs``) and those where its
     x86 exact mode does (``x86_departs``; qnn/runtime/arm_reference.py); how many output elements differ from
     each (``differing``: ``onnx``, ``onnxruntime_aarch64``, ``stated``, of ``outputs``) and what explains
-    each difference (``explanation``, sentences)."""
+    each difference (``explanation``, sentences). A TFLite model (``.tflite``): _tflite_row's row; ValueError
+    with ``fp32``, ``with_tvm_default`` or more than one thread."""
     from tvm_integration.qnn.runtime.model import compile_model
     qemu_blocks.root(core)                                  # a core qemu does not model: ValueError, first
     path, start = Path(path), time.perf_counter()
+    tflite = path.suffix == ".tflite"
+    if tflite and (fp32 is not None or with_tvm_default or threads != 1):
+        raise ValueError("a TFLite model on Arm is benchmarked alone against LiteRT's AArch64 build: no fp32 "
+                         "original, no TVM default build, one thread")
     model = compile_model(path, target="neon", mcpu=core)
     given = feeds or {}
     drawn = random_inputs({n: s for n, s in model.inputs.items() if n not in given}, np.random.default_rng(0),
-                          model_inputs.ranges(onnx.load(str(path), load_external_data=False)))
+                          None if tflite else model_inputs.ranges(onnx.load(str(path), load_external_data=False)))
     feeds = {name: given[name] if name in given else drawn[name] for name in model.inputs}
     columns, work = {}, Path(tempfile.mkdtemp(prefix="qsynth-arm-bench-"))
     runner = model.runner()
     ours, blocks = _measured(runner, model.checked(feeds), core, threads, work / "qsynth.txt")
     columns["qsynth"] = cycles(blocks, core) | by_function(blocks, core, runner.library, runner.code_maps)
+    if tflite:
+        shutil.rmtree(work)
+        return _tflite_row(path, model, core, feeds, ours, columns, start)
     reference = reference_session(path).run(None, feeds)
     theirs, blocks = ort_aarch64.run(path, feeds, model.outputs, core, threads)
     columns["onnxruntime_int8"] = cycles(blocks, core)
@@ -132,12 +141,6 @@ def bench_arm_model(path: str | Path, core: str, fp32: str | Path | None = None,
             columns["tvm_default"] = {"cycles": None, "refused": str(e)}
     shutil.rmtree(work)
 
-    def largest_difference(a, b):
-        return max(float(np.max(np.abs(x.astype(np.float64) - y.astype(np.float64)))) if x.size else 0.0
-                   for x, y in zip(a, b, strict=True))
-
-    def differing(a, b):
-        return sum(int(np.count_nonzero(x != y)) for x, y in zip(a, b, strict=True))
     ours_cycles = columns["qsynth"]["cycles"]
     differences = {arm_reference.ONNX: largest_difference(ours, reference),
                    arm_reference.AARCH64: largest_difference(ours, theirs)}
@@ -159,6 +162,35 @@ def bench_arm_model(path: str | Path, core: str, fp32: str | Path | None = None,
     return row | {"explanation": explanation(row)}
 
 
+def largest_difference(a: list[np.ndarray], b: list[np.ndarray]) -> float:
+    return max(float(np.max(np.abs(x.astype(np.float64) - y.astype(np.float64)))) if x.size else 0.0
+               for x, y in zip(a, b, strict=True))
+
+
+def differing(a: list[np.ndarray], b: list[np.ndarray]) -> int:
+    return sum(int(np.count_nonzero(x != y)) for x, y in zip(a, b, strict=True))
+
+
+def _tflite_row(path: Path, model, core: str, feeds: dict[str, np.ndarray], ours: list[np.ndarray], columns: dict,
+                start: float) -> dict:
+    """bench_arm_model's row for a TFLite model, whose every op kind's stated reference is LiteRT's AArch64
+    build (arm_reference.LITERT): that build under qemu as ``core`` is both the baseline column
+    (``litert_int8``) and the one reference; the row's keys are those of an ONNX model's row but for the
+    references (``max_abs_diff``, ``differing``: LiteRT's AArch64 build)."""
+    theirs, blocks = litert_aarch64.measured(path, feeds, core)
+    theirs = [theirs[name] for name in model.outputs]
+    columns["litert_int8"] = cycles(blocks, core)
+    difference, count = largest_difference(ours, theirs), differing(ours, theirs)
+    row = {"model": path.name, "core": core, "mca_cpu": mca.mca_cpu(core), "threads": 1, "columns": columns,
+           "ratios": {"litert_int8": columns["qsynth"]["cycles"] / columns["litert_int8"]["cycles"]},
+           "max_abs_diff_vs_stated": difference, "max_abs_diff": {arm_reference.LITERT: difference},
+           "follows": arm_reference.follows(model.op_kinds),
+           "not_exact": [arm_reference.describe(k) for k in model.inexact()], "runtime_departs": [], "x86_departs": [],
+           "differing": {arm_reference.LITERT: count, "stated": count, "outputs": sum(int(x.size) for x in ours)},
+           "seconds": time.perf_counter() - start}
+    return row | {"explanation": explanation(row)}
+
+
 def explanation(row: dict) -> list[str]:
     """What a row's differences from the two onnxruntime builds come from, one sentence each, as far as the
     known departures of those builds from each op kind's stated reference explain them (arm_reference): a
@@ -171,15 +203,15 @@ def explanation(row: dict) -> list[str]:
         unknown = f"; op kinds not known to be exact: {', '.join(row['not_exact'])}" if row["not_exact"] else ""
         return [f"ours differs from each op kind's stated reference by "
                 f"{amount('stated', row['max_abs_diff_vs_stated'])}: NOT explained by any known departure of the "
-                f"onnxruntime builds{unknown}"]
+                f"reference runtimes{unknown}"]
     lines = []
-    if counts[arm_reference.AARCH64]:
+    if counts.get(arm_reference.AARCH64):
         causes = "; ".join(f"{k}: {arm_reference.kind(k).runtime_departs}" for k in row["runtime_departs"])
         lines.append(f"the difference from onnxruntime's AArch64 build "
                      f"({amount(arm_reference.AARCH64, row['max_abs_diff'][arm_reference.AARCH64])}) comes entirely "
                      f"from how it computes {', '.join(row['runtime_departs'])}: with those ops as ONNX defines them "
                      f"(ort_aarch64.adds_as_defined) that build equals ours on every output ({causes})")
-    if counts[arm_reference.ONNX]:
+    if counts.get(arm_reference.ONNX):
         open_order = [k for k, ref in row["follows"].items() if ref == arm_reference.AARCH64]
         causes = [f"{', '.join(open_order)} (ONNX leaves their order open; ours follow the AArch64 build)"] \
             if open_order else []

@@ -7,7 +7,8 @@ wheel of the ai-edge-litert version this host runs, once, into the private folde
 with the cross gcc; both are checked before every use (qemu/wheels.py). ``run`` runs a model's first
 signature on the CPU accelerator (XNNPACK, as the Python Interpreter's default resolver) as a given core:
 qemu's ``-cpu`` sets the features LiteRT's kernel choice reads, and the root of bench/qemu_blocks.py gives
-it that core's /proc/cpuinfo.
+it that core's /proc/cpuinfo. ``measured`` also counts the blocks of its second (measured) inference, the
+baseline of ``bench-model --target neon`` on a TFLite model (bench/arm_models.py).
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from isa_specs import derived_files
-from tvm_integration.bench import qemu_blocks
+from tvm_integration.bench import mca, qemu_blocks
 from tvm_integration.qemu import cross, cross_model, wheels
 
 DRIVER = Path(__file__).parent.parent / "qemu" / "litert_driver.c"
@@ -40,7 +41,7 @@ def runtime() -> Path:
 def driver() -> Path:
     """litert_driver.c linked against the AArch64 LiteRT (rebuilt when a source or the library changes)."""
     lib_dir = runtime()
-    sources = [DRIVER, DRIVER.with_name("npy.h")]
+    sources = [DRIVER, DRIVER.with_name("npy.h"), DRIVER.with_name("measure.h")]
     return wheels.linked(lib_dir, "litert_driver", sources, [lib_dir / LIBRARY], lambda out: [
         cross.CC, "-O2", str(DRIVER), "-o", str(out), f"-L{lib_dir}", f"-l:{LIBRARY}",
         f"-Wl,-rpath-link,{cross_model.SYSROOT / 'lib'}"])
@@ -49,6 +50,17 @@ def driver() -> Path:
 def run(model: str | Path, feeds: dict[str, np.ndarray], core: str) -> dict[str, np.ndarray]:
     """LiteRT's AArch64 outputs of ``model`` on ``feeds`` under qemu as ``core``, both by tensor name (what
     the Python Interpreter's get_input_details and get_output_details call them)."""
+    return _run(model, feeds, core, counted=False)[0]
+
+
+def measured(model: str | Path, feeds: dict[str, np.ndarray], core: str) -> tuple[dict[str, np.ndarray],
+                                                                                  list[mca.Block]]:
+    """``run``'s outputs, and the blocks its measured inference ran (bench/qemu_blocks.py)."""
+    return _run(model, feeds, core, counted=True)
+
+
+def _run(model: str | Path, feeds: dict[str, np.ndarray], core: str,
+         counted: bool) -> tuple[dict[str, np.ndarray], list[mca.Block] | None]:
     from ai_edge_litert.interpreter import Interpreter
     if (why := cross_model.missing_tools()) is not None:
         raise RuntimeError(f"cannot run LiteRT for AArch64 here: {why}")
@@ -66,9 +78,10 @@ def run(model: str | Path, feeds: dict[str, np.ndarray], core: str) -> dict[str,
         for i, (key, detail) in enumerate(inputs.items()):
             np.save(tmp / f"input{i}.npy", np.ascontiguousarray(feeds[detail["name"]]))
             args.append(f"{key}={tmp / f'input{i}.npy'}")
-        cmd = [*cross.QEMU, "-cpu", core, "-L", str(qemu_blocks.root(core)), "-E",
-               f"LD_LIBRARY_PATH={wheels.library_folder(binary)}", str(binary), str(Path(model).resolve()),
-               str(tmp / "out"), *args]
+        options = qemu_blocks.qemu_options(core, tmp / "counts.txt") if counted else \
+            ("-cpu", core, "-L", str(qemu_blocks.root(core)))
+        cmd = [*cross.QEMU, *options, "-E", f"LD_LIBRARY_PATH={wheels.library_folder(binary)}", str(binary),
+               str(Path(model).resolve()), str(tmp / "out"), *args]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
         if proc.returncode:
             raise RuntimeError(f"LiteRT failed under qemu (exit {proc.returncode}): {proc.stderr.strip()[-2000:]}")
@@ -77,5 +90,6 @@ def run(model: str | Path, feeds: dict[str, np.ndarray], core: str) -> dict[str,
             if line.startswith("out "):
                 _, number, key = line.split(maxsplit=2)
                 written[key] = number
-        return {detail["name"]: np.load(tmp / f"out{written[key]}.npy").view(detail["dtype"]).reshape(detail["shape"])
-                for key, detail in outputs.items()}
+        results = {detail["name"]: np.load(tmp / f"out{written[key]}.npy").view(detail["dtype"])
+                   .reshape(detail["shape"]) for key, detail in outputs.items()}
+        return results, qemu_blocks.read(tmp / "counts.txt", tmp / "outmaps.txt") if counted else None

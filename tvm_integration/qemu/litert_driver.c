@@ -8,7 +8,8 @@
  * feeds each input of the model's first signature (its name in the signature; a model without
  * signatures has one named by its tensors), resized where the model leaves a dimension open, runs it
  * twice, writes output i's bytes to OUT_PREFIX<i>.npy (uint8; the caller knows its type and shape) and
- * prints "out <i> <name>". Exit status: 0, 1 when LiteRT returned an error (printed), 2 on bad usage or files.
+ * prints "out <i> <name>"; the second run lies between two marks (measure.h) and the code mappings are
+ * written to OUT_PREFIXmaps.txt, so that its blocks can be counted and costed (bench/qemu_blocks.py). Exit status: 0, 1 when LiteRT returned an error (printed), 2 on bad usage or files.
  *
  * The wheel has no headers: the declarations below follow litert/c/*.h (handles are pointers, statuses
  * ints, indices size_t). LiteRtRankedTensorType is filled by the library and passed back; the driver only
@@ -21,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "measure.h"
 #include "npy.h"
 
 typedef int Status;                    /* kLiteRtStatusOk = 0 */
@@ -131,8 +133,10 @@ int main(int argc, char **argv) {
     CHECK(LiteRtGetCompiledModelOutputBufferRequirements(compiled, 0, i, &requirements));
     CHECK(LiteRtCreateManagedTensorBufferFromRequirements(environment, output_types[i], requirements, &outputs[i]));
   }
-  for (int run = 0; run < 2; ++run)                             /* a warm-up, then the run read */
-    CHECK(LiteRtRunCompiledModel(compiled, 0, n_inputs, inputs, n_outputs, outputs));
+  CHECK(LiteRtRunCompiledModel(compiled, 0, n_inputs, inputs, n_outputs, outputs));      /* a warm-up */
+  mark();
+  CHECK(LiteRtRunCompiledModel(compiled, 0, n_inputs, inputs, n_outputs, outputs));      /* the run read */
+  mark();
   for (size_t i = 0; i < n_outputs; ++i) {
     const char *name;
     size_t size;
@@ -147,5 +151,8 @@ int main(int argc, char **argv) {
     CHECK(LiteRtUnlockTensorBuffer(outputs[i]));
     printf("out %zu %s\n", i, name);
   }
+  char maps[4096];
+  snprintf(maps, sizeof maps, "%smaps.txt", argv[2]);
+  write_code_maps(maps);
   return 0;
 }
