@@ -3,7 +3,8 @@
 built-in int8 ResNet-18, MobileNetV2 and MobileNetV3 (tvm_integration/bench/int8_models.py, 224x224, QDQ
 u8/s8 per-channel), the W1A1 and W2A2 ResNet-18 (bench/lowbit_models.py, QCDQ, their inner layers on
 the NEON bitserial operators) and the encoders of benchmarks/transformers.md (issue 50; built by
-scripts/bench_transformers.build, static QDQ and dynamic) compiled by qsynth for each core, next to
+scripts/bench_transformers.build, static QDQ and dynamic) and the zoo of benchmarks/zoo.md (scripts/make_zoo.py's
+models, read from ``--zoo-dir``) compiled by qsynth for each core, next to
 onnxruntime's AArch64 build on the
 same model (int8: onnxruntime fuses a low-bit model's QCDQ groups onto its int8 kernels) and on the
 float original (fp32; the low-bit rows: the float ResNet-18), each run once under qemu-aarch64 as the
@@ -11,7 +12,7 @@ core, every block of its measured inference costed once by llvm-mca's model of t
 
     python scripts/bench_arm_models.py [--models resnet18,...,bert_l4_s128_static,bert_l4_s128_dynamic,vit_conv_static]
                                        [--cores cortex-a53,cortex-a72,cortex-a76] [--tvm-default] [--out benchmarks]
-                                       [--update]
+                                       [--update] [--zoo-dir DIR]
 
 ``--update`` re-runs only the given rows and keeps the others of ``OUT/models_arm.json``; every row
 records the run that measured it (provenance.record), and the table prints each. A core is costed on the
@@ -33,7 +34,7 @@ import onnx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from scripts import bench_transformers  # noqa: E402
+from scripts import bench_transformers, make_zoo  # noqa: E402
 from synth.files import write_atomically  # noqa: E402
 from tvm_integration.bench import core_models, mca, provenance, zoo  # noqa: E402
 from tvm_integration.bench.arm_models import bench_arm_model  # noqa: E402
@@ -44,19 +45,23 @@ from tvm_integration.qnn.runtime import arm_reference  # noqa: E402
 
 LOWBIT = {"resnet18_w1a1": (1, 1), "resnet18_w2a2": (2, 2)}      # name: (abits, wbits)
 ENCODERS = ("bert_l4_s128_static", "bert_l4_s128_dynamic", "vit_conv_static", "vit_conv_dynamic")
-MODELS = ("resnet18", "mobilenet_v2", "mobilenet_v3", *LOWBIT, *ENCODERS)
+ZOO = tuple(make_zoo.MODELS)
+MODELS = ("resnet18", "mobilenet_v2", "mobilenet_v3", *LOWBIT, *ENCODERS, *ZOO)
 CORES = core_models.REPORTED
 TARGETS = ["- ResNet-18 int8 on Cortex-A53: at most 0.7x onnxruntime int8's cycles, and at least 3.9x fewer "
            "than fp32 (at most 0.256x onnxruntime fp32).",
            "- MobileNetV2 int8 on Cortex-A53 and A72: at most 0.8x onnxruntime int8's cycles.",
            "- W1A1 ResNet-18 on Cortex-A53: at least 8x fewer cycles than onnxruntime fp32 (at most 0.125x).",
            "- The encoders (issue 50) on Cortex-A53 and on the out-of-order Cortex-A76: at most 0.8x onnxruntime "
-           "int8's cycles, exact against each op kind's stated reference."]
+           "int8's cycles, exact against each op kind's stated reference.",
+           "- The zoo's CNNs (issue 50) on Cortex-A53 and Cortex-A76: at most 0.7x onnxruntime int8's cycles, exact "
+           "against each op kind's stated reference."]
 CHECKS = [("resnet18", "cortex-a53", "onnxruntime_int8", 0.7), ("resnet18", "cortex-a53", "onnxruntime_fp32", 0.256),
           ("mobilenet_v2", "cortex-a53", "onnxruntime_int8", 0.8),
           ("mobilenet_v2", "cortex-a72", "onnxruntime_int8", 0.8),
           ("resnet18_w1a1", "cortex-a53", "onnxruntime_fp32", 0.125),
-          *((m, c, "onnxruntime_int8", 0.8) for m in ENCODERS for c in ("cortex-a53", "cortex-a76"))]
+          *((m, c, "onnxruntime_int8", 0.8) for m in ENCODERS for c in ("cortex-a53", "cortex-a76")),
+          *((m, c, "onnxruntime_int8", 0.7) for m in ZOO for c in ("cortex-a53", "cortex-a76"))]
 # (model, core, column, its bound)
 RUNTIMES = {"model.so": "model", "tvm_default.so": "model", "libtvm_runtime.so": "runtime",
             "libtvm_ffi.so": "runtime", "libonnxruntime.so.1": "runtime"}
@@ -82,9 +87,21 @@ def parts(column: dict) -> dict[str, float]:
     return out
 
 
-def model_pair(name: str, directory: Path) -> tuple[Path, Path]:
-    """The model benchmarked and its float original (write_pair's; an encoder's bench_transformers.build's);
-    a low-bit ResNet-18's float original is the float ResNet-18, the same layout."""
+def zoo_pair(name: str, zoo_dir: Path | None) -> tuple[Path, Path]:
+    """The zoo model ``name`` and its float original, as make_zoo.py wrote them into ``zoo_dir``; exits
+    naming what is missing otherwise."""
+    int8, fp32 = ((zoo_dir or Path()) / f"{name}.{kind}.onnx" for kind in ("int8", "fp32"))
+    if zoo_dir is None or not (int8.exists() and fp32.exists()):
+        sys.exit(f"{name}: give --zoo-dir, a folder where scripts/make_zoo.py wrote {int8.name} and {fp32.name}")
+    return int8, fp32
+
+
+def model_pair(name: str, directory: Path, zoo_dir: Path | None) -> tuple[Path, Path]:
+    """The model benchmarked and its float original (write_pair's; an encoder's bench_transformers.build's;
+    a zoo model's make_zoo.py wrote into ``zoo_dir``); a low-bit ResNet-18's float original is the float
+    ResNet-18, the same layout."""
+    if name in ZOO:
+        return zoo_pair(name, zoo_dir)
     if name in ENCODERS:
         bench_transformers.build(directory, name)
         return directory / f"{name}.int8.onnx", directory / f"{name}.fp32.onnx"
@@ -231,12 +248,16 @@ def main() -> int:
     ap.add_argument("--tvm-default", action="store_true", help="also TVM's default build of each model (slow)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks")
     ap.add_argument("--update", action="store_true", help="keep the rows of OUT/models_arm.json not re-run here")
+    ap.add_argument("--zoo-dir", type=Path, help="where scripts/make_zoo.py wrote the zoo's models")
     a = ap.parse_args()
     logging.getLogger("root").setLevel(logging.ERROR)      # quantize_static's pre-processing advice
+    names = a.models.split(",")
+    for name in (n for n in names if n in ZOO):       # before the first row: each zoo model is there
+        zoo_pair(name, a.zoo_dir)
     record, rows = provenance.record(threads=1), []
     with tempfile.TemporaryDirectory(prefix="qsynth-arm-models-") as tmp:
-        for name in a.models.split(","):
-            int8, fp32 = model_pair(name, Path(tmp))
+        for name in names:
+            int8, fp32 = model_pair(name, Path(tmp), a.zoo_dir)
             for core in a.cores.split(","):
                 row = bench_arm_model(int8, core, fp32, with_tvm_default=a.tvm_default)
                 rows.append(dict(row, model=name))
