@@ -223,6 +223,28 @@ def test_qdq_add_fused_into_a_conv_is_the_onnx_definition(tmp_path):
     np.testing.assert_array_equal(ours, defined_add(a, b))
 
 
+# bert_l4_s128_static's l0.g2 Add (GELU's 1 + erf, the 1 a u8 constant): the product by 1/sc rounds 1 input pair otherwise
+G2 = (np.uint32(1006665854).view(np.float32), 128, np.uint32(998277249).view(np.float32), 0,
+      np.uint32(1006665854).view(np.float32), 0)
+
+
+def test_qdq_add_multiplies_by_the_reciprocal_only_where_every_pair_rounds_alike():
+    """A QDQ Add on Arm multiplies the sum by 1/sc instead of dividing (several times cheaper) only where
+    that gives all 65 536 input pairs the definition's output: L1Q's does (its compiled form is checked
+    on every pair above), G2's does not, and keeps the division."""
+    from tvm_integration.ops.output_stage import divides_alike
+    a, b = (v.astype(np.uint8) for v in np.meshgrid(np.arange(256), np.arange(256), indexing="ij"))
+    reciprocal = divides_alike(L1Q, ("uint8", "uint8"), (-136, 119))
+    sa, za, sb, zb, _, zc = L1Q
+    fa, fb = ((x.astype(np.int32) - z).astype(np.float32) * s for x, s, z in ((a, sa, za), (b, sb, zb)))
+    np.testing.assert_array_equal(np.clip(np.rint((fa + fb) * reciprocal) + zc, 0, 255), defined_add(a, b))
+    sa, za, sb, zb, sc, zc = G2
+    fa, fb = ((x.astype(np.int32) - z).astype(np.float32) * s for x, s, z in ((a, sa, za), (b, sb, zb)))
+    multiplied, divided = (np.clip(np.rint(y), 0, 255) for y in ((fa + fb) * (np.float32(1) / sc), (fa + fb) / sc))
+    assert np.count_nonzero(multiplied != divided) == 1
+    assert divides_alike(G2, ("uint8", "uint8"), (0, 255)) is None
+
+
 def test_qlinear_add_float_path_equals_onnxruntime_aarch64(tmp_path):
     """MLAS's NEON QLinearAdd falls back to float (division, nearbyintf) where a scale ratio is refused
     (below 2^-14 or not below 256): there the AArch64 build is the reference, and it agrees with ours (the

@@ -66,20 +66,44 @@ def qlinear_add(a, b, ratio_a: float, ratio_b: float, fixed: float, out_dtype: s
     ``fixed = zc - (sa/sc * za + sb/sc * zb)`` (computed by the caller in float32), rounded half to
     even, saturated to ``clamp``. ``defined``, (sa, za, sb, zb, sc, zc): as ONNX defines a QDQ Add
     instead (the reference of a build for Arm, qnn/runtime/arm_reference.py): each input dequantized,
-    the two added and the sum divided by sc, each step rounded to float32, then rounded half to even;
+    the two added and the sum divided by sc, each step rounded to float32, then rounded half to even
+    (multiplied by 1/sc instead where that gives every input pair the same output, ``divides_alike``);
     the ratios' form rounds a sum within a few ulps of a half step apart (63.4999979 -> 64)."""
     if defined is not None:
         sa, za, sb, zb, sc, zc = defined
         fa, fb = ((x.astype("int32") - z).astype("float32") * tirx.const(s, "float32")
                   for x, s, z in ((a, sa, za), (b, sb, zb)))
-        y = fenced(fenced(fa) + fenced(fb)) / tirx.const(sc, "float32")
-        return (round_saturated(y, (clamp[0] - zc, clamp[1] - zc), "int32") + zc).astype(out_dtype)
+        total, bounds = fenced(fenced(fa) + fenced(fb)), (clamp[0] - zc, clamp[1] - zc)
+        reciprocal = divides_alike(defined, (element_dtype(a), element_dtype(b)), bounds)
+        y = total / tirx.const(sc, "float32") if reciprocal is None else total * tirx.const(reciprocal, "float32")
+        return (round_saturated(y, bounds, "int32") + zc).astype(out_dtype)
 
     def fma(x, y, z):
         return tirx.call_intrin("float32", "tirx.fma", x, y, z)      # one rounding, as vfmadd
     y = fma(a.astype("float32"), tirx.const(ratio_a, "float32"),
             fma(b.astype("float32"), tirx.const(ratio_b, "float32"), tirx.const(fixed, "float32")))
     return round_saturated(y, clamp, out_dtype)
+
+
+def element_dtype(x) -> str:
+    """The dtype of a TE tensor's element (``dtype``) or of an expression (``ty``)."""
+    return str(x.dtype if hasattr(x, "dtype") else x.ty.dtype)
+
+
+def divides_alike(defined: tuple, dtypes: tuple[str, str], bounds: tuple[int, int]) -> np.float32 | None:
+    """``1 / sc`` in float32 when the product by it rounds and saturates to ``bounds`` the defined sum of
+    every pair of inputs of ``dtypes`` as the division by ``sc`` does, else None: a vector division costs
+    several times a multiply on Arm cores, and an Add's inputs are few enough (65 536 pairs) to try each.
+    ``defined``: (sa, za, sb, zb, sc, zc), as ``qlinear_add``'s."""
+    if any(d not in ("uint8", "int8") for d in dtypes):
+        return None
+    sa, za, sb, zb, sc, _ = defined
+    fa, fb = ((np.arange(QUANT_RANGES[d][0], QUANT_RANGES[d][1] + 1) - z).astype(np.float32) * np.float32(s)
+              for d, s, z in zip(dtypes, (sa, sb), (za, zb)))
+    total = fa[:, None] + fb[None, :]
+    reciprocal = np.float32(1) / np.float32(sc)
+    divided, multiplied = (np.clip(np.rint(y), *bounds) for y in (total / np.float32(sc), total * reciprocal))
+    return reciprocal if np.array_equal(divided, multiplied) else None
 
 
 @dataclass(frozen=True)
