@@ -139,3 +139,23 @@ def test_output_scale_whose_reciprocal_overflows_float(tmp_path):
     expected = reference_session(path).run([name], {"x0": x})[0]
     assert 0 < np.count_nonzero((expected > 0) & (expected < 255))
     np.testing.assert_array_equal(compile_model(path, threads=1)({"x0": x})[name], expected)
+
+
+def test_rows_summed_together_exact_at_ties(tmp_path):
+    """softmax_rows.py sums 8 rows at a time, each row a vector lane adding its entries in order: the
+    sums' innermost loop runs across the rows, vectorized. Every case's rows (the tie rows, drawn again
+    8 times) as [8, 65, D], 520 rows, 8 to a group: onnxruntime's outputs."""
+    path = tmp_path / "softmax.onnx"
+    names = softmax_model(path, "uint8", CASES, shape_of=lambda rows, d: [8, rows, d])
+    scripts = [f.script().splitlines() for g, f in lower(load(path)).functions.items()
+               if g.name_hint.startswith("qnn_qlinear_softmax")]
+    assert len(scripts) == len(CASES)
+    assert all(any("T.vectorized(T.int64(8))" in line and 'T.sblock("total")' in "".join(lines[j + 1:j + 3])
+                   for j, line in enumerate(lines)) for lines in scripts)
+    rng = np.random.default_rng(3)
+    feeds = {f"x{i}": np.stack([inputs("uint8", d, sx, sy, rng) for _ in range(8)])
+             for i, (d, sx, sy, _) in enumerate(CASES)}
+    expected = dict(zip(names, reference_session(path).run(names, feeds)))
+    ours = compile_model(path, threads=1)(feeds)
+    for i, name in enumerate(names):
+        np.testing.assert_array_equal(ours[name], expected[name], err_msg=f"case {CASES[i]}")

@@ -8,14 +8,14 @@ with a reduction, the reduction stays innermost, serial (but for an NHWC MEAN's 
 innermost, vectorized, under the H and W loops).
 An 8-bit lookup on a target with AVX-512 VBMI is rewritten with vpermi2b instead, on AArch64 with tbl and
 tbx (table_lookup.py), a channel gather run by run (gather.py), the image's quantize on AArch64 without a
-division (neon_quantize.py).
+division (neon_quantize.py), a QLinearSoftmax's rows summed together (softmax_rows.py).
 """
 from __future__ import annotations
 
 from tvm import s_tir, tirx
 from tvm.target import Target
 
-from tvm_integration.qnn.prim import gather, neon_quantize, table_lookup
+from tvm_integration.qnn.prim import gather, neon_quantize, softmax_rows, table_lookup
 
 VECTOR = (16, 8, 4)
 # the PrimFuncs bind.py leaves as they are: scheduled already (here, or a float op's own), or a
@@ -33,6 +33,8 @@ def schedule(func: tirx.PrimFunc, target: Target | None = None) -> tirx.PrimFunc
         return neon_quantize.scheduled(func).with_attr(SCHEDULED, True)
     if gather.applies(func):
         return gather.scheduled(func).with_attr(SCHEDULED, True)
+    if softmax_rows.applies(func):
+        return softmax_rows.scheduled(func).with_attr(SCHEDULED, True)
     sch = s_tir.Schedule(func)
     blocks = sch.get_child_blocks(sch.get_sblock("root"))
     for block in blocks[:-1]:

@@ -23,6 +23,8 @@ import math
 import numpy as np
 from tvm import te, tirx
 
+from tvm_integration.qnn.prim.softmax_rows import ROW_GROUP
+
 FLOAT_MAX = np.finfo(np.float32).max
 
 
@@ -53,23 +55,60 @@ def output_multiplier(y_scale: float) -> float:
         return float(single if np.isfinite(single) else np.floor(1 / np.float64(np.float32(y_scale))))
 
 
-def softmax(x, table, *, y_scale: float, out_zero_point: int, out_dtype: str):
-    """``x [..., D]`` (u8 or s8) -> ``out_dtype``; ``table`` from exp_table."""
-    *rows, d = x.shape
-    r = te.reduce_axis((0, d), "r")
-    top = te.compute(rows, lambda *i: te.max(x[(*i, r)].astype("int32"), axis=r), name="top")
+# below this multiplier floor(1 / y_scale), a quotient e * m / sum is either a half-integer or at least
+# 2^-25 / m from one (e * m and (k + 1/2) * sum are multiples of ulp(e) or ulp(sum) / 2, e >= sum / 2m near
+# k + 1/2), farther than the double division's rounding (2^-44 below 512, where the output saturates):
+# rounding the division's double rounds the exact quotient, half to even
+EXACT_QUOTIENT_BELOW = 2.0 ** 19
 
-    def entry(i):
-        return table[x[i].astype("int32") - top[i[:-1]] + 255]
+
+def softmax(x, table, *, y_scale: float, out_zero_point: int, out_dtype: str):
+    """``x [..., D]`` (u8 or s8) -> ``out_dtype``; ``table`` from exp_table. Each row's max, sum and
+    reciprocal are taken over the rows flattened and rounded up to ROW_GROUP (the last row again), so
+    that a schedule can take the rows in whole groups (prim/softmax_rows.py). The division in double
+    rounded to an integer is the exact quotient's rounding (EXACT_QUOTIENT_BELOW), so each row takes
+    one division, of its ``reciprocal``: an element's ``below`` = floor(n * reciprocal) is its
+    quotient's floor, or the integer next to it when the quotient is within 2^-40 of that integer,
+    and the sign of n - (below + 1/2) * sum (exact products in double) decides the rounding."""
+    *rows, d = (int(n) for n in x.shape)
+    count = int(np.prod(rows))
+    strides = [int(np.prod(rows[j + 1:])) for j in range(len(rows))]
+
+    def row_of(r):
+        r = tirx.min(r, count - 1)
+        return tuple(r // stride % n for stride, n in zip(strides, rows))
+
+    def flat(i):
+        return sum(v * stride for v, stride in zip(i, strides))
+    padded = -(-count // ROW_GROUP) * ROW_GROUP
+    k = te.reduce_axis((0, d), "k")
+    top = te.compute((padded,), lambda r: te.max(x[(*row_of(r), k)].astype("int32"), axis=k), name="top")
+
+    def entry(row, r, j):
+        return table[x[(*row, j)].astype("int32") - top[r] + 255]
     s = te.reduce_axis((0, d), "s")
-    total = te.compute(rows, lambda *i: te.sum(entry((*i, s)), axis=s), name="total")
-    multiplier = tirx.const(output_multiplier(y_scale), "float64")
+    total = te.compute((padded,), lambda r: te.sum(entry(row_of(r), r, s), axis=s), name="total")
+    m = output_multiplier(y_scale)
+    multiplier = tirx.const(m, "float64")
     info = np.iinfo(out_dtype)
+    saturated = lambda q: tirx.max(tirx.min(q, float(info.max)), float(info.min)).astype(out_dtype)
+    zero = tirx.const(float(out_zero_point), "float64")
+    if m >= EXACT_QUOTIENT_BELOW:
+        return te.compute(x.shape, lambda *i: saturated(tirx.nearbyint(
+            entry(i[:-1], flat(i[:-1]), i[-1]).astype("float64") * multiplier / total[flat(i[:-1])].astype("float64"))
+            + zero), name="qlinear_softmax")
+    reciprocal = te.compute((padded,), lambda r: tirx.const(1.0, "float64") / total[r].astype("float64"),
+                            name="reciprocal")
+    one, none = tirx.const(1.0, "float64"), tirx.const(0.0, "float64")
 
     def value(*i):
-        ratio = entry(i).astype("float64") * multiplier / total[i[:-1]].astype("float64")
-        q = tirx.nearbyint(ratio) + tirx.const(float(out_zero_point), "float64")
-        return tirx.max(tirx.min(q, float(info.max)), float(info.min)).astype(out_dtype)
+        r = flat(i[:-1])
+        n, sum_ = entry(i[:-1], r, i[-1]).astype("float64") * multiplier, total[r].astype("float64")
+        below = tirx.floor(n * reciprocal[r])
+        beyond = n - (below + 0.5) * sum_                     # its sign: the quotient against below + 1/2
+        odd = below - tirx.floor(below * 0.5) * 2.0
+        up = tirx.Select(beyond > none, one, tirx.Select(beyond < none, none, odd))
+        return saturated(below + up + zero)
     return te.compute(x.shape, value, name="qlinear_softmax")
 
 
