@@ -49,7 +49,7 @@ def synth(isa: Isa = typer.Option(..., help="instruction set"),
           reg_bits: Optional[int] = typer.Option(None, help="bitserial register width (NEON: 64 for D, 128 for Q)"),
           row_bits: Optional[int] = typer.Option(None, help="bitserial tile: packed bits per row when several rows "
                                                  "share a register (NEON: 64 puts two 8-byte rows in each Q register)"),
-          types: str = typer.Option("u8s8", help="int8: operand types, u8u8, s16, s8s8, s8s7, u8s8, u7s8 or w16"),
+          types: str = typer.Option("u8s8", help="int8: operand types, u8u8, s16, s8s8, s8s7, u8s8, u7s8, u8r7 or w16"),
           mr: Optional[int] = typer.Option(None, help="int8 tile rows (default: the ISA's tile)"),
           nr: Optional[int] = typer.Option(None, help="int8 tile columns (default: the ISA's tile)"),
           k: Optional[int] = typer.Option(None, callback=positive, help="int8 k4/k4b tiles: elements of K per "
