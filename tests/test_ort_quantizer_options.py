@@ -124,6 +124,15 @@ def quantized(source, name: str):
     return path
 
 
+def assert_equals_onnxruntime(path, xs: list[dict[str, np.ndarray]]):
+    """The compiled model's output "out" equals onnxruntime's exact result on every input of ``xs``."""
+    from tvm_integration.qnn.runtime.model import compile_model
+    session = reference_session(path)
+    model = compile_model(path, threads=1)
+    for x in xs:
+        np.testing.assert_array_equal(model(x)["out"], session.run(["out"], x)[0])
+
+
 def differences(path) -> int:
     from tvm_integration.qnn.runtime.model import compile_model
     model = compile_model(path, threads=1)
@@ -289,14 +298,10 @@ def test_binary_and_pool_ops(tmp_path, op):
     the 65536 sums, 122 of the products and 34 of the 320 means differed. A fused QLinearAdd of int8
     pairs onnxruntime turns uint8 (NNCF's residual Adds) computes in their uint8 values, where the
     int8 values round differently on 4 of the 65536 pairs."""
-    from tvm_integration.qnn.runtime.model import compile_model
     path = tmp_path / f"{op}.onnx"
     xs = binary_model(path, op)
     assert set(ort_fusion.float_layers(onnx.load(str(path)))) == (set() if op == "uint8 Add" else {"op"})
-    session = reference_session(path)
-    model = compile_model(path, threads=1)
-    for x in xs:
-        np.testing.assert_array_equal(model(x)["out"], session.run(["out"], x)[0])
+    assert_equals_onnxruntime(path, xs)
 
 
 def maxpool_model(path) -> list[dict[str, np.ndarray]]:
@@ -328,13 +333,9 @@ def test_dequantize_carried_past_maxpool(tmp_path):
     """onnxruntime carries the DequantizeLinear past the MaxPool (QDQPropagationTransformer): the Conv and
     the Add then read integers and are fused (QLinearConv, QLinearAdd); qdq_propagation.py does the same
     before the import, where the rewrite saw a float Conv and Add of a float tensor."""
-    from tvm_integration.qnn.runtime.model import compile_model
     path = tmp_path / "pool.onnx"
     xs = maxpool_model(path)
-    session = reference_session(path)
-    model = compile_model(path, threads=1)
-    for x in xs:
-        np.testing.assert_array_equal(model(x)["out"], session.run(["out"], x)[0])
+    assert_equals_onnxruntime(path, xs)
 
 
 def pt2e_pool_model(path) -> list[dict[str, np.ndarray]]:
@@ -365,15 +366,11 @@ def test_quantize_carried_back_past_maxpool(tmp_path):
     carries DequantizeLinears forward): the Relu before it is then a no-op of the Q and the Conv is fused
     (QLinearConv); qdq_propagation.py does the same, where the rewrite saw a float Conv."""
     from tvm_integration.qnn.onnx.importer import load
-    from tvm_integration.qnn.runtime.model import compile_model
     from tvm_integration.qnn.runtime.report import layers
     path = tmp_path / "pt2e.onnx"
     xs = pt2e_pool_model(path)
     assert [(r.layer, r.operator) for r in layers(load(path))] == [("conv", "int8")]
-    session = reference_session(path)
-    model = compile_model(path, threads=1)
-    for x in xs:
-        np.testing.assert_array_equal(model(x)["out"], session.run(["out"], x)[0])
+    assert_equals_onnxruntime(path, xs)
 
 
 def pt2e_block_model(path, bias: bool) -> list[dict[str, np.ndarray]]:
@@ -409,7 +406,6 @@ def pt2e_block_model(path, bias: bool) -> list[dict[str, np.ndarray]]:
 def test_pt2e_residual_block_is_onnxruntimes(tmp_path, bias):
     """Exact, and ``qsynth inspect`` names both Convs float, each with why (report.layers)."""
     from tvm_integration.qnn.onnx.importer import load
-    from tvm_integration.qnn.runtime.model import compile_model
     from tvm_integration.qnn.runtime.report import layers
     path = tmp_path / "block.onnx"
     xs = pt2e_block_model(path, bias)
@@ -417,10 +413,7 @@ def test_pt2e_residual_block_is_onnxruntimes(tmp_path, bias):
     assert {name: r.operator for name, r in rows.items()} == {"c1": "float", "c2": "float"}
     assert "int8 activations" in rows["c1"].kernel and "reaches no QuantizeLinear" in rows["c2"].kernel
     assert ("FusedConv" in rows["c2"].kernel) == bias
-    session = reference_session(path)
-    model = compile_model(path, threads=1)
-    for x in xs:
-        np.testing.assert_array_equal(model(x)["out"], session.run(["out"], x)[0])
+    assert_equals_onnxruntime(path, xs)
 
 
 def classifier_model(path) -> list[dict[str, np.ndarray]]:
@@ -450,13 +443,9 @@ def classifier_model(path) -> list[dict[str, np.ndarray]]:
 def test_float_gemm_of_one_row(tmp_path):
     """The float Gemm of one row (transB, float bias) as MLAS's M = 1 kernel sums it (float_gemv.py);
     the blocked sgemm's order (float_matmul.py) differed in the last bit on most of the 1003 outputs."""
-    from tvm_integration.qnn.runtime.model import compile_model
     path = tmp_path / "head.onnx"
     xs = classifier_model(path)
-    session = reference_session(path)
-    model = compile_model(path, threads=1)
-    for x in xs:
-        np.testing.assert_array_equal(model(x)["out"], session.run(["out"], x)[0])
+    assert_equals_onnxruntime(path, xs)
 
 
 def brevitas_head_model(path) -> list[dict[str, np.ndarray]]:
@@ -486,10 +475,6 @@ def test_gemm_of_clipped_weights_to_float_is_qgemm(tmp_path):
     """The integer dense with the bias in the accumulator, as QGemm computes it; the Gemm was left in float
     while the weight's Clip stood (73 of 100 outputs differed, by up to 1.9e-6; Brevitas' small ResNet:
     212 of 300 logits)."""
-    from tvm_integration.qnn.runtime.model import compile_model
     path = tmp_path / "head.onnx"
     xs = brevitas_head_model(path)
-    session = reference_session(path)
-    model = compile_model(path, threads=1)
-    for x in xs:
-        np.testing.assert_array_equal(model(x)["out"], session.run(["out"], x)[0])
+    assert_equals_onnxruntime(path, xs)
