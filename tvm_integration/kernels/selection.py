@@ -3,7 +3,8 @@
 int8: ``isa="host"`` takes the best ISA the host executes, AVX-512 VNNI > AVX-VNNI > AVX-512BW > AVX2,
 read from the host's CPU flags (isa_specs.host), never from a CPU name; without VNNI, the exact w16
 tiles (int16 operands: AVX-512BW's on zmm, Skylake-SP; AVX2's on ymm) and, on AVX2, the s8s7 tiles,
-exact on u8 and s8 activations (shifted to s8 when packed) for weights in [-127, 127], which an
+exact on u8 and s8 activations (shifted to s8 when packed) for weights in [-127, 127], and the u8r7 tiles,
+onnxruntime's vpmaddubsw row, for weights in [-64, 64] (reduce_range), which an
 operator checks on its constant weights (``Kernel.admits``; a tile whose range leaves a few weights out,
 -128 on s8s7 or the extremes of 9-bit weights ``w - zw`` on a byte tile, runs them clamped and adds the
 rest apart, ``packing.clamped``); on a host with AMX (and the tile data
