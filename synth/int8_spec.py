@@ -21,8 +21,8 @@ class Int8Spec:
     with wrap-around. ``types``: operand signedness (``u8s8``: A unsigned, B signed; ``u7s8``: A in
     [0, 127], the range in which vpmaddubsw cannot saturate; ``u8r7``: A unsigned, B in [-64, 64], the
     weights onnxruntime's ``reduce_range`` writes (its advice for x86 hosts without VNNI), on which
-    vpmaddubsw cannot saturate either, |a b + a' b'| <= 2 * 255 * 64 = 32640; ``s8s7``: A signed, B in [-127, 127], a
-    sign and 7 bits of magnitude (onnxruntime's symmetric int8 weights), the range in which two
+    vpmaddubsw cannot saturate either, |a b + a' b'| <= 2 * 255 * 64 = 32640; ``s8s7``: A signed, B in
+    [-127, 127], a sign and 7 bits of magnitude (onnxruntime's symmetric int8 weights), the range in which two
     products fit one int16 lane, |a b + a' b'| <= 2 * 128 * 127 (MLAS's smull + smlal, then sadalp);
     ``s16``: int16 elements, QNN's ARMv8 legalization; ``w16``: int16 elements holding 8-bit data widened
     (u8 or s8 activations, s8 weights: any 9-bit signed value), exact for every int8 operand on AVX2 and
@@ -124,8 +124,8 @@ class Int8Spec:
 
     @property
     def signed(self) -> tuple[bool, bool]:
-        return {"u8s8": (False, True), "u7s8": (False, True), "u8r7": (False, True), "s8s8": (True, True), "s8s7": (True, True),
-                "u8u8": (False, False), "s16": (True, True), "w16": (True, True)}[self.types]
+        return {"u8s8": (False, True), "u7s8": (False, True), "u8r7": (False, True), "s8s8": (True, True),
+                "s8s7": (True, True), "u8u8": (False, False), "s16": (True, True), "w16": (True, True)}[self.types]
 
     @property
     def inputs(self) -> list[tuple[str, int]]:
@@ -219,7 +219,7 @@ class Int8Spec:
         bounds = lambda signed: (-(1 << (e - 1)), (1 << (e - 1)) - 1) if signed else (0, (1 << e) - 1)
         nine_bits = (-256, 255)          # w16: 8-bit data, u8 or s8, widened
         a_lo, a_hi = (0, 127) if self.types == "u7s8" else nine_bits if self.types == "w16" else bounds(self.signed[0])
-        b_lo, b_hi = (-127, 127) if self.types == "s8s7" else (-64, 64) if self.types == "u8r7" else nine_bits if self.types == "w16" else bounds(self.signed[1])
+        b_lo, b_hi = {"s8s7": (-127, 127), "u8r7": (-64, 64), "w16": nine_bits}.get(self.types) or bounds(self.signed[1])
         out = []
         for name, _ in self.inputs:
             if name.startswith("a"):

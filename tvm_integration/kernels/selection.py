@@ -74,8 +74,8 @@ def _u8s8_kernels(isa: str) -> list[int8.Kernel]:
 
 def admitted(candidates: list[int8.Kernel], weights: np.ndarray | None) -> list[int8.Kernel]:
     """The candidates whose precondition ``weights`` (``[O, ...]``, O output channels) satisfy
-    (``Kernel.admits``), only the ``FASTEST_WHERE_ADMITTED`` ones among them where any is; else those that leave at most ``FEW_OUTSIDE`` weights of any output channel
-    outside their range: the operator then runs the chosen tile on its weights clamped into the tile's
+    (``Kernel.admits``), only the ``FASTEST_WHERE_ADMITTED`` ones among them where any is; else those
+    that leave at most ``FEW_OUTSIDE`` weights of any output channel outside their range: the operator then runs the chosen tile on its weights clamped into the tile's
     range and adds the rest apart (``packing.clamped``); SelectionError if none does. Weights computed at
     run time (None): the candidates that admit every int8 B, else all of them (the operator then runs
     plain TIR: ops/batch_matmul.py)."""
