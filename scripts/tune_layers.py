@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tvm_integration.bench import tuned_shapes  # noqa: E402
 from tvm_integration.bench.layers import LAYERS, Layer  # noqa: E402
 from tvm_integration.bench.timing import batch_timer  # noqa: E402
-from tvm_integration.kernels import selection, tuning  # noqa: E402
+from tvm_integration.kernels import tuning  # noqa: E402
 from tvm_integration.ops.conv2d import build_conv2d  # noqa: E402
 from tvm_integration.ops.dense import build_dense  # noqa: E402
 from tvm_integration.ops.output_stage import OutputStage, ScaleRequantize  # noqa: E402
@@ -79,16 +79,6 @@ def layer_shapes() -> list[tuple]:
         layer = Layer(name)
         shapes.append(("conv2d", (layer.w, layer.x.shape, (layer.s, layer.s), (layer.pad,) * 4, 1, "uint8")))
     return shapes
-
-
-def candidates_of(kind: str, args: tuple):
-    """The tiles the operator chooses among (selection.int8_candidates: on an AMX host, the AMX tiles
-    and the VNNI ones for the operators deep enough for AMX; those whose precondition the weights
-    meet, ``selection.admitted``, as the operators take them)."""
-    weight = args[0]
-    groups = 1 if kind == "dense" else args[4]
-    matrix = weight.reshape(weight.shape[0], -1)
-    return selection.admitted(selection.int8_candidates("host", int(np.prod(weight.shape[1:])), groups), matrix)
 
 
 def measure(kind: str, args: tuple, candidates, trials: int) -> dict[str, float]:
@@ -142,7 +132,7 @@ def main() -> int:
         if key in seen:
             continue
         seen.add(key)
-        times = measure(kind, args, candidates_of(kind, args), a.trials)
+        times = measure(kind, args, tuned_shapes.candidates(kind, args), a.trials)
         best = tuning.record(key, times, path)
         print(f"{key}: {best}  " + "  ".join(f"{k.split('_')[-2]} {v:.3f} ms" for k, v in times.items()), flush=True)
     print(f"{len(seen)} shapes -> {path}")

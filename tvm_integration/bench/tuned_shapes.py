@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-
 from tvm_integration.kernels import selection, tuning
 from tvm_integration.ops.conv2d import conv_geometry, pair
 from tvm_integration.qnn.lower.legalize import signed
@@ -52,7 +50,7 @@ def candidates(kind: str, args: tuple) -> list:
     """The host's tiles the operator of a shape of ``shapes`` chooses among (its weights admit them)."""
     weight = signed(args[0])
     groups = 1 if kind == "dense" else args[4]
-    return selection.admitted(selection.int8_candidates("host", int(np.prod(weight.shape[1:])), groups), weight)
+    return selection.candidates_for(weight, "host", groups)
 
 
 def coverage(path: str | Path, log: Path | None = None) -> dict:

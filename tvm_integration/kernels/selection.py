@@ -75,8 +75,8 @@ def _u8s8_kernels(isa: str) -> list[int8.Kernel]:
 def admitted(candidates: list[int8.Kernel], weights: np.ndarray | None) -> list[int8.Kernel]:
     """The candidates whose precondition ``weights`` (``[O, ...]``, O output channels) satisfy
     (``Kernel.admits``), only the ``FASTEST_WHERE_ADMITTED`` ones among them where any is; else those
-    that leave at most ``FEW_OUTSIDE`` weights of any output channel outside their range: the operator then runs the chosen tile on its weights clamped into the tile's
-    range and adds the rest apart (``packing.clamped``); SelectionError if none does. Weights computed at
+    that leave at most ``FEW_OUTSIDE`` weights of any output channel outside their range: the operator
+    then runs the chosen tile on its weights clamped into the tile's range and adds the rest apart (``packing.clamped``); SelectionError if none does. Weights computed at
     run time (None): the candidates that admit every int8 B, else all of them (the operator then runs
     plain TIR: ops/batch_matmul.py)."""
     exact = [k for k in candidates if k.admits(weights)]
@@ -136,6 +136,12 @@ def int8_candidates(isa: str = "host", depth: int | None = None, groups: int = 1
         amx = [k for k in _u8s8_kernels("amx") if usable(k) is None]
         return amx + family
     return family
+
+
+def candidates_for(weights: np.ndarray, isa: str = "host", groups: int = 1) -> list[int8.Kernel]:
+    """The tiles an operator with constant ``weights`` (``[O, ...]``, its reduction the rest of the
+    shape) in ``groups`` groups chooses among: ``int8_candidates`` that its weights admit."""
+    return admitted(int8_candidates(isa, int(np.prod(weights.shape[1:])), groups), weights)
 
 
 def int8_target(kernel: int8.Kernel | None = None) -> dict:

@@ -97,7 +97,7 @@ def chosen_tiles(weight: np.ndarray, input_shape: tuple[int, ...], layout: str =
     o, cg, kh, kw = weight.shape
     key = tuning.conv2d_key(input_shape, layout, weight.shape, stride, pads, groups, data_dtype)
     depth = cg * kh * kw
-    kernel = kernel or tuning.choose(key, selection.admitted(selection.int8_candidates(isa, depth, groups), weight),
+    kernel = kernel or tuning.choose(key, selection.candidates_for(weight, isa, groups),
                                      oh * ow, o // groups, depth=depth)
     if (winograd.pays(kernel) if use_winograd is None else use_winograd) and winograd.applies(
             weight, c, layout, stride, groups, data_dtype):

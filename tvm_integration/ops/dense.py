@@ -27,7 +27,7 @@ def build_dense(weight: np.ndarray, m: int, data_dtype: str = "uint8", stage: Ou
         raise ValueError(f"data_dtype must be uint8 or int8, got {data_dtype!r}")
     n, k = weight.shape
     kernel = kernel or tuning.choose(tuning.dense_key(m, n, k, data_dtype),
-                                     selection.admitted(selection.int8_candidates(isa, k), weight), m, n, depth=k)
+                                     selection.candidates_for(weight, isa), m, n, depth=k)
     x = te.placeholder((m, k), data_dtype, name="data")
     mod, constants = build(Gemm(1, 1, m, n, k), x, lambda b, g, p, t: x[p, t], weight[None], stage, "rows",
                            Tile.of(kernel), kernel if use_kernel else None)

@@ -91,8 +91,7 @@ class Legalize(relax.PyExprMutator):
         if self.target == "neon":
             return f"reference: 9-bit weights in [{int(weight.min())}, {int(weight.max())}] (the NEON tiles take bytes)"
         try:
-            selection.admitted(selection.int8_candidates(self.target, int(np.prod(weight.shape[1:])),
-                                                         op.params.get("groups", 1)), weight)
+            selection.candidates_for(weight, self.target, op.params.get("groups", 1))
         except selection.SelectionError as e:
             return f"reference: {e}"
         return None

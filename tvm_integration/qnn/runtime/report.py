@@ -152,7 +152,7 @@ def _int8_kernel(op: IntegerOp, isa: str) -> str:
     notes = [op.params["lowbit"]] if "lowbit" in op.params else []       # a 1-3-bit layer: why on int8
     if op.kind == "dense":
         m, (n, k) = int(op.inputs[0].ty.shape[0]), weight.shape
-        name = tuning.choose(tuning_key(op), selection.admitted(selection.int8_candidates(isa, k), weight), m, n,
+        name = tuning.choose(tuning_key(op), selection.candidates_for(weight, isa), m, n,
                              depth=k).spec.name
         return f"{name} ({'; '.join(notes)})" if notes else name
     b, c, h, w = (int(d) for d in op.inputs[0].ty.shape)
