@@ -95,8 +95,10 @@ def markdown(data: dict) -> str:
              "`static`: onnxruntime's quantize_static (QDQ, u8 activations, s8 per-channel weights); `dynamic`: "
              "quantize_dynamic (s8 weights). Times: median ms per inference, qsynth and the baselines timed "
              "side by side (`timing.side_by_side`); ratio = onnxruntime int8 / qsynth (above 1: qsynth is "
-             "faster); exact: qsynth's output equals onnxruntime int8's on 3 random inputs, else the largest "
-             "difference in steps of the output's scale (absolute where the output is float); CPU ms: process "
+             "faster); exact: qsynth's output equals onnxruntime's exact mode's (`session.x64quantprecision` = 1) on 3 "
+             "random inputs, else the largest difference in steps of the output's scale (absolute where the output "
+             "is float); onnxruntime int8 wrong: how many output values its default gets wrong (differ from its exact "
+             "mode: it saturates vpmaddubsw on x86 hosts without VNNI; -: the run did not record it); CPU ms: process "
              "CPU time per inference at 1 thread, what the load of other jobs on this shared machine disturbs "
              "least (wall times at load 4-8 carry 10-30% noise); tuning: how many of the model's int8 tile shapes this "
              "host's tuning log chose (tuned, partly k/n, untuned: the rest take kernels/tuning.py's least-padding "
@@ -105,9 +107,9 @@ def markdown(data: dict) -> str:
         cpu = threads == 1
         lines += [f"## {threads} thread{'s' if threads > 1 else ''}", "",
                   "| model | qsynth ms | " + " | ".join(k.replace("_", " ") for k in keys)
-                  + " | ratio to onnxruntime int8 | exact | compile s | tuning |"
+                  + " | ratio to onnxruntime int8 | exact | onnxruntime int8 wrong | compile s | tuning |"
                   + (" CPU ms qsynth / onnxruntime int8 (ratio) |" if cpu else ""),
-                  "|---|---|" + "---|" * len(keys) + "---|---|---|---|" + ("---|" if cpu else "")]
+                  "|---|---|" + "---|" * len(keys) + "---|---|---|---|---|" + ("---|" if cpu else "")]
         for name in data["models"]:
             r = next((r for r in rows if r["name"] == name and r["threads"] == threads), None)
             c = compiles.get(name, {})
@@ -119,7 +121,8 @@ def markdown(data: dict) -> str:
             cells = [f"{r['baselines'][k]:.2f}" if k in r["baselines"] else "-" for k in keys]
             ratio = r["speedups"].get("onnxruntime_int8")
             line = (f"| {name} | {r['ours_ms']:.2f} | " + " | ".join(cells)
-                    + f" | {f'{ratio:.2f}x' if ratio else '-'} | {bench_zoo.exact_cell(r)} | {c['compile_s']:.0f} | "
+                    + f" | {f'{ratio:.2f}x' if ratio else '-'} | {bench_zoo.exact_cell(r)} | {bench_zoo.default_cell(r)} | "
+                    f"{c['compile_s']:.0f} | "
                     f"{tuned_shapes.label(r.get('tuning'))} |")
             if cpu and "ours_cpu_ms" in r:
                 ours, theirs = r["ours_cpu_ms"], r["onnxruntime_int8_cpu_ms"]

@@ -149,6 +149,12 @@ def exact_cell(r: dict) -> str:
     return f"{steps:g} step{'' if steps == 1 else 's'}" if steps is not None else f"{r['max_abs_diff']:g} (abs)"
 
 
+def default_cell(r: dict) -> str:
+    """How many output values onnxruntime int8's default gets wrong (differ from its exact mode), of how many."""
+    default = r.get("onnxruntime_int8_default")
+    return f"{default['differing']} of {default['values']}" if default else "-"
+
+
 def markdown(data: dict, findings: str) -> str:
     rows, compiles, profiles = data["rows"], data["compile"], data.get("profiles", {})
     vnni = any("openvino_int8_vnni" in r.get("baselines", {}) for r in rows)
@@ -169,15 +175,16 @@ def markdown(data: dict, findings: str) -> str:
              "int8, exact mode: `session.x64quantprecision` = 1, the fair peer on x86 hosts without VNNI, where the "
              "default saturates vpmaddubsw; exact: qsynth's output equals that mode's integer result "
              "(`models.reference_session`) on 3 random inputs, else the largest difference in steps of "
-             "the output's scale; compile s: `compile_model` once, in a process of its own. The 2 cores are shared "
+             "the output's scale; onnxruntime int8 wrong: how many output values its default gets wrong (differ "
+             "from its exact mode; -: the run did not record it); compile s: `compile_model` once, in a process of its own. The 2 cores are shared "
              "with other jobs: expect noise of 10-30%. tuning: how many of the model's int8 tile shapes this host's "
              "tuning log chose (tuned, partly k/n, untuned: the rest take kernels/tuning.py's least-padding rule).", ""]
     for threads in sorted({r["threads"] for r in rows}):
         cpu = threads == 1 and any("ours_cpu_ms" in r for r in rows)
         lines += [f"## {threads} thread{'s' if threads > 1 else ''}", "",
                   "| model | qsynth ms | " + " | ".join(columns) + " | ratio to onnxruntime int8 | exact/steps | "
-                  "compile s | tuning |" + (" CPU ms qsynth / onnxruntime int8 (ratio) |" if cpu else ""),
-                  "|---|---|" + "---|" * len(columns) + "---|---|---|---|" + ("---|" if cpu else "")]
+                  "onnxruntime int8 wrong | compile s | tuning |" + (" CPU ms qsynth / onnxruntime int8 (ratio) |" if cpu else ""),
+                  "|---|---|" + "---|" * len(columns) + "---|---|---|---|---|" + ("---|" if cpu else "")]
         for name in data["models"]:
             r = next((r for r in rows if r["name"] == name and r["threads"] == threads), None)
             c = compiles.get(name, {})
@@ -192,7 +199,8 @@ def markdown(data: dict, findings: str) -> str:
                 cells = [f"{r['baselines'][k]:.2f}" if k in r["baselines"] else "-" for k in keys]
                 ratio = r["speedups"].get("onnxruntime_int8")
                 lines.append(f"| {name} | {r['ours_ms']:.2f} | " + " | ".join(cells)
-                             + f" | {f'{ratio:.2f}x' if ratio else '-'} | {exact_cell(r)} | {c['compile_s']:.0f} | "
+                             + f" | {f'{ratio:.2f}x' if ratio else '-'} | {exact_cell(r)} | {default_cell(r)} | "
+                             f"{c['compile_s']:.0f} | "
                              f"{tuned_shapes.label(r.get('tuning'))} |"
                              + (f" {r['ours_cpu_ms']:.2f} / {r['onnxruntime_int8_cpu_ms']:.2f} "
                                 f"({r['onnxruntime_int8_cpu_ms'] / r['ours_cpu_ms']:.2f}x) |" if "ours_cpu_ms" in r

@@ -60,6 +60,16 @@ def test_onnxruntime_default_saturates_without_vnni(case):
     assert (got != want).all()
 
 
+def test_a_benchmark_row_counts_the_outputs_the_default_gets_wrong(case):
+    """zoo.difference, the zoo's and transformer tables' "onnxruntime int8 wrong": ours 0, the default every
+    output where it saturates (no VNNI), none where it multiplies with vpdpbusd."""
+    from tvm_integration.bench import zoo
+    path, x, _ = case
+    row = zoo.difference(compile_model(path), path, [{"x": x}], 1)
+    assert (row["differing"], row["values"]) == (0, M * N)
+    assert row["onnxruntime_int8_default"]["differing"] == (0 if HOST_RUNS.vnni else M * N)
+
+
 def test_a_model_whose_initializers_are_shared_runs_on_an_unshared_copy(tmp_path):
     """onnxruntime's exact mode fails to initialize the committed W2A2 digits model (an initializer read
     by two nodes: "Attempt to replace the existing tensor"); reference_session runs it on a copy where
