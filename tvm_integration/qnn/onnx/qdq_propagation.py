@@ -17,13 +17,21 @@ and ort_fusion.py see.
   a float Conv of a float tensor.
 
 Quantizers that write the pairs themselves (onnxruntime's quantize_static) leave nothing to propagate.
+
+Then its ConstantFolding, which folds no DequantizeLinear but a whole ``DQ(c) -> X -> Q`` unit: c and
+the parameters constant, X of one input and one output, each read by the next alone and no graph output
+(``folded_units``). A weight transposed after its DequantizeLinear (PyTorch's PT2E Linear:
+``MatMul(x, Transpose(DQ(W)))``) gets its pair from the forward step, and onnxruntime then sees
+``DQ(W^T)``: a MatMul by constant weights, which MatMulAddFusion takes into a Gemm with its bias.
 """
 from __future__ import annotations
 
 from collections import defaultdict
 
+import numpy as np
 import onnx
 from onnx import helper
+from onnx.reference import ReferenceEvaluator
 
 PROPAGATED = {"MaxPool": 12, "Reshape": 5, "Transpose": 1, "Squeeze": 1, "Unsqueeze": 1, "Slice": 1}  # op: since
 
@@ -60,7 +68,50 @@ class _Graph:
 def propagated(model: onnx.ModelProto) -> onnx.ModelProto:
     """``model`` with every QuantizeLinear carried backward, then every DequantizeLinear forward, as
     onnxruntime does (a copy; ``model`` itself when there is nothing to carry)."""
-    return _dq_forward(_q_backward(model))
+    return folded_units(_dq_forward(_q_backward(model)))
+
+
+def folded_units(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with each ``DQ(c) -> X -> Q`` unit onnxruntime's ConstantFolding folds (the module's
+    docstring) replaced by the initializer Q's output is, computed as ONNX defines the three ops; in
+    node order, so that a unit whose c an earlier fold made constant folds too."""
+    graph = _Graph(model)
+    values = {name: onnx.numpy_helper.to_array(t) for name, t in graph.inits.items()}
+    folded, removed = [], set()
+    for dq in graph.nodes:
+        if dq.op_type != "DequantizeLinear" or not all(name in values for name in dq.input if name) \
+                or not graph.sole_reader(dq.output[0]):
+            continue
+        x = graph.readers[dq.output[0]][0]
+        if len(x.input) != 1 or len([o for o in x.output if o]) != 1 or x.domain not in ("", "ai.onnx") \
+                or not graph.sole_reader(x.output[0]):
+            continue
+        q = graph.readers[x.output[0]][0]
+        if q.op_type != "QuantizeLinear" or not graph.scalar_parameters(dq) or not graph.scalar_parameters(q):
+            continue
+        (dq_scale, dq_zero), (q_scale, q_zero) = _parameters(values, dq), _parameters(values, q)
+        dequantized = (values[dq.input[0]].astype(np.int32) - dq_zero).astype(np.float32) * dq_scale
+        alone = helper.make_graph([x], "x", [], [helper.make_value_info(x.output[0], onnx.TypeProto())])
+        y = ReferenceEvaluator(helper.make_model(alone, opset_imports=list(model.opset_import))).run(
+            None, {x.input[0]: dequantized})[0]
+        info = np.iinfo(q_zero.dtype)
+        values[q.output[0]] = np.clip(np.rint(y / q_scale) + q_zero, info.min, info.max).astype(q_zero.dtype)
+        folded.append(onnx.numpy_helper.from_array(values[q.output[0]], q.output[0]))
+        removed |= {id(dq), id(x), id(q)}
+    if not folded:
+        return model
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    del out.graph.node[:]
+    out.graph.node.extend(node for node in graph.nodes if id(node) not in removed)
+    out.graph.initializer.extend(folded)
+    return out
+
+
+def _parameters(values: dict, node) -> tuple[np.float32, np.ndarray]:
+    """A Q or DQ node's scalar scale and zero point (uint8 0 when absent: ONNX's default)."""
+    zero = values[node.input[2]].reshape(()) if len(node.input) > 2 and node.input[2] else np.uint8(0)
+    return np.float32(values[node.input[1]].reshape(())), zero
 
 
 def _q_backward(model: onnx.ModelProto) -> onnx.ModelProto:
