@@ -3,7 +3,8 @@
 quantized by each quantizer option users set, compiled with ``compile_model`` and compared with
 onnxruntime's exact result (``reference_session``) on 3 standard-normal inputs (3000 logits); and a
 4-layer BERT (scripts/bench_transformers.py's bert_l4_s128 float model, 3 x 98304 outputs) quantized by
-NNCF with ``model_type=TRANSFORMER`` (SmoothQuant, float projections: ``nncf_bert_transformer``).
+NNCF with ``model_type=TRANSFORMER`` (SmoothQuant, float projections: ``nncf_bert_transformer``), and
+a Hugging Face BertModel of that shape quantized by PyTorch's PT2E (``pt2e_hf_bert``).
 
 onnxruntime: ``quant_pre_process`` then ``quantize_static`` (8 standard-normal calibration inputs) with
 each option of OPTIONS, or ``quantize_dynamic``; NNCF (``pip install nncf==3.4.0``, not a dependency):
@@ -64,6 +65,7 @@ def options() -> dict:
         "nncf_mixed": "MIXED",
         "nncf_bert_transformer": "TRANSFORMER",
         "pt2e_arm_inductor": "PT2E",
+        "pt2e_hf_bert": "PT2E_HF_BERT",
         "brevitas_resnet_w8a8": "BREVITAS_W8A8",
         "brevitas_resnet_w2a2": "BREVITAS_W2A2",
     }
@@ -81,6 +83,8 @@ def build(out: Path, name: str) -> Path:
         return build_bert(path)
     if option == "PT2E":
         return build_pt2e(path)
+    if option == "PT2E_HF_BERT":
+        return build_pt2e_bert(path)
     if str(option).startswith("BREVITAS"):
         return build_brevitas(path, int(option[-1]))
     fp32, pre = out / "resnet18.fp32.onnx", out / "resnet18.pre.onnx"
@@ -144,6 +148,39 @@ def build_pt2e(path: Path) -> Path:
     quantizer = ArmInductorQuantizer().set_global(get_default_arm_inductor_quantization_config())
     prepared = prepare_pt2e(torch.export.export(model, (example,)).module(), quantizer)
     for feed in make_zoo.normal_inputs((1, 3, 224, 224), 8):
+        prepared(*(torch.from_numpy(v) for v in feed.values()))
+    make_zoo.export_module(convert_pt2e(prepared), {"input": example}, ["output"], path)
+    return path
+
+
+def build_pt2e_bert(path: Path) -> Path:
+    """A Hugging Face BERT (``pip install transformers==5.23.0``, not a dependency; ``BertModel`` of
+    bert_l4_s128's shape: 4 layers, hidden 768, 12 heads, feed-forward 3072, random weights, eager
+    attention, no pooler) fed its embeddings (``inputs_embeds`` [1, 128, 768], so that the 3 standard-normal
+    inputs are valid), quantized by PT2E with ArmInductorQuantizer as ``build_pt2e`` (its Linears become
+    ``MatMul(DQ(x), Transpose(DQ(W))) + bias``) and exported by torch.onnx's dynamo exporter."""
+    import make_zoo
+    import torch
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+    from torchao.quantization.pt2e.quantizer.arm_inductor_quantizer import (
+        ArmInductorQuantizer, get_default_arm_inductor_quantization_config)
+    make_zoo.torchvision_models()           # transformers imports torchvision: without its compiled operators
+    from transformers import BertConfig, BertModel
+    torch.manual_seed(0)
+    config = BertConfig(num_hidden_layers=4, hidden_size=768, num_attention_heads=12, intermediate_size=3072,
+                        max_position_embeddings=128, attn_implementation="eager")
+
+    class Encoder(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bert = BertModel(config, add_pooling_layer=False).eval()
+
+        def forward(self, embeddings):
+            return self.bert(inputs_embeds=embeddings).last_hidden_state
+    example = torch.randn(1, 128, 768)
+    quantizer = ArmInductorQuantizer().set_global(get_default_arm_inductor_quantization_config())
+    prepared = prepare_pt2e(torch.export.export(Encoder().eval(), (example,)).module(), quantizer)
+    for feed in make_zoo.normal_inputs((1, 128, 768), 8):
         prepared(*(torch.from_numpy(v) for v in feed.values()))
     make_zoo.export_module(convert_pt2e(prepared), {"input": example}, ["output"], path)
     return path
@@ -256,6 +293,8 @@ def described(option) -> str:
         return f"Brevitas 0.13.4, a small ResNet, W{option[-1]}A{option[-1]} blocks, QCDQ export"
     if option == "PT2E":
         return "PyTorch PT2E (torchao 0.18), ArmInductorQuantizer, torch.onnx's dynamo exporter"
+    if option == "PT2E_HF_BERT":
+        return "PyTorch PT2E (torchao 0.18), ArmInductorQuantizer, a Hugging Face BertModel (transformers 5.23)"
     if isinstance(option, str):
         return "NNCF, 4-layer BERT, model_type TRANSFORMER" if option == "TRANSFORMER" else f"NNCF, preset {option}"
     return "quantize_static, " + (", ".join(f"{k}={getattr(v, 'name', v)}" for k, v in option.items()) or "defaults")
