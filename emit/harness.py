@@ -9,10 +9,12 @@ with everything outside it unchanged. x86 kernels run natively (skipped when the
 AMX kernels natively or, where the host lacks AMX (or ``QSYNTH_AMX_EMULATE=1``), the same source
 built with the plain-C emulation of the tile instructions (``amx_runtime``); NEON kernels under
 ``qemu-aarch64 -cpu max``; one process per batch of inputs. Each report row says how it ran
-(``execution``: native, emulated or qemu).
+(``execution``: native, emulated or qemu). A kernel's drivers (its call, and its gemv or K loop) are one
+executable, which may hold other kernels' too (``KernelDriver.build_together``): one compiler run for many.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,9 +25,9 @@ from isa_specs.check import ToolchainError, run_binary
 from isa_specs.lanes import NUMPY, mask
 from emit import EmitError, amx_runtime
 from emit.convention import Layout, Slot
-from emit.library import driver_source, gemv_driver_source, kloop_driver_source
+from emit.library import drivers_source, test_program_source
 from emit.model import kernel_model
-from emit.toolchain import build
+from emit.toolchain import build, compiler_command
 from synth import cache, trust
 
 GUARD_BYTES = 16          # checked-unchanged bytes after the writable buffer's tile
@@ -210,15 +212,45 @@ class KernelDriver:
                 return reason
         return None
 
-    def compile(self, source: str) -> Path:
-        """``source`` (this kernel's header and a driver around it) built as this driver is."""
-        return build(source, self.isa.name, self.compiler, self.model["features"], self.emulated)
+    @functools.cached_property
+    def command(self) -> tuple[str, ...]:
+        """The compiler command this kernel's drivers are built with (one per ISA, compiler, used features and
+        emulation): drivers of the same command can share an executable (``build_drivers``)."""
+        return (self.isa.name, *compiler_command(self.isa.name, self.compiler, self.model["features"], self.emulated))
 
     def build(self) -> Path:
-        """The compiled driver (built once; raises EmitError / ToolchainError when it cannot be)."""
+        """The executable holding this kernel's drivers: the one ``build_drivers`` made, else one of its own
+        (built once; raises EmitError / ToolchainError when it cannot be)."""
         if self._binary is None:
-            self._binary = self.compile(driver_source(self.entry))
+            self._binary = self._compile([self])
         return self._binary
+
+    @classmethod
+    def build_together(cls, drivers: list[KernelDriver]) -> None:
+        """Build the drivers not yet built with one compiler run per ``command``: a compiler run costs mostly
+        its parse of the intrinsics headers (about 0.5 s of 0.7), so a cold build cache pays it once, not once
+        per kernel. A group that does not build is left to build kernel by kernel when run, so that a kernel
+        whose C does not compile fails by its own name and the others still run."""
+        groups: dict[tuple[str, ...], list[KernelDriver]] = {}
+        for d in drivers:
+            if d._binary is None:
+                groups.setdefault(d.command, []).append(d)
+        for group in groups.values():
+            try:
+                binary = group[0]._compile(group)
+            except (EmitError, ToolchainError):
+                continue
+            for d in group:
+                d._binary = binary
+
+    def _compile(self, drivers: list[KernelDriver]) -> Path:
+        source = test_program_source([(d.model, drivers_source(d.model)) for d in drivers])
+        return build(source, self.isa.name, self.compiler, self.model["features"], self.emulated)
+
+    def execute(self, driver: str, payload: bytes) -> bytes:
+        """The stdout of this kernel's test driver ``driver`` (``kernel``, ``gemv`` or ``kloop``) on ``payload``."""
+        return run_binary(self.isa, self.build(), payload, f"{driver} driver",
+                          [f"{self.model['function']}_test_{driver}"])
 
     def run(self, batch: Batch) -> np.ndarray:
         """The writable buffer after each call, (n, size)."""
@@ -228,7 +260,7 @@ class KernelDriver:
             head += [batch.strides[b], x.shape[1], batch.misalign[b]]
         records = np.concatenate(batch.buffers, axis=1)
         payload = np.array(head, "<u4").tobytes() + np.ascontiguousarray(records).tobytes()
-        stdout = run_binary(self.isa, self.build(), payload, "driver")
+        stdout = self.execute("kernel", payload)
         size = batch.expected.shape[1]
         if len(stdout) != n * size:
             raise ToolchainError(f"driver wrote {len(stdout)} bytes, expected {n * size}")
@@ -256,18 +288,29 @@ def first_mismatch(driver: KernelDriver, batch: Batch, got: np.ndarray) -> dict 
 
 def check_entry(entry: dict, compiler: str = "gcc", samples: int = 256, seed: int = 0,
                 batch_size: int = 4096, emulated: bool | None = None) -> dict:
-    """Run ``samples`` edge-case and random inputs through the compiled kernel (``emulated`` as for
-    ``KernelDriver``); a report row with ``execution`` (native, emulated, qemu) and ``status``
-    passed / failed (mismatch, first one in ``first_mismatch``) / error (does not build) / skipped
-    (host cannot run it)."""
-    row = {"cache_key": entry.get("cache_key"), "name": entry.get("name"), "compiler": compiler,
-           "execution": "", "samples": 0, "mismatches": 0, "status": "passed", "reason": ""}
+    """``check_driver`` of the entry's ``KernelDriver`` (``emulated`` as there); an entry whose C cannot be
+    emitted gets a row of status error."""
     try:
         driver = KernelDriver(entry, compiler, emulated)
-        row["execution"] = driver.execution
-        reason = driver.missing()
-        if reason:
-            return dict(row, status="skipped", reason=reason)
+    except (EmitError, ToolchainError) as e:
+        return dict(_row(entry, compiler), status="error", reason=f"the kernel's C does not build: {e}")
+    return check_driver(driver, samples, seed, batch_size)
+
+
+def _row(entry: dict, compiler: str) -> dict:
+    return {"cache_key": entry.get("cache_key"), "name": entry.get("name"), "compiler": compiler,
+            "execution": "", "samples": 0, "mismatches": 0, "status": "passed", "reason": ""}
+
+
+def check_driver(driver: KernelDriver, samples: int = 256, seed: int = 0, batch_size: int = 4096) -> dict:
+    """Run ``samples`` edge-case and random inputs through the compiled kernel; a report row with
+    ``execution`` (native, emulated, qemu) and ``status`` passed / failed (mismatch, first one in
+    ``first_mismatch``) / error (does not build) / skipped (host cannot run it)."""
+    row = dict(_row(driver.entry, driver.compiler), execution=driver.execution)
+    reason = driver.missing()
+    if reason:
+        return dict(row, status="skipped", reason=reason)
+    try:
         driver.build()
     except (EmitError, ToolchainError) as e:
         return dict(row, status="error", reason=f"the kernel's C does not build: {e}")
@@ -334,7 +377,6 @@ def check_gemv(driver: KernelDriver, samples: int, rng: np.random.Generator) -> 
     accumulators, enough blocks to wrap a lane; for a lanes tile's narrow lanes, more words than one
     chunk) = ``gemv_reference``; the first mismatch, else None."""
     spec, m = driver.spec, driver.model
-    binary = driver.compile(gemv_driver_source(driver.entry))
     rb, dtype = m["gemv"]["block_bytes"], np.dtype(m["gemv"]["out_type"].removesuffix("_t"))
     lanes = m["gemv"]["lanes_layout"]            # a block is one word: rows words of weights, one of each plane
     wb, ab = (spec.rows * 8, 8) if lanes else (rb, rb)
@@ -354,7 +396,7 @@ def check_gemv(driver: KernelDriver, samples: int, rng: np.random.Generator) -> 
         misalign = int(rng.integers(0, MAX_PAD))
         payload = np.array([n, kblocks, ws, as_, misalign], "<u4").tobytes() + b"".join(
             w[r].tobytes() + a[r].tobytes() + out[r].tobytes() for r in range(n))
-        got = np.frombuffer(run_binary(driver.isa, binary, payload, "gemv driver"), dtype).reshape(n, spec.rows * spec.cols)
+        got = np.frombuffer(driver.execute("gemv", payload), dtype).reshape(n, spec.rows * spec.cols)
         want = (gemv_reference(spec, lanes_planes(spec, w, kblocks), a, out, kbytes, 32) if lanes
                 else gemv_reference(spec, w, a, out, kbytes))
         differs = np.any(got != want, axis=1)
@@ -371,7 +413,6 @@ def check_kloop(driver: KernelDriver, samples: int, rng: np.random.Generator) ->
     layouts a GEMM uses (rows of the whole K, and one block of ``mr`` rows after another, as TVM's
     packing writes it) = C + A·B in numpy (int32, wrapping); the first mismatch, else None."""
     spec = driver.spec
-    binary = driver.compile(kloop_driver_source(driver.entry))
     sa, sb = spec.signed
     doms = domains(spec)                                  # the spec's element ranges of A and B
     first = [next(n for n in spec.input_names if n.startswith(x)) for x in "ab"]
@@ -396,7 +437,7 @@ def check_kloop(driver: KernelDriver, samples: int, rng: np.random.Generator) ->
         head = [n, kblocks, a_stride * e, a_block * e, a_size * e, b_stride * e, c_stride, misalign]
         payload = np.array(head, "<u4").tobytes() + b"".join(
             a[r].tobytes() + b[r].tobytes() + c[r].tobytes() for r in range(n))
-        got = np.frombuffer(run_binary(driver.isa, binary, payload, "kloop driver"), np.int32).reshape(c.shape)
+        got = np.frombuffer(driver.execute("kloop", payload), np.int32).reshape(c.shape)
         kb, i, t = np.meshgrid(np.arange(kblocks), np.arange(spec.mr), np.arange(spec.k), indexing="ij")
         a_matrix = a[:, kb * a_block + i * a_stride + t].transpose(0, 2, 1, 3).reshape(n, spec.mr, k)
         bt = b[:, :, :q * spec.nr].reshape(n, k // q, spec.nr, q).transpose(0, 2, 1, 3).reshape(n, spec.nr, k)

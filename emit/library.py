@@ -35,30 +35,26 @@ def emit_entry(entry: dict) -> str:
     return header(kernel_model(entry))
 
 
-def _driver(template: str, m: dict) -> str:
-    """A test program: the kernel's header followed by ``templates/<template>``'s main()."""
-    return _TEMPLATES.get_template(template).render(m=m, kernel=header(m))
+DRIVER_TEMPLATES = {"kernel": "driver.c.j2", "gemv": "gemv_driver.c.j2", "kloop": "kloop_driver.c.j2"}
 
 
-def driver_source(entry: dict) -> str:
-    """A test driver around the kernel: see ``templates/driver.c.j2`` and ``emit/harness.py``."""
-    return _driver("driver.c.j2", kernel_model(entry))
+def test_drivers(m: dict) -> list[str]:
+    """The test drivers of kernel model ``m``: ``kernel`` (its call), and ``gemv`` / ``kloop`` where it has that
+    loop (bitserial ``acc`` kernels / int8 kernels of byte elements in k4, k4b or tile)."""
+    return [name for name in DRIVER_TEMPLATES if name == "kernel" or m[name]]
 
 
-def gemv_driver_source(entry: dict) -> str:
-    """A test driver around an ``acc`` kernel's ``_gemv`` loop: see ``templates/gemv_driver.c.j2``."""
-    m = kernel_model(entry)
-    if not m["gemv"]:
-        raise EmitError(f"{entry['name']} has no gemv loop (only bitserial kernels of the acc layout do)")
-    return _driver("gemv_driver.c.j2", m)
+def drivers_source(m: dict) -> str:
+    """Kernel model ``m``'s header and test drivers (``templates/*driver.c.j2``; the driver ``name`` is the C
+    function ``<function>_test_<name>``): one kernel's part of ``test_program_source``."""
+    return header(m) + "".join(_TEMPLATES.get_template(DRIVER_TEMPLATES[name]).render(m=m) for name in test_drivers(m))
 
 
-def kloop_driver_source(entry: dict) -> str:
-    """A test driver around an int8 kernel's ``_kloop``: see ``templates/kloop_driver.c.j2``."""
-    m = kernel_model(entry)
-    if not m["kloop"]:
-        raise EmitError(f"{entry['name']} has no K loop (only int8 kernels of byte elements in k4, k4b or tile do)")
-    return _driver("kloop_driver.c.j2", m)
+def test_program_source(kernels: list[tuple[dict, str]]) -> str:
+    """One test executable of ``kernels`` (each a kernel model and its ``drivers_source``) whose argv[1] names
+    the driver to run: many kernels built by one compiler run, which parses the intrinsics headers once."""
+    names = [f"{m['function']}_test_{name}" for m, _ in kernels for name in test_drivers(m)]
+    return _TEMPLATES.get_template("drivers.c.j2").render(kernels=[source for _, source in kernels], drivers=names)
 
 
 def file_name(entry: dict) -> str:

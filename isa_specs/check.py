@@ -142,9 +142,9 @@ def build_folder() -> Path:
                              "write") from e
 
 
-def run_binary(isa: ISA, binary: Path, payload: bytes, what: str) -> bytes:
-    """Run a test binary for ``isa`` (natively or under its emulator) on ``payload``; its stdout."""
-    cmd = [*isa.toolchain.runner, str(binary)]
+def run_binary(isa: ISA, binary: Path, payload: bytes, what: str, args: list[str] = ()) -> bytes:
+    """Run a test binary for ``isa`` (natively or under its emulator) with ``args`` on ``payload``; its stdout."""
+    cmd = [*isa.toolchain.runner, str(binary), *args]
     try:
         proc = subprocess.run(cmd, input=payload, capture_output=True, timeout=600)
     except FileNotFoundError as e:

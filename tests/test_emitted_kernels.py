@@ -26,8 +26,8 @@ from synth.int8_spec import Int8Spec
 from synth.spec import BitserialSpec
 from emit import EmitError, harness
 from emit.convention import function_name, layout
-from emit.harness import (MAX_PAD, N_PATTERNS, KernelDriver, aligned_misalignment, check_entry, first_mismatch,
-                          make_batch, random_layout_params, sample_patterns)
+from emit.harness import (MAX_PAD, N_PATTERNS, KernelDriver, aligned_misalignment, check_driver, check_entry,
+                          first_mismatch, make_batch, random_layout_params, sample_patterns)
 from emit.library import emit_entry, emit_library
 from emit.llvm_ir import emit_llvm_ir
 from emit.steps import constant_bytes
@@ -74,8 +74,17 @@ def _driver(cache_key: str, compiler: str, emulated: bool | None = None) -> Kern
     return KernelDriver(entry, compiler, emulated)
 
 
+@functools.cache
+def _build_group(compiler: str, command: tuple[str, ...]) -> None:
+    """Build the drivers of the runs of one compiler command this host runs together
+    (``KernelDriver.build_together``): an empty build cache costs one compiler run per ISA and flags, not one
+    per kernel."""
+    drivers = [_driver(e["cache_key"], compiler, emulated) for e, emulated in RUNS]
+    KernelDriver.build_together([d for d in drivers if d.command == command and not d.missing()])
+
+
 def _runnable(entry: dict, compiler: str, emulated: bool | None = None) -> KernelDriver:
-    """The entry's driver, or a skip naming what this host lacks (CPU feature, qemu, compiler)."""
+    """The entry's driver, built, or a skip naming what this host lacks (CPU feature, qemu, compiler)."""
     driver = _driver(entry["cache_key"], compiler, emulated)
     reason = driver.missing()
     if reason:
@@ -83,6 +92,7 @@ def _runnable(entry: dict, compiler: str, emulated: bool | None = None) -> Kerne
     cc = compiler_command(driver.isa.name, compiler)[0]
     if not shutil.which(cc):
         pytest.skip(f"{cc} not installed")
+    _build_group(compiler, driver.command)
     return driver
 
 
@@ -96,7 +106,7 @@ def test_every_cache_entry_is_readable():
 @pytest.mark.parametrize("entry,emulated", RUNS, ids=RUN_IDS)
 def test_kernel_matches_spec_on_edge_cases_and_random_inputs(entry, emulated, compiler):
     driver = _runnable(entry, compiler, emulated)
-    row = check_entry(entry, compiler, samples=EDGE_SAMPLES, seed=0, emulated=emulated)
+    row = check_driver(driver, samples=EDGE_SAMPLES, seed=0)
     assert row["status"] == "passed", row
     assert row["execution"] == driver.execution == ("emulated" if emulated else "qemu" if driver.isa.toolchain.runner
                                                     else "native")
@@ -120,6 +130,26 @@ def test_kernel_matches_spec_property(entry, emulated, data):
     rng = np.random.default_rng(data.draw(st.integers(0, 2 ** 32 - 1), label="seed"))
     batch = make_batch(driver.spec, lay, patterns, rng, pad, misalign)
     assert first_mismatch(driver, batch, driver.run(batch)) is None
+
+
+def test_kernels_built_together_share_one_executable_and_fail_alone(monkeypatch):
+    """Drivers of one compiler command share an executable; when one kernel's C does not compile, each
+    kernel builds alone, so that one fails by its own name and the others still run (AMX: emulated, so on
+    every host)."""
+    amx = [e for e in ENTRIES if e["program"]["isa"] == "amx"][:3]
+    together = [KernelDriver(e, "gcc", True) for e in amx]
+    KernelDriver.build_together(together)
+    assert len({d.build() for d in together}) == 1
+    broken = function_name(amx[0])
+    right = harness.drivers_source
+    monkeypatch.setattr(harness, "drivers_source",
+                        lambda m: right(m) + ("#error this kernel does not build\n" if m["function"] == broken else ""))
+    alone = [KernelDriver(e, "gcc", True) for e in amx]
+    KernelDriver.build_together(alone)
+    rows = [check_driver(d, samples=16) for d in alone]
+    assert rows[0]["status"] == "error" and "this kernel does not build" in rows[0]["reason"], rows[0]
+    assert [r["status"] for r in rows[1:]] == ["passed", "passed"], rows
+    assert len({together[0].build(), *(d.build() for d in alone[1:])}) == 3
 
 
 # ---------------------------------------------------------------- wrong programs are caught
@@ -197,8 +227,8 @@ def test_wrong_gemv_loop_is_caught(monkeypatch):
     if entry is None:
         pytest.skip("no hybrid acc kernel in the cache")
     _runnable(entry, "gcc")
-    right = harness.gemv_driver_source
-    monkeypatch.setattr(harness, "gemv_driver_source", lambda e: right(e).replace("(2 * dot - ", "(2 * dot + 1 - "))
+    right = harness.drivers_source
+    monkeypatch.setattr(harness, "drivers_source", lambda m: right(m).replace("(2 * dot - ", "(2 * dot + 1 - "))
     row = check_entry(entry, "gcc", samples=16)
     assert row["status"] == "failed" and row["first_mismatch"]["function"] == "gemv", row
     assert row["first_mismatch"]["cache_key"] == entry["cache_key"]
@@ -212,10 +242,10 @@ def test_wrong_kloop_is_caught(monkeypatch, suffix):
     if entry is None:
         pytest.skip(f"no *{suffix} kernel in the cache")
     _runnable(entry, "gcc")
-    right = harness.kloop_driver_source
+    right = harness.drivers_source
     rows = spec_from_key(entry["spec"]).k // 4
-    monkeypatch.setattr(harness, "kloop_driver_source",
-                        lambda e: right(e).replace(f"kb) * {rows} * b_stride", f"kb) * {rows - 1} * b_stride"))
+    monkeypatch.setattr(harness, "drivers_source",
+                        lambda m: right(m).replace(f"kb) * {rows} * b_stride", f"kb) * {rows - 1} * b_stride"))
     row = check_entry(entry, "gcc", samples=16)
     assert row["status"] == "failed" and row["first_mismatch"]["function"] == "kloop", row
     assert row["first_mismatch"]["cache_key"] == entry["cache_key"]

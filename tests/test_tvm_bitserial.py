@@ -459,8 +459,8 @@ def test_gemm_loop_writing_the_wrong_column_is_caught(monkeypatch, layout):
     kernel = next(k for k in gemm_kernels("avx512", 1, 1, "unipolar") if k.spec.layout == layout)
     from synth import cache
     entry = next(cache.read(p) for p in cache.entries() if cache.read(p)["cache_key"] == kernel.cache_key)
-    right = emit_cli.gemv_driver_source
-    monkeypatch.setattr(emit_cli, "gemv_driver_source", lambda e: right(e).replace("out += out_stride", "out += 0"))
+    right = emit_cli.drivers_source
+    monkeypatch.setattr(emit_cli, "drivers_source", lambda m: right(m).replace("out += out_stride", "out += 0"))
     row = check_entry(entry, "gcc", samples=16)
     assert row["status"] == "failed" and row["first_mismatch"]["function"] == "gemv", row
 
