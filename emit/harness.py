@@ -15,6 +15,7 @@ executable, which may hold other kernels' too (``KernelDriver.build_together``):
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -295,6 +296,23 @@ def check_entry(entry: dict, compiler: str = "gcc", samples: int = 256, seed: in
     except (EmitError, ToolchainError) as e:
         return dict(_row(entry, compiler), status="error", reason=f"the kernel's C does not build: {e}")
     return check_driver(driver, samples, seed, batch_size)
+
+
+def check_entries(entries: list[dict], compilers: list[str], samples: int = 256, seed: int = 0) -> Iterator[dict]:
+    """``check_entry`` of every entry with every compiler, in that order, the kernels of one compiler command
+    built together first (``KernelDriver.build_together``)."""
+    drivers = {}
+    for entry in entries:
+        for compiler in compilers:
+            try:
+                drivers[entry["cache_key"], compiler] = KernelDriver(entry, compiler)
+            except (EmitError, ToolchainError):
+                continue                                   # check_entry reports it
+    KernelDriver.build_together([d for d in drivers.values() if not d.missing()])
+    for entry in entries:
+        for compiler in compilers:
+            driver = drivers.get((entry["cache_key"], compiler))
+            yield check_driver(driver, samples, seed) if driver else check_entry(entry, compiler, samples, seed)
 
 
 def _row(entry: dict, compiler: str) -> dict:

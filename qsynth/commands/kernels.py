@@ -84,10 +84,9 @@ def test_kernels(isa: IsaOrAll = ISA, configs: Optional[List[str]] = CONFIGS,
     entries, refused = _selected(isa, _configs(configs))
     if not entries and not refused:
         return _none_selected(isa, _configs(configs))
-    from emit.harness import check_entry
+    from emit.harness import check_entries
     from qsynth.progress import track
-    work = ((e, c) for e in entries for c in compilers)
-    rows = [check_entry(e, c, samples, seed) for e, c in track(work, len(entries) * len(compilers), "testing kernels")]
+    rows = list(track(check_entries(entries, compilers, samples, seed), len(entries) * len(compilers), "testing kernels"))
     if json:
         print(json_module.dumps(rows, indent=1))
     else:
