@@ -26,7 +26,7 @@ from isa_specs.check import ToolchainError, run_binary
 from isa_specs.lanes import NUMPY, mask
 from emit import EmitError, amx_runtime
 from emit.convention import Layout, Slot
-from emit.library import drivers_source, test_program_source
+from emit.library import drivers_source, executable_source
 from emit.model import kernel_model
 from emit.toolchain import build, compiler_command
 from synth import cache, trust
@@ -245,7 +245,7 @@ class KernelDriver:
                 d._binary = binary
 
     def _compile(self, drivers: list[KernelDriver]) -> Path:
-        source = test_program_source([(d.model, drivers_source(d.model)) for d in drivers])
+        source = executable_source([(d.model, drivers_source(d.model)) for d in drivers])
         return build(source, self.isa.name, self.compiler, self.model["features"], self.emulated)
 
     def execute(self, driver: str, payload: bytes) -> bytes:

@@ -38,7 +38,7 @@ def emit_entry(entry: dict) -> str:
 DRIVER_TEMPLATES = {"kernel": "driver.c.j2", "gemv": "gemv_driver.c.j2", "kloop": "kloop_driver.c.j2"}
 
 
-def test_drivers(m: dict) -> list[str]:
+def driver_names(m: dict) -> list[str]:
     """The test drivers of kernel model ``m``: ``kernel`` (its call), and ``gemv`` / ``kloop`` where it has that
     loop (bitserial ``acc`` kernels / int8 kernels of byte elements in k4, k4b or tile)."""
     return [name for name in DRIVER_TEMPLATES if name == "kernel" or m[name]]
@@ -46,14 +46,14 @@ def test_drivers(m: dict) -> list[str]:
 
 def drivers_source(m: dict) -> str:
     """Kernel model ``m``'s header and test drivers (``templates/*driver.c.j2``; the driver ``name`` is the C
-    function ``<function>_test_<name>``): one kernel's part of ``test_program_source``."""
-    return header(m) + "".join(_TEMPLATES.get_template(DRIVER_TEMPLATES[name]).render(m=m) for name in test_drivers(m))
+    function ``<function>_test_<name>``): one kernel's part of ``executable_source``."""
+    return header(m) + "".join(_TEMPLATES.get_template(DRIVER_TEMPLATES[name]).render(m=m) for name in driver_names(m))
 
 
-def test_program_source(kernels: list[tuple[dict, str]]) -> str:
+def executable_source(kernels: list[tuple[dict, str]]) -> str:
     """One test executable of ``kernels`` (each a kernel model and its ``drivers_source``) whose argv[1] names
     the driver to run: many kernels built by one compiler run, which parses the intrinsics headers once."""
-    names = [f"{m['function']}_test_{name}" for m, _ in kernels for name in test_drivers(m)]
+    names = [f"{m['function']}_test_{name}" for m, _ in kernels for name in driver_names(m)]
     return _TEMPLATES.get_template("drivers.c.j2").render(kernels=[source for _, source in kernels], drivers=names)
 
 
