@@ -1,5 +1,6 @@
-"""How onnxruntime's x86 build types and fuses a QDQ model, read from the ONNX graph: which int8 pairs
-it turns uint8 (``converted``) and which quantized layers it computes in float (``float_layers``).
+"""How onnxruntime types and fuses a QDQ model, read from the ONNX graph: which int8 pairs its x86 build
+turns uint8 (``converted``) and which quantized layers it computes in float (``float_layers``, on x86 or
+AArch64).
 
 MLAS has no x86 kernel for int8 (signed) activations, so there onnxruntime's optimizer (1.32) first turns
 int8 QuantizeLinear/DequantizeLinear pairs into uint8 ones (``QDQS8ToU8Transformer``, zero point + 128),
@@ -25,7 +26,10 @@ as MLAS sums it (float_conv.py), an Add as dequantize, float add, quantize (QLin
 arithmetic rounds differently). ``converted`` turns the same pairs in the model qsynth compiles: a fused
 QLinearAdd computes in float from the integers and zero points, so on turned tensors it rounds as
 onnxruntime's only in their uint8 values (NNCF's ResNet-18: 18 of a residual Add's 100352 values).
-On AArch64 onnxruntime fuses int8 activations (``QDQIsInt8Allowed``): nothing is turned or float there.
+On AArch64 onnxruntime fuses int8 activations (``QDQIsInt8Allowed``): nothing is turned there, but the
+selectors' other conditions hold, so a group whose input and output types differ runs in float there too.
+NNCF writes such groups throughout (int8 activations with zero point 0 into a Conv -> Relu -> uint8, uint8
+into a residual branch's int8 Conv, an Add of the two): ``float_layers(model, int8_allowed=True)``.
 """
 from __future__ import annotations
 
@@ -124,11 +128,12 @@ def merged(model: onnx.ModelProto) -> onnx.ModelProto:
     return out
 
 
-def float_layers(model: onnx.ModelProto) -> dict[str, str]:
-    """The QDQ nodes onnxruntime's x86 build leaves in float, name -> why (the pattern and the
-    quantizers that write it: ``qsynth inspect`` prints it): Conv/MatMul/Gemm, Add/Mul and
-    GlobalAveragePool/AveragePool (their QLinear ops) whose group it does not fuse."""
-    g = Graph(converted(model))
+def float_layers(model: onnx.ModelProto, int8_allowed: bool = False) -> dict[str, str]:
+    """The QDQ nodes onnxruntime leaves in float, name -> why (the pattern and the quantizers that write
+    it: ``qsynth inspect`` prints it): Conv/MatMul/Gemm, Add/Mul and GlobalAveragePool/AveragePool (their
+    QLinear ops) whose group it does not fuse; ``int8_allowed``: as its AArch64 build, which fuses int8
+    activations as they are (the x86 build first turns what it can uint8, ``converted``)."""
+    g = Graph(model if int8_allowed else converted(model))
 
     def dq_type(name) -> str | None:
         """The element type the DequantizeLinear producing ``name`` reads (None: not a DequantizeLinear
@@ -180,7 +185,7 @@ def float_layers(model: onnx.ModelProto) -> dict[str, str]:
             names[node.name] = "its output is read by more than its QuantizeLinear, or is a model output"
         elif clip is not None and not redundant(clip, q):
             names[node.name] = f"a {clip.op_type} before its QuantizeLinear that the output's range keeps"
-        elif node.op_type in LINEAR and "int8" in (*kinds, out):
+        elif node.op_type in LINEAR and "int8" in (*kinds, out) and not int8_allowed:
             names[node.name] = (f"int8 activations (in {'/'.join(sorted(set(kinds)))}, out {out}), which MLAS has no "
                                 "x86 kernel for: a tensor another node reads too stays int8 (QDQS8ToU8Transformer; "
                                 "quantize_static's default int8 activations, NNCF, PT2E)")

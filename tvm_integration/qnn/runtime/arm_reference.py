@@ -90,6 +90,7 @@ def kinds(mod, tflite: bool = False) -> list[str]:
     ``tflite``: the module of a TFLite model, each kind prefixed with TFLITE (its reference is LiteRT's)."""
     from tvm import relax
 
+    from tvm_integration.qnn.onnx.float_convs import LAYER
     from tvm_integration.qnn.semantics.integer_op import IntegerOp
     from tvm_integration.qnn.semantics.quant import constant
     seen: dict[str, None] = {}
@@ -98,6 +99,9 @@ def kinds(mod, tflite: bool = False) -> list[str]:
             op = IntegerOp.read(binding.value, mod)
             if op is not None:
                 seen[op.kind] = None
+            elif isinstance(binding.value, relax.Call) and getattr(binding.value.op, "name", "") == "relax.call_tir" \
+                    and LAYER in (mod[binding.value.args[0]].attrs or {}):
+                seen["float_conv"] = None          # a QDQ Conv onnxruntime leaves in float (onnx/float_convs.py)
             elif isinstance(binding.value, relax.Call) and str(getattr(binding.value.ty, "dtype", "")) == "float32":
                 kind = _RELAX.get(getattr(binding.value.op, "name", ""))
                 if kind == "float_matmul" and constant(binding.value.args[1]) is not None:
