@@ -132,8 +132,9 @@ def float_layers(model: onnx.ModelProto, int8_allowed: bool = False) -> dict[str
     """The QDQ nodes onnxruntime leaves in float, name -> why (the pattern and the quantizers that write
     it: ``qsynth inspect`` prints it): Conv/MatMul/Gemm, Add/Mul and GlobalAveragePool/AveragePool (their
     QLinear ops) whose group it does not fuse; ``int8_allowed``: as its AArch64 build, which fuses int8
-    activations as they are (the x86 build first turns what it can uint8, ``converted``)."""
-    g = Graph(model if int8_allowed else converted(model))
+    activations as they are (the x86 build first turns what it can uint8, ``converted``); both merge
+    repeated QuantizeLinear and DequantizeLinear nodes first (``merged``)."""
+    g = Graph(merged(model) if int8_allowed else converted(model))
 
     def dq_type(name) -> str | None:
         """The element type the DequantizeLinear producing ``name`` reads (None: not a DequantizeLinear

@@ -61,9 +61,10 @@ def input_specs(path: str | Path, allow_float: bool = False) -> dict[str, tuple[
 def onnxruntime_view(model: onnx.ModelProto, target: str) -> tuple[onnx.ModelProto, dict[str, str]]:
     """``model`` as onnxruntime's build for ``target`` types it and the layers it computes in float there,
     with the float biases of those layers quantized as it quantizes them (ort_fusion.py: on x86 its int8
-    pairs turned uint8 first; on neon its AArch64 build, which keeps int8 activations)."""
+    pairs turned uint8 first; on neon its AArch64 build, which keeps int8 activations; both with repeated
+    QuantizeLinear/DequantizeLinear nodes merged)."""
     neon = target == "neon"
-    model = model if neon else ort_fusion.converted(model)
+    model = ort_fusion.merged(model) if neon else ort_fusion.converted(model)
     layers = ort_fusion.float_layers(model, int8_allowed=neon)
     return ort_fusion.quantized_biases(model, layers), layers
 
