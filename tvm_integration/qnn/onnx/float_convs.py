@@ -1,5 +1,6 @@
-"""The Convs of a QDQ model onnxruntime's x86 build computes in float (ort_fusion.float_layers), as it
-computes them: MLAS's Conv (float/float_conv.py), and the FusedConv its ConvAddActivationFusion makes.
+"""The Convs of a QDQ model onnxruntime computes in float (ort_fusion.float_layers: its x86 build, or its
+AArch64 build for neon), as it computes them: MLAS's Conv (float/float_conv.py), and the FusedConv its
+ConvAddActivationFusion makes.
 
 That fusion takes a Conv with a bias whose output only an Add reads, the Add's two inputs 4-D of one
 shape (PT2E's residual blocks, ``Conv -> Add -> Relu -> Q``): the Add's other operand becomes the Conv's

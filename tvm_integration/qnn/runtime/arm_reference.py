@@ -72,7 +72,8 @@ KINDS = {k.name: k for k in [
     Kind("reduce_mean", AARCH64, True, f"ReduceMean over the last axis and GlobalAveragePool in float: {_EQUAL}"),
     Kind("float_matmul", AARCH64, True, f"a MatMul of two activations, Q.K^T / sqrt(d): {_EQUAL}"),
     Kind("float_dense", AARCH64, True, f"a float MatMul by constant weights, K in MLAS's packed blocks: {_EQUAL}"),
-    Kind("float_conv", AARCH64, True, f"a Conv of one group left in float, MLAS's im2col and sgemm: {_EQUAL}"),
+    Kind("float_conv", AARCH64, True, "a Conv of one group left in float (a QDQ one that build does not fuse: "
+         f"NNCF's, whose input and output types differ), MLAS's im2col and sgemm: {_EQUAL}"),
     Kind("float_grouped_conv", AARCH64, True, "a grouped Conv left in float, MLAS's im2col and sgemm group by "
          f"group; a depthwise one on TVM's conv2d: {_EQUAL}"),
     Kind("dynamic_quantize", AARCH64, True, f"MatMulIntegerToFloat's output stage with one FMA: {_EQUAL}"),

@@ -8,8 +8,8 @@ kernels/neon_int8.py).
 Every MatMul is listed (a transformer's): one with a constant weight is the int8 ``dense``; one of two
 quantized activations (Q.K^T, attention.V) the int8 ``batch_matmul`` (ops/batch_matmul.py) and its
 tile; one left in float (quantize_dynamic's Q.K^T and attention.V, a MatMul outside Q/DQ) a ``matmul``
-of precision float32, as float_ops.py schedules it. A Conv onnxruntime's x86 build keeps in float is
-listed with why it does (ort_fusion.float_layers: the pattern, and the quantizers that write it)."""
+of precision float32, as float_ops.py schedules it. A Conv onnxruntime keeps in float (its x86 build;
+its AArch64 build for ``--target neon``) is listed with why it does (ort_fusion.float_layers: the pattern, and the quantizers that write it)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -93,7 +93,7 @@ def _float_layer(binding, target: str) -> Layer:
 
 
 def _float_conv(value, mod) -> Layer | None:
-    """A Conv onnxruntime's x86 build computes in float (onnx/float_convs.py), and why it does, else None."""
+    """A Conv onnxruntime computes in float (onnx/float_convs.py), and why it does, else None."""
     from tvm import relax, tirx
 
     from tvm_integration.qnn.onnx.float_convs import LAYER, WHY
