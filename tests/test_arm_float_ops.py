@@ -345,9 +345,11 @@ def test_nncf_block_is_float_where_onnxruntime_aarch64_does_not_fuse(tmp_path):
     MLAS's sgemm; its x86 build turns the int8 pairs uint8 first and fuses all three. As integer ops, 5 of the
     200 704 outputs were one step from that build (NNCF's ResNet-18: 2999 of 3000 logits, up to 0.039)."""
     from tvm_integration.qnn.onnx import ort_fusion
+    from tvm_integration.qnn.runtime.model import read
     feeds = nncf_block(tmp_path / "block.onnx")
     model = onnx.load(str(tmp_path / "block.onnx"))
     assert set(ort_fusion.float_layers(model, int8_allowed=True)) == {"conv_a", "conv_b", "add"}
     assert ort_fusion.float_layers(model) == {}
+    assert "float_conv" in arm_reference.kinds(read(tmp_path / "block.onnx", target="neon")[0])
     ((ours, arm, _),) = three_ways(tmp_path / "block.onnx", feeds).values()
     np.testing.assert_array_equal(ours, arm)
