@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -202,6 +203,21 @@ def neon_tiles() -> dict[str, object]:
         elif name in entries:
             tiles[family] = _acc_tile(entries[name])
     return tiles
+
+
+@functools.cache
+def rolled(kernel: int8.Kernel) -> int8.Kernel:
+    """A k4 tile whose K loop LLVM keeps rolled (``llvm.loop.unroll.disable``), under names of its own
+    (a module may hold both). Unrolled, a K loop of few blocks inside a loop over column tiles has its
+    A operand's lane broadcasts (dup) hoisted out of that loop by LLVM, one register per 4 bytes of the
+    row tile: they spill (SqueezeNet's 3x3 16->64 layer at 55x55 on Cortex-A76's N1 model, llvm-mca
+    Mcycles, unrolled / rolled: 3.61 / 1.73; 56x56 64->256 1x1 3.10 / 3.11; a K loop under one column
+    tile pair, RegNet's grouped 28x28x104, 0.37 / 0.47, stays unrolled: ops/neon_gemm.py)."""
+    ir = re.sub(r"@(qs_\w+)", r"@\1_rolled", kernel.llvm_ir)
+    disable = max(int(i) for i in re.findall(r"^!(\d+) = ", ir, re.M)) + 1
+    ir = re.sub(r"^(!(\d+) = distinct !\{!\2(?:, !\d+)*)\}$", rf"\1, !{disable}}}", ir, flags=re.M)
+    return dataclasses.replace(kernel, intrin=kernel.intrin + "_rolled", function=kernel.function + "_rolled",
+                               llvm_ir=ir + f'!{disable} = !{{!"llvm.loop.unroll.disable"}}\n')
 
 
 def _acc_tile(entry: dict) -> AccTile:

@@ -286,8 +286,10 @@ def schedule_tiles(func, tile: Tile, kernel, depth_loops: tuple[int, ...]):
     p0, p1 = sch.split(p, [None, tile.mr])
     n0, n1 = sch.split(n, [None, tile.nr])
     sch.reorder(b, g, p0, n0, p1, n1, k)
-    pair = None
-    if int(sch.get(n0).extent) % 2 == 0:     # column tiles in pairs: two K loops, one output stage of both
+    pair, columns = None, int(sch.get(n0).extent)
+    if columns > 2 and not isinstance(kernel, neon_int8.AccTile):    # K loops under a loop over column tiles
+        kernel = neon_int8.rolled(kernel)
+    if columns % 2 == 0:     # column tiles in pairs: two K loops, one output stage of both
         n0, pair = sch.split(n0, [None, 2])
     outer = sch.fuse(b, g, p0)
     sch.parallel(outer)
