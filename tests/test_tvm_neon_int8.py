@@ -5,9 +5,12 @@ numpy with the output stage fused: every tile family (v8.0 umull/uadalp acc tile
 sadalp form for weights in [-127, 127], dotprod sdot, i8mm sudot), u8 inputs of 128 and more, s8
 inputs, tile remainders in rows, columns and K, and requantize ties (a scale 2^-j, accumulators at
 2^(j-1) mod 2^j, rounded half to even); the fused residual add (onnxruntime's QLinearAdd) and grouped
-convolutions; a 3-channel stem's whole window packed as one run; the depthwise register tiles for NEON;
+convolutions (8 channels a group packed a tap a vector); a 3-channel stem's whole window packed as one run;
+K loops of few blocks under many column tiles taking A by element; the depthwise register tiles for NEON;
 the AArch64 form of the requantize at its edges (ties at the bounds, values beyond int16 and int32).
 qemu's ``-cpu max`` runs every family, whichever core the operator is built for."""
+import re
+
 import numpy as np
 import pytest
 
@@ -299,6 +302,23 @@ def test_grouped_packing_copies_each_tap_as_one_vector(family):
     np.testing.assert_array_equal(op(x), requantized(conv_reference(x, w, 1, 1, 0, groups=4), bias, scale, 120))
     costs = costed(op, x, "cortex-a76")
     assert costs["operator"] < 2 * costs["k_loop"]
+
+
+@pytest.mark.parametrize("family", [pytest.param(f, marks=qemu) for f in ("dotprod", "i8mm")])
+@pytest.mark.skipif(mca.missing_tools() is not None, reason=f"llvm-objdump reads the blocks: {mca.missing_tools()}")
+def test_k_loops_under_column_tiles_take_a_by_element(family):
+    """SqueezeNet's 3x3 16->64 (K = 144, 9 blocks) under a loop over 8 column tile pairs: every dot
+    product of its K loops takes A by element (a lane of the packed row), none a broadcast made ahead, as
+    when LLVM unrolled them and hoisted A's lane broadcasts out of the column loop, spilling them
+    (neon_int8.rolled). Exact against numpy."""
+    rng = np.random.default_rng(41)
+    x = data(rng, (1, 9, 10, 16), "uint8")
+    w = weights(rng, (64, 16, 3, 3), family)
+    bias = rng.integers(-5000, 5000, 64).astype(np.int32)
+    op = ops.conv2d(w, x.shape, 1, 1, stage=OutputStage(bias=bias), family=family)
+    np.testing.assert_array_equal(op(x), conv_reference(x, w, 1, 1) + bias)
+    dots = [i for b in mca.profile(op, x) for i in b.instructions if i.startswith(("sdot", "sudot", "usdot"))]
+    assert dots and all(re.search(r"\.4b\[\d\]$", i) for i in dots)
 
 
 @pytest.mark.parametrize("family", [pytest.param(f, marks=qemu) for f in ("v8", "i8mm")])
