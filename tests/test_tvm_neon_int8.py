@@ -321,6 +321,25 @@ def test_k_loops_under_column_tiles_take_a_by_element(family):
     assert dots and all(re.search(r"\.4b\[\d\]$", i) for i in dots)
 
 
+@pytest.mark.qemu
+@skip_if(HOST_RUNS.qemu)
+@pytest.mark.skipif(mca.missing_tools() is not None, reason=f"llvm-objdump reads the blocks: {mca.missing_tools()}")
+def test_output_stage_of_whole_column_tiles_is_vectorized_beside_a_remainder():
+    """ShuffleNetV2's 1x1 24->58 (58 columns: 14 whole tiles of 4 and 2 left): the output stage converts
+    one value at a time (fcvtzs to a general register) only in the last column tile, once per row tile,
+    not in every tile as when the remainder's bound test kept the whole loop scalar. Exact against numpy."""
+    rng = np.random.default_rng(42)
+    x = data(rng, (1, 6, 10, 24), "uint8")
+    w = weights(rng, (58, 24, 1, 1), "dotprod")
+    bias = rng.integers(-5000, 5000, 58).astype(np.int32)
+    scale = rng.uniform(2e-4, 1e-3, 58).astype(np.float32)
+    stage = OutputStage(bias=bias, requantize=ScaleRequantize(scale, 120, "uint8"))
+    op = ops.conv2d(w, x.shape, 1, 0, stage=stage, family="dotprod")
+    np.testing.assert_array_equal(op(x), requantized(conv_reference(x, w, 1, 0), bias, scale, 120))
+    scalar = [b.runs for b in mca.profile(op, x) if any(re.match(r"fcvtzs\s+w", i) for i in b.instructions)]
+    assert scalar and max(scalar) <= 60 // 4
+
+
 @pytest.mark.parametrize("family", [pytest.param(f, marks=qemu) for f in ("v8", "i8mm")])
 def test_dense_residual_add(family):
     rng = np.random.default_rng(38)
