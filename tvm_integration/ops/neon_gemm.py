@@ -70,6 +70,11 @@ from tvm_integration.ops.output_stage import OutputStage, placeholders
 NEON_DEPTHWISE_TILES = ((16, 4), (16, 2), (8, 7), (8, 4), (8, 2), (16, 1), (8, 1), (4, 4), (2, 4), (1, 4),
                         (4, 1), (2, 1), (1, 1))
 PACK_VECTORS = (16, 8)          # the packing's copies: one NEON register, or half of one
+# K blocks from which a k4 tile's K loop under more than one column tile pair is kept rolled
+# (neon_int8.rolled). Cortex-A76 N1 model, llvm-mca Mcycles, unrolled / rolled: a 3x3 stride-2 stem on 3
+# channels (2 blocks) 2.28 / 2.45; 28x28 1x1 48->64 (3) 0.172 / 0.174; 56x56 1x1 64->256 (4) 3.10 / 3.12;
+# 28x28 1x1 96->128 (6) 0.518 / 0.501; SqueezeNet's 55x55 3x3 16->64 (9) 3.61 / 1.73.
+ROLLED_FROM = 3
 
 
 def conv2d(weight: np.ndarray, input_shape, stride=1, padding=0, groups: int = 1, data_dtype: str = "uint8",
@@ -290,7 +295,7 @@ def schedule_tiles(func, tile: Tile, kernel, depth_loops: tuple[int, ...]):
     n0, n1 = sch.split(n, [None, tile.nr])
     sch.reorder(b, g, p0, n0, p1, n1, k)
     pair, columns = None, int(sch.get(n0).extent)
-    if columns > 2 and not isinstance(kernel, neon_int8.AccTile):    # K loops under a loop over column tiles
+    if columns > 2 and int(sch.get(k).extent) // tile.k >= ROLLED_FROM and not isinstance(kernel, neon_int8.AccTile):
         kernel = neon_int8.rolled(kernel)
     if columns % 2 == 0:     # column tiles in pairs: two K loops, one output stage of both
         n0, pair = sch.split(n0, [None, 2])
