@@ -26,8 +26,8 @@ from synth.int8_spec import Int8Spec
 from synth.spec import BitserialSpec
 from emit import EmitError, harness
 from emit.convention import function_name, layout
-from emit.harness import (MAX_PAD, N_PATTERNS, KernelDriver, aligned_misalignment, check_driver, check_entry,
-                          first_mismatch, make_batch, random_layout_params, sample_patterns)
+from emit.harness import KernelDriver, check_driver, check_entry, first_mismatch
+from emit.inputs import MAX_PAD, N_PATTERNS, aligned_misalignment, make_batch, random_layout_params, sample_patterns
 from emit.library import emit_entry, emit_library
 from emit.llvm_ir import emit_llvm_ir
 from emit.steps import constant_bytes
