@@ -228,7 +228,7 @@ def test_float_conv_sums_as_mlas(tmp_path, monkeypatch, relu):
     for x, w in zip(xs, want):
         for name, expected in zip(names, w):
             np.testing.assert_array_equal(ours(x)[name], expected, err_msg=name)
-    monkeypatch.setattr(ort_fusion, "float_layers", lambda model: {})
+    monkeypatch.setattr(ort_fusion, "float_layers", lambda model, int8_allowed=False: {})
     integer = compile_model(path, threads=1)
     assert sum(int(np.count_nonzero(integer(x)["out1"] != w[0])) for x, w in zip(xs, want)) > 0
 
