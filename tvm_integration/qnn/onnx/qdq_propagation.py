@@ -19,7 +19,7 @@ and ort_fusion.py see.
 Quantizers that write the pairs themselves (onnxruntime's quantize_static) leave nothing to propagate.
 
 Then its ConstantFolding, which folds no DequantizeLinear but a whole ``DQ(c) -> X -> Q`` unit: c and
-the parameters constant, X of one input and one output, each read by the next alone and no graph output
+the parameters constant, X of one input and one output, each read by the next alone, none a graph output
 (``folded_units``). A weight transposed after its DequantizeLinear (PyTorch's PT2E Linear:
 ``MatMul(x, Transpose(DQ(W)))``) gets its pair from the forward step, and onnxruntime then sees
 ``DQ(W^T)``: a MatMul by constant weights, which MatMulAddFusion takes into a Gemm with its bias.
@@ -73,7 +73,7 @@ def propagated(model: onnx.ModelProto) -> onnx.ModelProto:
 
 def folded_units(model: onnx.ModelProto) -> onnx.ModelProto:
     """``model`` with each ``DQ(c) -> X -> Q`` unit onnxruntime's ConstantFolding folds (the module's
-    docstring) replaced by the initializer Q's output is, computed as ONNX defines the three ops; in
+    docstring) replaced by an initializer of Q's output, computed as ONNX defines the three ops; in
     node order, so that a unit whose c an earlier fold made constant folds too."""
     graph = _Graph(model)
     values = {name: onnx.numpy_helper.to_array(t) for name, t in graph.inits.items()}
@@ -87,7 +87,8 @@ def folded_units(model: onnx.ModelProto) -> onnx.ModelProto:
                 or not graph.sole_reader(x.output[0]):
             continue
         q = graph.readers[x.output[0]][0]
-        if q.op_type != "QuantizeLinear" or not graph.scalar_parameters(dq) or not graph.scalar_parameters(q):
+        if q.op_type != "QuantizeLinear" or q.output[0] in graph.outputs or not graph.scalar_parameters(dq) \
+                or not graph.scalar_parameters(q):
             continue
         (dq_scale, dq_zero), (q_scale, q_zero) = _parameters(values, dq), _parameters(values, q)
         dequantized = (values[dq.input[0]].astype(np.int32) - dq_zero).astype(np.float32) * dq_scale
