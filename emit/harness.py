@@ -3,9 +3,9 @@ library, and the check that every emitted kernel computes its spec on the machin
 
 The check runs the emitted C, compiled with gcc and/or clang, through the documented calling
 convention: inputs are packed into deliberately misaligned buffers with padded strides and garbage
-between rows (emit/inputs.py), and the whole writable buffer after the call must equal the numpy reference of the spec
-(``spec.reference``, not the program) written into the tile (bitserial: added to the initial ``out``)
-with everything outside it unchanged. x86 kernels run natively (skipped when the CPU lacks a feature),
+between rows (emit/inputs.py), and the whole writable buffer after the call must equal the numpy
+reference of the spec (``spec.reference``, not the program) written into the tile (bitserial: added to
+the initial ``out``) with everything outside it unchanged. x86 kernels run natively (skipped when the CPU lacks a feature),
 AMX kernels natively or, where the host lacks AMX (or ``QSYNTH_AMX_EMULATE=1``), the same source
 built with the plain-C emulation of the tile instructions (``amx_runtime``); NEON kernels under
 ``qemu-aarch64 -cpu max``; one process per batch of inputs. Each report row says how it ran
@@ -64,11 +64,11 @@ class KernelDriver:
     @functools.cached_property
     def command(self) -> tuple[str, ...]:
         """The compiler command this kernel's drivers are built with (one per ISA, compiler, used features and
-        emulation): drivers of the same command can share an executable (``build_drivers``)."""
+        emulation): drivers of the same command can share an executable (``build_together``)."""
         return (self.isa.name, *compiler_command(self.isa.name, self.compiler, self.model["features"], self.emulated))
 
     def build(self) -> Path:
-        """The executable holding this kernel's drivers: the one ``build_drivers`` made, else one of its own
+        """The executable holding this kernel's drivers: the one ``build_together`` made, else one of its own
         (built once; raises EmitError / ToolchainError when it cannot be)."""
         if self._binary is None:
             self._binary = self._compile([self])
@@ -126,7 +126,8 @@ def first_mismatch(driver: KernelDriver, batch: Batch, got: np.ndarray) -> dict 
 
     def outputs(final):
         buffers = [final if b.writable else x for b, x in zip(lay.buffers, batch.buffers)]
-        return {f"output{k}": read_slot(buffers, s, batch.strides, lay)[j].tobytes().hex() for k, s in enumerate(lay.outputs)}
+        return {f"output{k}": read_slot(buffers, s, batch.strides, lay)[j].tobytes().hex()
+                for k, s in enumerate(lay.outputs)}
     return {"cache_key": driver.entry["cache_key"], "name": driver.entry["name"], "compiler": driver.compiler,
             "mismatches": int(differs.sum()), "samples": len(got), "sample": j,
             "inputs": {name: x[j].tobytes().hex() for name, x in batch.registers.items()},

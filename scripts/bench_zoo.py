@@ -176,14 +176,15 @@ def markdown(data: dict, findings: str) -> str:
              "default saturates vpmaddubsw; exact: qsynth's output equals that mode's integer result "
              "(`models.reference_session`) on 3 random inputs, else the largest difference in steps of "
              "the output's scale; onnxruntime int8 wrong: how many output values its default gets wrong (differ "
-             "from its exact mode; -: the run did not record it); compile s: `compile_model` once, in a process of its own. The 2 cores are shared "
-             "with other jobs: expect noise of 10-30%. tuning: how many of the model's int8 tile shapes this host's "
+             "from its exact mode; -: the run did not record it); compile s: `compile_model` once, in a process "
+             "of its own. The 2 cores are shared with other jobs: expect noise of 10-30%. tuning: how many of the model's int8 tile shapes this host's "
              "tuning log chose (tuned, partly k/n, untuned: the rest take kernels/tuning.py's least-padding rule).", ""]
     for threads in sorted({r["threads"] for r in rows}):
         cpu = threads == 1 and any("ours_cpu_ms" in r for r in rows)
         lines += [f"## {threads} thread{'s' if threads > 1 else ''}", "",
                   "| model | qsynth ms | " + " | ".join(columns) + " | ratio to onnxruntime int8 | exact/steps | "
-                  "onnxruntime int8 wrong | compile s | tuning |" + (" CPU ms qsynth / onnxruntime int8 (ratio) |" if cpu else ""),
+                  "onnxruntime int8 wrong | compile s | tuning |"
+                  + (" CPU ms qsynth / onnxruntime int8 (ratio) |" if cpu else ""),
                   "|---|---|" + "---|" * len(columns) + "---|---|---|---|---|" + ("---|" if cpu else "")]
         for name in data["models"]:
             r = next((r for r in rows if r["name"] == name and r["threads"] == threads), None)
