@@ -139,15 +139,22 @@ def build_pt2e(path: Path) -> Path:
     ``convert_pt2e``, then exported as the zoo is (torch.onnx's dynamo exporter, make_zoo.export_module)."""
     import make_zoo
     import torch
+    torch.manual_seed(0)
+    model = make_zoo.torchvision_models().resnet18(weights=None).eval()
+    return pt2e_exported(model, torch.randn(1, 3, 224, 224), path)
+
+
+def pt2e_exported(model, example, path: Path) -> Path:
+    """``model`` (its one input shaped as ``example``) through PT2E with ArmInductorQuantizer's default
+    config, calibrated on 8 standard-normal inputs (make_zoo.normal_inputs), exported to ``path``."""
+    import make_zoo
+    import torch
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
     from torchao.quantization.pt2e.quantizer.arm_inductor_quantizer import (
         ArmInductorQuantizer, get_default_arm_inductor_quantization_config)
-    torch.manual_seed(0)
-    model = make_zoo.torchvision_models().resnet18(weights=None).eval()
-    example = torch.randn(1, 3, 224, 224)
     quantizer = ArmInductorQuantizer().set_global(get_default_arm_inductor_quantization_config())
     prepared = prepare_pt2e(torch.export.export(model, (example,)).module(), quantizer)
-    for feed in make_zoo.normal_inputs((1, 3, 224, 224), 8):
+    for feed in make_zoo.normal_inputs(tuple(example.shape), 8):
         prepared(*(torch.from_numpy(v) for v in feed.values()))
     make_zoo.export_module(convert_pt2e(prepared), {"input": example}, ["output"], path)
     return path
@@ -161,9 +168,6 @@ def build_pt2e_bert(path: Path) -> Path:
     ``MatMul(DQ(x), Transpose(DQ(W))) + bias``) and exported by torch.onnx's dynamo exporter."""
     import make_zoo
     import torch
-    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
-    from torchao.quantization.pt2e.quantizer.arm_inductor_quantizer import (
-        ArmInductorQuantizer, get_default_arm_inductor_quantization_config)
     make_zoo.torchvision_models()           # transformers imports torchvision: without its compiled operators
     from transformers import BertConfig, BertModel
     torch.manual_seed(0)
@@ -177,13 +181,8 @@ def build_pt2e_bert(path: Path) -> Path:
 
         def forward(self, embeddings):
             return self.bert(inputs_embeds=embeddings).last_hidden_state
-    example = torch.randn(1, 128, 768)
-    quantizer = ArmInductorQuantizer().set_global(get_default_arm_inductor_quantization_config())
-    prepared = prepare_pt2e(torch.export.export(Encoder().eval(), (example,)).module(), quantizer)
-    for feed in make_zoo.normal_inputs((1, 128, 768), 8):
-        prepared(*(torch.from_numpy(v) for v in feed.values()))
-    make_zoo.export_module(convert_pt2e(prepared), {"input": example}, ["output"], path)
-    return path
+    example = torch.randn(1, 128, 768)      # drawn before the weights, as the row's model was made
+    return pt2e_exported(Encoder().eval(), example, path)
 
 
 def build_brevitas(path: Path, bits: int) -> Path:
