@@ -284,6 +284,10 @@ def main() -> int:
     unknown = sorted(set(names) - set(MODELS))
     if unknown:
         ap.error(f"unknown models {unknown}; known: {', '.join(MODELS)}")
+    missing = [n for n in names if not all((a.dir / f"{n}.{kind}.onnx").exists() for kind in ("int8", "fp32"))]
+    if missing:
+        ap.error(f"{a.dir} lacks the models {', '.join(missing)} (NAME.int8.onnx and NAME.fp32.onnx); "
+                 f"write them with: python scripts/make_zoo.py --out {a.dir} --models {','.join(missing)}")
     record = provenance.record([int(t) for t in a.threads.split(",")])
     compiles = compile_all(a.dir, names, a.recompile)
     ready = [n for n in names if "error" not in compiles[n]]

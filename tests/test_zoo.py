@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from scripts import bench_zoo
@@ -95,3 +96,16 @@ def test_the_quantizer_table_has_every_row_and_names_the_misses():
     assert "| dynamic | quantize_dynamic | not run |" in md
     assert "targets by CPU time (at least 1.0x onnxruntime int8 for every row, 1.0x OpenVINO for the NNCF rows): " \
            "nncf_performance 0.95x OpenVINO int8." in md
+
+
+def test_a_dir_without_the_models_says_how_to_make_them(tmp_path, monkeypatch, capsys):
+    (tmp_path / "resnet50.int8.onnx").write_bytes(b"")         # the float original is missing
+    monkeypatch.setattr("sys.argv", ["bench_zoo.py", "--dir", str(tmp_path), "--models", "resnet50,googlenet",
+                                     "--out", str(tmp_path / "out")])
+    with pytest.raises(SystemExit) as stop:
+        bench_zoo.main()
+    assert stop.value.code == 2
+    error = capsys.readouterr().err
+    assert "lacks the models resnet50, googlenet" in error
+    assert f"make_zoo.py --out {tmp_path} --models resnet50,googlenet" in error
+    assert not (tmp_path / "out").exists()
