@@ -18,7 +18,7 @@ if [ ${#need_apt[@]} -gt 0 ]; then
 fi
 
 if ! python3 -c "import importlib.metadata as m, sys; sys.exit(m.version('qsynth') != '0.1.0')" 2>/dev/null \
-   || ! python3 -c "import pytest, hypothesis, xdist, z3, tvm, filelock, typer, rich, ray, onnx, onnxruntime, sklearn, matplotlib, qonnx, tflite, ai_edge_litert, openvino" 2>/dev/null; then
+   || ! python3 -c "import pytest, hypothesis, xdist, z3, bitwuzla, tvm, filelock, typer, rich, ray, onnx, onnxruntime, sklearn, matplotlib, qonnx, tflite, ai_edge_litert, openvino" 2>/dev/null; then
     echo "bootstrap: pip install -e .[test,cluster]" >&2      # cluster: Ray, for the sweep-on-Ray test
     python3 -m pip install -q --disable-pip-version-check -e ".[test,cluster]"
 fi

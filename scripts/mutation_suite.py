@@ -1,6 +1,6 @@
 """The soundness suite of issue 18 in full: every mutant of the kernels in ``synth.mutants.SUITE``
-classified by the verifier (and plain Z3 where accepted), totals written to
-``benchmarks/mutation.{json,md}``. Exit status 1 when any mutant is wrongly accepted.
+classified by the verifier (and, where accepted, by plain Z3, or Bitwuzla where Z3 answers unknown),
+totals written to ``benchmarks/mutation.{json,md}``. Exit status 1 when any mutant is wrongly accepted.
 
     python scripts/mutation_suite.py [-j N] [--out benchmarks]
 """
@@ -40,7 +40,8 @@ def _classify_all(name: str) -> list[dict]:
 def _markdown(rows: list[dict], run: dict) -> str:
     lines = ["# Mutation suite (issue 18)", "",
              "Every mutant of a cached kernel is stored as a valid cache entry (content hash recomputed) and "
-             "given to `qsynth cache verify`'s verifier; an accepted one is checked by plain Z3.", "",
+             "given to `qsynth cache verify`'s verifier; an accepted one is checked by plain Z3, and by Bitwuzla "
+             "where Z3 answers unknown.", "",
              f"- Run: {provenance.described(run)}.", "",
              "| kernel | mutants | " + " | ".join(OUTCOMES) + " |", "|---|---:|" + "---:|" * len(OUTCOMES)]
     by_kernel = collections.defaultdict(list)

@@ -7,7 +7,7 @@ widths, and byte-split-lane constructions like issue 18's finding 1) and re-inli
 program, as a forger would; a field mutant edits what emission reads besides the program
 (constants, name, stage wiring, key, text). ``classify`` stores the mutant in a scratch cache and
 asks ``synth.trust.verdict``, then, when it is accepted, plain Z3 (no linear forms) whether it is
-really equivalent.
+really equivalent, and Bitwuzla where Z3 answers unknown.
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from isa_specs import get_isa
 from sketches.program import IllTyped, Instr, Op, Program
 from synth import cache, trust
 from synth.kernel import family, spec_from_key
-from synth.proof import prove_equal
+from synth.proof import bitwuzla_query, prove_equal
 from synth.stages import StageUse, inline, kernel_inputs
 
 # Forms that build issue 18's finding 1 around a stage output o with stage inputs x, y:
@@ -169,10 +169,10 @@ def mutants(entry: dict) -> Iterator[Mutant]:
     yield from _field_mutants(entry)
 
 
-def classify(mutant: Mutant, original: dict, scratch: Path, z3_seconds: float = 600.0) -> dict:
-    """``refused`` (with the verifier's reason), ``equivalent`` (accepted, and plain Z3 proves every
-    edited stage equal to its spec, with no other field changed), ``wrongly accepted``, or
-    ``undecided`` (accepted, Z3 gave no answer in time)."""
+def classify(mutant: Mutant, original: dict, scratch: Path, solver_seconds: float = 600.0) -> dict:
+    """``refused`` (with the verifier's reason), ``equivalent`` (accepted, and plain Z3 -- or Bitwuzla
+    where Z3 answers unknown -- proves every edited stage equal to its spec, with no other field
+    changed), ``wrongly accepted``, or ``undecided`` (accepted, neither solver answered in time)."""
     plain = {k: v for k, v in mutant.entry.items() if k not in ("cache_key", "content_hash", "format")}
     path = cache.store(plain, scratch)
     v = trust.verdict(path)
@@ -185,10 +185,17 @@ def classify(mutant: Mutant, original: dict, scratch: Path, z3_seconds: float = 
     same = ("name", "constants", "uses", "key", "spec")
     if any(mutant.entry[f] != original[f] for f in same):
         return dict(row, outcome="wrongly accepted", reason="a field other than the program changed")
+    provers = []
     for name, s in mutant.entry["stages"].items():
         if s["program"] != original["stages"][name]["program"]:
-            ob, _ = prove_equal(stages[name], Program.from_json(s["program"]), time.monotonic() + z3_seconds)
+            program = Program.from_json(s["program"])
+            ob, _ = prove_equal(stages[name], program, time.monotonic() + solver_seconds)
+            if ob.result == "unknown":
+                ob, _ = prove_equal(stages[name], program, time.monotonic() + solver_seconds, bitwuzla_query)
             if ob.result != "proved":
                 return dict(row, outcome="wrongly accepted" if ob.result == "refuted" else "undecided",
-                            reason=f"plain Z3: {ob.result}")
-    return dict(row, outcome="equivalent", reason="plain Z3 proves the edited stages equal to their specs")
+                            reason=f"plain Z3 unknown, {ob.solver}: {ob.result}" if ob.method == "bitwuzla"
+                            else f"plain Z3: {ob.result}")
+            provers.append("plain Z3" if ob.method == "z3" else f"{ob.solver} (plain Z3 unknown)")
+    return dict(row, outcome="equivalent",
+                reason=f"{', '.join(sorted(set(provers)))} proves the edited stages equal to their specs")

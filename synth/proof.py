@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass
 
+import bitwuzla
 import z3
 
 from isa_specs.lanes import Z3
@@ -15,6 +16,7 @@ from isa_specs.linear_forms import LINEAR, Unknown, lanes_equal
 from isa_specs.ranges import linear_inputs, sign_cases
 
 SOLVER = f"z3 {z3.get_version_string()}"
+SECOND_SOLVER = f"bitwuzla {bitwuzla.version()}"
 
 
 @dataclass
@@ -46,9 +48,27 @@ def z3_query(name: str, claim_negation, assumptions, deadline: float):
     return Obligation(name, "z3", "unknown", seconds, SOLVER, detail=solver.reason_unknown()), None
 
 
-def prove_equal(problem, program, deadline: float):
-    """Z3: for all inputs satisfying the precondition, program outputs equal the spec outputs.
-    Returns (Obligation, counterexample input values or None)."""
+def bitwuzla_query(name: str, claim_negation, assumptions, deadline: float):
+    """``z3_query``'s question put to Bitwuzla, a solver that shares no code with Z3, as SMT-LIB 2: a
+    second opinion where Z3 answers unknown (its bit-blasting decides some queries Z3 cannot in
+    minutes). Returns (Obligation, None): a refutation carries no counterexample."""
+    script = z3.SolverFor("QF_BV")
+    script.add(*assumptions, claim_negation)
+    options = bitwuzla.Options()
+    options.set(bitwuzla.Option.TIME_LIMIT_PER, max(1, int((deadline - time.monotonic()) * 1000)))
+    parser = bitwuzla.Parser(bitwuzla.TermManager(), options)
+    t0 = time.monotonic()
+    parser.parse("(set-logic QF_BV)\n" + script.to_smt2(), True, False)
+    result = parser.bitwuzla().check_sat()
+    seconds = round(time.monotonic() - t0, 4)
+    verdict = {bitwuzla.Result.UNSAT: "proved", bitwuzla.Result.SAT: "refuted"}.get(result, "unknown")
+    return Obligation(name, "bitwuzla", verdict, seconds, SECOND_SOLVER), None
+
+
+def prove_equal(problem, program, deadline: float, query=z3_query):
+    """For all inputs satisfying the precondition, program outputs equal the spec outputs, asked of
+    ``query`` (``z3_query`` or ``bitwuzla_query``). Returns (Obligation, counterexample input values
+    or None)."""
     xs = problem.z3_inputs()
     got = problem.run(Z3, program, xs)
     want = problem.spec(Z3, xs)
@@ -56,7 +76,9 @@ def prove_equal(problem, program, deadline: float):
         return Obligation(f"{problem.name}: program = spec", "definition", "refuted", 0.0,
                           detail=f"outputs of {[g.size() for g in got]} bits, spec {[w.size() for w in want]}"), None
     pre = [problem.pre(Z3, xs)] if problem.pre else []
-    ob, model = z3_query(f"{problem.name}: program = spec", z3.Or([g != w for g, w in zip(got, want)]), pre, deadline)
+    differ = [g != w for g, w in zip(got, want)]
+    claim_negation = differ[0] if len(differ) == 1 else z3.Or(differ)     # SMT-LIB has no one-argument or
+    ob, model = query(f"{problem.name}: program = spec", claim_negation, pre, deadline)
     if model is None:
         return ob, None
     return ob, [model.eval(x, model_completion=True).as_long() for x in xs]
