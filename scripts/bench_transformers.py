@@ -83,8 +83,7 @@ def build(directory: Path, name: str) -> None:
 
 def markdown(data: dict) -> str:
     rows, compiles, profiles = data["rows"], data["compile"], data.get("profiles", {})
-    keys = ["onnxruntime_int8", "onnxruntime_fp32", "openvino_int8"]
-    keys += ["openvino_int8_vnni"] if any("openvino_int8_vnni" in r.get("baselines", {}) for r in rows) else []
+    columns, keys = bench_zoo.baselines(rows)
     lines = ["# Quantized transformers, batch 1", "", f"Host: {data['host']}.", "",
              *provenance.lines(rows, lambda r: f"{r['name']} {r['threads']}t",
                                lambda r: bench_zoo.run_of(r, data["runs"])), "",
@@ -95,7 +94,8 @@ def markdown(data: dict) -> str:
              "`static`: onnxruntime's quantize_static (QDQ, u8 activations, s8 per-channel weights); `dynamic`: "
              "quantize_dynamic (s8 weights). Times: median ms per inference, qsynth and the baselines timed "
              "side by side (`timing.side_by_side`); ratio = onnxruntime int8 / qsynth (above 1: qsynth is "
-             "faster); exact: qsynth's output equals onnxruntime's exact mode's (`session.x64quantprecision` = 1) on 3 "
+             "faster); onnxruntime int8, exact mode: `session.x64quantprecision` = 1, the fair peer on x86 hosts "
+             "without VNNI, where the default saturates vpmaddubsw; exact: qsynth's output equals that mode's on 3 "
              "random inputs, else the largest difference in steps of the output's scale (absolute where the output "
              "is float); onnxruntime int8 wrong: how many output values its default gets wrong (differ from its exact "
              "mode: it saturates vpmaddubsw on x86 hosts without VNNI; -: the run did not record it); CPU ms: process "
@@ -106,7 +106,7 @@ def markdown(data: dict) -> str:
     for threads in sorted({r["threads"] for r in rows}):
         cpu = threads == 1
         lines += [f"## {threads} thread{'s' if threads > 1 else ''}", "",
-                  "| model | qsynth ms | " + " | ".join(k.replace("_", " ") for k in keys)
+                  "| model | qsynth ms | " + " | ".join(columns)
                   + " | ratio to onnxruntime int8 | exact | onnxruntime int8 wrong | compile s | tuning |"
                   + (" CPU ms qsynth / onnxruntime int8 (ratio) |" if cpu else ""),
                   "|---|---|" + "---|" * len(keys) + "---|---|---|---|---|" + ("---|" if cpu else "")]
@@ -167,6 +167,8 @@ def main() -> int:
     md, js = a.out / "transformers.md", a.out / "transformers.json"
     previous = json.loads(js.read_text()) if js.exists() else {}
     if a.markdown_only:
+        if not previous:
+            ap.error(f"--markdown-only renders {js}, which does not exist")
         write_atomically(md, markdown(previous))
         return 0
     names = a.models.split(",")

@@ -31,6 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from synth.files import write_atomically  # noqa: E402
 from tvm_integration.bench import provenance, tuned_shapes  # noqa: E402
 
 MODELS = ["resnet50", "mobilenet_v3_large", "efficientnet_b0", "shufflenet_v2", "densenet121", "regnet_y_400mf",
@@ -79,7 +80,7 @@ def compile_all(directory: Path, names: list[str], recompile: bool) -> dict[str,
                 result = {"error": f"exit code {done.returncode}: {last[-1].strip() if last else ''}"[:300]}
         except subprocess.TimeoutExpired:
             result = {"error": f"no result in {COMPILE_TIMEOUT_S} s"}
-        record.write_text(json.dumps(result))
+        write_atomically(record, json.dumps(result))
         results[name] = result
         print(f"{name}: {result}", flush=True)
     return results
@@ -155,14 +156,21 @@ def default_cell(r: dict) -> str:
     return f"{default['differing']} of {default['values']}" if default else "-"
 
 
+def baselines(rows: list[dict]) -> tuple[list[str], list[str]]:
+    """(column titles, row keys) of the baselines the rows timed, in table order; the exact mode and
+    OpenVINO's VNNI-only run only where some row has them."""
+    timed = {k for r in rows for k in r.get("baselines", {})}
+    every = [("onnxruntime int8", "onnxruntime_int8"), ("onnxruntime int8, exact mode", "onnxruntime_int8_exact"),
+             ("onnxruntime fp32", "onnxruntime_fp32"), ("OpenVINO int8", "openvino_int8"),
+             ("OpenVINO int8 (VNNI only)", "openvino_int8_vnni")]
+    always = {"onnxruntime_int8", "onnxruntime_fp32", "openvino_int8"}
+    kept = [(title, key) for title, key in every if key in always | timed]
+    return [title for title, _ in kept], [key for _, key in kept]
+
+
 def markdown(data: dict, findings: str) -> str:
     rows, compiles, profiles = data["rows"], data["compile"], data.get("profiles", {})
-    vnni = any("openvino_int8_vnni" in r.get("baselines", {}) for r in rows)
-    exact = any("onnxruntime_int8_exact" in r.get("baselines", {}) for r in rows)
-    columns = (["onnxruntime int8"] + (["onnxruntime int8, exact mode"] if exact else []) + ["onnxruntime fp32", "OpenVINO int8"]
-               + (["OpenVINO int8 (VNNI only)"] if vnni else []))
-    keys = (["onnxruntime_int8"] + (["onnxruntime_int8_exact"] if exact else []) + ["onnxruntime_fp32", "openvino_int8"]
-            + (["openvino_int8_vnni"] if vnni else []))
+    columns, keys = baselines(rows)
     lines = ["# The zoo: real architectures, batch 1, 224x224", "",
              f"Host: {data['host']}.", "",
              *provenance.lines(rows, lambda r: f"{r['name']} {r['threads']}t", lambda r: run_of(r, data["runs"])),
@@ -247,6 +255,12 @@ def profile_lines(profiles: dict) -> list[str]:
     return lines
 
 
+def kept_notes(table: str) -> str:
+    """The hand-written findings of a table ``markdown`` wrote ("" where none were written), which it keeps."""
+    findings = table.split(FINDINGS[0], 1)[1].split(FINDINGS[1], 1)[0] if FINDINGS[0] in table else ""
+    return "" if findings.strip() == "(no findings written yet)" else findings
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default=",".join(MODELS))
@@ -273,13 +287,12 @@ def main() -> int:
         profile(a.dir, a.profile_one)
         return 0
     md, js = a.out / "zoo.md", a.out / "zoo.json"
-    findings = ""
-    if md.exists() and FINDINGS[0] in md.read_text():
-        findings = md.read_text().split(FINDINGS[0], 1)[1].split(FINDINGS[1], 1)[0]
-        findings = "" if findings.strip() == "(no findings written yet)" else findings
+    findings = kept_notes(md.read_text()) if md.exists() else ""
     previous = json.loads(js.read_text()) if js.exists() else {}
     if a.markdown_only:
-        md.write_text(markdown(previous, findings))
+        if not previous:
+            ap.error(f"--markdown-only renders {js}, which does not exist")
+        write_atomically(md, markdown(previous, findings))
         return 0
     unknown = sorted(set(names) - set(MODELS))
     if unknown:
@@ -311,8 +324,8 @@ def main() -> int:
             "profiles": {**{k: v for k, v in previous.get("profiles", {}).items()
                             if k not in names or 1 not in threads_run or a.no_profile}, **profiles}}
     a.out.mkdir(parents=True, exist_ok=True)
-    js.write_text(json.dumps(data, indent=1) + "\n")
-    md.write_text(markdown(data, findings))
+    write_atomically(js, json.dumps(data, indent=1) + "\n")
+    write_atomically(md, markdown(data, findings))
     print(md.read_text())
     return 0
 

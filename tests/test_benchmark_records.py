@@ -64,10 +64,10 @@ def test_an_mca_table_is_its_json_with_the_record_of_its_run(name):
     assert f"- Run: {provenance.line(data['run'])}." in md
 
 
-# Tables each made whole by their script's ``markdown(data)`` from their JSON (the Zen 3 host's, and the
-# TFLite tables of both hosts, whose script keeps the notes written by hand between its markers: read back
-# from the table by its ``kept_notes``).
+# Tables each made whole by their script's ``markdown(data)`` from their JSON, of either host; a script that
+# keeps notes written by hand between its markers (TFLite's, the zoo's) reads them back with ``kept_notes``.
 RENDERED = {"models_znver3": "bench_models", "transformers_znver3": "bench_transformers",
+            "transformers": "bench_transformers", "zoo": "bench_zoo", "zoo_znver3": "bench_zoo",
             "tflite_models": "bench_tflite", "tflite_models_znver3": "bench_tflite",
             "quantizers_znver3": "check_quantizers"}
 
