@@ -53,9 +53,7 @@ def kernel_model(entry: dict) -> dict:
             kloop = {}
     if kloop is not None:
         kloop["b_block_rows"] = spec.k // spec.group
-    features = {insn.feature for k, (insn, _) in enumerate(forms) if len(program.inputs) + k in live}
-    if isa.name == "neon":
-        features.add("neon")
+    features = _features(program, isa, forms, live)
     fn = function_name(entry)
     params, call_args = [], []
     for b in lay.buffers:
@@ -69,6 +67,20 @@ def kernel_model(entry: dict) -> dict:
             "tile_config": tile_config, "kloop": kloop, "gemv": _gemv_model(spec, lay),
             "tile_gemm": _tile_gemm_model(spec, lay),
             "convention": CALLING_CONVENTION[lay.kind]}
+
+
+def kernel_features(entry: dict) -> list[str]:
+    """The CPU features the entry's kernel needs, as ``kernel_model`` lists them, without scheduling its
+    body (what a host needs to run it: every entry of the library is asked, per process)."""
+    program = Program.from_json(entry["program"])
+    isa = get_isa(program.isa)
+    return sorted(_features(program, isa, instruction_forms(program, isa), live_registers(program)))
+
+
+def _features(program: Program, isa, forms: list, live: set[int]) -> set[str]:
+    """The features of the instructions the outputs depend on (NEON: and ``neon`` itself)."""
+    features = {insn.feature for k, (insn, _) in enumerate(forms) if len(program.inputs) + k in live}
+    return features | {"neon"} if isa.name == "neon" else features
 
 
 # Blocks per iteration of the _gemv/_gemm K loop. x86: two, half the loop's scalar uops, which

@@ -14,7 +14,7 @@ from isa_specs import ISA_NAMES, get_isa, host
 from isa_specs.features import AARCH64, X86
 from synth import cache
 from emit import EmitError
-from emit.model import kernel_model
+from emit.model import kernel_features
 
 
 def feature_reason(feature: str, m: host.HostModel) -> str | None:
@@ -42,11 +42,11 @@ def library_kernels() -> list[dict]:
     for path in cache.entries():
         try:
             entry = cache.read(path)
-            model = kernel_model(entry)
+            features = kernel_features(entry)
         except (cache.CacheError, EmitError) as e:
             out.append({"name": path.stem, "isa": None, "features": None, "error": str(e)})
             continue
-        out.append({"name": entry["name"], "isa": model["isa"].name, "features": model["features"]})
+        out.append({"name": entry["name"], "isa": entry["program"]["isa"], "features": features})
     return out
 
 

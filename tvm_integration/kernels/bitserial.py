@@ -24,7 +24,7 @@ from tvm.script import tirx as T
 from synth import cache, trust
 from emit.convention import function_name
 from emit.llvm_ir import emit_llvm_ir
-from emit.model import TILE_GEMM_COLUMNS, kernel_model
+from emit.model import TILE_GEMM_COLUMNS, kernel_features
 from synth.kernel import spec_from_key
 from synth.spec import BitserialSpec
 from tvm_integration.kernels.short_stack import short_stack
@@ -142,7 +142,7 @@ def _proved(paths) -> list[BitserialKernel]:
     for line in trust.unreported(refused):
         log.warning("not used: %s", line)
     return [BitserialKernel(spec_from_key(e["spec"]), function_name(e) + "_gemm_extern", _llvm_ir(e),
-                            e["cache_key"], tuple(kernel_model(e)["features"]))
+                            e["cache_key"], tuple(kernel_features(e)))
             for e in entries if e["proof"]["proved"]]
 
 
@@ -173,7 +173,7 @@ def unipolar_twin(kernel: BitserialKernel) -> BitserialKernel | None:
 def _llvm_ir(entry: dict) -> str:
     """The emitted kernel's LLVM IR; a NEON kernel's for exactly its features (``kernel_ir``)."""
     ir = emit_llvm_ir(entry)
-    return kernel_ir(ir, tuple(kernel_model(entry)["features"])) if entry["spec"]["isa"] in CROSS else ir
+    return kernel_ir(ir, tuple(kernel_features(entry))) if entry["spec"]["isa"] in CROSS else ir
 
 
 def kernel_ir(llvm_ir: str, features: tuple[str, ...]) -> str:

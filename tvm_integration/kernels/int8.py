@@ -33,7 +33,7 @@ from tvm.script import tirx as T
 from synth import cache, trust
 from emit.convention import function_name
 from emit.llvm_ir import emit_llvm_ir
-from emit.model import kernel_model
+from emit.model import kernel_features
 from synth.kernel import spec_from_key
 from synth.int8_spec import Int8Spec
 from tvm_integration.kernels import amx_runtime
@@ -356,6 +356,6 @@ def proved_kernels(isa: str, root: Path = cache.ROOT) -> tuple[Kernel, ...]:
             function, ir = amx_runtime.kloop_function(entry), amx_runtime.llvm_ir(entry, emulated)
         else:
             function, ir = function_name(entry) + "_kloop_extern", emit_llvm_ir(entry)
-        kernels.append(Kernel(name, spec, function, ir, entry["cache_key"], tuple(kernel_model(entry)["features"]),
+        kernels.append(Kernel(name, spec, function, ir, entry["cache_key"], tuple(kernel_features(entry)),
                               emulated))
     return tuple(kernels)
