@@ -213,7 +213,8 @@ def explanation(row: dict) -> list[str]:
                      f"(ort_aarch64.adds_as_defined) that build equals ours on every output ({causes})")
     if counts.get(arm_reference.ONNX):
         open_order = [k for k, ref in row["follows"].items() if ref == arm_reference.AARCH64]
-        causes = [f"{', '.join(open_order)} (ONNX leaves their order open; ours follow the AArch64 build)"] \
+        causes = [f"{', '.join(open_order)} (ONNX leaves their order open, or does not define onnxruntime's own "
+                  f"ops; ours follow the AArch64 build)"] \
             if open_order else []
         causes += [f"{k} ({arm_reference.kind(k).x86_departs})" for k in row["x86_departs"]]
         lines.append(f"the difference from onnxruntime's x86 exact mode "

@@ -55,20 +55,25 @@ class ResidualAdd:
     operand: int
     residual_dtype: str
     defined: tuple | None = None
+    neon: tuple | None = None
 
     def expression(self, result, residual):
         a, b = (result, residual) if self.operand == 0 else (residual, result)
-        return qlinear_add(a, b, self.ratio_a, self.ratio_b, self.fixed, self.out_dtype, self.clamp, self.defined)
+        return qlinear_add(a, b, self.ratio_a, self.ratio_b, self.fixed, self.out_dtype, self.clamp, self.defined,
+                           self.neon)
 
 
-def qlinear_add(a, b, ratio_a: float, ratio_b: float, fixed: float, out_dtype: str, clamp, defined=None):
+def qlinear_add(a, b, ratio_a: float, ratio_b: float, fixed: float, out_dtype: str, clamp, defined=None, neon=None):
     """QLinearAdd as MLAS's AVX2 kernel computes it: ``fma(a, sa/sc, fma(b, sb/sc, fixed))`` with
     ``fixed = zc - (sa/sc * za + sb/sc * zb)`` (computed by the caller in float32), rounded half to
     even, saturated to ``clamp``. ``defined``, (sa, za, sb, zb, sc, zc): as ONNX defines a QDQ Add
     instead (the reference of a build for Arm, qnn/runtime/arm_reference.py): each input dequantized,
     the two added and the sum divided by sc, each step rounded to float32, then rounded half to even
     (multiplied by 1/sc instead where that gives every input pair the same output, ``divides_alike``);
-    the ratios' form rounds a sum within a few ulps of a half step apart (63.4999979 -> 64)."""
+    the ratios' form rounds a sum within a few ulps of a half step apart (63.4999979 -> 64). ``neon``,
+    the same six: as MLAS's NEON kernel computes onnxruntime's QLinearAdd (``neon_qlinear_add``)."""
+    if neon is not None:
+        return neon_qlinear_add(a, b, neon, out_dtype, clamp)
     if defined is not None:
         sa, za, sb, zb, sc, zc = defined
         fa, fb = ((x.astype("int32") - z).astype("float32") * tirx.const(s, "float32")
@@ -83,6 +88,50 @@ def qlinear_add(a, b, ratio_a: float, ratio_b: float, fixed: float, out_dtype: s
     y = fma(a.astype("float32"), tirx.const(ratio_a, "float32"),
             fma(b.astype("float32"), tirx.const(ratio_b, "float32"), tirx.const(fixed, "float32")))
     return round_saturated(y, clamp, out_dtype)
+
+
+def neon_add_multipliers(ratio_a: np.float32, ratio_b: np.float32) -> tuple[int, int, int] | None:
+    """(shift, multiplier_a, multiplier_b) as MLAS's ``MlasCalcQLinearAddParameters`` (qladd.cpp, NEON)
+    turns the float32 scale ratios sa/sc and sb/sc into integers: each times 2^shift, shift = 21 less
+    the greater ratio's exponent, rounded half to even, so the greater is a 22-bit integer; None where
+    it refuses them (a ratio below 2^-14 or not below 256, a shift outside [13, 31], a multiplier
+    that rounds up to 2^22) and falls back to its float formula."""
+    if not all(2.0 ** -14 <= r < 256.0 for r in (ratio_a, ratio_b)):
+        return None
+    exponent = int(np.float32(max(ratio_a, ratio_b)).view(np.uint32) >> 23) - 127
+    shift = 21 - exponent
+    if not 13 <= shift <= 31:
+        return None
+    multiplier_a, multiplier_b = (int(np.rint(np.float32(r) * np.float32(2.0 ** shift))) for r in (ratio_a, ratio_b))
+    if multiplier_a >= 2 ** 22 or multiplier_b >= 2 ** 22 or max(multiplier_a, multiplier_b) < 2 ** 21:
+        return None
+    return shift, multiplier_a, multiplier_b
+
+
+def neon_qlinear_add(a, b, quant: tuple, out_dtype: str, clamp):
+    """onnxruntime's QLinearAdd (com.microsoft) as its AArch64 build computes it, MLAS's NEON kernel
+    (``MlasQLinearAddKernelHelper``, qladd.cpp): with ``neon_add_multipliers``' integers the sum
+    ``(a - za) * multiplier_a + (b - zb) * multiplier_b`` exact in int32, 1 taken from a negative sum
+    (vsraq_n_s32), shifted right with rounding (vrshlq_s32: ties away from zero), plus zc, saturated.
+    Where MLAS refuses the ratios, its float formula (``MlasQLinearAddKernelRawHelper``) as GCC built it:
+    ``fma(a - za, sa, (b - zb) * sb)`` (the first product contracted into the sum), divided by sc,
+    clamped to the type's range less zc, zc added, each in float32, rounded half to even.
+    ``quant``: (sa, za, sb, zb, sc, zc)."""
+    sa, za, sb, zb, sc, zc = quant
+    multipliers = neon_add_multipliers(np.float32(sa) / np.float32(sc), np.float32(sb) / np.float32(sc))
+    if multipliers is None:
+        fb = fenced((b.astype("int32") - zb).astype("float32") * tirx.const(sb, "float32"))
+        total = tirx.call_intrin("float32", "tirx.fma", (a.astype("int32") - za).astype("float32"),
+                                 tirx.const(sa, "float32"), fb)
+        lo, hi = QUANT_RANGES[out_dtype]
+        y = fenced(fenced(total) / tirx.const(sc, "float32"))
+        y = fenced(tirx.max(tirx.min(y, float(hi - zc)), float(lo - zc)) + tirx.const(zc, "float32"))
+        return round_saturated(y, clamp, out_dtype)
+    shift, multiplier_a, multiplier_b = multipliers
+    total = (a.astype("int32") - za) * multiplier_a + (b.astype("int32") - zb) * multiplier_b
+    total = total + tirx.shift_right(total, 31)             # -1 where negative
+    rounded = tirx.shift_right(total, shift) + tirx.bitwise_and(tirx.shift_right(total, shift - 1), 1)
+    return (tirx.max(tirx.min(rounded + zc, clamp[1]), clamp[0])).astype(out_dtype)
 
 
 def element_dtype(x) -> str:

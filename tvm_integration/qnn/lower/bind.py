@@ -37,7 +37,10 @@ from tvm_integration.qnn.semantics.errors import ModelError
 from tvm_integration.qnn.semantics.integer_op import IntegerOp
 from tvm_integration.qnn.semantics.quant import TO_NCHW, TO_NHWC
 
-LAYOUT_FREE = ("add", "mul", "lookup", "tflite_add", "tflite_mul")  # elementwise, broadcasting: any layout, no layout parameter
+# the quantized adds, each with the form a build for Arm computes it in (output_stage.qlinear_add): a QDQ Add
+# as ONNX defines it, onnxruntime's QLinearAdd (com.microsoft) as its AArch64 kernel does
+ADDS = {"add": "defined", "qlinear_add": "neon"}
+LAYOUT_FREE = (*ADDS, "mul", "lookup", "tflite_add", "tflite_mul")  # elementwise, broadcasting: any layout, no layout parameter
 NHWC_OPS = (*LAYOUT_FREE, "max_pool2d", "avg_pool2d", "global_avg_pool", "gather",   # computed in NHWC when
             "tflite_mean")                                                           # their inputs are
 
@@ -98,7 +101,7 @@ class Binder:
             op = self.ops.get(var)
             return (op is not None and op.kind == "conv2d" and op.tensorized and not op.depthwise
                     and len(op.constants) == 3)           # weight, bias, scale: a requantized result
-        return {i for op in self.ops.values() if op is not None and op.kind == "add" and len(op.inputs) == 2
+        return {i for op in self.ops.values() if op is not None and op.kind in ADDS and len(op.inputs) == 2
                 for i in op.inputs if uses[i] == 1 and requantized_convolution(i)}
 
     def pooled_dequantizes(self, bindings, uses: Counter) -> set:
@@ -139,10 +142,11 @@ class Binder:
 
     def add(self, var, op: IntegerOp) -> bool:
         """Fused into the convolution it reads (fused_add), else as any op computed in NHWC. On neon a
-        QDQ Add computes the ONNX definition (``defined``, arm_reference.py), wherever it is emitted."""
+        QDQ Add computes the ONNX definition (``defined``), onnxruntime's QLinearAdd its AArch64 kernel
+        (``neon``; arm_reference.py), wherever it is emitted."""
         if self.isa != "neon" or "quant" not in op.params:
             return self.fused_add(var, op) or self.in_nhwc(var, op)
-        op = replace(op, params={**op.params, "defined": op.params["quant"]})
+        op = replace(op, params={**op.params, ADDS[op.kind]: op.params["quant"]})
         if not (self.fused_add(var, op) or self.in_nhwc(var, op)):
             inputs = tuple(x if isinstance(x, relax.Var) else self.builder.emit(x) for x in map(self.substitute, op.inputs))
             self.value[var] = replace(op, inputs=inputs).emit_reference(self.builder)
@@ -230,7 +234,7 @@ class Binder:
             return False
         p = add.params
         residual = ResidualAdd(p["ratio_a"], p["ratio_b"], p["fixed"], p["out_dtype"], tuple(p["clamp"]), operand,
-                               str(other.ty.dtype), tuple(p["defined"]) if "defined" in p else None)
+                               str(other.ty.dtype), **{form: tuple(p[form]) for form in ADDS.values() if form in p})
         self.tensorized(var, conv, residual, self.nhwc_of(other))
         return True
 
@@ -304,7 +308,7 @@ class Binder:
 # Each integer op's rule, by kind: fusion (linear, add), target (batch_matmul), layout (the rest). An
 # add is in NHWC_OPS but first tries its fusion.
 BY_KIND = {**{kind: Binder.in_nhwc for kind in NHWC_OPS}, "conv2d": Binder.linear, "dense": Binder.linear,
-           "batch_matmul": Binder.batch_matmul, "add": Binder.add, "quantize": Binder.quantize,
+           "batch_matmul": Binder.batch_matmul, **{kind: Binder.add for kind in ADDS}, "quantize": Binder.quantize,
            "dequantize": Binder.dequantize}
 
 

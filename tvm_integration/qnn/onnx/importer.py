@@ -1,4 +1,4 @@
-"""Stage 1, import: an ONNX model into Relax, every quantized op in QDQ form.
+"""Stage 1, import: an ONNX model into Relax, every quantized op in QDQ form but QLinearAdd.
 
 TVM 0.27's Relax ONNX frontend reads QuantizeLinear / DequantizeLinear but not onnxruntime's
 QOperator ops. The converters below extend the frontend's converter map in a copy that our importer
@@ -7,7 +7,9 @@ QOperator ops. The converters below extend the frontend's converter map in a cop
 compiled with ours. Each QOperator op is expressed as what it means: dequantize its inputs, run the
 float op, quantize the result. QDQ and QOperator models then reach the rewrite (rewrite.py) in one
 form, and the rewrite turns each such group into integer arithmetic. The integer bias of
-QLinearConv stays an int32 constant under a dequantize, so nothing is rounded on the way.
+QLinearConv stays an int32 constant under a dequantize, so nothing is rounded on the way. QLinearAdd,
+a com.microsoft op that onnxruntime's kernel alone defines (it rounds otherwise than a QDQ Add), is
+that kernel's integer op ``qlinear_add`` from the start.
 
 ``load`` refuses, each with one line: a file that is not an ONNX model, operators that neither the
 frontend nor these converters support (all of them, with node names), and a model with no
@@ -25,8 +27,9 @@ from tvm import relax
 from tvm.ir import Constant
 from tvm.relax.frontend.onnx import onnx_frontend
 
+from tvm_integration.ops.output_stage import QUANT_RANGES
 from tvm_integration.qnn.semantics.errors import ModelError, model_file
-from tvm_integration.qnn.semantics.quant import constant
+from tvm_integration.qnn.semantics.quant import constant, per_tensor
 
 QUANTIZED_OPS = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "QLinearConv", "QLinearMatMul",
                  "QLinearAdd", "QLinearMul", "QLinearGlobalAveragePool", "QLinearAveragePool", "QLinearConcat",
@@ -172,9 +175,33 @@ class DequantizeLinear(_QDQ, onnx_frontend.DequantizeLinear):
     quantize = False
 
 
-def _binary(op, runtime):
-    """QLinearAdd / QLinearMul: DQ -> op -> Q (the rewrite fuses it); with scales or zero points fed at
-    run time (graph inputs), onnxruntime's arithmetic on them directly (arithmetic.py ``runtime``)."""
+def _qdq(op):
+    """``op`` of two quantized tensors as DQ -> op -> Q (the rewrite fuses it)."""
+    def fused(bb, a, as_, az, b, bs, bz, cs, cz):
+        return _q(bb, op(_dq(a, as_, az), _dq(b, bs, bz)), cs, cz)
+    return fused
+
+
+def _qlinear_add(bb, a, as_, az, b, bs, bz, cs, cz):
+    """QLinearAdd as the integer op ``qlinear_add`` itself, not DQ -> Add -> Q: a com.microsoft op with no
+    ONNX definition, it means what onnxruntime's kernel computes, which rounds a sum near a half step
+    otherwise than a QDQ Add is defined to (MLAS's QLinearAdd: on x86 ``add``'s arithmetic, on Arm integer
+    multipliers, bind.py; qnn/runtime/arm_reference.py)."""
+    from tvm_integration.qnn.semantics import arithmetic
+    from tvm_integration.qnn.semantics.integer_op import IntegerOp
+    dtype = cz.ty.dtype.dtype
+    if dtype not in ("uint8", "int8") or any(x.ty.dtype.dtype != dtype for x in (a, b)):
+        raise ModelError(f"QLinearAdd: inputs and output must be one 8-bit type, not {a.ty.dtype.dtype} + "
+                         f"{b.ty.dtype.dtype} -> {dtype}")
+    quant = [per_tensor("a QLinearAdd's tensor", constant(s), constant(z)) for s, z in ((as_, az), (bs, bz), (cs, cz))]
+    return IntegerOp.call(bb, "qlinear_add", [a, b], out_dtype=dtype, clamp=list(QUANT_RANGES[dtype]),
+                          **arithmetic.add_params(*quant[0], *quant[1], *quant[2]))
+
+
+def _binary(fused, runtime):
+    """QLinearAdd / QLinearMul: ``fused(bb, a, as_, az, b, bs, bz, cs, cz)`` (DQ -> op -> Q, or the integer op);
+    with scales or zero points fed at run time (graph inputs), onnxruntime's arithmetic on them directly
+    (arithmetic.py ``runtime``)."""
     class Converter(onnx_frontend.OnnxOpConverter):
         @classmethod
         def _impl_v1(cls, bb, inputs, attr, params):
@@ -182,7 +209,7 @@ def _binary(op, runtime):
             if any(p is None for p in (az, bz, cz)):
                 raise ModelError("QLinearAdd / QLinearMul: every zero point must be given")
             if all(isinstance(p, Constant) for p in (as_, az, bs, bz, cs, cz)):
-                return _q(bb, op(_dq(a, as_, az), _dq(b, bs, bz)), cs, cz)
+                return fused(bb, a, as_, az, b, bs, bz, cs, cz)
             if any(int(np.prod([int(d) for d in p.ty.shape])) != 1 for p in (as_, az, bs, bz, cs, cz)):
                 raise ModelError("QLinearAdd / QLinearMul: scales and zero points must be per tensor")
             from tvm_integration.qnn.semantics import arithmetic
@@ -257,8 +284,8 @@ NAMED = (*LAYERS, "Add", "Mul", "GlobalAveragePool", "AveragePool")   # the laye
 
 CONVERTERS = {"Clip": IntegerClip, "QuantizeLinear": QuantizeLinear, "DequantizeLinear": DequantizeLinear,
               "ConvInteger": ConvInteger, "QLinearConv": QLinearConv, "QLinearMatMul": QLinearMatMul, "QGemm": QGemm,
-              "QLinearAdd": _binary(relax.op.add, lambda a: a.add_runtime),
-              "QLinearMul": _binary(relax.op.multiply, lambda a: a.mul_runtime),
+              "QLinearAdd": _binary(_qlinear_add, lambda a: a.add_runtime),
+              "QLinearMul": _binary(_qdq(relax.op.multiply), lambda a: a.mul_runtime),
               "GlobalAveragePool": GlobalAveragePool, "QLinearConcat": QLinearConcat,
               "QLinearGlobalAveragePool": _unary(lambda bb, x, attr: GlobalAveragePool._impl_v1(bb, [x], attr, None)),
               "QLinearLeakyRelu": _unary(lambda bb, x, attr: relax.op.nn.leakyrelu(x, attr.get("alpha", 0.01))),

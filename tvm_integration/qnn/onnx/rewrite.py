@@ -296,11 +296,8 @@ class QDQToInteger(QDQReader):
             return None
         (sa, za), (sb, zb) = a[1].scalar("an add input"), b[1].scalar("an add input")
         sc, zc = out.scalar("an add output")
-        ra, rb = np.float32(sa / sc), np.float32(sb / sc)
-        fixed = np.float32(np.float32(zc) - arithmetic.fma32(ra, np.float32(za), np.float32(rb * np.float32(zb))))
-        return self.integer("add", [a[0], b[0]], ratio_a=float(ra), ratio_b=float(rb), fixed=float(fixed),
-                            out_dtype=out.dtype, clamp=list(clamp),
-                            quant=[float(sa), int(za), float(sb), int(zb), float(sc), int(zc)])
+        return self.integer("add", [a[0], b[0]], out_dtype=out.dtype, clamp=list(clamp),
+                            **arithmetic.add_params(sa, za, sb, zb, sc, zc))
 
     def mul(self, expr, out: QParams):
         mul = self.call(expr, "relax.multiply")

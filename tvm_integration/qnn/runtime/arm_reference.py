@@ -8,7 +8,8 @@ Two runtimes disagree on Arm, so each op kind names the one it follows:
   ties away from zero, its x86 kernel rounds by float ratios; docs/measurements.md), the build follows
   the definition, not the runtime.
 - ``onnxruntime_aarch64``: onnxruntime's AArch64 build (MLAS's NEON code and the C++ kernels as GCC built
-  them). Float ops whose order of operations ONNX leaves open follow it: it is what an Arm user runs.
+  them). Float ops whose order of operations ONNX leaves open follow it: it is what an Arm user runs. So do
+  onnxruntime's own (com.microsoft) ops, which no ONNX definition fixes: a QOperator model's QLinearAdd.
 - ``litert``: LiteRT's AArch64 build (XNNPACK's kernels), every op kind of a TFLite model (``LITERT_KINDS``:
   measured under qemu, bench/litert_aarch64.py).
 
@@ -62,6 +63,10 @@ KINDS = {k.name: k for k in [
          "equal to the definition on every input pair of bert_l4_s128_static's l1.q scales, and where MLAS refuses "
          "the scale ratios to its float path (tests/test_arm_float_ops.py)", runtime_departs=_NEON_ADD,
          x86_departs=_AVX2_ADD),
+    Kind("qlinear_add", AARCH64, True, "onnxruntime's QLinearAdd (com.microsoft, a QOperator model's), which no "
+         "ONNX definition fixes, as MLAS's NEON kernel computes it (output_stage.neon_qlinear_add: 22-bit integer "
+         "multipliers, the sum in int32, a rounding right shift, ties away from zero; its float formula where MLAS "
+         "refuses the ratios): equal to that build on every input pair of the adds of tests/test_arm_qoperator.py"),
     Kind("global_avg_pool", AARCH64, True, "QLinearGlobalAveragePool: equal on ResNet-18 (docs/measurements.md)"),
     Kind("avg_pool2d", AARCH64, True, f"QLinearAveragePool 3x3, padded, count_include_pad 0: {_EQUAL}"),
     Kind("qlinear_softmax", AARCH64, True, f"QLinearSoftmax: {_EQUAL}"),

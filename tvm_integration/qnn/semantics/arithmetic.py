@@ -169,14 +169,24 @@ def fma32(a, b, c) -> np.float32:
     return np.float32(np.longdouble(np.float32(a)) * np.longdouble(np.float32(b)) + np.longdouble(np.float32(c)))
 
 
-def add(a, b, *, ratio_a: float, ratio_b: float, fixed: float, out_dtype: str, clamp, defined=None):
-    """QLinearAdd (output_stage.qlinear_add: MLAS's arithmetic, or with ``defined`` the ONNX definition),
-    ``a`` and ``b`` broadcast as numpy does."""
+def add_params(sa, za: int, sb, zb: int, sc, zc: int) -> dict:
+    """``add``'s parameters for inputs of scales and zero points (sa, za), (sb, zb) and an output of (sc, zc):
+    the float32 ratios, the fixed part ``zc - fma(sa/sc, za, sb/sc * zb)``, and the six as ``quant`` (what
+    a build for Arm computes from, bind.py)."""
+    ra, rb = np.float32(np.float32(sa) / np.float32(sc)), np.float32(np.float32(sb) / np.float32(sc))
+    fixed = np.float32(np.float32(zc) - fma32(ra, np.float32(za), np.float32(rb * np.float32(zb))))
+    return dict(ratio_a=float(ra), ratio_b=float(rb), fixed=float(fixed),
+                quant=[float(sa), int(za), float(sb), int(zb), float(sc), int(zc)])
+
+
+def add(a, b, *, ratio_a: float, ratio_b: float, fixed: float, out_dtype: str, clamp, defined=None, neon=None):
+    """QLinearAdd (output_stage.qlinear_add: MLAS's AVX2 arithmetic, with ``defined`` the ONNX definition,
+    with ``neon`` MLAS's NEON arithmetic), ``a`` and ``b`` broadcast as numpy does."""
     shape = broadcast_shape(a.shape, b.shape)
 
     def value(*i):
         return qlinear_add(a(*broadcast_index(a.shape, i)), b(*broadcast_index(b.shape, i)), ratio_a, ratio_b,
-                           fixed, out_dtype, clamp, defined)
+                           fixed, out_dtype, clamp, defined, neon)
     return te.compute(shape, value, name="qadd")
 
 

@@ -15,7 +15,7 @@ from tvm_integration.qnn.prim import gather
 from tvm_integration.qnn.semantics import arithmetic, qlinear_softmax, litert_arithmetic
 
 COMPUTATIONS = {"conv2d": arithmetic.conv2d, "dense": arithmetic.dense, "batch_matmul": arithmetic.batch_matmul,
-                "add": arithmetic.add, "mul": arithmetic.mul,
+                "add": arithmetic.add, "qlinear_add": arithmetic.add, "mul": arithmetic.mul,
                 "lookup": arithmetic.lookup, "global_avg_pool": arithmetic.global_avg_pool, "max_pool2d": arithmetic.max_pool2d,
                 "avg_pool2d": arithmetic.avg_pool2d, "gather": gather.gather,
                 "quantize": arithmetic.quantize, "dequantize": arithmetic.dequantize,
@@ -23,7 +23,7 @@ COMPUTATIONS = {"conv2d": arithmetic.conv2d, "dense": arithmetic.dense, "batch_m
 LINEAR = ("conv2d", "dense")
 # parameters that describe an op (for legalize.py, bind.py, qsynth inspect), not its computation
 DESCRIPTIVE = ("x_range", "w_range", "layer", "abits", "wbits", "encoding", "w_low", "lowbit",
-               "quant")     # an add's (sa, za, sb, zb, sc, zc), which bind.py makes ``defined`` on Arm
+               "quant")     # an add's (sa, za, sb, zb, sc, zc), which bind.py makes ``defined`` or ``neon`` on Arm
 IMPLEMENTATION = "qnn.implementation"     # legalize.py's verdict: "tensorized", or why the reference stays
 
 

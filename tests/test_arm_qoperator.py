@@ -1,0 +1,111 @@
+"""A QOperator model's QLinearAdd on Arm (issue 49): a com.microsoft op with no ONNX definition, so its
+reference is the runtime's kernel, on Arm MLAS's NEON QLinearAdd (integer multipliers, ties away from zero;
+its float formula where it refuses the scale ratios). Each add below, on every pair of 8-bit inputs, against
+onnxruntime's AArch64 build under qemu (and, built for x86, against its x86 exact mode, whose kernel the x86
+build follows): ties, the scales of ResNet-18 and of bert_l4_s128_static, s8s8_qoperator's add_1 (two of its
+pairs 23.4999961 steps: 23 by both builds, 24 by the QDQ definition), a scalar operand, three sets of scales
+MLAS refuses (where its float formula rounds 5 pairs otherwise than the QDQ definition; where GCC's FMA of the
+first input's product, and where one of the second's would, round one pair otherwise than unfused products),
+and an add fused into a convolution's output stage."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from tvm_integration.bench import mca
+from tvm_integration.bench.models import reference_session
+from tvm_integration.qemu import cross_model
+from tvm_integration.qnn.runtime import arm_reference
+
+MISSING = cross_model.missing_tools() or mca.missing_tools()
+pytestmark = [pytest.mark.qemu,
+              pytest.mark.skipif(MISSING is not None, reason=f"onnxruntime's AArch64 build runs under qemu: {MISSING}")]
+
+CORE = "cortex-a53"
+F32, BITS = np.float32, lambda bits: np.uint32(bits).view(np.float32)
+TIE = (F32(1), 0, F32(1), 0, F32(2), 0)                     # sa, za, sb, zb, sc, zc: (a + b) / 2
+# output -> (inputs, parameters); a, b: every u8 pair, a8, b8: every s8 pair, s: one u8, x and r: 8 channels of
+# the u8 pairs, x through an identity QLinearConv first
+ADDS = {
+    "tie": ("a", "b", TIE),
+    "tie8": ("a8", "b8", TIE),
+    "scalar": ("a", "s", TIE),
+    "resnet18": ("a", "b", (BITS(1035373532), 122, BITS(1023517066), 0, BITS(1030512369), 0)),
+    "l1q": ("a", "b", (BITS(1024997483), 133, BITS(992712695), 127, BITS(1024721843), 136)),
+    "s8s8_add_1": ("a8", "b8", (BITS(1021763243), 11, BITS(1009815609), -128, BITS(1015962639), -128)),
+    "float_formula": ("a", "b", (BITS(887813050), 81, BITS(1036136413), 190, BITS(1026769171), 45)),
+    "float_fma_a": ("a", "b", (BITS(1025035941), 239, BITS(899443147), 209, BITS(1030662894), 171)),
+    "float_fma_b": ("a", "b", (BITS(897502834), 62, BITS(1026496122), 42, BITS(1027761889), 12)),
+    "conv_residual": ("y", "r", TIE),
+}
+CHANNELS = 8
+
+
+def model(path):
+    """One com.microsoft QLinearAdd per ADDS entry; y = QLinearConv(x) by the identity, scales 1."""
+    node, inits, nodes = helper.make_node, [], []
+
+    def constant(name, value, dtype):
+        inits.append(numpy_helper.from_array(np.array(value, dtype), name))
+        return name
+    one, zero_u8 = constant("one", 1.0, F32), constant("zero_u8", 0, np.uint8)
+    nodes.append(node("QLinearConv", ["x", one, zero_u8,
+                                      constant("w", np.eye(CHANNELS, dtype=np.int8).reshape(CHANNELS, -1, 1, 1), np.int8),
+                                      constant("sw", np.ones(CHANNELS), F32), constant("zw", np.zeros(CHANNELS), np.int8),
+                                      one, zero_u8], ["y"]))
+    for out, (a, b, (sa, za, sb, zb, sc, zc)) in ADDS.items():
+        dtype = np.int8 if a == "a8" else np.uint8
+        params = [constant(f"{out}_{k}", v, F32 if k.startswith("s") else dtype)
+                  for k, v in (("sa", sa), ("za", za), ("sb", sb), ("zb", zb), ("sc", sc), ("zc", zc))]
+        nodes.append(node("QLinearAdd", [a, *params[:2], b, *params[2:4], *params[4:]], [out], domain="com.microsoft"))
+    shapes = {"a": [1, 65536], "b": [1, 65536], "a8": [1, 65536], "b8": [1, 65536], "s": [1, 1],
+              "x": [1, CHANNELS, 256, 256], "r": [1, CHANNELS, 256, 256]}
+    info = lambda name, operand: helper.make_tensor_value_info(
+        name, TensorProto.INT8 if operand == "a8" else TensorProto.UINT8, shapes[operand])
+    inputs = [info(name, name if name != "b8" else "a8") for name in shapes]
+    outputs = [info(out, "x" if a == "y" else a) for out, (a, _, _) in ADDS.items()]
+    graph = helper.make_graph(nodes, "qlinear_adds", inputs, outputs, inits)
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)])
+    m.ir_version = 8
+    onnx.save(m, str(path))
+
+
+def feeds() -> dict[str, np.ndarray]:
+    u8, s8 = (np.meshgrid(np.arange(lo, lo + 256), np.arange(lo, lo + 256), indexing="ij") for lo in (0, -128))
+    image = lambda v: np.broadcast_to(v.reshape(1, 1, 256, 256), (1, CHANNELS, 256, 256)).astype(np.uint8)
+    return {"a": u8[0].reshape(1, -1).astype(np.uint8), "b": u8[1].reshape(1, -1).astype(np.uint8),
+            "a8": s8[0].reshape(1, -1).astype(np.int8), "b8": s8[1].reshape(1, -1).astype(np.int8),
+            "s": np.array([[1]], np.uint8), "x": image(u8[0]), "r": image(u8[1])}
+
+
+def qdq_definition(a, b, sa, za, sb, zb, sc, zc):
+    """A QDQ Add as ONNX defines it (what ours computed for QLinearAdd before), in numpy."""
+    lo, hi = (-128, 127) if a.dtype == np.int8 else (0, 255)
+    fa, fb = ((x.astype(np.int32) - z).astype(F32) * F32(s) for x, s, z in ((a, sa, za), (b, sb, zb)))
+    return np.clip(np.rint((fa + fb) / F32(sc)) + zc, lo, hi).astype(a.dtype)
+
+
+def test_qlinear_add_equals_each_onnxruntime_build_it_is_built_for(tmp_path):
+    from tvm_integration.bench import ort_aarch64
+    from tvm_integration.qnn.lower import pipeline
+    from tvm_integration.qnn.runtime.model import compile_model, read
+    model(tmp_path / "adds.onnx")
+    inputs, names = feeds(), list(ADDS)
+    ours = compile_model(tmp_path / "adds.onnx", target="neon", mcpu=CORE)
+    assert arm_reference.follows(ours.op_kinds)["qlinear_add"] == arm_reference.AARCH64
+    ours = ours(inputs)
+    arm = dict(zip(names, ort_aarch64.run(tmp_path / "adds.onnx", inputs, names, CORE)[0]))
+    for name in names:
+        np.testing.assert_array_equal(ours[name], arm[name], err_msg=name)
+    operands = lambda a, b: (inputs["x" if a == "y" else a], inputs[b])
+    differ = {name: int(np.count_nonzero(arm[name] != qdq_definition(*operands(a, b), *quant)))
+              for name, (a, b, quant) in ADDS.items()}
+    assert differ == {"tie": 16384, "tie8": 16512, "scalar": 16384, "resnet18": 1, "l1q": 4, "s8s8_add_1": 2,
+                      "float_formula": 5, "float_fma_a": 1, "float_fma_b": 0, "conv_residual": 131072}
+    lowered = pipeline.lower(read(tmp_path / "adds.onnx", target="neon")[0], "neon", CORE)
+    assert len([g for g in lowered.functions if "add" in g.name_hint]) == len(ADDS) - 1   # conv_residual: fused
+    x86 = compile_model(tmp_path / "adds.onnx")(inputs)
+    for name, expected in zip(names, reference_session(str(tmp_path / "adds.onnx")).run(names, inputs)):
+        np.testing.assert_array_equal(x86[name], expected, err_msg=name)
