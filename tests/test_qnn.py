@@ -641,7 +641,7 @@ def test_residual_add_fused_into_the_convolution(tmp_path, operand, conv_is_outp
     path = conv_then_add(tmp_path, operand, conv_is_output)
     assert_bit_exact(path, runs=4)
     funcs = [f for f in lower(load(path)).functions.values() if isinstance(f, tirx.PrimFunc)]
-    adds = [f for f in funcs if f.attrs and f.attrs.get("qnn.op") == "add"]
+    adds = [f for f in funcs if f.attrs and f.attrs.get("qnn.op") == "qlinear_add"]
     assert len(adds) == (1 if conv_is_output else 0)
     assert sum(TENSORIZED in f.attrs for f in funcs) == 1
 
@@ -650,7 +650,7 @@ def test_add_of_a_constant_is_not_fused(tmp_path):
     path = conv_then_add(tmp_path, 0, False, constant_residual=True)
     assert_bit_exact(path, runs=2)
     funcs = [f for f in lower(load(path)).functions.values() if isinstance(f, tirx.PrimFunc)]
-    assert [f for f in funcs if f.attrs and f.attrs.get("qnn.op") == "add"]
+    assert [f for f in funcs if f.attrs and f.attrs.get("qnn.op") == "qlinear_add"]
 
 
 def test_tiny_resnet_adds_all_fused(tmp_path):
