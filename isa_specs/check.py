@@ -10,7 +10,10 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import select
+import selectors
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -117,11 +120,17 @@ class Harness:
         self.binary = cached_build(build_folder() / f"harness-{isa.name}-{key}",
                                    lambda path: _compile(isa, source, path), "build directory")
 
-    def run(self, requests: list[tuple[int, np.ndarray]]) -> list[np.ndarray]:
-        """``requests``: (case index, (n, input_bytes) uint8) → list of (n, result_bytes) outputs."""
+    def process(self) -> Process:
+        """A process of the harness to keep running, for ``run``."""
+        return Process(self.isa, self.binary, "harness")
+
+    def run(self, requests: list[tuple[int, np.ndarray]], process: Process | None = None) -> list[np.ndarray]:
+        """``requests``: (case index, (n, input_bytes) uint8) → list of (n, result_bytes) outputs; on
+        ``process`` (``process()``), else on a process of their own."""
         payload = b"".join(np.array([i, len(x)], "<u4").tobytes() + np.ascontiguousarray(x).tobytes()
                            for i, x in requests)
-        stdout = run_binary(self.isa, self.binary, payload, "harness")
+        size = sum(self.cases[i].result_bytes * len(x) for i, x in requests)
+        stdout = process.ask(payload, size) if process else run_binary(self.isa, self.binary, payload, "harness")
         outs, pos = [], 0
         for i, x in requests:
             size = self.cases[i].result_bytes * len(x)
@@ -154,6 +163,96 @@ def run_binary(isa: ISA, binary: Path, payload: bytes, what: str, args: list[str
     return proc.stdout
 
 
+class Process:
+    """A test binary (natively or under its ISA's emulator) kept running to answer request after request on
+    stdin and stdout, for a caller that knows each answer's size (the binary flushes its output after each
+    request): a process under qemu costs about 40 ms and a small request far less, and the hypothesis-driven
+    tests send thousands. Started on the first request, and again on the next one after a failure, so that a
+    request never meets a process an earlier one broke."""
+
+    def __init__(self, isa: ISA, binary: Path, what: str, args: list[str] = ()):
+        self.isa, self.what = isa, what
+        self.cmd = [*isa.toolchain.runner, str(binary), *args]
+        self._proc: subprocess.Popen | None = None
+
+    def ask(self, payload: bytes, size: int, timeout: float = 600.0) -> bytes:
+        """The ``size`` bytes the binary answers to ``payload``, read while it is written (as
+        ``subprocess.communicate`` does, so that neither side waits on a full pipe); killed after ``timeout``
+        seconds."""
+        proc = self._running()
+        deadline, sent, answer, ended = time.monotonic() + timeout, 0, bytearray(), False
+        with selectors.DefaultSelector() as ready:
+            if size:
+                ready.register(proc.stdout, selectors.EVENT_READ)
+            if payload:
+                ready.register(proc.stdin, selectors.EVENT_WRITE)
+            while ready.get_map() and not ended:
+                events = ready.select(deadline - time.monotonic())
+                ended = not events                            # out of time
+                for key, _ in events:
+                    if key.fileobj is proc.stdout:
+                        chunk = os.read(proc.stdout.fileno(), size - len(answer))
+                        answer += chunk
+                        ended = not chunk                     # it exited
+                        if len(answer) == size:
+                            ready.unregister(proc.stdout)
+                        continue
+                    try:
+                        sent += os.write(proc.stdin.fileno(), payload[sent:sent + select.PIPE_BUF])
+                    except BrokenPipeError:
+                        sent = len(payload)                   # it exited: its answer ends short
+                    if sent == len(payload):
+                        ready.unregister(proc.stdin)
+        if len(answer) != size:
+            proc.kill()
+            code, errors = self._end()
+            raise ToolchainError(f"{self.what} answered {len(answer)} bytes of {size} (exit {code}): {errors[-500:]}")
+        return bytes(answer)
+
+    def _running(self) -> subprocess.Popen:
+        if self._proc is None:
+            try:
+                self._proc = subprocess.Popen(self.cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                              stderr=subprocess.PIPE)
+            except FileNotFoundError as e:
+                packages = " ".join(self.isa.toolchain.apt_packages)
+                raise ToolchainError(f"cannot run {self.cmd[0]}: install {packages}") from e
+        return self._proc
+
+    def _end(self) -> tuple[int, str]:
+        """Wait for the process to exit and close its pipes: its exit code and what it wrote to stderr."""
+        proc, self._proc = self._proc, None
+        try:
+            proc.stdin.close()
+        except BrokenPipeError:
+            pass
+        code = proc.wait()
+        errors = proc.stderr.read().decode()
+        proc.stdout.close()
+        proc.stderr.close()
+        return code, errors
+
+    def close(self) -> None:
+        """End the input; an exit other than 0, or output nobody asked for, is a ToolchainError."""
+        if self._proc is None:
+            return
+        self._proc.stdin.close()
+        extra = self._proc.stdout.read()
+        code, errors = self._end()
+        if code != 0 or extra:
+            raise ToolchainError(f"{self.what} exited with {code} after {len(extra)} bytes unasked: {errors[-500:]}")
+
+    def __enter__(self) -> Process:
+        return self
+
+    def __exit__(self, kind, *_) -> None:
+        if kind is None:
+            self.close()
+        elif self._proc is not None:                  # a failure on the way out: it is the error to report
+            self._proc.kill()
+            self._end()
+
+
 def _compile(isa: ISA, source: str, binary: Path) -> None:
     tc = isa.toolchain
     src = binary.with_name("harness.c")
@@ -173,11 +272,17 @@ def numpy_outputs(case: Case, inputs: list[np.ndarray]) -> np.ndarray:
     return NUMPY.to_bytes(result, len(inputs[0]))
 
 
-def z3_mismatches(case: Case, inputs: list[np.ndarray], expected: np.ndarray, count: int) -> int:
-    """Evaluate the Z3 semantics on ``count`` inputs spread over the batch (edge, mixed and random
-    rows); number of disagreements with numpy."""
+def z3_semantics(case: Case) -> tuple[list[z3.BitVecRef], z3.ExprRef]:
+    """The case's Z3 semantics: its register operands as bit-vectors a0, a1, ..., and its result's term."""
     regs = [z3.BitVec(f"a{i}", op.ctype.bits) for i, op in enumerate(case.form.registers)]
-    term = evaluate(Z3, case.insn, case.form, regs, case.imm)
+    return regs, evaluate(Z3, case.insn, case.form, regs, case.imm)
+
+
+def z3_mismatches(case: Case, inputs: list[np.ndarray], expected: np.ndarray, count: int,
+                  semantics: tuple[list[z3.BitVecRef], z3.ExprRef] | None = None) -> int:
+    """Evaluate the Z3 semantics (``z3_semantics``, or the one given, built once for many batches) on
+    ``count`` inputs spread over the batch (edge, mixed and random rows); number of disagreements with numpy."""
+    regs, term = semantics or z3_semantics(case)
     bad = 0
     for row in np.unique(np.linspace(0, len(expected) - 1, min(count, len(expected))).astype(int)):
         subst = [(r, z3.BitVecVal(int.from_bytes(x[row].tobytes(), "little"), r.size())) for r, x in zip(regs, inputs)]
