@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from isa_specs import host
-from isa_specs.check import ToolchainError, run_binary
+from isa_specs.check import Process, ToolchainError, run_binary
 from isa_specs.lanes import mask
 from emit import EmitError, amx_runtime
 from emit.inputs import MAX_PAD, Batch, domains, make_batch, random_layout_params, read_slot, sample_patterns
@@ -101,16 +101,21 @@ class KernelDriver:
         return run_binary(self.isa, self.build(), payload, f"{driver} driver",
                           [f"{self.model['function']}_test_{driver}"])
 
-    def run(self, batch: Batch) -> np.ndarray:
-        """The writable buffer after each call, (n, size)."""
+    def process(self) -> Process:
+        """A process of the kernel's test driver to keep running, for ``run``."""
+        return Process(self.isa, self.build(), "kernel driver", [f"{self.model['function']}_test_kernel"])
+
+    def run(self, batch: Batch, process: Process | None = None) -> np.ndarray:
+        """The writable buffer after each call, (n, size); on ``process`` (``process()``), else on a process
+        of its own."""
         n = len(batch.expected)
         head = [n]
         for b, x in enumerate(batch.buffers):
             head += [batch.strides[b], x.shape[1], batch.misalign[b]]
         records = np.concatenate(batch.buffers, axis=1)
         payload = np.array(head, "<u4").tobytes() + np.ascontiguousarray(records).tobytes()
-        stdout = self.execute("kernel", payload)
         size = batch.expected.shape[1]
+        stdout = process.ask(payload, n * size) if process else self.execute("kernel", payload)
         if len(stdout) != n * size:
             raise ToolchainError(f"driver wrote {len(stdout)} bytes, expected {n * size}")
         return np.frombuffer(stdout, np.uint8).reshape(n, size)

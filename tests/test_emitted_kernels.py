@@ -13,7 +13,7 @@ import subprocess
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from conftest import HOST_RUNS
 from isa_specs import get_isa
@@ -112,14 +112,24 @@ def test_kernel_matches_spec_on_edge_cases_and_random_inputs(entry, emulated, co
                                                     else "native")
 
 
+@pytest.fixture
+def gcc_driver(entry, emulated):
+    """The entry's gcc driver and one process of it that the test's examples ask in turn (a test's fixture
+    lives through all its hypothesis examples): under qemu a process costs more than an example."""
+    driver = _runnable(entry, "gcc", emulated)
+    with driver.process() as process:
+        yield driver, process
+
+
 @pytest.mark.parametrize("entry,emulated", RUNS, ids=RUN_IDS)
-@settings(max_examples=8, deadline=None)
+@settings(max_examples=8, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(data=st.data())
-def test_kernel_matches_spec_property(entry, emulated, data):
+def test_kernel_matches_spec_property(gcc_driver, entry, emulated, data):
     """Hypothesis chooses, per call and input register, an edge pattern (every lane 0, 1, all ones,
     signed max/min…), per-lane edge mixtures or random lanes of the spec's domain, plus stride padding
-    and misalignment. gcc only, one process per example: clang builds get the edge-case test above."""
-    driver = _runnable(entry, "gcc", emulated)
+    and misalignment. gcc only: clang builds get the edge-case test above."""
+    driver, process = gcc_driver
     lay, n_slots = driver.layout, len(driver.spec.input_names)
     n = data.draw(st.integers(1, 12), label="calls")
     patterns = np.array(data.draw(st.lists(st.lists(st.integers(0, N_PATTERNS - 1), min_size=n_slots,
@@ -129,7 +139,7 @@ def test_kernel_matches_spec_property(entry, emulated, data):
     misalign = [aligned_misalignment(b.pointee, m) for m, b in zip(misalign, lay.buffers)]
     rng = np.random.default_rng(data.draw(st.integers(0, 2 ** 32 - 1), label="seed"))
     batch = make_batch(driver.spec, lay, patterns, rng, pad, misalign)
-    assert first_mismatch(driver, batch, driver.run(batch)) is None
+    assert first_mismatch(driver, batch, driver.run(batch, process)) is None
 
 
 def test_kernels_built_together_share_one_executable_and_fail_alone(monkeypatch):
