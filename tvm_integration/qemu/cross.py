@@ -10,6 +10,7 @@ TVM's runtime (the VM): cross_model.py.
 """
 from __future__ import annotations
 
+import functools
 import shutil
 import subprocess
 import tempfile
@@ -50,7 +51,7 @@ class QemuOperator:
                  result_shape):
         if (why := missing_tools()) is not None:
             raise RuntimeError(f"cannot run an AArch64 operator here: {why}")
-        self.assembly = executable.mod.inspect_source("s")
+        self._executable = executable
         self.in_shape, self.in_dtype = tuple(int(d) for d in in_shape), in_dtype       # IntImm from TIR shapes
         self.out_shape, self.out_dtype = tuple(int(d) for d in out_shape), out_dtype
         self.result_shape = tuple(int(d) for d in result_shape)
@@ -60,6 +61,12 @@ class QemuOperator:
         self._binary = self._dir / "operator"
         link(self._dir / "operator.o", self._binary)
         self._constants = [write(self._dir / f"constant{i}.bin", c) for i, c in enumerate(constants)]
+
+    @functools.cached_property
+    def assembly(self) -> str:
+        """The module's AArch64 assembly, generated on first use: LLVM generates the code again for it (for
+        the object file it did already), which for a layer of large constants took 25 s."""
+        return self._executable.mod.inspect_source("s")
 
     @property
     def binary(self) -> Path:
