@@ -156,7 +156,7 @@ def test_direct_conv2d_reads_the_padded_input_in_place(kernel):
     """Output rows of whole row tiles, or of 2 mr - 2 pixels rounded up to them (the last tile's
     extra pixels computed, not written): the kernel reads the window rows where they lie
     (direct.py), at stride 1 and 2, signed input padded with its zero point, batch 2, and as plain
-    TIR."""
+    TIR. Winograd is held off: the AVX2 tiles would take it at stride 1, and this is the direct operator."""
     mr = kernel.spec.mr
     for hw, stride, dtype, c, pad_value in ((mr, 1, "uint8", 16, 0), (2 * mr, 2, "int8", 32, -3),
                                             (2 * mr - 2, 1, "int8", 16, 5), (4 * mr - 4, 2, "uint8", 16, 0)):
@@ -167,7 +167,7 @@ def test_direct_conv2d_reads_the_padded_input_in_place(kernel):
         want = conv_reference(padded, w, "NHWC", stride, 0, 1)
         for use_kernel in (True, False):
             op = conv2d(w, shape, "NHWC", stride, 1, 1, dtype, kernel=kernel, use_kernel=use_kernel, pad_value=pad_value,
-                        in_place=True)
+                        in_place=True, use_winograd=False)
             assert np.array_equal(op(x), want)
 
 
@@ -229,8 +229,8 @@ def test_tensorized_tile_does_not_zero_its_output_in_memory(kernel, ksize):
     which would zero C in memory before every call, and the product is still exact."""
     shape = (1, 14, 14, 64)
     x, w = random(shape, "uint8"), random((32, 64, ksize, ksize), "int8")
-    assert "T.init()" not in build_conv2d(w, shape, "NHWC", 1, ksize // 2, kernel=kernel).mod.script()
-    op = conv2d(w, shape, "NHWC", 1, ksize // 2, 1, "uint8", kernel=kernel)
+    assert "T.init()" not in build_conv2d(w, shape, "NHWC", 1, ksize // 2, kernel=kernel, use_winograd=False).mod.script()
+    op = conv2d(w, shape, "NHWC", 1, ksize // 2, 1, "uint8", kernel=kernel, use_winograd=False)
     assert np.array_equal(op(x), conv_reference(x, w, "NHWC", 1, ksize // 2, 1))
 
 
@@ -241,7 +241,8 @@ def test_direct_conv2d_runs_column_tiles_outermost(kernel, case):
     output stage after it, batch 2, requantized: with 4x more columns than pixels (ResNet-18's 7x7x512
     layers, gemm.weights_outer; three column tiles, the last partly padding), with weights beyond
     half of L1 (64 channels, 51 or more columns: two and a part of the 16-wide tiles, enough output rows that the columns are
-    fewer than 4x the pixels), and with weights beyond direct.STREAMED_BYTES (ResNet-18's 14x14x256)."""
+    fewer than 4x the pixels), and with weights beyond direct.STREAMED_BYTES (ResNet-18's 14x14x256). Winograd
+    is held off (the AVX2 tiles would take it for these 3x3 stride-1 layers: then this tested winograd.py)."""
     mr, nr = kernel.spec.mr, kernel.spec.nr
     wide = case == "many-columns"
     c, o = {"many-columns": (16, max(12 * mr, 2 * nr) + 3), "weights-beyond-l1": (64, max(2 * nr, 48) + 3),
@@ -255,7 +256,7 @@ def test_direct_conv2d_runs_column_tiles_outermost(kernel, case):
     assert weights_outer(rows * mr, npad) == wide
     stage = OutputStage(bias=RNG.integers(-5000, 5000, o).astype(np.int32), requantize=ScaleRequantize(0.002, 3, "uint8"))
     acc = conv_reference(x, w, "NHWC", 1, 1, 1) + stage.bias
-    op = conv2d(w, shape, "NHWC", 1, 1, 1, "uint8", stage, kernel=kernel, in_place=True)
+    op = conv2d(w, shape, "NHWC", 1, 1, 1, "uint8", stage, kernel=kernel, in_place=True, use_winograd=False)
     assert np.array_equal(op(x), requantize_onnxruntime(acc, 0.002, 3, 0, 255))
 
 
