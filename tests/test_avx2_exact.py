@@ -108,10 +108,13 @@ def test_nine_bit_dense_on_the_avx2_tiles(avx2_only, types):
 @pytest.mark.parametrize("types,use_winograd", [(t, False) for t in TYPES] + [("w16", True)])
 def test_operands_that_saturate_vpmaddubsw_are_exact(avx2_only, types, use_winograd):
     """u8 activations of 200-255 against same-sign weight pairs of 127 and -128: every pair sum of
-    vpmaddubsw(x, w) passes int16 (255 * 127 * 2 = 64770). The direct tiles and Winograd's."""
+    vpmaddubsw(x, w) passes int16 (255 * 127 * 2 = 64770). The direct tiles and Winograd's. 16 input
+    channels, not 64: a pair saturates at any depth, and s8s7 takes each output's -128s (half its weights)
+    as terms of packing.clamped's correction, whose TIR grows with their count (64 channels: 41 s of the
+    suite's time for this case)."""
     rng = np.random.default_rng(1)
-    x = rng.integers(200, 256, (1, 7, 7, 64)).astype(np.uint8)
-    w = np.where(rng.random((32, 64, 3, 3)) < 0.5, 127, -128).astype(np.int8)
+    x = rng.integers(200, 256, (1, 7, 7, 16)).astype(np.uint8)
+    w = np.where(rng.random((32, 16, 3, 3)) < 0.5, 127, -128).astype(np.int8)
     out = conv2d(w, x.shape, "NHWC", 1, 1, kernel=avx2_only[types], use_winograd=use_winograd)(x)
     np.testing.assert_array_equal(out, conv_reference(x, w, "NHWC", 1, 1, 1))
 
