@@ -5,14 +5,14 @@
 * ``matmul(DQ(a), DQ(b))`` read by no QuantizeLinear, ``a`` uint8 -> MatMulIntegerToFloat: the same
   integer product in float32, ``float32(acc) * float32(sa * sb)`` (NNCF's transformer Q.K^T, whose int8
   pairs onnxruntime's x86 build turns uint8 first: ort_fusion.converted; int8 activations it leaves in
-  float there). ``b`` a constant (a weight: an NNCF model's last projection or classifier, whose
-  output it leaves float): the integer ``dense`` to float32, ``sb`` per tensor or per output column,
-  unless onnxruntime's MatMulAddFusion (graph level 1, before the QDQ fusions) first takes the matmul
-  into a float Gemm with the Add that alone reads it (float_ops._gemm): an Add of a [N] operand, or on
-  2-D rows of a [1, N], [M, 1] or [M, N] one. Another Add after it (a residual of a [..., M, K]
-  activation, a [1, 1, N] bias) stays a float Add of MatMulIntegerToFloat's output. That Gemm is
-  QGemm to float32 instead where its C is DQ of int32 too (``gemm_to_float``), as is an ONNX Gemm of
-  DQ(x) and DQ(W) without C (W transposed).
+  float there; its AArch64 build fuses an int8 ``a`` and ``b`` as they are: ``_fused_types``). ``b`` a
+  constant (a weight: an NNCF model's last projection or classifier, whose output it leaves float): the
+  integer ``dense`` to float32, ``sb`` per tensor or per output column, unless onnxruntime's
+  MatMulAddFusion (graph level 1, before the QDQ fusions) first takes the matmul into a float Gemm with
+  the Add that alone reads it (float_ops._gemm): an Add of a [N] operand, or on 2-D rows of a [1, N],
+  [M, 1] or [M, N] one. Another Add after it (a residual of a [..., M, K] activation, a [1, 1, N] bias)
+  stays a float Add of MatMulIntegerToFloat's output. That Gemm is QGemm to float32 instead where its C
+  is DQ of int32 too (``gemm_to_float``), as is an ONNX Gemm of DQ(x) and DQ(W) without C (W transposed).
 
 An operand that is a transpose of the integers is read through it by the operator (ops/batch_matmul.py),
 not copied first.
@@ -47,7 +47,8 @@ FLOAT_OUTPUT = QParams(np.array(1, np.float32), np.array(0, np.int64), "float32"
 
 
 def to_float(reader, call):
-    """``matmul(DQ(a), DQ(b))`` of a uint8 ``a``, read by no QuantizeLinear -> MatMulIntegerToFloat."""
+    """``matmul(DQ(a), DQ(b))`` of a uint8 ``a`` (on Arm also int8 pairs), read by no QuantizeLinear ->
+    MatMulIntegerToFloat."""
     var = reader.bound.get(call)
     readers = [] if var is None else reader.readers(var)
     if var is None or any(_op(r) == "relax.quantize" for r in readers):
@@ -57,10 +58,16 @@ def to_float(reader, call):
             return None
         return reader.linear(call, None, FLOAT_OUTPUT, [0, 0], reader.layer_name(call), reshaped=False)
     found = _operands(reader, call)
-    if found is None or found[1][0].dtype != "uint8":
+    if found is None or not _fused_types(reader, found[1][0].dtype, found[1][1].dtype):
         return None
     (sa, _), (sb, _) = found[2]
     return _batch_matmul(reader, found, np.float32(sa * sb), "float32", 0, [0, 0], call)
+
+
+def _fused_types(reader, a: str, b: str) -> bool:
+    """MatMulNodeGroupSelector's types: ``a`` uint8, or (its AArch64 build, ``reader.int8_allowed``) ``a``
+    and ``b`` both int8; onnxruntime's x86 build turns the int8 pairs it can uint8 first (ort_fusion.converted)."""
+    return a == "uint8" or reader.int8_allowed and a == b == "int8"
 
 
 def _op(call) -> str:

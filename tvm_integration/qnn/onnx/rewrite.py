@@ -78,9 +78,10 @@ class QDQToInteger(QDQReader):
     """Each group onnxruntime fuses (the module docstring's list) replaced by its integer op, matched
     on the graph as imported (qdq.py)."""
 
-    def __init__(self, mod, float_layers: dict[str, str] | None = None):
+    def __init__(self, mod, float_layers: dict[str, str] | None = None, int8_allowed: bool = False):
         super().__init__(mod)
         self.float_layers, self.float_cores = float_layers or {}, set()    # ort_fusion.py: nodes kept float, their calls
+        self.int8_allowed = int8_allowed        # onnxruntime's AArch64 build: it fuses int8 activations as they are
 
     def run(self):
         self.float_cores = ort_fusion.float_calls(self.mod, self.float_layers)
@@ -468,9 +469,10 @@ class QDQToInteger(QDQReader):
         return self.visit_expr(data[0])
 
 
-def rewrite(mod, float_layers: dict[str, str] | None = None):
+def rewrite(mod, float_layers: dict[str, str] | None = None, int8_allowed: bool = False):
     """The integer module: every group onnxruntime fuses is one integer op, each chain of channel
     movement one gather (channels.py, which counts readers: dead float code removed first);
-    ``float_layers``: the ONNX nodes onnxruntime leaves in float (ort_fusion.py)."""
-    mod = relax.transform.DeadCodeElimination()(QDQToInteger(mod, float_layers).run())
+    ``float_layers``: the ONNX nodes onnxruntime leaves in float (ort_fusion.py); ``int8_allowed``: as
+    onnxruntime's AArch64 build, which fuses int8 activations (ort_fusion.float_layers)."""
+    mod = relax.transform.DeadCodeElimination()(QDQToInteger(mod, float_layers, int8_allowed).run())
     return relax.transform.DeadCodeElimination()(channels.fuse(mod))

@@ -44,7 +44,7 @@ def lower(model: onnx.ModelProto, target: str = "host", stage: str = "bind", mcp
     mod = importer.to_relax(model)
     if stage == "import":
         return mod
-    mod = rewrite.rewrite(mod, layers)
+    mod = rewrite.rewrite(mod, layers, int8_allowed=target == "neon")
     if stage == "rewrite":
         return mod
     return pipeline.lower(mod, target, mcpu, stage, lowbit)
@@ -77,7 +77,7 @@ def read(path: str | Path, allow_float: bool = False, target: str = "host") -> t
         tflite = tflite_importer.load(path)
         return tflite.run(), tflite.specs(), tflite.output_names()
     model, layers = onnxruntime_view(importer.load(path, allow_float=allow_float), target)
-    mod = rewrite.rewrite(importer.to_relax(model), layers)
+    mod = rewrite.rewrite(importer.to_relax(model), layers, int8_allowed=target == "neon")
     return mod, importer.input_specs(model), [o.name for o in model.graph.output]
 
 
