@@ -129,11 +129,10 @@ class Harness:
         ``process`` (``process()``), else on a process of their own."""
         payload = b"".join(np.array([i, len(x)], "<u4").tobytes() + np.ascontiguousarray(x).tobytes()
                            for i, x in requests)
-        size = sum(self.cases[i].result_bytes * len(x) for i, x in requests)
-        stdout = process.ask(payload, size) if process else run_binary(self.isa, self.binary, payload, "harness")
+        sizes = [self.cases[i].result_bytes * len(x) for i, x in requests]
+        stdout = process.ask(payload, sum(sizes)) if process else run_binary(self.isa, self.binary, payload, "harness")
         outs, pos = [], 0
-        for i, x in requests:
-            size = self.cases[i].result_bytes * len(x)
+        for (_, x), size in zip(requests, sizes):
             outs.append(np.frombuffer(stdout[pos:pos + size], np.uint8).reshape(len(x), -1))
             pos += size
         if pos != len(stdout):
@@ -157,10 +156,14 @@ def run_binary(isa: ISA, binary: Path, payload: bytes, what: str, args: list[str
     try:
         proc = subprocess.run(cmd, input=payload, capture_output=True, timeout=600)
     except FileNotFoundError as e:
-        raise ToolchainError(f"cannot run {cmd[0]}: install {' '.join(isa.toolchain.apt_packages)}") from e
+        raise _not_installed(isa, cmd) from e
     if proc.returncode != 0:
         raise ToolchainError(f"{what} exited with {proc.returncode}: {proc.stderr.decode()[-500:]}")
     return proc.stdout
+
+
+def _not_installed(isa: ISA, cmd: list[str]) -> ToolchainError:
+    return ToolchainError(f"cannot run {cmd[0]}: install {' '.join(isa.toolchain.apt_packages)}")
 
 
 class Process:
@@ -215,8 +218,7 @@ class Process:
                 self._proc = subprocess.Popen(self.cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                               stderr=subprocess.PIPE)
             except FileNotFoundError as e:
-                packages = " ".join(self.isa.toolchain.apt_packages)
-                raise ToolchainError(f"cannot run {self.cmd[0]}: install {packages}") from e
+                raise _not_installed(self.isa, self.cmd) from e
         return self._proc
 
     def _end(self) -> tuple[int, str]:

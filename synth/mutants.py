@@ -185,17 +185,17 @@ def classify(mutant: Mutant, original: dict, scratch: Path, solver_seconds: floa
     same = ("name", "constants", "uses", "key", "spec")
     if any(mutant.entry[f] != original[f] for f in same):
         return dict(row, outcome="wrongly accepted", reason="a field other than the program changed")
-    provers = []
+    provers = set()
     for name, s in mutant.entry["stages"].items():
         if s["program"] != original["stages"][name]["program"]:
             program = Program.from_json(s["program"])
             ob, _ = prove_equal(stages[name], program, time.monotonic() + solver_seconds)
             if ob.result == "unknown":
                 ob, _ = prove_equal(stages[name], program, time.monotonic() + solver_seconds, bitwuzla_query)
+            prover = f"{ob.solver} (plain Z3 unknown)" if ob.method == "bitwuzla" else "plain Z3"
             if ob.result != "proved":
                 return dict(row, outcome="wrongly accepted" if ob.result == "refuted" else "undecided",
-                            reason=f"plain Z3 unknown, {ob.solver}: {ob.result}" if ob.method == "bitwuzla"
-                            else f"plain Z3: {ob.result}")
-            provers.append("plain Z3" if ob.method == "z3" else f"{ob.solver} (plain Z3 unknown)")
+                            reason=f"{prover}: {ob.result}")
+            provers.add(prover)
     return dict(row, outcome="equivalent",
-                reason=f"{', '.join(sorted(set(provers)))} proves the edited stages equal to their specs")
+                reason=f"{', '.join(sorted(provers))} proves the edited stages equal to their specs")

@@ -40,14 +40,19 @@ def lower(model: onnx.ModelProto, target: str = "host", stage: str = "bind", mcp
     stages = ("import", "rewrite", *pipeline.STAGES)
     if stage not in stages:
         raise ValueError(f"stage must be one of {stages}, got {stage!r}")
-    model, layers = onnxruntime_view(model, target)
-    mod = importer.to_relax(model)
     if stage == "import":
-        return mod
-    mod = rewrite.rewrite(mod, layers, int8_allowed=target == "neon")
+        return importer.to_relax(onnxruntime_view(model, target)[0])
+    mod, _ = rewritten(model, target)
     if stage == "rewrite":
         return mod
     return pipeline.lower(mod, target, mcpu, stage, lowbit)
+
+
+def rewritten(model: onnx.ModelProto, target: str) -> tuple[tvm.IRModule, onnx.ModelProto]:
+    """The ONNX model imported and rewritten into integer ops as onnxruntime's build for ``target`` fuses
+    them (the AArch64 one keeps int8 activations), and the model as that build types it (onnxruntime_view)."""
+    model, layers = onnxruntime_view(model, target)
+    return rewrite.rewrite(importer.to_relax(model), layers, int8_allowed=target == "neon"), model
 
 
 def input_specs(path: str | Path, allow_float: bool = False) -> dict[str, tuple[tuple[int, ...], str]]:
@@ -76,8 +81,7 @@ def read(path: str | Path, allow_float: bool = False, target: str = "host") -> t
     if Path(path).suffix == ".tflite":
         tflite = tflite_importer.load(path)
         return tflite.run(), tflite.specs(), tflite.output_names()
-    model, layers = onnxruntime_view(importer.load(path, allow_float=allow_float), target)
-    mod = rewrite.rewrite(importer.to_relax(model), layers, int8_allowed=target == "neon")
+    mod, model = rewritten(importer.load(path, allow_float=allow_float), target)
     return mod, importer.input_specs(model), [o.name for o in model.graph.output]
 
 
