@@ -11,17 +11,19 @@ import tflite
 
 from tvm_integration.bench import int8_models, tuned_shapes
 from tvm_integration.kernels import tuning
-from tvm_integration.qnn.runtime.model import compile_model
+from tvm_integration.qnn.lower import pipeline
+from tvm_integration.qnn.runtime import model
 
 TFLITE = Path(__file__).resolve().parent / "data" / "tflite"
 
 
-def looked_up_while_compiling(path, monkeypatch) -> set[str]:
-    """The tuning-log keys the operators look up (``tuning.choose``) while ``compile_model`` compiles ``path``."""
+def looked_up_while_lowering(path, monkeypatch) -> set[str]:
+    """The tuning-log keys the operators look up (``tuning.choose``) while the model at ``path`` is lowered
+    as ``compile_model`` lowers it (the operators are built there; what follows only compiles them)."""
     looked_up = set()
     choose = tuning.choose
     monkeypatch.setattr(tuning, "choose", lambda key, *args, **kw: looked_up.add(key) or choose(key, *args, **kw))
-    compile_model(path)
+    pipeline.lower(model.read(path)[0])
     return looked_up
 
 
@@ -35,7 +37,7 @@ def chosen(path, keys=None) -> dict:
 
 def test_counted_keys_are_the_keys_the_operators_look_up(tmp_path, monkeypatch):
     path = int8_models.quantize(int8_models.resnet(size=32, widths=(8, 16, 16, 32), classes=10), tmp_path / "r.onnx")
-    looked_up = looked_up_while_compiling(path, monkeypatch)
+    looked_up = looked_up_while_lowering(path, monkeypatch)
     counted = {tuned_shapes.key_of(kind, args) for kind, args in tuned_shapes.shapes(path)}
     assert counted == looked_up and len(counted) > 3
     log = tmp_path / "host.json"
@@ -71,7 +73,7 @@ def test_a_tflite_models_counted_keys_are_the_keys_its_operators_look_up(name, d
     found = tuned_shapes.shapes(path)
     assert len(found) == ops.count("CONV_2D") + ops.count("FULLY_CONNECTED")
     counted = {tuned_shapes.key_of(kind, args) for kind, args in found}
-    assert counted == looked_up_while_compiling(path, monkeypatch) and len(counted) == distinct
+    assert counted == looked_up_while_lowering(path, monkeypatch) and len(counted) == distinct
     log = tmp_path / "host.json"
     one = sorted(counted)[0]
     log.write_text(json.dumps({**chosen(path, {one}), "dense m9 n9 k9 int8": {"kernel": "any"}}))
