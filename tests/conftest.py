@@ -7,6 +7,7 @@ from hypothesis import HealthCheck, settings
 
 from isa_specs import host
 from isa_specs.features import AARCH64, X86
+from synth import trust
 
 # CI: bounded, derandomized runs so the default suite stays fast and reproducible.
 settings.register_profile("ci", max_examples=25, deadline=None, derandomize=True,
@@ -14,10 +15,16 @@ settings.register_profile("ci", max_examples=25, deadline=None, derandomize=True
 settings.register_profile("dev", deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
-# Entries are trusted once re-proved on this machine (synth/trust.py): tests keep their own trust
-# store, shared by the xdist workers of one run, so they neither read nor change the user's.
+# Entries are trusted once re-proved on this machine (synth/trust.py). Tests keep a trust store of their
+# own, so they neither read nor change the user's, and keep it from run to run: a stamp names an entry's
+# content hash and the verifier's source (trust.fingerprint), so an entry changed in a checkout, or any
+# change to isa_specs/, sketches/ or synth/, re-proves on first use, and only identical bytes under an
+# identical verifier are not proved again (a fresh store per run re-proved the whole cache each time:
+# 269 s of CPU, a sixth of the suite). One store per fingerprint: worktrees with different verifiers
+# would otherwise drop each other's stamps. Tests of proving itself set stores of their own.
 os.environ.setdefault("QSYNTH_TRUST", os.path.join(
-    tempfile.gettempdir(), f"qsynth-trust-{os.environ.get('PYTEST_XDIST_TESTRUNUID', os.getpid())}.json"))
+    os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "qsynth", "tests",
+    f"verified-{trust.fingerprint()}.json"))
 # The same for compiled models (qnn/runtime/artifacts.py): qsynth run's cache, one per run of the suite.
 os.environ.setdefault("QSYNTH_MODEL_CACHE", os.path.join(
     tempfile.gettempdir(), f"qsynth-models-{os.environ.get('PYTEST_XDIST_TESTRUNUID', os.getpid())}"))
