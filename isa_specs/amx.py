@@ -21,7 +21,8 @@ import sys
 
 from isa_specs.instruction import Form, Instruction, Operand
 from isa_specs.isa import ISA as _ISA, Toolchain
-from isa_specs.lanes import total
+from isa_specs import products
+from isa_specs.products import sums_of_products
 
 # ---------------------------------------------------------------- semantics
 
@@ -31,17 +32,12 @@ def _tdp(B, c, a, b, M, N, K, a_signed, b_signed):
     A.row[m].dword[k4], B.row[k4].dword[n]), where DPBD(c, x, y) = c + sum over i < 4 of
     Extend32(x.byte[i]) * Extend32(y.byte[i]) with 32-bit wrap-around (no saturation).
     Rows beyond M / columns beyond N*4 bytes are not part of the operand (the stored result is M*N*4)."""
-    ea = B.sext if a_signed else B.zext
-    eb = B.sext if b_signed else B.zext
     cs, xa, xb = B.lanes(c, 32), B.lanes(a, 8), B.lanes(b, 8)
     assert len(cs) == M * N and len(xa) == M * K and len(xb) == K * N, (len(cs), len(xa), len(xb), M, N, K)
-    out = []
-    for m in range(M):
-        for n in range(N):
-            prods = [B.mul(ea(xa[m * K + 4 * k4 + i], 32), eb(xb[k4 * 4 * N + 4 * n + i], 32))
-                     for k4 in range(K // 4) for i in range(4)]
-            out.append(total(B, [cs[m * N + n], *prods]))
-    return B.join(out)
+    A = [xa[m * K:(m + 1) * K] for m in range(M)]                                   # A.row[m].byte[t]
+    Bm = [[xb[t // 4 * 4 * N + 4 * n + t % 4] for t in range(K)] for n in range(N)]  # B.row[t/4].byte[4n + t%4]
+    C = [cs[m * N:(m + 1) * N] for m in range(M)]
+    return B.join([lane for row in sums_of_products(B, A, Bm, C, (a_signed, b_signed)) for lane in row])
 
 
 def tdpbusd(B, c, a, b, M, N, K):
@@ -125,4 +121,5 @@ ISA = _ISA(
     instructions=INSTRUCTIONS,
     toolchain=Toolchain("gcc", ("-O1", "-mamx-tile", "-mamx-int8"), apt_packages=("gcc",)),
     module=sys.modules[__name__],
+    shared=(products,),
 )

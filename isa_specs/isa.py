@@ -26,6 +26,7 @@ class ISA:
     instructions: tuple[Instruction, ...]
     toolchain: Toolchain
     module: object = None                 # the defining module, hashed into ``version``
+    shared: tuple = ()                    # other modules its semantics call, hashed into ``version`` too
 
     def __post_init__(self):
         names = [i.mnemonic for i in self.instructions]
@@ -49,6 +50,6 @@ class ISA:
         """Hash of the semantics source and the lane algebra: part of every cache key."""
         from isa_specs import lanes, instruction
         h = hashlib.sha256()
-        for mod in (lanes, instruction, self.module):
+        for mod in (lanes, instruction, self.module, *self.shared):
             h.update(inspect.getsource(mod).encode())
         return h.hexdigest()[:16]

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-import numpy as np
-
 from isa_specs.features import REGISTER_FILES
-from isa_specs.lanes import Bits, NumpyBackend, mask, total
+from isa_specs.lanes import total
+from isa_specs.products import sums_of_products
 from synth.spec import _bounded, _check
 from synth.tiles import INT8_TILES
 
@@ -191,9 +190,9 @@ class Int8Spec:
         return [B.lanes(x[f"a{i}"], 8) for i in range(self.mr)], Bm, C
 
     def reference(self, B, inputs):
-        sa, sb = self.signed
-        ext = lambda v, s: B.sext(v, 32) if s else B.zext(v, 32)
         if self.layout == "acc":
+            sa, sb = self.signed
+            ext = lambda v, s: B.sext(v, 32) if s else B.zext(v, 32)
             x = dict(zip(self.input_names, inputs))
             A = [B.lanes(x[f"a{i}"], self.elem_bits) for i in range(self.mr)]
             Bm = [B.lanes(x[f"b{j}"], self.elem_bits) for j in range(self.nr)]
@@ -201,10 +200,7 @@ class Int8Spec:
                                             if t // 2 % 4 == lane]])
                             for lane, c in enumerate(B.lanes(x[f"c{i}_{j}"], 32))])
                     for i in range(self.mr) for j in range(self.nr)]
-        A, Bm, C = self.matrices(B, inputs)
-        A = [[ext(x, sa) for x in row] for row in A]       # each element widened once, not once per product:
-        Bm = [[ext(y, sb) for y in column] for column in Bm]  # an AMX tile's numpy reference took 6.4 s, now 2.7
-        rows = _sums_of_products(B, A, Bm, C)
+        rows = sums_of_products(B, *self.matrices(B, inputs), self.signed)
         if self.layout == "tile":       # one register per 16 x 16 tile, row-major inside
             return [B.join([rows[i][j] for i in range(16 * r, 16 * r + 16) for j in range(16 * c, 16 * c + 16)])
                     for r in range(self.mr // 16) for c in range(self.nr // 16)]
@@ -230,15 +226,3 @@ class Int8Spec:
                 out.append(None)
         return out
 
-
-def _sums_of_products(B, A, Bm, C):
-    """``C[i][j] + sum_t A[i][t] * Bm[j][t]`` on 32-bit lanes. Z3 and linear forms get the terms element
-    by element; a numpy batch one product of matrices in uint64, whose wrap-around modulo 2**64 keeps
-    the same sums modulo 2**32 (an emulated AMX tile's 262 144 products took 1.3 s a batch one by one)."""
-    if not isinstance(B, NumpyBackend):
-        return [[total(B, [c, *[B.mul(x, y) for x, y in zip(a, b)]]) for b, c in zip(Bm, row_c)]
-                for a, row_c in zip(A, C)]
-    n = max(np.size(x.v) for rows in (A, Bm, C) for row in rows for x in row)
-    array = lambda rows: np.array([[np.broadcast_to(x.v, (n,)) for x in row] for row in rows], np.uint64)
-    sums = np.einsum("ikn,jkn->ijn", array(A), array(Bm)) + array(C)
-    return [[Bits(row & np.uint64(mask(32)), 32) for row in rows] for rows in sums]

@@ -122,7 +122,7 @@ def test_int8_reference_matches_matmul(isa, types, layout):
                                   Int8Spec.for_isa("neon", "u8u8", layout="rows"), Int8Spec.for_isa("avx512", "u8s8", k=4)],
                          ids=lambda s: s.name)
 def test_int8_reference_is_the_same_on_numpy_and_z3(spec):
-    """A numpy batch takes one product of matrices (int8_spec._sums_of_products), Z3 the element-wise
+    """A numpy batch takes one product of matrices (isa_specs.products), Z3 the element-wise
     terms the proofs use: on the same inputs, their edges included (every lane at the bound of its range,
     where products and sums wrap), they agree."""
     from synth.stages import kernel_inputs
