@@ -17,7 +17,8 @@ from tvm_integration.qnn.onnx.importer import load
 from tvm_integration.qnn.semantics.errors import ModelError
 from tvm_integration import CompiledModel, compile_model  # the documented entry point
 from tvm_integration.qnn.prim.schedules import SCHEDULED, TENSORIZED
-from tvm_integration.qnn.runtime.model import lower
+from tvm_integration.qnn.lower import pipeline
+from tvm_integration.qnn.runtime.model import build, lower, read
 
 logging.getLogger("root").setLevel(logging.ERROR)      # quantize_static's pre-processing advice
 
@@ -36,8 +37,17 @@ CASES = [("resnet", "qdq_per_channel"), ("resnet", "qoperator"), ("resnet", "qdq
          ("silu_fpn", "qdq_s8_activations"), ("mlp", "qdq_per_channel"), ("mlp", "qoperator"), ("mlp", "qdq_u8_weights")]
 
 
-def assert_bit_exact(path, runs=3, seed=0, **compile_args):
-    model = compile_model(path, threads=1, **compile_args)
+def lowered_and_compiled(path):
+    """The lowered module of the model at ``path`` (what a test reads: its kinds, its tiles) and the model
+    built from it, as compile_model builds it: one lowering for both."""
+    mod, inputs, outputs = read(path)
+    mod = pipeline.lower(mod)
+    return mod, build(mod, inputs, outputs, threads=1)
+
+
+def assert_bit_exact(path, runs=3, seed=0):
+    """The compiled model equals onnxruntime on ``runs`` random inputs; returns it and its lowered module."""
+    mod, model = lowered_and_compiled(path)
     session = reference_session(path)
     rng = np.random.default_rng(seed)
     for _ in range(runs):
@@ -45,7 +55,7 @@ def assert_bit_exact(path, runs=3, seed=0, **compile_args):
         ours = model(feeds)
         for name, expected in zip(model.outputs, session.run(None, feeds)):
             np.testing.assert_array_equal(ours[name], expected)
-    return model
+    return model, mod
 
 
 @pytest.mark.parametrize("name,quantization", CASES, ids=[f"{m}-{q}" for m, q in CASES])
@@ -69,10 +79,14 @@ def test_every_stage_is_bit_exact(tmp_path):
         np.testing.assert_array_equal(vm["main"](tvm.runtime.tensor(feeds["input"])).numpy(), expected)
 
 
-def test_compiled_model_runs_kernels_and_no_default_loops(tmp_path):
-    path = int8_models.quantize(TINY["resnet"](), tmp_path / "r.onnx")
-    mod = lower(load(path))
-    funcs = [f for f in mod.functions.values() if isinstance(f, tirx.PrimFunc)]
+@pytest.fixture(scope="module")
+def tiny_resnet(tmp_path_factory):
+    """The tiny ResNet quantized per channel, lowered once for the tests that read its functions."""
+    return lower(load(int8_models.quantize(TINY["resnet"](), tmp_path_factory.mktemp("resnet") / "r.onnx")))
+
+
+def test_compiled_model_runs_kernels_and_no_default_loops(tiny_resnet):
+    funcs = [f for f in tiny_resnet.functions.values() if isinstance(f, tirx.PrimFunc)]
     tensorized = [f for f in funcs if TENSORIZED in f.attrs]
     assert len(tensorized) == 21        # 20 convolutions and the fully connected layer
     assert all(TENSORIZED in f.attrs or SCHEDULED in f.attrs for f in funcs)
@@ -129,7 +143,7 @@ def test_requantize_ties_round_half_to_even(tmp_path):
     """Scales 1 x 1 / 2: every odd accumulator is a tie; onnxruntime rounds them to even."""
     weight = np.ones((4, 3, 1, 1), np.int8)
     path = single_conv(tmp_path, [1, 3, 4, 4], weight, 1, [0] * 4, 1, 1.0, 0, np.ones(4, np.float32), 2.0, 0)
-    model = assert_bit_exact(path)
+    model, _ = assert_bit_exact(path)
     x = np.random.default_rng(1).integers(0, 4, (1, 3, 4, 4)).astype(np.uint8)
     y = model({"x": x})["y"]
     assert set(np.unique(x.sum(1) % 2)) == {0, 1}                          # ties present
@@ -409,6 +423,12 @@ def transposed_images(mod) -> list:
     return [s for s in shapes if int(s[2]) * int(s[3]) != 1]
 
 
+def op_kinds(mod) -> list[str]:
+    """The ``qnn.op`` kinds of a lowered model's functions, in the module's order."""
+    return [str(f.attrs["qnn.op"]) for f in mod.functions.values()
+            if isinstance(f, tirx.PrimFunc) and f.attrs and "qnn.op" in f.attrs]
+
+
 def test_squeeze_and_excitation_stays_nhwc(tmp_path):
     """MobileNetV3's squeeze-and-excitation multiplies the image by a [1, C, 1, 1] scale: broadcast in
     NHWC as in NCHW, so no transposes to NCHW and back around it (three per block before)."""
@@ -437,12 +457,11 @@ def test_elementwise_ops_are_exact_lookup_tables(tmp_path, op, attrs, dtype):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = int8_models.IR_VERSION
     onnx.save(model, str(tmp_path / "f.onnx"))
-    kinds = [str(f.attrs["qnn.op"]) for f in lower(load(tmp_path / "f.onnx")).functions.values()
-             if isinstance(f, tirx.PrimFunc) and f.attrs and "qnn.op" in f.attrs]
-    assert kinds == ["lookup"]
+    mod, compiled = lowered_and_compiled(tmp_path / "f.onnx")
+    assert op_kinds(mod) == ["lookup"]
     x = (np.arange(256) + lo).astype(dtype).reshape(1, 1, 16, 16)
     expected = reference_session(tmp_path / "f.onnx").run(None, {"x": x})[0]
-    np.testing.assert_array_equal(compile_model(tmp_path / "f.onnx", threads=1)({"x": x})["y"], expected)
+    np.testing.assert_array_equal(compiled({"x": x})["y"], expected)
 
 
 POOLS = [{"kernel_shape": [2, 2], "strides": [2, 2]},
@@ -494,12 +513,11 @@ def test_qdq_max_pool_is_the_integer_op(tmp_path, size, attrs):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = int8_models.IR_VERSION
     onnx.save(onnx.shape_inference.infer_shapes(model), str(tmp_path / "p.onnx"))
-    kinds = [str(f.attrs["qnn.op"]) for f in lower(load(tmp_path / "p.onnx")).functions.values()
-             if isinstance(f, tirx.PrimFunc) and f.attrs and "qnn.op" in f.attrs]
-    assert kinds == ["max_pool2d"]
+    mod, compiled = lowered_and_compiled(tmp_path / "p.onnx")
+    assert op_kinds(mod) == ["max_pool2d"]
     x = np.random.default_rng(6).integers(0, 256, (1, 8, size, size)).astype(np.uint8)
     expected = reference_session(tmp_path / "p.onnx").run(None, {"x": x})[0]
-    np.testing.assert_array_equal(compile_model(tmp_path / "p.onnx", threads=1)({"x": x})["y"], expected)
+    np.testing.assert_array_equal(compiled({"x": x})["y"], expected)
 
 
 @pytest.mark.parametrize("attrs", [{"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
@@ -524,14 +542,12 @@ def test_qoperator_max_pool_is_the_integer_op_in_nhwc(tmp_path, attrs):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = int8_models.IR_VERSION
     onnx.save(onnx.shape_inference.infer_shapes(model), str(tmp_path / "p.onnx"))
-    mod = lower(load(tmp_path / "p.onnx"))
-    kinds = [str(f.attrs["qnn.op"]) for f in mod.functions.values()
-             if isinstance(f, tirx.PrimFunc) and f.attrs and "qnn.op" in f.attrs]
-    assert sorted(kinds) == ["conv2d", "conv2d", "max_pool2d"]
+    mod, compiled = lowered_and_compiled(tmp_path / "p.onnx")
+    assert sorted(op_kinds(mod)) == ["conv2d", "conv2d", "max_pool2d"]
     assert len(transposed_images(mod)) == 2                   # the model's input and output alone
     x = rng.integers(0, 256, (1, 8, 15, 15)).astype(np_type)
     expected = reference_session(tmp_path / "p.onnx").run(None, {"x": x})[0]
-    np.testing.assert_array_equal(compile_model(tmp_path / "p.onnx", threads=1)({"x": x})["y"], expected)
+    np.testing.assert_array_equal(compiled({"x": x})["y"], expected)
 
 
 UNARY = [("QLinearLeakyRelu", {"alpha": 0.1}), ("QLinearSigmoid", {}),
@@ -566,8 +582,8 @@ def test_dynamic_quantization_runs_exact_on_the_tiles(tmp_path, name):
     quantize_dynamic(str(tmp_path / "f.onnx"), str(tmp_path / "d.onnx"), weight_type=QuantType.QInt8)
     ops = [n.op_type for n in onnx.load(str(tmp_path / "d.onnx")).graph.node]
     assert "DynamicQuantizeLinear" in ops
-    assert_bit_exact(tmp_path / "d.onnx")
-    funcs = [f for f in lower(load(tmp_path / "d.onnx")).functions.values() if isinstance(f, tirx.PrimFunc)]
+    _, mod = assert_bit_exact(tmp_path / "d.onnx")
+    funcs = [f for f in mod.functions.values() if isinstance(f, tirx.PrimFunc)]
     assert sum(TENSORIZED in f.attrs for f in funcs) == ops.count("MatMulInteger") + ops.count("ConvInteger") > 0
 
 
@@ -603,7 +619,7 @@ def test_conv_integer_node(tmp_path, geometry):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = int8_models.IR_VERSION
     onnx.save(model, str(tmp_path / "c.onnx"))
-    compiled = assert_bit_exact(tmp_path / "c.onnx")
+    compiled, _ = assert_bit_exact(tmp_path / "c.onnx")
     assert compiled.outputs == ["y"]
 
 
@@ -639,8 +655,8 @@ def test_residual_add_fused_into_the_convolution(tmp_path, operand, conv_is_outp
     stage (no add function left), either operand order, bit-exact; a convolution that is also a model
     output keeps its own add."""
     path = conv_then_add(tmp_path, operand, conv_is_output)
-    assert_bit_exact(path, runs=4)
-    funcs = [f for f in lower(load(path)).functions.values() if isinstance(f, tirx.PrimFunc)]
+    _, mod = assert_bit_exact(path, runs=4)
+    funcs = [f for f in mod.functions.values() if isinstance(f, tirx.PrimFunc)]
     adds = [f for f in funcs if f.attrs and f.attrs.get("qnn.op") == "qlinear_add"]
     assert len(adds) == (1 if conv_is_output else 0)
     assert sum(TENSORIZED in f.attrs for f in funcs) == 1
@@ -648,14 +664,13 @@ def test_residual_add_fused_into_the_convolution(tmp_path, operand, conv_is_outp
 
 def test_add_of_a_constant_is_not_fused(tmp_path):
     path = conv_then_add(tmp_path, 0, False, constant_residual=True)
-    assert_bit_exact(path, runs=2)
-    funcs = [f for f in lower(load(path)).functions.values() if isinstance(f, tirx.PrimFunc)]
+    _, mod = assert_bit_exact(path, runs=2)
+    funcs = [f for f in mod.functions.values() if isinstance(f, tirx.PrimFunc)]
     assert [f for f in funcs if f.attrs and f.attrs.get("qnn.op") == "qlinear_add"]
 
 
-def test_tiny_resnet_adds_all_fused(tmp_path):
-    path = int8_models.quantize(TINY["resnet"](), tmp_path / "r.onnx")
-    funcs = [f for f in lower(load(path)).functions.values() if isinstance(f, tirx.PrimFunc)]
+def test_tiny_resnet_adds_all_fused(tiny_resnet):
+    funcs = [f for f in tiny_resnet.functions.values() if isinstance(f, tirx.PrimFunc)]
     assert not [f for f in funcs if f.attrs and f.attrs.get("qnn.op") == "add"]
 
 
@@ -720,8 +735,8 @@ def test_classifier_after_flatten_or_reshape_on_the_int8_dense(tmp_path, kind, q
     rewritten = str(lower(load(path), stage="rewrite")["main"])
     assert "R.matmul" not in rewritten and "qnn_dense" in rewritten
     assert re.search(r'R\.reshape\(\w+, R\.shape\(\[\d+, \d+\]\)\)', rewritten)      # on the integers
-    model = assert_bit_exact(path, runs=5)
-    funcs = [f for f in lower(load(path)).functions.values() if isinstance(f, tirx.PrimFunc)]
+    model, mod = assert_bit_exact(path, runs=5)
+    funcs = [f for f in mod.functions.values() if isinstance(f, tirx.PrimFunc)]
     dense = [f for f in funcs if TENSORIZED in f.attrs and str(f.attrs["qnn.op"]) == "dense"]
     assert len(dense) == 1 and "qsynth_dense" in [name for name, _, _ in model.profile(
         random_inputs(model.inputs, np.random.default_rng(0)))]

@@ -17,15 +17,13 @@ from test_qnn import GEOMETRIES, TINY, assert_bit_exact, single_conv
 from tvm_integration.bench import int8_models
 from tvm_integration.kernels import selection
 from tvm_integration.qnn.semantics.arithmetic import nine_bit
-from tvm_integration.qnn.onnx.importer import load
 from tvm_integration.qnn.prim.schedules import TENSORIZED
-from tvm_integration.qnn.runtime.model import lower
 from tvm_integration.qnn.runtime.report import layers
 
 
-def tensorized(path) -> int:
-    """How many of the compiled module's functions run a tile (bind.py's TENSORIZED)."""
-    return sum(TENSORIZED in f.attrs for f in lower(load(path)).functions.values() if isinstance(f, tirx.PrimFunc))
+def tensorized(mod) -> int:
+    """How many of the lowered module's functions run a tile (bind.py's TENSORIZED)."""
+    return sum(TENSORIZED in f.attrs for f in mod.functions.values() if isinstance(f, tirx.PrimFunc))
 
 
 ZERO_POINTS = (3, 121, 250, 188, 60)       # one per geometry: w - zw from [-3, 252] to [-250, 5]
@@ -40,8 +38,8 @@ def test_u8u8_qlinearconv_runs_on_the_tiles(tmp_path, geometry, w_zp):
     weight.flat[:4] = [0, 255, 255, 0]
     path = single_conv(tmp_path, [1, c, h, w_], weight, stride, pads, groups, 0.02, 131, np.float32(0.003), 0.9, 7,
                        bias=rng.integers(-3000, 3000, o), w_zp=w_zp)
-    assert tensorized(path) == 1
-    assert_bit_exact(path, seed=c)
+    _, mod = assert_bit_exact(path, seed=c)
+    assert tensorized(mod) == 1
 
 
 def test_u8u8_resnet_every_layer_on_the_tiles(tmp_path):
@@ -53,8 +51,8 @@ def test_u8u8_resnet_every_layer_on_the_tiles(tmp_path):
     weight_zero_points = {int(constants[n.input[2]]) for n in graph.node if n.op_type == "DequantizeLinear"
                           and constants.get(n.input[0], np.zeros(())).ndim >= 2}
     assert weight_zero_points - {128}
-    assert tensorized(path) == 21
-    assert_bit_exact(path, runs=2)
+    _, mod = assert_bit_exact(path, runs=2)
+    assert tensorized(mod) == 21
 
 
 def test_nine_bit_weights_where_they_do_not_fit_a_byte():

@@ -190,18 +190,16 @@ def _model(size: str, threads: int, trials: int, entries: dict) -> dict:
 def _compile(path: Path, threads: int):
     """``compile_model``'s steps with the lowered module in hand, to read which proved tiles its
     operators call (their names vanish once LLVM inlines them)."""
-    import tvm
     from tvm import tirx
-    from tvm_integration.qnn.lower import bind, pipeline
+    from tvm_integration.qnn.lower import pipeline
     from tvm_integration.qnn.prim import schedules
-    from tvm_integration.qnn.runtime.model import CompiledModel, read
+    from tvm_integration.qnn.runtime.model import build, read
     mod, inputs, outputs = read(path)
     mod = pipeline.lower(mod)
     used = sorted({m for f in mod.functions.values()
                    if isinstance(f, tirx.PrimFunc) and f.attrs and schedules.TENSORIZED in f.attrs
                    for m in EXTERN.findall(f.script())})
-    executable = tvm.compile(mod, target=tvm.target.Target(bind.model_target()))
-    return CompiledModel(executable, inputs, outputs, threads), used
+    return build(mod, inputs, outputs, threads=threads), used
 
 
 def _layer(name: str, threads: int, trials: int, entries: dict) -> dict:

@@ -99,7 +99,13 @@ def compile_model(path: str | Path, target: str = "host", threads: int | None = 
             raise ModelError(str(e))
     mod, inputs, outputs = read(path, allow_float, target)
     op_kinds = arm_reference.kinds(mod, Path(path).suffix == ".tflite") if target == "neon" else None
-    mod = pipeline.lower(mod, target, mcpu, lowbit=lowbit)
+    return build(pipeline.lower(mod, target, mcpu, lowbit=lowbit), inputs, outputs, target, threads, mcpu, op_kinds)
+
+
+def build(mod: tvm.IRModule, inputs: dict, outputs: list[str], target: str = "host", threads: int | None = None,
+          mcpu: str | None = None, op_kinds: list[str] | None = None) -> "CompiledModel":
+    """The lowered module ``mod`` (``pipeline.lower`` of ``read``'s) built into the compiled model, compile_model's
+    last step; apart so that a caller that reads the lowered module (which tiles it calls) lowers once."""
     build_target = bind.model_target(target, mcpu)
     executable = tvm.compile(mod, target=tvm.target.Target(build_target))
     if target == "neon":
