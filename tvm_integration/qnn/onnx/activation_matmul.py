@@ -5,14 +5,15 @@
 * ``matmul(DQ(a), DQ(b))`` read by no QuantizeLinear, ``a`` uint8 -> MatMulIntegerToFloat: the same
   integer product in float32, ``float32(acc) * float32(sa * sb)`` (NNCF's transformer Q.K^T, whose int8
   pairs onnxruntime's x86 build turns uint8 first: ort_fusion.converted; int8 activations it leaves in
-  float there; its AArch64 build fuses an int8 ``a`` and ``b`` as they are: ``_fused_types``). ``b`` a
-  constant (a weight: an NNCF model's last projection or classifier, whose output it leaves float): the
-  integer ``dense`` to float32, ``sb`` per tensor or per output column, unless onnxruntime's
-  MatMulAddFusion (graph level 1, before the QDQ fusions) first takes the matmul into a float Gemm with
-  the Add that alone reads it (float_ops._gemm): an Add of a [N] operand, or on 2-D rows of a [1, N],
-  [M, 1] or [M, N] one. Another Add after it (a residual of a [..., M, K] activation, a [1, 1, N] bias)
-  stays a float Add of MatMulIntegerToFloat's output. That Gemm is QGemm to float32 instead where its C
-  is DQ of int32 too (``gemm_to_float``), as is an ONNX Gemm of DQ(x) and DQ(W) without C (W transposed).
+  float there; its AArch64 build fuses an int8 ``a`` and ``b`` as they are, ``b`` a constant too:
+  ``_fused_types``). ``b`` a constant (a weight: an NNCF model's last projection or classifier, whose
+  output it leaves float): the integer ``dense`` to float32, ``sb`` per tensor or per output column,
+  unless onnxruntime's MatMulAddFusion (graph level 1, before the QDQ fusions) first takes the matmul
+  into a float Gemm with the Add that alone reads it (float_ops._gemm): an Add of a [N] operand, or on
+  2-D rows of a [1, N], [M, 1] or [M, N] one. Another Add after it (a residual of a [..., M, K]
+  activation, a [1, 1, N] bias) stays a float Add of MatMulIntegerToFloat's output. That Gemm is QGemm
+  to float32 instead where its C is DQ of int32 too (``gemm_to_float``), as is an ONNX Gemm of DQ(x) and
+  DQ(W) without C (W transposed).
 
 An operand that is a transpose of the integers is read through it by the operator (ops/batch_matmul.py),
 not copied first.
@@ -53,8 +54,8 @@ def to_float(reader, call):
     readers = [] if var is None else reader.readers(var)
     if var is None or any(_op(r) == "relax.quantize" for r in readers):
         return None
-    if _weight(reader, call) is not None:
-        if not _activation(reader, call) or _gemm_fused(reader, call, readers):
+    if (weight := _weight(reader, call)) is not None:
+        if not _activation(reader, call, weight) or _gemm_fused(reader, call, readers):
             return None
         return reader.linear(call, None, FLOAT_OUTPUT, [0, 0], reader.layer_name(call), reshaped=False)
     found = _operands(reader, call)
@@ -84,19 +85,21 @@ def gemm_to_float(reader, add):
         return None
     for index in (0, 1):
         matmul, bias = reader.call(add.args[index], "relax.matmul"), reader.dequantized_constant(add.args[1 - index])
-        if matmul is None or bias is None or bias[0].dtype != np.int32 or _weight(reader, matmul) is None or \
+        weight = None if matmul is None else _weight(reader, matmul)
+        if weight is None or bias is None or bias[0].dtype != np.int32 or \
                 len(shape_of(matmul.args[0]) or ()) != 2 or bias[0].shape != (shape_of(matmul)[-1],) or \
-                not _activation(reader, matmul) or reader.readers(reader.bound[matmul]) != [add]:
+                not _activation(reader, matmul, weight) or reader.readers(reader.bound[matmul]) != [add]:
             continue
         return reader.linear(matmul, bias[0], FLOAT_OUTPUT, [0, 0], reader.layer_name(add), reshaped=False)
     return None
 
 
-def _activation(reader, call) -> bool:
-    """``call``'s first operand is DQ of a uint8 tensor per tensor (onnxruntime's x86 build turns the
-    int8 pairs it can: ort_fusion.converted)."""
+def _activation(reader, call, weight) -> bool:
+    """``call``'s first operand is DQ of a tensor per tensor whose type the selectors fuse with ``weight``'s
+    (``_weight``; ``_fused_types``: uint8, on Arm also int8 by int8 weights)."""
     data = reader.dequantized(call.args[0])
-    return data is not None and data[1].dtype == "uint8" and data[1].per_tensor_8bit and data[1].range is None
+    return data is not None and _fused_types(reader, data[1].dtype, weight[1].dtype) and \
+        data[1].per_tensor_8bit and data[1].range is None
 
 
 def _weight(reader, call):
