@@ -50,6 +50,21 @@ def test_each_op_kind_names_its_reference(encoders):
                    if k in names)
 
 
+def test_matmul_integer_to_float_follows_onnxruntime_aarch64(tmp_path):
+    """A MatMul with a float output that onnxruntime fuses (MatMulIntegerToFloat, com.microsoft): of two int8
+    activations (attention's Q.K^T) and by int8 weights. It was labelled batch_matmul and dense, as if ONNX
+    defined it."""
+    from tests.test_arm_int8_attention import scores_model
+    from tests.test_ort_matmul_to_float import matmul_model
+    scores_model(tmp_path / "scores.onnx")
+    matmul_model(tmp_path / "weights.onnx", (2, 64))
+    for name in ("scores", "weights"):
+        names = kinds_of(tmp_path / f"{name}.onnx")
+        assert arm_reference.INTEGER_TO_FLOAT in names and not {"dense", "batch_matmul"} & set(names)
+        assert arm_reference.follows(names)[arm_reference.INTEGER_TO_FLOAT] == arm_reference.AARCH64
+        assert arm_reference.inexact(names) == []
+
+
 def test_a_tflite_models_kinds_follow_litert():
     from pathlib import Path
 

@@ -9,7 +9,8 @@ Two runtimes disagree on Arm, so each op kind names the one it follows:
   the definition, not the runtime.
 - ``onnxruntime_aarch64``: onnxruntime's AArch64 build (MLAS's NEON code and the C++ kernels as GCC built
   them). Float ops whose order of operations ONNX leaves open follow it: it is what an Arm user runs. So do
-  onnxruntime's own (com.microsoft) ops, which no ONNX definition fixes: a QOperator model's QLinearAdd.
+  onnxruntime's own (com.microsoft) ops, which no ONNX definition fixes: a QOperator model's QLinearAdd, and
+  MatMulIntegerToFloat, what onnxruntime fuses a quantized MatMul with a float output into.
 - ``litert``: LiteRT's AArch64 build (XNNPACK's kernels), every op kind of a TFLite model (``LITERT_KINDS``:
   measured under qemu, bench/litert_aarch64.py).
 
@@ -50,6 +51,7 @@ _NEON_ADD = ("MLAS's NEON QLinearAdd (qladd.cpp, MlasCalcQLinearAddParameters): 
 _AVX2_ADD = ("MLAS's AVX2 QLinearAdd: two FMAs over the float32 ratios sa/sc and sb/sc, rounded half to even; "
              "one output step apart from the definition where the sum lies within float32 rounding of a half step")
 _EQUAL = "equal on the shapes of tests/test_arm_float_ops.py"
+INTEGER_TO_FLOAT = "matmul_integer_to_float"        # an integer dense or batch_matmul to float32 (activation_matmul.py)
 KINDS = {k.name: k for k in [
     *(Kind(name, ONNX, True, _DEFINED) for name in
       ("conv2d", "dense", "batch_matmul", "lookup", "max_pool2d", "gather", "quantize", "dequantize")),
@@ -67,6 +69,11 @@ KINDS = {k.name: k for k in [
          "ONNX definition fixes, as MLAS's NEON kernel computes it (output_stage.neon_qlinear_add: 22-bit integer "
          "multipliers, the sum in int32, a rounding right shift, ties away from zero; its float formula where MLAS "
          "refuses the ratios): equal to that build on every input pair of the adds of tests/test_arm_qoperator.py"),
+    Kind(INTEGER_TO_FLOAT, AARCH64, True, "MatMulIntegerToFloat (com.microsoft; and QGemm to float32 with an "
+         "int32 C), which no ONNX definition fixes: onnxruntime fuses a MatMul or Gemm of dequantized 8-bit tensors "
+         "that no QuantizeLinear reads into it, its AArch64 build int8 pairs too (QDQIsInt8Allowed), "
+         "float32(acc (+ c)) * float32(sa * sb): equal to that build on attention's int8 Q.K^T "
+         "(tests/test_arm_int8_attention.py) and an int8 MatMul and Gemm by weights (tests/test_arm_matmul_to_float.py)"),
     Kind("global_avg_pool", AARCH64, True, "QLinearGlobalAveragePool: equal on ResNet-18 (docs/measurements.md)"),
     Kind("avg_pool2d", AARCH64, True, f"QLinearAveragePool 3x3, padded, count_include_pad 0: {_EQUAL}"),
     Kind("qlinear_softmax", AARCH64, True, f"QLinearSoftmax: {_EQUAL}"),
@@ -104,7 +111,8 @@ def kinds(mod, tflite: bool = False) -> list[str]:
         for binding in block.bindings:
             op = IntegerOp.read(binding.value, mod)
             if op is not None:
-                seen[op.kind] = None
+                seen[INTEGER_TO_FLOAT if op.kind in ("dense", "batch_matmul") and op.out_dtype == "float32"
+                     else op.kind] = None
             elif isinstance(binding.value, relax.Call) and getattr(binding.value.op, "name", "") == "relax.call_tir" \
                     and LAYER in (mod[binding.value.args[0]].attrs or {}):
                 seen["float_conv"] = None          # a QDQ Conv onnxruntime leaves in float (onnx/float_convs.py)
