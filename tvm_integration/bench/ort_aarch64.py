@@ -60,7 +60,7 @@ def run(model: str | Path, feeds: dict[str, np.ndarray], outputs: list[str], cor
         tmp = Path(tmp)
         inputs = []
         for i, (name, x) in enumerate(feeds.items()):
-            np.save(tmp / f"input{i}.npy", np.ascontiguousarray(x))
+            np.save(tmp / f"input{i}.npy", np.asarray(x, order="C"))      # ascontiguousarray makes a 0-d input 1-d
             inputs.append(f"{name}={tmp / f'input{i}.npy'}")
         options = qemu_blocks.qemu_options(core, tmp / "counts.txt") if counted else \
             ("-cpu", core, "-L", str(qemu_blocks.root(core)))

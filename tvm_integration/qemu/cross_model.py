@@ -141,7 +141,7 @@ class CrossModel:
         paths = []
         for i, x in enumerate(inputs):
             paths.append(self._dir / f"input{i}.npy")
-            np.save(paths[-1], np.ascontiguousarray(x))
+            np.save(paths[-1], np.asarray(x, order="C"))         # ascontiguousarray makes a 0-d input 1-d
         for old in self._dir.glob("out*.npy"):
             old.unlink()
         proc = subprocess.run(self.command(paths, self._dir / "out", qemu_options, measure), capture_output=True,
