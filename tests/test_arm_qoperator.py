@@ -6,7 +6,8 @@ build follows): ties, the scales of ResNet-18 and of bert_l4_s128_static, s8s8_q
 pairs 23.4999961 steps: 23 by both builds, 24 by the QDQ definition), a scalar operand, three sets of scales
 MLAS refuses (where its float formula rounds 5 pairs otherwise than the QDQ definition; where GCC's FMA of the
 first input's product, and where one of the second's would, round one pair otherwise than unfused products),
-and an add fused into a convolution's output stage."""
+and an add fused into a convolution's output stage; and adds whose scales and zero points are graph inputs, for
+which that kernel computes its multipliers on each call."""
 from __future__ import annotations
 
 import numpy as np
@@ -108,4 +109,47 @@ def test_qlinear_add_equals_each_onnxruntime_build_it_is_built_for(tmp_path):
     assert len([g for g in lowered.functions if "add" in g.name_hint]) == len(ADDS) - 1   # conv_residual: fused
     x86 = compile_model(tmp_path / "adds.onnx")(inputs)
     for name, expected in zip(names, reference_session(str(tmp_path / "adds.onnx")).run(names, inputs)):
+        np.testing.assert_array_equal(x86[name], expected, err_msg=name)
+
+
+RUN_TIME = ("tie", "tie8", "l1q", "s8s8_add_1", "float_formula", "float_fma_a")       # ADDS entries
+
+
+def run_time_model(path):
+    """One com.microsoft QLinearAdd per RUN_TIME entry, its six scales and zero points 0-d graph inputs."""
+    inputs, nodes, outputs = [], [], []
+    for out in RUN_TIME:
+        a, b, _ = ADDS[out]
+        dtype = TensorProto.INT8 if a == "a8" else TensorProto.UINT8
+        params = [f"{out}_{k}" for k in ("sa", "za", "sb", "zb", "sc", "zc")]
+        inputs += [helper.make_tensor_value_info(p, TensorProto.FLOAT if p[-2] == "s" else dtype, []) for p in params]
+        nodes.append(helper.make_node("QLinearAdd", [a, *params[:2], b, *params[2:]], [out], domain="com.microsoft"))
+        outputs.append(helper.make_tensor_value_info(out, dtype, [1, 65536]))
+    inputs += [helper.make_tensor_value_info(x, TensorProto.INT8 if x.endswith("8") else TensorProto.UINT8, [1, 65536])
+               for x in ("a", "b", "a8", "b8")]
+    graph = helper.make_graph(nodes, "run_time_adds", inputs, outputs)
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)])
+    m.ir_version = 8
+    onnx.save(m, str(path))
+
+
+def test_qlinear_add_of_run_time_scales_equals_each_onnxruntime_build(tmp_path):
+    """Before, neon computed MLAS's AVX2 formula here: 16 384, 16 512, 2, 1 and 20 pairs of the first five
+    adds differed from the AArch64 build."""
+    from tvm_integration.bench import ort_aarch64
+    from tvm_integration.qnn.runtime.model import compile_model
+    path = tmp_path / "run_time_adds.onnx"
+    run_time_model(path)
+    inputs = {k: v for k, v in feeds().items() if k in ("a", "b", "a8", "b8")}
+    for out in RUN_TIME:
+        dtype = np.int8 if ADDS[out][0] == "a8" else np.uint8
+        for k, v in zip(("sa", "za", "sb", "zb", "sc", "zc"), ADDS[out][2]):
+            inputs[f"{out}_{k}"] = np.array(v, F32 if k[0] == "s" else dtype)
+    ours = compile_model(path, target="neon", mcpu=CORE)
+    assert arm_reference.follows(ours.op_kinds)["qlinear_add_runtime"] == arm_reference.AARCH64
+    arm = ort_aarch64.run(path, inputs, list(RUN_TIME), CORE, counted=False)[0]
+    for name, got, expected in zip(RUN_TIME, (ours(inputs)[n] for n in RUN_TIME), arm):
+        np.testing.assert_array_equal(got, expected, err_msg=name)
+    x86 = compile_model(path)(inputs)
+    for name, expected in zip(RUN_TIME, reference_session(str(path)).run(list(RUN_TIME), inputs)):
         np.testing.assert_array_equal(x86[name], expected, err_msg=name)

@@ -120,18 +120,52 @@ def neon_qlinear_add(a, b, quant: tuple, out_dtype: str, clamp):
     sa, za, sb, zb, sc, zc = quant
     multipliers = neon_add_multipliers(np.float32(sa) / np.float32(sc), np.float32(sb) / np.float32(sc))
     if multipliers is None:
-        fb = fenced((b.astype("int32") - zb).astype("float32") * tirx.const(sb, "float32"))
-        total = tirx.call_intrin("float32", "tirx.fma", (a.astype("int32") - za).astype("float32"),
-                                 tirx.const(sa, "float32"), fb)
-        lo, hi = QUANT_RANGES[out_dtype]
-        y = fenced(fenced(total) / tirx.const(sc, "float32"))
-        y = fenced(tirx.max(tirx.min(y, float(hi - zc)), float(lo - zc)) + tirx.const(zc, "float32"))
-        return round_saturated(y, clamp, out_dtype)
-    shift, multiplier_a, multiplier_b = multipliers
+        return _neon_float_add(a, b, quant, out_dtype, clamp)
+    return _neon_integer_add(a, b, za, zb, zc, *multipliers, clamp, out_dtype)
+
+
+def neon_qlinear_add_runtime(a, b, quant: tuple, out_dtype: str, clamp):
+    """``neon_qlinear_add`` of scales and zero points known at run time only (``quant``: six scalar
+    expressions, the scales float32): MLAS's kernel computes its multipliers on each call
+    (``MlasCalcQLinearAddParameters``), so the kernel here computes ``neon_add_multipliers`` on them and
+    takes the integer sum where they exist, the float formula where it refuses them."""
+    sa, za, sb, zb, sc, zc = quant
+    ratio_a, ratio_b = fenced(sa / sc), fenced(sb / sc)
+    exponent = tirx.shift_right(tirx.reinterpret("int32", tirx.max(ratio_a, ratio_b)), 23) - 127
+    shift = tirx.max(tirx.min(21 - exponent, 31), 13)
+    power = tirx.shift_left(tirx.const(1, "int64"), shift.astype("int64")).astype("float32")      # 2^shift, exact
+    multiplier_a, multiplier_b = (round_to_int(r * power) for r in (ratio_a, ratio_b))
+    accepted = tirx.all(*(tirx.all(r >= 2.0 ** -14, r < 256.0) for r in (ratio_a, ratio_b)),
+                        shift == 21 - exponent, multiplier_a < 2 ** 22, multiplier_b < 2 ** 22,
+                        tirx.max(multiplier_a, multiplier_b) >= 2 ** 21)
+    return tirx.if_then_else(accepted,
+                             _neon_integer_add(a, b, za, zb, zc, shift, multiplier_a, multiplier_b, clamp, out_dtype),
+                             _neon_float_add(a, b, quant, out_dtype, clamp))
+
+
+def _neon_integer_add(a, b, za, zb, zc, shift, multiplier_a, multiplier_b, clamp, out_dtype: str):
+    """MLAS's NEON integer sum (``neon_qlinear_add``), each parameter a number or an int32 expression."""
     total = (a.astype("int32") - za) * multiplier_a + (b.astype("int32") - zb) * multiplier_b
     total = total + tirx.shift_right(total, 31)             # -1 where negative
     rounded = tirx.shift_right(total, shift) + tirx.bitwise_and(tirx.shift_right(total, shift - 1), 1)
     return (tirx.max(tirx.min(rounded + zc, clamp[1]), clamp[0])).astype(out_dtype)
+
+
+def _neon_float_add(a, b, quant: tuple, out_dtype: str, clamp):
+    """MLAS's float formula as GCC built it (``neon_qlinear_add``); ``quant``: numbers or expressions
+    (scales float32, zero points int32)."""
+    sa, za, sb, zb, sc, zc = (_float32(v) if i % 2 == 0 else v for i, v in enumerate(quant))
+    fb = fenced((b.astype("int32") - zb).astype("float32") * sb)
+    total = tirx.call_intrin("float32", "tirx.fma", (a.astype("int32") - za).astype("float32"), sa, fb)
+    lo, hi = QUANT_RANGES[out_dtype]
+    y = fenced(fenced(total) / sc)
+    y = fenced(tirx.max(tirx.min(y, _float32(hi - zc)), _float32(lo - zc)) + _float32(zc))
+    return round_saturated(y, clamp, out_dtype)
+
+
+def _float32(value):
+    """A number or a scalar expression as a float32 expression."""
+    return tirx.const(value, "float32") if isinstance(value, (int, float, np.number)) else value.astype("float32")
 
 
 def element_dtype(x) -> str:

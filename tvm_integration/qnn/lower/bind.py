@@ -148,9 +148,21 @@ class Binder:
             return self.fused_add(var, op) or self.in_nhwc(var, op)
         op = replace(op, params={**op.params, ADDS[op.kind]: op.params["quant"]})
         if not (self.fused_add(var, op) or self.in_nhwc(var, op)):
-            inputs = tuple(x if isinstance(x, relax.Var) else self.builder.emit(x) for x in map(self.substitute, op.inputs))
-            self.value[var] = replace(op, inputs=inputs).emit_reference(self.builder)
+            self.reference(var, op)
         return True
+
+    def add_runtime(self, var, op: IntegerOp) -> bool:
+        """A QLinearAdd of scales fed at run time: on neon as onnxruntime's AArch64 kernel computes it, its
+        parameters computed in the kernel (arithmetic.add_runtime's ``neon``); elsewhere as it is."""
+        if self.isa != "neon":
+            return False
+        self.reference(var, replace(op, params={**op.params, "neon": True}))
+        return True
+
+    def reference(self, var, op: IntegerOp):
+        """``op``'s reference computation on the new variables, in the model's layout."""
+        inputs = tuple(x if isinstance(x, relax.Var) else self.builder.emit(x) for x in map(self.substitute, op.inputs))
+        self.value[var] = replace(op, inputs=inputs).emit_reference(self.builder)
 
     def quantize(self, var, op: IntegerOp) -> bool:
         """An image's quantize, in NHWC, unless a matmul of activations reads it in the model's layout."""
@@ -308,7 +320,8 @@ class Binder:
 # Each integer op's rule, by kind: fusion (linear, add), target (batch_matmul), layout (the rest). An
 # add is in NHWC_OPS but first tries its fusion.
 BY_KIND = {**{kind: Binder.in_nhwc for kind in NHWC_OPS}, "conv2d": Binder.linear, "dense": Binder.linear,
-           "batch_matmul": Binder.batch_matmul, **{kind: Binder.add for kind in ADDS}, "quantize": Binder.quantize,
+           "batch_matmul": Binder.batch_matmul, **{kind: Binder.add for kind in ADDS},
+           "qlinear_add_runtime": Binder.add_runtime, "quantize": Binder.quantize,
            "dequantize": Binder.dequantize}
 
 

@@ -198,10 +198,24 @@ def _qlinear_add(bb, a, as_, az, b, bs, bz, cs, cz):
                           **arithmetic.add_params(*quant[0], *quant[1], *quant[2]))
 
 
+def _qlinear_add_runtime(bb, *operands, out_dtype: str):
+    """QLinearAdd of scales or zero points fed at run time: the integer op ``qlinear_add_runtime`` (arithmetic.py
+    ``add_runtime``), which bind.py makes MLAS's NEON kernel on Arm."""
+    from tvm_integration.qnn.semantics.integer_op import IntegerOp
+    return IntegerOp.call(bb, "qlinear_add_runtime", operands, out_dtype=out_dtype)
+
+
+def _qlinear_mul_runtime(bb, *operands, out_dtype: str):
+    """QLinearMul of scales or zero points fed at run time: arithmetic.py's ``mul_runtime``, as both
+    onnxruntime builds compute it."""
+    from tvm_integration.qnn.semantics import arithmetic
+    return bb.call_te(arithmetic.mul_runtime, *operands, out_dtype=out_dtype)
+
+
 def _binary(fused, runtime):
     """QLinearAdd / QLinearMul: ``fused(bb, a, as_, az, b, bs, bz, cs, cz)`` (DQ -> op -> Q, or the integer op);
-    with scales or zero points fed at run time (graph inputs), onnxruntime's arithmetic on them directly
-    (arithmetic.py ``runtime``)."""
+    with scales or zero points fed at run time (graph inputs), ``runtime(bb, a, b, as_, az, bs, bz, cs, cz,
+    out_dtype=...)``: onnxruntime's arithmetic on them directly."""
     class Converter(onnx_frontend.OnnxOpConverter):
         @classmethod
         def _impl_v1(cls, bb, inputs, attr, params):
@@ -212,8 +226,7 @@ def _binary(fused, runtime):
                 return fused(bb, a, as_, az, b, bs, bz, cs, cz)
             if any(int(np.prod([int(d) for d in p.ty.shape])) != 1 for p in (as_, az, bs, bz, cs, cz)):
                 raise ModelError("QLinearAdd / QLinearMul: scales and zero points must be per tensor")
-            from tvm_integration.qnn.semantics import arithmetic
-            return bb.call_te(runtime(arithmetic), a, b, as_, az, bs, bz, cs, cz, out_dtype=cz.ty.dtype.dtype)
+            return runtime(bb, a, b, as_, az, bs, bz, cs, cz, out_dtype=cz.ty.dtype.dtype)
     return Converter
 
 
@@ -284,8 +297,8 @@ NAMED = (*LAYERS, "Add", "Mul", "GlobalAveragePool", "AveragePool")   # the laye
 
 CONVERTERS = {"Clip": IntegerClip, "QuantizeLinear": QuantizeLinear, "DequantizeLinear": DequantizeLinear,
               "ConvInteger": ConvInteger, "QLinearConv": QLinearConv, "QLinearMatMul": QLinearMatMul, "QGemm": QGemm,
-              "QLinearAdd": _binary(_qlinear_add, lambda a: a.add_runtime),
-              "QLinearMul": _binary(_qdq(relax.op.multiply), lambda a: a.mul_runtime),
+              "QLinearAdd": _binary(_qlinear_add, _qlinear_add_runtime),
+              "QLinearMul": _binary(_qdq(relax.op.multiply), _qlinear_mul_runtime),
               "GlobalAveragePool": GlobalAveragePool, "QLinearConcat": QLinearConcat,
               "QLinearGlobalAveragePool": _unary(lambda bb, x, attr: GlobalAveragePool._impl_v1(bb, [x], attr, None)),
               "QLinearLeakyRelu": _unary(lambda bb, x, attr: relax.op.nn.leakyrelu(x, attr.get("alpha", 0.01))),

@@ -69,6 +69,9 @@ KINDS = {k.name: k for k in [
          "ONNX definition fixes, as MLAS's NEON kernel computes it (output_stage.neon_qlinear_add: 22-bit integer "
          "multipliers, the sum in int32, a rounding right shift, ties away from zero; its float formula where MLAS "
          "refuses the ratios): equal to that build on every input pair of the adds of tests/test_arm_qoperator.py"),
+    Kind("qlinear_add_runtime", AARCH64, True, "QLinearAdd (com.microsoft) whose scales and zero points are graph "
+         "inputs: MLAS's NEON kernel computes its multipliers on each call, as output_stage.neon_qlinear_add_runtime "
+         "does in the kernel: equal to that build on every input pair of tests/test_arm_qoperator.py's run-time adds"),
     Kind(INTEGER_TO_FLOAT, AARCH64, True, "MatMulIntegerToFloat (com.microsoft; and QGemm to float32 with an "
          "int32 C), which no ONNX definition fixes: onnxruntime fuses a MatMul or Gemm of dequantized 8-bit tensors "
          "that no QuantizeLinear reads into it, its AArch64 build int8 pairs too (QDQIsInt8Allowed), "

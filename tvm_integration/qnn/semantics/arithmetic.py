@@ -31,7 +31,8 @@ from tvm import te, tirx
 
 from tvm_integration.ops.batch_matmul import Operand, geometry
 from tvm_integration.ops.conv2d import output_size
-from tvm_integration.ops.output_stage import QUANT_RANGES, fenced, qlinear_add, requantize, round_saturated, round_to_int
+from tvm_integration.ops.output_stage import (QUANT_RANGES, fenced, neon_qlinear_add_runtime, qlinear_add,
+                                             requantize, round_saturated, round_to_int)
 from tvm_integration.qnn.semantics.quant import broadcast_index, broadcast_shape
 
 
@@ -328,20 +329,27 @@ def _scalar(param):
     return param(*([0] * len(param.shape)))
 
 
-def add_runtime(a, b, sa, za, sb, zb, sc, zc, *, out_dtype: str):
+def add_runtime(a, b, sa, za, sb, zb, sc, zc, *, out_dtype: str, neon: bool = False):
     """QLinearAdd whose scales and zero points are graph inputs: ``add``'s arithmetic, the ratios and the
     fixed part computed in the kernel as ``add``'s caller computes them at compile time (float32, one
-    FMA: ``zc - fma(sa/sc, za, sb/sc * zb)``)."""
+    FMA: ``zc - fma(sa/sc, za, sb/sc * zb)``); ``neon``: MLAS's NEON kernel, its parameters computed in
+    the kernel as that kernel computes them (output_stage.neon_qlinear_add_runtime)."""
+    shape, clamp = broadcast_shape(a.shape, b.shape), QUANT_RANGES[out_dtype]
+    operands = lambda i: (a(*broadcast_index(a.shape, i)), b(*broadcast_index(b.shape, i)))
+    if neon:
+        quant = tuple(_scalar(p) if p.dtype == "float32" else _scalar(p).astype("int32") for p in (sa, za, sb, zb, sc, zc))
+        return te.compute(shape, lambda *i: neon_qlinear_add_runtime(*operands(i), quant, out_dtype, clamp),
+                          name="qadd_runtime")
+
     def fma(x, y, z):
         return tirx.call_intrin("float32", "tirx.fma", x, y, z)
     ra, rb = fenced(_scalar(sa) / _scalar(sc)), fenced(_scalar(sb) / _scalar(sc))
     fixed = fenced(_scalar(zc).astype("float32") - fma(ra, _scalar(za).astype("float32"),
                                                         fenced(rb * _scalar(zb).astype("float32"))))
-    shape = broadcast_shape(a.shape, b.shape)
 
     def value(*i):
-        x, y = a(*broadcast_index(a.shape, i)).astype("float32"), b(*broadcast_index(b.shape, i)).astype("float32")
-        return round_saturated(fma(x, ra, fma(y, rb, fixed)), QUANT_RANGES[out_dtype], out_dtype)
+        x, y = operands(i)
+        return round_saturated(fma(x.astype("float32"), ra, fma(y.astype("float32"), rb, fixed)), clamp, out_dtype)
     return te.compute(shape, value, name="qadd_runtime")
 
 

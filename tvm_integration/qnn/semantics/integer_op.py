@@ -15,7 +15,8 @@ from tvm_integration.qnn.prim import gather
 from tvm_integration.qnn.semantics import arithmetic, qlinear_softmax, litert_arithmetic
 
 COMPUTATIONS = {"conv2d": arithmetic.conv2d, "dense": arithmetic.dense, "batch_matmul": arithmetic.batch_matmul,
-                "add": arithmetic.add, "qlinear_add": arithmetic.add, "mul": arithmetic.mul,
+                "add": arithmetic.add, "qlinear_add": arithmetic.add,
+                "qlinear_add_runtime": arithmetic.add_runtime, "mul": arithmetic.mul,
                 "lookup": arithmetic.lookup, "global_avg_pool": arithmetic.global_avg_pool, "max_pool2d": arithmetic.max_pool2d,
                 "avg_pool2d": arithmetic.avg_pool2d, "gather": gather.gather,
                 "quantize": arithmetic.quantize, "dequantize": arithmetic.dequantize,
