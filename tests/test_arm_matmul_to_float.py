@@ -9,7 +9,8 @@ matmul's 12 288 outputs and 5 332 of the Gemm's 6 144 differed from that build (
 
 A QOperator model's QGemm (com.microsoft) with int8 A and B is onnxruntime's kernel itself, in both builds:
 with an int8 output ``float32(acc + c) * float32(sa * sb / sy)`` rounded half to even, as qsynth's dense
-computes; with a float output as above, which qsynth took for the QDQ MatMul on Arm too (5 333 of 6 144 differed)."""
+computes; with a float output as above, which qsynth took for the QDQ MatMul on Arm too (5 333 of 6 144 differed),
+and on x86 for a QDQ pair that build would not fuse (5 333 differed: ort_fusion.qgemms_to_float)."""
 import numpy as np
 import onnx
 import pytest
@@ -60,8 +61,8 @@ def qgemm_model(path, rng) -> dict[str, np.ndarray]:
               "c": rng.integers(-20000, 20000, 96).astype(np.int32), "q.s": np.array(0.9, np.float32),
               "q.z": np.array(-5, np.int8)}
     gemm = ["a", "a.s", "a.z", "w", "w.s", "w.z", "c"]
-    nodes = [helper.make_node("QGemm", gemm, ["y"], domain="com.microsoft", transB=1),
-             helper.make_node("QGemm", [*gemm, "q.s", "q.z"], ["q"], domain="com.microsoft", transB=1)]
+    nodes = [helper.make_node("QGemm", gemm, ["y"], "gemm_y", domain="com.microsoft", transB=1),
+             helper.make_node("QGemm", [*gemm, "q.s", "q.z"], ["q"], "gemm_q", domain="com.microsoft", transB=1)]
     graph = helper.make_graph(nodes, "qgemm", [helper.make_tensor_value_info("a", TensorProto.INT8, (64, 512))],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, (64, 96)),
                                helper.make_tensor_value_info("q", TensorProto.INT8, (64, 96))],
@@ -84,6 +85,8 @@ def test_int8_qgemm_equals_the_aarch64_build(tmp_path):
                 "q": np.clip(np.rint(acc.astype(np.float32) * (scale / p["q.s"])) + p["q.z"], -128, 127).astype(np.int8)}
     arm = dict(zip(("y", "q"), ort_aarch64.run(tmp_path / "qgemm.onnx", feeds, ["y", "q"], CORE, counted=False)[0]))
     ours = compile_model(tmp_path / "qgemm.onnx", target="neon", mcpu=CORE)(feeds)
+    x86 = compile_model(tmp_path / "qgemm.onnx")(feeds)
     for name in ("y", "q"):
         np.testing.assert_array_equal(arm[name], expected[name], err_msg=name)
         np.testing.assert_array_equal(ours[name], arm[name], err_msg=name)
+        np.testing.assert_array_equal(x86[name], expected[name], err_msg=name)     # onnxruntime's x86 build too

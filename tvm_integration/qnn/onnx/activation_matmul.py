@@ -59,16 +59,17 @@ def to_float(reader, call):
             return None
         return reader.linear(call, None, FLOAT_OUTPUT, [0, 0], reader.layer_name(call), reshaped=False)
     found = _operands(reader, call)
-    if found is None or not _fused_types(reader, found[1][0].dtype, found[1][1].dtype):
+    if found is None or not _fused_types(reader, call, found[1][0].dtype, found[1][1].dtype):
         return None
     (sa, _), (sb, _) = found[2]
     return _batch_matmul(reader, found, np.float32(sa * sb), "float32", 0, [0, 0], call)
 
 
-def _fused_types(reader, a: str, b: str) -> bool:
+def _fused_types(reader, call, a: str, b: str) -> bool:
     """MatMulNodeGroupSelector's types: ``a`` uint8, or (its AArch64 build, ``reader.int8_allowed``) ``a``
-    and ``b`` both int8; onnxruntime's x86 build turns the int8 pairs it can uint8 first (ort_fusion.converted)."""
-    return a == "uint8" or reader.int8_allowed and a == b == "int8"
+    and ``b`` both int8; onnxruntime's x86 build turns the int8 pairs it can uint8 first (ort_fusion.converted).
+    A QOperator QGemm's matmul (``reader.qgemm_cores``) is that kernel on every build, int8 pairs too."""
+    return a == "uint8" or (reader.int8_allowed or call in reader.qgemm_cores) and a == b == "int8"
 
 
 def _op(call) -> str:
@@ -98,7 +99,7 @@ def _activation(reader, call, weight) -> bool:
     """``call``'s first operand is DQ of a tensor per tensor whose type the selectors fuse with ``weight``'s
     (``_weight``; ``_fused_types``: uint8, on Arm also int8 by int8 weights)."""
     data = reader.dequantized(call.args[0])
-    return data is not None and _fused_types(reader, data[1].dtype, weight[1].dtype) and \
+    return data is not None and _fused_types(reader, call, data[1].dtype, weight[1].dtype) and \
         data[1].per_tensor_8bit and data[1].range is None
 
 

@@ -293,7 +293,7 @@ class GlobalAveragePool(onnx_frontend.OnnxOpConverter):
 
 LAYER_NAMES: dict[str, str] = {}      # Relax variable name -> ONNX node name, for the named layers
 LAYERS = ("Conv", "MatMul", "Gemm", "ConvInteger", "MatMulInteger")
-NAMED = (*LAYERS, "Add", "Mul", "GlobalAveragePool", "AveragePool")   # the layers and what ort_fusion.py may name
+NAMED = (*LAYERS, "Add", "Mul", "GlobalAveragePool", "AveragePool", "QGemm")   # the layers and what ort_fusion.py may name
 
 CONVERTERS = {"Clip": IntegerClip, "QuantizeLinear": QuantizeLinear, "DequantizeLinear": DequantizeLinear,
               "ConvInteger": ConvInteger, "QLinearConv": QLinearConv, "QLinearMatMul": QLinearMatMul, "QGemm": QGemm,

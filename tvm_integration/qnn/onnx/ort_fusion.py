@@ -195,6 +195,14 @@ def float_layers(model: onnx.ModelProto, int8_allowed: bool = False) -> dict[str
     return names
 
 
+def qgemms_to_float(model: onnx.ModelProto) -> set[str]:
+    """The com.microsoft QGemm nodes with a float output (no y_scale): onnxruntime's kernel itself in both
+    builds, int8 A and B too (its x86 build turns nothing uint8 there), not a QDQ group its selectors may
+    leave in float."""
+    return {node.name for node in model.graph.node if node.op_type == "QGemm" and node.domain == "com.microsoft"
+            and node.name and (len(node.input) < 8 or not node.input[7])}
+
+
 def float_calls(mod, layers) -> set:
     """The Relax calls of the nodes ``layers`` names (importer.py binds each to a variable named after
     it): a Conv/MatMul/Gemm's conv2d or matmul (under its bias's add), an Add/Mul/pool's own call."""

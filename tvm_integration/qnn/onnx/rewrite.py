@@ -78,13 +78,16 @@ class QDQToInteger(QDQReader):
     """Each group onnxruntime fuses (the module docstring's list) replaced by its integer op, matched
     on the graph as imported (qdq.py)."""
 
-    def __init__(self, mod, float_layers: dict[str, str] | None = None, int8_allowed: bool = False):
+    def __init__(self, mod, float_layers: dict[str, str] | None = None, int8_allowed: bool = False,
+                 qgemms: set[str] = frozenset()):
         super().__init__(mod)
         self.float_layers, self.float_cores = float_layers or {}, set()    # ort_fusion.py: nodes kept float, their calls
         self.int8_allowed = int8_allowed        # onnxruntime's AArch64 build: it fuses int8 activations as they are
+        self.qgemms, self.qgemm_cores = qgemms, set()    # ort_fusion.qgemms_to_float: kernels of int8 pairs, their matmuls
 
     def run(self):
         self.float_cores = ort_fusion.float_calls(self.mod, self.float_layers)
+        self.qgemm_cores = ort_fusion.float_calls(self.mod, self.qgemms)
         return super().run()
 
     def visit_call_(self, call):
@@ -469,10 +472,12 @@ class QDQToInteger(QDQReader):
         return self.visit_expr(data[0])
 
 
-def rewrite(mod, float_layers: dict[str, str] | None = None, int8_allowed: bool = False):
+def rewrite(mod, float_layers: dict[str, str] | None = None, int8_allowed: bool = False,
+            qgemms: set[str] = frozenset()):
     """The integer module: every group onnxruntime fuses is one integer op, each chain of channel
     movement one gather (channels.py, which counts readers: dead float code removed first);
     ``float_layers``: the ONNX nodes onnxruntime leaves in float (ort_fusion.py); ``int8_allowed``: as
-    onnxruntime's AArch64 build, which fuses int8 activations (ort_fusion.float_layers)."""
-    mod = relax.transform.DeadCodeElimination()(QDQToInteger(mod, float_layers, int8_allowed).run())
+    onnxruntime's AArch64 build, which fuses int8 activations (ort_fusion.float_layers); ``qgemms``: the
+    QOperator QGemms to float32, kernels of int8 pairs on every build (ort_fusion.qgemms_to_float)."""
+    mod = relax.transform.DeadCodeElimination()(QDQToInteger(mod, float_layers, int8_allowed, qgemms).run())
     return relax.transform.DeadCodeElimination()(channels.fuse(mod))

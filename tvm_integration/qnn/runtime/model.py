@@ -52,7 +52,8 @@ def rewritten(model: onnx.ModelProto, target: str) -> tuple[tvm.IRModule, onnx.M
     """The ONNX model imported and rewritten into integer ops as onnxruntime's build for ``target`` fuses
     them (the AArch64 one keeps int8 activations), and the model as that build types it (onnxruntime_view)."""
     model, layers = onnxruntime_view(model, target)
-    return rewrite.rewrite(importer.to_relax(model), layers, int8_allowed=target == "neon"), model
+    return rewrite.rewrite(importer.to_relax(model), layers, int8_allowed=target == "neon",
+                           qgemms=ort_fusion.qgemms_to_float(model)), model
 
 
 def input_specs(path: str | Path, allow_float: bool = False) -> dict[str, tuple[tuple[int, ...], str]]:
