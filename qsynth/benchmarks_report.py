@@ -173,13 +173,15 @@ def _synthesis(synthesis) -> dict:
 
 
 def _sweep_runs(run: dict, kernels: list[dict]) -> list[str]:
-    """The last sweep's record (provenance.py), and how many rows earlier runs wrote (synthesis.md names
-    them); nothing for a file from before records."""
+    """The last sweep's record (provenance.py) and the records of the earlier runs that wrote the other
+    rows (synthesis.md names their rows); nothing for a file from before records."""
     if "commit" not in run:
         return []
-    earlier = sum((k.get("run") or {}).get("date") != run["date"] for k in kernels)
-    return [f"Last run: {provenance.line(run)}" + (f"; {earlier} rows are earlier runs' (`synthesis.md` names their "
-                                                   "runs)." if earlier else "; every row is this run's."), ""]
+    earlier = [k for k in kernels if (k.get("run") or {}).get("date") != run["date"]]
+    if not earlier:
+        return [f"Last run: {provenance.line(run)}; every row is this run's.", ""]
+    return [f"Last run: {provenance.line(run)}; {len(earlier)} rows are earlier runs' (`synthesis.md` names "
+            "their rows):", "", *provenance.lines([k for k in earlier if k.get("run")]), ""]
 
 
 def _seconds(value: float | None) -> str | None:
