@@ -7,7 +7,8 @@ pairs 23.4999961 steps: 23 by both builds, 24 by the QDQ definition), a scalar o
 MLAS refuses (where its float formula rounds 5 pairs otherwise than the QDQ definition; where GCC's FMA of the
 first input's product, and where one of the second's would, round one pair otherwise than unfused products),
 and an add fused into a convolution's output stage; and adds whose scales and zero points are graph inputs, for
-which that kernel computes its multipliers on each call."""
+which that kernel computes its multipliers on each call. QLinearMul, also com.microsoft, likewise on every pair
+(MLAS's formula in numpy too: on Arm one FMA, on x86 two roundings)."""
 from __future__ import annotations
 
 import numpy as np
@@ -153,3 +154,94 @@ def test_qlinear_add_of_run_time_scales_equals_each_onnxruntime_build(tmp_path):
     x86 = compile_model(path)(inputs)
     for name, expected in zip(RUN_TIME, reference_session(str(path)).run(list(RUN_TIME), inputs)):
         np.testing.assert_array_equal(x86[name], expected, err_msg=name)
+
+
+# QLinearMul (com.microsoft; and a QDQ Mul, which onnxruntime fuses into it): MLAS's kernel, float32(acc) * (sa * sb
+# / sc) + zc rounded half to even, where GCC contracted the NEON kernel's multiply and add into one FMA for the
+# AArch64 build; x86's SSE2 kernel rounds twice. output -> (a, b, parameters, form); form: "constant" (initializers),
+# "qdq" (DQ -> Mul -> Q), "run_time" (six 0-d graph inputs), "mixed" (scales graph inputs, zero points initializers).
+# MUL_U8: tests/test_qnn.py's QDQ u8 Mul; MUL_S8, MUL_MIXED: found by a numpy search of 3000 random scales (29 differ)
+MUL_U8 = (F32(0.1), 100, F32(0.004), 3, F32(0.02), 7)
+MUL_S8 = (BITS(1032954914), 89, BITS(1002800866), -112, BITS(1028612637), 77)
+MUL_MIXED = (BITS(1009744585), 34, BITS(1022968064), 120, BITS(1028038287), 145)
+MULS = {
+    "mul_tie": ("a", "b", TIE, "constant"),
+    "mul_tie8": ("a8", "b8", TIE, "constant"),
+    "mul_scalar": ("a", "s", (F32(0.0173), 131, F32(0.0291), 77, F32(0.0517), 129), "constant"),
+    "mul_u8": ("a", "b", MUL_U8, "constant"),
+    "mul_s8": ("a8", "b8", MUL_S8, "constant"),
+    "mul_qdq_u8": ("a", "b", MUL_U8, "qdq"),
+    "mul_qdq_s8": ("a8", "b8", MUL_S8, "qdq"),
+    "mul_run_time_u8": ("a", "b", MUL_U8, "run_time"),
+    "mul_run_time_s8": ("a8", "b8", MUL_S8, "run_time"),
+    "mul_mixed": ("a", "b", MUL_MIXED, "mixed"),
+}
+
+
+def mul_model(path) -> dict[str, np.ndarray]:
+    """One QLinearMul (or QDQ Mul) per MULS entry; the values of its graph inputs that are parameters."""
+    inits, nodes, inputs, fed = [], [], [], {}
+    for out, (a, b, quant, form) in MULS.items():
+        dtype = np.int8 if a == "a8" else np.uint8
+        names = [f"{out}_{k}" for k in ("sa", "za", "sb", "zb", "sc", "zc")]
+        for name, v in zip(names, quant):
+            value = np.array(v, F32 if name[-2] == "s" else dtype)
+            if form == "run_time" or form == "mixed" and name[-2] == "s":
+                fed[name] = value
+                inputs.append(helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(value.dtype), []))
+            else:
+                inits.append(numpy_helper.from_array(value, name))
+        if form == "qdq":
+            nodes += [helper.make_node("DequantizeLinear", [a, *names[:2]], [f"{out}_da"]),
+                      helper.make_node("DequantizeLinear", [b, *names[2:4]], [f"{out}_db"]),
+                      helper.make_node("Mul", [f"{out}_da", f"{out}_db"], [f"{out}_f"]),
+                      helper.make_node("QuantizeLinear", [f"{out}_f", *names[4:]], [out])]
+        else:
+            nodes.append(helper.make_node("QLinearMul", [a, *names[:2], b, *names[2:]], [out], domain="com.microsoft"))
+    operand = lambda name: TensorProto.INT8 if name.endswith("8") else TensorProto.UINT8
+    inputs += [helper.make_tensor_value_info(x, operand(x), [1, 65536] if x != "s" else [1, 1])
+               for x in ("a", "b", "a8", "b8", "s")]
+    outputs = [helper.make_tensor_value_info(out, operand(a), [1, 65536]) for out, (a, *_) in MULS.items()]
+    m = helper.make_model(helper.make_graph(nodes, "qlinear_muls", inputs, outputs, inits),
+                          opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)])
+    m.ir_version = 8
+    onnx.save(m, str(path))
+    return fed
+
+
+def mlas_mul(a, b, sa, za, sb, zb, sc, zc, fused: bool):
+    """MLAS's QLinearMul in numpy: ``fused``, the product and zc in one FMA (float64 holds acc * ratio + zc exactly
+    for ratios of at least 2^-13, so one rounding to float32 is the FMA's); else the product rounded first."""
+    acc = ((a.astype(np.int32) - za) * (b.astype(np.int32) - zb)).astype(F32)
+    ratio = F32(F32(sa) * F32(sb)) / F32(sc)
+    assert ratio >= 2.0 ** -13
+    y = (acc.astype(np.float64) * np.float64(ratio) + zc).astype(F32) if fused else acc * ratio + F32(zc)
+    lo, hi = (-128, 127) if a.dtype == np.int8 else (0, 255)
+    return np.clip(np.rint(y), lo, hi).astype(a.dtype)
+
+
+def test_qlinear_mul_equals_each_onnxruntime_build(tmp_path):
+    """Before, neon computed x86's two roundings: the AArch64 build differed from it on the pairs counted below."""
+    from tvm_integration.bench import ort_aarch64
+    from tvm_integration.qnn.runtime.model import compile_model
+    path = tmp_path / "muls.onnx"
+    inputs = {k: v for k, v in feeds().items() if k in ("a", "b", "a8", "b8", "s")} | mul_model(path)
+    names = list(MULS)
+    ours = compile_model(path, target="neon", mcpu=CORE)
+    assert {k: arm_reference.follows(ours.op_kinds)[k] for k in ("mul", "qlinear_mul_runtime")} == \
+        {"mul": arm_reference.AARCH64, "qlinear_mul_runtime": arm_reference.AARCH64}
+    ours = ours(inputs)
+    arm = dict(zip(names, ort_aarch64.run(path, inputs, names, CORE, counted=False)[0]))
+    x86 = compile_model(path)(inputs)
+    reference = dict(zip(names, reference_session(str(path)).run(names, inputs)))
+    twice = {}
+    for out, (a, b, quant, _) in MULS.items():
+        operands = inputs[a], np.broadcast_to(inputs[b], inputs[a].shape)
+        np.testing.assert_array_equal(arm[out], mlas_mul(*operands, *quant, fused=True), err_msg=out)
+        np.testing.assert_array_equal(ours[out], arm[out], err_msg=out)
+        np.testing.assert_array_equal(reference[out], mlas_mul(*operands, *quant, fused=False), err_msg=out)
+        np.testing.assert_array_equal(x86[out], reference[out], err_msg=out)
+        twice[out] = int(np.count_nonzero(arm[out] != reference[out]))
+    assert twice == {"mul_tie": 0, "mul_tie8": 0, "mul_scalar": 0, "mul_u8": 65, "mul_s8": 16, "mul_qdq_u8": 65,
+                     "mul_qdq_s8": 16, "mul_run_time_u8": 65, "mul_run_time_s8": 16, "mul_mixed": 21}
+

@@ -151,9 +151,20 @@ class Binder:
             self.reference(var, op)
         return True
 
-    def add_runtime(self, var, op: IntegerOp) -> bool:
-        """A QLinearAdd of scales fed at run time: on neon as onnxruntime's AArch64 kernel computes it, its
-        parameters computed in the kernel (arithmetic.add_runtime's ``neon``); elsewhere as it is."""
+    def mul(self, var, op: IntegerOp) -> bool:
+        """As any op computed in NHWC; on neon as onnxruntime's AArch64 kernel computes it (arithmetic.mul's
+        ``neon``), wherever it is emitted."""
+        if self.isa != "neon":
+            return self.in_nhwc(var, op)
+        op = replace(op, params={**op.params, "neon": True})
+        if not self.in_nhwc(var, op):
+            self.reference(var, op)
+        return True
+
+    def runtime(self, var, op: IntegerOp) -> bool:
+        """A QLinearAdd or QLinearMul of scales fed at run time: on neon as onnxruntime's AArch64 kernel computes
+        it, its parameters computed in the kernel (arithmetic.add_runtime's and mul_runtime's ``neon``);
+        elsewhere as it is."""
         if self.isa != "neon":
             return False
         self.reference(var, replace(op, params={**op.params, "neon": True}))
@@ -317,11 +328,11 @@ class Binder:
             self.set_nhwc(var, result)
 
 
-# Each integer op's rule, by kind: fusion (linear, add), target (batch_matmul), layout (the rest). An
-# add is in NHWC_OPS but first tries its fusion.
+# Each integer op's rule, by kind: fusion (linear, add), target (batch_matmul, mul, the run-time adds and muls),
+# layout (the rest). An add and a mul are in NHWC_OPS but first apply their rules.
 BY_KIND = {**{kind: Binder.in_nhwc for kind in NHWC_OPS}, "conv2d": Binder.linear, "dense": Binder.linear,
-           "batch_matmul": Binder.batch_matmul, **{kind: Binder.add for kind in ADDS},
-           "qlinear_add_runtime": Binder.add_runtime, "quantize": Binder.quantize,
+           "batch_matmul": Binder.batch_matmul, **{kind: Binder.add for kind in ADDS}, "mul": Binder.mul,
+           "qlinear_add_runtime": Binder.runtime, "qlinear_mul_runtime": Binder.runtime, "quantize": Binder.quantize,
            "dequantize": Binder.dequantize}
 
 

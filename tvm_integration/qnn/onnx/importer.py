@@ -198,18 +198,16 @@ def _qlinear_add(bb, a, as_, az, b, bs, bz, cs, cz):
                           **arithmetic.add_params(*quant[0], *quant[1], *quant[2]))
 
 
-def _qlinear_add_runtime(bb, *operands, out_dtype: str):
-    """QLinearAdd of scales or zero points fed at run time: the integer op ``qlinear_add_runtime`` (arithmetic.py
-    ``add_runtime``), which bind.py makes MLAS's NEON kernel on Arm."""
-    from tvm_integration.qnn.semantics.integer_op import IntegerOp
-    return IntegerOp.call(bb, "qlinear_add_runtime", operands, out_dtype=out_dtype)
-
-
-def _qlinear_mul_runtime(bb, *operands, out_dtype: str):
-    """QLinearMul of scales or zero points fed at run time: arithmetic.py's ``mul_runtime``, as both
-    onnxruntime builds compute it."""
-    from tvm_integration.qnn.semantics import arithmetic
-    return bb.call_te(arithmetic.mul_runtime, *operands, out_dtype=out_dtype)
+def _runtime(kind: str):
+    """QLinearAdd / QLinearMul of scales or zero points fed at run time: the integer op ``kind`` (arithmetic.py's
+    ``add_runtime`` / ``mul_runtime``), which bind.py makes MLAS's NEON kernel on Arm. A parameter given as a
+    constant is bound to a variable first: an IntegerOp keeps its constants after its inputs (integer_op.py),
+    which would move it out of its place among the eight operands."""
+    def convert(bb, *operands, out_dtype: str):
+        from tvm_integration.qnn.semantics.integer_op import IntegerOp
+        operands = [bb.emit(x) if isinstance(x, Constant) else x for x in operands]
+        return IntegerOp.call(bb, kind, operands, out_dtype=out_dtype)
+    return convert
 
 
 def _binary(fused, runtime):
@@ -297,8 +295,8 @@ NAMED = (*LAYERS, "Add", "Mul", "GlobalAveragePool", "AveragePool", "QGemm")   #
 
 CONVERTERS = {"Clip": IntegerClip, "QuantizeLinear": QuantizeLinear, "DequantizeLinear": DequantizeLinear,
               "ConvInteger": ConvInteger, "QLinearConv": QLinearConv, "QLinearMatMul": QLinearMatMul, "QGemm": QGemm,
-              "QLinearAdd": _binary(_qlinear_add, _qlinear_add_runtime),
-              "QLinearMul": _binary(_qdq(relax.op.multiply), _qlinear_mul_runtime),
+              "QLinearAdd": _binary(_qlinear_add, _runtime("qlinear_add_runtime")),
+              "QLinearMul": _binary(_qdq(relax.op.multiply), _runtime("qlinear_mul_runtime")),
               "GlobalAveragePool": GlobalAveragePool, "QLinearConcat": QLinearConcat,
               "QLinearGlobalAveragePool": _unary(lambda bb, x, attr: GlobalAveragePool._impl_v1(bb, [x], attr, None)),
               "QLinearLeakyRelu": _unary(lambda bb, x, attr: relax.op.nn.leakyrelu(x, attr.get("alpha", 0.01))),

@@ -9,7 +9,8 @@ Two runtimes disagree on Arm, so each op kind names the one it follows:
   the definition, not the runtime.
 - ``onnxruntime_aarch64``: onnxruntime's AArch64 build (MLAS's NEON code and the C++ kernels as GCC built
   them). Float ops whose order of operations ONNX leaves open follow it: it is what an Arm user runs. So do
-  onnxruntime's own (com.microsoft) ops, which no ONNX definition fixes: a QOperator model's QLinearAdd, and
+  onnxruntime's own (com.microsoft) ops, which no ONNX definition fixes: a QOperator model's QLinearAdd,
+  QLinearMul (and the QDQ Mul onnxruntime fuses into it), and
   MatMulIntegerToFloat, what onnxruntime fuses a quantized MatMul with a float output into.
 - ``litert``: LiteRT's AArch64 build (XNNPACK's kernels), every op kind of a TFLite model (``LITERT_KINDS``:
   measured under qemu, bench/litert_aarch64.py).
@@ -55,9 +56,10 @@ INTEGER_TO_FLOAT = "matmul_integer_to_float"        # an integer dense or batch_
 KINDS = {k.name: k for k in [
     *(Kind(name, ONNX, True, _DEFINED) for name in
       ("conv2d", "dense", "batch_matmul", "lookup", "max_pool2d", "gather", "quantize", "dequantize")),
-    Kind("mul", AARCH64, True, "QLinearMul as MLAS computes it in both onnxruntime builds (the integer product times "
-         "float32 sa * sb / sc, not dequantize-multiply-quantize's float order): bert_l4_s128_static, whose GELU "
-         "holds two, equal to that build with its QDQ Adds as defined on all 98 304 outputs (docs/measurements.md)"),
+    Kind("mul", AARCH64, True, "QLinearMul (com.microsoft; a QDQ Mul, which onnxruntime fuses into it) as MLAS's "
+         "NEON kernel computes it in that build: the integer product times float32 sa * sb / sc plus the zero point in "
+         "one FMA, as GCC contracted the kernel's multiply and add (arithmetic.mul's neon; its x86 SSE2 kernel rounds "
+         "twice): equal to that build on every input pair of tests/test_arm_qoperator.py's muls"),
     Kind("add", ONNX, True, "a QDQ Add as ONNX defines it (dequantize, add, divide by the output's scale, each in "
          "float32; output_stage.qlinear_add's defined form): onnxruntime fuses it into QLinearAdd, which rounds "
          "otherwise near a half step (1 step of the output's scale) in both builds: its x86 exact mode by MLAS's "
@@ -72,6 +74,9 @@ KINDS = {k.name: k for k in [
     Kind("qlinear_add_runtime", AARCH64, True, "QLinearAdd (com.microsoft) whose scales and zero points are graph "
          "inputs: MLAS's NEON kernel computes its multipliers on each call, as output_stage.neon_qlinear_add_runtime "
          "does in the kernel: equal to that build on every input pair of tests/test_arm_qoperator.py's run-time adds"),
+    Kind("qlinear_mul_runtime", AARCH64, True, "QLinearMul (com.microsoft) whose scales and zero points are graph "
+         "inputs: mul's arithmetic, the ratio computed in the kernel as MLAS computes it on each call: equal to that "
+         "build on every input pair of tests/test_arm_qoperator.py's run-time muls"),
     Kind(INTEGER_TO_FLOAT, AARCH64, True, "MatMulIntegerToFloat (com.microsoft; and QGemm to float32 with an "
          "int32 C), which no ONNX definition fixes: onnxruntime fuses a MatMul or Gemm of dequantized 8-bit tensors "
          "that no QuantizeLinear reads into it, its AArch64 build int8 pairs too (QDQIsInt8Allowed), "

@@ -15,7 +15,8 @@ bit-exact with onnxruntime:
   without it, 4 of 10 outputs of a 224x224 MobileNetV2 with 3 residual blocks differed in the last
   bit; with it, none), rounded half to even;
 * average pool (QLinearAveragePool): the dequantized window summed, divided, requantized in float32;
-* mul (QLinearMul): the integer product times ``sa * sb / sc``, plus the zero point, in float32;
+* mul (QLinearMul): the integer product times ``sa * sb / sc``, plus the zero point, in float32 (on
+  Arm in one FMA, as onnxruntime's AArch64 build computes it);
 * quantize (QuantizeLinear): ``x / scale`` (a division, not a reciprocal), clamped, rounded half to
   even; dequantize: ``float32(x - zp) * scale``;
 * max pool and reshapes are exact on the integers; a lookup (rewrite.py's tables) is exact by
@@ -192,20 +193,30 @@ def add(a, b, *, ratio_a: float, ratio_b: float, fixed: float, out_dtype: str, c
 
 
 def mul(a, b, *, a_zero_point: int, b_zero_point: int, ratio: float, out_zero_point: int, out_dtype: str,
-        clamp):
-    """QLinearMul as MLAS's SSE2 and NEON kernels compute it (qlmul.cpp, ``MlasQLinearMulVectorS16``):
-    the product of the zero-point-subtracted integers (exact in int32), times ``ratio = sa * sb / sc``
-    (float32, in that order), plus the output zero point in float32 (a multiply and an add, not an
-    FMA: the product is fenced), rounded half to even, saturated to ``clamp``. ``a`` and ``b``
-    broadcast as numpy does."""
+        clamp, neon: bool = False):
+    """QLinearMul as MLAS's kernel computes it (qlmul.cpp, ``MlasQLinearMulVectorS16``): the product of the
+    zero-point-subtracted integers (exact in int32) times ``ratio = sa * sb / sc`` (float32, in that order),
+    plus the output zero point (``_scaled_product``), rounded half to even, saturated to ``clamp``; ``neon``:
+    as onnxruntime's AArch64 build computes it. ``a`` and ``b`` broadcast as numpy does."""
     shape = broadcast_shape(a.shape, b.shape)
 
     def value(*i):
         x = a(*broadcast_index(a.shape, i)).astype("int32") - a_zero_point
         y = b(*broadcast_index(b.shape, i)).astype("int32") - b_zero_point
-        product = fenced((x * y).astype("float32") * tirx.const(ratio, "float32"))
-        return round_saturated(product + float(out_zero_point), clamp, out_dtype)
+        return _scaled_product(x * y, tirx.const(ratio, "float32"), tirx.const(out_zero_point, "float32"), clamp,
+                              out_dtype, neon)
     return te.compute(shape, value, name="qmul")
+
+
+def _scaled_product(product, ratio, zero_point, clamp, out_dtype: str, neon: bool):
+    """MLAS's QLinearMul output of an int32 ``product``: ``float32(product) * ratio + zero_point`` (float32
+    expressions), rounded half to even, saturated to ``clamp``. Its SSE2 kernel (onnxruntime's x86 build)
+    rounds the product, then the sum; its NEON kernel, as GCC built it for onnxruntime's AArch64 build
+    (``neon``), contracts the two into one FMA, which rounds once."""
+    product = product.astype("float32")
+    if neon:
+        return round_saturated(tirx.call_intrin("float32", "tirx.fma", product, ratio, zero_point), clamp, out_dtype)
+    return round_saturated(fenced(product * ratio) + zero_point, clamp, out_dtype)
 
 
 def lookup(x, table, *, offset: int):
@@ -353,15 +364,14 @@ def add_runtime(a, b, sa, za, sb, zb, sc, zc, *, out_dtype: str, neon: bool = Fa
     return te.compute(shape, value, name="qadd_runtime")
 
 
-def mul_runtime(a, b, sa, za, sb, zb, sc, zc, *, out_dtype: str):
-    """QLinearMul whose scales and zero points are graph inputs: ``mul``'s arithmetic, the ratio
-    ``float32(sa * sb) / sc`` computed in the kernel."""
+def mul_runtime(a, b, sa, za, sb, zb, sc, zc, *, out_dtype: str, neon: bool = False):
+    """QLinearMul whose scales and zero points are graph inputs: ``mul``'s arithmetic (``neon`` too), the
+    ratio ``float32(sa * sb) / sc`` computed in the kernel, as MLAS computes it on each call."""
     ratio = fenced(fenced(_scalar(sa) * _scalar(sb)) / _scalar(sc))
     shape = broadcast_shape(a.shape, b.shape)
 
     def value(*i):
         x = a(*broadcast_index(a.shape, i)).astype("int32") - _scalar(za).astype("int32")
         y = b(*broadcast_index(b.shape, i)).astype("int32") - _scalar(zb).astype("int32")
-        product = fenced((x * y).astype("float32") * ratio)
-        return round_saturated(product + _scalar(zc).astype("float32"), QUANT_RANGES[out_dtype], out_dtype)
+        return _scaled_product(x * y, ratio, _scalar(zc).astype("float32"), QUANT_RANGES[out_dtype], out_dtype, neon)
     return te.compute(shape, value, name="qmul_runtime")

@@ -17,6 +17,7 @@ from tvm_integration.qnn.semantics import arithmetic, qlinear_softmax, litert_ar
 COMPUTATIONS = {"conv2d": arithmetic.conv2d, "dense": arithmetic.dense, "batch_matmul": arithmetic.batch_matmul,
                 "add": arithmetic.add, "qlinear_add": arithmetic.add,
                 "qlinear_add_runtime": arithmetic.add_runtime, "mul": arithmetic.mul,
+                "qlinear_mul_runtime": arithmetic.mul_runtime,
                 "lookup": arithmetic.lookup, "global_avg_pool": arithmetic.global_avg_pool, "max_pool2d": arithmetic.max_pool2d,
                 "avg_pool2d": arithmetic.avg_pool2d, "gather": gather.gather,
                 "quantize": arithmetic.quantize, "dequantize": arithmetic.dequantize,
