@@ -8,7 +8,8 @@ MLAS refuses (where its float formula rounds 5 pairs otherwise than the QDQ defi
 first input's product, and where one of the second's would, round one pair otherwise than unfused products),
 and an add fused into a convolution's output stage; and adds whose scales and zero points are graph inputs, for
 which that kernel computes its multipliers on each call. QLinearMul, also com.microsoft, likewise on every pair
-(MLAS's formula in numpy too: on Arm one FMA, on x86 two roundings)."""
+(MLAS's formula in numpy too: on Arm one FMA, on x86 two roundings);
+QLinearSigmoid's and QLinearLeakyRelu's tables on every input (MLAS's logistic in numpy too)."""
 from __future__ import annotations
 
 import numpy as np
@@ -245,3 +246,92 @@ def test_qlinear_mul_equals_each_onnxruntime_build(tmp_path):
     assert twice == {"mul_tie": 0, "mul_tie8": 0, "mul_scalar": 0, "mul_u8": 65, "mul_s8": 16, "mul_qdq_u8": 65,
                      "mul_qdq_s8": 16, "mul_run_time_u8": 65, "mul_run_time_s8": 16, "mul_mixed": 21}
 
+
+# onnxruntime's QLinearSigmoid (com.microsoft) builds a 256-entry table: each input dequantized, MLAS's logistic
+# (on Arm its generic kernel: Eigen's rational function, FMA chains, x clamped to [-18, 18]), quantized; a QDQ
+# Sigmoid is fused into one. output -> (op, input, (x scale, x zero point, y scale, y zero point), attributes); v:
+# every u8 value, v8 every s8 value; "Sigmoid": DQ -> Sigmoid -> Q, "FloatSigmoid": DQ -> Sigmoid, a float output.
+# SIGMOID_U8, SIGMOID_S8: found by a numpy search of 20 000 random scales (11 tables differ from the correctly
+# rounded sigmoid's, each on one entry); SIGMOID_STEPS: output steps of 1e-6, where the logistic's absolute error
+# (its p / q + 0.5 cancels for x < 0) shows
+SIGMOID_U8 = (BITS(1039292727), 190, F32(1 / 256), 199)
+SIGMOID_S8 = (BITS(1028631877), 72, F32(1 / 256), 41)
+SIGMOID_STEPS = (F32(0.2), 0, F32(1e-6), -128)
+LOOKUPS = {
+    "sigmoid_u8": ("QLinearSigmoid", "v", (F32(0.05), 128, F32(1 / 256), 0), {}),
+    "sigmoid_s8": ("QLinearSigmoid", "v8", (F32(0.05), 0, F32(1 / 256), -128), {}),
+    "sigmoid_found_u8": ("QLinearSigmoid", "v", SIGMOID_U8, {}),
+    "sigmoid_found_s8": ("QLinearSigmoid", "v8", SIGMOID_S8, {}),
+    "sigmoid_steps": ("QLinearSigmoid", "v8", SIGMOID_STEPS, {}),
+    "sigmoid_qdq": ("Sigmoid", "v", SIGMOID_U8, {}),
+    "sigmoid_float": ("FloatSigmoid", "v8", (F32(0.2), 3, None, None), {}),
+    "leaky_relu_u8": ("QLinearLeakyRelu", "v", (F32(0.03), 100, F32(0.02), 20), {"alpha": 0.1}),
+    "leaky_relu_s8": ("QLinearLeakyRelu", "v8", (F32(0.045), -7, F32(0.011), 9), {"alpha": 0.3333}),
+}
+
+
+def lookup_model(path):
+    inits, nodes = [], []
+    for out, (op, v, quant, attrs) in LOOKUPS.items():
+        dtype = np.int8 if v == "v8" else np.uint8
+        names = [f"{out}_{k}" for k, value in zip(("xs", "xz", "ys", "yz"), quant) if value is not None]
+        inits += [numpy_helper.from_array(np.array(value, F32 if name.endswith("s") else dtype), name)
+                  for name, value in zip(names, quant)]
+        if op in ("Sigmoid", "FloatSigmoid"):
+            nodes += [helper.make_node("DequantizeLinear", [v, *names[:2]], [f"{out}_d"]),
+                      helper.make_node("Sigmoid", [f"{out}_d"], [out if op == "FloatSigmoid" else f"{out}_f"])]
+            if op == "Sigmoid":
+                nodes.append(helper.make_node("QuantizeLinear", [f"{out}_f", *names[2:]], [out]))
+        else:
+            nodes.append(helper.make_node(op, [v, *names], [out], domain="com.microsoft", **attrs))
+    operand = lambda name: TensorProto.INT8 if name.endswith("8") else TensorProto.UINT8
+    outputs = [helper.make_tensor_value_info(out, TensorProto.FLOAT if op == "FloatSigmoid" else operand(v), [1, 256])
+               for out, (op, v, _, _) in LOOKUPS.items()]
+    inputs = [helper.make_tensor_value_info(v, operand(v), [1, 256]) for v in ("v", "v8")]
+    graph = helper.make_graph(nodes, "lookups", inputs, outputs, inits)
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)])
+    m.ir_version = 8
+    onnx.save(m, str(path))
+
+
+LOGISTIC_ALPHA = [F32(c) for c in (4.37031012579801e-11, 1.15627324459942e-07, 6.08574864600143e-05,
+                                   8.51377133304701e-03, 2.48287947061529e-01)]
+LOGISTIC_BETA = [F32(c) for c in (6.10247389755681e-13, 5.76102136993427e-09, 6.29106785017040e-06,
+                                  1.70198817374094e-03, 1.16817656904453e-01, 9.93151921023180e-01)]
+
+
+def mlas_logistic(x):
+    """MLAS's logistic.cpp generic kernel in numpy, each multiply-add one rounding (in float64, then float32)."""
+    fma = lambda a, b, c: (np.float64(a) * np.float64(b) + np.float64(c)).astype(F32)
+    x = np.clip(x, F32(-18), F32(18))
+    square = x * x
+    p, q = LOGISTIC_ALPHA[0], LOGISTIC_BETA[0]
+    for c in LOGISTIC_ALPHA[1:]:
+        p = fma(p, square, c)
+    for c in LOGISTIC_BETA[1:]:
+        q = fma(q, square, c)
+    return np.clip(p * x / q + F32(0.5), F32(0), F32(1))
+
+
+def test_qlinear_sigmoid_equals_onnxruntime_aarch64(tmp_path):
+    """Before, neon's table was TVM's sigmoid of each value: the AArch64 build's tables of SIGMOID_U8 (also as a QDQ
+    Sigmoid), SIGMOID_S8 and SIGMOID_STEPS differed from it on 1, 1 and 3 entries. QLinearLeakyRelu's tables
+    (``v >= 0 ? v : alpha * v``) were equal as they are."""
+    from tvm_integration.bench import ort_aarch64
+    from tvm_integration.qnn.runtime.model import compile_model
+    path = tmp_path / "lookups.onnx"
+    lookup_model(path)
+    inputs = {"v": np.arange(256).astype(np.uint8).reshape(1, -1),
+              "v8": np.arange(-128, 128).astype(np.int8).reshape(1, -1)}
+    names = list(LOOKUPS)
+    ours = compile_model(path, target="neon", mcpu=CORE)
+    assert arm_reference.follows(ours.op_kinds)["sigmoid"] == arm_reference.AARCH64
+    ours = ours(inputs)
+    arm = dict(zip(names, ort_aarch64.run(path, inputs, names, CORE, counted=False)[0]))
+    for out, (op, v, (xs, xz, ys, yz), _) in LOOKUPS.items():
+        np.testing.assert_array_equal(ours[out], arm[out], err_msg=out)
+        if "Sigmoid" in op:
+            y = mlas_logistic(xs * (inputs[v].astype(np.int32) - xz).astype(F32))
+            lo, hi = (-128, 127) if v == "v8" else (0, 255)
+            expected = y if ys is None else np.clip(np.rint(y / ys) + yz, lo, hi).astype(inputs[v].dtype)
+            np.testing.assert_array_equal(arm[out], expected, err_msg=out)

@@ -214,7 +214,8 @@ def softmax_rule(row_func):
     return legalize
 
 
-def _elementwise(fn, name):
+def elementwise_rule(fn, name):
+    """The rule computing an elementwise float op as ``fn`` of each element (elementwise_func)."""
     def legalize(bb, call):
         shape = shape_of(call.args[0])
         if shape is None or not float32(call):
@@ -488,7 +489,7 @@ def onnxruntime_fusions(mod: tvm.IRModule, fused: bool = False) -> tvm.IRModule:
 
 # Every float op this module computes, one rule each (a target's own in its place: neon_float.py).
 RULES = {"relax.matmul": _matmul, "relax.nn.softmax": softmax_rule(softmax_func),
-         "relax.erf": _elementwise(mlas_math.erf, "erf"), "relax.nn.gelu": _elementwise(gelu, "gelu"),
-         "relax.tanh": _elementwise(mlas_math.tanh, "tanh"), "relax.max": _reduce_all("max"),
+         "relax.erf": elementwise_rule(mlas_math.erf, "erf"), "relax.nn.gelu": elementwise_rule(gelu, "gelu"),
+         "relax.tanh": elementwise_rule(mlas_math.tanh, "tanh"), "relax.max": _reduce_all("max"),
          "relax.min": _reduce_all("min"), "relax.nn.layer_norm": layer_norm_rule(layer_norm.layer_norm_func),
          "relax.mean": reduce_mean.mean, "relax.nn.adaptive_avg_pool2d": reduce_mean.global_pool}

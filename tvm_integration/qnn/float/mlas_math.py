@@ -1,10 +1,11 @@
-"""MLAS's float32 exp, erf and tanh (onnxruntime's CPU kernels: Softmax, Erf, Gelu, Tanh) as TIR
-expressions, step for step, so a compiled op rounds as onnxruntime does. Each ``fma`` is one the
-AVX-512/FMA3 kernels execute (a fused multiply-add, one rounding); every other step rounds on its own.
+"""MLAS's float32 exp, erf, tanh and logistic (onnxruntime's CPU kernels: Softmax, Erf, Gelu, Tanh, Sigmoid) as
+TIR expressions, step for step, so a compiled op rounds as onnxruntime does. Each ``fma`` is one the
+AVX-512/FMA3 kernels (the logistic: the generic kernel, as onnxruntime's AArch64 build runs it) execute (a fused
+multiply-add, one rounding); every other step rounds on its own.
 
 Constants are MLAS's (compute.cpp ``MlasExpConstants``, erf.cpp ``MlasErfConstants``, tanh.cpp
-``MlasTanhConstants``); the polynomials are those of the kernels' vector paths
-(TransKernelAvx512F.S, ErfKernelFma3.S, the FMA3 tanh kernel).
+``MlasTanhConstants``, logistic.cpp ``MlasLogisticConstants``); the polynomials are those of the kernels' vector
+paths (TransKernelAvx512F.S, ErfKernelFma3.S, the FMA3 tanh kernel, logistic.cpp's ``MlasLogisticKernel``).
 """
 from __future__ import annotations
 
@@ -103,11 +104,35 @@ def tanh(x):
     (a NaN passes through), ``x * p(x^2) / q(x^2)`` with both polynomials FMA chains."""
     x = tirx.Select(-TANH_RANGE > x, -TANH_RANGE, x)
     x = tirx.Select(TANH_RANGE < x, TANH_RANGE, x)
+    return _odd_rational(x, TANH_ALPHA, TANH_BETA)
+
+
+def _odd_rational(x, alpha, beta):
+    """``x * p(x^2) / q(x^2)``, Eigen's rational function of tanh and of the logistic: ``p`` and ``q`` (their
+    coefficients highest first) FMA chains, x times p rounded, then divided."""
     square = x * x
-    p = TANH_ALPHA[0]
-    for c in TANH_ALPHA[1:]:
+    p = alpha[0]
+    for c in alpha[1:]:
         p = fma(p, square, c)
-    q = TANH_BETA[0]
-    for c in TANH_BETA[1:]:
+    q = beta[0]
+    for c in beta[1:]:
         q = fma(q, square, c)
     return x * p / q
+
+
+LOGISTIC_RANGE = f32(18.0)
+LOGISTIC_ALPHA = [f32(c) for c in (4.37031012579801e-11, 1.15627324459942e-07, 6.08574864600143e-05,
+                                   8.51377133304701e-03, 2.48287947061529e-01)]
+LOGISTIC_BETA = [f32(c) for c in (6.10247389755681e-13, 5.76102136993427e-09, 6.29106785017040e-06,
+                                  1.70198817374094e-03, 1.16817656904453e-01, 9.93151921023180e-01)]
+
+
+def logistic(x):
+    """MLAS's logistic (logistic.cpp ``MlasLogisticConstants``, Eigen's rational function) as the generic
+    kernel onnxruntime's AArch64 build runs computes it: x clamped to [-18, 18], ``x * p(x^2) / q(x^2) + 0.5``
+    (``MlasMultiplyAddFloat32x4``, each step of the polynomials, is NEON's fused multiply-add), clamped to
+    [0, 1]. Where x < 0 the sum cancels to within float32 rounding of 0.5, so small outputs are off by up
+    to 3e-8 from the sigmoid."""
+    x = tirx.min(tirx.max(x, -LOGISTIC_RANGE), LOGISTIC_RANGE)
+    y = _odd_rational(x, LOGISTIC_ALPHA, LOGISTIC_BETA) + f32(0.5)
+    return tirx.min(tirx.max(y, f32(0.0)), f32(1.0))

@@ -79,8 +79,9 @@ class QDQToInteger(QDQReader):
     on the graph as imported (qdq.py)."""
 
     def __init__(self, mod, float_layers: dict[str, str] | None = None, int8_allowed: bool = False,
-                 qgemms: set[str] = frozenset()):
+                 qgemms: set[str] = frozenset(), table_ops: dict | None = None):
         super().__init__(mod)
+        self.table_ops = table_ops or {}        # LegalizeOps rules of the float ops in a table: the target's
         self.float_layers, self.float_cores = float_layers or {}, set()    # ort_fusion.py: nodes kept float, their calls
         self.int8_allowed = int8_allowed        # onnxruntime's AArch64 build: it fuses int8 activations as they are
         self.qgemms, self.qgemm_cores = qgemms, set()    # ort_fusion.qgemms_to_float: kernels of int8 pairs, their matmuls
@@ -393,7 +394,10 @@ class QDQToInteger(QDQReader):
         values = relax.const((np.arange(256) - offset).reshape((1,) * (rank - 1) + (256,)), xq.dtype)
         q = relax.op.quantize(self.rebuilt(expr, dq, values), relax.const(out.scale.reshape(())),
                               relax.const(out.zero_point.reshape(()).astype(out.dtype)), out_dtype=out.dtype)
-        return self.integer("lookup", [x], [evaluate(lambda bb: q, rewrite).reshape(256)], offset=offset)
+        table = evaluate(lambda bb: q, rewrite, self.table_ops).reshape(256)
+        runtime_ops = sorted(_op_names(q) & set(self.table_ops))
+        return self.integer("lookup", [x], [table], offset=offset,
+                            **({"runtime_ops": runtime_ops} if runtime_ops else {}))
 
     def softmax(self, expr, out: QParams):
         """``Q(softmax(DQ(x)))``, input and output of one 8-bit type: onnxruntime's QLinearSoftmax
@@ -472,12 +476,19 @@ class QDQToInteger(QDQReader):
         return self.visit_expr(data[0])
 
 
+def _op_names(expr) -> set[str]:
+    """The Relax ops a standalone expression (QDQToInteger.rebuilt's) calls."""
+    return {expr.op.name, *(n for a in expr.args for n in _op_names(a))} if isinstance(expr, relax.Call) else set()
+
+
 def rewrite(mod, float_layers: dict[str, str] | None = None, int8_allowed: bool = False,
-            qgemms: set[str] = frozenset()):
+            qgemms: set[str] = frozenset(), table_ops: dict | None = None):
     """The integer module: every group onnxruntime fuses is one integer op, each chain of channel
     movement one gather (channels.py, which counts readers: dead float code removed first);
     ``float_layers``: the ONNX nodes onnxruntime leaves in float (ort_fusion.py); ``int8_allowed``: as
     onnxruntime's AArch64 build, which fuses int8 activations (ort_fusion.float_layers); ``qgemms``: the
-    QOperator QGemms to float32, kernels of int8 pairs on every build (ort_fusion.qgemms_to_float)."""
-    mod = relax.transform.DeadCodeElimination()(QDQToInteger(mod, float_layers, int8_allowed, qgemms).run())
+    QOperator QGemms to float32, kernels of int8 pairs on every build (ort_fusion.qgemms_to_float); ``table_ops``:
+    the LegalizeOps rules of float ops in a lookup table that the target's onnxruntime build computes otherwise than
+    TVM's op (neon_float.table_legalize_map), each table recording those it holds (``runtime_ops``)."""
+    mod = relax.transform.DeadCodeElimination()(QDQToInteger(mod, float_layers, int8_allowed, qgemms, table_ops).run())
     return relax.transform.DeadCodeElimination()(channels.fuse(mod))

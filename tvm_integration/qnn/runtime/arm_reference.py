@@ -10,7 +10,7 @@ Two runtimes disagree on Arm, so each op kind names the one it follows:
 - ``onnxruntime_aarch64``: onnxruntime's AArch64 build (MLAS's NEON code and the C++ kernels as GCC built
   them). Float ops whose order of operations ONNX leaves open follow it: it is what an Arm user runs. So do
   onnxruntime's own (com.microsoft) ops, which no ONNX definition fixes: a QOperator model's QLinearAdd,
-  QLinearMul (and the QDQ Mul onnxruntime fuses into it), and
+  QLinearMul and QLinearSigmoid (and the QDQ Mul and Sigmoid onnxruntime fuses into them), and
   MatMulIntegerToFloat, what onnxruntime fuses a quantized MatMul with a float output into.
 - ``litert``: LiteRT's AArch64 build (XNNPACK's kernels), every op kind of a TFLite model (``LITERT_KINDS``:
   measured under qemu, bench/litert_aarch64.py).
@@ -77,6 +77,10 @@ KINDS = {k.name: k for k in [
     Kind("qlinear_mul_runtime", AARCH64, True, "QLinearMul (com.microsoft) whose scales and zero points are graph "
          "inputs: mul's arithmetic, the ratio computed in the kernel as MLAS computes it on each call: equal to that "
          "build on every input pair of tests/test_arm_qoperator.py's run-time muls"),
+    Kind("sigmoid", AARCH64, True, "MLAS's logistic (its generic kernel: Eigen's rational function, FMA chains; "
+         "mlas_math.logistic) in a float Sigmoid and in the 256-entry table of QLinearSigmoid (com.microsoft) or of "
+         "a QDQ Sigmoid, which onnxruntime fuses into one (neon_float.TABLE_OPS): equal to that build on every input "
+         "of tests/test_arm_qoperator.py's sigmoids"),
     Kind(INTEGER_TO_FLOAT, AARCH64, True, "MatMulIntegerToFloat (com.microsoft; and QGemm to float32 with an "
          "int32 C), which no ONNX definition fixes: onnxruntime fuses a MatMul or Gemm of dequantized 8-bit tensors "
          "that no QuantizeLinear reads into it, its AArch64 build int8 pairs too (QDQIsInt8Allowed), "
@@ -103,7 +107,8 @@ KINDS = {k.name: k for k in [
 _RELAX = {"relax.nn.softmax": "softmax", "relax.nn.layer_norm": "layer_norm", "relax.erf": "gelu",
           "relax.nn.gelu": "gelu", "relax.tanh": "tanh", "relax.mean": "reduce_mean",
           "relax.nn.adaptive_avg_pool2d": "reduce_mean", "relax.matmul": "float_matmul",
-          "relax.max": "dynamic_quantize", "relax.min": "dynamic_quantize", "relax.nn.conv2d": "float_conv"}
+          "relax.max": "dynamic_quantize", "relax.min": "dynamic_quantize", "relax.nn.conv2d": "float_conv",
+          "relax.sigmoid": "sigmoid"}
 
 
 def kinds(mod, tflite: bool = False) -> list[str]:
@@ -121,6 +126,7 @@ def kinds(mod, tflite: bool = False) -> list[str]:
             if op is not None:
                 seen[INTEGER_TO_FLOAT if op.kind in ("dense", "batch_matmul") and op.out_dtype == "float32"
                      else op.kind] = None
+                seen.update(dict.fromkeys(_RELAX[name] for name in op.params.get("runtime_ops", ())))
             elif isinstance(binding.value, relax.Call) and getattr(binding.value.op, "name", "") == "relax.call_tir" \
                     and LAYER in (mod[binding.value.args[0]].attrs or {}):
                 seen["float_conv"] = None          # a QDQ Conv onnxruntime leaves in float (onnx/float_convs.py)

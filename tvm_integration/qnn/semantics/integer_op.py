@@ -25,7 +25,8 @@ COMPUTATIONS = {"conv2d": arithmetic.conv2d, "dense": arithmetic.dense, "batch_m
 LINEAR = ("conv2d", "dense")
 # parameters that describe an op (for legalize.py, bind.py, qsynth inspect), not its computation
 DESCRIPTIVE = ("x_range", "w_range", "layer", "abits", "wbits", "encoding", "w_low", "lowbit",
-               "quant")     # an add's (sa, za, sb, zb, sc, zc), which bind.py makes ``defined`` or ``neon`` on Arm
+               "quant",     # an add's (sa, za, sb, zb, sc, zc), which bind.py makes ``defined`` or ``neon`` on Arm
+               "runtime_ops")   # a lookup's: the float ops of its table computed as the target's onnxruntime build does
 IMPLEMENTATION = "qnn.implementation"     # legalize.py's verdict: "tensorized", or why the reference stays
 
 

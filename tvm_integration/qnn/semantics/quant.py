@@ -26,19 +26,19 @@ def constant(expr) -> np.ndarray | None:
     return expr.value.numpy() if isinstance(expr, Constant) else None
 
 
-def evaluate(emit, rewrite=None) -> np.ndarray:
+def evaluate(emit, rewrite=None, legalize: dict | None = None) -> np.ndarray:
     """The value ``emit(builder)`` computes from constants (an op over every 8-bit value: a table),
     computed as a compiled model computes it, so that the entries are the model's own: ``rewrite``
-    applied (the ONNX rewrite, for Q/DQ), the Relax ops legalized, every function scheduled
-    (schedules.py) and built for this host."""
+    applied (the ONNX rewrite, for Q/DQ), the Relax ops legalized (``legalize``: rules of some in place of
+    TVM's), every function scheduled (schedules.py) and built for this host."""
     bb = relax.BlockBuilder()
     with bb.function("main", []):
         with bb.dataflow():
             out = bb.emit_output(emit(bb))
         bb.emit_func_output(out)
-    mod = relax.transform.LegalizeOps()(bb.get() if rewrite is None else rewrite(bb.get()))
+    mod = relax.transform.LegalizeOps(legalize)(bb.get() if rewrite is None else rewrite(bb.get()))
     for gvar, func in list(mod.functions.items()):
-        if isinstance(func, tirx.PrimFunc):
+        if isinstance(func, tirx.PrimFunc) and schedules.SCHEDULED not in (func.attrs or {}):
             mod[gvar] = schedules.schedule(func)
     vm = relax.VirtualMachine(tvm.compile(mod, target=tvm.target.Target(host.tvm_target())), tvm.cpu())
     return vm["main"]().numpy()
