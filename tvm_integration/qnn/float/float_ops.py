@@ -490,6 +490,7 @@ def onnxruntime_fusions(mod: tvm.IRModule, fused: bool = False) -> tvm.IRModule:
 # Every float op this module computes, one rule each (a target's own in its place: neon_float.py).
 RULES = {"relax.matmul": _matmul, "relax.nn.softmax": softmax_rule(softmax_func),
          "relax.erf": elementwise_rule(mlas_math.erf, "erf"), "relax.nn.gelu": elementwise_rule(gelu, "gelu"),
-         "relax.tanh": elementwise_rule(mlas_math.tanh, "tanh"), "relax.max": _reduce_all("max"),
+         "relax.tanh": elementwise_rule(mlas_math.tanh, "tanh"), "relax.sigmoid": elementwise_rule(mlas_math.logistic, "logistic"),
+         "relax.max": _reduce_all("max"),
          "relax.min": _reduce_all("min"), "relax.nn.layer_norm": layer_norm_rule(layer_norm.layer_norm_func),
          "relax.mean": reduce_mean.mean, "relax.nn.adaptive_avg_pool2d": reduce_mean.global_pool}

@@ -129,7 +129,8 @@ LOGISTIC_BETA = [f32(c) for c in (6.10247389755681e-13, 5.76102136993427e-09, 6.
 
 def logistic(x):
     """MLAS's logistic (logistic.cpp ``MlasLogisticConstants``, Eigen's rational function) as the generic
-    kernel onnxruntime's AArch64 build runs computes it: x clamped to [-18, 18], ``x * p(x^2) / q(x^2) + 0.5``
+    kernel onnxruntime's AArch64 build runs computes it, and its x86 FMA3 kernel alike (measured equal to both
+    builds: tests/test_arm_qoperator.py): x clamped to [-18, 18], ``x * p(x^2) / q(x^2) + 0.5``
     (``MlasMultiplyAddFloat32x4``, each step of the polynomials, is NEON's fused multiply-add), clamped to
     [0, 1]. Where x < 0 the sum cancels to within float32 rounding of 0.5, so small outputs are off by up
     to 3e-8 from the sigmoid."""

@@ -12,13 +12,11 @@ MLAS's x86 order; where the AArch64 build rounds differently, this module has it
 - LayerNormalization: no MLAS kernel on AArch64, so every row takes onnxruntime's C++ Welford loop,
   built with FMAs (layer_norm.welford_func ``fused``); SkipLayerNormalization and the dequantize chain
   of quantize_dynamic's MatMulIntegerToFloat likewise (float_ops.onnxruntime_fusions ``fused``).
-- Sigmoid: MLAS's logistic (mlas_math.logistic: logistic.cpp's generic kernel, FMA chains), which TVM's sigmoid
-  rounds otherwise, also in the lookup tables of QLinearSigmoid and of a QDQ Sigmoid (TABLE_OPS, rewrite.py).
 - A Conv left in float: MLAS's im2col and unpacked sgemm, as on x86 (float_conv.conv2d_func; onnxruntime's
   x86 build runs its NCHWc kernels instead, so the two builds differ there), group by group; a depthwise
   one on TVM's conv2d, equal to MLAS's.
 
-Erf, GELU, Tanh and the float MatMuls take float_ops' functions (by constant weights, MLAS's packed
+Erf, GELU, Tanh, Sigmoid and the float MatMuls take float_ops' functions (by constant weights, MLAS's packed
 sgemm's K blocks of 256, float_matmul.PACKED_STRIDE_K): both builds compute them alike (measured
 equal: tests/test_arm_float_ops.py).
 """
@@ -107,25 +105,14 @@ def _conv2d(bb, call):
 
 
 def legalize_map() -> dict:
-    """float_ops.legalize_map() with this module's Softmax, LayerNormalization, float Conv, ReduceMean,
-    GlobalAveragePool and Sigmoid, each where it fits, else the op's registered legalization."""
+    """float_ops.legalize_map() with this module's Softmax, LayerNormalization, float Conv, ReduceMean and
+    GlobalAveragePool, each where it fits, else the op's registered legalization."""
     return float_ops.legalize_map({
-        "relax.sigmoid": float_ops.elementwise_rule(mlas_math.logistic, "logistic"),
         "relax.nn.softmax": float_ops.softmax_rule(softmax_func),
         "relax.nn.layer_norm": float_ops.layer_norm_rule(layer_norm_func),
         "relax.nn.conv2d": _conv2d,
         "relax.mean": lambda bb, call: reduce_mean.mean(bb, call, pairs=reduce_mean.NEON_PAIRS),
         "relax.nn.adaptive_avg_pool2d": lambda bb, call: reduce_mean.global_pool(bb, call, reduce_mean.NEON_PAIRS)})
-
-
-# The float ops of a lookup table (rewrite.py) that onnxruntime's AArch64 build computes otherwise than TVM's op does
-TABLE_OPS = ("relax.sigmoid",)
-
-
-def table_legalize_map() -> dict:
-    """legalize_map()'s rules of TABLE_OPS: Sigmoid as MLAS's logistic, which onnxruntime's QLinearSigmoid
-    builds its table from (and a QDQ Sigmoid, which it fuses into one)."""
-    return {name: rule for name, rule in legalize_map().items() if name in TABLE_OPS}
 
 
 def onnxruntime_fusions(mod: tvm.IRModule) -> tvm.IRModule:

@@ -481,6 +481,11 @@ def _op_names(expr) -> set[str]:
     return {expr.op.name, *(n for a in expr.args for n in _op_names(a))} if isinstance(expr, relax.Call) else set()
 
 
+# The float ops of a lookup table that onnxruntime computes otherwise than TVM's op does: its QLinearSigmoid (and a
+# QDQ Sigmoid, fused into one) builds the table from MLAS's logistic
+TABLE_OPS = ("relax.sigmoid",)
+
+
 def rewrite(mod, float_layers: dict[str, str] | None = None, int8_allowed: bool = False,
             qgemms: set[str] = frozenset(), table_ops: dict | None = None):
     """The integer module: every group onnxruntime fuses is one integer op, each chain of channel
@@ -489,6 +494,6 @@ def rewrite(mod, float_layers: dict[str, str] | None = None, int8_allowed: bool 
     onnxruntime's AArch64 build, which fuses int8 activations (ort_fusion.float_layers); ``qgemms``: the
     QOperator QGemms to float32, kernels of int8 pairs on every build (ort_fusion.qgemms_to_float); ``table_ops``:
     the LegalizeOps rules of float ops in a lookup table that the target's onnxruntime build computes otherwise than
-    TVM's op (neon_float.table_legalize_map), each table recording those it holds (``runtime_ops``)."""
+    TVM's op (TABLE_OPS: the target's float rules of them), each table recording those it holds (``runtime_ops``)."""
     mod = relax.transform.DeadCodeElimination()(QDQToInteger(mod, float_layers, int8_allowed, qgemms, table_ops).run())
     return relax.transform.DeadCodeElimination()(channels.fuse(mod))

@@ -79,7 +79,7 @@ KINDS = {k.name: k for k in [
          "build on every input pair of tests/test_arm_qoperator.py's run-time muls"),
     Kind("sigmoid", AARCH64, True, "MLAS's logistic (its generic kernel: Eigen's rational function, FMA chains; "
          "mlas_math.logistic) in a float Sigmoid and in the 256-entry table of QLinearSigmoid (com.microsoft) or of "
-         "a QDQ Sigmoid, which onnxruntime fuses into one (neon_float.TABLE_OPS): equal to that build on every input "
+         "a QDQ Sigmoid, which onnxruntime fuses into one (rewrite.TABLE_OPS): equal to that build on every input "
          "of tests/test_arm_qoperator.py's sigmoids"),
     Kind(INTEGER_TO_FLOAT, AARCH64, True, "MatMulIntegerToFloat (com.microsoft; and QGemm to float32 with an "
          "int32 C), which no ONNX definition fixes: onnxruntime fuses a MatMul or Gemm of dequantized 8-bit tensors "

@@ -25,7 +25,7 @@ from tvm import relax
 
 from synth.files import write_atomically
 from tvm_integration.kernels import neon_int8 as neon_kernels
-from tvm_integration.qnn.float import neon_float
+from tvm_integration.qnn.float import float_ops, neon_float
 from tvm_integration.qnn.lower import bind, pipeline
 from tvm_integration.qnn.onnx import importer, ort_fusion, rewrite
 from tvm_integration.qnn.runtime import arm_reference
@@ -53,9 +53,10 @@ def rewritten(model: onnx.ModelProto, target: str) -> tuple[tvm.IRModule, onnx.M
     """The ONNX model imported and rewritten into integer ops as onnxruntime's build for ``target`` fuses
     them (the AArch64 one keeps int8 activations), and the model as that build types it (onnxruntime_view)."""
     model, layers = onnxruntime_view(model, target)
+    rules = (neon_float if target == "neon" else float_ops).legalize_map()
     return rewrite.rewrite(importer.to_relax(model), layers, int8_allowed=target == "neon",
                            qgemms=ort_fusion.qgemms_to_float(model),
-                           table_ops=neon_float.table_legalize_map() if target == "neon" else None), model
+                           table_ops={name: rules[name] for name in rewrite.TABLE_OPS}), model
 
 
 def input_specs(path: str | Path, allow_float: bool = False) -> dict[str, tuple[tuple[int, ...], str]]:
