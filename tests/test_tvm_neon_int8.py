@@ -385,3 +385,68 @@ def test_requantize_edges_on_aarch64(out_dtype, zero_point, clamp):
     assert (expected == lo).any() and (expected == hi).any() and ((expected > lo) & (expected < hi)).any()
     np.testing.assert_array_equal(op(x), expected)
     assert "frintx" not in op.assembly and "frintn" in op.assembly       # the AArch64 form, not lrint's
+
+
+def nine_bit_weights(rng, shape, zero_points):
+    """u8 weights (0 and 255 present in each output channel) less their zero points (one, or one per
+    output channel), as legalize.py gives a U8U8 model's: ``w - zw`` in int16."""
+    codes = rng.integers(0, 256, shape)
+    codes.reshape(shape[0], -1)[:, :2] = (0, 255)
+    return (codes - np.reshape(zero_points, (-1,) + (1,) * (len(shape) - 1))).astype(np.int16)
+
+
+# family, data type, weights' shape (a dense [N, K] or a conv's OIHW), input (N, H, W, C) or rows, stride, padding,
+# groups, zero points (one or per output channel)
+ZERO_POINTS = [
+    ("v8", "uint8", (12, 5, 3, 3), (1, 9, 10, 5), 1, 1, 1, 0),               # 15-byte runs in 16: rounding
+    ("v8", "int8", (10, 37), 3, 1, 0, 1, 255),                                # dense, s8 data (A + 128)
+    ("v8", "uint8", (12, 8, 3, 3), (1, 7, 6, 8), 1, 1, 1, "channel"),        # R's -128 and the start's -z
+    ("v8s7", "uint8", (16, 8, 1, 1), (1, 6, 6, 8), 2, 0, 1, "symmetric"),    # bytes in [-127, 127] on z != 0
+    ("dotprod", "uint8", (6, 5, 3, 3), (1, 9, 9, 5), 2, 1, 1, 255),          # 15-byte runs in 16
+    ("dotprod", "uint8", (8, 3, 7, 7), (1, 15, 15, 3), 2, 3, 1, 0),          # the stem's whole window
+    ("dotprod", "uint8", (16, 4, 3, 3), (1, 7, 6, 16), 1, 1, 4, "channel"),  # grouped
+    ("i8mm", "int8", (9, 40), 5, 1, 0, 1, "channel"),
+]
+
+
+@pytest.mark.parametrize("family, dtype, shape, data_shape, stride, pad, groups, zero_points", [
+    pytest.param(*case, marks=qemu, id=f"{case[0]}-{'x'.join(map(str, case[2]))}-z{case[7]}") for case in ZERO_POINTS])
+def test_weights_on_a_zero_point(family, dtype, shape, data_shape, stride, pad, groups, zero_points):
+    """u8 weights less a zero point (9 bits) enter the tiles as bytes on a zero point z: the u8 x u8 tile
+    takes one z in its R, the others (and a z per channel) start the accumulator from -z sum_k a. Zero
+    points 0 and 255, weights 0 and 255, u8 and s8 data, K rounded per window row, against numpy."""
+    rng = np.random.default_rng(49)
+    if zero_points == "symmetric":         # u8 codes in [1, 255] on zero point 201: w - zw in [-200, 54]
+        w = (rng.integers(1, 256, shape) - 201).astype(np.int16)
+        w.flat[:2] = (-200, 54)
+    else:
+        if zero_points == "channel":
+            zero_points = rng.integers(0, 256, shape[0])
+            zero_points[:2] = (0, 255)
+        w = nine_bit_weights(rng, shape, zero_points)
+    bias = rng.integers(-5000, 5000, shape[0]).astype(np.int32)
+    if len(shape) == 2:
+        x = data(rng, (data_shape, shape[1]), dtype)
+        op = ops.dense(w, data_shape, dtype, OutputStage(bias=bias), family=family)
+        expected = x.astype(np.int64) @ w.astype(np.int64).T + bias
+    else:
+        x = data(rng, data_shape, dtype)
+        op = ops.conv2d(w, x.shape, stride, pad, groups=groups, data_dtype=dtype, stage=OutputStage(bias=bias),
+                        family=family, pad_value=7)
+        expected = conv_reference(x, w, stride, pad, 7, groups=groups) + bias
+    np.testing.assert_array_equal(op(x), expected)
+
+
+def test_byte_weights_keep_one_zero_point_where_they_can():
+    """One z for a tensor whose values span at most 256 (a U8U8 model's per-tensor weights: z = zw - 128),
+    one per channel otherwise, none for bytes, bytes in [-127, 127] where they fit; a channel wider than
+    a byte is refused in one line."""
+    w = np.array([[-60, 195], [0, 100]], np.int16)                # u8 weights 0, 255 less zw = 60
+    b, z = ops.byte_weights(w)
+    assert z.tolist() == [-68, -68] and (b.astype(np.int16) - z[:, None]).tolist() == w.tolist()
+    b, z = ops.byte_weights(np.array([[-255, 0], [0, 255]], np.int16))
+    assert z.tolist() == [127, -128] and b.tolist() == [[-128, 127], [-128, 127]]
+    assert ops.byte_weights(np.array([[-128, 127]], np.int8))[1].tolist() == [0]
+    assert ops.byte_weights(np.array([[-200, 54]], np.int16))[1].tolist() == [73]       # bytes in [-127, 127]
+    with pytest.raises(ValueError, match="output channel 0 span \\[-200, 100\\]"):
+        ops.byte_weights(np.array([[-200, 100]], np.int16))

@@ -1,8 +1,8 @@
 """U8U8 models (uint8 activations and uint8 weights on a zero point, onnxruntime's asymmetric weights) on
 the int8 tiles (issue 49): legalize.py gives the weights as ``w - zw`` (9 bits, int16), which the w16
 tiles take as they are and the byte tiles clamped with the few extremes added apart
-(selection.admitted, packing.clamped). Against onnxruntime's exact mode, with weights at 0 and 255
-and zero points near either end."""
+(selection.admitted, packing.clamped); the NEON tiles as bytes on a zero point. Against onnxruntime's
+exact mode, with weights at 0 and 255 and zero points near either end."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -32,14 +32,19 @@ ZERO_POINTS = (3, 121, 250, 188, 60)       # one per geometry: w - zw from [-3, 
 @pytest.mark.parametrize("geometry,w_zp", zip(GEOMETRIES, ZERO_POINTS),
                          ids=[f"c{g[0][0]}o{g[1]}k{g[2]}s{g[3]}g{g[5]}-zw{z}" for g, z in zip(GEOMETRIES, ZERO_POINTS)])
 def test_u8u8_qlinearconv_runs_on_the_tiles(tmp_path, geometry, w_zp):
+    _, mod = assert_bit_exact(u8u8_conv(tmp_path, geometry, w_zp), seed=geometry[0][0])
+    assert tensorized(mod) == 1
+
+
+def u8u8_conv(tmp_path, geometry, w_zp: int, w_scale: float = 0.003):
+    """A QLinearConv of ``geometry`` (test_qnn.GEOMETRIES) on u8 input ``x`` (zero point 131) by random
+    u8 weights, 0 and 255 among them, on zero point ``w_zp``."""
     (c, h, w_), o, k, stride, pads, groups = geometry
     rng = np.random.default_rng(c * o + w_zp)
     weight = rng.integers(0, 256, (o, c // groups, k, k)).astype(np.uint8)
     weight.flat[:4] = [0, 255, 255, 0]
-    path = single_conv(tmp_path, [1, c, h, w_], weight, stride, pads, groups, 0.02, 131, np.float32(0.003), 0.9, 7,
+    return single_conv(tmp_path, [1, c, h, w_], weight, stride, pads, groups, 0.02, 131, np.float32(w_scale), 0.9, 7,
                        bias=rng.integers(-3000, 3000, o), w_zp=w_zp)
-    _, mod = assert_bit_exact(path, seed=c)
-    assert tensorized(mod) == 1
 
 
 def test_u8u8_resnet_every_layer_on_the_tiles(tmp_path):
@@ -63,17 +68,18 @@ def test_nine_bit_weights_where_they_do_not_fit_a_byte():
     assert nine_bit(narrow, 20).dtype == np.int8 and nine_bit(narrow, 20).tolist() == [[-120, 80]]
 
 
-def test_neon_keeps_nine_bit_weights_on_the_reference(tmp_path):
-    """The NEON tiles take bytes: a U8U8 layer whose ``w - zw`` leaves [-128, 127] stays on the reference
-    computation on Arm, saying why, and runs a tile on x86."""
+def test_neon_takes_nine_bit_weights_on_its_tiles(tmp_path):
+    """On Arm a U8U8 layer whose ``w - zw`` leaves [-128, 127] runs the core's tile too, its weights bytes
+    on a zero point (ops/neon_gemm.byte_weights), as on x86 (exact under qemu: test_arm_u8_weights.py)."""
     rng = np.random.default_rng(1)
     weight = rng.integers(0, 256, (8, 4, 3, 3)).astype(np.uint8)
     weight.flat[:2] = [0, 255]
     path = single_conv(tmp_path, [1, 4, 6, 6], weight, 1, [1] * 4, 1, 0.02, 131, np.float32(0.003), 0.9, 7, w_zp=60)
     model = onnx.load(str(path))
-    (arm,), (x86,) = layers(model, "neon"), layers(model)
-    assert arm.operator == "reference" and "9-bit weights in [-60, 195]" in arm.kernel
-    assert x86.operator == "int8"
+    (a53,), (a76,), (x86,) = layers(model, "neon", "cortex-a53"), layers(model, "neon", "cortex-a76"), layers(model)
+    assert a53.operator == a76.operator == x86.operator == "int8"
+    assert a53.kernel.startswith("int8_u8u8_acc_4x4x8_neon") and "s8 weights on zero point -68" in a53.kernel
+    assert a76.kernel.startswith("int8_s8s8_k4_4x4x16_neon")
 
 
 RECORDED = Path(__file__).parent / "data"

@@ -13,8 +13,8 @@ tiles, chosen by the layer's weights:
   their accumulators; the RFC's rows tile summed across with addp at every k block: 56 against 32
   NEON instructions per 128 MACs): both operands unsigned, so the weights enter as their codes
   ``w + 128`` (u8), and the K loop around the tile (``ACC_KLOOP``) computes ``C += A B + R``, R one
-  int32 per row: the operator passes ``-128 * sum_k a``, each packed row summed once
-  (ops/neon_gemm.py), not once per column tile;
+  int32 per row: the operator passes ``-128 * sum_k a`` (``-(128 + z) * sum_k a`` for weights on a
+  zero point z), each packed row summed once (ops/neon_gemm.py), not once per column tile;
 * v8.0 with every weight in [-127, 127] (``v8s7``; onnxruntime's symmetric quantization):
   ``int8_s8s7_acc_4x4x16_neon``, MLAS's s8 x s8 form: smull and smlal2 add two products into each
   int16 lane (|a b + a' b'| <= 2 * 128 * 127 < 2^15, the tile's B precondition), sadalp widens pairs
@@ -277,7 +277,7 @@ def tile_for(mcpu: str | None = None, family: str | None = None, weights: np.nda
 
 def symmetric(weights: np.ndarray) -> bool:
     """Every weight in [-127, 127]: the s8 x s7 tile's B domain (two products fit an int16 lane)."""
-    return int(weights.min(initial=0)) >= -127
+    return -127 <= int(weights.min(initial=0)) and int(weights.max(initial=0)) <= 127
 
 
 def offsets(family: str) -> tuple[int, bool]:

@@ -20,6 +20,13 @@ NEON tile's operand types:
   once (``row_sums``, before its column tiles) and the tile's K loop adds them in as it stores C
   (kernels/neon_int8.py: ``C += A B + R``); packed bytes whose weight code is 0 (K padding, a run's
   rounding) must then be 0 too;
+* weights on a zero point (u8 weights of onnxruntime's U8U8 models, per tensor or per output channel:
+  legalize.py gives them as the 9-bit ``w - zw`` in int16) enter as bytes ``b = w + z`` (``byte_weights``:
+  one z where the tensor's values span at most 256, else one per output channel), so that ``sum_k a w
+  = sum_k a b - z sum_k a``, as MLAS's QGEMM takes a B zero point. One z on the u8 x u8 tile: its R
+  becomes ``-(128 + z) sum_k a``, at no cost. Else the packed rows' plain sums (``row_totals``) times
+  each column's z are taken off in the output stage; the bias's ``-s sum_k w`` counts the real k
+  positions' ``b - z``;
 * B is the tile's image: ``k/4`` rows of ``nr*4`` bytes (k4) or ``k/8`` (s8s7: ``k/16``) blocks of
   ``nr`` rows of k bytes (acc), zero beyond the real columns and k positions.
 
@@ -44,6 +51,8 @@ import dataclasses
 
 import numpy as np
 from tvm import s_tir, te, tirx
+from tvm.s_tir import analysis
+from tvm.ir import Range
 
 from tvm_integration.kernels import neon_int8
 from tvm_integration.kernels.packing import round_up
@@ -94,23 +103,25 @@ def dense(weight: np.ndarray, m: int, data_dtype: str = "uint8", stage: OutputSt
 def build_conv2d(weight: np.ndarray, input_shape, stride=1, padding=0, groups: int = 1, data_dtype: str = "uint8",
                  stage: OutputStage = OutputStage(), mcpu: str | None = None, family: str | None = None,
                  use_kernel: bool = True, pad_value: int = 0) -> Built:
-    """The scheduled conv2d (conv2d's arguments), not yet compiled; input NHWC, weights int8 OIHW."""
+    """The scheduled conv2d (conv2d's arguments), not yet compiled; input NHWC, weights OIHW, int8 or
+    9-bit in int16 (``byte_weights``)."""
     _check(weight, 4, data_dtype)
     stage = dataclasses.replace(stage, aarch64=True)     # its requantize in AArch64's cheaper form
-    kernel = _tile(weight, mcpu, family)
     stride = conv2d_ops.pair(stride)
     (b, c, _, _), (oh, ow), pads = conv2d_ops.conv_geometry(input_shape, "NHWC", weight.shape, stride, padding)
     o, cg, kh, kw = weight.shape
     depthwise_conv = cg == 1 and o == groups and groups > 1
-    if use_kernel and depthwise_conv:
+    if use_kernel and depthwise_conv:            # its TIR takes int16 weights as they are
         return _depthwise(weight, tuple(input_shape), stride, pads, (oh, ow), data_dtype, stage, mcpu, pad_value)
+    bytes_, zero_points = byte_weights(weight)
+    kernel = _tile(bytes_, mcpu, family)
     if not use_kernel or depthwise_conv:     # conv2d.py's plain TIR (baseline) or depthwise.py's, for the core
         plain = conv2d_ops.build_conv2d(weight, tuple(input_shape), "NHWC", stride, padding, groups, data_dtype, stage,
                                         use_kernel=False, pad_value=pad_value, kernel=_k4_shape(kernel))
         return dataclasses.replace(plain, target=neon_int8.neon_target(mcpu))
     if groups != 1:
-        return _grouped(weight, tuple(input_shape), stride, pads, (oh, ow), groups, data_dtype, stage, mcpu, kernel,
-                        pad_value)
+        return _grouped(bytes_, zero_points, tuple(input_shape), stride, pads, (oh, ow), groups, data_dtype, stage,
+                        mcpu, kernel, pad_value)
     tile = Tile.of(kernel)
     run = kw * c
     whole = round_up(kh * run, tile.k) < kh * round_up(run, tile.k)    # the whole window one run: fewer K steps
@@ -124,35 +135,39 @@ def build_conv2d(weight: np.ndarray, input_shape, stride=1, padding=0, groups: i
         i = tirx.min(k // step, kh - 1)         # the packing's K beyond the window repeats its last row (A 0 there)
         return padded[bi, p // ow * stride[0] + i, p % ow * stride[1] * c + k % step]
     rows = np.zeros((o, kh, step), np.int8)
-    rows[:, :, :run] = weight.transpose(0, 2, 3, 1).reshape(o, kh, run)
+    rows[:, :, :run] = bytes_.transpose(0, 2, 3, 1).reshape(o, kh, run)
     gemm = Gemm(b, 1, oh * ow, o, kh * step)
-    mod, constants = build_gemm(gemm, x, element, rows.reshape(1, o, kh * step), stage, kernel, (kh, step),
-                                in_run=None if step == run else lambda k: k % step < run, segment=step if whole else None)
+    mod, constants = build_gemm(gemm, x, element, rows.reshape(1, o, kh * step), zero_points[None], stage, kernel,
+                                (kh, step), in_run=None if step == run else lambda k: k % step < run,
+                                segment=step if whole else None)
     return Built(mod, constants, (b, oh * ow, 1, o), stage.out_dtype, tuple(input_shape), data_dtype, (b, oh, ow, o),
                  neon_int8.neon_target(mcpu, kernel))
 
 
 def build_dense(weight: np.ndarray, m: int, data_dtype: str = "uint8", stage: OutputStage = OutputStage(),
                 mcpu: str | None = None, family: str | None = None, use_kernel: bool = True) -> Built:
-    """The scheduled dense layer (dense's arguments), not yet compiled; weights int8 ``[N, K]``."""
+    """The scheduled dense layer (dense's arguments), not yet compiled; weights ``[N, K]``, int8 or 9-bit
+    in int16 (``byte_weights``)."""
     _check(weight, 2, data_dtype)
     stage = dataclasses.replace(stage, aarch64=True)
-    kernel = _tile(weight, mcpu, family)
+    bytes_, zero_points = byte_weights(weight)
+    kernel = _tile(bytes_, mcpu, family)
     if not use_kernel:
         plain = dense_ops.build_dense(weight, m, data_dtype, stage, use_kernel=False, kernel=_k4_shape(kernel))
         return dataclasses.replace(plain, target=neon_int8.neon_target(mcpu))
     n, k = weight.shape
     x = te.placeholder((m, k), data_dtype, name="data")
-    mod, constants = build_gemm(Gemm(1, 1, m, n, k), x, lambda b, g, p, t: x[p, t], weight[None], stage, kernel, ())
+    mod, constants = build_gemm(Gemm(1, 1, m, n, k), x, lambda b, g, p, t: x[p, t], bytes_[None], zero_points[None],
+                                stage, kernel, ())
     return Built(mod, constants, (1, m, 1, n), stage.out_dtype, (m, k), data_dtype, (m, n),
                  neon_int8.neon_target(mcpu, kernel))
 
 
-def _grouped(weight: np.ndarray, input_shape, stride, pads, out_hw, groups: int, data_dtype: str,
-             stage: OutputStage, mcpu, kernel, pad_value: int) -> Built:
-    """A grouped (not depthwise) conv2d: one GEMM per group (conv2d.py's grouped path), k = (kh, kw, c
-    of the group), each (kh, kw) a run of the group's contiguous channels, packed as one segment where
-    K is rounded."""
+def _grouped(weight: np.ndarray, zero_points: np.ndarray, input_shape, stride, pads, out_hw, groups: int,
+             data_dtype: str, stage: OutputStage, mcpu, kernel, pad_value: int) -> Built:
+    """A grouped (not depthwise) conv2d of byte weights on ``zero_points`` (one per output channel): one
+    GEMM per group (conv2d.py's grouped path), k = (kh, kw, c of the group), each (kh, kw) a run of the
+    group's contiguous channels, packed as one segment where K is rounded."""
     b, h, w_, c = input_shape
     o, cg, kh, kw = weight.shape
     if c % groups or o % groups or cg != c // groups:
@@ -168,7 +183,8 @@ def _grouped(weight: np.ndarray, input_shape, stride, pads, out_hw, groups: int,
     matrix = conv2d_ops.conv_weight_matrix(weight, groups)
     gemm = Gemm(b, groups, oh * ow, o // groups, matrix.shape[2])
     rounded = gemm.depth % Tile.of(kernel).k != 0
-    mod, constants = build_gemm(gemm, x, element, matrix, stage, kernel, (kh, kw, cg), segment=cg if rounded else None)
+    mod, constants = build_gemm(gemm, x, element, matrix, zero_points.reshape(groups, -1), stage, kernel, (kh, kw, cg),
+                                segment=cg if rounded else None)
     return Built(mod, constants, (b, oh * ow, groups, o // groups), stage.out_dtype, input_shape, data_dtype,
                  (b, oh, ow, o), neon_int8.neon_target(mcpu, kernel))
 
@@ -185,10 +201,27 @@ def _depthwise(weight: np.ndarray, input_shape, stride, pads, out_hw, data_dtype
 
 
 def _check(weight: np.ndarray, ndim: int, data_dtype: str) -> None:
-    if weight.dtype != np.int8 or weight.ndim != ndim:
-        raise ValueError(f"weight must be int8 with {ndim} dimensions, got {weight.dtype}{list(weight.shape)}")
+    if weight.dtype not in (np.int8, np.int16) or weight.ndim != ndim:
+        raise ValueError(f"weight must be int8 or int16 with {ndim} dimensions, got {weight.dtype}{list(weight.shape)}")
     if data_dtype not in ("uint8", "int8"):
         raise ValueError(f"data_dtype must be uint8 or int8, got {data_dtype!r}")
+
+
+def byte_weights(weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(b, z)``: integer weights as s8 bytes ``b = w + z`` on zero points ``z`` (one per output
+    channel, axis 0), the tiles' B. One z for the tensor where its values span at most 256 (a U8U8
+    model's per-tensor ``w - zw``: z = zw - 128), else one per channel; the z nearest 0, with the bytes
+    in [-127, 127] (the s8 x s7 tile's domain) where they fit: 0 where the weights are bytes."""
+    flat = weight.reshape(weight.shape[0], -1).astype(np.int64)
+    lo, hi = (flat.min(axis=1, initial=0), flat.max(axis=1, initial=0))
+    if int(hi.max() - lo.min()) <= 255:
+        lo, hi = np.full_like(lo, lo.min()), np.full_like(hi, hi.max())
+    if np.any(hi - lo > 255):
+        channel = int(np.argmax(hi - lo))
+        raise ValueError(f"weights of output channel {channel} span [{lo[channel]}, {hi[channel]}]: more than the "
+                         "256 values of a byte on a zero point")
+    zero_points = np.clip(0, np.where(hi - lo < 255, -127, -128) - lo, 127 - hi)
+    return (flat + zero_points[:, None]).astype(np.int8).reshape(weight.shape), zero_points
 
 
 def _tile(weight: np.ndarray, mcpu: str | None, family: str | None):
@@ -205,18 +238,22 @@ def _k4_shape(kernel):
     return neon_int8.tile_for(family="dotprod") if kernel.spec.layout == "acc" else kernel
 
 
-def build_gemm(gemm: Gemm, data: te.Tensor, element, weights: np.ndarray, stage: OutputStage, kernel,
-               depth_loops: tuple[int, ...], in_run=None, segment: int | None = None):
+def build_gemm(gemm: Gemm, data: te.Tensor, element, weights: np.ndarray, zero_points: np.ndarray,
+               stage: OutputStage, kernel, depth_loops: tuple[int, ...], in_run=None, segment: int | None = None):
     """``(mod, constants)`` of ``main(data, weights, *stage params, out)``, or ``main(data, weights,
     *stage params, residual, out)`` when the stage adds a residual (in the output's shape, as
-    gemm.py's); out ``[b, rows, groups, cols]``; ``weights`` int8 ``[groups, cols, depth]``;
-    ``in_run(k)`` (Python or TIR): whether k is a weight rather than a run's rounding (zero weights),
-    None: every k is. A tile of unsigned weight codes (w + 128, the offset taken off through A's row
-    sums) would count A at a rounding position, so A is zero there after its own shift. ``segment``:
-    the packing copies each row's K as whole runs of this many k (the whole-window packing's window
-    rows, one vector each), each packed row rounded up to whole runs (A zero beyond the depth)."""
+    gemm.py's); out ``[b, rows, groups, cols]``; ``weights`` int8 ``[groups, cols, depth]`` on
+    ``zero_points`` ``[groups, cols]`` (``byte_weights``); ``in_run(k)`` (Python or TIR): whether k is a
+    weight rather than a run's rounding (zero weights), None: every k is. Where A's row sums are taken
+    (a tile of unsigned weight codes, w + 128, the offset taken off through them; a zero point) they
+    would count A at a rounding position, so A is zero there after its own shift. ``segment``: the
+    packing copies each row's K as whole runs of this many k (the whole-window packing's window rows,
+    one vector each), each packed row rounded up to whole runs (A zero beyond the depth)."""
     family = neon_int8.family_of(kernel)
     shift, unsigned_w = neon_int8.offsets(family)
+    one_zero_point = int(zero_points.min()) == int(zero_points.max())
+    in_tile = unsigned_w and one_zero_point           # R = -(128 + z) sum_k a
+    in_start = not in_tile and bool(np.any(zero_points))        # -z sum_k a: the accumulator's initial value
     signed = data.dtype == "int8"
     a_dtype, b_dtype = kernel.a_dtype, kernel.b_dtype
     if signed:                           # s8 data: onto a u8 A (+128), or as it is onto an s8 A
@@ -226,7 +263,7 @@ def build_gemm(gemm: Gemm, data: te.Tensor, element, weights: np.ndarray, stage:
     a_shifted = lambda v: (v.astype("int32") + shift).astype(a_dtype) if shift else v.astype(a_dtype)
 
     def a_value(b, g, p, k):
-        inside = tirx.all(p < gemm.rows, k < gemm.depth, *([in_run(k)] if in_run and unsigned_w else []))
+        inside = tirx.all(p < gemm.rows, k < gemm.depth, *([in_run(k)] if in_run and (unsigned_w or in_start) else []))
         return tirx.if_then_else(inside, a_shifted(element(b, g, p, k)), tirx.const(0, a_dtype))
     groups = gemm.groups
     kpack = round_up(kp, segment) if segment else kp
@@ -234,31 +271,71 @@ def build_gemm(gemm: Gemm, data: te.Tensor, element, weights: np.ndarray, stage:
                         lambda b, g, p0, p1, kk: a_value(b, g, p0 * tile.mr + p1, kk), name="pack")
     w = te.placeholder((groups, npad // tile.nr, kp // grp, tile.nr, grp), b_dtype, name="weights")
     k = te.reduce_axis((0, kp), name="k")
-    row_term = lambda b, g, p, k: 0
-    if unsigned_w:                       # A w = A codes - 128 sum_k A: the second term enters at k = 0
+
+    def row_sums(name: str, factor: int):
+        """Each packed row's sum times ``factor``, taken once per row tile (schedule_tiles)."""
         t = te.reduce_axis((0, kp), name="t")
-        sums = te.compute((gemm.batch, groups, pp // tile.mr, tile.mr), lambda b, g, p0, p1: te.sum(
-            packed[b, g, p0, p1, t].astype("int32") * -neon_int8.WEIGHT_SHIFT, axis=t), name="row_sums")
-        row_term = lambda b, g, p, k: tirx.if_then_else(k == 0, sums[b, g, p // tile.mr, p % tile.mr], 0)
-    acc = te.compute((gemm.batch, groups, pp, npad), lambda b, g, p, n: te.sum(
-        packed[b, g, p // tile.mr, p % tile.mr, k].astype("int32")
-        * w[g, n // tile.nr, k // grp, n % tile.nr, k % grp].astype("int32") + row_term(b, g, p, k), axis=k),
-        name="gemm")
-    value = lambda b, g, p, n: acc[b, g, p, n]
+        return te.compute((gemm.batch, groups, pp // tile.mr, tile.mr), lambda b, g, p0, p1: te.sum(
+            packed[b, g, p0, p1, t].astype("int32") * factor, axis=t), name=name)
 
     cols = gemm.cols
     values = stage.channel_params(groups, cols, npad)
-    values["bias"] = values["bias"] + np.pad(
-        (-shift * weights.astype(np.int64).sum(axis=2)).astype(np.int32), ((0, 0), (0, npad - cols)))
-    params = placeholders(values)
-    out, residual = output_tensor((gemm.batch, gemm.rows, groups, cols), stage, params,
-                                  lambda b, p, g, n: (value(b, g, p, n), g, n))
-    func = te.create_prim_func([data, w, *params.values(), *([residual] if residual is not None else []), out])
     real = np.array([bool(in_run(k)) if in_run else True for k in range(gemm.depth)])
+    weight_sums = weights.astype(np.int64).sum(axis=2) - zero_points * int(real.sum())     # sum_k (b - z)
+    values["bias"] = values["bias"] + np.pad((-shift * weight_sums).astype(np.int32), ((0, 0), (0, npad - cols)))
+    if in_start:
+        values["zero_points"] = np.pad(zero_points.astype(np.int32), ((0, 0), (0, npad - cols)))
+    params = placeholders(values)
+    row_term, init = (lambda b, g, p, k: 0), (lambda b, g, p, n: None)
+    if unsigned_w:                       # A w = A codes - (128 + z) sum_k A: the second term enters at k = 0
+        sums = row_sums("row_sums", -(neon_int8.WEIGHT_SHIFT + (int(zero_points.flat[0]) if in_tile else 0)))
+        row_term = lambda b, g, p, k: tirx.if_then_else(k == 0, sums[b, g, p // tile.mr, p % tile.mr], 0)
+    if in_start:                       # - z sum_k A, the accumulator's initial value (the tile's C reads it)
+        totals = row_sums("row_totals", -1)
+        start = te.compute((gemm.batch, groups, pp, npad), lambda b, g, p, n: totals[
+            b, g, p // tile.mr, p % tile.mr] * params["zero_points"][g, n], name="start")
+        init = lambda b, g, p, n: start[b, g, p, n]
+    acc = te.compute((gemm.batch, groups, pp, npad), lambda b, g, p, n: te.sum(
+        packed[b, g, p // tile.mr, p % tile.mr, k].astype("int32")
+        * w[g, n // tile.nr, k // grp, n % tile.nr, k % grp].astype("int32") + row_term(b, g, p, k), axis=k,
+        init=init(b, g, p, n)), name="gemm")
+    out, residual = output_tensor((gemm.batch, gemm.rows, groups, cols), stage, params,
+                                  lambda b, p, g, n: (acc[b, g, p, n], g, n))
+    func = te.create_prim_func([data, w, *params.values(), *([residual] if residual is not None else []), out])
+    if in_start:
+        func = _starting_from(func, "gemm", "start")
     codes = weights.astype(np.int16) + neon_int8.WEIGHT_SHIFT * real[None, None, :] if unsigned_w else weights
     constants = [pack(codes.astype(b_dtype), tile.nr, tile.k, grp), *values.values()]
     loops = (kpack // segment, segment) if segment else depth_loops if kp == gemm.depth else ()
     return schedule_tiles(func, tile, kernel, loops), constants
+
+
+def _starting_from(func, reduction: str, start: str):
+    """``func`` whose block ``reduction`` starts from block ``start``'s values rather than 0: te.sum's
+    ``init`` says so, but te.create_prim_func keeps a constant init only (TVM 0.27)."""
+    sch = s_tir.Schedule(func)
+    block = sch.get_sblock(reduction)
+    old, values = sch.get(block), sch.get(sch.get_sblock(start)).writes[0].source
+    index = old.init.indices
+    reads = [*old.reads, tirx.BufferRegion(values, [Range.from_min_extent(i, 1) for i in index])]
+    init = tirx.BufferStore(old.init.buffer, tirx.BufferLoad(values, index), index)
+    new = s_tir.SBlock(old.iter_vars, reads, old.writes, old.name_hint, old.body, init, old.alloc_buffers,
+                       old.match_buffers, old.annotations)
+    sch.state.replace(sch.get_sref(block), new, {old: new})
+    return sch.mod["main"]
+
+
+def _reads_of_body(sch, block) -> None:
+    """``block``'s reads as its body (and init) has them: after decompose_reduction of a reduction
+    ``_starting_from`` values, its init's reads stayed with the update (whose tile description reads C,
+    A and B only) and the init block has none."""
+    func = sch.mod["main"]
+    buffers = {b: b for b in [*func.params, *func.body.block.alloc_buffers]}     # a buffer is its var (TVM 0.27)
+    old = sch.get(block)
+    reads, _ = analysis.get_sblock_read_write_region(old, buffers)
+    new = s_tir.SBlock(old.iter_vars, reads, old.writes, old.name_hint, old.body, old.init, old.alloc_buffers,
+                       old.match_buffers, old.annotations)
+    sch.state.replace(sch.get_sref(block), new, {old: new})
 
 
 def pack(w: np.ndarray, nr: int, k_multiple: int, grp: int) -> np.ndarray:
@@ -301,18 +378,24 @@ def schedule_tiles(func, tile: Tile, kernel, depth_loops: tuple[int, ...]):
         n0, pair = sch.split(n0, [None, 2])
     outer = sch.fuse(b, g, p0)
     sch.parallel(outer)
+    if "start" in stages:                # the accumulator's initial values (_starting_from), computed where set
+        sch.compute_inline(sch.get_sblock("start"))
+    for sums in ("row_sums", "row_totals"):
+        if sums in stages:
+            sch.compute_at(sch.get_sblock(sums), outer)
     output = sch.get_sblock("output")
     sch.reverse_compute_at(output, n0)
     sch.annotate(n0, "pragma_loop_partition_hint", 1)      # whole column tiles apart from a remainder
     sch.vectorize(sch.get_loops(output)[-1])
-    if "row_sums" in stages:
-        sch.compute_at(sch.get_sblock("row_sums"), outer)
     pack = sch.get_sblock("pack")
     sch.compute_at(pack, outer)
     depth = sch.get_loops(pack)[-1]
     runs = depth_loops if len(depth_loops) > 1 else (None, tile.k)
     sch.vectorize(sch.split(depth, list(runs[:-1]) + run_pieces(runs[-1], PACK_VECTORS))[-1])
     init = sch.decompose_reduction(block, p1)
+    if "start" in stages:
+        _reads_of_body(sch, block)
+        _reads_of_body(sch, init)
     tensorize_tile(sch, outer, p1, kernel.loop_intrin(int(sch.get(k).extent) // tile.k), kernel)
     sch.vectorize(sch.get_loops(init)[-1])
     if pair is not None:

@@ -12,8 +12,8 @@ x86 tiles (AVX-512 VNNI, AVX-VNNI, AVX2, AMX) multiply u8 activations by s8 weig
   point 0 instead, the folded bias ``-zx sum (w - zw)`` unchanged: int8 where they fit, else 9-bit in
   int16 (arithmetic.nine_bit), which the w16 tiles (AVX2, AVX-512BW) take as they are and the byte tiles (VNNI,
   AMX) clamped, with the few extremes added apart (kernels/selection.admitted, packing.clamped). Where
-  too many lie outside a byte tile's range, and on NEON, 9-bit weights stay on the reference
-  computation (scheduled, correct, slower), which says so.
+  too many lie outside a byte tile's range, 9-bit weights stay on the reference computation
+  (scheduled, correct, slower), which says so.
 
 Layers of 1-3-bit activations and weights (precision.py) are marked ``bitserial`` instead, with
 their AxWy and encoding (bind.py hands them to bitserial_layer.py), where that operator is the faster
@@ -21,9 +21,12 @@ of the two exact ones for the target (kernels/lowbit_choice.py: a 1-3-bit code i
 else they take the int8 path above, their ``lowbit`` parameter saying why. Widths of 5-7 bits are
 refused.
 
-``neon`` (AArch64, ops/neon_gemm.py) takes the same s8 weights (9-bit ones not): its tiles' own operand offsets (u8
-codes for umull/uadalp, -128 activations for sdot) are the operator's business; bind.py builds it for
-the core named by ``mcpu``.
+``neon`` (AArch64, ops/neon_gemm.py) takes the same s8 weights, and 9-bit ones as bytes on a zero point
+(``neon_gemm.byte_weights``: the GEMM's row-sum term, as MLAS's QGEMM takes u8 weights on any zero point;
+its depthwise TIR as they are): its tiles' own operand offsets (u8 codes for umull/uadalp, -128
+activations for sdot) are the operator's business; bind.py builds it for the core named by ``mcpu``.
+Only weights whose ``w - zw`` spans more than a byte's 256 values in one output channel (u8 or s8
+weights less a zero point never do) stay on the reference computation there.
 """
 from __future__ import annotations
 
@@ -33,6 +36,7 @@ import numpy as np
 from tvm import relax
 
 from tvm_integration.kernels import lowbit_choice, selection, tuning
+from tvm_integration.ops import neon_gemm
 from tvm_integration.ops.conv2d import chosen_tiles
 from tvm_integration.ops.output_stage import QUANT_RANGES
 from tvm_integration.qnn.semantics.errors import ModelError
@@ -83,16 +87,18 @@ class Legalize(relax.PyExprMutator):
 
     def why_not(self, op: IntegerOp) -> str | None:
         """None where the target's int8 operator takes the op's weights, else the reference computation
-        and why: 9-bit weights on NEON (its tiles take bytes), or on x86 too many weights of an output
-        channel outside every tile's range (selection.admitted)."""
+        and why: on NEON 9-bit weights an output channel of which spans more than a byte
+        (neon_gemm.byte_weights), on x86 too many weights of an output channel outside every tile's
+        range (selection.admitted)."""
         weight = op.constants[0]
-        if weight.dtype == np.int8 or op.kind == "conv2d" and op.depthwise and self.target != "neon":
+        if weight.dtype == np.int8 or op.kind == "conv2d" and op.depthwise:
             return None         # depthwise.py's TIR takes either
-        if self.target == "neon":
-            return f"reference: 9-bit weights in [{int(weight.min())}, {int(weight.max())}] (the NEON tiles take bytes)"
         try:
-            selection.candidates_for(weight, self.target, op.params.get("groups", 1))
-        except selection.SelectionError as e:
+            if self.target == "neon":
+                neon_gemm.byte_weights(weight)
+            else:
+                selection.candidates_for(weight, self.target, op.params.get("groups", 1))
+        except ValueError as e:         # selection.SelectionError is one
             return f"reference: {e}"
         return None
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import onnx
 
 from tvm_integration.qnn.semantics.integer_op import LINEAR, IntegerOp
@@ -132,15 +133,21 @@ def _operator(op: IntegerOp, target: str, mcpu: str | None = None) -> tuple[str,
 
 
 def _neon_int8(op: IntegerOp, mcpu: str | None) -> tuple[str, str]:
-    """The NEON int8 operator of a tensorized layer (ops/neon_gemm.py): the core's tile, one per core."""
+    """The NEON int8 operator of a tensorized layer (ops/neon_gemm.py): the core's tile, one per core,
+    and the zero point its bytes are on (neon_gemm.byte_weights: u8 weights less theirs)."""
     from tvm_integration.kernels import neon_int8
+    from tvm_integration.ops.neon_gemm import byte_weights
     core = mcpu or "a generic v8.0 core"
     if op.depthwise:
         return "depthwise", f"direct vectorized TIR for {core} (ops/depthwise.py)"
-    name = neon_int8.tile_for(mcpu, weights=op.constants[0]).intrin.removeprefix("qsynth_")
-    if op.kind == "dense":
-        return "int8", name
-    return "int8", f"{name} ({'one GEMM per group' if op.params['groups'] > 1 else 'im2col along window rows'})"
+    weights, zero_points = byte_weights(op.constants[0])
+    notes = [] if op.kind == "dense" else \
+        ["one GEMM per group" if op.params["groups"] > 1 else "im2col along window rows"]
+    if np.any(zero_points):
+        notes.append(f"s8 weights on zero point {zero_points[0]}" if np.all(zero_points == zero_points[0])
+                     else "s8 weights on a zero point per output channel")
+    name = neon_int8.tile_for(mcpu, weights=weights).intrin.removeprefix("qsynth_")
+    return "int8", f"{name} ({'; '.join(notes)})" if notes else name
 
 
 def _int8_kernel(op: IntegerOp, isa: str) -> str:
