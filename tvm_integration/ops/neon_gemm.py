@@ -284,16 +284,16 @@ def build_gemm(gemm: Gemm, data: te.Tensor, element, weights: np.ndarray, zero_p
     weight_sums = weights.astype(np.int64).sum(axis=2) - zero_points * int(real.sum())     # sum_k (b - z)
     values["bias"] = values["bias"] + np.pad((-shift * weight_sums).astype(np.int32), ((0, 0), (0, npad - cols)))
     if in_start:
-        values["zero_points"] = np.pad(zero_points.astype(np.int32), ((0, 0), (0, npad - cols)))
+        values["minus_zero_points"] = np.pad(-zero_points.astype(np.int32), ((0, 0), (0, npad - cols)))
     params = placeholders(values)
     row_term, init = (lambda b, g, p, k: 0), (lambda b, g, p, n: None)
     if unsigned_w:                       # A w = A codes - (128 + z) sum_k A: the second term enters at k = 0
         sums = row_sums("row_sums", -(neon_int8.WEIGHT_SHIFT + (int(zero_points.flat[0]) if in_tile else 0)))
         row_term = lambda b, g, p, k: tirx.if_then_else(k == 0, sums[b, g, p // tile.mr, p % tile.mr], 0)
     if in_start:                       # - z sum_k A, the accumulator's initial value (the tile's C reads it)
-        totals = row_sums("row_totals", -1)
+        totals = row_sums("row_totals", 1)           # a plain sum: LLVM vectorizes it (times -1 it did not)
         start = te.compute((gemm.batch, groups, pp, npad), lambda b, g, p, n: totals[
-            b, g, p // tile.mr, p % tile.mr] * params["zero_points"][g, n], name="start")
+            b, g, p // tile.mr, p % tile.mr] * params["minus_zero_points"][g, n], name="start")
         init = lambda b, g, p, n: start[b, g, p, n]
     acc = te.compute((gemm.batch, groups, pp, npad), lambda b, g, p, n: te.sum(
         packed[b, g, p // tile.mr, p % tile.mr, k].astype("int32")
