@@ -159,14 +159,17 @@ int main(void) {{
 def test_a_model_for_amx_is_bit_exact_with_onnxruntime(tmp_path, weights):
     """A residual int8 CNN (stem, 3x3 and 1x1 layers, stride 2, a classifier) compiled for the AMX tiles:
     natively on an AMX host, on the emulation elsewhere (the kernels this process built). ``u8``: U8U8
-    per tensor, weight zero points not 128 (9-bit weights on the byte tiles, clamped)."""
+    per tensor, weight zero points not 128 (9-bit weights on the byte tiles, clamped). The module read for its
+    tiles is the one built: compile_model's steps, one lowering."""
     from tvm_integration.bench import int8_models
     from tvm_integration.bench.models import reference_session
-    import onnx
-    from tvm_integration.qnn.runtime.model import compile_model, lower
+    from tvm_integration.qnn.lower import pipeline
+    from tvm_integration.qnn.runtime.model import build, read
     path = int8_models.quantize(int8_models.resnet(size=32, widths=(16, 32, 64, 64), classes=10), tmp_path / "m.onnx",
                                 weights=weights, per_channel=weights == "s8")
-    assert lower(onnx.load(path), "amx").script().count("_kruns_amx") >= 5      # every conv and the dense
+    mod, inputs, outputs = read(path, target="amx")
+    mod = pipeline.lower(mod, "amx")
+    assert mod.script().count("_kruns_amx") >= 5      # every conv and the dense
     x = np.random.default_rng(5).standard_normal((1, 3, 32, 32)).astype(np.float32)
-    model = compile_model(path, target="amx", threads=2)
+    model = build(mod, inputs, outputs, "amx", threads=2)
     np.testing.assert_array_equal(model({"input": x})[model.outputs[0]], reference_session(path).run(None, {"input": x})[0])
