@@ -156,16 +156,62 @@ def test_dynamic_encoder_equals_onnxruntime_aarch64(tmp_path):
     assert not np.array_equal(arm, x86)
 
 
+def float32_divisions(mod, prefix: str) -> list[str]:
+    """The lines of ``mod``'s PrimFuncs named ``prefix``... that divide, but for a double reciprocal's
+    division (output_stage.divided, computed once, not per value)."""
+    return [line for g, func in mod.functions.items() if g.name_hint.startswith(prefix)
+            for line in func.script().splitlines() if " / " in line and "float64" not in line]
+
+
+def test_layer_norms_and_quantizes_divide_by_products():
+    """LayerNormalization's and SkipLayerNormalization's divisions (Welford's d / k, m2 / n and (v - mean) / std)
+    and a QuantizeLinear's by a constant scale are products by double reciprocals on Arm (output_stage.divided,
+    quotient): no float32 division left. test_float_ops_equal_onnxruntime_aarch64 and
+    test_qdq_float_ops_equal_onnxruntime_aarch64 check their values."""
+    from tvm_integration.qnn.runtime.model import lower
+    model, _ = qdq_ops(np.random.default_rng(1))
+    mod = lower(model, target="neon", mcpu=CORE)
+    assert any(g.name_hint.startswith("qnn_quantize") for g in mod.functions)
+    assert not float32_divisions(mod, "qnn_quantize") and not float32_divisions(mod, "qsynth_layer_norm")
+    model, _ = float_ops(np.random.default_rng(0))
+    mod = lower(model, target="neon", mcpu=CORE)
+    assert any(g.name_hint.startswith("qsynth_skip_layer_norm") for g in mod.functions)
+    assert not float32_divisions(mod, "qsynth_skip_layer_norm") and not float32_divisions(mod, "qsynth_layer_norm")
+
+
+def test_dynamic_quantize_equals_onnxruntime_aarch64_without_a_division(tmp_path):
+    """DynamicQuantizeLinear's quantize by its run-time scale multiplies by the scale's double reciprocal
+    (neon_quantize.runtime_quantized), no float division left, and equals the AArch64 build's division: on a
+    power-of-two scale with every value a tie, and on normal values (scales not a power of two)."""
+    from tvm_integration.qnn.runtime.model import lower
+    node = helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "scale", "zero_point"])
+    info = helper.make_tensor_value_info
+    outputs = [info("y", TensorProto.UINT8, [ROWS, HIDDEN]), info("scale", TensorProto.FLOAT, []),
+               info("zero_point", TensorProto.UINT8, [])]
+    model = helper.make_model(helper.make_graph([node], "dql", [info("x", TensorProto.FLOAT, [ROWS, HIDDEN])], outputs),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(tmp_path / "dql.onnx"))
+    mod = lower(model, target="neon", mcpu=CORE)
+    assert any(g.name_hint.startswith("quantize") for g in mod.functions) and not float32_divisions(mod, "quantize")
+    rng = np.random.default_rng(3)
+    ties = (rng.integers(0, 255, (ROWS, HIDDEN)) + 0.5) / 16          # scale (255 / 16) / 255 = 1/16: x / s ties
+    ties[0, :2] = (0, 255 / 16)
+    for x in (ties, 1.5 * rng.standard_normal((ROWS, HIDDEN)) + 0.2, 0.01 * rng.standard_normal((ROWS, HIDDEN))):
+        for name, (ours, arm, _) in three_ways(tmp_path / "dql.onnx", {"x": x.astype(np.float32)}).items():
+            np.testing.assert_array_equal(ours, arm, err_msg=name)
+
+
 # bert_l4_s128_static's l1.q bias Add: sa, za, sb, zb, sc, zc (the scales' float32 bits as stored)
 L1Q = (np.uint32(1024997483).view(np.float32), 133, np.uint32(992712695).view(np.float32), 127,
        np.uint32(1024721843).view(np.float32), 136)
 
 
-def qdq_add_model(path, shape, conv_channels=None):
-    """c = QDQ Add of a and b with L1Q's parameters, u8 tensors of ``shape``; ``conv_channels``: a first goes
+def qdq_add_model(path, shape, conv_channels=None, quant=L1Q):
+    """c = QDQ Add of a and b with ``quant``'s parameters, u8 tensors of ``shape``; ``conv_channels``: a first goes
     through an identity 1x1 Conv (weights 1, scale 1, its output scale and zero point a's), so that the Add
     is the conv's residual add (bind.fused_add)."""
-    sa, za, sb, zb, sc, zc = L1Q
+    sa, za, sb, zb, sc, zc = quant
     node, f32 = helper.make_node, np.float32
     inits = [numpy_helper.from_array(np.array(v, f32 if k == "s" else np.uint8), f"{k}{name}")
              for name, scale, zero in (("a", sa, za), ("b", sb, zb), ("c", sc, zc)) for k, v in (("s", scale), ("z", zero))]
@@ -186,9 +232,9 @@ def qdq_add_model(path, shape, conv_channels=None):
     onnx.save(model, str(path))
 
 
-def defined_add(a, b):
-    """The ONNX definition with L1Q's parameters, in numpy."""
-    sa, za, sb, zb, sc, zc = L1Q
+def defined_add(a, b, quant=L1Q):
+    """The ONNX definition with ``quant``'s parameters, in numpy."""
+    sa, za, sb, zb, sc, zc = quant
     fa, fb = ((x.astype(np.int32) - z).astype(np.float32) * s for x, s, z in ((a, sa, za), (b, sb, zb)))
     return np.clip(np.rint((fa + fb) / sc) + zc, 0, 255).astype(np.uint8)
 
@@ -243,6 +289,17 @@ def test_qdq_add_multiplies_by_the_reciprocal_only_where_every_pair_rounds_alike
     multiplied, divided = (np.clip(np.rint(y), 0, 255) for y in ((fa + fb) * (np.float32(1) / sc), (fa + fb) / sc))
     assert np.count_nonzero(multiplied != divided) == 1
     assert divides_alike(G2, ("uint8", "uint8"), (0, 255)) is None
+
+
+def test_qdq_add_divides_by_a_double_product_where_the_reciprocal_rounds_otherwise(tmp_path):
+    """G2's Add, whose product by 1/sc rounds a pair otherwise, divides as the float32 product by sc's double
+    reciprocal (output_stage.quotient; no division left): the definition on every input pair."""
+    from tvm_integration.qnn.runtime.model import compile_model, lower
+    qdq_add_model(tmp_path / "g2.onnx", [1, 65536], quant=G2)
+    assert not float32_divisions(lower(onnx.load(str(tmp_path / "g2.onnx")), target="neon", mcpu=CORE), "qnn_add")
+    a, b = (v.reshape(1, -1).astype(np.uint8) for v in np.meshgrid(np.arange(256), np.arange(256), indexing="ij"))
+    ours = compile_model(tmp_path / "g2.onnx", target="neon", mcpu=CORE)({"a": a, "b": b})["c"]
+    np.testing.assert_array_equal(ours, defined_add(a, b, G2))
 
 
 def test_qlinear_add_float_path_equals_onnxruntime_aarch64(tmp_path):

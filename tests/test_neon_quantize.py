@@ -1,9 +1,10 @@
-"""The image's QuantizeLinear on AArch64 (qnn/prim/neon_quantize.py: the division by the scale as a product by
-its reciprocal in double, proved equal; each 16 pixels' channels one interleaved store), run under
+"""QuantizeLinear by a constant scale on AArch64 (qnn/prim/neon_quantize.py: the division by the scale as a product
+by its reciprocal in double, proved equal; the image's each 16 pixels' channels one interleaved store, any other
+in its input's layout, 16 values a vector), run under
 qemu-aarch64 against numpy's float32 division, rounded half to even: the values next to every rounding
 tie of the output range (where a float32 reciprocal is wrong), random pixels, infinities and values far
 out of range, with 2, 3 and 4 channels, a row's tail of pixels, u8 and s8 outputs, a power-of-two
-scale."""
+scale; in the input's layout, a tail of values past the last vector."""
 import numpy as np
 import pytest
 
@@ -31,7 +32,7 @@ def quantize(x: np.ndarray, scale: np.float32, zero_point: int, dtype: str) -> n
         return np.clip(np.rint(x / scale) + zero_point, info.min, info.max).astype(dtype)
 
 
-def compiled(shape, scale: float, zero_point: int, dtype: str):
+def compiled(shape, scale: float, zero_point: int, dtype: str, layout: str):
     import tvm
     from tvm import te
 
@@ -39,22 +40,25 @@ def compiled(shape, scale: float, zero_point: int, dtype: str):
     from tvm_integration.qnn.prim import neon_quantize, schedules
     from tvm_integration.qnn.semantics import arithmetic
     x = te.placeholder(shape, "float32", name="x")
-    y = arithmetic.quantize(x, scale=scale, zero_point=zero_point, out_dtype=dtype, layout="NHWC")
-    func = te.create_prim_func([x, y]).with_attrs({"qnn.op": "quantize", "qnn.layout": "NHWC", "qnn.scale": scale,
+    y = arithmetic.quantize(x, scale=scale, zero_point=zero_point, out_dtype=dtype, layout=layout)
+    func = te.create_prim_func([x, y]).with_attrs({"qnn.op": "quantize", "qnn.layout": layout, "qnn.scale": scale,
                                                    "qnn.zero_point": zero_point, "qnn.out_dtype": dtype})
     target = tvm.target.Target(aarch64_target("cortex-a72"))
     assert neon_quantize.applies(func, target)
     mod = tvm.IRModule({"main": schedules.schedule(func, target)})
     b, c, h, w = shape
-    return cross.QemuOperator(tvm.compile(mod, target=target), [], (b, h, w, c), dtype, shape, "float32", (b, h, w, c))
+    out = (b, h, w, c) if layout == "NHWC" else shape
+    return cross.QemuOperator(tvm.compile(mod, target=target), [], out, dtype, shape, "float32", out)
 
 
-@pytest.mark.parametrize("shape, scale, zero_point, dtype", [
-    ((1, 3, 37, 35), 0.0187, 114, "uint8"),          # MobileNet's image: st3, 2 vectors and 3 pixels a row
-    ((2, 2, 19, 48), 0.0423, 0, "uint8"),
-    ((1, 4, 23, 40), 2.0 ** -5, -3, "int8"),          # a power-of-two scale: the float32 product
+@pytest.mark.parametrize("shape, scale, zero_point, dtype, layout", [
+    ((1, 3, 37, 35), 0.0187, 114, "uint8", "NHWC"),          # MobileNet's image: st3, 2 vectors and 3 pixels a row
+    ((2, 2, 19, 48), 0.0423, 0, "uint8", "NHWC"),
+    ((1, 4, 23, 40), 2.0 ** -5, -3, "int8", "NHWC"),          # a power-of-two scale: the float32 product
+    ((1, 2, 37, 35), 0.0211, 131, "uint8", "same"),           # 2590 values: 161 vectors and 14 more
+    ((1, 1, 12, 768), 0.00733, -7, "int8", "same"),           # an encoder's row
 ])
-def test_quantize_equals_the_division(shape, scale, zero_point, dtype):
+def test_quantize_equals_the_division(shape, scale, zero_point, dtype, layout):
     info = np.iinfo(dtype)
     s = np.float32(scale)
     rng = np.random.default_rng(0)
@@ -63,11 +67,14 @@ def test_quantize_equals_the_division(shape, scale, zero_point, dtype):
     x = (rng.standard_normal(int(np.prod(shape))) * float(s) * 100).astype(np.float32)
     x[rng.permutation(x.size)[:values.size]] = values
     x = x.reshape(shape)
-    y = compiled(shape, scale, zero_point, dtype)(x)
-    np.testing.assert_array_equal(y, quantize(x, s, zero_point, dtype).transpose(0, 2, 3, 1))
+    y = compiled(shape, scale, zero_point, dtype, layout)(x)
+    expected = quantize(x, s, zero_point, dtype)
+    np.testing.assert_array_equal(y, expected.transpose(0, 2, 3, 1) if layout == "NHWC" else expected)
 
 
-def test_only_the_image_quantize_on_aarch64():
+def test_which_quantizes_on_aarch64():
+    """On AArch64 every quantize by a constant scale: the image's of 2-4 channels written NHWC, any in its
+    input's layout; none on x86."""
     import tvm
     from tvm import te
 
@@ -83,4 +90,5 @@ def test_only_the_image_quantize_on_aarch64():
     assert neon_quantize.applies(func((1, 3, 8, 8), "NHWC"), arm)
     assert not neon_quantize.applies(func((1, 3, 8, 8), "NHWC"), x86)
     assert not neon_quantize.applies(func((1, 8, 8, 8), "NHWC"), arm)       # 8 channels: no interleaved store
-    assert not neon_quantize.applies(func((1, 3, 8, 8), "same"), arm)
+    assert neon_quantize.applies(func((1, 3, 8, 8), "same"), arm)
+    assert not neon_quantize.applies(func((1, 3, 8, 8), "same"), x86)

@@ -69,7 +69,8 @@ def qlinear_add(a, b, ratio_a: float, ratio_b: float, fixed: float, out_dtype: s
     even, saturated to ``clamp``. ``defined``, (sa, za, sb, zb, sc, zc): as ONNX defines a QDQ Add
     instead (the reference of a build for Arm, qnn/runtime/arm_reference.py): each input dequantized,
     the two added and the sum divided by sc, each step rounded to float32, then rounded half to even
-    (multiplied by 1/sc instead where that gives every input pair the same output, ``divides_alike``);
+    (multiplied by 1/sc instead where that gives every input pair the same output, ``divides_alike``,
+    elsewhere by its double reciprocal, ``quotient``: the float32 quotient itself, without a division);
     the ratios' form rounds a sum within a few ulps of a half step apart (63.4999979 -> 64). ``neon``,
     the same six: as MLAS's NEON kernel computes onnxruntime's QLinearAdd (``neon_qlinear_add``)."""
     if neon is not None:
@@ -80,7 +81,7 @@ def qlinear_add(a, b, ratio_a: float, ratio_b: float, fixed: float, out_dtype: s
                   for x, s, z in ((a, sa, za), (b, sb, zb)))
         total, bounds = fenced(fenced(fa) + fenced(fb)), (clamp[0] - zc, clamp[1] - zc)
         reciprocal = divides_alike(defined, (element_dtype(a), element_dtype(b)), bounds)
-        y = total / tirx.const(sc, "float32") if reciprocal is None else total * tirx.const(reciprocal, "float32")
+        y = quotient(total, sc) if reciprocal is None else total * tirx.const(reciprocal, "float32")
         return (round_saturated(y, bounds, "int32") + zc).astype(out_dtype)
 
     def fma(x, y, z):
@@ -171,6 +172,33 @@ def _float32(value):
 def element_dtype(x) -> str:
     """The dtype of a TE tensor's element (``dtype``) or of an expression (``ty``)."""
     return str(x.dtype if hasattr(x, "dtype") else x.ty.dtype)
+
+
+def quotient(value, scale: float, lanes: int = 1):
+    """float32 ``value / scale`` (``lanes`` wide; ``scale`` a positive float32) as a product, in double by
+    the double reciprocal, or in float32 where the reciprocal is a float32 (a power-of-two scale): equal to
+    the division for every float32 ``value`` (the argument: qnn/prim/neon_quantize.py), and a vector
+    division costs several times a multiply on Arm cores."""
+    reciprocal = 1.0 / float(np.float32(scale))
+    if float(np.float32(reciprocal)) == reciprocal:
+        return value * broadcast(tirx.const(reciprocal, "float32"), lanes)
+    product = tirx.Cast(vector_type("float64", lanes), value) * broadcast(tirx.const(reciprocal, "float64"), lanes)
+    return tirx.Cast(vector_type("float32", lanes), product)
+
+
+def divided(value, divisor):
+    """float32 ``value / divisor`` for a ``divisor`` known at run time (a positive float32) as the product by
+    its double reciprocal, rounded to float32: the quotient itself (``quotient``'s argument), without a
+    vector division; LLVM computes the reciprocal once where the divisor is invariant."""
+    return (value.astype("float64") * (tirx.const(1.0, "float64") / divisor.astype("float64"))).astype("float32")
+
+
+def broadcast(value, lanes: int):
+    return value if lanes == 1 else tirx.Broadcast(value, lanes)
+
+
+def vector_type(dtype: str, lanes: int) -> str:
+    return dtype if lanes == 1 else f"{dtype}x{lanes}"
 
 
 def divides_alike(defined: tuple, dtypes: tuple[str, str], bounds: tuple[int, int]) -> np.float32 | None:

@@ -18,6 +18,7 @@ import numpy as np
 from tvm import s_tir, te, tirx
 from tvm.tirx.op import fma
 
+from tvm_integration.ops.output_stage import divided
 from tvm_integration.qnn.float.mlas_math import f32
 from tvm_integration.qnn.float.reduce_mean import ravel, unravel
 
@@ -118,24 +119,27 @@ def welford_func(v: te.Tensor, inputs: list, gamma, beta, epsilon: float, fused:
     each; rows past the last whole vector one by one: all 196 of a ViT's were, 10x slower).
     ``inputs``: the PrimFunc's parameters before y. ``fused``: the same kernels as onnxruntime's AArch64
     build compiles them (GCC contracts on AArch64): m2 = fma(v - mean, d, m2) and y = fma((v - mean) /
-    std, gamma, beta), each one rounding (read from the 1.32 wheel's machine code, issue 50)."""
+    std, gamma, beta), each one rounding (read from the 1.32 wheel's machine code, issue 50), and its
+    divisions products by the divisor's double reciprocal (output_stage.divided: the same quotients,
+    without NEON's unpipelined vector division)."""
+    divide = divided if fused else lambda a, b: a / b
     *rows, n = (int(d) for d in v.shape)
     row_count = int(np.prod(rows))       # the rows flattened: one loop to split into whole vectors
 
     def welford(acc, new):
         (mean, m2), (value, count) = acc, new
         delta = value - mean
-        updated = mean + delta / count
+        updated = mean + divide(delta, count)
         return updated, fma(value - updated, delta, m2) if fused else m2 + rounded((value - updated) * delta)
     running = te.comm_reducer(welford, lambda mean_dtype, m2_dtype: (tirx.const(0, mean_dtype),
                                                                       tirx.const(0, m2_dtype)), name="welford")
     k = te.reduce_axis((0, n), "k")
     mean, m2 = te.compute((row_count,), lambda r: running(
         (v[(*unravel(r, rows), k)], (k + 1).astype("float32")), axis=k), name="stats")
-    std = te.compute((row_count,), lambda r: tirx.sqrt(m2[r] / f32(float(n)) + f32(epsilon)), name="std")
+    std = te.compute((row_count,), lambda r: tirx.sqrt(divide(m2[r], f32(float(n))) + f32(epsilon)), name="std")
 
     def normalized(*i):
-        z = rounded((v[i] - mean[ravel(i[:-1], rows)]) / std[ravel(i[:-1], rows)])
+        z = rounded(divide(v[i] - mean[ravel(i[:-1], rows)], std[ravel(i[:-1], rows)]))
         return fma(z, gamma[i[-1]], beta[i[-1]]) if fused else rounded(z * gamma[i[-1]]) + beta[i[-1]]
     y = te.compute(v.shape, normalized, name="y")
     sch = s_tir.Schedule(te.create_prim_func([*inputs, y]))

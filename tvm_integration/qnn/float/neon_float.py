@@ -15,6 +15,9 @@ MLAS's x86 order; where the AArch64 build rounds differently, this module has it
 - A Conv left in float: MLAS's im2col and unpacked sgemm, as on x86 (float_conv.conv2d_func; onnxruntime's
   x86 build runs its NCHWc kernels instead, so the two builds differ there), group by group; a depthwise
   one on TVM's conv2d, equal to MLAS's.
+- A quantize by a run-time scale (DynamicQuantizeLinear's): its float32 quotient x / scale as a product by
+  the scale's double reciprocal (neon_quantize.runtime_quantized), the same value without NEON's unpipelined
+  vector division.
 
 Erf, GELU, Tanh, Sigmoid and the float MatMuls take float_ops' functions (by constant weights, MLAS's packed
 sgemm's K blocks of 256, float_matmul.PACKED_STRIDE_K): both builds compute them alike (measured
@@ -27,6 +30,7 @@ from tvm import s_tir, te, tirx, topi
 
 from tvm_integration.qnn.float import float_conv, float_ops, layer_norm, mlas_math, reduce_mean
 from tvm_integration.qnn.float.float_calls import emit, float32, shape_of
+from tvm_integration.qnn.prim import neon_quantize
 
 LANES = 4           # NEON's float32x4
 
@@ -104,10 +108,21 @@ def _conv2d(bb, call):
     return bb.call_te(topi.concatenate, parts, 1)
 
 
+def _runtime_quantize(bb, call):
+    """A quantize by a run-time scale and zero point of shape ``()`` (DynamicQuantizeLinear's) without
+    the vector division (neon_quantize.runtime_quantized: the same quotient); else None."""
+    x, scale, zero_point = call.args
+    if shape_of(x) is None or str(x.ty.dtype) != "float32" or shape_of(scale) != () or shape_of(zero_point) != ():
+        return None
+    return bb.call_te(neon_quantize.runtime_quantized, x, scale, zero_point, out_dtype=str(call.attrs.out_dtype),
+                      primfunc_name_hint="quantize")
+
+
 def legalize_map() -> dict:
-    """float_ops.legalize_map() with this module's Softmax, LayerNormalization, float Conv, ReduceMean and
-    GlobalAveragePool, each where it fits, else the op's registered legalization."""
+    """float_ops.legalize_map() with this module's Softmax, LayerNormalization, float Conv, ReduceMean,
+    GlobalAveragePool and run-time quantize, each where it fits, else the op's registered legalization."""
     return float_ops.legalize_map({
+        "relax.quantize": _runtime_quantize,
         "relax.nn.softmax": float_ops.softmax_rule(softmax_func),
         "relax.nn.layer_norm": float_ops.layer_norm_rule(layer_norm_func),
         "relax.nn.conv2d": _conv2d,

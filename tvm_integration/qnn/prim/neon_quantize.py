@@ -1,5 +1,6 @@
-"""The model's input QuantizeLinear on AArch64 (arithmetic.quantize, float32 NCHW -> 8-bit NHWC, a few
-channels): no vector division, and each 16 pixels' channels one interleaved store.
+"""QuantizeLinear on AArch64 without a vector division: by a constant scale (arithmetic.quantize), in the
+input's layout or as the model's input (float32 NCHW -> 8-bit NHWC, a few channels, each 16 pixels' channels
+one interleaved store), and by a run-time scale (DynamicQuantizeLinear's, ``runtime_quantized``).
 
 arithmetic.quantize divides by the scale, as onnxruntime does. NEON's vector ``fdiv`` is not pipelined
 (llvm-mca's Cortex-A72: 34 cycles for 4 floats), and the image's channels written one byte at a time to
@@ -18,18 +19,21 @@ quotient for every float32 ``x`` (s a positive float32, as ONNX requires; ``|x r
 
 so the clamp, the rounding half to even and the zero point after it are arithmetic.quantize's own. A
 power-of-two scale needs no double: ``1 / s`` is then a float32 and ``x * (1 / s)`` is the quotient.
+The argument holds for any positive float32 s, so a scale known only at run time (DynamicQuantizeLinear's,
+``(max - min) / 255``) takes the same product, its double reciprocal computed once per call (bert_l4_s128_dynamic's
+16 quantizes of 2.75 M values: 23.8 Mcycles on Cortex-A72's A57 model with the division).
 The image's C channels (2 to 4) of 16 pixels are one vector of 16 C bytes, interleaved (st2, st3, st4);
 a row's last ``W % 16`` pixels are quantized one at a time.
 """
 from __future__ import annotations
 
 import numpy as np
-from tvm import tirx
+from tvm import te, tirx
 from tvm.script import tirx as T
 from tvm.target import Target
 
 from tvm_integration.kernels.short_stack import short_stack
-from tvm_integration.ops.output_stage import QUANT_RANGES
+from tvm_integration.ops.output_stage import QUANT_RANGES, broadcast, divided, quotient, vector_type
 from tvm_integration.qemu.cross import is_aarch64
 
 PIXELS = 16                 # pixels per vector: one 16-byte register of each channel's outputs
@@ -37,48 +41,47 @@ CHANNELS = (2, 3, 4)        # the interleaved stores (st2, st3, st4)
 
 
 def applies(func: tirx.PrimFunc, target: Target) -> bool:
-    """``func`` is a QuantizeLinear written NHWC from an NCHW input of 2-4 channels (a model's image
-    input) and ``target`` is AArch64."""
+    """``func`` is a QuantizeLinear by a constant scale, in the input's layout or written NHWC from an
+    NCHW input of 2-4 channels (a model's image input), and ``target`` is AArch64."""
     attrs = func.attrs or {}
+    if attrs.get("qnn.op") != "quantize" or not is_aarch64(target):
+        return False
     shape = func.params[0].ty.shape
-    return attrs.get("qnn.op") == "quantize" and attrs.get("qnn.layout") == "NHWC" and \
-        is_aarch64(target) and len(shape) == 4 and int(shape[1]) in CHANNELS
+    if attrs.get("qnn.layout", "same") == "same":
+        return len(func.params) == 2 and all(isinstance(d, tirx.IntImm) for d in shape)
+    return attrs.get("qnn.layout") == "NHWC" and len(shape) == 4 and int(shape[1]) in CHANNELS
 
 
 def scheduled(func: tirx.PrimFunc) -> tirx.PrimFunc:
-    """The quantize ``func`` (arguments x NCHW float32, y NHWC; attributes kept) for AArch64."""
+    """The quantize ``func`` (arguments x float32, y in x's layout or x NCHW, y NHWC; attributes kept)
+    for AArch64."""
     attrs = func.attrs
     x, y = (p.ty for p in func.params)
     shape = tuple(int(d) for d in x.shape)
-    return _nhwc(shape, float(attrs["qnn.scale"]), int(attrs["qnn.zero_point"]), str(y.dtype)).with_attrs(attrs)
+    build = _nhwc if attrs.get("qnn.layout") == "NHWC" else _flat
+    return build(shape, float(attrs["qnn.scale"]), int(attrs["qnn.zero_point"]), str(y.dtype)).with_attrs(attrs)
 
 
-def quotient(value, scale: float, lanes: int = 1):
-    """float32 ``value / scale`` (``lanes`` wide) as a product: in double by the double reciprocal, or in
-    float32 where the reciprocal is a float32 (a power-of-two scale). Equal to the division (above)."""
-    reciprocal = 1.0 / float(np.float32(scale))
-    if float(np.float32(reciprocal)) == reciprocal:
-        return value * _splat(tirx.const(reciprocal, "float32"), lanes)
-    product = tirx.Cast(_typed("float64", lanes), value) * _splat(tirx.const(reciprocal, "float64"), lanes)
-    return tirx.Cast(_typed("float32", lanes), product)
+def runtime_quantized(x: te.Tensor, scale: te.Tensor, zero_point: te.Tensor, out_dtype: str) -> te.Tensor:
+    """TVM's legalization of relax.quantize by a run-time scale and zero point (shape ``()``),
+    ``clip(round(x / scale) + zero_point)``, with the float32 quotient as the product above."""
+    lo, hi = QUANT_RANGES[out_dtype]
+
+    def value(*i):
+        y = tirx.round(divided(x[i], scale[()])) + zero_point[()].astype("float32")
+        return tirx.max(tirx.min(y, tirx.const(hi, "float32")), tirx.const(lo, "float32")).astype(out_dtype)
+    return te.compute(x.shape, value, name="quantized")
 
 
 def quantized(value, scale: float, zero_point: int, dtype: str, lanes: int = 1):
     """arithmetic.quantize's value of float32 ``value`` (``lanes`` wide), its division a product."""
     lo, hi = QUANT_RANGES[dtype]
     y = quotient(value, scale, lanes)
-    y = tirx.max(tirx.min(y, _splat(tirx.const(hi - zero_point, "float32"), lanes)),
-                 _splat(tirx.const(lo - zero_point, "float32"), lanes))
-    rounded = tirx.Cast(_typed("int32", lanes), tirx.call_llvm_pure_intrin(_typed("float32", lanes), "llvm.roundeven", y))
-    return tirx.Cast(_typed(dtype, lanes), rounded + _splat(tirx.const(zero_point, "int32"), lanes))
-
-
-def _splat(value, lanes: int):
-    return value if lanes == 1 else tirx.Broadcast(value, lanes)
-
-
-def _typed(dtype: str, lanes: int) -> str:
-    return dtype if lanes == 1 else f"{dtype}x{lanes}"
+    y = tirx.max(tirx.min(y, broadcast(tirx.const(hi - zero_point, "float32"), lanes)),
+                 broadcast(tirx.const(lo - zero_point, "float32"), lanes))
+    rounded = tirx.Cast(vector_type("int32", lanes),
+                        tirx.call_llvm_pure_intrin(vector_type("float32", lanes), "llvm.roundeven", y))
+    return tirx.Cast(vector_type(dtype, lanes), rounded + broadcast(tirx.const(zero_point, "int32"), lanes))
 
 
 @short_stack
@@ -100,4 +103,23 @@ def _nhwc(shape, scale: float, zero_point: int, dtype: str) -> tirx.PrimFunc:
                 for j, ch in T.grid(w - vectors * PIXELS, c):
                     ys[(row * w + vectors * PIXELS + j) * c + ch] = quantized(
                         xs[(row // h * c + ch) * h * w + row % h * w + vectors * PIXELS + j], scale, zero_point, dtype)
+    return quantize
+
+
+@short_stack
+def _flat(shape, scale: float, zero_point: int, dtype: str) -> tirx.PrimFunc:
+    """Every value in order, PIXELS a vector (one register of 8-bit outputs), the rest one at a time."""
+    size = int(np.prod(shape))
+    vectors = size // PIXELS
+
+    @T.prim_func(private=True, s_tir=True)
+    def quantize(x: T.Buffer(shape, "float32"), y: T.Buffer(shape, dtype)):
+        with T.sblock("root"):
+            xs = T.decl_buffer((size,), "float32", data=x.data)
+            ys = T.decl_buffer((size,), dtype, data=y.data)
+            for v in T.parallel(vectors):
+                ys[T.ramp(v * PIXELS, 1, PIXELS)] = quantized(xs[T.ramp(v * PIXELS, 1, PIXELS)], scale, zero_point,
+                                                              dtype, PIXELS)
+            for j in range(size - vectors * PIXELS):
+                ys[vectors * PIXELS + j] = quantized(xs[vectors * PIXELS + j], scale, zero_point, dtype)
     return quantize
