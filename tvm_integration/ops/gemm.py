@@ -157,12 +157,18 @@ def tensorize_tile(sch, outer, loop, intrin: str, kernel: Kernel):
 
 
 def _drop_init(sch, block) -> None:
-    """``block`` without its init (the schedule has no primitive for it: replaced in its state)."""
+    """``block`` without its init."""
+    if sch.get(block).init is not None:
+        replace_block(sch, block, init=None)
+
+
+def replace_block(sch, block, **fields) -> None:
+    """``block`` with some of its fields (s_tir.SBlock's arguments) replaced: the schedule has no primitive
+    for such edits, so the block is replaced in its state."""
     old = sch.get(block)
-    if old.init is None:
-        return
-    new = s_tir.SBlock(old.iter_vars, old.reads, old.writes, old.name_hint, old.body, None, old.alloc_buffers,
-                       old.match_buffers, old.annotations)
+    kept = ("iter_vars", "reads", "writes", "name_hint", "body", "init", "alloc_buffers", "match_buffers",
+            "annotations")
+    new = s_tir.SBlock(**{**{name: getattr(old, name) for name in kept}, **fields})
     sch.state.replace(sch.get_sref(block), new, {old: new})
 
 

@@ -24,9 +24,9 @@ NEON tile's operand types:
   legalize.py gives them as the 9-bit ``w - zw`` in int16) enter as bytes ``b = w + z`` (``byte_weights``:
   one z where the tensor's values span at most 256, else one per output channel), so that ``sum_k a w
   = sum_k a b - z sum_k a``, as MLAS's QGEMM takes a B zero point. One z on the u8 x u8 tile: its R
-  becomes ``-(128 + z) sum_k a``, at no cost. Else the packed rows' plain sums (``row_totals``) times
-  each column's z are taken off in the output stage; the bias's ``-s sum_k w`` counts the real k
-  positions' ``b - z``;
+  becomes ``-(128 + z) sum_k a``, at no cost. Else the accumulator starts from the packed rows' plain
+  sums (``row_totals``) times each column's ``-z`` (``_starting_from``); the bias's ``-s sum_k w`` counts
+  the real k positions' ``b - z``;
 * B is the tile's image: ``k/4`` rows of ``nr*4`` bytes (k4) or ``k/8`` (s8s7: ``k/16``) blocks of
   ``nr`` rows of k bytes (acc), zero beyond the real columns and k positions.
 
@@ -64,6 +64,7 @@ from tvm_integration.ops.gemm import (
     Tile,
     output_tensor,
     parallel_rows,
+    replace_block,
     run_pieces,
     tensorize_tile,
 )
@@ -317,11 +318,9 @@ def _starting_from(func, reduction: str, start: str):
     block = sch.get_sblock(reduction)
     old, values = sch.get(block), sch.get(sch.get_sblock(start)).writes[0].source
     index = old.init.indices
-    reads = [*old.reads, tirx.BufferRegion(values, [Range.from_min_extent(i, 1) for i in index])]
-    init = tirx.BufferStore(old.init.buffer, tirx.BufferLoad(values, index), index)
-    new = s_tir.SBlock(old.iter_vars, reads, old.writes, old.name_hint, old.body, init, old.alloc_buffers,
-                       old.match_buffers, old.annotations)
-    sch.state.replace(sch.get_sref(block), new, {old: new})
+    read = tirx.BufferRegion(values, [Range.from_min_extent(i, 1) for i in index])
+    replace_block(sch, block, reads=[*old.reads, read],
+                  init=tirx.BufferStore(old.init.buffer, tirx.BufferLoad(values, index), index))
     return sch.mod["main"]
 
 
@@ -331,11 +330,8 @@ def _reads_of_body(sch, block) -> None:
     A and B only) and the init block has none."""
     func = sch.mod["main"]
     buffers = {b: b for b in [*func.params, *func.body.block.alloc_buffers]}     # a buffer is its var (TVM 0.27)
-    old = sch.get(block)
-    reads, _ = analysis.get_sblock_read_write_region(old, buffers)
-    new = s_tir.SBlock(old.iter_vars, reads, old.writes, old.name_hint, old.body, old.init, old.alloc_buffers,
-                       old.match_buffers, old.annotations)
-    sch.state.replace(sch.get_sref(block), new, {old: new})
+    reads, _ = analysis.get_sblock_read_write_region(sch.get(block), buffers)
+    replace_block(sch, block, reads=reads)
 
 
 def pack(w: np.ndarray, nr: int, k_multiple: int, grp: int) -> np.ndarray:
