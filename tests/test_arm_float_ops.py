@@ -156,6 +156,29 @@ def test_dynamic_encoder_equals_onnxruntime_aarch64(tmp_path):
     assert not np.array_equal(arm, x86)
 
 
+def test_dynamic_per_channel_matmul_equals_onnxruntime_aarch64(tmp_path):
+    """quantize_dynamic with per_channel (u8 weights, a scale and zero point per column): MatMulInteger -> Cast ->
+    Mul by the scales' vector -> Add of the bias, which both builds fuse into MatMulIntegerToFloat, the
+    AArch64 build's output stage one FMA per column scale as for one scale (it was a multiply, then an add:
+    6 of 20 logits of test_ort_quantizer_options' network differed)."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+    rng = np.random.default_rng(3)
+    c = lambda name, a: numpy_helper.from_array(np.asarray(a, np.float32), name)
+    node = helper.make_node
+    nodes = [node("MatMul", ["x", "w"], ["xw"]), node("Add", ["xw", "bias"], ["y"])]
+    inits = [c("w", rng.standard_normal((256, 96)) * rng.uniform(0.1, 2, 96) / 16), c("bias", rng.standard_normal(96))]
+    onnx.save(_model(nodes, [("x", [1, ROWS, 256])], [("y", [1, ROWS, 96])], inits), str(tmp_path / "float.onnx"))
+    quantize_dynamic(str(tmp_path / "float.onnx"), str(tmp_path / "dynamic.onnx"), per_channel=True,
+                     weight_type=QuantType.QUInt8)
+    scales = [numpy_helper.to_array(i) for i in onnx.load(str(tmp_path / "dynamic.onnx")).graph.initializer
+              if i.name.endswith("_scale")]
+    assert [s.shape for s in scales] == [(96,)]
+    x = rng.standard_normal((1, ROWS, 256)).astype(np.float32)
+    ((ours, arm, x86),) = three_ways(tmp_path / "dynamic.onnx", {"x": x}).values()
+    np.testing.assert_array_equal(ours, arm)
+    assert not np.array_equal(arm, x86)
+
+
 def float32_divisions(mod, prefix: str) -> list[str]:
     """The lines of ``mod``'s PrimFuncs named ``prefix``... that divide, but for a double reciprocal's
     division (output_stage.divided, computed once, not per value)."""

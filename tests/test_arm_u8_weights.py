@@ -67,8 +67,8 @@ def source(tmp_path_factory):
 def test_quantizers_u8_weights_run_on_the_tiles(source, name, core):
     """Its four convolutions and its classifier on the core's tile (they were on the reference
     computation: "9-bit weights ... the NEON tiles take bytes"), exact. (quantize_dynamic's per-channel
-    model runs its layers on the tiles too, but its ConvIntegers' float dequantize chains differ from
-    onnxruntime's AArch64 build as they did on the reference computation: the MatMulInteger below.)"""
+    model runs its layers on the tiles too; its classifier's output stage is test_arm_float_ops'
+    per-channel MatMul.)"""
     path = quantized(source, name)
     assert on_the_tiles(path, core) == ["int8"] * 5
     rng = np.random.default_rng(49)

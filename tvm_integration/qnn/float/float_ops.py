@@ -102,27 +102,27 @@ def elementwise_func(shape: tuple[int, ...], fn, name: str) -> tirx.PrimFunc:
     return _flat_parallel(te.create_prim_func([x, y]), name, shape)
 
 
-def dequantize_chain(shape: tuple[int, ...], fused: bool = False):
+def dequantize_chain(shape: tuple[int, ...], fused: bool = False, per_column: bool = False):
     """quantize_dynamic's output chain of an integer matmul, ``float32(acc - correction) * scale + bias``
-    (the correction and bias per column, the scale a run-time scalar), the product rounded before the
-    add as MatMulIntegerToFloat's output stage computes it on x86 (a multiply, then an add: no FMA;
+    (the correction and bias per column, the scale a run-time scalar or, ``per_column``, a vector), the
+    product rounded before the add as MatMulIntegerToFloat's output stage computes it on x86 (no FMA;
     ``fused``: one FMA, as its AArch64 build does): (its inputs, its value at an index)."""
     n = shape[-1]
     acc = te.placeholder(shape, "int32", "acc")
     correction = te.placeholder((n,), "int32", "correction")
-    scale = te.placeholder((), "float32", "scale")
+    scale = te.placeholder((n,) if per_column else (), "float32", "scale")
     bias = te.placeholder((n,), "float32", "bias")
-    if fused:
-        return [acc, correction, scale, bias], lambda i: tirx.op.fma(
-            (acc[i] - correction[i[-1]]).astype("float32"), scale[()], bias[i[-1]])
-    return [acc, correction, scale, bias], lambda i: layer_norm.rounded(
-        (acc[i] - correction[i[-1]]).astype("float32") * scale[()]) + bias[i[-1]]
+
+    def value(i):
+        x, s = (acc[i] - correction[i[-1]]).astype("float32"), scale[i[-1]] if per_column else scale[()]
+        return tirx.op.fma(x, s, bias[i[-1]]) if fused else layer_norm.rounded(x * s) + bias[i[-1]]
+    return [acc, correction, scale, bias], value
 
 
-def dequantized_func(shape: tuple[int, ...], then=None, fused: bool = False) -> tirx.PrimFunc:
+def dequantized_func(shape: tuple[int, ...], then=None, fused: bool = False, per_column: bool = False) -> tirx.PrimFunc:
     """The dequantize chain (dequantize_chain) in one pass, and ``then`` (an elementwise function:
     the feed-forward's GELU) of it in the same pass."""
-    inputs, value = dequantize_chain(shape, fused)
+    inputs, value = dequantize_chain(shape, fused, per_column)
     y = te.compute(shape, lambda *i: value(i) if then is None else then(value(i)), name="dequantized")
     return _flat_parallel(te.create_prim_func([*inputs, y]), "dequantized", shape)
 
@@ -330,8 +330,9 @@ class _Fusions(relax.PyExprMutator):
                 break
         for index in (0, 1):          # an operand still to dequantize: in the same pass
             if (chain := self._dequantize_chain(operands[index])) is not None:
-                func = layer_norm.skip_layer_norm_func(shape, float(call.attrs.epsilon), bool(bias),
-                                                       first=dequantize_chain(shape, self.fused), fused=self.fused)
+                first = dequantize_chain(shape, self.fused, shape_of(chain[2]) != ())
+                func = layer_norm.skip_layer_norm_func(shape, float(call.attrs.epsilon), bool(bias), first=first,
+                                                       fused=self.fused)
                 return emit(self.builder_, func, "qsynth_skip_layer_norm", [*chain, operands[1 - index],
                                                                            *call.args[1:], *bias], shape)
         func = layer_norm.skip_layer_norm_func(shape, float(call.attrs.epsilon), bias=bool(bias), fused=self.fused)
@@ -351,8 +352,8 @@ class _Fusions(relax.PyExprMutator):
         chain, shape = self._dequantize_chain(call.args[0]), shape_of(call.args[0])
         if chain is None or shape is None:
             return None
-        return emit(self.builder_, dequantized_func(shape, then=gelu, fused=self.fused), "qsynth_dequantized_gelu",
-                    chain, shape)
+        func = dequantized_func(shape, then=gelu, fused=self.fused, per_column=shape_of(chain[2]) != ())
+        return emit(self.builder_, func, "qsynth_dequantized_gelu", chain, shape)
 
     def _gemm(self, source, call):
         """``matmul(a, b) + c``, b 2-D, c [n] (or, a 2-D, [1, n], [m, 1] or [m, n]: what Gemm broadcasts
@@ -395,10 +396,11 @@ class _Fusions(relax.PyExprMutator):
             return None
         shape = shape_of(call.args[0])
         if shape is None or shape_of(subtract.args[0]) != shape or shape_of(subtract.args[1]) != shape[-1:] or \
-                shape_of(multiply.args[1]) != () or shape_of(call.args[1]) != shape[-1:] or not float32(call):
+                shape_of(multiply.args[1]) not in ((), shape[-1:]) or shape_of(call.args[1]) != shape[-1:] or \
+                not float32(call):
             return None
-        return emit(self.builder_, dequantized_func(shape, fused=self.fused), "qsynth_dequantized",
-                    [*subtract.args, multiply.args[1], call.args[1]], shape)
+        func = dequantized_func(shape, fused=self.fused, per_column=shape_of(multiply.args[1]) != ())
+        return emit(self.builder_, func, "qsynth_dequantized", [*subtract.args, multiply.args[1], call.args[1]], shape)
 
     def _scaled_matmul(self, call):
         divide = call.op == tvm.ir.Op.get("relax.divide")
