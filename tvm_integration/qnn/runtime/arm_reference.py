@@ -100,7 +100,8 @@ KINDS = {k.name: k for k in [
          f"NNCF's, whose input and output types differ), MLAS's im2col and sgemm: {_EQUAL}"),
     Kind("float_grouped_conv", AARCH64, True, "a grouped Conv left in float, MLAS's im2col and sgemm group by "
          f"group; a depthwise one on TVM's conv2d: {_EQUAL}"),
-    Kind("dynamic_quantize", AARCH64, True, f"MatMulIntegerToFloat's output stage with one FMA: {_EQUAL}"),
+    Kind("dynamic_quantize", AARCH64, True, "MatMulIntegerToFloat's output stage with one FMA, its scale per tensor "
+         f"or per column: {_EQUAL}"),
 ]}
 
 # Relax ops (float32) -> the op kind they are part of
