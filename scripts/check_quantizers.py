@@ -7,9 +7,10 @@ NNCF with ``model_type=TRANSFORMER`` (SmoothQuant, float projections: ``nncf_ber
 a Hugging Face BertModel of that shape quantized by PyTorch's PT2E (``pt2e_hf_bert``).
 
 onnxruntime: ``quant_pre_process`` then ``quantize_static`` (8 standard-normal calibration inputs) with
-each option of OPTIONS, or ``quantize_dynamic``; NNCF (``pip install nncf==3.4.0``, not a dependency):
-``nncf.quantize`` on the ONNX backend, presets performance and mixed, and model_type transformer for the
-BERT. The models are tens of MB each (written to --out, never commit them); an existing one is reused.
+each option of OPTIONS, or ``quantize_dynamic`` (its defaults; per channel, u8 weights); NNCF (``pip install
+nncf==3.4.0``, not a dependency): ``nncf.quantize`` on the ONNX backend, presets performance and mixed, and
+model_type transformer for the BERT. The models are tens of MB each (written to --out, never commit them); an
+existing one is reused.
 
 ``--target neon [--mcpu CORE]``: each model compiled for AArch64 and run under qemu as CORE on the same 3
 inputs, compared with the stated reference on Arm (qnn/runtime/arm_reference.py: onnxruntime's AArch64 build
@@ -61,6 +62,7 @@ def options() -> dict:
         "s8s8_qoperator": dict(pc, quant_format=QuantFormat.QOperator),
         "s8s8_qoperator_reduce_range": dict(rr, quant_format=QuantFormat.QOperator),
         "dynamic": None,
+        "dynamic_u8_per_channel": dict(dynamic=True, per_channel=True, weight_type=QuantType.QUInt8),
         "nncf_performance": "PERFORMANCE",
         "nncf_mixed": "MIXED",
         "nncf_bert_transformer": "TRANSFORMER",
@@ -105,8 +107,8 @@ def build(out: Path, name: str) -> Path:
     from onnxruntime.quantization.shape_inference import quant_pre_process
     if not pre.exists():
         quant_pre_process(str(fp32), str(pre))
-    if option is None:
-        q.quantize_dynamic(str(pre), str(path))
+    if option is None or option.get("dynamic"):
+        q.quantize_dynamic(str(pre), str(path), **{k: v for k, v in (option or {}).items() if k != "dynamic"})
         return path
     feeds = iter(calibration)
 
@@ -288,6 +290,9 @@ def described(option) -> str:
     """An option of ``options()`` in words: the quantizer and its arguments."""
     if option is None:
         return "quantize_dynamic, defaults"
+    if isinstance(option, dict) and option.get("dynamic"):
+        return "quantize_dynamic, " + ", ".join(f"{k}={getattr(v, 'name', v)}" for k, v in option.items()
+                                                if k != "dynamic")
     if str(option).startswith("BREVITAS"):
         return f"Brevitas 0.13.4, a small ResNet, W{option[-1]}A{option[-1]} blocks, QCDQ export"
     if option == "PT2E":
