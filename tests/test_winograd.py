@@ -9,13 +9,14 @@ import itertools
 import numpy as np
 import pytest
 import tvm
-from tvm import te
+from tvm import s_tir, te
 
 from isa_specs import host
 from tests.test_tvm_ops import conv_reference
 from tvm_integration.kernels import selection
 from tvm_integration.ops import winograd
 from tvm_integration.ops.conv2d import build_conv2d, conv2d, conv_geometry
+from tvm_integration.ops.gemm import Tile
 from tvm_integration.ops.operator import Built
 from tvm_integration.ops.output_stage import OutputStage, ResidualAdd, ScaleRequantize
 
@@ -131,6 +132,24 @@ def test_the_output_stage_and_residual_add_match_the_direct_convolution():
     direct, transformed = run(False), run(True)
     assert len(np.unique(direct)) > 50
     np.testing.assert_array_equal(transformed, direct)
+
+
+def test_a_weights_outer_layer_reads_each_column_tiles_weights_once_and_in_order():
+    """A deep layer with few tiles (7x7 output: 16 tiles, 4x more columns than rows, as ResNet-18's
+    7x7x512 layers): each column tile's transformed weights are one contiguous block over the 16
+    positions (U[g, n, k] at [n // nr, g, k // q, n % nr, k % q]), and its 16 products are computed for
+    every row tile, position by position, before the output stage walks the row tiles."""
+    kernel = next(k for k in s16_kernels() if k.spec.mr == 4)
+    w = np.random.default_rng(3).integers(-128, 128, (64, 64, 3, 3)).astype(np.int8)
+    mod, constants = winograd.build(te.placeholder((1, 7, 7, 64), "uint8", name="data"), w, (1, 1, 1, 1), (7, 7),
+                                    OutputStage(), kernel, 0)
+    nr, q = kernel.spec.nr, Tile.of(kernel).group
+    u = np.einsum("xi,ocij,yj->xyoc", winograd.WEIGHT, w.astype(np.int64), winograd.WEIGHT).reshape(16, 64, 64)
+    want = u.reshape(16, 64 // nr, nr, 64 // q, q).transpose(1, 0, 3, 2, 4)
+    np.testing.assert_array_equal(constants[0], want)
+    sch = s_tir.Schedule(mod)
+    extents = [int(sch.get(loop).extent) for loop in sch.get_loops(sch.get_sblock("gemm_o"))]
+    assert extents == [64 // nr, 16, 16 // kernel.spec.mr], extents
 
 
 def test_an_avx2_only_host_takes_winograd_for_3x3_stride_1_and_not_otherwise(monkeypatch):
