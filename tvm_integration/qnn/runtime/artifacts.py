@@ -47,9 +47,9 @@ def compiled_model(path: str | Path, target: str = "host", threads: int | None =
                    allow_float: bool = False, mcpu: str | None = None, lowbit: str = "fastest"):
     """The model at ``path`` compiled for ``target`` (``neon``: for the AArch64 core ``mcpu``; ``lowbit``:
     the 1-3-bit layers' operator, legalize.py): the cached
-    library once it checks out, else a new compile, stored for the next run (in memory only when the
-    folder is not private)."""
-    from tvm_integration.qnn.runtime.arm_model import ArmModel
+    library once it checks out, else a new compile, stored for the next run and run from its library
+    (the compile's own executable is never run: on the host TVM's JIT would generate its code a second
+    time, under qemu it would be exported again). In memory only when the folder is not private."""
     from tvm_integration.qnn.runtime.model import CompiledModel, compile_model
     try:
         folder = private_folder()
@@ -60,15 +60,28 @@ def compiled_model(path: str | Path, target: str = "host", threads: int | None =
     with lock(folder, name), workspace(folder) as work:
         if any(os.path.lexists(folder / f"{name}{suffix}") for suffix in (".so", ".json")):
             try:
-                loader = ArmModel.load if target == "neon" else CompiledModel.load
-                return loader(folder / f"{name}.so", threads, check(folder, name))
+                return load(folder, name, target, threads)
             except BadArtifact as e:
                 warn(f"{e}; removed it, compiling anew")
                 remove(folder, name)
         model = compile_model(path, target, threads, allow_float, mcpu, lowbit)
         model.export(work / "model.so")
+        if target == "neon":        # run under qemu from the stored library, as a cached one is
+            store(folder, name, work / "model.so", model.signature())
+            return load(folder, name, target, threads)
+        # this process maps a copy, which the workspace's removal unlinks: the stored library may be
+        # damaged in place while the process lives (a truncated mapping is SIGBUS)
+        shutil.copyfile(work / "model.so", work / "loaded.so")
         store(folder, name, work / "model.so", model.signature())
-        return model
+        return CompiledModel.load(work / "loaded.so", threads, model.signature())
+
+
+def load(folder: Path, name: str, target: str, threads: int | None):
+    """Artifact ``name`` for ``target``, once it checks out (BadArtifact otherwise)."""
+    from tvm_integration.qnn.runtime.arm_model import ArmModel
+    from tvm_integration.qnn.runtime.model import CompiledModel
+    loader = ArmModel.load if target == "neon" else CompiledModel.load
+    return loader(folder / f"{name}.so", threads, check(folder, name))
 
 
 def root() -> Path:
