@@ -202,25 +202,29 @@ def test_layer_norms_and_quantizes_divide_by_products():
     assert not float32_divisions(mod, "qsynth_skip_layer_norm") and not float32_divisions(mod, "qsynth_layer_norm")
 
 
-def test_dynamic_quantize_equals_onnxruntime_aarch64_without_a_division(tmp_path):
-    """DynamicQuantizeLinear's quantize by its run-time scale multiplies by the scale's double reciprocal
-    (neon_quantize.runtime_quantized), no float division left, and equals the AArch64 build's division: on a
-    power-of-two scale with every value a tie, and on normal values (scales not a power of two)."""
+@pytest.mark.parametrize("shape", [(ROWS, HIDDEN), (5, 13)])
+def test_dynamic_quantize_equals_onnxruntime_aarch64_without_a_division(tmp_path, shape):
+    """DynamicQuantizeLinear's quantize by its run-time scale multiplies by the scale's double reciprocal and
+    converts with its rounding, fcvtns (neon_quantize.runtime_quantized), no float division left, and equals
+    the AArch64 build's division: on a power-of-two scale with every value a tie, and on normal values (scales
+    not a power of two); [5, 13]: four vectors of 16 values and one value alone."""
     from tvm_integration.qnn.runtime.model import lower
     node = helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "scale", "zero_point"])
     info = helper.make_tensor_value_info
-    outputs = [info("y", TensorProto.UINT8, [ROWS, HIDDEN]), info("scale", TensorProto.FLOAT, []),
+    outputs = [info("y", TensorProto.UINT8, shape), info("scale", TensorProto.FLOAT, []),
                info("zero_point", TensorProto.UINT8, [])]
-    model = helper.make_model(helper.make_graph([node], "dql", [info("x", TensorProto.FLOAT, [ROWS, HIDDEN])], outputs),
+    model = helper.make_model(helper.make_graph([node], "dql", [info("x", TensorProto.FLOAT, shape)], outputs),
                               opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.save(model, str(tmp_path / "dql.onnx"))
     mod = lower(model, target="neon", mcpu=CORE)
-    assert any(g.name_hint.startswith("quantize") for g in mod.functions) and not float32_divisions(mod, "quantize")
+    quantizes = [f.script() for g, f in mod.functions.items() if g.name_hint.startswith("quantize")]
+    assert quantizes and not float32_divisions(mod, "quantize")
+    assert all("llvm.aarch64.neon.fcvtns" in script for script in quantizes)
     rng = np.random.default_rng(3)
-    ties = (rng.integers(0, 255, (ROWS, HIDDEN)) + 0.5) / 16          # scale (255 / 16) / 255 = 1/16: x / s ties
+    ties = (rng.integers(0, 255, shape) + 0.5) / 16          # scale (255 / 16) / 255 = 1/16: x / s ties
     ties[0, :2] = (0, 255 / 16)
-    for x in (ties, 1.5 * rng.standard_normal((ROWS, HIDDEN)) + 0.2, 0.01 * rng.standard_normal((ROWS, HIDDEN))):
+    for x in (ties, 1.5 * rng.standard_normal(shape) + 0.2, 0.01 * rng.standard_normal(shape)):
         for name, (ours, arm, _) in three_ways(tmp_path / "dql.onnx", {"x": x.astype(np.float32)}).items():
             np.testing.assert_array_equal(ours, arm, err_msg=name)
 

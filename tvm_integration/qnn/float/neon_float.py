@@ -114,8 +114,9 @@ def _runtime_quantize(bb, call):
     x, scale, zero_point = call.args
     if shape_of(x) is None or str(x.ty.dtype) != "float32" or shape_of(scale) != () or shape_of(zero_point) != ():
         return None
-    return bb.call_te(neon_quantize.runtime_quantized, x, scale, zero_point, out_dtype=str(call.attrs.out_dtype),
-                      primfunc_name_hint="quantize")
+    out_dtype = str(call.attrs.out_dtype)
+    return emit(bb, neon_quantize.runtime_quantized(shape_of(x), str(zero_point.ty.dtype), out_dtype), "quantize", [x, scale, zero_point],
+                shape_of(x), out_dtype)
 
 
 def legalize_map() -> dict:

@@ -28,12 +28,12 @@ a row's last ``W % 16`` pixels are quantized one at a time.
 from __future__ import annotations
 
 import numpy as np
-from tvm import te, tirx
+from tvm import tirx
 from tvm.script import tirx as T
 from tvm.target import Target
 
 from tvm_integration.kernels.short_stack import short_stack
-from tvm_integration.ops.output_stage import QUANT_RANGES, broadcast, divided, quotient, vector_type
+from tvm_integration.ops.output_stage import QUANT_RANGES, broadcast, quotient, vector_type
 from tvm_integration.qemu.cross import is_aarch64
 
 PIXELS = 16                 # pixels per vector: one 16-byte register of each channel's outputs
@@ -62,15 +62,47 @@ def scheduled(func: tirx.PrimFunc) -> tirx.PrimFunc:
     return build(shape, float(attrs["qnn.scale"]), int(attrs["qnn.zero_point"]), str(y.dtype)).with_attrs(attrs)
 
 
-def runtime_quantized(x: te.Tensor, scale: te.Tensor, zero_point: te.Tensor, out_dtype: str) -> te.Tensor:
-    """TVM's legalization of relax.quantize by a run-time scale and zero point (shape ``()``),
-    ``clip(round(x / scale) + zero_point)``, with the float32 quotient as the product above."""
-    lo, hi = QUANT_RANGES[out_dtype]
+@short_stack
+def runtime_quantized(shape: tuple[int, ...], zero_dtype: str, out_dtype: str) -> tirx.PrimFunc:
+    """relax.quantize by a run-time scale and zero point (shape ``()``, DynamicQuantizeLinear's), ``clip(round(x
+    / scale) + zero_point)``, with the float32 quotient as the product above (arguments x, scale, zero point,
+    y), every value in order, PIXELS a vector, the rest one at a time. The quotient is clipped to the bounds
+    less the zero point before it is rounded (round is monotone and the bounds are integers, so the same
+    integer; a NaN clips to the upper bound either way), then converted with its rounding (``fcvtns``) and
+    the zero point added in int32: one conversion a vector where round, add, clip in float32 and a
+    truncating conversion took two (NEON's conversions issue on one pipe of the Cortex-A76)."""
+    size = int(np.prod(shape))
+    vectors = size // PIXELS
+    quarter = PIXELS // 4
 
-    def value(*i):
-        y = tirx.round(divided(x[i], scale[()])) + zero_point[()].astype("float32")
-        return tirx.max(tirx.min(y, tirx.const(hi, "float32")), tirx.const(lo, "float32")).astype(out_dtype)
-    return te.compute(x.shape, value, name="quantized")
+    @T.prim_func(private=True, s_tir=True)
+    def quantize(x: T.Buffer(shape, "float32"), scale: T.Buffer((), "float32"), zero_point: T.Buffer((), zero_dtype),
+                 y: T.Buffer(shape, out_dtype)):
+        T.func_attr({"tirx.noalias": True})         # the scale's reciprocal and the bounds out of the loop
+        with T.sblock("root"):
+            xs = T.decl_buffer((size,), "float32", data=x.data)
+            ys = T.decl_buffer((size,), out_dtype, data=y.data)
+            for v in T.parallel(vectors):
+                ys[T.ramp(v * PIXELS, 1, PIXELS)] = T.Shuffle(
+                    [_runtime_value(xs[T.ramp(v * PIXELS + k * quarter, 1, quarter)], scale[()], zero_point[()],
+                                    out_dtype, quarter) for k in range(4)], list(range(PIXELS)))
+            for j in range(size - vectors * PIXELS):
+                ys[vectors * PIXELS + j] = _runtime_value(xs[vectors * PIXELS + j], scale[()], zero_point[()],
+                                                          out_dtype)
+    return quantize
+
+
+def _runtime_value(value, scale, zero_point, dtype: str, lanes: int = 1):
+    """runtime_quantized's value of float32 ``value`` (``lanes`` wide, at most 4: one NEON conversion)."""
+    lo, hi = QUANT_RANGES[dtype]
+    zero = zero_point.astype("int32")
+    reciprocal = broadcast(tirx.const(1.0, "float64") / scale.astype("float64"), lanes)
+    y = tirx.Cast(vector_type("float32", lanes), tirx.Cast(vector_type("float64", lanes), value) * reciprocal)
+    bound = lambda b: broadcast((b - zero).astype("float32"), lanes)
+    y = tirx.call_llvm_pure_intrin(vector_type("float32", lanes), "llvm.minnum", y, bound(hi))
+    y = tirx.call_llvm_pure_intrin(vector_type("float32", lanes), "llvm.maxnum", y, bound(lo))
+    rounded = tirx.call_llvm_pure_intrin(vector_type("int32", lanes), "llvm.aarch64.neon.fcvtns", y)
+    return tirx.Cast(vector_type(dtype, lanes), rounded + broadcast(zero, lanes))
 
 
 def quantized(value, scale: float, zero_point: int, dtype: str, lanes: int = 1):
