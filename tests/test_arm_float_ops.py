@@ -179,6 +179,31 @@ def test_dynamic_per_channel_matmul_equals_onnxruntime_aarch64(tmp_path):
     assert not np.array_equal(arm, x86)
 
 
+def test_softmax_rows_reduce_in_vectors(tmp_path):
+    """neon_float.softmax_func takes a row's maximum in eight lanes, then across them, and its four lane sums
+    as vectors (scalar loops before), and still equals onnxruntime's AArch64 build: rows of 8, 12 (the sums
+    in vectors, the maximum not) and 64, the maximum in each lane position, and differences from it below
+    exp's clamp at -88.4."""
+    from tvm_integration.qnn.float import neon_float
+    script = neon_float.softmax_func((3, 64)).script()
+    assert "top_rf" in script and script.count("T.vectorized") == 3          # maxima, sums, outputs
+    widths = (8, 12, 64)
+    info = lambda name, d: helper.make_tensor_value_info(name, TensorProto.FLOAT, [1, 12, d])
+    nodes = [helper.make_node("Softmax", [f"x{d}"], [f"y{d}"], axis=-1) for d in widths]
+    model = helper.make_model(helper.make_graph(nodes, "softmax", [info(f"x{d}", d) for d in widths],
+                                                [info(f"y{d}", d) for d in widths]), opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(tmp_path / "softmax.onnx"))
+    rng = np.random.default_rng(5)
+    feeds = {}
+    for d in widths:
+        x = 40 * rng.standard_normal((1, 12, d))
+        x[0, np.arange(12), np.arange(12) % d] = 200.0          # the maximum in each position of a row's lanes
+        feeds[f"x{d}"] = x.astype(np.float32)
+    for name, (ours, arm, _) in three_ways(tmp_path / "softmax.onnx", feeds).items():
+        np.testing.assert_array_equal(ours, arm, err_msg=name)
+
+
 def float32_divisions(mod, prefix: str) -> list[str]:
     """The lines of ``mod``'s PrimFuncs named ``prefix``... that divide, but for a double reciprocal's
     division (output_stage.divided, computed once, not per value)."""

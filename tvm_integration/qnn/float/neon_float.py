@@ -33,12 +33,13 @@ from tvm_integration.qnn.float.float_calls import emit, float32, shape_of
 from tvm_integration.qnn.prim import neon_quantize
 
 LANES = 4           # NEON's float32x4
+MAXIMA = 2 * LANES  # lanes of a row's maximum: two vectors, two chains of compares
 
 
-def times_power_of_two(p, m):
-    """``p * 2**m`` as MLAS's generic sum-exp kernel reconstructs it: 2^m built from its exponent
-    bits ((m + 127) << 23, zero for m = -127) and one multiply."""
-    return p * tirx.reinterpret("float32", tirx.shift_left(tirx.Cast("int32", m) + 127, 23))
+def times_power_of_two(p, biased):
+    """``p * 2**m`` (``biased = ROUNDING_BIAS + m``, mlas_math.integer_of) as MLAS's generic sum-exp kernel
+    reconstructs it: 2^m built from its exponent bits ((m + 127) << 23, zero for m = -127) and one multiply."""
+    return p * tirx.reinterpret("float32", tirx.shift_left(mlas_math.integer_of(biased) + 127, 23))
 
 
 def softmax_func(shape: tuple[int, ...]) -> tirx.PrimFunc:
@@ -61,13 +62,22 @@ def softmax_func(shape: tuple[int, ...]) -> tirx.PrimFunc:
     scale = te.compute(rows, lambda *i: mlas_math.f32(1.0) / total(*i), name="scale")
     y = te.compute(shape, lambda *i: e[i] * scale[i[:-1]], name="y")
     sch = s_tir.Schedule(te.create_prim_func([x, y]))
+    reductions = []
+    if d % MAXIMA == 0 and d > MAXIMA:      # each lane's maximum over the row, then the lanes'
+        reductions.append(sch.rfactor(sch.split(sch.get_loops(sch.get_sblock("top"))[-1], [None, MAXIMA])[1], 0))
     loops = sch.get_loops(sch.get_sblock("y"))
     row = sch.fuse(*loops[:len(rows)]) if len(rows) > 1 else loops[0]
     sch.parallel(row)
-    for name in ("scale", "lanes", "e", "top"):
+    for name in ("scale", "lanes", "e", "top", *(["top_rf"] if reductions else [])):
         sch.compute_at(sch.get_sblock(name), row)
     if d % LANES == 0:
         sch.vectorize(sch.split(sch.get_loops(sch.get_sblock("y"))[-1], [None, LANES])[1])
+    if d % LANES == 0 and d > LANES:
+        reductions.append(sch.get_sblock("lanes"))
+    for block in reductions:            # lanes innermost, vectors
+        lane, step = sch.get_loops(block)[-2:]
+        sch.reorder(step, lane)
+        sch.vectorize(lane)
     return sch.mod["main"]
 
 
