@@ -204,6 +204,17 @@ def test_softmax_rows_reduce_in_vectors(tmp_path):
         np.testing.assert_array_equal(ours, arm, err_msg=name)
 
 
+def test_skip_layer_norm_of_a_dequantize_chain_stores_its_sum_once():
+    """On Arm a SkipLayerNormalization whose first input is quantize_dynamic's dequantize chain computes a + b +
+    bias in a pass of its own (layer_norm._stored), not inlined into both the statistics' pass and the
+    outputs'; test_dynamic_encoder_equals_onnxruntime_aarch64 checks its values against onnxruntime's AArch64 build."""
+    from tvm_integration.qnn.float import float_ops, layer_norm
+    shape = (1, 32, 64)
+    script = layer_norm.skip_layer_norm_func(shape, 1e-12, bias=True, first=float_ops.dequantize_chain(shape, True),
+                                             fused=True).script()
+    assert 'T.sblock("v")' in script
+
+
 def float32_divisions(mod, prefix: str) -> list[str]:
     """The lines of ``mod``'s PrimFuncs named ``prefix``... that divide, but for a double reciprocal's
     division (output_stage.divided, computed once, not per value)."""
