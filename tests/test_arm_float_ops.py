@@ -181,13 +181,13 @@ def test_dynamic_per_channel_matmul_equals_onnxruntime_aarch64(tmp_path):
 
 def test_softmax_rows_reduce_in_vectors(tmp_path):
     """neon_float.softmax_func takes a row's maximum in eight lanes, then across them, and its four lane sums
-    as vectors (scalar loops before), and still equals onnxruntime's AArch64 build: rows of 8, 12 (the sums
-    in vectors, the maximum not) and 64, the maximum in each lane position, and differences from it below
-    exp's clamp at -88.4."""
+    as vectors (scalar loops before), its exps and outputs in vectors but for the last d % 4 (a row of 197: all
+    scalar before), and still equals onnxruntime's AArch64 build: rows of 8, 12 (the sums in vectors, the
+    maximum not), 64 and 197, the maximum in each lane position, and differences from it below exp's clamp at -88.4."""
     from tvm_integration.qnn.float import neon_float
-    script = neon_float.softmax_func((3, 64)).script()
-    assert "top_rf" in script and script.count("T.vectorized") == 3          # maxima, sums, outputs
-    widths = (8, 12, 64)
+    script = neon_float.softmax_func((3, 197)).script()
+    assert "top_rf" in script and script.count("T.vectorized") == 4          # maxima, sums, exps, outputs
+    widths = (8, 12, 64, 197)
     info = lambda name, d: helper.make_tensor_value_info(name, TensorProto.FLOAT, [1, 12, d])
     nodes = [helper.make_node("Softmax", [f"x{d}"], [f"y{d}"], axis=-1) for d in widths]
     model = helper.make_model(helper.make_graph(nodes, "softmax", [info(f"x{d}", d) for d in widths],

@@ -25,6 +25,8 @@ equal: tests/test_arm_float_ops.py).
 """
 from __future__ import annotations
 
+import functools
+
 import tvm
 from tvm import s_tir, te, tirx, topi
 
@@ -43,16 +45,23 @@ def times_power_of_two(p, biased):
 
 
 def softmax_func(shape: tuple[int, ...]) -> tirx.PrimFunc:
-    """MLAS's generic softmax of each row (the last axis), as the module docstring says. Rows parallel."""
+    """MLAS's generic softmax of each row (the last axis), as the module docstring says. Rows parallel; a row's
+    maximum over its whole vectors of MAXIMA in that many lanes, then across them and the rest (a maximum of the same
+    numbers in another order, the same value), its four lane sums in one vector (each lane its own elements in
+    order), its exps and outputs in vectors but for the last ``d % 4``."""
     *rows, d = shape
-    body = d - d % LANES
+    body, wide = d - d % LANES, d - d % MAXIMA
     x = te.placeholder(shape, "float32", "x")
-    k = te.reduce_axis((0, d), "k")
+    k = te.reduce_axis((0, wide if wide > MAXIMA else d), "k")
     top = te.compute(rows, lambda *i: te.max(x[(*i, k)], axis=k), name="top")
+    if wide > MAXIMA:
+        head = top
+        top = te.compute(rows, lambda *i: functools.reduce(tirx.max, [x[(*i, j)] for j in range(wide, d)], head[i]),
+                         name="top_rest")
     e = te.compute(shape, lambda *i: mlas_math.exp_nonpositive(x[i] + (-top[i[:-1]]), times_power_of_two), name="e")
     c = te.reduce_axis((0, max(body // LANES, 1)), "c")
-    lanes = te.compute((*rows, LANES), lambda *i: te.sum(tirx.Select(
-        c * LANES < body, e[(*i[:-1], tirx.min(c * LANES + i[-1], d - 1))], mlas_math.f32(0.0)), axis=c), name="lanes")
+    lanes = te.compute((*rows, LANES), lambda *i: te.sum(
+        e[(*i[:-1], c * LANES + i[-1])] if body else mlas_math.f32(0.0), axis=c), name="lanes")
 
     def total(*i):
         value = (lanes[(*i, 0)] + lanes[(*i, 1)]) + (lanes[(*i, 2)] + lanes[(*i, 3)])
@@ -63,22 +72,31 @@ def softmax_func(shape: tuple[int, ...]) -> tirx.PrimFunc:
     y = te.compute(shape, lambda *i: e[i] * scale[i[:-1]], name="y")
     sch = s_tir.Schedule(te.create_prim_func([x, y]))
     reductions = []
-    if d % MAXIMA == 0 and d > MAXIMA:      # each lane's maximum over the row, then the lanes'
+    if wide > MAXIMA:       # each lane's maximum over the row's whole vectors
         reductions.append(sch.rfactor(sch.split(sch.get_loops(sch.get_sblock("top"))[-1], [None, MAXIMA])[1], 0))
     loops = sch.get_loops(sch.get_sblock("y"))
     row = sch.fuse(*loops[:len(rows)]) if len(rows) > 1 else loops[0]
     sch.parallel(row)
-    for name in ("scale", "lanes", "e", "top", *(["top_rf"] if reductions else [])):
+    producers = ("scale", "lanes", "e", *(("top_rest", "top", "top_rf") if reductions else ("top",)))
+    for name in producers:
         sch.compute_at(sch.get_sblock(name), row)
-    if d % LANES == 0:
-        sch.vectorize(sch.split(sch.get_loops(sch.get_sblock("y"))[-1], [None, LANES])[1])
-    if d % LANES == 0 and d > LANES:
+    if body > LANES:
         reductions.append(sch.get_sblock("lanes"))
     for block in reductions:            # lanes innermost, vectors
         lane, step = sch.get_loops(block)[-2:]
         sch.reorder(step, lane)
         sch.vectorize(lane)
+    for name in ("e", "y"):
+        _in_vectors(sch, sch.get_loops(sch.get_sblock(name))[-1], d)
     return sch.mod["main"]
+
+
+def _in_vectors(sch: s_tir.Schedule, loop, d: int) -> None:
+    """A row's elementwise loop of ``d`` in vectors of LANES, the last ``d % LANES`` one at a time."""
+    if d % LANES and d > LANES:
+        loop, _ = sch.loop_partition(loop, [d - d % LANES, None])
+    if d >= LANES:
+        sch.vectorize(sch.split(loop, [None, LANES])[1])
 
 
 def layer_norm_func(shape: tuple[int, ...], epsilon: float) -> tirx.PrimFunc:
