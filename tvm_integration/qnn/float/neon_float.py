@@ -77,16 +77,21 @@ def softmax_func(shape: tuple[int, ...]) -> tirx.PrimFunc:
     loops = sch.get_loops(sch.get_sblock("y"))
     row = sch.fuse(*loops[:len(rows)]) if len(rows) > 1 else loops[0]
     sch.parallel(row)
-    producers = ("scale", "lanes", "e", *(("top_rest", "top", "top_rf") if reductions else ("top",)))
-    for name in producers:
+    for name in ("scale", "lanes", "e", *(() if reductions else ("top",))):
         sch.compute_at(sch.get_sblock(name), row)
+    if reductions:      # the maxima in a pass of their own (in the rows' loop LLVM rebuilt exp's constants in each step on the A72)
+        loops = sch.get_loops(sch.get_sblock("top_rest"))
+        maxima = sch.fuse(*loops) if len(loops) > 1 else loops[0]
+        sch.parallel(maxima)
+        for name in ("top", "top_rf"):
+            sch.compute_at(sch.get_sblock(name), maxima)
     if body > LANES:
         reductions.append(sch.get_sblock("lanes"))
     for block in reductions:            # lanes innermost, vectors
         lane, step = sch.get_loops(block)[-2:]
         sch.reorder(step, lane)
         sch.vectorize(lane)
-    for name in ("e", "y"):
+    for name in ("e", "y") if d % LANES else ("y",):
         _in_vectors(sch, sch.get_loops(sch.get_sblock(name))[-1], d)
     return sch.mod["main"]
 
