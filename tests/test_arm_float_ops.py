@@ -190,8 +190,8 @@ def test_softmax_rows_reduce_in_vectors(tmp_path):
     widths = (8, 12, 64, 197)
     info = lambda name, d: helper.make_tensor_value_info(name, TensorProto.FLOAT, [1, 12, d])
     nodes = [helper.make_node("Softmax", [f"x{d}"], [f"y{d}"], axis=-1) for d in widths]
-    model = helper.make_model(helper.make_graph(nodes, "softmax", [info(f"x{d}", d) for d in widths],
-                                                [info(f"y{d}", d) for d in widths]), opset_imports=[helper.make_opsetid("", 17)])
+    graph = helper.make_graph(nodes, "softmax", [info(f"x{d}", d) for d in widths], [info(f"y{d}", d) for d in widths])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.save(model, str(tmp_path / "softmax.onnx"))
     rng = np.random.default_rng(5)

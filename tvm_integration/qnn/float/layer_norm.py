@@ -118,10 +118,10 @@ def welford_func(v: te.Tensor, inputs: list, gamma, beta, epsilon: float, fused:
     running sums depend on each element in turn, so LANES rows are updated together (one vector lane
     each; rows past the last whole vector one by one: all 196 of a ViT's were, 10x slower).
     ``inputs``: the PrimFunc's parameters before y. ``fused`` (on Arm; ``v`` computed, not an input, in a pass of
-    its own: ``_stored``): the same kernels as onnxruntime's AArch64 build compiles them (GCC contracts on AArch64): m2 = fma(v - mean, d, m2) and y = fma((v - mean) /
-    std, gamma, beta), each one rounding (read from the 1.32 wheel's machine code, issue 50), and its
-    divisions products by the divisor's double reciprocal (output_stage.divided: the same quotients,
-    without NEON's unpipelined vector division)."""
+    its own: ``_stored``): the same kernels as onnxruntime's AArch64 build compiles them (GCC contracts on
+    AArch64): m2 = fma(v - mean, d, m2) and y = fma((v - mean) / std, gamma, beta), each one rounding (read
+    from the 1.32 wheel's machine code, issue 50), and its divisions products by the divisor's double
+    reciprocal (output_stage.divided: the same quotients, without NEON's unpipelined vector division)."""
     divide = divided if fused else lambda a, b: a / b
     *rows, n = (int(d) for d in v.shape)
     row_count = int(np.prod(rows))       # the rows flattened: one loop to split into whole vectors

@@ -79,7 +79,7 @@ def softmax_func(shape: tuple[int, ...]) -> tirx.PrimFunc:
     sch.parallel(row)
     for name in ("scale", "lanes", "e", *(() if reductions else ("top",))):
         sch.compute_at(sch.get_sblock(name), row)
-    if reductions:      # the maxima in a pass of their own (in the rows' loop LLVM rebuilt exp's constants in each step on the A72)
+    if reductions:      # the maxima in a pass of their own: in the rows' loop LLVM rebuilt exp's constants (A72)
         loops = sch.get_loops(sch.get_sblock("top_rest"))
         maxima = sch.fuse(*loops) if len(loops) > 1 else loops[0]
         sch.parallel(maxima)
@@ -148,8 +148,8 @@ def _runtime_quantize(bb, call):
     if shape_of(x) is None or str(x.ty.dtype) != "float32" or shape_of(scale) != () or shape_of(zero_point) != ():
         return None
     out_dtype = str(call.attrs.out_dtype)
-    return emit(bb, neon_quantize.runtime_quantized(shape_of(x), str(zero_point.ty.dtype), out_dtype), "quantize", [x, scale, zero_point],
-                shape_of(x), out_dtype)
+    func = neon_quantize.runtime_quantized(shape_of(x), str(zero_point.ty.dtype), out_dtype)
+    return emit(bb, func, "quantize", [x, scale, zero_point], shape_of(x), out_dtype)
 
 
 def legalize_map() -> dict:
