@@ -171,18 +171,15 @@ def _schedule(func, tile: Tile, kernel: int8.Kernel, columns_outer: bool):
     sch.unroll(r)
     sch.unroll(s)
     sch.vectorize(n1)
-    block = sch.get_sblock("gemm")
+    block, pack = sch.get_sblock("gemm"), sch.get_sblock("pack")
     if columns_outer:
         sch.compute_at(block, outer)
         *_, g, p, n1, k = sch.get_loops(block)
         _, p1 = sch.split(p, [None, tile.mr])
+        sch.parallel(sch.fuse(*sch.get_loops(pack)[:2]))
     else:
         sch.compute_at(block, inner)
         *_, g, p1, n1, k = sch.get_loops(block)
-    pack = sch.get_sblock("pack")
-    if columns_outer:
-        sch.parallel(sch.fuse(*sch.get_loops(pack)[:2]))
-    else:
         sch.compute_at(pack, outer)
     *_, positions, _, channels = sch.get_loops(pack)
     sch.unroll(positions)
