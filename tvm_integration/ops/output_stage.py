@@ -186,11 +186,12 @@ def quotient(value, scale: float, lanes: int = 1):
     return tirx.Cast(vector_type("float32", lanes), product)
 
 
-def divided(value, divisor):
-    """float32 ``value / divisor`` for a ``divisor`` known at run time (a positive float32) as the product by
-    its double reciprocal, rounded to float32: the quotient itself (``quotient``'s argument), without a
-    vector division; LLVM computes the reciprocal once where the divisor is invariant."""
-    return (value.astype("float64") * (tirx.const(1.0, "float64") / divisor.astype("float64"))).astype("float32")
+def divided(value, divisor, lanes: int = 1):
+    """float32 ``value / divisor`` (``lanes`` wide; ``divisor`` a positive float32 scalar known at run time) as
+    the product by its double reciprocal, rounded to float32: the quotient itself (``quotient``'s argument),
+    without a vector division; LLVM computes the reciprocal once where the divisor is invariant."""
+    reciprocal = broadcast(tirx.const(1.0, "float64") / divisor.astype("float64"), lanes)
+    return tirx.Cast(vector_type("float32", lanes), tirx.Cast(vector_type("float64", lanes), value) * reciprocal)
 
 
 def broadcast(value, lanes: int):

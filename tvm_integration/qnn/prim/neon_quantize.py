@@ -33,7 +33,7 @@ from tvm.script import tirx as T
 from tvm.target import Target
 
 from tvm_integration.kernels.short_stack import short_stack
-from tvm_integration.ops.output_stage import QUANT_RANGES, broadcast, quotient, vector_type
+from tvm_integration.ops.output_stage import QUANT_RANGES, broadcast, divided, quotient, vector_type
 from tvm_integration.qemu.cross import is_aarch64
 
 PIXELS = 16                 # pixels per vector: one 16-byte register of each channel's outputs
@@ -96,8 +96,7 @@ def _runtime_value(value, scale, zero_point, dtype: str, lanes: int = 1):
     """runtime_quantized's value of float32 ``value`` (``lanes`` wide, at most 4: one NEON conversion)."""
     lo, hi = QUANT_RANGES[dtype]
     zero = zero_point.astype("int32")
-    reciprocal = broadcast(tirx.const(1.0, "float64") / scale.astype("float64"), lanes)
-    y = tirx.Cast(vector_type("float32", lanes), tirx.Cast(vector_type("float64", lanes), value) * reciprocal)
+    y = divided(value, scale, lanes)
     bound = lambda b: broadcast((b - zero).astype("float32"), lanes)
     y = tirx.call_llvm_pure_intrin(vector_type("float32", lanes), "llvm.minnum", y, bound(hi))
     y = tirx.call_llvm_pure_intrin(vector_type("float32", lanes), "llvm.maxnum", y, bound(lo))
