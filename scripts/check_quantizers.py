@@ -20,11 +20,13 @@ under qemu, its QDQ Adds as ONNX defines them) and, for information, with onnxru
 and worker (scripts/bench_zoo.py, tvm_integration/bench/zoo.py ``row``), one thread: exactness as above,
 and qsynth timed side by side with onnxruntime int8 (its default and its exact mode) and OpenVINO int8 on
 the same file, by wall and by CPU time; models slower than onnxruntime int8 (CPU time) or not exact
-profiled (``zoo.where_the_time_goes``). Writes ``<benchmarks>/quantizers_<uarch>.{json,md}``.
+profiled (``zoo.where_the_time_goes``). Writes ``<benchmarks>/quantizers_<uarch>.{json,md}``; with
+``--update``, re-runs only the given models and keeps the other rows of that file, each row with the record
+of the run that measured it (the table prints each run and, when they are several, its rows).
 
     python scripts/check_quantizers.py [--out /tmp/ort49] [--models s8s8_per_channel,nncf_bert_transformer,...]
     python scripts/check_quantizers.py --target neon [--mcpu cortex-a76] [--models ...]
-    python scripts/check_quantizers.py --bench [--trials 10] [--recompile] [--no-openvino] [--no-profile]
+    python scripts/check_quantizers.py --bench [--trials 10] [--recompile] [--no-openvino] [--no-profile] [--update]
 """
 from __future__ import annotations
 
@@ -323,14 +325,31 @@ def bench(args, names: list[str]) -> int:
         if bench_zoo.is_slow_or_inexact(r) and not args.no_profile:
             profiles |= {p.pop("name"): p for p in
                          bench_zoo.subprocess_rows(["--profile-one", r["name"], "--dir", str(args.out)], 1)}
-    data = {"host": bench_zoo.host_line(), "run": provenance.finished(record),
-            "quantizers": {n: described(options()[n]) for n in names}, "compile": compiles, "rows": rows,
-            "profiles": profiles}
+    record = provenance.finished(record)
+    data = {"host": bench_zoo.host_line(), "run": record,
+            "quantizers": {n: described(options()[n]) for n in names}, "compile": compiles,
+            "rows": [dict(r, run=record) for r in rows], "profiles": profiles}
     stem = args.benchmarks / f"quantizers_{host.model().uarch}"
+    if args.update and stem.with_suffix(".json").exists():
+        data = merged(json.loads(stem.with_suffix(".json").read_text()), data)
     write_atomically(stem.with_suffix(".json"), json.dumps(data, indent=1) + "\n")
     write_atomically(stem.with_suffix(".md"), markdown(data))
     print(markdown(data))
     return 0 if len(rows) == len(names) and all(r.get("max_abs_diff") == 0 for r in rows) else 1
+
+
+def merged(earlier: dict, run: dict) -> dict:
+    """The table of ``earlier`` (a --bench JSON) with the models of ``run`` replaced or added, in the order of
+    ``options()``; each earlier row keeps the record of its run (a file from before row records: its ``run``)."""
+    order = list(options())
+    again = set(run["quantizers"])
+    quantizers = earlier["quantizers"] | run["quantizers"]
+    rows = [dict(r, run=r.get("run", earlier["run"])) for r in earlier["rows"] if r["name"] not in again] + run["rows"]
+    return {"host": run["host"], "run": run["run"],
+            "quantizers": dict(sorted(quantizers.items(), key=lambda q: order.index(q[0]))),
+            "compile": {n: c for n, c in earlier["compile"].items() if n not in again} | run["compile"],
+            "rows": sorted(rows, key=lambda r: order.index(r["name"])),
+            "profiles": {n: p for n, p in earlier["profiles"].items() if n not in again} | run["profiles"]}
 
 
 RUNTIMES = {"onnxruntime_int8": "onnxruntime int8", "onnxruntime_int8_exact": "its exact mode",
@@ -353,8 +372,9 @@ def markdown(data: dict) -> str:
     from scripts import bench_zoo
     from tvm_integration.bench import provenance, tuned_shapes
     rows = {r["name"]: r for r in data["rows"]}
-    lines = ["# Quantizer outputs: exactness and speed, 1 thread", "", f"Host: {data['host']}.", "",
-             f"- Run: {provenance.line(data['run'])}.", "",
+    runs = provenance.lines(data["rows"], lambda r: r["name"], lambda r: r.get("run", data["run"])) if data["rows"] \
+        else [f"- Run: {provenance.line(data['run'])}."]
+    lines = ["# Quantizer outputs: exactness and speed, 1 thread", "", f"Host: {data['host']}.", "", *runs, "",
              "Written by `scripts/check_quantizers.py --bench` (its docstring says how the models are made: "
              "torchvision ResNet-18 and a 4-layer BERT, random weights, 8 standard-normal calibration inputs). "
              "exact: qsynth's outputs against onnxruntime's exact mode (`session.x64quantprecision` = 1) on 3 "
@@ -408,6 +428,7 @@ def main() -> int:
     ap.add_argument("--recompile", action="store_true", help="compile even where --out holds a library")
     ap.add_argument("--no-openvino", action="store_true")
     ap.add_argument("--no-profile", action="store_true")
+    ap.add_argument("--update", action="store_true", help="--bench: keep the rows of the models not re-run here")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     logging.getLogger("root").setLevel(logging.ERROR)

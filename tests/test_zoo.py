@@ -109,3 +109,32 @@ def test_a_dir_without_the_models_says_how_to_make_them(tmp_path, monkeypatch, c
     assert "lacks the models resnet50, googlenet" in error
     assert f"make_zoo.py --out {tmp_path} --models resnet50,googlenet" in error
     assert not (tmp_path / "out").exists()
+
+
+def test_an_updated_quantizer_table_keeps_the_other_rows_each_with_its_run():
+    from scripts import check_quantizers
+    old_run = {"commit": "1" * 40, "command": "python scripts/check_quantizers.py --bench", "seconds": 9,
+               "date": "2026-11-29T18:00:00+00:00", "host": {"cpu": "AMD EPYC", "uarch": "znver3",
+                                                             "features": ["avx2"], "cpus": 2},
+               "threads": 1, "load_before": [1, 1, 1], "load_after": [1, 1, 1]}
+    new_run = dict(old_run, commit="2" * 40, command="python scripts/check_quantizers.py --bench --update")
+
+    def row(name, ms):
+        return {**_row(name, 1, ms, 21.0), "ours_cpu_ms": ms, "differing": 0, "values": 3000, "openvino": {},
+                "cpu_baselines": {"onnxruntime_int8": 20.0}}
+    earlier = {"host": "a host", "run": old_run, "profiles": {"symmetric": {"x": 1}},
+               "quantizers": {"symmetric": "s", "dynamic": "d"},
+               "compile": {"symmetric": {"compile_s": 1.0}, "dynamic": {"compile_s": 2.0}},
+               "rows": [row("symmetric", 19.0), row("dynamic", 30.0)]}
+    again = {"host": "a host", "run": new_run, "profiles": {},
+             "quantizers": {"pt2e_hf_bert": "p", "dynamic": "d"},
+             "compile": {"pt2e_hf_bert": {"compile_s": 3.0}, "dynamic": {"compile_s": 4.0}},
+             "rows": [dict(row("pt2e_hf_bert", 18.0), run=new_run), dict(row("dynamic", 17.0), run=new_run)]}
+    data = check_quantizers.merged(earlier, again)
+    assert [r["name"] for r in data["rows"]] == ["symmetric", "dynamic", "pt2e_hf_bert"]     # options() order
+    assert [r["run"]["commit"][0] for r in data["rows"]] == ["1", "2", "2"]
+    assert data["rows"][1]["ours_cpu_ms"] == 17.0 and data["compile"]["dynamic"] == {"compile_s": 4.0}
+    assert list(data["quantizers"]) == ["symmetric", "dynamic", "pt2e_hf_bert"] and "symmetric" in data["profiles"]
+    md = check_quantizers.markdown(dict(data, profiles={}))
+    assert f"at {'1' * 10} (work tree clean)" in md and md.count("- Run: ") == 2
+    assert "--update` at 2222222222" in md and ": dynamic, pt2e_hf_bert." in md and "after: symmetric." in md
