@@ -340,6 +340,40 @@ def test_dequantize_carried_past_maxpool(tmp_path):
     assert_equals_onnxruntime(path, xs)
 
 
+def brevitas_pool_model(path) -> list[dict[str, np.ndarray]]:
+    """Brevitas' pattern: DQ -> MaxPool read by a Conv and by the residual's own QuantizeLinear. onnxruntime
+    carries no DequantizeLinear past a MaxPool read twice, so the Conv reads a float tensor: a float Conv
+    (32 -> 16 channels, K = 288: three of MLAS's K blocks), its output a graph output, unquantized."""
+    rng = np.random.default_rng(5)
+    inits = [numpy_helper.from_array(np.array(v, t), n) for n, v, t in (
+        ("xs", 0.02, np.float32), ("xz", 0, np.uint8), ("rs", 0.04, np.float32), ("rz", 0, np.int8))]
+    inits += [numpy_helper.from_array(rng.integers(-127, 128, (16, 32, 3, 3)).astype(np.int8), "w"),
+              numpy_helper.from_array((rng.uniform(0.5, 1.5, 16) / 127 / 16).astype(np.float32), "ws"),
+              numpy_helper.from_array(np.zeros(16, np.int8), "wz"),
+              numpy_helper.from_array(rng.normal(0, 0.1, 16).astype(np.float32), "b")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"]),
+             helper.make_node("MaxPool", ["xd"], ["pool"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("DequantizeLinear", ["w", "ws", "wz"], ["wd"], axis=0),
+             helper.make_node("Conv", ["pool", "wd", "b"], ["out"], name="conv", pads=[1] * 4),
+             helper.make_node("QuantizeLinear", ["pool", "rs", "rz"], ["rq"]),
+             helper.make_node("DequantizeLinear", ["rq", "rs", "rz"], ["skip"])]
+    save_model(path, "pool", nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 32, 32, 32))],
+               [helper.make_tensor_value_info("out", TensorProto.FLOAT, (1, 16, 16, 16)),
+                helper.make_tensor_value_info("skip", TensorProto.FLOAT, (1, 32, 16, 16))], inits)
+    return [{"x": np.random.default_rng(seed).uniform(0, 5, (1, 32, 32, 32)).astype(np.float32)} for seed in range(3)]
+
+
+def test_conv_of_a_float_tensor_sums_as_mlas(tmp_path):
+    """A Conv whose input no DequantizeLinear carries over is one of onnxruntime's float Convs too: named
+    by float_layers (so `qsynth inspect` shows it) and summed as MLAS sums it, bit for bit, not by TVM's
+    own conv2d (a sum of another order, and 10x slower on Brevitas' ResNet)."""
+    path = tmp_path / "pool.onnx"
+    xs = brevitas_pool_model(path)
+    assert set(ort_fusion.float_layers(onnx.load(str(path)))) == {"conv"} == onnxruntime_float_nodes(path)
+    assert_equals_onnxruntime(path, xs)
+
+
 def pt2e_pool_model(path) -> list[dict[str, np.ndarray]]:
     """PyTorch PT2E's pattern (torchao's ArmInductorQuantizer, exported by torch.onnx dynamo): int8
     activations, ``Conv -> Relu -> MaxPool -> Q`` with no QuantizeLinear before the MaxPool, a Conv

@@ -172,6 +172,14 @@ def float_layers(model: onnx.ModelProto, int8_allowed: bool = False) -> dict[str
         users, clip = g.readers[node.output[0]], None
         if len(users) == 1 and users[0].op_type in ("Relu", "Clip"):
             clip, users = users[0], g.readers[users[0].output[0]]
+        image, weights = (getattr(g.producer.get(name), "op_type", None) for name in node.input[:2]) \
+            if node.op_type == "Conv" else (None, None)
+        if weights == "DequantizeLinear" and image != "DequantizeLinear":
+            # dequantized weights keep it MLAS's Conv (float constants' would take the NCHWc kernels)
+            names[node.name] = ("its input is no DequantizeLinear's output (a float tensor: a float op between "
+                                "them that onnxruntime carries no DequantizeLinear past, as Brevitas' MaxPool read "
+                                "by a Conv and a residual QuantizeLinear)")
+            continue
         if any(k is None for k in kinds) or len(ins) != FUSED.get(node.op_type, 1):
             continue                 # not a QDQ group: whatever the rewrite makes of it
         if not any(u.op_type == "QuantizeLinear" for u in users):
