@@ -153,6 +153,7 @@ def _neon_int8(op: IntegerOp, mcpu: str | None) -> tuple[str, str]:
 def _int8_kernel(op: IntegerOp, isa: str) -> str:
     """The int8 tile of the layer's shape, how it reads its input, and why a 1-3-bit layer is on it."""
     from tvm_integration.kernels import selection, tuning
+    from tvm_integration.ops import winograd
     from tvm_integration.ops.conv2d import chosen_tiles, reads_in_place
     from tvm_integration.qnn.lower.legalize import signed, tuning_key
     weight = op.constants[0]
@@ -166,7 +167,7 @@ def _int8_kernel(op: IntegerOp, isa: str) -> str:
     nhwc, strides, padding, groups = (b, h, w, c), op.params["strides"], tuple(op.params["padding"]), op.params["groups"]
     kernel, s16 = chosen_tiles(signed(weight), nhwc, "NHWC", strides, padding, groups, str(op.inputs[0].ty.dtype), isa)
     if s16 is not None:
-        return f"{s16.spec.name} ({'; '.join(['Winograd F(2x2, 3x3)', *notes])})"
+        return f"{s16.spec.name} ({'; '.join([winograd.TRANSFORMS[strides[0]].name, *notes])})"
     reads = "in place" if reads_in_place(kernel, weight.shape, nhwc, "NHWC", strides, padding, groups) else "im2col"
     return f"{kernel.spec.name} ({'; '.join([reads, *notes])})"
 
