@@ -121,6 +121,19 @@ def test_softmax_exact(tmp_path, shape, axis, spread):
     assert "qsynth_softmax" in functions(path)
 
 
+@pytest.mark.parametrize("lanes", [8, 16])
+def test_softmax_lane_reductions_are_one_vector_a_step(lanes):
+    """The row's maximum and its lane sums take one vector of MLAS's ``lanes`` per step: split by
+    AVX-512's 16, FMA3's 8 lanes (the Zen 3 host's) ran as scalar chains, a [1, 12, 384, 384] softmax
+    1.44x the time."""
+    from tvm import s_tir, tirx
+    from tvm_integration.qnn.float import float_ops
+    sch = s_tir.Schedule(float_ops.softmax_func((1, 2, 48, 48), lanes))
+    for name in ("top_lanes", "lanes"):
+        innermost = sch.get(sch.get_loops(sch.get_sblock(name))[-1])
+        assert (innermost.kind, int(innermost.extent)) == (tirx.ForKind.VECTORIZED, lanes), name
+
+
 @pytest.mark.parametrize("name,lanes", [("zen3", 8), ("skylake", 8), ("zen4", 16), ("sapphirerapids", 16)])
 def test_mlas_float_lanes_follow_the_cpu_flags_not_the_host_features_switch(monkeypatch, name, lanes):
     """MLAS dispatches on the CPU's own flags: AVX-512F's kernels where it has them, FMA3's else, also
