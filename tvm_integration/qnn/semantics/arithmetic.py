@@ -33,7 +33,7 @@ from tvm import te, tirx
 from tvm_integration.ops.batch_matmul import Operand, geometry
 from tvm_integration.ops.conv2d import output_size
 from tvm_integration.ops.output_stage import (QUANT_RANGES, fenced, neon_qlinear_add_runtime, qlinear_add,
-                                             requantize, round_saturated, round_to_int)
+                                             requantize, round_narrowed, round_saturated, round_to_int)
 from tvm_integration.qnn.semantics.quant import broadcast_index, broadcast_shape
 
 
@@ -199,12 +199,15 @@ def mul(a, b, *, a_zero_point: int, b_zero_point: int, ratio: float, out_zero_po
     plus the output zero point (``_scaled_product``), rounded half to even, saturated to ``clamp``; ``neon``:
     as onnxruntime's AArch64 build computes it. ``a`` and ``b`` broadcast as numpy does."""
     shape = broadcast_shape(a.shape, b.shape)
+    # on neon the operands less their zero points as int16 (exact: within +-255), so that LLVM multiplies
+    # them with smull/smull2 instead of widening each byte to int32 by tbl
+    wide = "int16" if neon else "int32"
 
     def value(*i):
-        x = a(*broadcast_index(a.shape, i)).astype("int32") - a_zero_point
-        y = b(*broadcast_index(b.shape, i)).astype("int32") - b_zero_point
-        return _scaled_product(x * y, tirx.const(ratio, "float32"), tirx.const(out_zero_point, "float32"), clamp,
-                              out_dtype, neon)
+        x = a(*broadcast_index(a.shape, i)).astype(wide) - tirx.const(a_zero_point, wide)
+        y = b(*broadcast_index(b.shape, i)).astype(wide) - tirx.const(b_zero_point, wide)
+        return _scaled_product(x.astype("int32") * y.astype("int32"), tirx.const(ratio, "float32"),
+                               tirx.const(out_zero_point, "float32"), clamp, out_dtype, neon)
     return te.compute(shape, value, name="qmul")
 
 
@@ -215,7 +218,7 @@ def _scaled_product(product, ratio, zero_point, clamp, out_dtype: str, neon: boo
     (``neon``), contracts the two into one FMA, which rounds once."""
     product = product.astype("float32")
     if neon:
-        return round_saturated(tirx.call_intrin("float32", "tirx.fma", product, ratio, zero_point), clamp, out_dtype)
+        return round_narrowed(tirx.call_intrin("float32", "tirx.fma", product, ratio, zero_point), clamp, 0, out_dtype)
     return round_saturated(fenced(product * ratio) + zero_point, clamp, out_dtype)
 
 
