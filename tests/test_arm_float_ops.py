@@ -14,6 +14,8 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+import tvm
+from tvm import relax
 
 from tvm_integration.bench import mca
 from tvm_integration.bench.models import reference_session
@@ -143,6 +145,26 @@ def test_qdq_float_ops_equal_onnxruntime_aarch64(tmp_path):
         np.testing.assert_array_equal(results[name][0], results[name][1], err_msg=name)
     assert not np.array_equal(results["qy"][1], results["qy"][2])     # LayerNorm: the two builds' orders differ
     assert arm_reference.KINDS["qlinear_softmax"].exact and arm_reference.KINDS["avg_pool2d"].exact
+
+
+@pytest.mark.parametrize("shape", [(1, 32, 13, 13), (1, 104, 7, 7)], ids=["16_lanes", "8_lanes_odd_planes"])
+def test_a_mean_over_an_image_held_nhwc_reads_it_in_place_in_the_aarch64_order(tmp_path, shape):
+    """A squeeze-and-excitation's pooling on Arm: dequantized and averaged on the NHWC image, never transposed
+    (EfficientNet-B0 transposed its 112x112x32 ... images before), each plane summed as onnxruntime's AArch64
+    build sums it (reduce_mean.NEON_PAIRS), which here differs from the x86 build's order."""
+    from test_float_onnxruntime_math import dequantized_mean_model
+    from tvm_integration.qnn.runtime.model import lower
+    x = (np.random.default_rng(10).random(shape, dtype=np.float32) * 9).astype(np.float32)
+    path = dequantized_mean_model(tmp_path / "se.onnx", shape, (2, 3), 1, quantized_in=True)
+    ours, arm, x86 = three_ways(path, {"x": x})["y"]
+    np.testing.assert_array_equal(ours, arm)
+    assert not np.array_equal(arm, x86)
+    main = lower(onnx.load(str(path)), target="neon", mcpu=CORE)["main"]
+    called = {b.value.args[0].name_hint: int(np.prod([int(d) for d in b.var.ty.shape]))
+              for b in main.body.blocks[0].bindings if isinstance(b.value, relax.Call)
+              and isinstance(b.value.args[0], tvm.ir.GlobalVar)}
+    assert any(name.startswith("qsynth_mean") for name in called), called
+    assert all(size == shape[0] * shape[1] for name, size in called.items() if name.startswith("transpose")), called
 
 
 def test_dynamic_encoder_equals_onnxruntime_aarch64(tmp_path):

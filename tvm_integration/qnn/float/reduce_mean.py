@@ -151,7 +151,7 @@ def mean(bb, call, image=None, pairs=SSE_PAIRS):
         list(range(len(shape)))
     if image is not None:
         nhwc = len(shape) == 4 and axes == [2, 3] and call.attrs.keepdims
-        return emit(bb, mean_func(shape, 2, True, "NHWC"), "qsynth_mean", [image], (shape[0], 1, 1, shape[1])) \
+        return emit(bb, mean_func(shape, 2, True, "NHWC", pairs), "qsynth_mean", [image], (shape[0], 1, 1, shape[1])) \
             if nhwc else None
     if axes != list(range(len(shape) - len(axes), len(shape))):
         return None

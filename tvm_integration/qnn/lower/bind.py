@@ -106,10 +106,7 @@ class Binder:
 
     def pooled_dequantizes(self, bindings, uses: Counter) -> set:
         """The per-tensor dequantizes of 4-D tensors whose only reader is a float mean over H and W (a
-        squeeze-and-excitation's pooling, reduce_mean.mean): computed NHWC, as their image is held
-        (x86 only: the mean rounds as onnxruntime's x86 kernel)."""
-        if self.isa == "neon":
-            return set()
+        squeeze-and-excitation's pooling, reduce_mean.mean): computed NHWC, as their image is held."""
         means = Counter(b.value.args[0] for b in bindings if isinstance(b.value, relax.Call)
                         and b.value.op == tvm.ir.Op.get("relax.mean") and isinstance(b.value.args[0], relax.Var))
         return {var for var, op in self.ops.items() if op is not None and op.kind == "dequantize"
@@ -222,7 +219,8 @@ class Binder:
         if not (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op)):
             return None
         if value.op.name == "relax.mean" and value.args[0] in self.pooled and value.args[0] in self.nhwc:
-            return reduce_mean.mean(self.builder, value, self.nhwc[value.args[0]])
+            pairs = reduce_mean.NEON_PAIRS if self.isa == "neon" else reduce_mean.SSE_PAIRS
+            return reduce_mean.mean(self.builder, value, self.nhwc[value.args[0]], pairs)
         if value.op.name == "relax.concat" and isinstance(value.args[0], relax.Tuple):
             fields = value.args[0].fields
             if all(f in self.nhwc and len(f.ty.shape) == 4 for f in fields) and int(value.attrs.axis) % 4 == 1:
