@@ -57,13 +57,17 @@ class ResidualAdd:
     defined: tuple | None = None
     neon: tuple | None = None
 
-    def expression(self, result, residual):
+    def expression(self, result, residual, result_dtype: str):
+        """The add of ``result`` (of the 8-bit ``result_dtype``, whatever the expression's own type: a
+        ScaleRequantize result arrives as its exact float32 value) and ``residual``."""
         a, b = (result, residual) if self.operand == 0 else (residual, result)
+        dtypes = (result_dtype, self.residual_dtype) if self.operand == 0 else (self.residual_dtype, result_dtype)
         return qlinear_add(a, b, self.ratio_a, self.ratio_b, self.fixed, self.out_dtype, self.clamp, self.defined,
-                           self.neon)
+                           self.neon, dtypes)
 
 
-def qlinear_add(a, b, ratio_a: float, ratio_b: float, fixed: float, out_dtype: str, clamp, defined=None, neon=None):
+def qlinear_add(a, b, ratio_a: float, ratio_b: float, fixed: float, out_dtype: str, clamp, defined=None, neon=None,
+                dtypes: tuple[str, str] | None = None):
     """QLinearAdd as MLAS's AVX2 kernel computes it: ``fma(a, sa/sc, fma(b, sb/sc, fixed))`` with
     ``fixed = zc - (sa/sc * za + sb/sc * zb)`` (computed by the caller in float32), rounded half to
     even, saturated to ``clamp``. ``defined``, (sa, za, sb, zb, sc, zc): as ONNX defines a QDQ Add
@@ -72,7 +76,8 @@ def qlinear_add(a, b, ratio_a: float, ratio_b: float, fixed: float, out_dtype: s
     (multiplied by 1/sc instead where that gives every input pair the same output, ``divides_alike``,
     elsewhere by its double reciprocal, ``quotient``: the float32 quotient itself, without a division);
     the ratios' form rounds a sum within a few ulps of a half step apart (63.4999979 -> 64). ``neon``,
-    the same six: as MLAS's NEON kernel computes onnxruntime's QLinearAdd (``neon_qlinear_add``)."""
+    the same six: as MLAS's NEON kernel computes onnxruntime's QLinearAdd (``neon_qlinear_add``). ``dtypes``:
+    the integer types whose values ``a`` and ``b`` hold (default: their own types)."""
     if neon is not None:
         return neon_qlinear_add(a, b, neon, out_dtype, clamp)
     if defined is not None:
@@ -80,7 +85,7 @@ def qlinear_add(a, b, ratio_a: float, ratio_b: float, fixed: float, out_dtype: s
         fa, fb = ((x.astype("int32") - z).astype("float32") * tirx.const(s, "float32")
                   for x, s, z in ((a, sa, za), (b, sb, zb)))
         total, bounds = fenced(fenced(fa) + fenced(fb)), (clamp[0] - zc, clamp[1] - zc)
-        reciprocal = divides_alike(defined, (element_dtype(a), element_dtype(b)), bounds)
+        reciprocal = divides_alike(defined, dtypes or (element_dtype(a), element_dtype(b)), bounds)
         y = quotient(total, sc) if reciprocal is None else total * tirx.const(reciprocal, "float32")
         return (round_saturated(y, bounds, "int32") + zc).astype(out_dtype)
 
@@ -285,8 +290,8 @@ class OutputStage:
             # the add reads the result as float32: the clamped integral value plus the zero point is
             # that value exactly, without a round trip through u8 (five instructions per vector)
             return self.residual.expression(round_half_even(self._clamped_product(acc, p, g, n)) + float(rq.zero_point),
-                                            residual)
-        return self.residual.expression(self._result(acc, p, g, n), residual)
+                                            residual, self.result_dtype)
+        return self.residual.expression(self._result(acc, p, g, n), residual, self.result_dtype)
 
     @staticmethod
     def _product(acc, p: dict, g, n):
