@@ -5,8 +5,8 @@ costed like qsynth's (bench/arm_models.py), by the same qemu block counts and ll
 this host runs (``pip download --platform manylinux_2_28_aarch64``; its MLAS kernels are inside it) once
 into the private folder ``$XDG_CACHE_HOME/qsynth/aarch64-onnxruntime<version>/``, and ``driver`` links
 qemu/ort_driver.c against it with the cross gcc (onnxruntime's C API: this host has no AArch64 C++
-compiler); both are checked before every use (qemu/wheels.py). ``run`` runs the driver: a warm-up inference, then the
-measured one between the driver's marks, its blocks counted (bench/qemu_blocks.py).
+compiler); both are checked before every use (qemu/wheels.py). ``run`` runs the driver: one inference, or, with its blocks
+counted (bench/qemu_blocks.py), a warm-up inference and then the measured one between the driver's marks.
 """
 from __future__ import annotations
 
@@ -51,7 +51,8 @@ def run(model: str | Path, feeds: dict[str, np.ndarray], outputs: list[str], cor
         threads: int = 1, counted: bool = True) -> tuple[list[np.ndarray], list[mca.Block]]:
     """onnxruntime's outputs (in the order of ``outputs``, the model's output names) on ``feeds`` under
     qemu as ``core``, and the blocks its measured inference ran (bench/qemu_blocks.py); ``counted`` False:
-    no blocks, qemu without the counting plugin (several times faster, for outputs only)."""
+    no blocks, one inference and no warm-up, qemu without the counting plugin (several times faster, for
+    outputs only)."""
     if (why := cross_model.missing_tools()) is not None:
         raise RuntimeError(f"cannot run onnxruntime for AArch64 here: {why}")
     binary = driver()
@@ -64,8 +65,9 @@ def run(model: str | Path, feeds: dict[str, np.ndarray], outputs: list[str], cor
             inputs.append(f"{name}={tmp / f'input{i}.npy'}")
         options = qemu_blocks.qemu_options(core, tmp / "counts.txt") if counted else \
             ("-cpu", core, "-L", str(qemu_blocks.root(core)))
-        cmd = [*cross.QEMU, *options, "-E", f"LD_LIBRARY_PATH={lib_dir}",
-               str(binary), str(Path(model).resolve()), str(tmp / "out"), str(threads), *inputs, "--", *outputs]
+        cmd = [*cross.QEMU, *options, "-E", f"LD_LIBRARY_PATH={lib_dir}", str(binary),
+               *(["--measure"] if counted else []), str(Path(model).resolve()), str(tmp / "out"), str(threads),
+               *inputs, "--", *outputs]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
         if proc.returncode:
             raise RuntimeError(f"onnxruntime failed under qemu (exit {proc.returncode}): {proc.stderr.strip()[-2000:]}")

@@ -2,11 +2,12 @@
  * wheel) under qemu-aarch64, through onnxruntime's C API (this host has no AArch64 C++ compiler), so
  * that its inference can be costed as qsynth's is (tvm_integration/bench/ort_aarch64.py builds and runs it).
  *
- *   ort_driver MODEL OUT_PREFIX THREADS IN_NAME=IN.npy ... -- OUT_NAME ...
+ *   ort_driver [--measure] MODEL OUT_PREFIX THREADS IN_NAME=IN.npy ... -- OUT_NAME ...
  *
- * makes a session on the CPU provider (intra-op THREADS, the default graph optimizations), runs it once
- * (warm-up: the arena, prepacked weights), then once more between two marks (measure.h), writes the
- * outputs to OUT_PREFIX0.npy, OUT_PREFIX1.npy, ... and the code's mappings to OUT_PREFIXmaps.txt.
+ * makes a session on the CPU provider (intra-op THREADS, the default graph optimizations), runs it once and
+ * writes the outputs to OUT_PREFIX0.npy, OUT_PREFIX1.npy, ... --measure: that run is a warm-up (the arena,
+ * prepacked weights), the outputs are those of one more run between two marks (measure.h: one inference
+ * costed by bench/qemu_blocks.py), and the code's mappings go to OUT_PREFIXmaps.txt.
  * Exit status: 0, 1 when onnxruntime returned an error (printed), 2 on bad usage or files.
  *
  * onnxruntime's header is not in its wheel: the OrtApi table is reached by slot. Its order is fixed
@@ -86,8 +87,10 @@ int main(int argc, char **argv) {
   const char *in_names[MAX_TENSORS], *out_names[MAX_TENSORS];
   void *inputs[MAX_TENSORS], *outputs[MAX_TENSORS] = {0};
   int n_in = 0, n_out = 0, i = 4;
+  int measure = argc > 1 && !strcmp(argv[1], "--measure");
+  argv += measure, argc -= measure;
   if (argc < 5) {
-    fprintf(stderr, "usage: %s MODEL OUT_PREFIX THREADS IN_NAME=IN.npy ... -- OUT_NAME ...\n", argv[0]);
+    fprintf(stderr, "usage: %s [--measure] MODEL OUT_PREFIX THREADS IN_NAME=IN.npy ... -- OUT_NAME ...\n", argv[0]);
     return 2;
   }
   api = OrtGetApiBase()->GetApi(API_VERSION);
@@ -110,20 +113,22 @@ int main(int argc, char **argv) {
   for (++i; i < argc && n_out < MAX_TENSORS; ++i) out_names[n_out++] = argv[i];
   if (!n_out) { fprintf(stderr, "no output names after --\n"); return 2; }
   run(session, in_names, inputs, n_in, out_names, outputs, n_out);
-  for (int k = 0; k < n_out; ++k) {
-    ((void (*)(void *))api[ReleaseValue])(outputs[k]);
-    outputs[k] = NULL;
-  }
-  mark();
-  run(session, in_names, inputs, n_in, out_names, outputs, n_out);
-  mark();
   char path[4096];
+  if (measure) {
+    for (int k = 0; k < n_out; ++k) {
+      ((void (*)(void *))api[ReleaseValue])(outputs[k]);
+      outputs[k] = NULL;
+    }
+    mark();
+    run(session, in_names, inputs, n_in, out_names, outputs, n_out);
+    mark();
+    snprintf(path, sizeof path, "%smaps.txt", argv[2]);
+    write_code_maps(path);
+  }
   for (int k = 0; k < n_out; ++k) {
     snprintf(path, sizeof path, "%s%d.npy", argv[2], k);
     write_output(path, outputs[k]);
   }
-  snprintf(path, sizeof path, "%smaps.txt", argv[2]);
-  write_code_maps(path);
   printf("%d outputs\n", n_out);
   return 0;
 }
