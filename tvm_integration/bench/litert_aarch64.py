@@ -81,7 +81,7 @@ def _run(model: str | Path, feeds: dict[str, np.ndarray], core: str,
         options = qemu_blocks.qemu_options(core, tmp / "counts.txt") if counted else \
             ("-cpu", core, "-L", str(qemu_blocks.root(core)))
         cmd = [*cross.QEMU, *options, "-E", f"LD_LIBRARY_PATH={wheels.library_folder(binary)}", str(binary),
-               str(Path(model).resolve()), str(tmp / "out"), *args]
+               *(["--measure"] if counted else []), str(Path(model).resolve()), str(tmp / "out"), *args]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
         if proc.returncode:
             raise RuntimeError(f"LiteRT failed under qemu (exit {proc.returncode}): {proc.stderr.strip()[-2000:]}")

@@ -3,13 +3,14 @@
  * CPU accelerator, what the Python Interpreter's default resolver runs: XNNPACK), so that a TFLite
  * model's Arm build can be checked against its stated reference (tvm_integration/bench/litert_aarch64.py).
  *
- *   litert_driver MODEL OUT_PREFIX NAME=IN.npy ...
+ *   litert_driver [--measure] MODEL OUT_PREFIX NAME=IN.npy ...
  *
  * feeds each input of the model's first signature (its name in the signature; a model without
  * signatures has one named by its tensors), resized where the model leaves a dimension open, runs it
- * twice, writes output i's bytes to OUT_PREFIX<i>.npy (uint8; the caller knows its type and shape) and
- * prints "out <i> <name>"; the second run lies between two marks (measure.h) and the code mappings are
- * written to OUT_PREFIXmaps.txt, so that its blocks can be counted and costed (bench/qemu_blocks.py). Exit status: 0, 1 when LiteRT returned an error (printed), 2 on bad usage or files.
+ * once, writes output i's bytes to OUT_PREFIX<i>.npy (uint8; the caller knows its type and shape) and
+ * prints "out <i> <name>". --measure: that run is a warm-up and the outputs are those of a second run,
+ * which lies between two marks (measure.h), and the code mappings are written to OUT_PREFIXmaps.txt, so
+ * that its blocks can be counted and costed (bench/qemu_blocks.py). Exit status: 0, 1 when LiteRT returned an error (printed), 2 on bad usage or files.
  *
  * The wheel has no headers: the declarations below follow litert/c/*.h (handles are pointers, statuses
  * ints, indices size_t). LiteRtRankedTensorType is filled by the library and passed back; the driver only
@@ -80,8 +81,10 @@ static const char *input_file(int argc, char **argv, const char *name) {
 }
 
 int main(int argc, char **argv) {
+  int measure = argc > 1 && !strcmp(argv[1], "--measure");
+  argv += measure, argc -= measure;
   if (argc < 3) {
-    fprintf(stderr, "usage: %s MODEL OUT_PREFIX NAME=IN.npy ...\n", argv[0]);
+    fprintf(stderr, "usage: %s [--measure] MODEL OUT_PREFIX NAME=IN.npy ...\n", argv[0]);
     return 2;
   }
   Handle environment, model, options, compiled, signature, inputs[MAX_TENSORS], outputs[MAX_TENSORS];
@@ -133,10 +136,12 @@ int main(int argc, char **argv) {
     CHECK(LiteRtGetCompiledModelOutputBufferRequirements(compiled, 0, i, &requirements));
     CHECK(LiteRtCreateManagedTensorBufferFromRequirements(environment, output_types[i], requirements, &outputs[i]));
   }
-  CHECK(LiteRtRunCompiledModel(compiled, 0, n_inputs, inputs, n_outputs, outputs));      /* a warm-up */
-  mark();
-  CHECK(LiteRtRunCompiledModel(compiled, 0, n_inputs, inputs, n_outputs, outputs));      /* the run read */
-  mark();
+  CHECK(LiteRtRunCompiledModel(compiled, 0, n_inputs, inputs, n_outputs, outputs));
+  if (measure) {                                               /* that one a warm-up, this one read */
+    mark();
+    CHECK(LiteRtRunCompiledModel(compiled, 0, n_inputs, inputs, n_outputs, outputs));
+    mark();
+  }
   for (size_t i = 0; i < n_outputs; ++i) {
     const char *name;
     size_t size;
@@ -151,8 +156,10 @@ int main(int argc, char **argv) {
     CHECK(LiteRtUnlockTensorBuffer(outputs[i]));
     printf("out %zu %s\n", i, name);
   }
-  char maps[4096];
-  snprintf(maps, sizeof maps, "%smaps.txt", argv[2]);
-  write_code_maps(maps);
+  if (measure) {
+    char maps[4096];
+    snprintf(maps, sizeof maps, "%smaps.txt", argv[2]);
+    write_code_maps(maps);
+  }
   return 0;
 }
