@@ -5,8 +5,9 @@ costed like qsynth's (bench/arm_models.py), by the same qemu block counts and ll
 this host runs (``pip download --platform manylinux_2_28_aarch64``; its MLAS kernels are inside it) once
 into the private folder ``$XDG_CACHE_HOME/qsynth/aarch64-onnxruntime<version>/``, and ``driver`` links
 qemu/ort_driver.c against it with the cross gcc (onnxruntime's C API: this host has no AArch64 C++
-compiler); both are checked before every use (qemu/wheels.py). ``run`` runs the driver: one inference, or, with its blocks
-counted (bench/qemu_blocks.py), a warm-up inference and then the measured one between the driver's marks.
+compiler); both are checked before every use (qemu/wheels.py). ``run`` runs the driver: one inference,
+or, with its blocks counted (bench/qemu_blocks.py), a warm-up inference and then the measured one between
+the driver's marks.
 """
 from __future__ import annotations
 
