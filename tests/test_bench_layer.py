@@ -1,21 +1,15 @@
 """``qsynth bench-layer``: bad input is one line and exit 2; a real row is checked against numpy in
 the same run and carries every baseline, OpenVINO's among them (times themselves are benchmarks, not asserted).
-The refusals run in this process (``cli.main``): a process of their own imported TVM and torch again
-(3.5 s each); the real row runs as a user runs it."""
+Every case runs in this process (``cli.main``, the CLI's entry point): a process of its own imported TVM
+and torch again (3.5 s each, 7 s for the real row)."""
 import json
-import subprocess
-import sys
+import os
 
 import pytest
 
 from conftest import HOST_RUNS, skip_if
 from qsynth import cli
 from tvm_integration.kernels import selection
-
-
-def _qsynth(*argv):
-    return subprocess.run([sys.executable, "-m", "qsynth.cli", "bench-layer", *argv], capture_output=True, text=True,
-                          timeout=900)
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -40,10 +34,12 @@ def test_an_isa_the_host_lacks_is_refused(host_runs, capsys):
 
 
 @skip_if(HOST_RUNS.int8_why)
-def test_smallest_layer_row_is_correct_with_every_baseline(host_runs):
-    proc = _qsynth("--layer", "C12", "--trials", "3", "--json")
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    row = json.loads(proc.stdout)
+def test_smallest_layer_row_is_correct_with_every_baseline(host_runs, monkeypatch, capsys):
+    monkeypatch.setitem(os.environ, "TVM_NUM_THREADS", "1")         # what bench-layer sets for --threads 1
+    status = cli.main(["bench-layer", "--layer", "C12", "--trials", "3", "--json"])
+    out, err = capsys.readouterr()
+    assert status == 0, err[-2000:]
+    row = json.loads(out)
     assert row["correct"] is True
     openvino = {"openvino_int8", "openvino_int8_vnni"} if host_runs.lacks("amx-int8") is None else {"openvino_int8"}
     assert {"onnxruntime_fp32", "onnxruntime_int8", "tvm_default", *openvino} <= set(row["baselines"]) \
