@@ -3,6 +3,7 @@ and the driver linked against it (qemu/wheels.py, qemu/cross_model.py), the AArc
 neon`` keeps (qnn/runtime/artifacts.py), the qemu plugin and guest root (bench/qemu_blocks.py). Each case runs in
 a scratch cache (``XDG_CACHE_HOME``, ``QSYNTH_MODEL_CACHE``), the wheels from pip's own cache, and checks
 the outputs against onnxruntime's exact mode."""
+import functools
 import os
 import shutil
 import subprocess
@@ -28,9 +29,15 @@ int main(int argc, char **argv) {       /* what a planted driver would do: its o
 """
 
 
+@functools.cache
+def pip_cache_dir() -> str:
+    """pip's cache folder, asked once (each ``pip`` started takes a second of CPU)."""
+    return subprocess.run(["pip", "cache", "dir"], capture_output=True, text=True).stdout.strip()
+
+
 def use_cache(monkeypatch, folder: Path) -> None:
     """Everything derived under ``folder / "cache"``; pip keeps using the user's cache, so no download repeats."""
-    pip_cache = subprocess.run(["pip", "cache", "dir"], capture_output=True, text=True).stdout.strip()
+    pip_cache = pip_cache_dir()
     if pip_cache:
         monkeypatch.setenv("PIP_CACHE_DIR", pip_cache)
     monkeypatch.setenv("XDG_CACHE_HOME", str(folder / "cache"))
