@@ -148,6 +148,10 @@ def float_layers(model: onnx.ModelProto, int8_allowed: bool = False) -> dict[str
         zp = g.zero_point(q) if q is not None and q.op_type == "QuantizeLinear" else None
         return None if zp is None else zp.dtype.name
 
+    def producer_type(name) -> str | None:
+        """The op type of the node whose output ``name`` is (None: a graph input or initializer)."""
+        return getattr(g.producer.get(name), "op_type", None)
+
     def redundant(clip, q) -> bool:
         """IsClipMadeRedundantByQ: a Relu or Clip that the QuantizeLinear's own range makes a no-op."""
         zp, scale = g.zero_point(q), g.constant(q.input[1])
@@ -167,19 +171,18 @@ def float_layers(model: onnx.ModelProto, int8_allowed: bool = False) -> dict[str
     for node in g.nodes:
         if node.op_type not in (*LINEAR, *FUSED) or not node.name:
             continue
-        ins = [node.input[0]] if node.op_type in LINEAR else list(node.input)
-        kinds = [dq_type(name) for name in ins]
-        users, clip = g.readers[node.output[0]], None
-        if len(users) == 1 and users[0].op_type in ("Relu", "Clip"):
-            clip, users = users[0], g.readers[users[0].output[0]]
-        image, weights = (getattr(g.producer.get(name), "op_type", None) for name in node.input[:2]) \
-            if node.op_type == "Conv" else (None, None)
-        if weights == "DequantizeLinear" and image != "DequantizeLinear":
+        if node.op_type == "Conv" and producer_type(node.input[1]) == "DequantizeLinear" \
+                and producer_type(node.input[0]) != "DequantizeLinear":
             # dequantized weights keep it MLAS's Conv (float constants' would take the NCHWc kernels)
             names[node.name] = ("its input is no DequantizeLinear's output (a float tensor: a float op between "
                                 "them that onnxruntime carries no DequantizeLinear past, as Brevitas' MaxPool read "
                                 "by a Conv and a residual QuantizeLinear)")
             continue
+        ins = [node.input[0]] if node.op_type in LINEAR else list(node.input)
+        kinds = [dq_type(name) for name in ins]
+        users, clip = g.readers[node.output[0]], None
+        if len(users) == 1 and users[0].op_type in ("Relu", "Clip"):
+            clip, users = users[0], g.readers[users[0].output[0]]
         if any(k is None for k in kinds) or len(ins) != FUSED.get(node.op_type, 1):
             continue                 # not a QDQ group: whatever the rewrite makes of it
         if not any(u.op_type == "QuantizeLinear" for u in users):
