@@ -93,7 +93,6 @@ def test_legalize_tells_the_rule_which_int8_operators_run_by_winograd(tmp_path, 
     from tvm_integration.qnn.lower import legalize
     from tvm_integration.qnn.runtime.model import lower
     from tvm_integration.qnn.semantics.integer_op import LINEAR, IntegerOp
-    pytest.importorskip("onnx")
     import onnx
     model = onnx.load(str(Path(__file__).parent / "data" / "lowbit" / "digits_w2a2_qcdq.onnx"))
     monkeypatch.setattr(tuning, "log_path", lambda name=None: tmp_path / "log.json")     # untuned: the rule
