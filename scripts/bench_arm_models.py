@@ -8,11 +8,13 @@ models, read from ``--zoo-dir``) compiled by qsynth for each core, next to
 onnxruntime's AArch64 build on the
 same model (int8: onnxruntime fuses a low-bit model's QCDQ groups onto its int8 kernels) and on the
 float original (fp32; the low-bit rows: the float ResNet-18), each run once under qemu-aarch64 as the
-core, every block of its measured inference costed once by llvm-mca's model of the core.
+core, every block of its measured inference costed once by llvm-mca's model of the core. The keras.applications
+TFLite models (tflite_NAME: scripts/make_tflite_applications.py's NAME.tflite, read from ``--tflite-dir``) run
+next to LiteRT's AArch64 build instead (bench/litert_aarch64.py), their own table.
 
-    python scripts/bench_arm_models.py [--models resnet18,...,bert_l4_s128_static,bert_l4_s128_dynamic,vit_conv_static]
+    python scripts/bench_arm_models.py [--models resnet18,...,bert_l4_s128_static,tflite_resnet50,...]
                                        [--cores cortex-a53,cortex-a72,cortex-a76] [--tvm-default] [--out benchmarks]
-                                       [--update] [--zoo-dir DIR]
+                                       [--update] [--zoo-dir DIR] [--tflite-dir DIR]
 
 ``--update`` re-runs only the given rows and keeps the others of ``OUT/models_arm.json``; every row
 records the run that measured it (provenance.record), and the table prints each. A core is costed on the
@@ -35,8 +37,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from scripts import bench_transformers, make_zoo  # noqa: E402
+from scripts.make_tflite_applications import APPLICATIONS  # noqa: E402
 from synth.files import write_atomically  # noqa: E402
-from tvm_integration.bench import core_models, mca, provenance, zoo  # noqa: E402
+from tvm_integration.bench import core_models, litert_aarch64, mca, provenance, zoo  # noqa: E402
 from tvm_integration.bench.arm_models import bench_arm_model  # noqa: E402
 from tvm_integration.bench.int8_models import write_pair  # noqa: E402
 from tvm_integration.bench.lowbit_models import resnet_lowbit  # noqa: E402
@@ -46,7 +49,8 @@ from tvm_integration.qnn.runtime import arm_reference  # noqa: E402
 LOWBIT = {"resnet18_w1a1": (1, 1), "resnet18_w2a2": (2, 2)}      # name: (abits, wbits)
 ENCODERS = ("bert_l4_s128_static", "bert_l4_s128_dynamic", "vit_conv_static", "vit_conv_dynamic")
 ZOO = tuple(make_zoo.MODELS)
-MODELS = ("resnet18", "mobilenet_v2", "mobilenet_v3", *LOWBIT, *ENCODERS, *ZOO)
+TFLITE = tuple(f"tflite_{name}" for name in APPLICATIONS)    # make_tflite_applications.py's, as tflite_NAME
+MODELS = ("resnet18", "mobilenet_v2", "mobilenet_v3", *LOWBIT, *ENCODERS, *ZOO, *TFLITE)
 CORES = core_models.REPORTED
 TARGETS = ["- ResNet-18 int8 on Cortex-A53: at most 0.7x onnxruntime int8's cycles, and at least 3.9x fewer "
            "than fp32 (at most 0.256x onnxruntime fp32).",
@@ -55,16 +59,20 @@ TARGETS = ["- ResNet-18 int8 on Cortex-A53: at most 0.7x onnxruntime int8's cycl
            "- The encoders (issue 50) on Cortex-A53 and on the out-of-order Cortex-A76: at most 0.8x onnxruntime "
            "int8's cycles, exact against each op kind's stated reference.",
            "- The zoo's CNNs (issue 50) on Cortex-A53 and Cortex-A76: at most 0.7x onnxruntime int8's cycles, exact "
-           "against each op kind's stated reference."]
+           "against each op kind's stated reference.",
+           "- The keras.applications TFLite models (issue 50) on Cortex-A53 and Cortex-A76: at most 0.7x the cycles "
+           "of LiteRT's AArch64 build, exact against it."]
 CHECKS = [("resnet18", "cortex-a53", "onnxruntime_int8", 0.7), ("resnet18", "cortex-a53", "onnxruntime_fp32", 0.256),
           ("mobilenet_v2", "cortex-a53", "onnxruntime_int8", 0.8),
           ("mobilenet_v2", "cortex-a72", "onnxruntime_int8", 0.8),
           ("resnet18_w1a1", "cortex-a53", "onnxruntime_fp32", 0.125),
           *((m, c, "onnxruntime_int8", 0.8) for m in ENCODERS for c in ("cortex-a53", "cortex-a76")),
-          *((m, c, "onnxruntime_int8", 0.7) for m in ZOO for c in ("cortex-a53", "cortex-a76"))]
+          *((m, c, "onnxruntime_int8", 0.7) for m in ZOO for c in ("cortex-a53", "cortex-a76")),
+          *((m, c, "litert_int8", 0.7) for m in TFLITE for c in ("cortex-a53", "cortex-a76"))]
 # (model, core, column, its bound)
 RUNTIMES = {"model.so": "model", "tvm_default.so": "model", "libtvm_runtime.so": "runtime",
-            "libtvm_ffi.so": "runtime", "libonnxruntime.so.1": "runtime"}
+            "libtvm_ffi.so": "runtime"}
+BASELINE_LIBRARIES = ("libonnxruntime.so.1", litert_aarch64.LIBRARY)     # a baseline's kernels and framework
 
 
 def tools() -> dict:
@@ -78,12 +86,11 @@ def tools() -> dict:
 
 
 def parts(column: dict) -> dict[str, float]:
-    """A column's cycles by kind of code: the model's own library (ours: the compiled model; onnxruntime:
-    libonnxruntime, its kernels and its framework), the TVM runtime, and the C/C++ libraries."""
+    """A column's cycles by kind of code: the model's own library (ours: the compiled model; onnxruntime's
+    and LiteRT's: their library, its kernels and its framework), the TVM runtime, and the C/C++ libraries."""
     out = {"model": 0.0, "runtime": 0.0, "libc": 0.0}
     for library, c in column["by_library"].items():
-        kind = RUNTIMES.get(library, "libc")
-        out["model" if library == "libonnxruntime.so.1" else kind] += c
+        out["model" if library in BASELINE_LIBRARIES else RUNTIMES.get(library, "libc")] += c
     return out
 
 
@@ -96,10 +103,22 @@ def zoo_pair(name: str, zoo_dir: Path | None) -> tuple[Path, Path]:
     return int8, fp32
 
 
-def model_pair(name: str, directory: Path, zoo_dir: Path | None) -> tuple[Path, Path]:
+def tflite_model(name: str, tflite_dir: Path | None) -> Path:
+    """The TFLite model ``name`` (tflite_NAME) as make_tflite_applications.py wrote it into ``tflite_dir``;
+    exits naming what is missing otherwise."""
+    path = (tflite_dir or Path()) / f"{name.removeprefix('tflite_')}.tflite"
+    if tflite_dir is None or not path.exists():
+        sys.exit(f"{name}: give --tflite-dir, a folder where scripts/make_tflite_applications.py wrote {path.name}")
+    return path
+
+
+def model_pair(name: str, directory: Path, zoo_dir: Path | None,
+               tflite_dir: Path | None) -> tuple[Path, Path | None]:
     """The model benchmarked and its float original (write_pair's; an encoder's bench_transformers.build's;
     a zoo model's make_zoo.py wrote into ``zoo_dir``); a low-bit ResNet-18's float original is the float
-    ResNet-18, the same layout."""
+    ResNet-18, the same layout. A TFLite model has none: LiteRT's AArch64 build is its one baseline."""
+    if name in TFLITE:
+        return tflite_model(name, tflite_dir), None
     if name in ZOO:
         return zoo_pair(name, zoo_dir)
     if name in ENCODERS:
@@ -189,9 +208,36 @@ def cell(row: dict, name: str) -> str:
     return f"{column['cycles'] / 1e6:.1f} ({row['ratios'][name]:.2f}x)"
 
 
+def tflite_lines(rows: list[dict]) -> list[str]:
+    """The TFLite models' table: each against LiteRT's AArch64 build on the same core, which is both its
+    baseline and its one reference (arm_models._tflite_row)."""
+    if not rows:
+        return []
+    out = ["", "## keras.applications as TFLite, against LiteRT's AArch64 build", "",
+           ("Each model of scripts/make_tflite_applications.py (full-integer TensorFlow conversion, random "
+            "seeded weights) compiled by qsynth for the core and run next to LiteRT's AArch64 build (the registry's "
+            "ai-edge-litert aarch64 wheel's libLiteRt.so, its C API from a C driver: XNNPACK's kernels, "
+            "tvm_integration/bench/litert_aarch64.py) on the same file, counted and costed as above. That build is "
+            "every op kind's stated reference here (diff: the largest |qsynth - LiteRT| over the int8 logits, "
+            "in steps, and how many of them differ). Input: each over its integer range, numpy's default_rng(0)."),
+           "", *provenance.lines(rows, lambda r: f"{r['model']}/{r['core']}"), "",
+           "| model | core (llvm-mca's scheduling model) | qsynth Mcycles | LiteRT int8 Mcycles (ratio) "
+           "| qsynth model / runtime / libc Mcycles | LiteRT library / libc Mcycles | diff from LiteRT (differing) |",
+           "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        ours, theirs = parts(r["columns"]["qsynth"]), parts(r["columns"]["litert_int8"])
+        out.append(f"| {r['model']} | {core_models.label(r['core'], r['mca_cpu'])} | "
+                   f"{r['columns']['qsynth']['cycles'] / 1e6:.1f} | {cell(r, 'litert_int8')} | "
+                   f"{ours['model'] / 1e6:.1f} / {ours['runtime'] / 1e6:.1f} / {ours['libc'] / 1e6:.1f} | "
+                   f"{theirs['model'] / 1e6:.1f} / {theirs['libc'] / 1e6:.1f} | {r['max_abs_diff_vs_stated']:.3g} "
+                   f"({r['differing']['stated']} of {r['differing']['outputs']}) |")
+    return out
+
+
 def markdown(run: dict) -> str:
     order = {name: i for i, name in enumerate(MODELS)}
-    rows = sorted(run["rows"], key=lambda r: (order.get(r["model"], len(order)), r["core"]))
+    ordered = sorted(run["rows"], key=lambda r: (order.get(r["model"], len(order)), r["core"]))
+    rows = [r for r in ordered if r["model"] not in TFLITE]
     names = ["onnxruntime_int8", "onnxruntime_fp32", "tvm_default"]
     names = [n for n in names if any(n in r["columns"] for r in rows)]
     out = ["# Whole models on Arm cores: estimated cycles", "",
@@ -228,16 +274,17 @@ def markdown(run: dict) -> str:
                    + " | ".join(cells) + f" | {ours['model'] / 1e6:.1f} / {ours['runtime'] / 1e6:.1f} / "
                    f"{ours['libc'] / 1e6:.1f} | {theirs['model'] / 1e6:.1f} / {theirs['libc'] / 1e6:.1f} | {diff_cell(r)} |")
     out += lowbit_lines(rows)
-    out += reference_lines(rows)
-    out += kloop_lines(rows)
+    out += reference_lines(ordered)
+    out += kloop_lines(ordered)
     out += ["", "Targets (issues 34 and 50):", *TARGETS, "", "Measured:"]
     for model, core, versus, bound in CHECKS:
-        r = next((r for r in rows if r["model"] == model and r["core"] == core and versus in r["ratios"]), None)
+        r = next((r for r in ordered if r["model"] == model and r["core"] == core and versus in r["ratios"]), None)
         if r is not None:
             ratio = r["ratios"][versus]
             fewer = f", {1 / ratio:.2f}x fewer cycles" if ratio < 1 else ""
             out.append(f"- {model} on {core}: {ratio:.2f}x {versus}{fewer} (target at most {bound}x: "
                        f"{'met' if ratio <= bound else 'missed'}).")
+    out += tflite_lines([r for r in ordered if r["model"] in TFLITE])
     return "\n".join(out) + "\n"
 
 
@@ -249,15 +296,22 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks")
     ap.add_argument("--update", action="store_true", help="keep the rows of OUT/models_arm.json not re-run here")
     ap.add_argument("--zoo-dir", type=Path, help="where scripts/make_zoo.py wrote the zoo's models")
+    ap.add_argument("--tflite-dir", type=Path,
+                    help="where scripts/make_tflite_applications.py wrote the tflite_NAME models' NAME.tflite")
     a = ap.parse_args()
     logging.getLogger("root").setLevel(logging.ERROR)      # quantize_static's pre-processing advice
     names = a.models.split(",")
-    for name in (n for n in names if n in ZOO):       # before the first row: each zoo model is there
-        zoo_pair(name, a.zoo_dir)
+    for name in names:                                 # before the first row: each model is known and there
+        if name not in MODELS:
+            sys.exit(f"unknown model {name!r}; known: {', '.join(MODELS)}")
+        if name in ZOO:
+            zoo_pair(name, a.zoo_dir)
+        elif name in TFLITE:
+            tflite_model(name, a.tflite_dir)
     record, rows = provenance.record(threads=1), []
     with tempfile.TemporaryDirectory(prefix="qsynth-arm-models-") as tmp:
         for name in names:
-            int8, fp32 = model_pair(name, Path(tmp), a.zoo_dir)
+            int8, fp32 = model_pair(name, Path(tmp), a.zoo_dir, a.tflite_dir)
             for core in a.cores.split(","):
                 row = bench_arm_model(int8, core, fp32, with_tvm_default=a.tvm_default)
                 rows.append(dict(row, model=name))
