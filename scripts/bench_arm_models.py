@@ -210,8 +210,11 @@ def cell(row: dict, name: str) -> str:
 
 def tflite_lines(rows: list[dict]) -> list[str]:
     """The TFLite models' table: each against LiteRT's AArch64 build on the same core, which is both its
-    baseline and its one reference (arm_models._tflite_row)."""
-    if not rows:
+    baseline and its one reference (arm_models._tflite_row); then the models that build failed to run."""
+    failed = [f"- {r['model']} on {r['core']}: not measured, LiteRT's AArch64 build failed: {r['failed']}"
+              for r in rows if "failed" in r]
+    rows = [r for r in rows if "failed" not in r]
+    if not rows and not failed:
         return []
     out = ["", "## keras.applications as TFLite, against LiteRT's AArch64 build", "",
            ("Each model of scripts/make_tflite_applications.py (full-integer TensorFlow conversion, random "
@@ -231,12 +234,14 @@ def tflite_lines(rows: list[dict]) -> list[str]:
                    f"{ours['model'] / 1e6:.1f} / {ours['runtime'] / 1e6:.1f} / {ours['libc'] / 1e6:.1f} | "
                    f"{theirs['model'] / 1e6:.1f} / {theirs['libc'] / 1e6:.1f} | {r['max_abs_diff_vs_stated']:.3g} "
                    f"({r['differing']['stated']} of {r['differing']['outputs']}) |")
-    return out
+    return out + ([""] + failed if failed else [])
 
 
 def markdown(run: dict) -> str:
     order = {name: i for i, name in enumerate(MODELS)}
     ordered = sorted(run["rows"], key=lambda r: (order.get(r["model"], len(order)), r["core"]))
+    tflite = [r for r in ordered if r["model"] in TFLITE]
+    ordered = [r for r in ordered if "failed" not in r]
     rows = [r for r in ordered if r["model"] not in TFLITE]
     names = ["onnxruntime_int8", "onnxruntime_fp32", "tvm_default"]
     names = [n for n in names if any(n in r["columns"] for r in rows)]
@@ -284,7 +289,7 @@ def markdown(run: dict) -> str:
             fewer = f", {1 / ratio:.2f}x fewer cycles" if ratio < 1 else ""
             out.append(f"- {model} on {core}: {ratio:.2f}x {versus}{fewer} (target at most {bound}x: "
                        f"{'met' if ratio <= bound else 'missed'}).")
-    out += tflite_lines([r for r in ordered if r["model"] in TFLITE])
+    out += tflite_lines(tflite)
     return "\n".join(out) + "\n"
 
 
@@ -313,7 +318,10 @@ def main() -> int:
         for name in names:
             int8, fp32 = model_pair(name, Path(tmp), a.zoo_dir, a.tflite_dir)
             for core in a.cores.split(","):
-                row = bench_arm_model(int8, core, fp32, with_tvm_default=a.tvm_default)
+                try:
+                    row = bench_arm_model(int8, core, fp32, with_tvm_default=a.tvm_default)
+                except litert_aarch64.Failed as e:       # the table says which model LiteRT cannot run, and why
+                    row = {"core": core, "failed": e.reason}
                 rows.append(dict(row, model=name))
                 print(json.dumps(rows[-1]), flush=True)
     record = provenance.finished(record)

@@ -59,6 +59,15 @@ def measured(model: str | Path, feeds: dict[str, np.ndarray], core: str) -> tupl
     return _run(model, feeds, core, counted=True)
 
 
+class Failed(RuntimeError):
+    """LiteRT's AArch64 build ran and failed on a model; ``reason``: its error lines, the log's noise left out."""
+
+    def __init__(self, returncode: int, stderr: str):
+        self.reason = "; ".join(line.removeprefix("ERROR: ") for line in stderr.splitlines()
+                                if line.startswith("ERROR: ")) or stderr.strip()[-500:]
+        super().__init__(f"LiteRT failed under qemu (exit {returncode}): {stderr.strip()[-2000:]}")
+
+
 def _run(model: str | Path, feeds: dict[str, np.ndarray], core: str,
          counted: bool) -> tuple[dict[str, np.ndarray], list[mca.Block] | None]:
     from ai_edge_litert.interpreter import Interpreter
@@ -84,7 +93,7 @@ def _run(model: str | Path, feeds: dict[str, np.ndarray], core: str,
                *(["--measure"] if counted else []), str(Path(model).resolve()), str(tmp / "out"), *args]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
         if proc.returncode:
-            raise RuntimeError(f"LiteRT failed under qemu (exit {proc.returncode}): {proc.stderr.strip()[-2000:]}")
+            raise Failed(proc.returncode, proc.stderr)
         written = {}                                            # signature output name -> file number
         for line in proc.stdout.splitlines():
             if line.startswith("out "):
