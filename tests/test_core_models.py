@@ -28,8 +28,9 @@ def test_block_cycles_take_the_stand_in():
 
 
 def test_published_arm_rows_name_a_distinct_model():
-    """Every row of benchmarks/models_arm.json was costed on today's model of its core."""
-    rows = json.loads(ARM.read_text())["rows"]
+    """Every costed row of benchmarks/models_arm.json was costed on today's model of its core (a row whose
+    baseline failed to run has no cycles)."""
+    rows = [r for r in json.loads(ARM.read_text())["rows"] if "columns" in r]
     stale = [f"{r['model']}/{r['core']}" for r in rows if r.get("mca_cpu", r["core"]) != mca.mca_cpu(r["core"])]
     assert not stale, f"costed on another core's model: {', '.join(stale)}"
     assert {r["core"] for r in rows} <= set(core_models.REPORTED)
