@@ -16,7 +16,7 @@ from emit.convention import function_name
 from emit.library import emit_entry
 from emit.toolchain import compiler_command
 from tvm_integration.kernels import int8, selection
-from tvm_integration.ops import direct
+from tvm_integration.ops import direct, winograd
 from tvm_integration.ops.conv2d import build_conv2d
 from tvm_integration.ops.gemm import Tile
 
@@ -116,6 +116,20 @@ def test_im2col_gemm_with_column_tiles_outermost_shares_its_slices():
     w = RNG.integers(-128, 128, (512, 256, 1, 1)).astype("int8")
     for run in shared_runs(kruns_calls(build_conv2d(w, shape, "NHWC", 1, 0, kernel=kernel).mod)):
         assert run[0][2] == len(run) and sorted(part for _, part, _ in run) == list(range(len(run)))
+
+
+@pytest.mark.parametrize("stride, shape, o", [(1, (1, 7, 7, 512), 512), (2, (1, 14, 14, 256), 512)])
+def test_winograd_with_column_tiles_outermost_shares_its_slices(stride, shape, o):
+    """Winograd's weights-outer order (ResNet-18's 7x7x512 layers, and the 14x14 -> 7x7 stride-2 one
+    forced onto it): a column tile's positions one after another, each over every row tile; those
+    row tiles number the slices of the next position's weights (A's offsets, the positions between
+    row tiles of the packed input skipped)."""
+    kernel = _kernel("avx2", "5x16x2")
+    w = RNG.integers(-128, 128, (o, shape[3], 3, 3)).astype("int8")
+    runs = shared_runs(kruns_calls(build_conv2d(w, shape, "NHWC", stride, 1, kernel=kernel, use_winograd=True).mod))
+    assert len(runs) == o // 16 * winograd.TRANSFORMS[stride].positions
+    for run in runs:
+        assert run[0][2] == len(run) > 1 and sorted(part for _, part, _ in run) == list(range(len(run))), run
 
 
 DRIVER = r"""

@@ -34,6 +34,7 @@ import numpy as np
 from tvm import s_tir, te, tirx
 
 from tvm_integration.kernels import int8, selection, tuning
+from tvm_integration.kernels.int8 import Prefetch
 from tvm_integration.kernels.packing import round_up
 from tvm_integration.ops import depthwise
 from tvm_integration.ops.gemm import Tile, parallel_rows, run_pieces, stage_params, tensorize_tile, weights_outer
@@ -213,7 +214,11 @@ def _schedule(func, tile: Tile, kernel: int8.Kernel, columns_outer: bool):
     stage over ``t0``: a column tile's products for every row tile, position by position, so that each
     position's weights (16 KB at K 512) stay in L1 across the row tiles and the column tile's positions
     (contiguous in ``weights``) stream from memory once, in order. Zen 3, ResNet-18 in alternating rounds
-    (CPU time, one thread, load 5-6): 29.34 -> 28.40 ms, its 7x7x512 and 14x14x256 layers 2-4% each."""
+    (CPU time, one thread, load 5-6): 29.34 -> 28.40 ms, its 7x7x512 and 14x14x256 layers 2-4% each.
+    There the row tiles sharing a position's weights fetch the next position's between them
+    (kernels/int8.py ``Prefetch``): the first row tile had waited for them, 44% of the GEMM's time in
+    four. Zen 3, CPU time, one thread, medians of 31 alternating, without -> with: 7x7x512 1.413 ->
+    1.144 ms, 14x14x256 -> 512 at stride 2 (forced onto Winograd) 0.917 -> 0.834."""
     sch = s_tir.Schedule(func)
     result = sch.get_sblock("result")
     b, t, r, s, n = sch.get_loops(result)
@@ -230,11 +235,14 @@ def _schedule(func, tile: Tile, kernel: int8.Kernel, columns_outer: bool):
     sch.unroll(s)
     sch.vectorize(n1)
     block, pack = sch.get_sblock("gemm"), sch.get_sblock("pack")
+    prefetch = None
     if columns_outer:
         sch.compute_at(block, outer)
         *_, g, p, n1, k = sch.get_loops(block)
-        _, p1 = sch.split(p, [None, tile.mr])
+        p0, p1 = sch.split(p, [None, tile.mr])
         sch.parallel(sch.fuse(*sch.get_loops(pack)[:2]))
+        row_tiles, positions, depth = (int(sch.get(loop).extent) for loop in (p0, g, k))
+        prefetch = Prefetch(row_tiles, "A", positions * tile.mr * depth)     # a call's row tile numbers its slice
     else:
         sch.compute_at(block, inner)
         *_, g, p1, n1, k = sch.get_loops(block)
@@ -243,7 +251,7 @@ def _schedule(func, tile: Tile, kernel: int8.Kernel, columns_outer: bool):
     sch.unroll(positions)
     sch.vectorize(sch.split(channels, run_pieces(int(sch.get(channels).extent), (16, 8)))[-1])
     parallel_rows(sch, sch.get_sblock("output"))
-    tensorize_tile(sch, outer, p1, kernel.product_intrin(int(sch.get(k).extent) // tile.k), kernel)
+    tensorize_tile(sch, outer, p1, kernel.product_intrin(int(sch.get(k).extent) // tile.k, prefetch), kernel)
     return sch.mod
 
 
