@@ -30,10 +30,10 @@ def rows():
                 yield name, family, isa, by_winograd(r), r
 
 
-def by_winograd(row: dict) -> bool:
-    """Whether the row's int8 operator ran by Winograd: an s16 tile (runs before ``int8_kernel`` was
-    recorded predate Winograd)."""
-    return "_s16_" in row.get("int8_kernel", "")
+def by_winograd(row: dict) -> int:
+    """The stride of the Winograd transform the row's int8 operator ran by (an s16 tile; runs before
+    ``int8_kernel`` was recorded predate Winograd), 0 where it ran directly."""
+    return row["shape"][-1] if "_s16_" in row.get("int8_kernel", "") else 0
 
 
 def test_the_files_hold_every_configuration():
@@ -73,11 +73,12 @@ def test_on_the_winograd_layers_the_rule_picks_the_operator_faster_over_them():
 
 
 @pytest.mark.parametrize("family,isa,winograd,bitserial", [
-    ("amx", "avx512", False, []),
-    ("avx2", "avx2", False, ["A1W1", "A1W2", "A2W1"]),
-    ("avx2", "avx2", True, ["A1W1"]),      # 3x3 stride 1: the int8 operator by Winograd
-    ("avx512vnni", "avx512", False, ["A1W1", "A1W2", "A2W1", "A1W3", "A3W1", "A2W2"]),
-    ("avx512vnni", "avx2", False, ["A1W1"]),      # VNNI without VPOPCNTDQ (Cascade Lake): the AVX2 bitserial tiles
+    ("amx", "avx512", 0, []),
+    ("avx2", "avx2", 0, ["A1W1", "A1W2", "A2W1"]),
+    ("avx2", "avx2", 1, ["A1W1"]),      # 3x3 stride 1: the int8 operator by Winograd
+    ("avx2", "avx2", 2, ["A1W1", "A1W2", "A2W1"]),     # 3x3 stride 2 by Winograd: 88 G MAC/s, not 150
+    ("avx512vnni", "avx512", 0, ["A1W1", "A1W2", "A2W1", "A1W3", "A3W1", "A2W2"]),
+    ("avx512vnni", "avx2", 0, ["A1W1"]),      # VNNI without VPOPCNTDQ (Cascade Lake): the AVX2 bitserial tiles
 ])
 def test_rule_per_recorded_host(family, isa, winograd, bitserial):
     """Every host kind's branch, from recorded feature sets rather than this host's."""
@@ -88,8 +89,9 @@ def test_rule_per_recorded_host(family, isa, winograd, bitserial):
 
 def test_legalize_tells_the_rule_which_int8_operators_run_by_winograd(tmp_path, monkeypatch):
     """On AVX2 the digits model's 3x3 stride-1 conv1 would run by Winograd, its stride-2 conv2 and conv3
-    and its dense layer not; and a low-bit layer whose int8 operator would is ruled against the Winograd
-    rate (conv2 made so by hand: the committed models have no low-bit 3x3 stride-1 layer)."""
+    (too few channels) and its dense layer not; and a low-bit layer whose int8 operator would is ruled
+    against the Winograd rate of its stride (conv2 and conv3 made so by hand: the committed models have
+    no low-bit layer that runs by Winograd)."""
     from tvm_integration.qnn.lower import legalize
     from tvm_integration.qnn.runtime.model import lower
     from tvm_integration.qnn.semantics.integer_op import LINEAR, IntegerOp
@@ -102,11 +104,12 @@ def test_legalize_tells_the_rule_which_int8_operators_run_by_winograd(tmp_path, 
                 if (op := IntegerOp.read(b.value, mod)) is not None and op.kind in LINEAR]
     ops = linear_ops()
     assert [(op.kind, legalize.by_winograd(op, "avx2")) for op in ops] == [
-        ("conv2d", True), ("conv2d", False), ("conv2d", False), ("dense", False)]
+        ("conv2d", 1), ("conv2d", 0), ("conv2d", 0), ("dense", 0)]
     assert "int8 ~72" in ops[1].params["lowbit"]
-    monkeypatch.setattr(legalize, "by_winograd", lambda op, target: op.params.get("layer") == "/conv2/Conv")
+    strides = {"/conv2/Conv": 1, "/conv3/Conv": 2}
+    monkeypatch.setattr(legalize, "by_winograd", lambda op, target: strides.get(op.params.get("layer"), 0))
     notes = [op.params.get("lowbit") for op in linear_ops()]
-    assert "int8 Winograd ~150" in notes[1] and "int8 ~72" in notes[2]
+    assert "int8 Winograd ~150" in notes[1] and "int8 Winograd stride 2 ~88" in notes[2]
 
 
 def test_a_logged_measurement_wins_over_the_rule(tmp_path, monkeypatch):

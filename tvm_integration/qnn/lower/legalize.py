@@ -108,20 +108,24 @@ class Legalize(relax.PyExprMutator):
         zero_point = op.params["w_zero_point"] - (128 if op.constants[0].dtype == np.uint8 else 0)
         if zero_point != 0:
             return lowbit_choice.Choice("bitserial", f"weight zero point {zero_point} on the int8 tiles")
+        winograd = 0 if self.target == "neon" else by_winograd(op, self.target)
         return lowbit_choice.choose(chosen.abits, chosen.wbits, chosen.encoding, self.target,
                                     int(np.prod(op.constants[0].shape[1:])), tuning_key(op), self.lowbit,
-                                    op.params.get("groups", 1), self.target != "neon" and by_winograd(op, self.target))
+                                    op.params.get("groups", 1), winograd)
 
 
-def by_winograd(op: IntegerOp, target: str) -> bool:
-    """Whether the int8 operator of a conv2d op (bind.py's: NHWC, its weights as s8 after legalization)
-    would run by Winograd on ``target`` (ops/conv2d.chosen_tiles)."""
+def by_winograd(op: IntegerOp, target: str) -> int:
+    """The stride of the Winograd transform the int8 operator of a conv2d op (bind.py's: NHWC, its
+    weights as s8 after legalization) would run by on ``target`` (ops/conv2d.chosen_tiles), 0 where
+    it would run directly: the low-bit rule credits each with its own rate."""
     if op.kind != "conv2d" or op.depthwise:
-        return False
+        return 0
     x = op.inputs[0]
     b, c, h, w = (int(d) for d in x.ty.shape)
-    return chosen_tiles(signed(op.constants[0]), (b, h, w, c), "NHWC", tuple(op.params["strides"]),
-                        tuple(op.params["padding"]), op.params["groups"], str(x.ty.dtype), target)[1] is not None
+    strides = tuple(op.params["strides"])
+    s16 = chosen_tiles(signed(op.constants[0]), (b, h, w, c), "NHWC", strides, tuple(op.params["padding"]),
+                       op.params["groups"], str(x.ty.dtype), target)[1]
+    return strides[0] if s16 is not None else 0
 
 
 def signed(weight: np.ndarray) -> np.ndarray:
