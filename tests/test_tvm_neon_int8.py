@@ -325,8 +325,8 @@ def test_k_loops_under_column_tiles_take_a_by_element(family):
 @skip_if(HOST_RUNS.qemu)
 @pytest.mark.skipif(mca.missing_tools() is not None, reason=f"llvm-objdump reads the blocks: {mca.missing_tools()}")
 def test_output_stage_of_whole_column_tiles_is_vectorized_beside_a_remainder():
-    """ShuffleNetV2's 1x1 24->58 (58 columns: 14 whole tiles of 4 and 2 left): the output stage converts
-    one value at a time (fcvtzs to a general register) only in the last column tile, once per row tile,
+    """ShuffleNetV2's 1x1 24->58 (58 columns: 14 whole tiles of 4 and 2 left): the output stage scales
+    one value at a time (a scalar fmul) only in the last column tile, once per row tile,
     not in every tile as when the remainder's bound test kept the whole loop scalar. Exact against numpy."""
     rng = np.random.default_rng(42)
     x = data(rng, (1, 6, 10, 24), "uint8")
@@ -336,7 +336,7 @@ def test_output_stage_of_whole_column_tiles_is_vectorized_beside_a_remainder():
     stage = OutputStage(bias=bias, requantize=ScaleRequantize(scale, 120, "uint8"))
     op = ops.conv2d(w, x.shape, 1, 0, stage=stage, family="dotprod")
     np.testing.assert_array_equal(op(x), requantized(conv_reference(x, w, 1, 0), bias, scale, 120))
-    scalar = [b.runs for b in mca.profile(op, x) if any(re.match(r"fcvtzs\s+w", i) for i in b.instructions)]
+    scalar = [b.runs for b in mca.profile(op, x) if any(re.match(r"fmul\s+s\d", i) for i in b.instructions)]
     assert scalar and max(scalar) <= 60 // 4
 
 
@@ -359,7 +359,8 @@ def test_dense_residual_add(family):
     pytest.param(*case, marks=qemu, id=f"{case[0]}-z{case[1]}{'-clamp' if case[2] else ''}")
     for case in (("uint8", 128, None), ("uint8", 3, (10, 200)), ("int8", -5, None))])
 def test_requantize_edges_on_aarch64(out_dtype, zero_point, clamp):
-    """The AArch64 requantize (OutputStage.aarch64: frintn, a saturating fcvtzs, the clamp in int16) at
+    """The AArch64 requantize (OutputStage.aarch64: an fadd of 1.5 * 2^23, its bits less the constant's with
+    saturation, the clamp in int16) at
     its edges against numpy: per-channel scales putting ``acc + bias`` at ties (x.5, half to even) next
     to both bounds, beyond int16 (a conversion that wrapped would land inside the bounds), far beyond
     int32 and at float32 infinity (saturated, then clamped), both signs. ``acc[p, n] = p`` (identity
@@ -384,7 +385,7 @@ def test_requantize_edges_on_aarch64(out_dtype, zero_point, clamp):
     assert (small % 1 == 0.5).sum() >= 256 and (np.abs(y) > 2**31).sum() >= 256 and np.isinf(y).sum() >= 256
     assert (expected == lo).any() and (expected == hi).any() and ((expected > lo) & (expected < hi)).any()
     np.testing.assert_array_equal(op(x), expected)
-    assert "frintx" not in op.assembly and "frintn" in op.assembly       # the AArch64 form, not lrint's
+    assert "frintx" not in op.assembly and "fadd" in op.assembly       # the AArch64 form, not lrint's
 
 
 def nine_bit_weights(rng, shape, zero_points):
