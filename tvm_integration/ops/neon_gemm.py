@@ -69,7 +69,7 @@ from tvm_integration.ops.gemm import (
     tensorize_tile,
 )
 from tvm_integration.ops.operator import Built
-from tvm_integration.ops.output_stage import OutputStage, placeholders
+from tvm_integration.ops.output_stage import OutputStage, by_bits, placeholders
 
 
 # depthwise.py's register tiles (channels a vector, output columns) for NEON's 32 registers: at most 16
@@ -286,6 +286,9 @@ def build_gemm(gemm: Gemm, data: te.Tensor, element, weights: np.ndarray, zero_p
     values["bias"] = values["bias"] + np.pad((-shift * weight_sums).astype(np.int32), ((0, 0), (0, npad - cols)))
     if in_start:
         values["minus_zero_points"] = np.pad(-zero_points.astype(np.int32), ((0, 0), (0, npad - cols)))
+    sizes = np.abs(weights.astype(np.int64) - zero_points[..., None]) * real
+    largest = sizes.sum(axis=2) * (128 if signed else 255) + np.abs(stage.channel_params(groups, cols, cols)["bias"])
+    stage = by_bits(stage, values, np.pad(largest, ((0, 0), (0, npad - cols))))
     params = placeholders(values)
     row_term, init = (lambda b, g, p, k: 0), (lambda b, g, p, n: None)
     if unsigned_w:                       # A w = A codes - (128 + z) sum_k A: the second term enters at k = 0

@@ -18,7 +18,7 @@ round, a saturating conversion, then clamp in integers), each the cheaper on its
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from tvm import te, tirx
@@ -236,6 +236,7 @@ class OutputStage:
     clamp: tuple[int, int] | None = None
     residual: ResidualAdd | None = None
     aarch64: bool = False
+    float_by_bits: bool = False
 
     def __post_init__(self):
         if self.requantize is not None and self.requantize.out_dtype not in ("uint8", "int8") and not self.to_float:
@@ -293,10 +294,13 @@ class OutputStage:
                                             residual, self.result_dtype)
         return self.residual.expression(self._result(acc, p, g, n), residual, self.result_dtype)
 
-    @staticmethod
-    def _product(acc, p: dict, g, n):
-        """ScaleRequantize's float32 value: ``float32(acc + bias) * scale``."""
-        return (acc + p["bias"][g, n]).astype("float32") * p["scale"][g, n]
+    def _product(self, acc, p: dict, g, n):
+        """ScaleRequantize's float32 value: ``float32(acc + bias) * scale``; with ``float_by_bits`` the bias
+        holds FLOAT_BITS too and ``acc + bias`` is the float32 ``1.5 * 2^23 + acc + bias`` (``by_bits``)."""
+        total = acc + p["bias"][g, n]
+        if self.float_by_bits:
+            return (tirx.reinterpret("float32", total) - tirx.const(ROUNDING_BIAS, "float32")) * p["scale"][g, n]
+        return total.astype("float32") * p["scale"][g, n]
 
     def _clamped_product(self, acc, p: dict, g, n):
         """ScaleRequantize before rounding and the zero point: the product clamped to the output's
@@ -352,6 +356,22 @@ def _tflite_multiply(x, multiplier, shift):
 
 
 ROUNDING_BIAS = 12582912.0     # 1.5 * 2^23: round_narrowed's sum has a mantissa step of 1
+
+
+FLOAT_BITS = int(np.float32(ROUNDING_BIAS).view(np.int32))     # 0x4B400000
+
+
+def by_bits(stage: OutputStage, values: dict, largest: np.ndarray) -> OutputStage:
+    """``stage`` converting ``acc + bias`` to float32 through its bits, an integer add (into the bias: FLOAT_BITS,
+    added to ``values["bias"]`` here) and an fsub of 1.5 * 2^23, both on either FP pipe of a Neoverse-N1 (Cortex-A76),
+    where scvtf takes two micro-ops on the one that also runs smull; exact while ``|acc + bias| < 2^22``: the sum's
+    mantissa step is then 1. ``largest``: a bound of each channel's ``|acc + bias|`` (its largest ``|a| sum_k |w|``
+    plus its bias's size, the bias as given, before an operator's offsets, which it leaves equal); else
+    ``stage`` as it was. Only AArch64's ScaleRequantize."""
+    if not (stage.aarch64 and isinstance(stage.requantize, ScaleRequantize)) or np.max(largest) >= 2 ** 22:
+        return stage
+    values["bias"] = values["bias"] + np.int32(FLOAT_BITS)
+    return replace(stage, float_by_bits=True)
 
 
 def round_half_even(x):
