@@ -1,9 +1,9 @@
 """The float ops a quantized transformer keeps between DequantizeLinear and QuantizeLinear (or, after
-quantize_dynamic, between the integer matmuls): the matmul of two activations (float_matmul.py), Softmax, Erf/GELU,
-Tanh, LayerNormalization (layer_norm.py), ReduceMean and GlobalAveragePool (reduce_mean.py), and the
-whole-tensor min/max of DynamicQuantizeLinear (tensor_range.py). Each is computed as onnxruntime's x86
-kernels compute it (bit-exact: tests/test_float_ops.py, test_float_onnxruntime_math.py), and all are
-scheduled here (TVM's legalized defaults run them serially: 75 of a 4-layer BERT's 95 ms).
+quantize_dynamic, between the integer matmuls): the matmul of two activations (float_matmul.py), Softmax
+(softmax.py), Erf/GELU, Tanh, LayerNormalization (layer_norm.py), ReduceMean and GlobalAveragePool
+(reduce_mean.py), and the whole-tensor min/max of DynamicQuantizeLinear (tensor_range.py). Each is computed
+as onnxruntime's x86 kernels compute it (bit-exact: tests/test_float_ops.py, test_float_onnxruntime_math.py),
+and all are scheduled here (TVM's legalized defaults run them serially: 75 of a 4-layer BERT's 95 ms).
 
 ``legalize_map()`` is the LegalizeOps override bind.py uses; the PrimFuncs it writes carry
 ``schedules.SCHEDULED`` and are not rescheduled.
@@ -20,78 +20,9 @@ from tvm_integration.qnn.float import float_gemm, layer_norm, mlas_math, reduce_
 from tvm_integration.qnn.float.float_calls import emit, float32, shape_of
 from tvm_integration.qnn.float.float_gemv import row_times_func, row_times_transposed_func
 from tvm_integration.qnn.float.float_matmul import LANES, PACKED_STRIDE_K, matmul_func
+from tvm_integration.qnn.float.softmax import softmax_func
 from tvm_integration.qnn.float.tensor_range import range_func, reduce_all_func
 from tvm_integration.qnn.semantics.quant import constant
-
-
-# -- Softmax over the last axis -----------------------------------------------------------------------
-
-def softmax_func(shape: tuple[int, ...], lanes: int | None = None) -> tirx.PrimFunc:
-    """MLAS's softmax of each row (the last axis): its maximum (over ``lanes``, exact in any order: a
-    chain of scalar maxima took two thirds of the time at rows of 384); exp(x - max) (mlas_math); the
-    sum as MLAS's sum-exp kernel adds on this CPU (``mlas_math.float_lanes``: AVX-512F 16, FMA3 8), one
-    lane sum per vector lane over the row in order, then the lanes' tree (``_tree``); each exp times
-    float32(1 / sum). Rows parallel, the lanes vectorized (a row not a multiple of 16, ViT's 196, in whole
-    vectors and a scalar tail: _rows_parallel)."""
-    lanes = lanes or mlas_math.float_lanes()
-    rows = shape[:-1]
-    x = te.placeholder(shape, "float32", "x")
-    top_lanes = _lane_reduce(x, te.max, tirx.min_value("float32"), "top_lanes", lanes)
-    top = te.compute(rows, lambda *i: _tree(lambda j: top_lanes[(*i, j)], tirx.max, lanes), name="top")
-    e = te.compute(shape, lambda *i: mlas_math.exp_nonpositive(x[i] + (-top[i[:-1]])), name="e")
-    sums = _lane_reduce(e, te.sum, mlas_math.f32(0.0), "lanes", lanes)
-    scale = te.compute(rows, lambda *i: mlas_math.f32(1.0) / _tree(lambda j: sums[(*i, j)], tirx.Add, lanes),
-                       name="scale")
-    y = te.compute(shape, lambda *i: e[i] * scale[i[:-1]], name="y")
-    sch = s_tir.Schedule(te.create_prim_func([x, y]))
-    _rows_parallel(sch, ["top_lanes", "top", "e", "lanes", "scale", "y"], len(rows), lanes)
-    return sch.mod["main"]
-
-
-def _lane_reduce(t: te.Tensor, reducer, identity, name: str, lanes: int) -> te.Tensor:
-    """``[..., lanes]``: lane j reduces elements j, j + lanes, ... of each row of ``t`` in order (the
-    row's tail padded with ``identity``)."""
-    *rows, d = (int(v) for v in t.shape)
-    c = te.reduce_axis((0, (d + lanes - 1) // lanes), "c")
-    return te.compute((*rows, lanes), lambda *i: reducer(
-        tirx.Select(c * lanes + i[-1] < d, t[(*i[:-1], tirx.min(c * lanes + i[-1], d - 1))], identity),
-        axis=c), name=name)
-
-
-def _tree(lane, combine, lanes: int):
-    """MLAS's reduction of a vector's lanes: AVX-512F's 16, halves (j with j + 8), pairs, pairs, halves;
-    FMA3's 8 (two vhaddps, then the 128-bit halves), pairs, pairs, halves."""
-    h = [combine(lane(j), lane(j + 8)) for j in range(8)] if lanes == 16 else [lane(j) for j in range(8)]
-    pairs = [combine(combine(h[0], h[1]), combine(h[2], h[3])), combine(combine(h[4], h[5]), combine(h[6], h[7]))]
-    return combine(*pairs)
-
-
-def _rows_parallel(sch, names: list[str], row_axes: int, lanes: int) -> None:
-    """Every block under one parallel loop over the rows (the first ``row_axes`` axes, fused), each
-    block's innermost spatial axis vectorized in vectors of ``lanes``: whole vectors, then the rest of an
-    elementwise row in scalars (ViT's 196: LLVM vectorized neither part of the unsplit loop, 2x slower).
-    ``lanes`` is the reductions' lane count, so that their lane axis is one vector: split by AVX-512's 16,
-    FMA3's 8 lanes ran as scalar chains (a [1, 12, 384, 384] softmax 1.84x onnxruntime's time)."""
-    last = sch.get_sblock(names[-1])
-    loops = sch.get_loops(last)
-    row = sch.fuse(*loops[:row_axes]) if row_axes > 1 else loops[0]
-    sch.parallel(row)
-    for name in reversed(names[:-1]):
-        sch.compute_at(sch.get_sblock(name), row)
-    for name in names:
-        block = sch.get_sblock(name)
-        inner = sch.get_loops(block)[1:]
-        kinds = [iv.iter_type for iv in sch.get(block).iter_vars]
-        spatial = [loop for loop, kind in zip(inner, kinds[row_axes:]) if kind == 0]
-        extent = sch.get(spatial[-1]).extent.value if spatial else 0
-        if extent > lanes and extent % lanes and all(kind == 0 for kind in kinds):
-            spatial[-1], _ = sch.loop_partition(spatial[-1], [extent - extent % lanes, None])
-            extent -= extent % lanes
-        if spatial and extent % lanes == 0:
-            if any(kind != 0 for kind in kinds):       # a reduction: lanes innermost, the sum outside
-                reduction = [loop for loop, kind in zip(inner, kinds[row_axes:]) if kind != 0]
-                sch.reorder(*reduction, spatial[-1])
-            sch.vectorize(sch.split(spatial[-1], [None, lanes])[1])
 
 
 # -- Erf ----------------------------------------------------------------------------------------------

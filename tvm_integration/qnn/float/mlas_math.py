@@ -49,6 +49,12 @@ def power_of_two_times(p, biased):
     return p * scale * f32(2.0 ** -64)
 
 
+def times_power_of_two(p, biased):
+    """``p * 2**m`` (``biased = ROUNDING_BIAS + m``, m in [-127, 0]) as MLAS's generic and FMA3 sum-exp kernels
+    reconstruct it: 2^m built from its exponent bits ((m + 127) << 23, zero for m = -127) and one multiply."""
+    return p * tirx.reinterpret("float32", tirx.shift_left(integer_of(biased) + 127, 23))
+
+
 def float_lanes() -> int:
     """The float32 lanes of MLAS's vector kernels on this CPU (its sum-exp kernel accumulates one vector
     of them over a row): AVX-512F's 16 where the CPU has it, else FMA3's 8. Read from the CPU's own

@@ -38,12 +38,6 @@ LANES = 4           # NEON's float32x4
 MAXIMA = 2 * LANES  # lanes of a row's maximum: two vectors, two chains of compares
 
 
-def times_power_of_two(p, biased):
-    """``p * 2**m`` (``biased = ROUNDING_BIAS + m``, mlas_math.integer_of) as MLAS's generic sum-exp kernel
-    reconstructs it: 2^m built from its exponent bits ((m + 127) << 23, zero for m = -127) and one multiply."""
-    return p * tirx.reinterpret("float32", tirx.shift_left(mlas_math.integer_of(biased) + 127, 23))
-
-
 def softmax_func(shape: tuple[int, ...]) -> tirx.PrimFunc:
     """MLAS's generic softmax of each row (the last axis), as the module docstring says. Rows parallel; a row's
     maximum over its whole vectors of MAXIMA in that many lanes, then across them and the rest (a maximum of the same
@@ -58,7 +52,8 @@ def softmax_func(shape: tuple[int, ...]) -> tirx.PrimFunc:
         head = top
         top = te.compute(rows, lambda *i: functools.reduce(tirx.max, [x[(*i, j)] for j in range(wide, d)], head[i]),
                          name="top_rest")
-    e = te.compute(shape, lambda *i: mlas_math.exp_nonpositive(x[i] + (-top[i[:-1]]), times_power_of_two), name="e")
+    e = te.compute(shape, lambda *i: mlas_math.exp_nonpositive(x[i] + (-top[i[:-1]]), mlas_math.times_power_of_two),
+                   name="e")
     c = te.reduce_axis((0, max(body // LANES, 1)), "c")
     lanes = te.compute((*rows, LANES), lambda *i: te.sum(
         e[(*i[:-1], c * LANES + i[-1])] if body else mlas_math.f32(0.0), axis=c), name="lanes")
