@@ -71,15 +71,20 @@ def test_float_matmul_by_constant_weights_exact(tmp_path, m):
     assert_exact(path, {"a": rng.standard_normal((m, 768)).astype(np.float32)})
 
 
+def host_model_of(monkeypatch, name: str) -> None:
+    """qsynth's host model made that of the CPU whose /proc/cpuinfo tests/data records as ``name``."""
+    from pathlib import Path
+    from isa_specs import host
+    recorded = host.parse_cpuinfo((Path(__file__).parent / "data" / f"cpuinfo_{name}.txt").read_text())
+    monkeypatch.setattr(host, "model", lambda: recorded)
+
+
 @pytest.mark.parametrize("name,wide", [("zen3", 208), ("zen4", 224)])
 def test_float_matmul_pads_columns_to_two_host_vectors(monkeypatch, name, wide):
     """ViT's 196 keys: B padded to tiles of two of the host's vectors, AVX2's 16 columns (208) or AVX-512's
     32 (224); on AVX2, 224 took 4% longer (Q.K^T [6, 196, 64] x [6, 64, 196] 0.520 against 0.501 ms)."""
-    from pathlib import Path
     from tvm import s_tir
-    from isa_specs import host
-    recorded = host.parse_cpuinfo((Path(__file__).parent / "data" / f"cpuinfo_{name}.txt").read_text())
-    monkeypatch.setattr(host, "model", lambda: recorded)
+    host_model_of(monkeypatch, name)
     sch = s_tir.Schedule(float_matmul.matmul_func((1, 6, 196, 64), (1, 6, 64, 196)))
     assert [int(d) for d in sch.get(sch.get_sblock("padded")).writes[0].source.shape] == [1, 6, 64, wide]
 
@@ -88,10 +93,7 @@ def test_float_matmul_pads_columns_to_two_host_vectors(monkeypatch, name, wide):
 def test_float_matmul_register_tiles_follow_the_host(monkeypatch, name, m, tile):
     """AVX2: 6x16 where 6 divides the rows, as MLAS's FMA3 kernel (BERT's attention at 384 tokens: Q.K^T 4.66
     against 4.11 ms on 4x16), else 4x16; AVX-512: 4x64."""
-    from pathlib import Path
-    from isa_specs import host
-    recorded = host.parse_cpuinfo((Path(__file__).parent / "data" / f"cpuinfo_{name}.txt").read_text())
-    monkeypatch.setattr(host, "model", lambda: recorded)
+    host_model_of(monkeypatch, name)
     assert float_matmul._register_tile_shape(m, 384) == tile
 
 
