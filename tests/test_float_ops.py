@@ -97,6 +97,14 @@ def test_float_matmul_register_tiles_follow_the_host(monkeypatch, name, m, tile)
     assert float_matmul._register_tile_shape(m, 384) == tile
 
 
+def test_float_matmul_adds_k_blocks_tile_by_tile():
+    """More than one K block: each tile of C computes every block's sum of its tile and adds them in turn,
+    under one parallel loop (each block in a parallel nest of its own and each add a pass over C took BERT's
+    A.V at 384 tokens, [12, 384, 384] x [12, 384, 64], 6.09 ms where it now takes 4.15; onnxruntime 4.02)."""
+    func = float_matmul.matmul_func((1, 2, 12, 40), (1, 2, 40, 16), stride=16)
+    assert _parallel_loops(func.body) == 1
+
+
 def test_stride_k_follows_n():
     assert [float_matmul.stride_k(k, n) for k, n in ((64, 128), (128, 64), (300, 32), (700, 16), (1100, 200))] == \
         [64, 256, 512, 1024, 128]
@@ -175,13 +183,23 @@ def _vectorized_stores(stmt) -> list[tuple[int, set]]:
     from tvm import tirx
     if isinstance(stmt, tirx.BufferStore):
         return [(0, {tuple(int(d) for d in stmt.buffer.shape)})]
-    children = list(stmt.seq) if isinstance(stmt, tirx.SeqStmt) else \
-        [c for c in (getattr(stmt, a, None) for a in ("block", "body", "then_case", "else_case"))
-         if isinstance(c, tirx.Stmt)]
-    found = [found for c in children for found in _vectorized_stores(c)]
+    found = [found for c in _children(stmt) for found in _vectorized_stores(c)]
     if isinstance(stmt, tirx.For) and stmt.kind == tirx.ForKind.VECTORIZED:
         return [(int(stmt.extent), set().union(*(stored for _, stored in found)))]
     return found
+
+
+def _children(stmt) -> list:
+    from tvm import tirx
+    return list(stmt.seq) if isinstance(stmt, tirx.SeqStmt) else \
+        [c for c in (getattr(stmt, a, None) for a in ("block", "body", "then_case", "else_case"))
+         if isinstance(c, tirx.Stmt)]
+
+
+def _parallel_loops(stmt) -> int:
+    from tvm import tirx
+    own = isinstance(stmt, tirx.For) and stmt.kind == tirx.ForKind.PARALLEL
+    return own + sum(_parallel_loops(c) for c in _children(stmt))
 
 
 @pytest.mark.parametrize("name,lanes", [("zen3", 8), ("skylake", 8), ("zen4", 16), ("sapphirerapids", 16)])
