@@ -79,16 +79,6 @@ def host_model_of(monkeypatch, name: str) -> None:
     monkeypatch.setattr(host, "model", lambda: recorded)
 
 
-@pytest.mark.parametrize("name,wide", [("zen3", 208), ("zen4", 224)])
-def test_float_matmul_pads_columns_to_two_host_vectors(monkeypatch, name, wide):
-    """ViT's 196 keys: B padded to tiles of two of the host's vectors, AVX2's 16 columns (208) or AVX-512's
-    32 (224); on AVX2, 224 took 4% longer (Q.K^T [6, 196, 64] x [6, 64, 196] 0.520 against 0.501 ms)."""
-    from tvm import s_tir
-    host_model_of(monkeypatch, name)
-    sch = s_tir.Schedule(float_matmul.matmul_func((1, 6, 196, 64), (1, 6, 64, 196)))
-    assert [int(d) for d in sch.get(sch.get_sblock("padded")).writes[0].source.shape] == [1, 6, 64, wide]
-
-
 @pytest.mark.parametrize("name,m,tile", [("zen3", 384, (6, 16)), ("zen3", 128, (4, 16)), ("zen4", 384, (4, 64))])
 def test_float_matmul_register_tiles_follow_the_host(monkeypatch, name, m, tile):
     """AVX2: 6x16 where 6 divides the rows, as MLAS's FMA3 kernel (BERT's attention at 384 tokens: Q.K^T 4.66

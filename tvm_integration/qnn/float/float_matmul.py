@@ -48,15 +48,14 @@ def matmul_func(a_shape: tuple[int, ...], b_shape: tuple[int, ...], alpha: float
     the output first, so the first block's sum is added to C as the later ones are.
     Parallel over batch and row tiles; each tile (``_register_tile_shape``) held in registers across
     k; more than 32 columns not in whole vectors (ViT's 196 keys) over B padded with zero columns to
-    tiles of two host vectors (in scalars: 9x slower; AVX-512's 32 columns on AVX2, 224 for 196 where 16
-    take 208: Q.K^T 0.520 -> 0.501 ms, CPU time, Zen 3), each tile writing its first n columns (of one K block;
+    32-lane tiles (in scalars: 9x slower; on AVX2 too: 16 columns, 208 for ViT's 197 keys, leave its
+    one-row tiles 16 wide where 224 takes 1x32, and the dynamic ViT measured level either way), each tile writing its first n columns (of one K block;
     else a second pass cuts them: ViT's Q.K^T took 30% longer)."""
     batch = tuple(int(d) for d in np.broadcast_shapes(a_shape[:-2], b_shape[:-2]))
     m, k, n = a_shape[-2], a_shape[-1], b_shape[-1]
     a = te.placeholder(a_shape, "float32", "a")
     b = te.placeholder(b_shape, "float32", "b")
-    tile = 2 * host_lanes()
-    wide = n if n % LANES == 0 or n <= 2 * LANES else -(-n // tile) * tile
+    wide = n if n % LANES == 0 or n <= 2 * LANES else -(-n // (2 * LANES)) * 2 * LANES
     padded = b if wide == n else te.compute((*b_shape[:-1], wide), lambda *i: tirx.Select(
         i[-1] < n, b[(*i[:-1], tirx.min(i[-1], n - 1))], mlas_math.f32(0.0)), name="padded")
 
