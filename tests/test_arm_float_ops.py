@@ -31,7 +31,8 @@ ROWS, HIDDEN, CORE = 64, 768, "cortex-a53"
 OUTPUTS = {"layer_norm": ("layer_norm", True), "skip_layer_norm": ("layer_norm", True),
            "softmax": ("softmax", True), "softmax_tail": ("softmax", True), "gelu": ("gelu", False),
            "tanh": ("tanh", False), "mean": ("reduce_mean", True), "pool": ("reduce_mean", True),
-           "scores": ("float_matmul", False), "dynamic": ("dynamic_quantize", True), "patch": ("float_conv", True),
+           "scores": ("float_matmul", False), "scores_tail": ("float_matmul", False),
+           "dynamic": ("dynamic_quantize", True), "patch": ("float_conv", True),
            "dense": ("float_dense", False), "conv": ("float_conv", True)}
 
 
@@ -64,21 +65,24 @@ def float_ops(rng):
              node("Tanh", ["x"], ["tanh"]), node("ReduceMean", ["x"], ["mean"], axes=[-1]),
              node("GlobalAveragePool", ["image"], ["pool"]),
              node("MatMul", ["qh", "kh"], ["qk"]), node("Div", ["qk", "root"], ["scores"]),
+             node("MatMul", ["qh", "kt"], ["qt"]), node("Div", ["qt", "root"], ["scores_tail"]),
              node("MatMul", ["x", "w"], ["xw"]), node("Add", ["xw", "bias"], ["dynamic"]),
              node("Conv", ["patches", "pw"], ["patch"], kernel_shape=[16, 16], strides=[16, 16]),
              node("MatMul", ["x", "wd"], ["dense"], name="float_dense"),
              node("Conv", ["maps", "cw"], ["conv"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])]
     inputs = [("x", [1, ROWS, HIDDEN]), ("r", [1, ROWS, HIDDEN]), ("s", [1, 4, ROWS, ROWS]), ("t", [1, 2, 37, 37]),
-              ("qh", [1, 4, ROWS, 64]), ("kh", [1, 4, 64, ROWS]), ("image", [1, 256, 7, 7]),
+              ("qh", [1, 4, ROWS, 64]), ("kh", [1, 4, 64, ROWS]), ("kt", [1, 4, 64, 37]), ("image", [1, 256, 7, 7]),
               ("patches", [1, 3, 64, 64]), ("maps", [1, 32, 14, 14])]
     outputs = [("layer_norm", [1, ROWS, HIDDEN]), ("skip_layer_norm", [1, ROWS, HIDDEN]),
                ("softmax", [1, 4, ROWS, ROWS]), ("softmax_tail", [1, 2, 37, 37]), ("gelu", [1, ROWS, HIDDEN]),
                ("tanh", [1, ROWS, HIDDEN]), ("mean", [1, ROWS, 1]), ("pool", [1, 256, 1, 1]),
-               ("scores", [1, 4, ROWS, ROWS]), ("dynamic", [1, ROWS, HIDDEN]), ("patch", [1, 96, 4, 4]),
+               ("scores", [1, 4, ROWS, ROWS]), ("scores_tail", [1, 4, ROWS, 37]), ("dynamic", [1, ROWS, HIDDEN]),
+               ("patch", [1, 96, 4, 4]),
                ("dense", [1, ROWS, 96]), ("conv", [1, 32, 14, 14])]
     feeds = {"x": 1.5 * rng.standard_normal((1, ROWS, HIDDEN)) + 0.2, "r": rng.standard_normal((1, ROWS, HIDDEN)),
              "s": 3 * rng.standard_normal((1, 4, ROWS, ROWS)), "t": 3 * rng.standard_normal((1, 2, 37, 37)),
              "qh": rng.standard_normal((1, 4, ROWS, 64)), "kh": rng.standard_normal((1, 4, 64, ROWS)),
+             "kt": rng.standard_normal((1, 4, 64, 37)),
              "image": rng.uniform(0, 6, (1, 256, 7, 7)), "patches": rng.standard_normal((1, 3, 64, 64)),
              "maps": rng.standard_normal((1, 32, 14, 14))}
     return _model(nodes, inputs, outputs, inits), {k: v.astype(np.float32) for k, v in feeds.items()}
@@ -226,6 +230,17 @@ def test_softmax_rows_reduce_in_vectors(tmp_path):
         np.testing.assert_array_equal(ours, arm, err_msg=name)
 
 
+def test_neon_matmul_tiles_do_not_depend_on_the_x86_host(monkeypatch):
+    """A float MatMul built for Arm takes NEON's register tile (4 x 16 floats, 16 of its 32 registers) on an
+    AVX-512 host too, and pads B's 196 columns (ViT's keys) to 208, not 224 (x86's 32-lane tiles);
+    test_float_ops_equal_onnxruntime_aarch64's ``scores_tail`` (37 columns, padded to 48) checks its values."""
+    from tvm_integration.qnn.float import float_matmul
+    monkeypatch.setattr(float_matmul.host, "x86_features", lambda model: {"avx2", "avx512f"})
+    script = float_matmul.matmul_func((1, 6, 196, 64), (1, 6, 64, 196), 0.125, neon=True).script()
+    assert "(1, 6, 64, 208)" in script and "(1, 6, 64, 224)" not in script
+    assert "T.unroll(4)" in script and "T.vectorized(16)" in script and "T.vectorized(32)" not in script
+
+
 def test_skip_layer_norm_of_a_dequantize_chain_stores_its_sum_once():
     """On Arm a SkipLayerNormalization whose first input is quantize_dynamic's dequantize chain computes a + b +
     bias in a pass of its own (layer_norm._stored), not inlined into both the statistics' pass and the
@@ -263,7 +278,8 @@ def test_layer_norms_and_quantizes_divide_by_products():
 @pytest.mark.parametrize("shape", [(ROWS, HIDDEN), (5, 13)])
 def test_dynamic_quantize_equals_onnxruntime_aarch64_without_a_division(tmp_path, shape):
     """DynamicQuantizeLinear's quantize by its run-time scale multiplies by the scale's double reciprocal and
-    converts with its rounding, fcvtns (neon_quantize.runtime_quantized), no float division left, and equals
+    converts with its rounding, fcvtns (neon_quantize.runtime_quantized), no float division left, its range
+    is taken by fmax and fmin (tensor_range.range_func, as MLAS's MlasFindMinMaxElement), and the whole equals
     the AArch64 build's division: on a power-of-two scale with every value a tie, and on normal values (scales
     not a power of two); [5, 13]: four vectors of 16 values and one value alone."""
     from tvm_integration.bench import ort_aarch64
@@ -280,6 +296,8 @@ def test_dynamic_quantize_equals_onnxruntime_aarch64_without_a_division(tmp_path
     quantizes = [f.script() for g, f in mod.functions.items() if g.name_hint.startswith("quantize")]
     assert quantizes and not float32_divisions(mod, "quantize")
     assert all("llvm.aarch64.neon.fcvtns" in script for script in quantizes)
+    ranges = [f.script() for g, f in mod.functions.items() if g.name_hint.startswith("qsynth_range")]
+    assert ranges and all("llvm.maximum" in script and "llvm.minimum" in script for script in ranges)    # fmax, fmin
     rng = np.random.default_rng(3)
     ties = (rng.integers(0, 255, shape) + 0.5) / 16          # scale (255 / 16) / 255 = 1/16: x / s ties
     ties[0, :2] = (0, 255 / 16)

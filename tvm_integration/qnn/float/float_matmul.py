@@ -10,6 +10,7 @@ from isa_specs import host
 from tvm_integration.qnn.float import mlas_math
 
 LANES = 16                    # float32 lanes of an AVX-512 vector
+NEON_BUDGET = 64              # floats of a NEON register tile: 16 of its 32 vector registers hold accumulators
 # MLAS_SGEMM_PACKED_STRIDEK: the K block of MLAS's sgemm over a B packed once (MlasGemmPackB), what
 # onnxruntime's MatMul does with a constant 2-D B on every build (x86: 1351 of 1536 outputs of a
 # [1, 768] x [768, 1536] MatMul differed with stride_k's 128, 0 with 256)
@@ -37,7 +38,8 @@ def stride_k(k: int, n: int, trans_a: bool = False) -> int:
 
 
 def matmul_func(a_shape: tuple[int, ...], b_shape: tuple[int, ...], alpha: float | None = None,
-                trans_a: bool = False, stride: int | None = None, bias: tuple[int, ...] | None = None) -> tirx.PrimFunc:
+                trans_a: bool = False, stride: int | None = None, bias: tuple[int, ...] | None = None,
+                neon: bool = False) -> tirx.PrimFunc:
     """``a @ b`` with numpy's broadcasting, as MLAS's sgemm sums: each output one FMA chain over k from
     0, a K longer than MLAS's block (stride_k) in blocks whose sums are added in order. With
     ``alpha`` (onnxruntime's FusedMatMul): the first block's sum times alpha, each later one added as
@@ -49,13 +51,17 @@ def matmul_func(a_shape: tuple[int, ...], b_shape: tuple[int, ...], alpha: float
     Parallel over batch and row tiles; each tile (``_register_tile_shape``) held in registers across
     k; more than 32 columns not in whole vectors (ViT's 196 keys) over B padded with zero columns to
     32-lane tiles (in scalars: 9x slower; on AVX2 too: 16 columns, 208 for ViT's 197 keys, leave its
-    one-row tiles 16 wide where 224 takes 1x32, and the dynamic ViT measured level either way), each tile writing its first n columns (of one K block;
-    else a second pass cuts them: ViT's Q.K^T took 30% longer)."""
+    one-row tiles 16 wide where 224 takes 1x32, and the dynamic ViT measured level either way), each tile
+    writing its first n columns (of one K block; else a second pass cuts them: ViT's Q.K^T took 30% longer).
+    ``neon``: built for an Arm core, whose tile is NEON's (``NEON_BUDGET``, whatever the x86 host compiling
+    it has) and whose B is padded to LANES columns (ViT's Q.K^T on the Cortex-A76's N1 model: 224 columns
+    2.66 M cycles, 208 columns 2.47 M)."""
     batch = tuple(int(d) for d in np.broadcast_shapes(a_shape[:-2], b_shape[:-2]))
     m, k, n = a_shape[-2], a_shape[-1], b_shape[-1]
     a = te.placeholder(a_shape, "float32", "a")
     b = te.placeholder(b_shape, "float32", "b")
-    wide = n if n % LANES == 0 or n <= 2 * LANES else -(-n // (2 * LANES)) * 2 * LANES
+    step = LANES if neon else 2 * LANES
+    wide = n if n % LANES == 0 or n <= 2 * LANES else -(-n // step) * step
     padded = b if wide == n else te.compute((*b_shape[:-1], wide), lambda *i: tirx.Select(
         i[-1] < n, b[(*i[:-1], tirx.min(i[-1], n - 1))], mlas_math.f32(0.0)), name="padded")
 
@@ -91,7 +97,7 @@ def matmul_func(a_shape: tuple[int, ...], b_shape: tuple[int, ...], alpha: float
     if wide != n:
         partial = te.compute((*batch, m, n), partial, name="cut")          # its first n columns
     sch = s_tir.Schedule(te.create_prim_func([a, b, *([c] if bias else []), partial]))
-    rows, width = _register_tile_shape(m, wide)
+    rows, width = _register_tile_shape(m, wide, NEON_BUDGET if neon else None)
     for name in ("padded", "cut")[:1 + (len(blocks) > 1)] if wide != n else ():
         sch.parallel(sch.fuse(*sch.get_loops(sch.get_sblock(name))[:-1]))
     _schedule_blocks(sch, blocks, rows, width, alpha is not None or bool(bias))
@@ -136,7 +142,7 @@ def _schedule_blocks(sch, blocks, rows: int, width: int | None, scaled_first: bo
             sch.vectorize(sch.get_loops(sch.get_sblock(name))[-1])
 
 
-def _register_tile_shape(m: int, wide: int) -> tuple[int, int | None]:
+def _register_tile_shape(m: int, wide: int, budget: int | None = None) -> tuple[int, int | None]:
     """(rows, columns) of the register tile: 4, 2 or 1 rows (what divides ``m``), then the widest of
     64, 32 and 16 columns dividing ``wide`` whose accumulators fit half the vector registers (256 floats,
     16 zmm, on AVX-512; 64, 8 ymm, on AVX2), else the narrowest that divides. On the Zen 3 host (CPU
@@ -144,10 +150,12 @@ def _register_tile_shape(m: int, wide: int) -> tuple[int, int | None]:
     at 64 floats (4x16, 2x32, 1x64: 0.39-0.47 ms at 128 tokens), 4x64 took 2.2-2.5x as long (spilled),
     and the 197-token rows, one row per tile, 1x64 0.80x 1x32's time; an S8S8 ResNet-18's float
     convs took 60 of its 80 ms in 4x64 tiles. On AVX2, 6x16 where 6 divides ``m`` (12 of the 16 ymm, as
-    MLAS's FMA3 kernel): BERT's attention at 384 tokens, Q.K^T 4.14 -> 3.73 ms, A.V 6.08 -> 5.68."""
-    budget = 256 if host_lanes() == LANES else 64
-    if budget == 64 and m % 6 == 0 and wide % 16 == 0:
-        return 6, 16
+    MLAS's FMA3 kernel): BERT's attention at 384 tokens, Q.K^T 4.14 -> 3.73 ms, A.V 6.08 -> 5.68.
+    ``budget``: the floats a tile holds when given (NEON's), else the x86 host's."""
+    if budget is None:
+        budget = 256 if host_lanes() == LANES else 64
+        if budget == 64 and m % 6 == 0 and wide % 16 == 0:
+            return 6, 16
     rows = next(r for r in (4, 2, 1) if m % r == 0)
     fits = [w for w in (64, 32, 16) if wide % w == 0]
     return rows, next((w for w in fits if rows * w <= budget), fits[-1] if fits else None)

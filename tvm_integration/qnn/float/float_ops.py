@@ -118,13 +118,13 @@ def gemm_c_shapes(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[tuple[int, ..
     return ((n,),) if m is None else ((n,), (1, n), (m, 1), (m, n))
 
 
-def _matmul(bb, call):
-    """MLAS's sgemm, K in the blocks of ``_packed_stride``."""
+def matmul_rule(bb, call, neon: bool = False):
+    """MLAS's sgemm, K in the blocks of ``_packed_stride`` (``neon``: in NEON's tiles, neon_float.py)."""
     a, b = (shape_of(x) for x in call.args)
     if a is None or b is None or len(a) < 2 or len(b) < 2 or not float32(call):
         return None
-    out = (*np.broadcast_shapes(a[:-2], b[:-2]), a[-2], b[-1])
-    return emit(bb, matmul_func(a, b, stride=_packed_stride(call.args[1])), "qsynth_float_matmul", call.args, out)
+    func = matmul_func(a, b, stride=_packed_stride(call.args[1]), neon=neon)
+    return emit(bb, func, "qsynth_float_matmul", call.args, (*np.broadcast_shapes(a[:-2], b[:-2]), a[-2], b[-1]))
 
 
 def softmax_rule(row_func):
@@ -214,7 +214,7 @@ class _Fusions(relax.PyExprMutator):
     SkipLayerNormalization that reads it.
 
     ``fused``: the SkipLayerNormalization and the dequantize chains as onnxruntime's AArch64 build
-    computes them (with FMAs: layer_norm.welford_func, dequantize_chain)."""
+    computes them (with FMAs: layer_norm.welford_func, dequantize_chain), the matmuls in NEON's tiles."""
 
     def __init__(self, mod, bare_matmuls: bool = False, fused: bool = False):
         super().__init__(mod)
@@ -310,8 +310,8 @@ class _Fusions(relax.PyExprMutator):
                 return y if len(a) == 2 else relax.op.reshape(self.builder_.emit(y), shape_of(call))
             if (packed := self._by_weights(matmul, c, "qsynth_float_gemm", shape_of(call))) is not None:
                 return packed
-            return emit(self.builder_, matmul_func(a, b, stride=_packed_stride(matmul.args[1]), bias=shape_of(c)),
-                        "qsynth_float_gemm", [*matmul.args, c], shape_of(call))
+            func = matmul_func(a, b, stride=_packed_stride(matmul.args[1]), bias=shape_of(c), neon=self.fused)
+            return emit(self.builder_, func, "qsynth_float_gemm", [*matmul.args, c], shape_of(call))
         return None
 
     def _by_weights(self, matmul, c, name: str, out_shape=None):
@@ -346,8 +346,8 @@ class _Fusions(relax.PyExprMutator):
                 continue
             c = scale.reshape(-1)[0]
             alpha = float(np.float32(1) / c if divide else c)
-            return emit(self.builder_, matmul_func(a, b, alpha, self._transposed_a(matmul)), "qsynth_float_matmul",
-                        matmul.args, shape_of(call.args[index]))
+            func = matmul_func(a, b, alpha, self._transposed_a(matmul), neon=self.fused)
+            return emit(self.builder_, func, "qsynth_float_matmul", matmul.args, shape_of(call.args[index]))
         return None
 
     def _range(self, source, call):
@@ -357,7 +357,7 @@ class _Fusions(relax.PyExprMutator):
             return None
         if source not in self.ranges:
             self.ranges[source] = self.builder_.emit(
-                emit(self.builder_, range_func(shape), "qsynth_range", [call.args[0]], (), outputs=2))
+                emit(self.builder_, range_func(shape, neon=self.fused), "qsynth_range", [call.args[0]], (), outputs=2))
         return relax.TupleGetItem(self.ranges[source], 0 if call.op == tvm.ir.Op.get("relax.max") else 1)
 
     def _transposed_a(self, matmul) -> bool:
@@ -384,7 +384,8 @@ class _Fusions(relax.PyExprMutator):
         if a is None or b is None or len(b) < 2 or not float32(call) or not self._transposed_a(call):
             return None
         out = (*np.broadcast_shapes(a[:-2], b[:-2]), a[-2], b[-1])
-        return emit(self.builder_, matmul_func(a, b, trans_a=True), "qsynth_float_matmul", call.args, out)
+        func = matmul_func(a, b, trans_a=True, neon=self.fused)
+        return emit(self.builder_, func, "qsynth_float_matmul", call.args, out)
 
 
 def _readers(func: relax.Function) -> collections.Counter:
@@ -422,7 +423,7 @@ def onnxruntime_fusions(mod: tvm.IRModule, fused: bool = False) -> tvm.IRModule:
 
 
 # Every float op this module computes, one rule each (a target's own in its place: neon_float.py).
-RULES = {"relax.matmul": _matmul, "relax.nn.softmax": softmax_rule(softmax_func),
+RULES = {"relax.matmul": matmul_rule, "relax.nn.softmax": softmax_rule(softmax_func),
          "relax.erf": elementwise_rule(mlas_math.erf, "erf"), "relax.nn.gelu": elementwise_rule(gelu, "gelu"),
          "relax.tanh": elementwise_rule(mlas_math.tanh, "tanh"), "relax.sigmoid": elementwise_rule(mlas_math.logistic, "logistic"),
          "relax.max": _reduce_all("max"),

@@ -149,9 +149,11 @@ def _runtime_quantize(bb, call):
 
 def legalize_map() -> dict:
     """float_ops.legalize_map() with this module's Softmax, LayerNormalization, float Conv, ReduceMean,
-    GlobalAveragePool and run-time quantize, each where it fits, else the op's registered legalization."""
+    GlobalAveragePool and run-time quantize, and MatMul in NEON's tiles, each where it fits, else the op's
+    registered legalization."""
     return float_ops.legalize_map({
         "relax.quantize": _runtime_quantize,
+        "relax.matmul": functools.partial(float_ops.matmul_rule, neon=True),
         "relax.nn.softmax": float_ops.softmax_rule(softmax_func),
         "relax.nn.layer_norm": float_ops.layer_norm_rule(layer_norm_func),
         "relax.nn.conv2d": _conv2d,
