@@ -32,6 +32,7 @@ OUTPUTS = {"layer_norm": ("layer_norm", True), "skip_layer_norm": ("layer_norm",
            "softmax": ("softmax", True), "softmax_tail": ("softmax", True), "gelu": ("gelu", False),
            "tanh": ("tanh", False), "mean": ("reduce_mean", True), "pool": ("reduce_mean", True),
            "scores": ("float_matmul", False), "scores_tail": ("float_matmul", False),
+           "scores_28": ("float_matmul", False),
            "dynamic": ("dynamic_quantize", True), "patch": ("float_conv", True),
            "dense": ("float_dense", False), "conv": ("float_conv", True)}
 
@@ -66,23 +67,24 @@ def float_ops(rng):
              node("GlobalAveragePool", ["image"], ["pool"]),
              node("MatMul", ["qh", "kh"], ["qk"]), node("Div", ["qk", "root"], ["scores"]),
              node("MatMul", ["qh", "kt"], ["qt"]), node("Div", ["qt", "root"], ["scores_tail"]),
+             node("MatMul", ["qh", "k28"], ["q28"]), node("Div", ["q28", "root"], ["scores_28"]),
              node("MatMul", ["x", "w"], ["xw"]), node("Add", ["xw", "bias"], ["dynamic"]),
              node("Conv", ["patches", "pw"], ["patch"], kernel_shape=[16, 16], strides=[16, 16]),
              node("MatMul", ["x", "wd"], ["dense"], name="float_dense"),
              node("Conv", ["maps", "cw"], ["conv"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])]
     inputs = [("x", [1, ROWS, HIDDEN]), ("r", [1, ROWS, HIDDEN]), ("s", [1, 4, ROWS, ROWS]), ("t", [1, 2, 37, 37]),
-              ("qh", [1, 4, ROWS, 64]), ("kh", [1, 4, 64, ROWS]), ("kt", [1, 4, 64, 37]), ("image", [1, 256, 7, 7]),
-              ("patches", [1, 3, 64, 64]), ("maps", [1, 32, 14, 14])]
+              ("qh", [1, 4, ROWS, 64]), ("kh", [1, 4, 64, ROWS]), ("kt", [1, 4, 64, 37]), ("k28", [1, 4, 64, 56]),
+              ("image", [1, 256, 7, 7]), ("patches", [1, 3, 64, 64]), ("maps", [1, 32, 14, 14])]
     outputs = [("layer_norm", [1, ROWS, HIDDEN]), ("skip_layer_norm", [1, ROWS, HIDDEN]),
                ("softmax", [1, 4, ROWS, ROWS]), ("softmax_tail", [1, 2, 37, 37]), ("gelu", [1, ROWS, HIDDEN]),
                ("tanh", [1, ROWS, HIDDEN]), ("mean", [1, ROWS, 1]), ("pool", [1, 256, 1, 1]),
-               ("scores", [1, 4, ROWS, ROWS]), ("scores_tail", [1, 4, ROWS, 37]), ("dynamic", [1, ROWS, HIDDEN]),
-               ("patch", [1, 96, 4, 4]),
-               ("dense", [1, ROWS, 96]), ("conv", [1, 32, 14, 14])]
+               ("scores", [1, 4, ROWS, ROWS]), ("scores_tail", [1, 4, ROWS, 37]), ("scores_28", [1, 4, ROWS, 56]),
+               ("dynamic", [1, ROWS, HIDDEN]), ("patch", [1, 96, 4, 4]), ("dense", [1, ROWS, 96]),
+               ("conv", [1, 32, 14, 14])]
     feeds = {"x": 1.5 * rng.standard_normal((1, ROWS, HIDDEN)) + 0.2, "r": rng.standard_normal((1, ROWS, HIDDEN)),
              "s": 3 * rng.standard_normal((1, 4, ROWS, ROWS)), "t": 3 * rng.standard_normal((1, 2, 37, 37)),
              "qh": rng.standard_normal((1, 4, ROWS, 64)), "kh": rng.standard_normal((1, 4, 64, ROWS)),
-             "kt": rng.standard_normal((1, 4, 64, 37)),
+             "kt": rng.standard_normal((1, 4, 64, 37)), "k28": rng.standard_normal((1, 4, 64, 56)),
              "image": rng.uniform(0, 6, (1, 256, 7, 7)), "patches": rng.standard_normal((1, 3, 64, 64)),
              "maps": rng.standard_normal((1, 32, 14, 14))}
     return _model(nodes, inputs, outputs, inits), {k: v.astype(np.float32) for k, v in feeds.items()}
@@ -232,13 +234,16 @@ def test_softmax_rows_reduce_in_vectors(tmp_path):
 
 def test_neon_matmul_tiles_do_not_depend_on_the_x86_host(monkeypatch):
     """A float MatMul built for Arm takes NEON's register tile (4 x 16 floats, 16 of its 32 registers) on an
-    AVX-512 host too, and pads B's 196 columns (ViT's keys) to 208, not 224 (x86's 32-lane tiles);
-    test_float_ops_equal_onnxruntime_aarch64's ``scores_tail`` (37 columns, padded to 48) checks its values."""
+    AVX-512 host too; B's 196 columns (ViT's keys), 49 whole vectors, in 2 x 28 tiles of 7 vectors, unpadded
+    (x86 pads them to 224, its 32-lane tiles); 37 columns padded to 48, not 64.
+    test_float_ops_equal_onnxruntime_aarch64's ``scores_28`` (56 columns) and ``scores_tail`` (37) check the values."""
     from tvm_integration.qnn.float import float_matmul
     monkeypatch.setattr(float_matmul.host, "x86_features", lambda model: {"avx2", "avx512f"})
     script = float_matmul.matmul_func((1, 6, 196, 64), (1, 6, 64, 196), 0.125, neon=True).script()
-    assert "(1, 6, 64, 208)" in script and "(1, 6, 64, 224)" not in script
-    assert "T.unroll(4)" in script and "T.vectorized(16)" in script and "T.vectorized(32)" not in script
+    assert "padded" not in script and "T.unroll(2)" in script and "T.unroll(7)" in script
+    assert "T.vectorized(4)" in script and "T.vectorized(28)" not in script
+    script = float_matmul.matmul_func((1, 4, 64, 64), (1, 4, 64, 37), 0.125, neon=True).script()
+    assert "(1, 4, 64, 48)" in script and "T.unroll(4)" in script and "T.vectorized(16)" in script
 
 
 def test_skip_layer_norm_of_a_dequantize_chain_stores_its_sum_once():

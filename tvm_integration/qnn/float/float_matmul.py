@@ -54,14 +54,18 @@ def matmul_func(a_shape: tuple[int, ...], b_shape: tuple[int, ...], alpha: float
     one-row tiles 16 wide where 224 takes 1x32, and the dynamic ViT measured level either way), each tile
     writing its first n columns (of one K block; else a second pass cuts them: ViT's Q.K^T took 30% longer).
     ``neon``: built for an Arm core, whose tile is NEON's (``NEON_BUDGET``, whatever the x86 host compiling
-    it has) and whose B is padded to LANES columns (ViT's Q.K^T on the Cortex-A76's N1 model: 224 columns
-    2.66 M cycles, 208 columns 2.47 M)."""
+    it has): columns in whole 4-lane vectors that no 16-column tile divides in 2-row tiles of 7, 6 or 5
+    vectors, unpadded (ViT's 196 keys: 2 x 28), others padded to LANES columns, not 2 * LANES. ViT's
+    [1, 6, 196, 64] x [1, 6, 64, 196] / 8, Mcycles padded to 224 / to 208 / in 2 x 28 tiles: Cortex-A76 (N1
+    model) 2.661 / 2.469 / 2.325, A72 (A57 model) 5.031 / 4.664 / 4.551 (onnxruntime's AArch64 build
+    2.06-2.16, 4.05)."""
     batch = tuple(int(d) for d in np.broadcast_shapes(a_shape[:-2], b_shape[:-2]))
     m, k, n = a_shape[-2], a_shape[-1], b_shape[-1]
     a = te.placeholder(a_shape, "float32", "a")
     b = te.placeholder(b_shape, "float32", "b")
     step = LANES if neon else 2 * LANES
-    wide = n if n % LANES == 0 or n <= 2 * LANES else -(-n // step) * step
+    vectors = next((v for v in (7, 6, 5) if n % (4 * v) == 0), None) if neon and n % LANES and n > 2 * LANES else None
+    wide = n if n % LANES == 0 or n <= 2 * LANES or vectors else -(-n // step) * step
     padded = b if wide == n else te.compute((*b_shape[:-1], wide), lambda *i: tirx.Select(
         i[-1] < n, b[(*i[:-1], tirx.min(i[-1], n - 1))], mlas_math.f32(0.0)), name="padded")
 
@@ -97,7 +101,8 @@ def matmul_func(a_shape: tuple[int, ...], b_shape: tuple[int, ...], alpha: float
     if wide != n:
         partial = te.compute((*batch, m, n), partial, name="cut")          # its first n columns
     sch = s_tir.Schedule(te.create_prim_func([a, b, *([c] if bias else []), partial]))
-    rows, width = _register_tile_shape(m, wide, NEON_BUDGET if neon else None)
+    rows, width = (next(r for r in (2, 1) if m % r == 0), 4 * vectors) if vectors else \
+        _register_tile_shape(m, wide, NEON_BUDGET if neon else None)
     for name in ("padded", "cut")[:1 + (len(blocks) > 1)] if wide != n else ():
         sch.parallel(sch.fuse(*sch.get_loops(sch.get_sblock(name))[:-1]))
     _schedule_blocks(sch, blocks, rows, width, alpha is not None or bool(bias))
@@ -139,7 +144,7 @@ def _schedule_blocks(sch, blocks, rows: int, width: int | None, scaled_first: bo
         if name.startswith("block"):
             _tile_registers(sch, sch.get_sblock(name), jo, width, write_back=False)
         elif width:
-            sch.vectorize(sch.get_loops(sch.get_sblock(name))[-1])
+            _in_vectors(sch, sch.get_loops(sch.get_sblock(name))[-1], width)
 
 
 def _register_tile_shape(m: int, wide: int, budget: int | None = None) -> tuple[int, int | None]:
@@ -185,9 +190,20 @@ def _tile_registers(sch, block, tile, width: int | None, write_back: bool = True
     if len(spatial) > 1:
         sch.unroll(spatial[0])
     if width:
-        sch.vectorize(spatial[-1])
-        sch.vectorize(sch.get_loops(acc)[-1])
+        _in_vectors(sch, spatial[-1], width)
+        _in_vectors(sch, sch.get_loops(acc)[-1], width)
     init = sch.decompose_reduction(block, k)
     if width:
-        sch.vectorize(sch.get_loops(init)[-1])
+        _in_vectors(sch, sch.get_loops(init)[-1], width)
+
+
+def _in_vectors(sch, loop, width: int) -> None:
+    """A tile row's ``width`` columns as one vector, or, ``width`` not a power of two (NEON's 28), as NEON's
+    4-lane vectors, unrolled (LLVM legalizes a <28 x float> lane by lane)."""
+    if width & (width - 1):
+        vectors, lanes = sch.split(loop, [None, 4])
+        sch.unroll(vectors)
+        sch.vectorize(lanes)
+    else:
+        sch.vectorize(loop)
 
