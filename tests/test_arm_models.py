@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from tvm_integration.bench import mca, qemu_blocks
+from tvm_integration.bench.neon_int8_layers import is_multiply
 from tvm_integration.qemu import cross, cross_model
 from tvm_integration.qnn.runtime import arm_reference
 
@@ -95,6 +96,14 @@ def test_onnxruntime_aarch64_equals_onnxruntime_here(mlp, ort_dir):
     assert any(i.split()[0] in ("umull", "smull", "sdot") for b in blocks for i in b.instructions
                if b.where == "libonnxruntime.so.1")
     assert not any(i.split()[0] == "sdot" for b in blocks for i in b.instructions)    # Cortex-A53: no dotprod
+    functions = ort_aarch64.by_function(blocks, "cortex-a53")          # every block of the library, one function each
+    library = sum(b.runs * c for b, c in zip(blocks, mca.block_cycles(blocks, "cortex-a53"))
+                  if b.where == "libonnxruntime.so.1")
+    assert sum(functions.values()) == pytest.approx(library) and len(functions) > 10
+    multiplying = {name for b in blocks if b.where == "libonnxruntime.so.1" and any(map(is_multiply, b.instructions))
+                   for name in ort_aarch64.by_function([b], "cortex-a53")}
+    assert any(name.startswith("page ") for name in multiplying)       # MLAS's assembly GEMM kernel: no FDE
+    assert sum(not name.startswith("page ") for name in functions) > 10           # C++ functions: their FDEs
 
 
 def test_bench_model_neon_cli(mlp, ort_dir, lib_dir, capsys):

@@ -44,6 +44,7 @@ class Block:
     instructions: tuple[str, ...]   # as llvm-objdump prints them
     runs: int
     where: str = ""                 # the library it is in (qemu_blocks.py: a whole process's blocks)
+    offset: int = 0                 # where it starts in that library's file (qemu_blocks.read)
 
     @property
     def popcounts(self) -> int:

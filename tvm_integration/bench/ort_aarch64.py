@@ -11,7 +11,10 @@ the driver's marks.
 """
 from __future__ import annotations
 
+import bisect
+import functools
 import importlib.metadata
+import re
 import subprocess
 import tempfile
 from pathlib import Path
@@ -74,6 +77,35 @@ def run(model: str | Path, feeds: dict[str, np.ndarray], outputs: list[str], cor
             raise RuntimeError(f"onnxruntime failed under qemu (exit {proc.returncode}): {proc.stderr.strip()[-2000:]}")
         results = [np.load(tmp / f"out{i}.npy") for i in range(len(outputs))]
         return results, qemu_blocks.read(tmp / "counts.txt", tmp / "outmaps.txt") if counted else []
+
+
+def by_function(blocks: list[mca.Block], core: str) -> dict[str, float]:
+    """The cycles of ``blocks`` (``run``'s) run inside onnxruntime's library by the function holding each.
+    The library has no symbols, so a function is a range of its .eh_frame (one unwind entry, FDE, a C++
+    function), named by its first address (hex, the library's own numbering: ``llvm-objdump -d
+    --start-address`` shows it); MLAS's assembly kernels have no entry and are named by the 4 KB page holding
+    them (``page 10d5000``). Sorted, the largest first."""
+    text, ranges = _functions(runtime() / LIBRARY)
+    starts = [lo for lo, _ in ranges]
+    functions: dict[str, float] = {}
+    for block, c in zip(blocks, mca.block_cycles(blocks, core)):
+        if block.where != LIBRARY:
+            continue
+        address = block.offset - text[0] + text[1]
+        at = bisect.bisect_right(starts, address) - 1
+        name = f"{ranges[at][0]:x}" if at >= 0 and address < ranges[at][1] else f"page {address >> 12 << 12:x}"
+        functions[name] = functions.get(name, 0.0) + block.runs * c
+    return dict(sorted(functions.items(), key=lambda kv: -kv[1]))
+
+
+@functools.cache
+def _functions(library: Path) -> tuple[tuple[int, int], list[tuple[int, int]]]:
+    """(.text's file offset and address, the sorted (start, end) address ranges of ``library``'s FDEs)."""
+    sections = mca._run([mca.tool("llvm-readelf-19", "llvm-readelf"), "-S", "-W", str(library)])
+    text = next((int(f[-7], 16), int(f[-8], 16)) for f in map(str.split, sections.splitlines()) if ".text" in f)
+    frames = mca._run([mca.tool("llvm-dwarfdump-19", "llvm-dwarfdump"), "--eh-frame", str(library)])
+    entries = re.findall(r" FDE .* pc=([0-9a-f]+)\.\.\.([0-9a-f]+)", frames)
+    return text, sorted((int(lo, 16), int(hi, 16)) for lo, hi in entries)
 
 
 def adds_as_defined(model: onnx.ModelProto) -> onnx.ModelProto:

@@ -82,7 +82,7 @@ def qemu_options(core: str, counts: Path) -> tuple[str, ...]:
 
 def read(counts: Path, maps: Path) -> list[mca.Block]:
     """The blocks the plugin counted (``counts``) with their instructions, each attributed to the file
-    mapped at its address (``maps``: the driver's executable mappings)."""
+    mapped at its address (``maps``: the driver's executable mappings), with its offset in that file."""
     lines = counts.read_text().splitlines()
     if not lines or lines[0] != "marks 2":
         raise RuntimeError(f"the driver marked its inference {lines[0].split()[-1] if lines else 0} times, not twice")
@@ -90,14 +90,15 @@ def read(counts: Path, maps: Path) -> list[mca.Block]:
     for line in lines[1:]:
         start, n, *words = line.split()
         runs[int(start, 16), tuple(words)] += int(n)       # a block translated twice: one block
-    mapping = re.compile(r"^([0-9a-f]+)-([0-9a-f]+) \S+ \S+ \S+ \S+[ \t]*([^\n]*)$", re.M)
-    mappings = [(int(m[1], 16), int(m[2], 16), Path(m[3]).name if m[3] else "[anonymous]")
+    mapping = re.compile(r"^([0-9a-f]+)-([0-9a-f]+) \S+ ([0-9a-f]+) \S+ \S+[ \t]*([^\n]*)$", re.M)
+    mappings = [(int(m[1], 16), int(m[2], 16), Path(m[4]).name if m[4] else "[anonymous]", int(m[3], 16))
                 for m in mapping.finditer(maps.read_text())]
     text = _disassembled(list(runs))
     blocks = []
     for (start, words), n in runs.items():
-        where = next((name for lo, hi, name in mappings if lo <= start < hi), "[unmapped]")
-        blocks.append(mca.Block(start, text[start, words], n, where))
+        where, at = next(((name, start - lo + offset) for lo, hi, name, offset in mappings if lo <= start < hi),
+                         ("[unmapped]", 0))
+        blocks.append(mca.Block(start, text[start, words], n, where, at))
     return mca._joined(sorted(blocks, key=lambda b: b.start))
 
 
