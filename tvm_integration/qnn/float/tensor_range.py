@@ -40,7 +40,7 @@ def range_func(shape: tuple[int, ...], neon: bool = False) -> tirx.PrimFunc:
     size = int(np.prod(shape))
     x = te.placeholder(shape, "float32", "x")
     larger, smaller = (_nan_propagating("llvm.maximum"), _nan_propagating("llvm.minimum")) if neon else \
-        (tirx.max, tirx.min)
+        (lambda a, b: tirx.max(a, b), lambda a, b: tirx.min(a, b))
     extremes = te.comm_reducer(lambda a, b: (larger(a[0], b[0]), smaller(a[1], b[1])),
                                lambda t0, t1: (mlas_math.f32(-np.inf), mlas_math.f32(np.inf)), name="extremes")
     t = te.reduce_axis((0, (size + LANES - 1) // LANES), "t")
