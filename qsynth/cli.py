@@ -85,6 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     """Run ``qsynth`` with ``argv`` (default: the process's arguments); returns the exit status."""
     from isa_specs.check import ToolchainError
     from synth.cache import CacheError
+    from tvm_integration.torch_kept_out import keep_torch_out_of_tvm
+    keep_torch_out_of_tvm()                             # no command passes torch tensors to TVM: 3 s less a start
     _State.debug = False
     command = typer.main.get_command(build_app())
     try:

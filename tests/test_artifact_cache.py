@@ -142,6 +142,8 @@ def test_a_folder_others_can_write_is_never_used(setup, tmp_path, capfd, monkeyp
 
 KILLED = """
 import functools, os, signal, sys
+from tvm_integration.torch_kept_out import keep_torch_out_of_tvm
+keep_torch_out_of_tvm()                      # as qsynth's main does, before TVM is imported here
 import tvm.support.cc as cc
 link = cc.create_shared
 @functools.wraps(link)
@@ -180,6 +182,8 @@ def test_a_killed_compile_leaves_nothing_behind(setup, tmp_path, command):
 KEY = """
 import sys
 from pathlib import Path
+from tvm_integration.torch_kept_out import keep_torch_out_of_tvm
+keep_torch_out_of_tvm()
 from tvm_integration.qnn.runtime import artifacts
 print(artifacts.key(Path(sys.argv[1]), "host"))
 """

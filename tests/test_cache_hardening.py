@@ -74,7 +74,8 @@ def test_cache_ls_skips_odd_files_with_one_line_each(odd_cache, tmp_path):
 def test_kernel_lookups_skip_odd_files_once_per_process(odd_cache, tmp_path):
     """What `qsynth inspect` and `compile` read: the int8 tiles of each ISA, the cache scanned per ISA."""
     root, _, odd = odd_cache
-    prelude = ("import sys; from pathlib import Path; from tvm_integration.kernels import int8\n"
+    prelude = ("import sys; from pathlib import Path; from tvm_integration import torch_kept_out\n"
+               "torch_kept_out.keep_torch_out_of_tvm(); from tvm_integration.kernels import int8\n"
                "for isa in ('neon', 'avx2', 'avx512'): print(isa, len(int8.proved_entries(isa, Path(sys.argv[1]))))")
     proc, _ = _run([str(root)], root, tmp_path / "trust.json", prelude)
     assert proc.returncode == 0, proc.stderr
