@@ -1,11 +1,10 @@
 """TVM imports torch while it is itself imported, whenever torch is installed (``tvm_ffi/__init__.py``, a workaround for
 a symbol clash seen on Windows; tvm_ffi's optional torch DLPack extension; ``tvm.relax.base_py_module``): about 3 s
-of CPU in every process that imports TVM, and TVM's passes ran about 10% slower with it loaded (a tiny ResNet's
-compile_model and first run, five alternating pairs, CPU: 11.5 s without torch, 12.6 with it on average; 0-17% a
-pair), though nothing qsynth runs passes torch tensors to TVM. TVM has no switch that stops it.
-``keep_torch_out_of_tvm()``, called by the entry points (the ``qsynth`` command, the test suite), refuses torch to
-TVM's own imports while TVM is being imported, and to nothing else: torch stays importable by any other module, and
-by TVM's functions when they run; once imported it is TVM's too (``sys.modules`` is read before any finder)."""
+of CPU in every process that imports TVM, though nothing qsynth runs passes torch tensors to TVM. TVM has no switch
+that stops it. ``keep_torch_out_of_tvm()``, called by the entry points (the ``qsynth`` command, the test suite),
+refuses torch to TVM's own imports while TVM is being imported, and to nothing else: torch stays importable by any
+other module, and by TVM's functions when they run; once imported it is TVM's too (``sys.modules`` is read before any
+finder)."""
 from __future__ import annotations
 
 import importlib.abc
