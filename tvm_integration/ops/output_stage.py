@@ -393,7 +393,7 @@ def round_narrowed(x, bounds: tuple[int, int], zero_point: int, dtype: str):
     Exact for every input, NaN aside: clamping after rounding equals clamping before."""
     lo, hi = bounds
     biased = tirx.reinterpret("int32", fenced(x) + tirx.const(ROUNDING_BIAS, "float32"))
-    offset = tirx.const(int(np.float32(ROUNDING_BIAS).view(np.int32)) - zero_point, "int32")
+    offset = tirx.const(FLOAT_BITS - zero_point, "int32")
     value = tirx.call_llvm_pure_intrin("int32", "llvm.ssub.sat", biased, offset)
     short = tirx.max(tirx.min(value, 2**15 - 1), -2**15).astype("int16")
     return tirx.max(tirx.min(short, tirx.const(hi, "int16")), tirx.const(lo, "int16")).astype(dtype)
