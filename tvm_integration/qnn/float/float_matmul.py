@@ -17,11 +17,6 @@ NEON_BUDGET = 64              # floats of a NEON register tile: 16 of its 32 vec
 PACKED_STRIDE_K = 256
 
 
-def host_lanes() -> int:
-    """float32 lanes of the host model's vectors: AVX-512's 16, else AVX2's 8."""
-    return LANES if "avx512f" in host.x86_features(host.model()) else LANES // 2
-
-
 def stride_k(k: int, n: int, trans_a: bool = False) -> int:
     """MLAS sgemm's K block for a K x N operand B: 128 (with N blocks of 128), halved while K fits in
     half of it (N's block doubled), doubled while N fits in half of N's block (down to 16) unless A
@@ -158,7 +153,7 @@ def _register_tile_shape(m: int, wide: int, budget: int | None = None) -> tuple[
     MLAS's FMA3 kernel): BERT's attention at 384 tokens, Q.K^T 4.14 -> 3.73 ms, A.V 6.08 -> 5.68.
     ``budget``: the floats a tile holds when given (NEON's), else the x86 host's."""
     if budget is None:
-        budget = 256 if host_lanes() == LANES else 64
+        budget = 256 if "avx512f" in host.x86_features(host.model()) else 64
         if budget == 64 and m % 6 == 0 and wide % 16 == 0:
             return 6, 16
     rows = next(r for r in (4, 2, 1) if m % r == 0)

@@ -19,7 +19,6 @@ from tvm.script.ir_builder import tirx as T
 from tvm_integration.qnn.float import mlas_math
 
 
-
 def lane_tree(lane, combine, lanes: int):
     """MLAS's reduction of a vector's lanes: AVX-512F's 16, halves (j with j + 8), pairs, pairs, halves;
     FMA3's 8 (two vhaddps, then the 128-bit halves), pairs, pairs, halves."""
