@@ -33,7 +33,9 @@ def _qsynth(*argv, cache_root, trust_store):
                           timeout=900)
 
 
-def test_sweep_on_ray_fills_the_cache_and_a_rerun_does_only_the_missing_jobs(tmp_path):
+def test_sweep_on_ray_fills_the_cache_and_a_rerun_does_only_the_missing_jobs(local_ray, tmp_path):
+    """The first sweep starts a Ray instance of its own; the rerun joins a running cluster (``--address``,
+    the fixture's) instead of starting one, as a second start would cost 20 s of CPU for the same code."""
     root, store = tmp_path / "cache", tmp_path / "trust.json"
     # one config and encoding, its acc kernels and their GEMM-shaped variant and its lanes tiles of 2 and 3
     # columns (5 jobs); the executor does not depend on the layout, and the paper's tiles the sweep adds for
@@ -53,16 +55,19 @@ def test_sweep_on_ray_fills_the_cache_and_a_rerun_does_only_the_missing_jobs(tmp
     verify = _qsynth("cache", "verify", "-j", "2", cache_root=root, trust_store=tmp_path / "fresh.json")
     assert verify.returncode == 0 and verify.stdout.rstrip().endswith("5 entries, 0 failed"), verify.stdout[-2000:]
 
-    # two results lost (a worker killed, a job failed): the rerun submits those two only
+    # two results lost (a worker killed, a job failed): the rerun, on the cluster it joins, submits those two only
     lost = sorted(rows, key=lambda r: r["name"])[:2]
     for r in lost:
         cache.path_for(r["cache_key"], root).unlink()
     kept = {p.name: p.read_bytes() for p in cache.entries(root)}
-    proc = _qsynth(*argv, cache_root=root, trust_store=store)
+    address = ray.get_runtime_context().gcs_address
+    proc = _qsynth(*argv, "--address", address, cache_root=root, trust_store=store)
     assert proc.returncode == 0, proc.stderr[-2000:]
     again = {r["name"]: r for r in json.loads(proc.stdout)}
     assert {n for n, r in again.items() if not r["from_cache"]} == {r["name"] for r in lost}
     assert all(r["status"] == "proved" for r in again.values())
+    assert all(r["node"] for r in again.values() if not r["from_cache"])
+    assert ray.is_initialized() and ray.cluster_resources().get("CPU") == 2       # the joined cluster is still up
     assert all((root / name).read_bytes() == data for name, data in kept.items())     # finished ones untouched
     assert len(cache.entries(root)) == 5
 
@@ -177,16 +182,3 @@ def test_a_killed_worker_leaves_the_cache_consistent_and_the_rerun_does_only_its
     assert rows["bitserial_a1w1_hybrid_acc_8x64_neon"] == dict(rows["bitserial_a1w1_hybrid_acc_8x64_neon"],
                                                                 status="proved", from_cache=False)
     assert len(cache.entries(root)) == 2
-
-
-def test_sweep_with_address_joins_a_running_cluster(local_ray, tmp_path):
-    """``--address`` connects to a cluster that is already up (here the fixture's) instead of starting one."""
-    address = ray.get_runtime_context().gcs_address
-    proc = _qsynth("sweep", "--executor", "ray", "--address", address, "--isa", "neon", "--configs",
-                   "a1w1_unipolar_acc_8x64", "--out", str(tmp_path), "--json", cache_root=tmp_path / "cache",
-                   trust_store=tmp_path / "trust.json")
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    [row] = json.loads(proc.stdout)
-    assert row["status"] == "proved" and not row["from_cache"] and row["node"]
-    assert [p.stem for p in cache.entries(tmp_path / "cache")] == [row["cache_key"]]
-    assert ray.is_initialized() and ray.cluster_resources().get("CPU") == 2       # the cluster is still up
