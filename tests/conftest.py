@@ -1,5 +1,6 @@
 import functools
 import os
+import sys
 import tempfile
 
 import pytest
@@ -11,6 +12,13 @@ from synth import trust
 from tvm_integration.torch_kept_out import keep_torch_out_of_tvm
 
 keep_torch_out_of_tvm()     # no test passes torch tensors to TVM: 3 s of CPU less in each process that imports TVM
+
+# PYTHONDONTWRITEBYTECODE (this environment sets it) made each xdist worker, and each Python a test starts,
+# compile the project's sources and the test files again: collecting the suite took 22 s of CPU against 13-15
+# with their bytecode kept. Kept as Python keeps it by default, in __pycache__ (gitignored); Python checks it
+# against its source's time and size. Set here, before xdist starts its workers with this environment.
+if os.environ.pop("PYTHONDONTWRITEBYTECODE", None) is not None:
+    sys.dont_write_bytecode = False
 
 # CI: bounded, derandomized runs so the default suite stays fast and reproducible.
 settings.register_profile("ci", max_examples=25, deadline=None, derandomize=True,
