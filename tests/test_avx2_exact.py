@@ -247,10 +247,10 @@ def test_weights_of_minus_128_break_the_stage_so_the_operator_raises_them():
 def test_a_quantized_model_is_exact_on_the_avx2_tiles(avx2_only, tmp_path):
     """The whole model path on an AVX2-only host model: a ResNet-style model quantized by onnxruntime,
     compiled onto the AVX2 tiles (the tuning log's or the untuned choice per layer), equals onnxruntime's
-    exact mode on every output. On a host that is AVX2-only already this is test_qnn's
-    resnet-qdq_per_channel case: the same model compiled for the same host model."""
+    exact mode on every output. On a host that is AVX2-only already this is test_demo's quick run (the
+    model of ``qsynth demo --quick``): the same model compiled for the same host model."""
     if host.restricted(LIVE, "avx2") == LIVE:
-        pytest.skip("this host is AVX2-only: test_qnn.py's resnet-qdq_per_channel case compiles this model for it")
+        pytest.skip("this host is AVX2-only: test_demo.py's quick run compiles this model for it")
     from tvm_integration.bench import int8_models
     from tvm_integration.bench.models import random_inputs, reference_session
     from tvm_integration.qnn.runtime.model import compile_model
