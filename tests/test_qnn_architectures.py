@@ -77,7 +77,7 @@ def shufflenet_v2(size: int = 32, stages=((16, 2), (32, 3)), split: str = "Split
     return g.model([1, 3, size, size], g.gemm(x, 64, 10), [1, 10], "shufflenet_v2")
 
 
-def densenet(size: int = 32, growth: int = 8, blocks=(3, 3), seed: int = 6) -> onnx.ModelProto:
+def densenet(size: int = 32, growth: int = 8, blocks=(2, 2), seed: int = 6) -> onnx.ModelProto:
     g = Graph(seed)
     x = g.node("Relu", [g.batch_norm(g.conv("input", 3, 16, 7, stride=2, act=None), 16)])
     x = g.node("MaxPool", [x], kernel_shape=[3, 3], strides=[2, 2], pads=[1] * 4)
