@@ -52,6 +52,15 @@ def test_inner_layers_are_bitserial_and_the_ends_int8(built):
     assert {r.operator for r in rows.values()} == {"bitserial"}
 
 
+def test_the_integer_network_adds_as_onnx_does_where_scales_lie_far_apart():
+    """Two stages of widths 8 and 16: layer2.0's conv2 all but vanishes (scale 2**-27) beside its
+    shortcut (2**-5), so the residual Add's float32 sum rounds, onto a half step. The integer network
+    must round it as onnxruntime's float graph does (one code apart on 8 of the 10 logits otherwise)."""
+    model, x, logits = resnet_lowbit(2, 2, size=32, widths=(8, 16), classes=10)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_array_equal(session.run(None, {"input": x})[0], logits)
+
+
 def test_conv_int_is_a_convolution():
     rng = np.random.default_rng(0)
     x, w = rng.integers(-3, 4, (1, 2, 5, 5)), rng.integers(-2, 2, (3, 2, 3, 3))

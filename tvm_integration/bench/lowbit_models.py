@@ -11,8 +11,9 @@ the numpy integer network they compute.
   ``abits``-bit (Relu), the second int8; the residual add + Relu writes the ``abits``-bit stream the
   next block reads;
 * every scale is a power of two, so the float computation onnxruntime does between DQ and Q is exact
-  (and its int8 kernels, onto which its default optimizations fuse the groups, agree with it): the
-  integer network below, onnxruntime and qsynth must agree bit for bit. Output scales are
+  (and its int8 kernels, onto which its default optimizations fuse the groups, agree with it) but for
+  the residual Add, whose float32 sum rounds where its operands' scales lie far apart; the integer
+  network below adds in float32 too, so it, onnxruntime and qsynth must agree bit for bit. Output scales are
   chosen on a calibration input so that no layer saturates or vanishes (1-bit: half of the positive
   values quantize to 1).
 """
@@ -58,6 +59,14 @@ class Tensor:
     zero_point: int
     lo: int
     hi: int
+
+
+def added_in_float32(a: Tensor, b: Tensor) -> np.ndarray:
+    """The float Add of two dequantized tensors as ONNX computes it, in float32: where their scales
+    lie more than 2**24 apart the sum rounds (a tensor whose layer all but vanished, beside another)."""
+    def dequantized(t):
+        return (t.q - t.zero_point).astype(np.float32) * np.float32(t.scale)
+    return (dequantized(a) + dequantized(b)).astype(np.float64)
 
 
 @dataclass
@@ -178,7 +187,7 @@ def resnet_lowbit(abits: int, wbits: int, size: int = 224, widths=(64, 128, 256,
             shortcut = x if stride == 1 and x.q.shape[1] == width else \
                 g.conv(x, width, 1, stride, wbits, "s8", f"{name}.downsample")
             total = g.node("Add", [y.name, shortcut.name])
-            values = (y.q - y.zero_point) * y.scale + (shortcut.q - shortcut.zero_point) * shortcut.scale
+            values = added_in_float32(y, shortcut)
             x = g.requantized(total, values, "act")
     # classifier: global average pool to u8, fully connected int8
     gap = g.node("GlobalAveragePool", [x.name])
