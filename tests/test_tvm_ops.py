@@ -8,7 +8,8 @@ from hypothesis import given, settings, strategies as st
 
 from conftest import HOST_RUNS, skip_if
 from tvm_integration.kernels import int8, selection, tuning
-from tvm_integration.ops import direct
+from isa_specs.features import REGISTER_FILES
+from tvm_integration.ops import depthwise, direct
 from tvm_integration.ops.conv2d import build_conv2d, conv2d, reads_in_place, space_to_depth
 from tvm_integration.ops.gemm import Tile, weights_outer
 from tvm_integration.ops.dense import dense
@@ -109,6 +110,31 @@ def test_conv2d(layout, c, o, ksize, stride, pad, groups, dtype):
     x, w = random(shape, dtype), random((o, c // groups, ksize, ksize), "int8")
     out = conv2d(w, shape, layout, stride, pad, groups, dtype)(x)
     assert np.array_equal(out, conv_reference(x, w, layout, stride, pad, groups))
+
+
+def first_fit(tiles, channels: int, width: int) -> tuple[int, int]:
+    return next((w, c) for w, c in tiles if channels % w == 0 and width % c == 0)
+
+
+def test_depthwise_tiles_on_avx512_are_register_tiles_order():
+    """AVX-512's 32 zmm hold every tile's accumulators in half the file: the tile REGISTER_TILES' order
+    gives, on any shape."""
+    avx512 = depthwise.fitting(depthwise.REGISTER_TILES, REGISTER_FILES["avx512"])
+    assert all(first_fit(avx512, c, w) == first_fit(depthwise.REGISTER_TILES, c, w)
+               for c in range(1, 97) for w in range(1, 113))
+
+
+@pytest.mark.parametrize("c,hw,stride,tile", [(32, 16, 1, (16, 4)), (48, 14, 1, (8, 7)), (48, 28, 2, (8, 7)),
+                                              (24, 7, 1, (8, 7))])
+def test_depthwise_on_avx2_register_tiles(c, hw, stride, tile):
+    """AVX2's 16 ymm: at most 8 accumulators (16 channels x 4 columns, 8 x 7 where 4 does not divide the
+    row; the 16 x 8 tile spilled its 16), the layer computed as numpy does on this host's tile."""
+    out_width = (hw - 1) // stride + 1
+    assert first_fit(depthwise.fitting(depthwise.REGISTER_TILES, REGISTER_FILES["avx2"]), c, out_width) == tile
+    shape = (1, hw, hw, c)
+    x, w = random(shape, "uint8"), random((c, 1, 3, 3), "int8")
+    out = conv2d(w, shape, "NHWC", stride, 1, c, "uint8")(x)
+    assert np.array_equal(out, conv_reference(x, w, "NHWC", stride, 1, c))
 
 
 @pytest.mark.parametrize("stride,padding,copied", [(1, 0, False), (2, 0, False), (1, 1, True)])

@@ -16,6 +16,8 @@ from __future__ import annotations
 import numpy as np
 from tvm import te
 
+from isa_specs import host
+from isa_specs.features import REGISTER_FILES
 from tvm_integration.kernels import int8, selection, tuning
 from tvm_integration.ops.operator import Built, Operator
 from tvm_integration.ops import depthwise, direct, winograd
@@ -129,7 +131,9 @@ def build_conv2d(weight: np.ndarray, input_shape: tuple[int, ...], layout: str =
     result_shape = (b, o, oh, ow) if layout == "NCHW" else (b, oh, ow, o)
     x = te.placeholder(tuple(input_shape), data_dtype, name="data")
     if cg == 1 and o == groups:
-        mod, constants, out_shape = depthwise.build(x, layout, weight, stride, pads, (oh, ow), stage, pad_value)
+        registers = REGISTER_FILES["avx512" if "avx512f" in host.x86_features(host.model()) else "avx2"]
+        mod, constants, out_shape = depthwise.build(x, layout, weight, stride, pads, (oh, ow), stage, pad_value,
+                                                    depthwise.fitting(depthwise.REGISTER_TILES, registers))
         return Built(mod, constants, out_shape, stage.out_dtype, input_shape, data_dtype, result_shape,
                      selection.int8_target())
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 from tvm import s_tir, te, tirx
 
+from isa_specs.features import RegisterFile
 from tvm_integration.kernels.neon_int8 import symmetric
 from tvm_integration.ops.gemm import parallel_rows
 from tvm_integration.ops.output_stage import OutputStage, by_bits, placeholders
@@ -31,6 +32,20 @@ REGISTER_TILES = tuple((w, c) for w in VECTOR_WIDTHS for c in COLUMNS)
 SMULL = "llvm.aarch64.neon.smull"        # 8 x s8 * 8 x s8 -> 8 x s16: the tap pairs' products
 PAIR_TILES = tuple((8, c) for c in COLUMNS)   # smull's 8 channels a vector: 8 columns x 8 channels first
 PAD_VECTOR = 8                            # the pad pass's copies: the tap pairs' channels come in 8s
+
+
+def fitting(tiles, registers: RegisterFile) -> tuple:
+    """``tiles`` whose int32 accumulators (width over the register's lanes, rounded up, times the columns)
+    take at most half of ``registers``, the most accumulator registers first, then the widest vector: the
+    other half holds the taps' pixels and weights. On AVX2's 16 ymm registers REGISTER_TILES' first,
+    16 x 8, held 16 accumulators and spilled them in the tap loop; on AVX-512 every tile fits and the
+    order is REGISTER_TILES' own."""
+    lanes = registers.bits // 32
+
+    def accumulators(tile):
+        return -(-tile[0] // lanes) * tile[1]
+    return tuple(sorted((t for t in tiles if accumulators(t) <= registers.count // 2),
+                        key=lambda t: (-accumulators(t), -t[0])))
 
 
 def tap_pairs_fit(layout: str, weight: np.ndarray) -> bool:
