@@ -308,10 +308,10 @@ def test_dynamic_quantize_equals_onnxruntime_aarch64_without_a_division(tmp_path
     ties[0, :2] = (0, 255 / 16)
     compiled = compile_model(tmp_path / "dql.onnx", target="neon", mcpu=CORE, allow_float=True)
     names = [o.name for o in outputs]
-    for x in (ties, 1.5 * rng.standard_normal(shape) + 0.2, 0.01 * rng.standard_normal(shape)):
-        feeds = {"x": x.astype(np.float32)}
-        ours = compiled(feeds)
-        arm, _ = ort_aarch64.run(tmp_path / "dql.onnx", feeds, names, CORE, counted=False)
+    feeds = [{"x": x.astype(np.float32)}
+             for x in (ties, 1.5 * rng.standard_normal(shape) + 0.2, 0.01 * rng.standard_normal(shape))]
+    arms = ort_aarch64.run_each(tmp_path / "dql.onnx", feeds, names, CORE)
+    for ours, arm in zip(compiled.each(feeds), arms, strict=True):
         for name, theirs in zip(names, arm):
             np.testing.assert_array_equal(ours[name], theirs, err_msg=name)
 

@@ -42,12 +42,11 @@ def assert_exact(path, core: str, feeds: list[dict[str, np.ndarray]]) -> None:
     session = reference_session(path)
     with tempfile.TemporaryDirectory(prefix="qsynth-u8-weights-") as work:
         stated = arm_models.stated_model(path, model.op_kinds, Path(work))
-        for feed in feeds:
-            ours = model(feed)
-            arm = ort_aarch64.run(stated, feed, model.outputs, core, counted=False)[0]
-            for name, theirs, x86 in zip(model.outputs, arm, session.run(model.outputs, feed), strict=True):
-                np.testing.assert_array_equal(ours[name], theirs)
-                np.testing.assert_array_equal(ours[name], x86)
+        arms = ort_aarch64.run_each(stated, feeds, model.outputs, core)
+    for feed, ours, arm in zip(feeds, model.each(feeds), arms, strict=True):
+        for name, theirs, x86 in zip(model.outputs, arm, session.run(model.outputs, feed), strict=True):
+            np.testing.assert_array_equal(ours[name], theirs)
+            np.testing.assert_array_equal(ours[name], x86)
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,8 @@ are checked against their digests before every use (wheels.py).
   library holding the VM executable, its constants and the compiled TIR;
 * ``CrossModel(path)``: ``model(*inputs)`` writes the inputs as .npy files, runs the driver under
   ``qemu-aarch64 -L /usr/aarch64-linux-gnu`` (the cross gcc's sysroot: the loader, libc, libstdc++),
-  and returns the outputs (a tuple's leaves, in order) as arrays.
+  and returns the outputs (a tuple's leaves, in order) as arrays; ``model.each(runs)`` does so for several
+  sets of inputs in one qemu process.
 
 The driver makes the VM as ``tvm.relax.VirtualMachine(lib, tvm.cpu())`` does: ``vm_load_executable``,
 then ``vm_initialization`` on the CPU with the pooled allocator, then calls ``main``. The result is
@@ -122,31 +123,44 @@ class CrossModel:
         self._dir = Path(tempfile.mkdtemp(prefix="qsynth-aarch64-model-"))
         weakref.finalize(self, shutil.rmtree, self._dir, True)
 
-    def command(self, inputs: list[Path], out_prefix: Path, qemu_options: tuple[str, ...] = (),
+    def command(self, runs: list[tuple[Path, list[Path]]], qemu_options: tuple[str, ...] = (),
                 measure: bool = False) -> list[str]:
-        """The qemu command line running the model on the .npy files ``inputs`` (``measure``: the driver's
-        --measure, model_driver.c), once the runtime and the driver have been checked."""
+        """The qemu command line running the model once for each (output prefix, .npy inputs) of ``runs``
+        (``measure``: the driver's --measure, one run; model_driver.c), once the runtime and the driver have
+        been checked."""
+        arguments = [str(a) for prefix, inputs in runs for a in ("--", prefix, *inputs)][1:]
         return [*under_qemu(driver(), qemu_options), *(["--measure"] if measure else []), str(self.library),
-                str(out_prefix), *map(str, inputs)]
+                *arguments]
 
     @property
     def code_maps(self) -> Path:
         """The code mappings the last run with ``measure`` wrote (bench/qemu_blocks.py reads them)."""
-        return self._dir / "outmaps.txt"
+        return self._dir / "out0_maps.txt"
 
     def __call__(self, *inputs: np.ndarray, qemu_options: tuple[str, ...] = (),
                  measure: bool = False) -> list[np.ndarray]:
         """The outputs on ``inputs``; ``measure``: after a warm-up run, once more between the driver's
         marks (qemu/measure.h), for a block-counting ``qemu_options``."""
-        paths = []
-        for i, x in enumerate(inputs):
-            paths.append(self._dir / f"input{i}.npy")
-            np.save(paths[-1], np.asarray(x, order="C"))         # ascontiguousarray makes a 0-d input 1-d
-        for old in self._dir.glob("out*.npy"):
+        return self.each([inputs], qemu_options, measure)[0]
+
+    def each(self, runs: list[tuple[np.ndarray, ...]], qemu_options: tuple[str, ...] = (),
+             measure: bool = False) -> list[list[np.ndarray]]:
+        """The outputs on each set of inputs of ``runs``, all run by one qemu process (a start costs about
+        2.4 s of CPU); ``measure``: as ``__call__``'s, one run only."""
+        if measure and len(runs) != 1:
+            raise ValueError(f"a measured inference is one run, not {len(runs)}")
+        for old in self._dir.glob("*.npy"):
             old.unlink()
-        proc = subprocess.run(self.command(paths, self._dir / "out", qemu_options, measure), capture_output=True,
-                              text=True, timeout=3600)
+        planned = []
+        for r, inputs in enumerate(runs):
+            paths = [self._dir / f"in{r}_{i}.npy" for i in range(len(inputs))]
+            for path, x in zip(paths, inputs):
+                np.save(path, np.asarray(x, order="C"))          # ascontiguousarray makes a 0-d input 1-d
+            planned.append((self._dir / f"out{r}_", paths))
+        proc = subprocess.run(self.command(planned, qemu_options, measure), capture_output=True, text=True,
+                              timeout=3600)
         if proc.returncode:
             raise RuntimeError(f"the model failed under qemu (exit {proc.returncode}): {proc.stderr.strip()[-3000:]}")
-        count = int(proc.stdout.split()[-2])                    # "N outputs"
-        return [np.load(self._dir / f"out{i}.npy") for i in range(count)]
+        counts = [int(line.split()[0]) for line in proc.stdout.splitlines() if line.endswith(" outputs")]
+        return [[np.load(f"{prefix}{i}.npy") for i in range(count)] for (prefix, _), count in zip(planned, counts,
+                                                                                                  strict=True)]

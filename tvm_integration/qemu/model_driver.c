@@ -2,15 +2,16 @@
  * qemu-aarch64, with TVM's own C++ runtime for AArch64 (libtvm_runtime.so and libtvm_ffi.so from the
  * aarch64 wheels) and no Python: tvm_integration/qemu/cross_model.py builds and runs it.
  *
- *   model_driver [--measure] LIBRARY OUT_PREFIX [IN.npy ...]
+ *   model_driver [--measure] LIBRARY OUT_PREFIX [IN.npy ...] [-- OUT_PREFIX [IN.npy ...]] ...
  *   model_driver --missing NAME ...
  *
  * loads LIBRARY (ffi.ModuleLoadFromFile), makes its VM (vm_load_executable, vm_initialization on the
- * CPU with the pooled allocator, as tvm.relax.VirtualMachine does), calls "main" on the inputs (NumPy
- * .npy files, C order, little endian) and writes the outputs, a tuple's leaves in order, to
- * OUT_PREFIX0.npy, OUT_PREFIX1.npy, ... It uses only tvm-ffi's C API (this host has no AArch64 C++
- * compiler). --measure: run "main" once more between two marks and write the code's mappings to
- * OUT_PREFIXmaps.txt (measure.h: one inference costed by bench/qemu_blocks.py). --missing: print the
+ * CPU with the pooled allocator, as tvm.relax.VirtualMachine does), and for each run (an OUT_PREFIX and
+ * its inputs, runs apart by "--": several inputs cost one qemu start) calls "main" on the inputs (NumPy
+ * .npy files, C order, little endian), writes the outputs, a tuple's leaves in order, to OUT_PREFIX0.npy,
+ * OUT_PREFIX1.npy, ... and prints "N outputs". It uses only tvm-ffi's C API (this host has no AArch64 C++
+ * compiler). --measure (one run only): run "main" once more between two marks and write the code's
+ * mappings to OUT_PREFIXmaps.txt (measure.h: one inference costed by bench/qemu_blocks.py). --missing: print the
  * NAMEs this runtime registers no global function for, a line each (what a model compiled for it may
  * call: cross_model.missing_functions). Exit status: 0, 1 when TVM raised an error (printed), 2 on bad
  * usage or files. */
@@ -161,29 +162,40 @@ int main(int argc, char **argv) {
   if (argc > 1 && !strcmp(argv[1], "--missing")) return print_missing(argc - 2, argv + 2);
   int measure = argc > 1 && !strcmp(argv[1], "--measure");
   argv += measure, argc -= measure;
-  if (argc < 3) { fprintf(stderr, "usage: %s [--measure] LIBRARY OUT_PREFIX [IN.npy ...]\n", argv[0]); return 2; }
+  if (argc < 3) {
+    fprintf(stderr, "usage: %s [--measure] LIBRARY OUT_PREFIX [IN.npy ...] [-- OUT_PREFIX [IN.npy ...]] ...\n",
+            argv[0]);
+    return 2;
+  }
+  for (int i = 3; measure && i < argc; ++i)
+    if (!strcmp(argv[i], "--")) { fprintf(stderr, "--measure measures one run\n"); return 2; }
   TVMFFIAny path = str(argv[1]);
   TVMFFIAny library = call("loading the library", global("ffi.ModuleLoadFromFile"), &path, 1);
   TVMFFIAny vm = call("vm_load_executable", function_of(library, "vm_load_executable"), NULL, 0);
   TVMFFIAny init[3] = {integer(kDLCPU), integer(0), integer(2)};   /* the CPU, the pooled allocator */
   call("vm_initialization", function_of(vm, "vm_initialization"), init, 3);
-  int n = argc - 3;
-  TVMFFIAny *inputs = calloc((size_t)n + 1, sizeof *inputs);
-  for (int i = 0; i < n; ++i) {
-    inputs[i].type_index = kTVMFFITensor;
-    inputs[i].v_obj = read_npy(argv[i + 3]);
-  }
   TVMFFIObjectHandle main_function = function_of(vm, "main");
-  TVMFFIAny result = call("main", main_function, inputs, n);
-  if (measure) {
+  TVMFFIAny *inputs = calloc((size_t)argc, sizeof *inputs);
+  for (int at = 2; at < argc; at += 2) {             /* a run: OUT_PREFIX, then its inputs up to "--" */
+    const char *prefix = argv[at];
+    int n = 0;
+    for (; at + 1 < argc && strcmp(argv[at + 1], "--"); ++n) {
+      inputs[n].type_index = kTVMFFITensor;
+      inputs[n].v_obj = read_npy(argv[++at]);
+    }
+    TVMFFIAny result = call("main", main_function, inputs, n);
+    if (measure) {
+      if (result.type_index >= kTVMFFIStaticObjectBegin) TVMFFIObjectDecRef(result.v_obj);
+      mark();
+      result = call("main", main_function, inputs, n);
+      mark();
+      char maps[4096];
+      snprintf(maps, sizeof maps, "%smaps.txt", prefix);
+      write_code_maps(maps);
+    }
+    printf("%d outputs\n", write_outputs(prefix, result, 0));
     if (result.type_index >= kTVMFFIStaticObjectBegin) TVMFFIObjectDecRef(result.v_obj);
-    mark();
-    result = call("main", main_function, inputs, n);
-    mark();
-    char maps[4096];
-    snprintf(maps, sizeof maps, "%smaps.txt", argv[2]);
-    write_code_maps(maps);
+    for (int i = 0; i < n; ++i) TVMFFIObjectDecRef(inputs[i].v_obj);
   }
-  printf("%d outputs\n", write_outputs(argv[2], result, 0));
   return 0;
 }

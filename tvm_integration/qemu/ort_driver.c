@@ -2,12 +2,14 @@
  * wheel) under qemu-aarch64, through onnxruntime's C API (this host has no AArch64 C++ compiler), so
  * that its inference can be costed as qsynth's is (tvm_integration/bench/ort_aarch64.py builds and runs it).
  *
- *   ort_driver [--measure] MODEL OUT_PREFIX THREADS IN_NAME=IN.npy ... -- OUT_NAME ...
+ *   ort_driver [--measure] MODEL THREADS OUT_NAME ... -- OUT_PREFIX IN_NAME=IN.npy ... [-- OUT_PREFIX IN_NAME=IN.npy ...] ...
  *
- * makes a session on the CPU provider (intra-op THREADS, the default graph optimizations), runs it once and
- * writes the outputs to OUT_PREFIX0.npy, OUT_PREFIX1.npy, ... --measure: that run is a warm-up (the arena,
- * prepacked weights), the outputs are those of one more run between two marks (measure.h: one inference
- * costed by bench/qemu_blocks.py), and the code's mappings go to OUT_PREFIXmaps.txt.
+ * makes a session on the CPU provider (intra-op THREADS, the default graph optimizations) and, for each run
+ * (an OUT_PREFIX and its inputs, runs apart by "--": several inputs cost one qemu start), runs it once,
+ * writes the outputs to OUT_PREFIX0.npy, OUT_PREFIX1.npy, ... and prints "N outputs". --measure (one run
+ * only): that run is a warm-up (the arena, prepacked weights), the outputs are those of one more run between
+ * two marks (measure.h: one inference costed by bench/qemu_blocks.py), and the code's mappings go to
+ * OUT_PREFIXmaps.txt.
  * Exit status: 0, 1 when onnxruntime returned an error (printed), 2 on bad usage or files.
  *
  * onnxruntime's header is not in its wheel: the OrtApi table is reached by slot. Its order is fixed
@@ -83,52 +85,66 @@ static void run(void *session, const char **in_names, void **inputs, int n_in, c
        inputs, (size_t)n_in, out_names, (size_t)n_out, outputs);
 }
 
+static void release(void **values, int n) {
+  for (int k = 0; k < n; ++k) {
+    ((void (*)(void *))api[ReleaseValue])(values[k]);
+    values[k] = NULL;
+  }
+}
+
 int main(int argc, char **argv) {
   const char *in_names[MAX_TENSORS], *out_names[MAX_TENSORS];
-  void *inputs[MAX_TENSORS], *outputs[MAX_TENSORS] = {0};
-  int n_in = 0, n_out = 0, i = 4;
+  void *inputs[MAX_TENSORS], *data[MAX_TENSORS], *outputs[MAX_TENSORS] = {0};
+  int n_out = 0, at = 3;
   int measure = argc > 1 && !strcmp(argv[1], "--measure");
   argv += measure, argc -= measure;
-  if (argc < 5) {
-    fprintf(stderr, "usage: %s [--measure] MODEL OUT_PREFIX THREADS IN_NAME=IN.npy ... -- OUT_NAME ...\n", argv[0]);
+  for (; at < argc && strcmp(argv[at], "--") && n_out < MAX_TENSORS; ++at) out_names[n_out++] = argv[at];
+  if (argc < 3 || !n_out || at + 1 >= argc) {
+    fprintf(stderr, "usage: %s [--measure] MODEL THREADS OUT_NAME ... -- OUT_PREFIX IN_NAME=IN.npy ... "
+            "[-- OUT_PREFIX IN_NAME=IN.npy ...] ...\n", argv[0]);
     return 2;
   }
+  for (int i = at + 1; measure && i < argc; ++i)
+    if (!strcmp(argv[i], "--")) { fprintf(stderr, "--measure measures one run\n"); return 2; }
   api = OrtGetApiBase()->GetApi(API_VERSION);
   if (!api) { fprintf(stderr, "onnxruntime %s has no API version %d\n", OrtGetApiBase()->GetVersionString(), API_VERSION); return 1; }
   void *env, *options, *session, *memory;
   CALL(CreateEnv, (int, const char *, void **), 3, "qsynth", &env);          /* log errors only */
   CALL(CreateSessionOptions, (void **), &options);
-  CALL(SetIntraOpNumThreads, (void *, int), options, atoi(argv[3]));
+  CALL(SetIntraOpNumThreads, (void *, int), options, atoi(argv[2]));
   CALL(CreateSession, (void *, const char *, void *, void **), env, argv[1], options, &session);
   CALL(CreateCpuMemoryInfo, (int, int, void **), 0, 0, &memory);              /* device allocator, default memory */
-  for (; i < argc && strcmp(argv[i], "--") && n_in < MAX_TENSORS; ++i, ++n_in) {
-    char *eq = strchr(argv[i], '=');
-    if (!eq) { fprintf(stderr, "%s: not NAME=PATH.npy\n", argv[i]); return 2; }
-    *eq = '\0';
-    in_names[n_in] = argv[i];
-    Npy a = npy_read(eq + 1);
-    CALL(CreateTensorWithDataAsOrtValue, (void *, void *, size_t, const int64_t *, size_t, int, void **), memory,
-         a.data, a.elements * (size_t)a.bytes, a.shape, (size_t)a.ndim, onnx_type(a, eq + 1), &inputs[n_in]);
-  }
-  for (++i; i < argc && n_out < MAX_TENSORS; ++i) out_names[n_out++] = argv[i];
-  if (!n_out) { fprintf(stderr, "no output names after --\n"); return 2; }
-  run(session, in_names, inputs, n_in, out_names, outputs, n_out);
-  char path[4096];
-  if (measure) {
-    for (int k = 0; k < n_out; ++k) {
-      ((void (*)(void *))api[ReleaseValue])(outputs[k]);
-      outputs[k] = NULL;
+  for (++at; at < argc; at += 2) {                  /* a run: OUT_PREFIX, then its inputs up to "--" */
+    const char *prefix = argv[at];
+    int n_in = 0;
+    for (; at + 1 < argc && strcmp(argv[at + 1], "--") && n_in < MAX_TENSORS; ++n_in) {
+      char *eq = strchr(argv[++at], '=');
+      if (!eq) { fprintf(stderr, "%s: not NAME=PATH.npy\n", argv[at]); return 2; }
+      *eq = '\0';
+      in_names[n_in] = argv[at];
+      Npy a = npy_read(eq + 1);
+      data[n_in] = a.data;
+      CALL(CreateTensorWithDataAsOrtValue, (void *, void *, size_t, const int64_t *, size_t, int, void **), memory,
+           a.data, a.elements * (size_t)a.bytes, a.shape, (size_t)a.ndim, onnx_type(a, eq + 1), &inputs[n_in]);
     }
-    mark();
     run(session, in_names, inputs, n_in, out_names, outputs, n_out);
-    mark();
-    snprintf(path, sizeof path, "%smaps.txt", argv[2]);
-    write_code_maps(path);
+    char path[4096];
+    if (measure) {
+      release(outputs, n_out);
+      mark();
+      run(session, in_names, inputs, n_in, out_names, outputs, n_out);
+      mark();
+      snprintf(path, sizeof path, "%smaps.txt", prefix);
+      write_code_maps(path);
+    }
+    for (int k = 0; k < n_out; ++k) {
+      snprintf(path, sizeof path, "%s%d.npy", prefix, k);
+      write_output(path, outputs[k]);
+    }
+    printf("%d outputs\n", n_out);
+    release(outputs, n_out);
+    release(inputs, n_in);
+    for (int k = 0; k < n_in; ++k) free(data[k]);
   }
-  for (int k = 0; k < n_out; ++k) {
-    snprintf(path, sizeof path, "%s%d.npy", argv[2], k);
-    write_output(path, outputs[k]);
-  }
-  printf("%d outputs\n", n_out);
   return 0;
 }
