@@ -4,7 +4,6 @@ matmul requantized (the reference's arithmetic) on each tile family (v8.0 u8 x u
 operand types, operands read through their transposes, the transformer's 12 x 128 x 64 shapes; and a
 statically quantized encoder built for --target neon equal to its build with the reference
 computation of the matmuls (bind.py's path before this operator). Marked ``qemu``."""
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -20,13 +19,17 @@ pytestmark = [pytest.mark.qemu,
 CORES = {"v8": "cortex-a53", "dotprod": "cortex-a76", "i8mm": "neoverse-n2"}
 
 
-def run_function(built, name, inputs, out_shape, out_dtype, folder: Path):
-    """``built.mod[name]`` alone, compiled for its core and run under qemu on ``inputs``."""
+def run_cases(built: list, folder: Path):
+    """Each module of ``built`` (its functions renamed c<i>_<name>) compiled into one object for their core,
+    linked once in ``folder``: the function ``call(i, name, inputs, out_shape, out_dtype)`` runs one of them
+    under qemu."""
     import tvm
-    mod = tvm.IRModule({"main": built.mod[name].with_attr("global_symbol", "main")})
-    tvm.compile(mod, target=built.target).mod.write_to_file(str(folder / f"{name}.o"))
-    cross.link(folder / f"{name}.o", folder / name)
-    return cross.run(folder / name, inputs, [(out_shape, out_dtype)], folder)[0]
+    functions = {f"c{i}_{name}": b.mod[name].with_attr("global_symbol", f"c{i}_{name}")
+                 for i, b in enumerate(built) for name in ("row_terms", "col_terms", "main")}
+    tvm.compile(tvm.IRModule(functions), target=built[0].target).mod.write_to_file(str(folder / "cases.o"))
+    cross.link(folder / "cases.o", folder / "cases", tuple(functions))
+    return lambda i, name, inputs, out_shape, out_dtype: cross.run(
+        folder / "cases", inputs, [(out_shape, out_dtype)], folder, function=f"c{i}_{name}")[0]
 
 
 def integer_reference(a, b, a_axes, b_axes, za, zb, scale, zy, out_dtype, clamp):
@@ -51,45 +54,47 @@ TRANSFORMER = [((1, 128, 12, 64), "uint8", (0, 2, 1, 3), (1, 128, 12, 64), "int8
                ((1, 12, 128, 128), "uint8", None, (1, 128, 12, 64), "uint8", (0, 2, 1, 3))]
 
 
-def check(family, a_shape, a_dtype, a_axes, b_shape, b_dtype, b_axes, out_dtype="uint8", seed=0):
-    """The operator's output against integer_reference's: requantized to u8 (about 200 codes), or with
-    ``out_dtype`` float32 and a scale of 1 the int32 sum itself (exact in float32 below 2^24), where an
-    error of one shows."""
+def check(family, folder: Path, *cases):
+    """The operator's output on each case (a SHAPES row and its output type) against integer_reference's:
+    requantized to u8 (about 200 codes), or with ``out_dtype`` float32 and a scale of 1 the int32 sum itself
+    (exact in float32 below 2^24), where an error of one shows. The cases' functions are linked once."""
     from tvm_integration.ops.batch_matmul import Operand
     from tvm_integration.ops.neon_batch_matmul import build_batch_matmul
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(0)
     draw = lambda dtype, shape=(): rng.integers(np.iinfo(dtype).min, np.iinfo(dtype).max + 1, shape)
-    a, b = draw(a_dtype, a_shape).astype(a_dtype), draw(b_dtype, b_shape).astype(b_dtype)
-    za, zb = int(draw(a_dtype)), int(draw(b_dtype))
-    spread = np.matmul((a.transpose(a_axes) if a_axes else a).astype(np.int64) - za,
-                       (b.transpose(b_axes) if b_axes else b).astype(np.int64) - zb).std()
-    scale, zy, clamp = (float(np.float32(60 / spread)), 120, (0, 255)) if out_dtype == "uint8" else (1.0, 0, (0, 0))
-    built = build_batch_matmul(Operand(a_shape, a_dtype, a_axes), Operand(b_shape, b_dtype, b_axes), za, zb, scale,
-                               zy, out_dtype, clamp, family=family)
-    assert built.kernel.endswith({"v8": "u8u8_acc_4x4x8_neon", "dotprod": "s8s8_k4_4x4x16_neon",
-                                  "i8mm": "u8s8_k4_4x4x16_neon"}[family])
-    groups, m, n = built.out_shape
-    with tempfile.TemporaryDirectory() as d:
-        folder = Path(d)
-        rows = run_function(built, "row_terms", [a], (groups, m), "int32", folder)
-        cols = run_function(built, "col_terms", [b], (groups, n), "int32", folder)
-        out = run_function(built, "main", [a, b, rows, cols], built.out_shape, out_dtype, folder)
-    expected = integer_reference(a, b, a_axes, b_axes, za, zb, scale, zy, out_dtype, clamp)
-    assert np.unique(expected).size > 40
-    np.testing.assert_array_equal(out.reshape(built.result_shape), expected)
+    built, expected, operands = [], [], []
+    for a_shape, a_dtype, a_axes, b_shape, b_dtype, b_axes, out_dtype in cases:
+        a, b = draw(a_dtype, a_shape).astype(a_dtype), draw(b_dtype, b_shape).astype(b_dtype)
+        za, zb = int(draw(a_dtype)), int(draw(b_dtype))
+        spread = np.matmul((a.transpose(a_axes) if a_axes else a).astype(np.int64) - za,
+                           (b.transpose(b_axes) if b_axes else b).astype(np.int64) - zb).std()
+        scale, zy, clamp = ((float(np.float32(60 / spread)), 120, (0, 255)) if out_dtype == "uint8"
+                            else (1.0, 0, (0, 0)))
+        built.append(build_batch_matmul(Operand(a_shape, a_dtype, a_axes), Operand(b_shape, b_dtype, b_axes), za, zb,
+                                        scale, zy, out_dtype, clamp, family=family))
+        assert built[-1].kernel.endswith({"v8": "u8u8_acc_4x4x8_neon", "dotprod": "s8s8_k4_4x4x16_neon",
+                                          "i8mm": "u8s8_k4_4x4x16_neon"}[family])
+        expected.append(integer_reference(a, b, a_axes, b_axes, za, zb, scale, zy, out_dtype, clamp))
+        operands.append((a, b))
+    call = run_cases(built, folder)
+    for i, (one, (a, b), want) in enumerate(zip(built, operands, expected)):
+        groups, m, n = one.out_shape
+        rows = call(i, "row_terms", [a], (groups, m), "int32")
+        cols = call(i, "col_terms", [b], (groups, n), "int32")
+        out = call(i, "main", [a, b, rows, cols], one.out_shape, one.out_dtype)
+        assert np.unique(want).size > 40
+        np.testing.assert_array_equal(out.reshape(one.result_shape), want)
 
 
 @pytest.mark.parametrize("family", list(CORES))
-def test_operator_equals_the_integer_reference(family):
-    for i, shape in enumerate(SHAPES):
-        check(family, *shape, out_dtype="float32" if i % 2 else "uint8")
-        if i == 0:
-            check(family, *shape, out_dtype="float32")
+def test_operator_equals_the_integer_reference(family, tmp_path):
+    check(family, tmp_path, (*SHAPES[0], "float32"),
+          *((*shape, "float32" if i % 2 else "uint8") for i, shape in enumerate(SHAPES)))
 
 
 @pytest.mark.parametrize("family, shape", [("v8", TRANSFORMER[0]), ("dotprod", TRANSFORMER[1])])
-def test_operator_on_the_transformer_shapes(family, shape):
-    check(family, *shape, out_dtype="float32")
+def test_operator_on_the_transformer_shapes(family, shape, tmp_path):
+    check(family, tmp_path, (*shape, "float32"))
 
 
 def test_core_tile_never_s8s7():

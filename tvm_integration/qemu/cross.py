@@ -1,8 +1,8 @@
 """Operators compiled for AArch64 on this x86 host and run under qemu-aarch64.
 
 There is no AArch64 TVM runtime here, and none is needed: the compiled module is one object whose
-packed function ``__tvm_ffi_main`` is called by a small C driver (qemu_driver.c: any number of tensors
-in and out through files, ``run``; the runtime's parallel-launch and workspace hooks defined as one task on one thread),
+packed function ``__tvm_ffi_main`` (or any of several linked in at once: ``link``'s ``functions``) is
+called by a small C driver (qemu_driver.c: any number of tensors in and out through files, ``run``; the runtime's parallel-launch and workspace hooks defined as one task on one thread),
 statically linked with the cross compiler and run under ``qemu-aarch64 -cpu max``. The result is
 checked, not timed: qemu's speed says nothing about an Arm core (speed: bench/mca.py). The target
 these operators are built for: kernels/selection.py ``aarch64_target``. A whole Relax model needs
@@ -90,11 +90,17 @@ class QemuOperator:
         return result.reshape(self.result_shape)
 
 
-def link(objects, binary: Path) -> None:
-    """Link the driver with ``objects`` (one path or several) into a static AArch64 executable."""
+def link(objects, binary: Path, functions: tuple[str, ...] = ("main",)) -> None:
+    """Link the driver with ``objects`` (one path or several) into a static AArch64 executable that can call
+    each of their ``functions`` (``run``'s ``function``; packed entries ``__tvm_ffi_<name>``)."""
     include = Path(__import__("tvm_ffi").__file__).parent / "include"
     objects = [objects] if isinstance(objects, (str, Path)) else list(objects)
-    cmd = [CC, "-O2", "-static", f"-I{include}", str(DRIVER), *map(str, objects), "-o", str(binary), "-lm"]
+    table = Path(binary).with_name(Path(binary).name + "_functions.c")
+    table.write_text("#include <tvm/ffi/c_api.h>\ntypedef int Packed(void *, const TVMFFIAny *, int32_t, TVMFFIAny *);\n"
+                     + "".join(f"Packed __tvm_ffi_{f};\n" for f in functions)
+                     + "const struct QsynthFunction { const char *name; Packed *entry; } QSYNTH_FUNCTIONS[] = {"
+                     + "".join(f'{{"{f}", __tvm_ffi_{f}}}, ' for f in functions) + "{0, 0}};\n")
+    cmd = [CC, "-O2", "-static", f"-I{include}", str(DRIVER), str(table), *map(str, objects), "-o", str(binary), "-lm"]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
@@ -107,14 +113,16 @@ def write(path: Path, array: np.ndarray) -> str:
     return spec(array.dtype, array.shape, path)
 
 
-def run(binary: Path, inputs: list, outputs: list, directory: Path, qemu_options: tuple[str, ...] = ()):
-    """Run the linked driver ``binary`` under qemu: ``inputs`` (driver arguments from ``write``, or
-    arrays) first, then ``outputs`` (``(shape, dtype)`` each), in the compiled function's argument
-    order; the outputs' arrays."""
+def run(binary: Path, inputs: list, outputs: list, directory: Path, qemu_options: tuple[str, ...] = (),
+        function: str = "main"):
+    """Run the linked driver ``binary``'s ``function`` under qemu: ``inputs`` (driver arguments from
+    ``write``, or arrays) first, then ``outputs`` (``(shape, dtype)`` each), in the compiled function's
+    argument order; the outputs' arrays."""
     args = [a if isinstance(a, str) else write(Path(directory) / f"input{i}.bin", a) for i, a in enumerate(inputs)]
     paths = [Path(directory) / f"out{i}.bin" for i in range(len(outputs))]
     args += [">" + spec(np.dtype(dtype), shape, path) for (shape, dtype), path in zip(outputs, paths)]
-    proc = subprocess.run([*QEMU, *qemu_options, str(binary), *args], capture_output=True, text=True, timeout=600)
+    proc = subprocess.run([*QEMU, *qemu_options, str(binary), f"@{function}", *args], capture_output=True, text=True,
+                          timeout=600)
     if proc.returncode:
         raise RuntimeError(f"the operator failed under qemu (exit {proc.returncode}): {proc.stderr.strip()[-2000:]}")
     results = []

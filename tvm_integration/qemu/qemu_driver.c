@@ -1,7 +1,10 @@
 /* Runs one TVM-compiled AArch64 function (its packed entry __tvm_ffi_main) without a TVM runtime, for
  * qemu-aarch64 (tvm_integration/qemu/cross.py builds it, statically linked with the operator's object).
  *
- *   driver ARG...      each ARG is "code:bits:d0,d1,...:path": the tensor's DLDataType code and bits,
+ *   driver [@NAME] ARG...
+ *                      calls the function NAME (default main) of the table cross.link generates (the
+ *                      entries __tvm_ffi_NAME of the objects linked in: several functions, one link);
+ *                      each ARG is "code:bits:d0,d1,...:path": the tensor's DLDataType code and bits,
  *                      its shape (empty: a 0-d tensor), and a file holding its bytes in C order,
  *                      passed to the function in this order. An ARG written ">code:bits:...:path" is
  *                      an output: it is not read, it is filled with 0x5a bytes before the call (an
@@ -55,7 +58,8 @@ int (*__TVMBackendParallelLaunch)(ParallelLambda, void *, int) = parallel_launch
 void *(*__TVMBackendAllocWorkspace)(int, int, uint64_t, int, int) = workspace_alloc;
 int (*__TVMBackendFreeWorkspace)(int, int, void *) = workspace_free;
 
-int __tvm_ffi_main(void *self, const TVMFFIAny *args, int32_t n, TVMFFIAny *ret);
+typedef int Packed(void *self, const TVMFFIAny *args, int32_t n, TVMFFIAny *ret);
+extern const struct QsynthFunction { const char *name; Packed *entry; } QSYNTH_FUNCTIONS[];  /* NULL-ended */
 
 #define MAX_DIMS 8
 
@@ -109,8 +113,14 @@ static int transfer(Argument *arg, int write) {
 }
 
 int main(int argc, char **argv) {
+  int named = argc > 1 && argv[1][0] == '@';
+  const char *name = named ? argv[1] + 1 : "main";
+  argv += named, argc -= named;
+  const struct QsynthFunction *function = QSYNTH_FUNCTIONS;
+  while (function->name && strcmp(function->name, name)) ++function;
+  if (!function->name) { fprintf(stderr, "no function %s linked in\n", name); return 2; }
   int n = argc - 1, marked = 0;
-  if (n < 1) { fprintf(stderr, "usage: %s [>]code:bits:d0,d1,...:path ... (> marks outputs; else the last is)\n", argv[0]); return 2; }
+  if (n < 1) { fprintf(stderr, "usage: %s [@NAME] [>]code:bits:d0,d1,...:path ... (> marks outputs; else the last is)\n", argv[0]); return 2; }
   Argument *args = calloc((size_t)n, sizeof *args);
   TVMFFIAny *packed = calloc((size_t)n, sizeof *packed);
   for (int i = 0; i < n; ++i) {
@@ -126,8 +136,8 @@ int main(int argc, char **argv) {
   TVMFFIAny ret;
   memset(&ret, 0, sizeof ret);
   ret.type_index = kTVMFFINone;
-  int status = __tvm_ffi_main(NULL, packed, n, &ret);
-  if (status != 0) { fprintf(stderr, "__tvm_ffi_main returned %d\n", status); return status; }
+  int status = function->entry(NULL, packed, n, &ret);
+  if (status != 0) { fprintf(stderr, "__tvm_ffi_%s returned %d\n", name, status); return status; }
   for (int i = 0; i < n; ++i)
     if (args[i].output && transfer(&args[i], 1)) return 2;
   return 0;
