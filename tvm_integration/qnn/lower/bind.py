@@ -31,7 +31,7 @@ from tvm_integration.ops.conv2d import build_conv2d
 from tvm_integration.ops.dense import build_dense
 from tvm_integration.ops.output_stage import OutputStage, ResidualAdd, requantization
 from tvm_integration.qnn.float import float_ops, neon_float, reduce_mean
-from tvm_integration.qnn.lower import bitserial_layer
+from tvm_integration.qnn.lower import bitserial_layer, one_tensor_mul
 from tvm_integration.qnn.prim import prim_calls, schedules
 from tvm_integration.qnn.semantics.errors import ModelError
 from tvm_integration.qnn.semantics.integer_op import IntegerOp
@@ -150,10 +150,13 @@ class Binder:
 
     def mul(self, var, op: IntegerOp) -> bool:
         """As any op computed in NHWC; on neon as onnxruntime's AArch64 kernel computes it (arithmetic.mul's
-        ``neon``), wherever it is emitted."""
-        if self.isa != "neon":
-            return self.in_nhwc(var, op)
-        op = replace(op, params={**op.params, "neon": True})
+        ``neon``), wherever it is emitted. A mul of two functions of one tensor (SiLU) is one lookup of that
+        tensor instead (one_tensor_mul.py)."""
+        neon = self.isa == "neon"
+        if (lookup := one_tensor_mul.folded(op, self.ops, neon)) is not None:
+            op = lookup
+        elif neon:
+            op = replace(op, params={**op.params, "neon": True})
         if not self.in_nhwc(var, op):
             self.reference(var, op)
         return True
