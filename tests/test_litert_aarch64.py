@@ -3,6 +3,9 @@ model built for Arm (qnn/runtime/arm_reference.py, issue 50): it runs a model as
 for Arm equal it; and as Cortex-A53 it computes a uint8 convolution otherwise than as A72, A76 and on x86,
 which arm_reference records as the one TFLite kind not exact against it. Marked ``qemu``; LiteRT's AArch64
 library comes from the registry once (skipped where qemu or the cross gcc are missing, as the other Arm tests)."""
+import re
+import subprocess
+
 import flatbuffers
 import numpy as np
 import pytest
@@ -85,3 +88,47 @@ def test_litert_cortex_a53_computes_a_uint8_conv_otherwise(tmp_path):
         np.testing.assert_array_equal(ours[output], expected, err_msg=output)
     kind = arm_reference.kind("tflite:conv2d")
     assert kind.exact is False and kind.reference == arm_reference.LITERT and "88 of its 1152" in kind.note
+
+
+def as_mul(path, out):
+    """A copy of add_int8 (x + y, [1, 256, 256, 1] each) whose ADD is a MUL, the output scale sa * sb * 128 (float32):
+    the MUL's scale is then 2**-7 exactly, so that every product that is an odd multiple of 64 lies at a tie."""
+    from ai_edge_litert import schema_py_generated as schema
+    model = schema.ModelT.InitFromObj(schema.Model.GetRootAsModel(path.read_bytes(), 0))
+    graph = model.subgraphs[0]
+    model.operatorCodes[0].builtinCode = model.operatorCodes[0].deprecatedBuiltinCode = schema.BuiltinOperator.MUL
+    graph.operators[0].builtinOptionsType, graph.operators[0].builtinOptions = (schema.BuiltinOptions.MulOptions,
+                                                                                schema.MulOptionsT())
+    x, y, result = (graph.tensors[i].quantization for i in (0, 1, 2))
+    result.scale = [float(np.float32(np.float32(x.scale[0]) * np.float32(y.scale[0])) * np.float32(128))]
+    model.signatureDefs = []
+    builder = flatbuffers.Builder(1024)
+    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
+    out.write_bytes(builder.Output())
+    return out
+
+
+def test_tflite_mul_on_arm_rounds_as_litert_aarch64_in_int16_lanes(tmp_path):
+    """LiteRT's AArch64 build runs a MUL on XNNPACK's NEON vmul, which requantizes by "rndnu" (sqdmulh by the
+    scale's mantissa, then a shift rounding half up): at a scale of 2^-7 it rounds the 896 int8 pairs whose product
+    is an odd multiple of 64 up, where its x86 build ("fp32") rounds them to even, as our build for Arm did before.
+    Every int8 pair, built for the A76 equal to LiteRT's AArch64 build as the A76, built for x86 to LiteRT here.
+    On Arm the operands less their zero points are int16 lanes (smull into int32), the rest integer arithmetic;
+    before, float32 products were clamped by fminnm and fmaxnm and rounded by frintx."""
+    from tvm_integration.bench import litert_aarch64
+    from tvm_integration.qemu import cross
+    from tvm_integration.qnn.runtime.model import compile_model
+    path, core = as_mul(DATA / "add_int8.tflite", tmp_path / "mul_int8.tflite"), "cortex-a76"
+    feeds = every_pair()
+    model = compile_model(path, target="neon", mcpu=core)
+    ours, theirs = model(feeds)["Identity"], litert_aarch64.run(path, feeds, core)["Identity"]
+    np.testing.assert_array_equal(ours, theirs)
+    here = litert_outputs(path, feeds)["Identity"]
+    np.testing.assert_array_equal(compile_model(path)(feeds)["Identity"], here)
+    assert np.count_nonzero(theirs != here) == 896 and len(np.unique(ours)) == 255
+    model.save(tmp_path / "m.so")
+    code = subprocess.run([cross.CC.replace("gcc", "objdump"), "-d", "--no-show-raw-insn", str(tmp_path / "m.so")],
+                          capture_output=True, text=True, check=True).stdout
+    mul = next(f for f in code.split("\n\n") if re.search(r"<qnn_tflite_mul\d*_compute_>:", f))
+    assert re.search(r"\tsmull\tv\d+\.4s", mul), mul
+    assert not re.search(r"\t(fminnm|fmaxnm|frintx)\b", mul), mul

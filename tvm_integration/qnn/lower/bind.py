@@ -149,9 +149,9 @@ class Binder:
         return True
 
     def mul(self, var, op: IntegerOp) -> bool:
-        """As any op computed in NHWC; on neon as onnxruntime's AArch64 kernel computes it (arithmetic.mul's
-        ``neon``), wherever it is emitted. A mul of two functions of one tensor (SiLU) is one lookup of that
-        tensor instead (one_tensor_mul.py)."""
+        """As any op computed in NHWC; on neon in AArch64's form (``neon``: arithmetic.mul as onnxruntime's
+        AArch64 kernel computes it, litert_arithmetic.mul's int16 lanes), wherever it is emitted. A mul of two
+        functions of one tensor (SiLU) is one lookup of that tensor instead (one_tensor_mul.py)."""
         neon = self.isa == "neon"
         if (lookup := one_tensor_mul.folded(op, self.ops, neon)) is not None:
             op = lookup
@@ -333,8 +333,8 @@ class Binder:
 # layout (the rest). An add and a mul are in NHWC_OPS but first apply their rules.
 BY_KIND = {**{kind: Binder.in_nhwc for kind in NHWC_OPS}, "conv2d": Binder.linear, "dense": Binder.linear,
            "batch_matmul": Binder.batch_matmul, **{kind: Binder.add for kind in ADDS}, "mul": Binder.mul,
-           "qlinear_add_runtime": Binder.runtime, "qlinear_mul_runtime": Binder.runtime, "quantize": Binder.quantize,
-           "dequantize": Binder.dequantize}
+           "tflite_mul": Binder.mul, "qlinear_add_runtime": Binder.runtime, "qlinear_mul_runtime": Binder.runtime,
+           "quantize": Binder.quantize, "dequantize": Binder.dequantize}
 
 
 def _uses(bindings, output) -> Counter:

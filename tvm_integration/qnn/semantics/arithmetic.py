@@ -198,17 +198,21 @@ def mul(a, b, *, a_zero_point: int, b_zero_point: int, ratio: float, out_zero_po
     zero-point-subtracted integers (exact in int32) times ``ratio = sa * sb / sc`` (float32, in that order),
     plus the output zero point (``_scaled_product``), rounded half to even, saturated to ``clamp``; ``neon``:
     as onnxruntime's AArch64 build computes it. ``a`` and ``b`` broadcast as numpy does."""
-    shape = broadcast_shape(a.shape, b.shape)
-    # on neon the operands less their zero points as int16 (exact: within +-255), so that LLVM multiplies
-    # them with smull/smull2 instead of widening each byte to int32 by tbl
-    wide = "int16" if neon else "int32"
-
     def value(*i):
-        x = a(*broadcast_index(a.shape, i)).astype(wide) - tirx.const(a_zero_point, wide)
-        y = b(*broadcast_index(b.shape, i)).astype(wide) - tirx.const(b_zero_point, wide)
-        return _scaled_product(x.astype("int32") * y.astype("int32"), tirx.const(ratio, "float32"),
-                               tirx.const(out_zero_point, "float32"), clamp, out_dtype, neon)
-    return te.compute(shape, value, name="qmul")
+        return _scaled_product(zero_point_product(a, b, i, a_zero_point, b_zero_point, neon),
+                               tirx.const(ratio, "float32"), tirx.const(out_zero_point, "float32"), clamp, out_dtype,
+                               neon)
+    return te.compute(broadcast_shape(a.shape, b.shape), value, name="qmul")
+
+
+def zero_point_product(a, b, index, a_zero_point: int, b_zero_point: int, neon: bool):
+    """``(a - za) * (b - zb)`` in int32 at output ``index`` of a broadcasting mul of two 8-bit tensors; ``neon``:
+    the operands less their zero points as int16 (exact: within +-255), so that LLVM multiplies them with
+    smull/smull2 instead of widening each byte to int32 by tbl."""
+    wide = "int16" if neon else "int32"
+    x = a(*broadcast_index(a.shape, index)).astype(wide) - tirx.const(a_zero_point, wide)
+    y = b(*broadcast_index(b.shape, index)).astype(wide) - tirx.const(b_zero_point, wide)
+    return x.astype("int32") * y.astype("int32")
 
 
 def _scaled_product(product, ratio, zero_point, clamp, out_dtype: str, neon: bool):

@@ -31,7 +31,7 @@ from tvm import te, tirx
 
 from tvm_integration.ops.conv2d import output_size
 from tvm_integration.ops.output_stage import QUANT_RANGES, fenced, requantize, round_saturated
-from tvm_integration.qnn.semantics.arithmetic import channel_sums, per_channel
+from tvm_integration.qnn.semantics.arithmetic import channel_sums, per_channel, zero_point_product
 from tvm_integration.qnn.semantics.quant import broadcast_index, broadcast_shape
 
 ADD_SCALE_RANGE = (1.0 / 1024.0, 256.0)     # the delegate takes an ADD only if each input/output scale is in it
@@ -83,15 +83,39 @@ def add(a, b, *, a_multiplier: int, b_multiplier: int, bias: int, shift: int, ou
 MUL_SCALE_RANGE = (2.0 ** -16, 256.0)     # the delegate takes a MUL only if a_scale * b_scale / y_scale is in it
 
 
-def mul(a, b, *, a_zero_point: int, b_zero_point: int, scale: float, out_zero_point: int, out_dtype: str, clamp):
-    """XNNPACK's qs8/qu8 vmul ("fp32" requantization, output_stage.requantize): ``float32((a - za) * (b -
-    zb)) * scale``, scale = ``a_scale * b_scale / y_scale`` in float32, rounded half to even, plus the
-    zero point, clamped; broadcast as numpy does."""
+def mul(a, b, *, a_zero_point: int, b_zero_point: int, scale: float, out_zero_point: int, out_dtype: str, clamp,
+        neon: bool = False):
+    """XNNPACK's qs8/qu8 vmul, broadcast as numpy does. On x86 ("fp32" requantization, output_stage.requantize):
+    ``float32((a - za) * (b - zb)) * scale``, scale = ``a_scale * b_scale / y_scale`` in float32, rounded half to
+    even, plus the zero point, clamped. ``neon`` (bind.py: LiteRT's AArch64 build, whose NEON vmul kernels
+    requantize by "rndnu", ``_rndnu``): the product, its operands int16 lanes (smull), times the scale's 24-bit
+    mantissa as XNNPACK's sqdmulh takes it, then shifted right rounding half up; it rounds a tie (a product that
+    is an odd multiple of 64 at a scale of 2^-7) up where fp32 rounds it to even, and otherwise agrees with it
+    on the scales measured (tests/test_litert_aarch64.py)."""
     def value(*i):
-        product = ((a(*broadcast_index(a.shape, i)).astype("int32") - a_zero_point)
-                   * (b(*broadcast_index(b.shape, i)).astype("int32") - b_zero_point))
+        product = zero_point_product(a, b, i, a_zero_point, b_zero_point, neon)
+        if neon:
+            return _rndnu(product, scale, out_zero_point, out_dtype, clamp)
         return requantize(product, tirx.const(scale, "float32"), out_zero_point, out_dtype, clamp)
     return te.compute(broadcast_shape(a.shape, b.shape), value, name="tflite_mul")
+
+
+def _rndnu(product, scale: float, zero_point: int, dtype: str, clamp):
+    """XNNPACK's "rndnu" requantization of an int32 ``product`` (``xnn_init_qs8_mul_minmax_rndnu_neon_params``):
+    the float32 scale's mantissa as a multiplier in [2^30, 2^31), shifted left by ``pre`` (exact: a product of
+    8-bit operands has 17 bits), the high half of its doubled product with the multiplier (sqdmulh, rounding
+    down; never saturating here), a right shift by ``post`` that rounds half up (srshl), plus the zero point,
+    clamped (int16 saturation in between changes nothing: the bounds are 8-bit)."""
+    bits = int(np.float32(scale).view(np.uint32))
+    multiplier = ((bits & 0x7FFFFF) | 0x800000) << 7
+    shift = 126 - (bits >> 23)
+    post = max(shift, 1)
+    acc = tirx.shift_left(product, tirx.const(post - shift, "int32")).astype("int64")
+    # bounded by INT32_MAX as sqdmulh saturates (never reached here): the form LLVM selects sqdmulh for
+    high = tirx.min(tirx.shift_right(acc * tirx.const(multiplier, "int64"), tirx.const(31, "int64")),
+                    tirx.const(2**31 - 1, "int64")).astype("int32")
+    rounded = tirx.shift_right(high + tirx.const(1 << (post - 1), "int32"), tirx.const(post, "int32"))
+    return tirx.max(tirx.min(rounded + zero_point, clamp[1]), clamp[0]).astype(dtype)
 
 
 def pad(x, *, pads, value: int):
