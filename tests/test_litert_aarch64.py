@@ -9,7 +9,7 @@ import subprocess
 import flatbuffers
 import numpy as np
 import pytest
-from test_tflite import DATA, every_pair, litert_outputs
+from test_tflite import DATA, every_pair, litert_outputs, requantized
 
 from tvm_integration.bench import mca
 from tvm_integration.qemu import cross_model
@@ -132,3 +132,23 @@ def test_tflite_mul_on_arm_rounds_as_litert_aarch64_in_int16_lanes(tmp_path):
     mul = next(f for f in code.split("\n\n") if re.search(r"<qnn_tflite_mul\d*_compute_>:", f))
     assert re.search(r"\tsmull\tv\d+\.4s", mul), mul
     assert not re.search(r"\t(fminnm|fmaxnm|frintx)\b", mul), mul
+
+
+def test_swish_table_on_arm_is_litert_aarch64s_mul(tmp_path):
+    """A MUL of x and a table of x is one table of x (lower/one_tensor_mul.py) whose entries are the MUL of the
+    target's LiteRT build: swish_int8 with x and the swish's output at 2**-5 (a_scale * b_scale / y_scale = 2**-8,
+    7 entries at ties), its gate's MUL reading LOGISTIC(g) first, t * t instead of t * TANH(t), every int8 value,
+    equal to LiteRT's AArch64 build as the A53. Before, the table took the fp32 formula on either target, which
+    rounds those ties to even where the AArch64 build rounds them up."""
+    from test_tflite_keras import edit, every_value, square, swap_inputs
+
+    from tvm_integration.bench import litert_aarch64
+    from tvm_integration.qnn.runtime.model import compile_model
+    path = edit(requantized("swish_int8", {2: (0.03125, 0), 4: (0.03125, 0), 8: (0.06, -128)}, tmp_path),
+                swap_inputs(3), square(5))
+    model = compile_model(path, target="neon", mcpu="cortex-a53")
+    feeds = every_value(model)
+    ours, theirs, here = model(feeds), litert_aarch64.run(path, feeds, "cortex-a53"), litert_outputs(path, feeds)
+    assert sum(int(np.count_nonzero(theirs[o] != here[o])) for o in here) > 0
+    for output, expected in theirs.items():
+        np.testing.assert_array_equal(ours[output], expected, err_msg=output)

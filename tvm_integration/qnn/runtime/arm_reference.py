@@ -152,9 +152,8 @@ LITERT_KINDS = {k.name: k for k in [
        "lookup", "tflite_resize_bilinear", "tflite_resize_nearest")),
     Kind(TFLITE + "tflite_mul", LITERT, True, "XNNPACK's NEON vmul, which requantizes by rndnu (sqdmulh by the "
          "scale's mantissa, a shift rounding half up; its x86 build by fp32, ties to even): equal to LiteRT's "
-         "AArch64 build on every int8 pair (tests/test_litert_aarch64.py) and on the models of tests/data/tflite. "
-         "A swish folded into one table (tflite/ops.py mul) is computed by the fp32 formula, which rounds ties "
-         "otherwise"),
+         "AArch64 build on every int8 pair (tests/test_litert_aarch64.py) and on the models of tests/data/tflite, "
+         "and so is a swish folded into one table (lower/one_tensor_mul.py) at ties"),
     Kind(TFLITE + "conv2d", LITERT, False, "LiteRT's AArch64 build as Cortex-A53 computes legacy_uint8's first "
          "Conv2D (uint8, 3x3, 3 -> 8 channels, weight zero point 143) otherwise than as A72 and A76 and on x86, "
          "which this build equals: 88 of its 1152 outputs 1 step apart, 7 of the model's 10 outputs up to 3 steps; "

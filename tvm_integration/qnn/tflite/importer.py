@@ -133,7 +133,6 @@ class Importer:
         self.padded = {}            # PAD output index -> (its input, [top, left, bottom, right]): conv folds it
         self.floor = {}             # tensor index -> the least integer its convolution writes (its clamp)
         self.shapes = {}            # int32 shape arithmetic evaluated at import: tensor index -> numpy
-        self.tables = {}            # a lookup table op's output index -> (its input, its 256 entries): for MUL
 
     def options(self, op, kind: str):
         return _options(op, getattr(_tflite(), kind))

@@ -3,7 +3,7 @@ pipeline's integer ops with LiteRT's default interpreter's arithmetic: elementwi
 8-bit tensor (LOGISTIC, TANH, HARD_SWISH, LEAKY_RELU, RELU, RELU6, QUANTIZE between 8-bit types) as
 256-entry lookup tables (arithmetic.lookup, the ONNX path's tables, vpermi2b on AVX-512 VBMI) whose
 entries are the interpreter's (XNNPACK's or TFLite's builtin kernel's, per op, see below); MUL (one
-table where both operands are functions of one tensor: swish), broadcasting ADD, PAD (folded into the
+table where both operands are functions of one tensor, swish: bind.py), broadcasting ADD, PAD (folded into the
 next convolution), resizes, CONCATENATION, SOFTMAX, TRANSPOSE, SPLIT; and the int32 shape arithmetic of a Keras Reshape with a dynamic batch (SHAPE, STRIDED_SLICE,
 PACK), evaluated at import (the batch is the model's, 1).
 
@@ -24,7 +24,6 @@ from tvm import relax
 from tvm_integration.ops.output_stage import QUANT_RANGES
 from tvm_integration.qnn.semantics import litert_arithmetic as ta
 from tvm_integration.qnn.semantics.errors import ModelError
-from tvm_integration.qnn.semantics.quant import evaluate
 
 NHWC_AXIS_IN_NCHW = [0, 2, 3, 1]
 
@@ -37,13 +36,11 @@ NHWC_AXIS_IN_NCHW = [0, 2, 3, 1]
 # integer result of that kernel's own arithmetic on every input value.
 def _table(imp, index: int, out_index: int, entries):
     """The lookup of tensor ``index`` through ``entries(q, x, y)``: the kernel's results (int64) for every
-    value ``q`` of the type of the input tensor ``x`` (lowest first), saturated to output ``y``'s type;
-    recorded in ``imp.tables`` for a MUL that reads it (``mul``)."""
+    value ``q`` of the type of the input tensor ``x`` (lowest first), saturated to output ``y``'s type."""
     x, out = imp.quantized(index), imp.quantized(out_index)
     lo, hi = QUANT_RANGES[x.dtype]
     y = entries(np.arange(lo, hi + 1, dtype=np.int64), x, out)
     table = np.clip(y, *QUANT_RANGES[out.dtype]).astype(out.dtype)
-    imp.tables[out_index] = (index, table)
     return imp.emit("lookup", [imp.values[index]], [table], offset=-lo)
 
 
@@ -162,11 +159,9 @@ def quantize(imp, op, ins, out):
 
 # -- binary elementwise ---------------------------------------------------------------------------
 def mul(imp, op, ins, out_index):
-    """XNNPACK's qs8/qu8 vmul (``ta.mul``). Where both operands are elementwise functions of one 8-bit tensor x,
-    each x itself or a table of x (swish, ``MUL(x, LOGISTIC(x))``, as the converter writes Keras' swish), the
-    MUL is one table of x instead: ``ta.mul`` itself evaluated on the operands' 256 values (``quant.evaluate``),
-    so its entries are the interpreter's. The table read by the MUL then stays only if something else reads it
-    (the importer's dead code elimination)."""
+    """XNNPACK's qs8/qu8 vmul (``ta.mul``). Where both operands are elementwise functions of one 8-bit tensor x
+    (swish, ``MUL(x, LOGISTIC(x))``, as the converter writes Keras' swish), bind.py makes it one table of x, in
+    the arithmetic of the target's build (lower/one_tensor_mul.py)."""
     options = imp.options(op, "MulOptions")
     ins = imp.constant_last(ins)
     a, b, out = imp.quantized(ins[0]), imp.quantized(ins[1]), imp.quantized(out_index)
@@ -178,28 +173,8 @@ def mul(imp, op, ins, out_index):
                          "LiteRT runs it on its builtin kernel, which qsynth does not reproduce")
     params = dict(a_zero_point=za, b_zero_point=zb, scale=float(scale), out_zero_point=zc, out_dtype=out.dtype,
                   clamp=imp.activation_clamp(options.FusedActivationFunction(), out))
-    folded = _values_of_one_tensor(imp, ins)
-    if folded is not None:
-        x, operands = folded
-        table = evaluate(lambda bb: bb.call_te(ta.mul, *map(relax.const, operands), **params))
-        return imp.emit("lookup", [imp.values[x]], [table], offset=-QUANT_RANGES[imp.tensor(x).dtype][0])
     rank = len(out.shape)
     return imp.emit("tflite_mul", [imp.operand(ins[0], rank), imp.operand(ins[1], rank)], **params)
-
-
-def _values_of_one_tensor(imp, ins: list[int]):
-    """(x, the values each of the tensors ``ins`` takes at each value of x, lowest first) where each is the
-    8-bit tensor x or a table of it (``imp.tables``); else None. x is an operand if one is x (x may itself be
-    a table's output, as a uint8 model's QUANTIZE to int8 writes it)."""
-    def source(i):
-        return imp.tables[i][0] if i in imp.tables else None
-    for x in dict.fromkeys([*ins, *map(source, ins)]):
-        dtype = None if x is None or x not in imp.values else imp.tensor(x).dtype
-        if dtype in ("int8", "uint8") and all(i == x or source(i) == x for i in ins):
-            lo, hi = QUANT_RANGES[dtype]
-            every_value = np.arange(lo, hi + 1).astype(dtype)
-            return x, [every_value if i == x else imp.tables[i][1] for i in ins]
-    return None
 
 
 # -- data movement --------------------------------------------------------------------------------
