@@ -55,16 +55,24 @@ def test_a_tflite_model_on_arm_equals_litert_aarch64(name, core):
         np.testing.assert_array_equal(ours[output], expected, err_msg=output)
 
 
-def with_outputs(path, out, tensors):
-    """A copy of the TFLite model at ``path`` whose graph also outputs ``tensors`` (indices), no signatures."""
+def rewritten(path, out, change):
+    """A copy at ``out`` of the TFLite model at ``path``, ``change(model, schema)`` applied to its object tree, no
+    signatures."""
     from ai_edge_litert import schema_py_generated as schema
     model = schema.ModelT.InitFromObj(schema.Model.GetRootAsModel(path.read_bytes(), 0))
-    model.subgraphs[0].outputs = [*model.subgraphs[0].outputs, *tensors]
+    change(model, schema)
     model.signatureDefs = []
     builder = flatbuffers.Builder(1024)
     builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
     out.write_bytes(builder.Output())
     return out
+
+
+def with_outputs(path, out, tensors):
+    """A copy of the TFLite model at ``path`` whose graph also outputs ``tensors`` (indices), no signatures."""
+    def change(model, schema):
+        model.subgraphs[0].outputs = [*model.subgraphs[0].outputs, *tensors]
+    return rewritten(path, out, change)
 
 
 def test_litert_cortex_a53_computes_a_uint8_conv_otherwise(tmp_path):
@@ -93,19 +101,14 @@ def test_litert_cortex_a53_computes_a_uint8_conv_otherwise(tmp_path):
 def as_mul(path, out):
     """A copy of add_int8 (x + y, [1, 256, 256, 1] each) whose ADD is a MUL, the output scale sa * sb * 128 (float32):
     the MUL's scale is then 2**-7 exactly, so that every product that is an odd multiple of 64 lies at a tie."""
-    from ai_edge_litert import schema_py_generated as schema
-    model = schema.ModelT.InitFromObj(schema.Model.GetRootAsModel(path.read_bytes(), 0))
-    graph = model.subgraphs[0]
-    model.operatorCodes[0].builtinCode = model.operatorCodes[0].deprecatedBuiltinCode = schema.BuiltinOperator.MUL
-    graph.operators[0].builtinOptionsType, graph.operators[0].builtinOptions = (schema.BuiltinOptions.MulOptions,
-                                                                                schema.MulOptionsT())
-    x, y, result = (graph.tensors[i].quantization for i in (0, 1, 2))
-    result.scale = [float(np.float32(np.float32(x.scale[0]) * np.float32(y.scale[0])) * np.float32(128))]
-    model.signatureDefs = []
-    builder = flatbuffers.Builder(1024)
-    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
-    out.write_bytes(builder.Output())
-    return out
+    def change(model, schema):
+        graph = model.subgraphs[0]
+        model.operatorCodes[0].builtinCode = model.operatorCodes[0].deprecatedBuiltinCode = schema.BuiltinOperator.MUL
+        graph.operators[0].builtinOptionsType = schema.BuiltinOptions.MulOptions
+        graph.operators[0].builtinOptions = schema.MulOptionsT()
+        x, y, result = (graph.tensors[i].quantization for i in (0, 1, 2))
+        result.scale = [float(np.float32(np.float32(x.scale[0]) * np.float32(y.scale[0])) * np.float32(128))]
+    return rewritten(path, out, change)
 
 
 def test_tflite_mul_on_arm_rounds_as_litert_aarch64_in_int16_lanes(tmp_path):
