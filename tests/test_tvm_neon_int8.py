@@ -198,6 +198,33 @@ def test_depthwise_tap_pairs(hwc, k, stride, dtype):
     np.testing.assert_array_equal(op(x), expected)
 
 
+@pytest.mark.parametrize("hwc, k, stride, dtype", [
+    pytest.param(*case, marks=qemu, id=f"{case[0][0]}x{case[0][1]}x{case[0][2]}k{case[1]}s{case[2]}")
+    for case in (((9, 16, 32), 3, 1, "uint8"), ((8, 7, 8), 3, 1, "int8"), ((13, 13, 24), 3, 2, "uint8"),
+                 ((11, 9, 16), 5, 2, "int8"), ((9, 10, 8), 7, 1, "uint8"))])
+def test_depthwise_sdot(hwc, k, stride, dtype):
+    """On a core with sdot (Cortex-A76), byte weights take depthwise_dot.py's words of four horizontal
+    neighbours: both strides, 3x3 to 7x7 windows (one and two words a window row), rows of 7 to 16
+    columns, 8 to 32 channels, weights of -128 and 127 (outside the tap pairs' domain) under corners of
+    the data's extremes, the padding's value, requantized."""
+    rng = np.random.default_rng(42)
+    x = data(rng, (1, *hwc), dtype)
+    c = hwc[2]
+    w = rng.integers(-128, 128, (c, 1, k, k)).astype(np.int8)
+    w[:4], w[4:8] = -128, 127
+    x[0, :k, :k], x[0, -k:, -k:] = x.min(), x.max()
+    bias = rng.integers(-3000, 3000, c).astype(np.int32)
+    scale = rng.uniform(2e-4, 8e-4, c).astype(np.float32) / k
+    pad_value = -7 if dtype == "int8" else 5
+    stage = OutputStage(bias=bias, requantize=ScaleRequantize(scale, 120, "uint8"))
+    op = ops.conv2d(w, x.shape, stride, k // 2, groups=c, data_dtype=dtype, stage=stage, mcpu="cortex-a76",
+                    pad_value=pad_value)
+    assert "sdot" in op.assembly and "st4" in op.assembly
+    expected = requantized(conv_reference(x, w, stride, k // 2, pad_value, groups=c), bias, scale, 120)
+    assert ((expected == 0) | (expected == 255)).mean() < 0.5
+    np.testing.assert_array_equal(op(x), expected)
+
+
 def test_tap_pairs_refuse_what_int16_cannot_hold():
     """The tap pairs' int16 sums need every weight in [-127, 127] (and NHWC, 8 channels a vector): one
     clear error otherwise."""

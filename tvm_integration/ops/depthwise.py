@@ -74,7 +74,7 @@ def build(x: te.Tensor, layout: str, weight: np.ndarray, stride, pads, out_hw, s
     else:
         b, h, wd, _ = x.shape
         shape = (b, h + pads[0] + pads[2], wd + pads[1] + pads[3], c)
-        shifted = _signed if pairs and x.dtype == "uint8" else lambda v: v
+        shifted = signed if pairs and x.dtype == "uint8" else lambda v: v
         padded = te.compute(shape, lambda n, i, j, ch: shifted(padded_value(
             x, layout, n, ch, i - pads[0], j - pads[1], pad_value, speculative=pairs and not pad_pass)), name="pad")
     # NHWC vectorizes along channels: the weights [KH, KW, C], one vector load per tap (as [C, KH, KW]
@@ -112,7 +112,7 @@ def build(x: te.Tensor, layout: str, weight: np.ndarray, stride, pads, out_hw, s
     return mod, constants, (b, c, oh, ow) if layout == "NCHW" else (b, oh, ow, c)
 
 
-def _signed(v):
+def signed(v):
     """A u8 value as the s8 ``v - 128``: its top bit flipped."""
     return tirx.reinterpret("int8", v ^ tirx.const(0x80, "uint8"))
 

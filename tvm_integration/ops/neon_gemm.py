@@ -58,7 +58,7 @@ from tvm_integration.kernels import neon_int8
 from tvm_integration.kernels.packing import round_up
 from tvm_integration.ops import conv2d as conv2d_ops
 from tvm_integration.ops import dense as dense_ops
-from tvm_integration.ops import depthwise
+from tvm_integration.ops import depthwise, depthwise_dot
 from tvm_integration.ops.gemm import (
     Gemm,
     Tile,
@@ -113,7 +113,8 @@ def build_conv2d(weight: np.ndarray, input_shape, stride=1, padding=0, groups: i
     o, cg, kh, kw = weight.shape
     depthwise_conv = cg == 1 and o == groups and groups > 1
     if use_kernel and depthwise_conv:            # its TIR takes int16 weights as they are
-        return _depthwise(weight, tuple(input_shape), stride, pads, (oh, ow), data_dtype, stage, mcpu, pad_value)
+        return _depthwise(weight, tuple(input_shape), stride, pads, (oh, ow), data_dtype, stage, mcpu, pad_value,
+                          family or neon_int8.core_family(mcpu))
     bytes_, zero_points = byte_weights(weight)
     kernel = _tile(bytes_, mcpu, family)
     if not use_kernel or depthwise_conv:     # conv2d.py's plain TIR (baseline) or depthwise.py's, for the core
@@ -191,12 +192,18 @@ def _grouped(weight: np.ndarray, zero_points: np.ndarray, input_shape, stride, p
 
 
 def _depthwise(weight: np.ndarray, input_shape, stride, pads, out_hw, data_dtype: str, stage: OutputStage, mcpu,
-               pad_value: int) -> Built:
-    """depthwise.py's vectorized TIR with NEON_DEPTHWISE_TILES, built for the core; weights in [-127, 127]
-    (onnxruntime's symmetric quantization) on channels in 8s take its tap pairs, summed in int16."""
+               pad_value: int, family: str) -> Built:
+    """On a core with sdot (``family`` dotprod or i8mm), byte weights on channels in 8s at a horizontal
+    stride of 1 or 2 take depthwise_dot.py's sdot form; else depthwise.py's vectorized TIR with
+    NEON_DEPTHWISE_TILES, built for the core, where weights in [-127, 127] (onnxruntime's symmetric
+    quantization) on channels in 8s take its tap pairs, summed in int16."""
     x = te.placeholder(input_shape, data_dtype, name="data")
-    mod, constants, out_shape = depthwise.build(x, "NHWC", weight, stride, pads, out_hw, stage, pad_value,
-                                                NEON_DEPTHWISE_TILES, pairs=depthwise.tap_pairs_fit("NHWC", weight))
+    if family in ("dotprod", "i8mm") and depthwise_dot.fits(weight, stride):
+        mod, constants, out_shape = depthwise_dot.build(x, weight, stride, pads, out_hw, stage, pad_value)
+    else:
+        mod, constants, out_shape = depthwise.build(x, "NHWC", weight, stride, pads, out_hw, stage, pad_value,
+                                                    NEON_DEPTHWISE_TILES,
+                                                    pairs=depthwise.tap_pairs_fit("NHWC", weight))
     return Built(mod, constants, out_shape, stage.out_dtype, input_shape, data_dtype, out_shape,
                  neon_int8.neon_target(mcpu))
 

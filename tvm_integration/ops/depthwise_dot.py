@@ -1,0 +1,172 @@
+"""Depthwise int8 conv2d on sdot (AArch64 cores with the dot-product extension: Cortex-A55, A76,
+Neoverse-N1), NHWC, channels in 8s, byte weights.
+
+sdot sums four byte products into each int32 lane, and a depthwise lane is one channel, so each lane's
+four bytes must be four taps of that channel. A pass writes the padded input (u8 data shifted to s8 by
+``x ^ 0x80``, ``128 sum w`` into the bias, as depthwise.py's tap pairs do); a second writes each
+window row's *words*: at every even column j, per channel, the four pixels j..j+3 of that row (four
+loads of a pixel's channels and one ``st4``). Output column x at stride s starts at column s x, so its
+window row's taps lie in the words at (s x) // 2, + 2, ... and at byte offset p = (s x) % 2 in them:
+with the weights ``[w0 w1 w2 0]`` (p = 0) and ``[0 w0 w1 w2]`` (p = 1) a 3x3 window row is one sdot
+per four channels, the word shared by two neighbouring columns at stride 1. The weights are s8 as they
+are (no [-127, 127] bound: sdot's sums are int32). The register tile: COLUMNS output columns x 8
+channels, the output stage after it.
+
+MobileNetV2's 56x56x144 depthwise layer on the A76 (llvm-mca's neoverse-n1 model, Mcycles): tap pairs
+1.124, sdot 0.754 (compute 0.62, word pass 0.07, pad pass 0.04); there the output stage takes more of
+the vector pipes than the sdots (scripts/mca_neon_depthwise.py)."""
+from __future__ import annotations
+
+import numpy as np
+from tvm import s_tir, te
+from tvm.script import tirx as T
+
+from tvm_integration.ops.depthwise import padded_value, signed
+from tvm_integration.ops.gemm import parallel_rows
+from tvm_integration.ops.output_stage import OutputStage, by_bits, placeholders
+
+LANES = 8                   # channels a register tile: two sdots of four lanes
+COLUMNS = (4, 7, 2, 1)      # output columns a register tile, the first that divides the row
+SDOT = "qsynth_depthwise_sdot"
+WORD = 4                    # bytes an sdot lane sums: four horizontal neighbours of one channel
+
+
+def fits(weight: np.ndarray, stride) -> bool:
+    """Whether ``build`` takes the layer: byte weights on channels in 8s, a horizontal stride of 1 or 2."""
+    return weight.dtype == np.int8 and weight.shape[0] % LANES == 0 and stride[1] in (1, 2)
+
+
+def build(x: te.Tensor, weight: np.ndarray, stride, pads, out_hw, stage: OutputStage, pad_value: int = 0):
+    """``(mod, constants, out_shape)`` of the NHWC depthwise conv2d of ``x`` (u8 or s8) by ``weight``
+    ([C, 1, KH, KW]); ``main(data, weights, *stage params, out)``."""
+    if stage.residual:
+        raise ValueError("a residual add is not fused into a depthwise convolution")
+    if not fits(weight, stride):
+        raise ValueError(f"sdot depthwise needs int8 weights on channels in {LANES}s and a horizontal stride of 1 "
+                         f"or 2, got {weight.dtype} weights on {weight.shape[0]} channels, stride {tuple(stride)}")
+    c, kh, kw = weight.shape[0], weight.shape[2], weight.shape[3]
+    (oh, ow), (sy, sx) = out_hw, stride
+    b, h, _, _ = x.shape
+    offsets = 2 if sx == 1 else 1                  # byte offsets p a window starts at in its first word
+    words_a_row = -(-(kw + offsets - 1) // WORD)
+    groups = (sx * (ow - 1)) // 2 + 2 * (words_a_row - 1) + 1
+    shifted = signed if x.dtype == "uint8" else (lambda v: v)
+    padded = te.compute((b, h + pads[0] + pads[2], 2 * groups + 2, c), lambda n, i, j, ch: shifted(
+        padded_value(x, "NHWC", n, ch, i - pads[0], j - pads[1], pad_value)), name="pad")
+    words = te.compute((b, padded.shape[1], groups, c, WORD), lambda n, i, g, ch, k: padded[n, i, 2 * g + k, ch],
+                       name="words")
+    image = weight_words(weight, offsets, words_a_row)
+    w = te.placeholder(image.shape, "int8", name="weights")
+    ry, rq, rk = (te.reduce_axis((0, e), name) for e, name in ((kh, "ry"), (words_a_row, "rq"), (WORD, "rk")))
+    acc = te.compute((b, oh, ow, c), lambda n, y, xx, ch: te.sum(
+        words[n, sy * y + ry, (sx * xx) // 2 + 2 * rq, ch, rk].astype("int32")
+        * w[ry, (sx * xx) % 2, rq, ch, rk].astype("int32"), axis=[ry, rq, rk]), name="acc")
+    values = stage.channel_params(c, 1, 1)
+    if x.dtype == "uint8":           # a = a' + 128: sum a w = sum a' w + 128 sum w
+        values["bias"] = values["bias"] + (128 * weight.reshape(c, -1).sum(1, dtype=np.int32)).reshape(-1, 1)
+    largest = np.abs(weight.reshape(c, -1).astype(np.int64)).sum(1) * (255 if x.dtype == "uint8" else 128)
+    stage = by_bits(stage, values, (largest + np.abs(stage.channel_params(c, 1, 1)["bias"][:, 0])).reshape(-1, 1))
+    params = placeholders(values)
+    out = te.compute((b, oh, ow, c), lambda n, y, xx, ch: stage.expression(acc[n, y, xx, ch], params, ch, 0),
+                     name="output")
+    mod = _schedule(te.create_prim_func([x, w, *params.values(), out]), c)
+    return mod, [image, *values.values()], (b, oh, ow, c)
+
+
+def weight_words(weight: np.ndarray, offsets: int, words_a_row: int) -> np.ndarray:
+    """``[KH, offsets, words_a_row, C, 4]`` s8: for a window starting at byte ``p`` of its first word, the
+    weights each byte of its ``q``-th word meets (zero past the window)."""
+    c, kh, kw = weight.shape[0], weight.shape[2], weight.shape[3]
+    image = np.zeros((kh, offsets, words_a_row, c, WORD), np.int8)
+    for p in range(offsets):
+        for q in range(words_a_row):
+            for k in range(WORD):
+                if 0 <= WORD * q + k - p < kw:
+                    image[:, p, q, :, k] = weight[:, 0, :, WORD * q + k - p].T
+    return image
+
+
+def _schedule(func, channels: int):
+    """The pad pass and the word pass (tensorized: one st4 per four pixels) parallel over input rows; the
+    accumulators a COLUMNS x LANES register tile over output rows in parallel, sdot tensorized, every tap
+    unrolled, the output stage after each tile."""
+    sch = s_tir.Schedule(func)
+    vector = 16 if channels % 16 == 0 else LANES
+    parallel_rows(sch, sch.get_sblock("pad"), vector)
+    n, i, g, ch, k = sch.get_loops(sch.get_sblock("words"))
+    c0, c1 = sch.split(ch, [None, vector])
+    sch.reorder(g, c0, k, c1)
+    sch.parallel(sch.fuse(n, i))
+    sch.tensorize(sch.blockize(k), _interleave(vector))
+    acc = sch.get_sblock("acc")
+    n, y, xx, ch, ry, rq, rk = sch.get_loops(acc)
+    columns = next(cols for cols in COLUMNS if int(sch.get(xx).extent) % cols == 0)
+    x0, x1 = sch.split(xx, [None, columns])
+    c0, c1, c2 = sch.split(ch, [None, LANES // 4, 4])
+    sch.reorder(n, y, x0, c0, ry, rq, x1, c1, c2, rk)
+    sch.parallel(sch.fuse(n, y))
+    output = sch.get_sblock("output")
+    sch.reverse_compute_at(output, c0)
+    sch.vectorize(sch.get_loops(output)[-1])
+    init = sch.decompose_reduction(acc, ry)
+    sch.vectorize(sch.get_loops(init)[-1])
+    sch.tensorize(sch.blockize(c2), _sdot())
+    for loop in (ry, rq, x1, c1):
+        sch.unroll(loop)
+    return sch.mod
+
+
+def _sdot() -> str:
+    """The TensorIntrin of one sdot: four int32 lanes each adding four s8 products (registered once)."""
+    @T.prim_func(s_tir=True)
+    def desc(A: T.Buffer((4, 4), "int8", offset_factor=1), B: T.Buffer((4, 4), "int8", offset_factor=1),
+             C: T.Buffer((4,), "int32", offset_factor=1)) -> None:
+        with T.sblock("root"):
+            T.reads(C[0:4], A[0:4, 0:4], B[0:4, 0:4])
+            T.writes(C[0:4])
+            for i, k in T.grid(4, 4):
+                with T.sblock("update"):
+                    vi, vk = T.axis.remap("SR", [i, k])
+                    C[vi] = C[vi] + T.Cast("int32", A[vi, vk]) * T.Cast("int32", B[vi, vk])
+
+    @T.prim_func(s_tir=True)
+    def impl(A: T.Buffer((4, 4), "int8", offset_factor=1), B: T.Buffer((4, 4), "int8", offset_factor=1),
+             C: T.Buffer((4,), "int32", offset_factor=1)) -> None:
+        with T.sblock("root"):
+            T.reads(C[0:4], A[0:4, 0:4], B[0:4, 0:4])
+            T.writes(C[0:4])
+            C[T.ramp(0, 1, 4)] = T.call_llvm_pure_intrin("int32x4", "llvm.aarch64.neon.sdot.v4i32.v16i8",
+                                                         C[T.ramp(0, 1, 4)], A.vload([0, 0], "int8x16"),
+                                                         B.vload([0, 0], "int8x16"))
+    s_tir.TensorIntrin.register(SDOT, desc, impl, override=True)
+    return SDOT
+
+
+def _interleave(lanes: int) -> str:
+    """The TensorIntrin writing ``lanes`` channels' words from four pixels (rows of the padded input,
+    ``lanes`` channels each): byte k of channel c's word is pixel k's channel c, an interleaving shuffle
+    of the four vectors that LLVM stores with one st4 (registered once per ``lanes``)."""
+    order = [k * lanes + c for c in range(lanes) for k in range(WORD)]
+
+    @T.prim_func(s_tir=True)
+    def desc(A: T.Buffer((WORD, lanes), "int8", offset_factor=1, strides=[T.int32(), 1]),
+             B: T.Buffer((lanes, WORD), "int8", offset_factor=1)) -> None:
+        with T.sblock("root"):
+            T.reads(A[0:WORD, 0:lanes])
+            T.writes(B[0:lanes, 0:WORD])
+            for k, c in T.grid(WORD, lanes):
+                with T.sblock("update"):
+                    vc, vk = T.axis.remap("SS", [c, k])
+                    B[vc, vk] = A[vk, vc]
+
+    @T.prim_func(s_tir=True)
+    def impl(A: T.Buffer((WORD, lanes), "int8", offset_factor=1, strides=[T.int32(), 1]),
+             B: T.Buffer((lanes, WORD), "int8", offset_factor=1)) -> None:
+        with T.sblock("root"):
+            T.reads(A[0:WORD, 0:lanes])
+            T.writes(B[0:lanes, 0:WORD])
+            B[0, T.ramp(0, 1, WORD * lanes)] = T.Shuffle([A[0, T.ramp(0, 1, lanes)], A[1, T.ramp(0, 1, lanes)],
+                                                           A[2, T.ramp(0, 1, lanes)], A[3, T.ramp(0, 1, lanes)]], order)
+    name = f"qsynth_depthwise_words{lanes}"
+    s_tir.TensorIntrin.register(name, desc, impl, override=True)
+    return name
