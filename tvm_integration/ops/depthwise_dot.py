@@ -1,5 +1,5 @@
 """Depthwise int8 conv2d on sdot (AArch64 cores with the dot-product extension: Cortex-A55, A76,
-Neoverse-N1), NHWC, channels in 8s, byte weights.
+Neoverse-N1), NHWC, channels in 4s, byte weights.
 
 sdot sums four byte products into each int32 lane, and a depthwise lane is one channel, so each lane's
 four bytes must be four taps of that channel. A pass writes the padded input (u8 data shifted to s8 by
@@ -9,7 +9,7 @@ loads of a pixel's channels and one ``st4``). Output column x at stride s starts
 window row's taps lie in the words at (s x) // 2, + 2, ... and at byte offset p = (s x) % 2 in them:
 with the weights ``[w0 w1 w2 0]`` (p = 0) and ``[0 w0 w1 w2]`` (p = 1) a 3x3 window row is one sdot
 per four channels, the word shared by two neighbouring columns at stride 1. The weights are s8 as they
-are (no [-127, 127] bound: sdot's sums are int32). The register tile: COLUMNS output columns x 8
+are (no [-127, 127] bound: sdot's sums are int32). The register tile: COLUMNS output columns x LANES
 channels, the output stage after it.
 
 MobileNetV2's 56x56x144 depthwise layer on the A76 (llvm-mca's neoverse-n1 model, Mcycles): tap pairs
@@ -25,15 +25,15 @@ from tvm_integration.ops.depthwise import padded_value, signed
 from tvm_integration.ops.gemm import parallel_rows
 from tvm_integration.ops.output_stage import OutputStage, by_bits, placeholders
 
-LANES = 8                   # channels a register tile: two sdots of four lanes
+LANES = (8, 4)              # channels a register tile, the first that divides them: two sdots or one
 COLUMNS = (4, 7, 2, 1)      # output columns a register tile, the first that divides the row
 SDOT = "qsynth_depthwise_sdot"
 WORD = 4                    # bytes an sdot lane sums: four horizontal neighbours of one channel
 
 
 def fits(weight: np.ndarray, stride) -> bool:
-    """Whether ``build`` takes the layer: byte weights on channels in 8s, a horizontal stride of 1 or 2."""
-    return weight.dtype == np.int8 and weight.shape[0] % LANES == 0 and stride[1] in (1, 2)
+    """Whether ``build`` takes the layer: byte weights on channels in 4s (an sdot's lanes), a horizontal stride of 1 or 2."""
+    return weight.dtype == np.int8 and weight.shape[0] % LANES[-1] == 0 and stride[1] in (1, 2)
 
 
 def build(x: te.Tensor, weight: np.ndarray, stride, pads, out_hw, stage: OutputStage, pad_value: int = 0):
@@ -42,7 +42,7 @@ def build(x: te.Tensor, weight: np.ndarray, stride, pads, out_hw, stage: OutputS
     if stage.residual:
         raise ValueError("a residual add is not fused into a depthwise convolution")
     if not fits(weight, stride):
-        raise ValueError(f"sdot depthwise needs int8 weights on channels in {LANES}s and a horizontal stride of 1 "
+        raise ValueError(f"sdot depthwise needs int8 weights on channels in {LANES[-1]}s and a horizontal stride of 1 "
                          f"or 2, got {weight.dtype} weights on {weight.shape[0]} channels, stride {tuple(stride)}")
     c, kh, kw = weight.shape[0], weight.shape[2], weight.shape[3]
     (oh, ow), (sy, sx) = out_hw, stride
@@ -88,10 +88,10 @@ def weight_words(weight: np.ndarray, offsets: int, words_a_row: int) -> np.ndarr
 
 def _schedule(func, channels: int):
     """The pad pass and the word pass (tensorized: one st4 per four pixels) parallel over input rows; the
-    accumulators a COLUMNS x LANES register tile over output rows in parallel, sdot tensorized, every tap
+    accumulators a register tile of COLUMNS x LANES over output rows in parallel, sdot tensorized, every tap
     unrolled, the output stage after each tile."""
     sch = s_tir.Schedule(func)
-    vector = 16 if channels % 16 == 0 else LANES
+    vector = next(v for v in (16, 8, 4) if channels % v == 0)
     parallel_rows(sch, sch.get_sblock("pad"), vector)
     n, i, g, ch, k = sch.get_loops(sch.get_sblock("words"))
     c0, c1 = sch.split(ch, [None, vector])
@@ -102,7 +102,8 @@ def _schedule(func, channels: int):
     n, y, xx, ch, ry, rq, rk = sch.get_loops(acc)
     columns = next(cols for cols in COLUMNS if int(sch.get(xx).extent) % cols == 0)
     x0, x1 = sch.split(xx, [None, columns])
-    c0, c1, c2 = sch.split(ch, [None, LANES // 4, 4])
+    lanes = next(v for v in LANES if channels % v == 0)
+    c0, c1, c2 = sch.split(ch, [None, lanes // 4, 4])
     sch.reorder(n, y, x0, c0, ry, rq, x1, c1, c2, rk)
     sch.parallel(sch.fuse(n, y))
     output = sch.get_sblock("output")
