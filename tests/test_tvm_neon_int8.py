@@ -169,6 +169,28 @@ def test_depthwise_register_tiles(hwc, stride, dtype):
     np.testing.assert_array_equal(op(x), expected)
 
 
+def depthwise_at_extremes(seed, hwc, k, stride, dtype, lowest, mcpu, scales):
+    """A requantized depthwise layer built for ``mcpu`` at its sums' extremes (a corner of the data's least
+    values, another of its largest, the weights ``lowest`` on 4 channels and 127 on 4 more), the padding
+    holding a value of its own: ``(operator, x, int32 reference accumulator, expected output)``."""
+    rng = np.random.default_rng(seed)
+    x = data(rng, (1, *hwc), dtype)
+    c = hwc[2]
+    w = rng.integers(lowest, 128, (c, 1, k, k)).astype(np.int8)
+    w[:4], w[4:8] = lowest, 127
+    x[0, :k, :k], x[0, -k:, -k:] = x.min(), x.max()
+    bias = rng.integers(-3000, 3000, c).astype(np.int32)
+    scale = rng.uniform(*scales, c).astype(np.float32)
+    pad_value = -7 if dtype == "int8" else 5
+    stage = OutputStage(bias=bias, requantize=ScaleRequantize(scale, 120, "uint8"))
+    op = ops.conv2d(w, x.shape, stride, k // 2, groups=c, data_dtype=dtype, stage=stage, mcpu=mcpu,
+                    pad_value=pad_value)
+    acc = conv_reference(x, w, stride, k // 2, pad_value, groups=c)
+    expected = requantized(acc, bias, scale, 120)
+    assert ((expected == 0) | (expected == 255)).mean() < 0.5
+    return op, x, acc, expected
+
+
 @pytest.mark.parametrize("hwc, k, stride, dtype", [
     pytest.param(*case, marks=qemu, id=f"{case[0][0]}x{case[0][2]}k{case[1]}s{case[2]}")
     for case in (((9, 16, 24), 3, 1, "uint8"), ((8, 8, 8), 3, 1, "int8"), ((11, 9, 16), 5, 2, "uint8"))])
@@ -178,23 +200,9 @@ def test_depthwise_tap_pairs(hwc, k, stride, dtype):
     window reads it speculatively): exact at the int16 sums' extremes (a corner of 0s or -128s under
     weights of -127, and of 255s or 127s under 127), with an odd number of taps (9, 25), the padding's
     value, requantized."""
-    rng = np.random.default_rng(41)
-    x = data(rng, (1, *hwc), dtype)
-    c = hwc[2]
-    w = rng.integers(-127, 128, (c, 1, k, k)).astype(np.int8)
-    w[:4], w[4:8] = -127, 127
-    x[0, :k, :k], x[0, -k:, -k:] = x.min(), x.max()
-    bias = rng.integers(-3000, 3000, c).astype(np.int32)
-    scale = rng.uniform(2e-4, 8e-4, c).astype(np.float32)
-    pad_value = -7 if dtype == "int8" else 5
-    stage = OutputStage(bias=bias, requantize=ScaleRequantize(scale, 120, "uint8"))
-    op = ops.conv2d(w, x.shape, stride, k // 2, groups=c, data_dtype=dtype, stage=stage, mcpu="cortex-a72",
-                    pad_value=pad_value)
+    op, x, acc, expected = depthwise_at_extremes(41, hwc, k, stride, dtype, -127, "cortex-a72", (2e-4, 8e-4))
     assert "smull" in op.assembly and "smlal" in op.assembly
-    acc = conv_reference(x, w, stride, k // 2, pad_value, groups=c)
     assert np.abs(acc).max() > 2**15                  # past int16: the pairs' sums are widened in time
-    expected = requantized(acc, bias, scale, 120)
-    assert ((expected == 0) | (expected == 255)).mean() < 0.5
     np.testing.assert_array_equal(op(x), expected)
 
 
@@ -205,23 +213,10 @@ def test_depthwise_tap_pairs(hwc, k, stride, dtype):
 def test_depthwise_sdot(hwc, k, stride, dtype):
     """On a core with sdot (Cortex-A76), byte weights take depthwise_dot.py's words of four horizontal
     neighbours: both strides, 3x3 to 7x7 windows (one and two words a window row), rows of 7 to 16
-    columns, 8 to 32 channels and 12 (a tile of 4), weights of -128 and 127 (outside the tap pairs' domain) under corners of
-    the data's extremes, the padding's value, requantized."""
-    rng = np.random.default_rng(42)
-    x = data(rng, (1, *hwc), dtype)
-    c = hwc[2]
-    w = rng.integers(-128, 128, (c, 1, k, k)).astype(np.int8)
-    w[:4], w[4:8] = -128, 127
-    x[0, :k, :k], x[0, -k:, -k:] = x.min(), x.max()
-    bias = rng.integers(-3000, 3000, c).astype(np.int32)
-    scale = rng.uniform(2e-4, 8e-4, c).astype(np.float32) / k
-    pad_value = -7 if dtype == "int8" else 5
-    stage = OutputStage(bias=bias, requantize=ScaleRequantize(scale, 120, "uint8"))
-    op = ops.conv2d(w, x.shape, stride, k // 2, groups=c, data_dtype=dtype, stage=stage, mcpu="cortex-a76",
-                    pad_value=pad_value)
+    columns, 8 to 32 channels and 12 (tiles of 4), weights of -128 and 127 (outside the tap pairs' domain)
+    under corners of the data's extremes, the padding's value, requantized."""
+    op, x, _, expected = depthwise_at_extremes(42, hwc, k, stride, dtype, -128, "cortex-a76", (2e-4 / k, 8e-4 / k))
     assert "sdot" in op.assembly
-    expected = requantized(conv_reference(x, w, stride, k // 2, pad_value, groups=c), bias, scale, 120)
-    assert ((expected == 0) | (expected == 255)).mean() < 0.5
     np.testing.assert_array_equal(op(x), expected)
 
 

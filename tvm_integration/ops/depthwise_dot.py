@@ -8,13 +8,16 @@ window row's *words*: at every even column j, per channel, the four pixels j..j+
 loads of a pixel's channels and one ``st4``). Output column x at stride s starts at column s x, so its
 window row's taps lie in the words at (s x) // 2, + 2, ... and at byte offset p = (s x) % 2 in them:
 with the weights ``[w0 w1 w2 0]`` (p = 0) and ``[0 w0 w1 w2]`` (p = 1) a 3x3 window row is one sdot
-per four channels, the word shared by two neighbouring columns at stride 1. The weights are s8 as they
+per four channels (5x5, 7x7: two), the word shared by two neighbouring columns at stride 1. The weights are s8 as they
 are (no [-127, 127] bound: sdot's sums are int32). The register tile: COLUMNS output columns x LANES
 channels, the output stage after it.
 
-MobileNetV2's 56x56x144 depthwise layer on the A76 (llvm-mca's neoverse-n1 model, Mcycles): tap pairs
-1.124, sdot 0.754 (compute 0.62, word pass 0.07, pad pass 0.04); there the output stage takes more of
-the vector pipes than the sdots (scripts/mca_neon_depthwise.py)."""
+On the A76 (llvm-mca's neoverse-n1 model, Mcycles, depthwise.py's form -> this one): MobileNetV2's
+56x56x144 layer 1.124 -> 0.754 (compute 0.62, the word pass 0.07, the pad pass 0.04; the output stage
+takes more of the vector pipes than the sdots), 112x112x96 at stride 2 0.845 -> 0.774; ShuffleNetV2's
+14x14x116 0.431 -> 0.063 (there depthwise.py had 4-lane vectors). Whole models, qsynth / onnxruntime's
+AArch64 build: MobileNetV2 22.3 -> 20.7 (0.695x), MobileNetV3-Large 24.4 -> 19.5 (0.574x), ShuffleNetV2
+17.9 -> 14.3 (0.702x; its 58-channel layers, not in 4s, stay on depthwise.py)."""
 from __future__ import annotations
 
 import numpy as np
@@ -32,7 +35,8 @@ WORD = 4                    # bytes an sdot lane sums: four horizontal neighbour
 
 
 def fits(weight: np.ndarray, stride) -> bool:
-    """Whether ``build`` takes the layer: byte weights on channels in 4s (an sdot's lanes), a horizontal stride of 1 or 2."""
+    """Whether ``build`` takes the layer: byte weights on channels in 4s (an sdot's lanes), a horizontal
+    stride of 1 or 2."""
     return weight.dtype == np.int8 and weight.shape[0] % LANES[-1] == 0 and stride[1] in (1, 2)
 
 
