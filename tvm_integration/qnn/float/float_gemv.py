@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from tvm import s_tir, te, tirx
 
+from tvm_integration.ops.blend import blend
 from tvm_integration.ops.output_stage import fenced
 from tvm_integration.qnn.float import mlas_math
 
@@ -31,13 +32,15 @@ def row_times_transposed_func(k: int, n: int) -> tirx.PrimFunc:
     """``a [1, k] @ w[n, k]^T`` as MlasSgemmKernelM1TransposeBAvx sums it (the module docstring)."""
     a = te.placeholder((1, k), "float32", "a")
     w = te.placeholder((n, k), "float32", "w")
-    chunk = te.reduce_axis((0, -(-k // LANES)), "chunk")
-
-    def product(j, lane, c):
-        index = c * LANES + lane
-        safe = tirx.min(index, k - 1)
-        return tirx.Select(index < k, fenced(a[0, safe] * w[j, safe]), mlas_math.f32(0.0))
-    lanes = te.compute((n, LANES), lambda j, lane: te.sum(product(j, lane, chunk), axis=chunk), name="lanes")
+    whole = k // LANES                  # whole groups of eight, then the last part of one (masked to 0)
+    chunk = te.reduce_axis((0, whole), "chunk")
+    lanes = te.compute((n, LANES), lambda j, lane: te.sum(
+        fenced(a[0, chunk * LANES + lane] * w[j, chunk * LANES + lane]), axis=chunk), name="lanes")
+    if k % LANES:                       # a branch per lane, not a vector Select: no read past a row's end
+        last = whole * LANES
+        sums = lanes
+        lanes = te.compute((n, LANES), lambda j, lane: sums[j, lane] + tirx.if_then_else(
+            last + lane < k, fenced(a[0, last + lane] * w[j, last + lane]), mlas_math.f32(0.0)), name="ends")
     fours, twos = n - n % 4, n - n % 2
 
     def total(i, j):
@@ -55,6 +58,8 @@ def row_times_transposed_func(k: int, n: int) -> tirx.PrimFunc:
     sch.vectorize(lane)
     init = sch.decompose_reduction(block, c)
     sch.vectorize(sch.get_loops(init)[-1])
+    if k % LANES:
+        sch.unroll(sch.get_loops(sch.get_sblock("ends"))[-1])     # each lane's condition a constant
     return sch.mod["main"]
 
 
@@ -68,7 +73,7 @@ def row_times_func(k: int, n: int, bias: bool = False) -> tirx.PrimFunc:
     tail = [(4 * fours, 2)] * (k % 4 >= 2) + [(k - 1, 1)] * (k % 2)     # (first k, size) of the last groups
 
     def product(t, j):
-        t = tirx.max(tirx.min(t, k - 1), 0)     # in bounds where a Select does not take it
+        t = tirx.max(tirx.min(t, k - 1), 0)     # in bounds where the blends do not take it
         return fenced(a[0, t] * b[t, j])
 
     def group(g, j):
@@ -77,8 +82,8 @@ def row_times_func(k: int, n: int, bias: bool = False) -> tirx.PrimFunc:
             product(4 * (g - 1) + 3, j)
         for index, (start, size) in enumerate(tail):
             last = product(start, j) if size == 1 else product(start, j) + product(start + 1, j)
-            value = tirx.Select(g == fours + 1 + index, last, value)
-        return tirx.Select(g == 0, mlas_math.f32(0.0) if c is None else c[j], value)
+            value = blend(g == fours + 1 + index, last, value)
+        return blend(g == 0, mlas_math.f32(0.0) if c is None else c[j], value)
     g = te.reduce_axis((0, fours + 1 + len(tail)), "g")
     y = te.compute((1, n), lambda i, j: te.sum(group(g, j), axis=g), name="y")
     sch = s_tir.Schedule(te.create_prim_func([a, b, *([c] if bias else []), y]))

@@ -14,21 +14,14 @@ def reduce_all_func(shape: tuple[int, ...], kind: str) -> tirx.PrimFunc:
     flattened tensor, then one over them."""
     size = int(np.prod(shape))
     x = te.placeholder(shape, "float32", "x")
-    flat = lambda index: x[tuple(reduce_mean.unravel(index, shape))]
     reducer, start = (te.max, -np.inf) if kind == "max" else (te.min, np.inf)
-    chunks = (size + LANES - 1) // LANES
-    t = te.reduce_axis((0, chunks), "t")
-    lanes = te.compute((LANES,), lambda j: reducer(
-        tirx.Select(t * LANES + j < size, flat(tirx.min(t * LANES + j, size - 1)), mlas_math.f32(start)), axis=t),
-        name="lanes")
+    combine = tirx.max if kind == "max" else tirx.min
+    t = te.reduce_axis((0, size // LANES), "t")
+    lanes = te.compute((LANES,), lambda j: reducer(_at(x, t * LANES + j), axis=t), name="lanes")
     j = te.reduce_axis((0, LANES), "j")
-    y = te.compute((), lambda: reducer(lanes[j], axis=j), name="y")
-    sch = s_tir.Schedule(te.create_prim_func([x, y]))
-    block = sch.get_sblock("lanes")
-    lane, chunk = sch.get_loops(block)
-    sch.reorder(chunk, lane)
-    sch.vectorize(lane)
-    return sch.mod["main"]
+    y = te.compute((), lambda: reducer(combine(lanes[j], _last(x, j, start)) if size % LANES else lanes[j], axis=j),
+                   name="y")
+    return _lanes_vectorized(s_tir.Schedule(te.create_prim_func([x, y])))
 
 
 def range_func(shape: tuple[int, ...], neon: bool = False) -> tirx.PrimFunc:
@@ -43,23 +36,40 @@ def range_func(shape: tuple[int, ...], neon: bool = False) -> tirx.PrimFunc:
         (lambda a, b: tirx.max(a, b), lambda a, b: tirx.min(a, b))
     extremes = te.comm_reducer(lambda a, b: (larger(a[0], b[0]), smaller(a[1], b[1])),
                                lambda t0, t1: (mlas_math.f32(-np.inf), mlas_math.f32(np.inf)), name="extremes")
-    t = te.reduce_axis((0, (size + LANES - 1) // LANES), "t")
-
-    def lane(j):
-        inside = t * LANES + j < size
-        value = x[tuple(reduce_mean.unravel(tirx.min(t * LANES + j, size - 1), shape))]
-        return extremes((tirx.Select(inside, value, mlas_math.f32(-np.inf)),
-                         tirx.Select(inside, value, mlas_math.f32(np.inf))), axis=t)
-    top, bottom = te.compute((LANES,), lane, name="lanes")
+    t = te.reduce_axis((0, size // LANES), "t")
+    top, bottom = te.compute((LANES,), lambda j: extremes((_at(x, t * LANES + j), _at(x, t * LANES + j)), axis=t),
+                             name="lanes")
     j = te.reduce_axis((0, LANES), "j")
     maximum = te.comm_reducer(larger, lambda t: mlas_math.f32(-np.inf), name="maximum")
     minimum = te.comm_reducer(smaller, lambda t: mlas_math.f32(np.inf), name="minimum")
-    high = te.compute((), lambda: maximum(top[j], axis=j), name="high")
-    low = te.compute((), lambda: minimum(bottom[j], axis=j), name="low")
-    sch = s_tir.Schedule(te.create_prim_func([x, high, low]))
-    lane_loop, chunk = sch.get_loops(sch.get_sblock("lanes"))
-    sch.reorder(chunk, lane_loop)
-    sch.vectorize(lane_loop)
+    high = te.compute((), lambda: maximum(larger(top[j], _last(x, j, -np.inf)) if size % LANES else top[j], axis=j),
+                      name="high")
+    low = te.compute((), lambda: minimum(smaller(bottom[j], _last(x, j, np.inf)) if size % LANES else bottom[j],
+                                         axis=j), name="low")
+    return _lanes_vectorized(s_tir.Schedule(te.create_prim_func([x, high, low])))
+
+
+def _at(x: te.Tensor, index):
+    """Element ``index`` of the flattened ``x``."""
+    return x[tuple(reduce_mean.unravel(index, x.shape))]
+
+
+def _last(x: te.Tensor, lane, pad: float):
+    """Lane ``lane``'s element of the last, partial group of LANES, or ``pad`` past the tensor's end:
+    a branch in the scalar reduction over the lanes, not a vector Select (whose load ran past the end)."""
+    size = int(np.prod([int(d) for d in x.shape]))
+    index = size // LANES * LANES + lane
+    return tirx.if_then_else(index < size, _at(x, index), mlas_math.f32(pad))
+
+
+def _lanes_vectorized(sch: s_tir.Schedule) -> tirx.PrimFunc:
+    """The lanes' reduction over the whole groups vectorized over the lanes, its start out of the
+    loop (no group at all under LANES elements)."""
+    block = sch.get_sblock("lanes")
+    lane, chunk = sch.get_loops(block)
+    sch.reorder(chunk, lane)
+    sch.vectorize(lane)
+    sch.vectorize(sch.get_loops(sch.decompose_reduction(block, chunk))[-1])
     return sch.mod["main"]
 
 
