@@ -56,13 +56,13 @@ def conv2d_func(x_shape: tuple[int, ...], w_shape: tuple[int, ...], strides, pad
     x = te.placeholder(x_shape, dequantize[2] if dequantize else "float32", "x")
     filters = te.placeholder((m, k), "float32", "w")      # OIHW read as MLAS's A, [M, K] (``_as_views``)
 
-    def image(b, ch, y, z):                         # zero where padded
+    def image(b, ch, y, z):                         # zero where padded: a branch, never a load outside x
         inside = tirx.all(y >= pt, y < h + pt, z >= pl, z < w + pl)
-        value = x[b, ch, tirx.max(tirx.min(y - pt, h - 1), 0), tirx.max(tirx.min(z - pl, w - 1), 0)]
+        value = x[b, ch, y - pt, z - pl]
         if dequantize:
             scale, zero_point, _ = dequantize
             value = (value.astype("int32") - zero_point).astype("float32") * mlas_math.f32(scale)
-        return tirx.Select(inside, value, mlas_math.f32(0.0))
+        return tirx.if_then_else(inside, value, mlas_math.f32(0.0))
 
     column = _runs(image, batch, c, hp, wp, kh, kw, (sh, sw), ow, parts[-1][0] + parts[-1][1])
 
