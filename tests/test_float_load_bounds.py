@@ -2,7 +2,7 @@
 default pipeline's passes up to RewriteUnsafeSelect). A read past a buffer's end that a Select
 discards changes no output, but faults where the buffer ends at a page's end (issue 50's segfault in
 depthwise.py): TVM simplifies a Select's value under its condition, which took the clamps off the
-speculative loads of float_gemv.py and tensor_range.py."""
+speculative loads of float_gemv.py, tensor_range.py and reduce_mean.py's NHWC mean."""
 from __future__ import annotations
 
 import pytest
@@ -10,7 +10,7 @@ import tvm
 from tvm import ir, s_tir, tirx
 from tvm.tirx import expr as E
 
-from tvm_integration.qnn.float import float_gemv, tensor_range
+from tvm_integration.qnn.float import float_gemv, reduce_mean, tensor_range
 from tvm_integration.qnn.lower.bind import model_target
 
 PASSES = [s_tir.transform.CanonicalizeLoop(), s_tir.transform.LowerInitBlock(),
@@ -109,6 +109,12 @@ def test_tensor_range_reads_inside_the_tensor(shape):
     for func in (tensor_range.range_func(shape), tensor_range.range_func(shape, neon=True),
                  tensor_range.reduce_all_func(shape, "max"), tensor_range.reduce_all_func(shape, "min")):
         assert loads_outside(lowered(func)) == []
+
+
+@pytest.mark.parametrize("pairs", [reduce_mean.SSE_PAIRS, reduce_mean.NEON_PAIRS])
+def test_nhwc_mean_reads_inside_the_image(pairs):
+    """196 pixels in 24 pairs of packets and 4 more: the 25th pair's vectors of channels past the end."""
+    assert loads_outside(lowered(reduce_mean.mean_func((1, 40, 14, 14), 2, True, "NHWC", pairs))) == []
 
 
 def test_the_check_sees_a_read_past_the_end():

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 from tvm import s_tir, te, tirx
 
+from tvm_integration.ops.blend import blend
 from tvm_integration.qnn.float import mlas_math
 from tvm_integration.qnn.float.float_calls import emit, float32, shape_of
 
@@ -64,7 +65,10 @@ def mean_func(shape: tuple[int, ...], reduced: int, keepdims: bool, layout: str 
 
     add = te.comm_reducer(lambda a, b: a + b, lambda dtype: NEGATIVE_ZERO, name="sum_from_negative_zero")
     t = te.reduce_axis((0, (n + pair - 1) // pair), "t")
-    lanes = te.compute((rows, pair), lambda r, j: add(tirx.Select(
+    # NHWC's lanes are vectors of channels: a Select there loads both values, its clamp on the pixel
+    # dropped (a read past the image's end), so a blend; NCHW's stay scalar, the Select a branch
+    pick = blend if layout == "NHWC" else tirx.Select
+    lanes = te.compute((rows, pair), lambda r, j: add(pick(
         t * pair + j < packets(r, pair), at(r, start(r) + t * pair + j), NEGATIVE_ZERO), axis=t), name="lanes")
 
     def mean(r):
