@@ -36,7 +36,8 @@ def loads_outside(func: tirx.PrimFunc) -> list[str]:
 
     def load(node):
         for index, size in zip(node.indices, node.source.shape):
-            ends = [index.base, index.base + index.stride * (index.lanes - 1)] if isinstance(index, E.Ramp) else [index]
+            ramp = isinstance(index, E.Ramp)
+            ends = [index.base, index.base + index.stride * (index.lanes - 1)] if ramp else [index]
             bounds = [analyzer.const_int_bound(end) for end in ends]
             if min(b.min_value for b in bounds) < 0 or max(b.max_value for b in bounds) >= int(size):
                 found.append(str(node))
@@ -122,5 +123,6 @@ def test_the_check_sees_a_read_past_the_end():
     x = tirx.decl_buffer((5,), "float32", "x")
     y = tirx.decl_buffer((8,), "float32", "y")
     i = tirx.Var("i", "int32")
-    body = tirx.For(i, 0, 8, tirx.ForKind.SERIAL, tirx.BufferStore(y, tirx.Select(i < 5, x[i], tirx.const(0.0, "float32")), [i]))
+    store = tirx.BufferStore(y, tirx.Select(i < 5, x[i], tirx.const(0.0, "float32")), [i])
+    body = tirx.For(i, 0, 8, tirx.ForKind.SERIAL, store)
     assert loads_outside(tirx.PrimFunc([x, y], body)) == ["x[i]"]
