@@ -43,7 +43,7 @@ def loads_outside(func: tirx.PrimFunc) -> list[str]:
                 found.append(str(node))
 
     def guarded(condition, then, otherwise, visit):
-        visit(condition)
+        expr(condition)
         with analyzer.constraint_scope(condition):
             visit(then)
         if otherwise is not None:
@@ -74,7 +74,7 @@ def loads_outside(func: tirx.PrimFunc) -> list[str]:
             for s in node.seq:
                 stmt(s)
         elif isinstance(node, tirx.IfThenElse):
-            guarded(node.condition, node.then_case, node.else_case, lambda s: stmt(s) if isinstance(s, tirx.Stmt) else expr(s))
+            guarded(node.condition, node.then_case, node.else_case, stmt)
         elif isinstance(node, tirx.BufferStore):
             for e in [node.value, *node.indices]:
                 expr(e)
