@@ -21,6 +21,7 @@ from tvm import s_tir, te, tirx
 
 from isa_specs.features import RegisterFile
 from tvm_integration.kernels.neon_int8 import symmetric
+from tvm_integration.ops.blend import blend
 from tvm_integration.ops.gemm import parallel_rows
 from tvm_integration.ops.output_stage import OutputStage, by_bits, placeholders
 
@@ -142,20 +143,16 @@ def _tap_pairs(padded: te.Tensor, weight: np.ndarray, stride):
 
 def padded_value(x, layout, n, ch, i, j, pad_value: int = 0, speculative: bool = False):
     """``x`` at (i, j), or ``pad_value`` outside it; ``speculative``: read at the nearest pixel inside
-    and blend, vector bitwise ops instead of a branch (the tap pairs at stride 2, inlined: MobileNetV2's
-    112x112x96 1.09 -> 1.01 Mcycles on Cortex-A72). Not a Select: TVM simplifies a Select's value under
-    its condition, which took the clamp off the read (a read a row past the input, a segfault under
-    qemu on 56x56x72 at 5x5 stride 2, and a row before it)."""
+    and blend (ops/blend.py: vector bitwise ops, where a Select's simplified value lost the clamp and read a
+    row past the input, a segfault under qemu on 56x56x72 at 5x5 stride 2) instead of a branch (the tap
+    pairs at stride 2, inlined: MobileNetV2's 112x112x96 1.09 -> 1.01 Mcycles on Cortex-A72)."""
     h, w = (x.shape[2], x.shape[3]) if layout == "NCHW" else (x.shape[1], x.shape[2])
     inside = tirx.all(i >= 0, i < h, j >= 0, j < w)
     if speculative:
         i, j = tirx.max(tirx.min(i, h - 1), 0), tirx.max(tirx.min(j, w - 1), 0)
     value = x[n, ch, i, j] if layout == "NCHW" else x[n, i, j, ch]
     pad = tirx.const(pad_value, x.dtype)
-    if not speculative:
-        return tirx.if_then_else(inside, value, pad)
-    zero, ones = tirx.const(0, x.dtype), tirx.const(int(np.array(-1).astype(str(x.dtype))), x.dtype)   # ~0
-    return (value & tirx.Select(inside, ones, zero)) | tirx.Select(inside, zero, pad)
+    return blend(inside, value, pad) if speculative else tirx.if_then_else(inside, value, pad)
 
 
 def _schedule(func, layout: str, tiles, pad_pass: bool = False):
