@@ -73,23 +73,7 @@ def _job_main(spec_key: str, cost: str, timeout: str, out: str) -> None:
         result = {"status": "done", "entry": synthesize(spec_from_key(json.loads(spec_key)), cost, float(timeout))}
     except SynthesisFailed as e:
         result = {"status": "failed", "reason": str(e)}
-    finally:
-        _alarms_off(SynthesisFailed)
     Path(out).write_text(json.dumps(result))
-
-
-def _alarms_off(raised_by_alarm: type) -> None:
-    """Disarm the synthesis time limit's timer for good. ``synth.kernel.time_limit`` arms it before its
-    try block, so an alarm due at once (a 1 ms timeout on a loaded host) raises before its cleanup is in
-    place: the timer stays armed, re-fires every 0.25 s, and once Python's exit restores SIGALRM's default
-    action it kills this process (exit status -14), so the worker lost a written "failed" result."""
-    while True:
-        try:
-            signal.signal(signal.SIGALRM, signal.SIG_IGN)
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            return
-        except raised_by_alarm:                 # a re-fire that landed before SIG_IGN took effect
-            continue
 
 
 def results(specs: list, cost: str, timeout: float, address: str | None, job=None):

@@ -65,13 +65,26 @@ def time_limit(seconds: float):
     def expire(signum, frame):
         raise SynthesisFailed("time limit reached")
 
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds, 0.25)
-    try:
+    previous = signal.getsignal(signal.SIGALRM)
+    try:                        # armed inside: an alarm due at once raises as setitimer returns
+        signal.signal(signal.SIGALRM, expire)
+        signal.setitimer(signal.ITIMER_REAL, seconds, 0.25)
         yield
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
+        disarm_time_limit()
         signal.signal(signal.SIGALRM, previous)
+
+
+def disarm_time_limit() -> None:
+    """Stop ``time_limit``'s timer for good, even while it re-fires: an alarm can raise between any two
+    steps here, so ignore the signal first and retry until both steps ran."""
+    while True:
+        try:
+            signal.signal(signal.SIGALRM, signal.SIG_IGN)
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            return
+        except SynthesisFailed:
+            continue
 
 
 def synthesize(spec, cost_model: str = "length", timeout: float = 600.0, seed: int = 0) -> dict:

@@ -16,7 +16,7 @@ from isa_specs.lanes import NUMPY
 from sketches import menus
 from sketches.program import Instr, Op, Program
 from synth import bitserial, cache, trust
-from synth.kernel import synthesize
+from synth.kernel import synthesize, time_limit
 from synth.proof import prove_equal
 from synth.int8_spec import Int8Spec
 from synth.spec import BitserialSpec, SpecError
@@ -342,3 +342,17 @@ def test_a_killed_sweep_stops_its_workers(tmp_path):
     finally:                                                 # a failed check must not leave a sweep running
         for pid in _processes_with(marker):
             os.kill(pid, signal.SIGKILL)
+
+
+def test_a_time_limit_due_at_once_leaves_no_timer_running():
+    """An alarm due as ``time_limit`` arms its timer (a 1 us limit here; a 1 ms one on a loaded host) raises
+    as setitimer returns. Armed before the try block, the timer was then left re-firing every 0.25 s, and once
+    SIGALRM's default action was back it killed the process (a cluster job, exit status -14)."""
+    before = signal.getsignal(signal.SIGALRM)
+    for _ in range(20):
+        with pytest.raises(SynthesisFailed):
+            with time_limit(1e-6):
+                while True:
+                    pass
+        assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+        assert signal.getsignal(signal.SIGALRM) is before
