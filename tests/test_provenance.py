@@ -5,9 +5,17 @@ import subprocess
 from tvm_integration.bench import provenance
 
 
-def test_command_keeps_every_argument():
+def test_command_keeps_every_argument(monkeypatch):
+    monkeypatch.delenv("QSYNTH_HOST_FEATURES", raising=False)
     argv = [str(provenance.ROOT / "scripts" / "bench_zoo.py"), "--recompile", "--dir", "/tmp/a b", "--threads", "1"]
     assert provenance.command(argv) == "python scripts/bench_zoo.py --recompile --dir '/tmp/a b' --threads 1"
+
+
+def test_command_names_the_features_a_run_was_held_to(monkeypatch):
+    """A run under QSYNTH_HOST_FEATURES takes other kernels than the CPU would: its command says so."""
+    monkeypatch.setenv("QSYNTH_HOST_FEATURES", "avx2,avx512f")
+    argv = [str(provenance.ROOT / "scripts" / "bench_models.py"), "--threads", "1"]
+    assert provenance.command(argv) == "QSYNTH_HOST_FEATURES=avx2,avx512f python scripts/bench_models.py --threads 1"
 
 
 def test_commit_marks_a_dirty_tree(tmp_path):

@@ -27,11 +27,13 @@ def commit(root: Path = ROOT) -> str:
 
 
 def command(argv: list[str] | None = None) -> str:
-    """The command line as typed from the checkout's root: every argument, the script's path relative."""
+    """The command line as typed from the checkout's root: every argument, the script's path relative, and
+    ``QSYNTH_HOST_FEATURES=...`` ahead of it when set (a run held to fewer features than the CPU shows)."""
     script, *args = sys.argv if argv is None else argv
     path = Path(script).resolve()
     shown = str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else script
-    return shlex.join(["python", shown, *args])
+    held = os.environ.get(host.FEATURES_VARIABLE)
+    return (f"{host.FEATURES_VARIABLE}={shlex.quote(held)} " if held else "") + shlex.join(["python", shown, *args])
 
 
 def _load() -> list[float]:
