@@ -34,13 +34,25 @@ class Unavailable(Exception):
     """OpenVINO cannot be imported or cannot run the model here; the message says why, on one line."""
 
 
-def configurations(flags: frozenset[str] | None = None) -> dict[str, dict[str, str]]:
-    """Name -> environment of the configurations to run on a host with these CPU flags (default: this
-    one's): the default everywhere, VNNI only where the default would use AMX."""
-    if flags is None:
-        from isa_specs import host
-        flags = host.cpu_flags()
-    return {name: env for name, env in CONFIGURATIONS.items() if not env or "amx_int8" in flags}
+# oneDNN's names for the instruction sets it may be held to, the richest the flags show first.
+ONEDNN_ISAS = [("amx_int8", "AVX512_CORE_AMX"), ("avx512_vnni", "AVX512_CORE_VNNI"), ("avx512bw", "AVX512_CORE"),
+               ("avx_vnni", "AVX2_VNNI"), ("avx2", "AVX2")]
+
+
+def configurations(flags: frozenset[str] | None = None,
+                   cpu_flags: frozenset[str] | None = None) -> dict[str, dict[str, str]]:
+    """Name -> environment of the configurations to run on a host whose model shows ``flags`` on a CPU
+    showing ``cpu_flags`` (default: this one's, and qsynth's host model of it): the default everywhere,
+    VNNI only where the default would use AMX. A host model held to fewer features than the CPU shows
+    (``QSYNTH_HOST_FEATURES``: an AVX2-only host on a Xeon) holds OpenVINO's default to the same, through
+    oneDNN's ``ONEDNN_MAX_CPU_ISA``, so that both sides run what such a host has."""
+    from isa_specs import host
+    flags = host.cpu_flags() if flags is None else flags
+    cpu_flags = host.cpu_model().flags if cpu_flags is None else cpu_flags
+    chosen = {name: env for name, env in CONFIGURATIONS.items() if not env or "amx_int8" in flags}
+    if flags != cpu_flags:
+        chosen["openvino_int8"] = {"ONEDNN_MAX_CPU_ISA": next(isa for flag, isa in ONEDNN_ISAS if flag in flags)}
+    return chosen
 
 
 class Worker:
