@@ -169,6 +169,13 @@ def markdown(data: dict) -> str:
                      f"| {tuned_shapes.label(r.get('tuning'))} |")
     if unavailable:
         lines += ["", "OpenVINO unavailable: " + "; ".join(unavailable)]
+    held = sorted({" ".join(f"{k}={v}" for k, v in report["environment"].items()) for r in rows
+                   for name, report in r.get("openvino", {}).items() if name == "openvino_int8" and "environment" in report})
+    if held:
+        lines += ["", f"Held host: qsynth's host model was held to {', '.join(run['host']['features'])} "
+                  f"(`QSYNTH_HOST_FEATURES`), and openvino_int8 to the same instructions (`{'`, `'.join(held)}`). "
+                  "onnxruntime cannot be held (MLAS dispatches on the CPU's own flags): its columns ran on "
+                  "everything the CPU has."]
     lines += ["", "Targets (issue 15):", *TARGETS, "", "Targets (issue 30):", *OPENVINO_TARGETS]
     lowbit = [r for r in rows if r["name"] in LOWBIT]
     if lowbit:

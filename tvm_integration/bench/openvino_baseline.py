@@ -172,7 +172,8 @@ def baselines(path: str | Path, feeds: dict[str, np.ndarray], expected: dict[str
     for name, env in configurations().items():
         try:
             worker = Worker(path, threads, feeds, env)
-            report[name] = {**worker.info, **compare(worker.outputs, expected, scales)}
+            report[name] = {**worker.info, **({"environment": env} if env else {}),
+                            **compare(worker.outputs, expected, scales)}
             worker.close()
         except Unavailable as e:
             report[name] = {"unavailable": str(e)}
