@@ -140,8 +140,18 @@ def int8_candidates(isa: str = "host", depth: int | None = None, groups: int = 1
 
 def candidates_for(weights: np.ndarray, isa: str = "host", groups: int = 1) -> list[int8.Kernel]:
     """The tiles an operator with constant ``weights`` (``[O, ...]``, its reduction the rest of the
-    shape) in ``groups`` groups chooses among: ``int8_candidates`` that its weights admit."""
-    return admitted(int8_candidates(isa, int(np.prod(weights.shape[1:])), groups), weights)
+    shape) in ``groups`` groups chooses among: ``int8_candidates`` that its weights admit; where they admit
+    none (9-bit weights, ``w - zw`` of U8U8 layers, beyond the byte tiles' correction), the ISA's other
+    exact tiles the host runs that admit them (AVX-512BW's w16 beside VNNI and AMX)."""
+    candidates = int8_candidates(isa, int(np.prod(weights.shape[1:])), groups)
+    try:
+        return admitted(candidates, weights)
+    except SelectionError:
+        others = [k for k in _u8s8_kernels(candidates[-1].spec.isa)
+                  if k not in candidates and (isa != "host" or usable(k) is None) and k.admits(weights)]
+        if not others:
+            raise
+        return others
 
 
 def int8_target(kernel: int8.Kernel | None = None) -> dict:
