@@ -37,6 +37,11 @@ def time_libraries(model: Path, libraries: list[Path], rounds: int, warm: int, c
     import openvino as ov
     from tvm_integration.bench.models import onnxruntime_session
     from tvm_integration.qnn.runtime.model import CompiledModel, input_specs
+    try:
+        request = ov.Core().compile_model(str(model), "CPU", {"INFERENCE_NUM_THREADS": 1,
+                                                              "PERFORMANCE_HINT": "LATENCY"}).create_infer_request()
+    except RuntimeError as e:          # OpenVINO's message: many lines, the reason last
+        sys.exit(f"OpenVINO cannot compile {model.name}: {str(e).strip().splitlines()[-1]}")
     feeds = {name: np.random.default_rng(0).random(shape, dtype=np.float32)
              for name, (shape, _) in input_specs(model, allow_float=True).items()}
     runs = {}
@@ -44,8 +49,6 @@ def time_libraries(model: Path, libraries: list[Path], rounds: int, warm: int, c
         built = CompiledModel.load(library, threads=1)
         args = built.arguments(feeds)
         runs[library.name] = lambda main=built.vm["main"], args=args: main(*args)
-    request = ov.Core().compile_model(str(model), "CPU", {"INFERENCE_NUM_THREADS": 1,
-                                                          "PERFORMANCE_HINT": "LATENCY"}).create_infer_request()
     runs["openvino_int8"] = lambda: request.infer(feeds)
     if between is not None:
         session = onnxruntime_session(between, 1)
