@@ -149,7 +149,9 @@ def test_softmax_exact(tmp_path, shape, axis, spread):
 def test_softmax_exps_near_the_clamp_exact(tmp_path):
     """x - max in about [-88.38, -87.68] rounds m to -127: FMA3's sum-exp kernel (the Zen 3 host's) builds 2^m
     from its exponent bits, (m + 127) << 23, which is 0 there, so those exps and outputs are 0; AVX-512F's
-    vscalefps gives a subnormal (on this host 39 of 84 outputs differed while every CPU took vscalefps')."""
+    vscalefps gives a subnormal (on this host 39 of 84 outputs differed while every CPU took vscalefps'). And
+    FMA3's clamps x at -88.376, AVX-512F's at -103.97: row 3 reaches -100 (on the AMX Xeon 12 of its outputs
+    differed while every CPU took FMA3's clamp)."""
     x = np.zeros((4, 21), np.float32)
     x[0, 1:], x[1, 1:], x[2, 1:], x[3, 1:] = -87.9, -87.5, -88.0, np.linspace(-80, -100, 20)
     path = float_model(tmp_path / "sm.onnx", [helper.make_node("Softmax", ["x"], ["y"], axis=-1)], [("x", x.shape)])

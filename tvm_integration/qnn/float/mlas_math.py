@@ -9,6 +9,8 @@ paths (TransKernelAvx512F.S, ErfKernelFma3.S, the FMA3 tanh kernel, logistic.cpp
 """
 from __future__ import annotations
 
+from typing import Callable, NamedTuple
+
 from isa_specs import host
 from tvm import tirx
 from tvm.tirx.op import fma
@@ -28,7 +30,7 @@ LOG2_RECIPROCAL = f32(1.44269504088896341)
 LOG2_HIGH, LOG2_LOW = f32(-6.93145752e-1), f32(-1.42860677e-6)
 EXP_POLY = [_hex(h) for h in ("0x1.694000p-10", "0x1.125edcp-7", "0x1.555b5ap-5", "0x1.555450p-3", "0x1.fffff6p-2")]
 EXP_POLY_56 = f32(1.0)
-LOWER_RANGE_SUM_EXP = f32(-88.3762626647949)
+LOWER_RANGE, LOWER_RANGE_SUM_EXP = f32(-103.9720840454), f32(-88.3762626647949)
 
 
 def integer_of(biased):
@@ -62,18 +64,30 @@ def float_lanes() -> int:
     return 16 if "avx512f" in host.cpu_model().flags else 8
 
 
-def exp_nonpositive(x, scale=power_of_two_times):
-    """exp(x) for x <= 0 as MLAS's sum-exp kernel computes it (softmax's, after subtracting the
-    row's maximum): clamped below at -88.376, range-reduced by m = round(x / ln 2) in two parts,
-    a degree-6 polynomial, scaled by 2^m (``scale(p, ROUNDING_BIAS + m)``: the x86 kernels' vscalefps by default)."""
-    x = tirx.max(LOWER_RANGE_SUM_EXP, x)
+class SumExp(NamedTuple):
+    """How one of MLAS's sum-exp kernels bounds x and puts 2^m back."""
+    lower: tirx.FloatImm            # x clamped below at it
+    scale: Callable                 # ``scale(p, ROUNDING_BIAS + m)``: p * 2^m
+
+
+# AVX-512F's kernel: clamped at ExpConstants.LowerRange (2^m down to 2^-150, subnormal), vscalefps.
+VSCALEF = SumExp(LOWER_RANGE, power_of_two_times)
+# FMA3's and the generic C++ kernel (NEON's): clamped at LowerRangeSumExp, 2^m from its exponent bits.
+EXPONENT_BITS = SumExp(LOWER_RANGE_SUM_EXP, times_power_of_two)
+
+
+def exp_nonpositive(x, kernel: SumExp):
+    """exp(x) for x <= 0 as MLAS's sum-exp ``kernel`` computes it (softmax's, after subtracting the
+    row's maximum): clamped below, range-reduced by m = round(x / ln 2) in two parts, a degree-6
+    polynomial, scaled by 2^m."""
+    x = tirx.max(kernel.lower, x)
     biased = fma(x, LOG2_RECIPROCAL, ROUNDING_BIAS)
     m = biased - ROUNDING_BIAS
     r = fma(m, LOG2_LOW, fma(m, LOG2_HIGH, x))
     p = EXP_POLY[0]
     for c in (*EXP_POLY[1:], EXP_POLY_56, EXP_POLY_56):
         p = fma(p, r, c)
-    return scale(p, biased)
+    return kernel.scale(p, biased)
 
 
 ERF_UPPER, ERF_SPLIT = f32(3.925), f32(0.921875)

@@ -52,7 +52,7 @@ def softmax_func(shape: tuple[int, ...]) -> tirx.PrimFunc:
         head = top
         top = te.compute(rows, lambda *i: functools.reduce(tirx.max, [x[(*i, j)] for j in range(wide, d)], head[i]),
                          name="top_rest")
-    e = te.compute(shape, lambda *i: mlas_math.exp_nonpositive(x[i] + (-top[i[:-1]]), mlas_math.times_power_of_two),
+    e = te.compute(shape, lambda *i: mlas_math.exp_nonpositive(x[i] + (-top[i[:-1]]), mlas_math.EXPONENT_BITS),
                    name="e")
     c = te.reduce_axis((0, max(body // LANES, 1)), "c")
     lanes = te.compute((*rows, LANES), lambda *i: te.sum(

@@ -27,10 +27,11 @@ def lane_tree(lane, combine, lanes: int):
     return combine(*pairs)
 
 
-def exp_scale(lanes: int):
-    """How MLAS's sum-exp kernel puts 2^m back on a CPU of ``lanes``: AVX-512F's vscalefps, FMA3's
-    exponent bits and a multiply (zero for m = -127: x - max in about [-88.38, -87.68])."""
-    return mlas_math.power_of_two_times if lanes == 16 else mlas_math.times_power_of_two
+def sum_exp_kernel(lanes: int) -> mlas_math.SumExp:
+    """MLAS's sum-exp kernel on a CPU of ``lanes``: AVX-512F's (x down to -103.97, vscalefps: subnormal
+    exps) or FMA3's (x down to -88.38, exponent bits and a multiply: zero for m = -127, x - max in about
+    [-88.38, -87.68])."""
+    return mlas_math.VSCALEF if lanes == 16 else mlas_math.EXPONENT_BITS
 
 
 def softmax_func(shape: tuple[int, ...], lanes: int | None = None) -> tirx.PrimFunc:
@@ -40,7 +41,7 @@ def softmax_func(shape: tuple[int, ...], lanes: int | None = None) -> tirx.PrimF
     lanes = lanes or mlas_math.float_lanes()
     d = shape[-1]
     rows, whole = int(np.prod(shape[:-1])), d // lanes
-    scale = exp_scale(lanes)
+    kernel = sum_exp_kernel(lanes)
     with IRBuilder() as ib, T.prim_func(private=True, s_tir=True):
         T.func_attr({"tirx.noalias": True})
         x = T.arg("x", T.buffer(shape, "float32"))
@@ -58,7 +59,7 @@ def softmax_func(shape: tuple[int, ...], lanes: int | None = None) -> tirx.PrimF
                 negative_top = T.bind(-lane_tree(lambda j: top[j], tirx.max, lanes))
 
                 def exp_stored(acc, v, at):
-                    e = T.bind(mlas_math.exp_nonpositive(v + negative_top, scale))
+                    e = T.bind(mlas_math.exp_nonpositive(v + negative_top, kernel))
                     T.buffer_store(ys, e, [at])
                     return acc + e
                 _sweep(total, xs, r * d, whole, d % lanes, exp_stored, mlas_math.f32(0.0), with_index=True)
