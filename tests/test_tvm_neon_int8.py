@@ -212,11 +212,13 @@ def test_depthwise_tap_pairs(hwc, k, stride, dtype):
 @pytest.mark.parametrize("hwc, k, stride, dtype", [
     pytest.param(*case, marks=qemu, id=f"{case[0][0]}x{case[0][1]}x{case[0][2]}k{case[1]}s{case[2]}")
     for case in (((9, 16, 32), 3, 1, "uint8"), ((8, 7, 8), 3, 1, "int8"), ((13, 13, 24), 3, 2, "uint8"),
-                 ((11, 9, 16), 5, 2, "int8"), ((9, 10, 8), 7, 1, "uint8"), ((14, 14, 12), 3, 1, "uint8"))])
+                 ((11, 9, 16), 5, 2, "int8"), ((9, 10, 8), 7, 1, "uint8"), ((14, 14, 12), 3, 1, "uint8"),
+                 ((9, 11, 58), 3, 1, "uint8"), ((10, 9, 20), 5, 2, "int8"), ((7, 8, 3), 3, 2, "uint8"))])
 def test_depthwise_sdot(hwc, k, stride, dtype):
     """On a core with sdot (Cortex-A76), byte weights take depthwise_dot.py's words of four horizontal
     neighbours: both strides, 3x3 to 7x7 windows (one and two words a window row), rows of 7 to 16
-    columns, 8 to 32 channels and 12 (tiles of 4), weights of -128 and 127 (outside the tap pairs' domain)
+    columns, 8 to 32 channels, and channels not in 8s computed in 16s (12, ShuffleNetV2's 58, 20, 3: a
+    last tile of 4, 2, 4 and 3 real channels), weights of -128 and 127 (outside the tap pairs' domain)
     under corners of the data's extremes, the padding's value, requantized."""
     op, x, _, expected = depthwise_at_extremes(42, hwc, k, stride, dtype, -128, "cortex-a76", (2e-4 / k, 8e-4 / k))
     assert "sdot" in op.assembly

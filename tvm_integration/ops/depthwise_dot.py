@@ -1,5 +1,5 @@
 """Depthwise int8 conv2d on sdot (AArch64 cores with the dot-product extension: Cortex-A55, A76,
-Neoverse-N1), NHWC, channels in 4s, byte weights.
+Neoverse-N1), NHWC, byte weights, any number of channels (those not in 8s computed in 16s).
 
 sdot sums four byte products into each int32 lane, and a depthwise lane is one channel, so each lane's
 four bytes must be four taps of that channel. A pass writes the padded input (u8 data shifted to s8 by
@@ -10,34 +10,46 @@ window row's taps lie in the words at (s x) // 2, + 2, ... and at byte offset p 
 with the weights ``[w0 w1 w2 0]`` (p = 0) and ``[0 w0 w1 w2]`` (p = 1) a 3x3 window row is one sdot
 per four channels (5x5, 7x7: two), the word shared by two neighbouring columns at stride 1. The weights are s8 as they
 are (no [-127, 127] bound: sdot's sums are int32). The register tile: COLUMNS output columns x LANES
-channels, the output stage after it.
+channels, the output stage after it. Channels not in 8s (ShuffleNetV2's 58 and 116) are padded to 16s
+with zero weights (``padded_channels``), each pass and tile testing the real channels' bound only in the
+vector or tile that holds it (``_schedule``); the bytes moved and the sdots of the padding are the cost.
 
 On the A76 (llvm-mca's neoverse-n1 model, Mcycles, depthwise.py's form -> this one): MobileNetV2's
 56x56x144 layer 1.124 -> 0.754 (compute 0.62, the word pass 0.07, the pad pass 0.04; the output stage
 takes more of the vector pipes than the sdots), 112x112x96 at stride 2 0.845 -> 0.774; ShuffleNetV2's
 14x14x116 0.431 -> 0.063 (there depthwise.py had 4-lane vectors). Whole models, qsynth / onnxruntime's
 AArch64 build: MobileNetV2 22.3 -> 20.7 (0.695x), MobileNetV3-Large 24.4 -> 19.5 (0.574x), ShuffleNetV2
-17.9 -> 14.3 (0.702x; its 58-channel layers, not in 4s, stay on depthwise.py)."""
+17.9 -> 14.3 (0.702x; its 58-channel layers, not in 4s, stayed on depthwise.py). Padded to 16s
+(Mcycles, 4s or depthwise.py -> 16s): ShuffleNetV2's 28x28x58 0.471 -> 0.090, 56x56x58 at stride 2 0.443
+-> 0.145, 14x14x116 0.063 -> 0.042, 28x28x116 at stride 2 0.126 -> 0.065."""
 from __future__ import annotations
 
 import numpy as np
-from tvm import s_tir, te
+from tvm import s_tir, te, tirx
 from tvm.script import tirx as T
 
+from tvm_integration.kernels.packing import round_up
 from tvm_integration.ops.depthwise import padded_value, signed
 from tvm_integration.ops.gemm import parallel_rows
 from tvm_integration.ops.output_stage import OutputStage, by_bits, placeholders
 
-LANES = (8, 4)              # channels a register tile, the first that divides them: two sdots or one
+LANES = 8                   # channels a register tile: two sdots
+PADDED = 16                 # channels not in LANES' 8s are computed in 16s (padded_channels)
 COLUMNS = (4, 7, 2, 1)      # output columns a register tile, the first that divides the row
 SDOT = "qsynth_depthwise_sdot"
 WORD = 4                    # bytes an sdot lane sums: four horizontal neighbours of one channel
 
 
 def fits(weight: np.ndarray, stride) -> bool:
-    """Whether ``build`` takes the layer: byte weights on channels in 4s (an sdot's lanes), a horizontal
-    stride of 1 or 2."""
-    return weight.dtype == np.int8 and weight.shape[0] % LANES[-1] == 0 and stride[1] in (1, 2)
+    """Whether ``build`` takes the layer: byte weights, a horizontal stride of 1 or 2."""
+    return weight.dtype == np.int8 and stride[1] in (1, 2)
+
+
+def padded_channels(channels: int) -> int:
+    """The channels the passes and the register tiles compute: ``channels`` where LANES divide them,
+    else rounded up to PADDED, the extra ones on zero weights. Their pad and word passes then move whole
+    16-byte vectors and their tiles are two sdots (the tail tile's output stage partitioned off, below)."""
+    return channels if channels % LANES == 0 else round_up(channels, PADDED)
 
 
 def build(x: te.Tensor, weight: np.ndarray, stride, pads, out_hw, stage: OutputStage, pad_value: int = 0):
@@ -46,23 +58,27 @@ def build(x: te.Tensor, weight: np.ndarray, stride, pads, out_hw, stage: OutputS
     if stage.residual:
         raise ValueError("a residual add is not fused into a depthwise convolution")
     if not fits(weight, stride):
-        raise ValueError(f"sdot depthwise needs int8 weights on channels in {LANES[-1]}s and a horizontal stride of 1 "
-                         f"or 2, got {weight.dtype} weights on {weight.shape[0]} channels, stride {tuple(stride)}")
+        raise ValueError(f"sdot depthwise needs int8 weights and a horizontal stride of 1 or 2, got {weight.dtype} "
+                         f"weights, stride {tuple(stride)}")
     c, kh, kw = weight.shape[0], weight.shape[2], weight.shape[3]
+    cp = padded_channels(c)
     (oh, ow), (sy, sx) = out_hw, stride
     b, h, _, _ = x.shape
     offsets = 2 if sx == 1 else 1                  # byte offsets p a window starts at in its first word
     words_a_row = -(-(kw + offsets - 1) // WORD)
     groups = (sx * (ow - 1)) // 2 + 2 * (words_a_row - 1) + 1
     shifted = signed if x.dtype == "uint8" else (lambda v: v)
-    padded = te.compute((b, h + pads[0] + pads[2], 2 * groups + 2, c), lambda n, i, j, ch: shifted(
-        padded_value(x, "NHWC", n, ch, i - pads[0], j - pads[1], pad_value)), name="pad")
-    words = te.compute((b, padded.shape[1], groups, c, WORD), lambda n, i, g, ch, k: padded[n, i, 2 * g + k, ch],
+
+    def pixel(n, i, j, ch):
+        value = shifted(padded_value(x, "NHWC", n, ch, i - pads[0], j - pads[1], pad_value))
+        return value if cp == c else tirx.if_then_else(ch < c, value, tirx.const(0, "int8"))
+    padded = te.compute((b, h + pads[0] + pads[2], 2 * groups + 2, cp), pixel, name="pad")
+    words = te.compute((b, padded.shape[1], groups, cp, WORD), lambda n, i, g, ch, k: padded[n, i, 2 * g + k, ch],
                        name="words")
-    image = weight_words(weight, offsets, words_a_row)
+    image = weight_words(weight, offsets, words_a_row, cp)
     w = te.placeholder(image.shape, "int8", name="weights")
     ry, rq, rk = (te.reduce_axis((0, e), name) for e, name in ((kh, "ry"), (words_a_row, "rq"), (WORD, "rk")))
-    acc = te.compute((b, oh, ow, c), lambda n, y, xx, ch: te.sum(
+    acc = te.compute((b, oh, ow, cp), lambda n, y, xx, ch: te.sum(
         words[n, sy * y + ry, (sx * xx) // 2 + 2 * rq, ch, rk].astype("int32")
         * w[ry, (sx * xx) % 2, rq, ch, rk].astype("int32"), axis=[ry, rq, rk]), name="acc")
     values = stage.channel_params(c, 1, 1)
@@ -73,30 +89,35 @@ def build(x: te.Tensor, weight: np.ndarray, stride, pads, out_hw, stage: OutputS
     params = placeholders(values)
     out = te.compute((b, oh, ow, c), lambda n, y, xx, ch: stage.expression(acc[n, y, xx, ch], params, ch, 0),
                      name="output")
-    mod = _schedule(te.create_prim_func([x, w, *params.values(), out]), c)
+    mod = _schedule(te.create_prim_func([x, w, *params.values(), out]), cp, c)
     return mod, [image, *values.values()], (b, oh, ow, c)
 
 
-def weight_words(weight: np.ndarray, offsets: int, words_a_row: int) -> np.ndarray:
-    """``[KH, offsets, words_a_row, C, 4]`` s8: for a window starting at byte ``p`` of its first word, the
-    weights each byte of its ``q``-th word meets (zero past the window)."""
+def weight_words(weight: np.ndarray, offsets: int, words_a_row: int, channels: int) -> np.ndarray:
+    """``[KH, offsets, words_a_row, channels, 4]`` s8: for a window starting at byte ``p`` of its first word,
+    the weights each byte of its ``q``-th word meets (zero past the window and past the weight's channels)."""
     c, kh, kw = weight.shape[0], weight.shape[2], weight.shape[3]
-    image = np.zeros((kh, offsets, words_a_row, c, WORD), np.int8)
+    image = np.zeros((kh, offsets, words_a_row, channels, WORD), np.int8)
     for p in range(offsets):
         for q in range(words_a_row):
             for k in range(WORD):
                 if 0 <= WORD * q + k - p < kw:
-                    image[:, p, q, :, k] = weight[:, 0, :, WORD * q + k - p].T
+                    image[:, p, q, :c, k] = weight[:, 0, :, WORD * q + k - p].T
     return image
 
 
-def _schedule(func, channels: int):
+def _schedule(func, channels: int, real: int):
     """The pad pass and the word pass (tensorized: one st4 per four pixels) parallel over input rows; the
     accumulators a register tile of COLUMNS x LANES over output rows in parallel, sdot tensorized, every tap
-    unrolled, the output stage after each tile."""
+    unrolled, the output stage after each tile. Of ``channels``, the first ``real`` are the layer's: a vector
+    or tile holding the last of them and padding tests its channels, and where that test is not the same for
+    all its lanes, TVM's vectorizer makes the whole loop scalar; a partition hint splits that vector or tile
+    off first (LoopPartition), so only it is scalar."""
     sch = s_tir.Schedule(func)
-    vector = next(v for v in (16, 8, 4) if channels % v == 0)
+    vector = PADDED if channels % PADDED == 0 else LANES
     parallel_rows(sch, sch.get_sblock("pad"), vector)
+    if real % vector:
+        sch.annotate(sch.get_loops(sch.get_sblock("pad"))[-2], "pragma_loop_partition_hint", 1)
     n, i, g, ch, k = sch.get_loops(sch.get_sblock("words"))
     c0, c1 = sch.split(ch, [None, vector])
     sch.reorder(g, c0, k, c1)
@@ -106,8 +127,7 @@ def _schedule(func, channels: int):
     n, y, xx, ch, ry, rq, rk = sch.get_loops(acc)
     columns = next(cols for cols in COLUMNS if int(sch.get(xx).extent) % cols == 0)
     x0, x1 = sch.split(xx, [None, columns])
-    lanes = next(v for v in LANES if channels % v == 0)
-    c0, c1, c2 = sch.split(ch, [None, lanes // 4, 4])
+    c0, c1, c2 = sch.split(ch, [None, LANES // 4, 4])
     sch.reorder(n, y, x0, c0, ry, rq, x1, c1, c2, rk)
     sch.parallel(sch.fuse(n, y))
     output = sch.get_sblock("output")
@@ -118,6 +138,8 @@ def _schedule(func, channels: int):
     sch.tensorize(sch.blockize(c2), _sdot())
     for loop in (ry, rq, x1, c1):
         sch.unroll(loop)
+    if real % LANES:
+        sch.annotate(c0, "pragma_loop_partition_hint", 1)
     return sch.mod
 
 

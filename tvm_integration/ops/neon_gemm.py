@@ -193,8 +193,8 @@ def _grouped(weight: np.ndarray, zero_points: np.ndarray, input_shape, stride, p
 
 def _depthwise(weight: np.ndarray, input_shape, stride, pads, out_hw, data_dtype: str, stage: OutputStage, mcpu,
                pad_value: int, family: str) -> Built:
-    """On a core with sdot (``family`` dotprod or i8mm), byte weights on channels in 4s at a horizontal
-    stride of 1 or 2 take depthwise_dot.py's sdot form; else depthwise.py's vectorized TIR with
+    """On a core with sdot (``family`` dotprod or i8mm), byte weights at a horizontal stride of 1 or 2
+    take depthwise_dot.py's sdot form; else depthwise.py's vectorized TIR with
     NEON_DEPTHWISE_TILES, built for the core, where weights in [-127, 127] (onnxruntime's symmetric
     quantization) on channels in 8s take its tap pairs, summed in int16."""
     x = te.placeholder(input_shape, data_dtype, name="data")
