@@ -525,6 +525,39 @@ def test_qdq_max_pool_is_the_integer_op(tmp_path, size, attrs):
     x = np.random.default_rng(6).integers(0, 256, (1, 8, size, size)).astype(np.uint8)
     expected = reference_session(tmp_path / "p.onnx").run(None, {"x": x})[0]
     np.testing.assert_array_equal(compiled({"x": x})["y"], expected)
+    for target, selects in (("host", True), ("neon", False)):   # on neon the taps read clamped (bind.max_pool)
+        [pool] = [f for f in lower(onnx.load(str(tmp_path / "p.onnx")), target, mcpu="cortex-a76").functions.values()
+                  if isinstance(f, tirx.PrimFunc) and f.attrs and f.attrs.get("qnn.op") == "max_pool2d"]
+        assert ("if_then_else" in pool.script()) == selects
+
+
+@pytest.mark.parametrize("hwc, pool, strides, padding, dtype", [
+    ((9, 11, 24), (3, 3), (2, 2), (1, 1, 1, 1), "uint8"),     # ShuffleNetV2's stem pool: padding on every side
+    ((8, 8, 24), (3, 3), (2, 2), (0, 0, 1, 1), "int8"),       # ceil mode's overhang: bottom and right only
+    ((7, 6, 16), (3, 3), (1, 1), (1, 1, 1, 1), "uint8"),      # stride 1 (GoogLeNet's inception pools)
+    ((6, 7, 8), (2, 2), (2, 2), (0, 0, 0, 0), "int8")], ids=["s2pad", "ceil", "s1", "unpadded"])
+def test_a_clamped_max_pool_is_each_windows_max_without_selects(hwc, pool, strides, padding, dtype):
+    """arithmetic.max_pool2d's ``clamped`` form (bind's on neon): a tap outside the input reads the nearest
+    pixel inside, which lies in the same window, so each output is the max of its window's pixels inside
+    the input (numpy), with no select left in the function; the type's least value in the input."""
+    import tvm
+    from tvm import te
+    from tvm_integration.qnn.prim.schedules import schedule
+    from tvm_integration.qnn.semantics.arithmetic import max_pool2d
+    x = te.placeholder((1, *hwc), dtype, name="x")
+    out = max_pool2d(x, pool=pool, strides=strides, padding=padding, layout="NHWC", clamped=True)
+    func = schedule(te.create_prim_func([x, out]))
+    assert "if_then_else" not in func.script()
+    info = np.iinfo(dtype)
+    data = np.random.default_rng(7).integers(info.min, info.max + 1, (1, *hwc)).astype(dtype)
+    data[0, 0, 0], data[0, -1, -1] = info.min, info.min
+    (kh, kw), (sh, sw), (pt, pl, pb, pr) = pool, strides, padding
+    padded = np.pad(data.astype(np.int32), ((0, 0), (pt, pb), (pl, pr), (0, 0)), constant_values=info.min - 1)
+    oh, ow = (padded.shape[1] - kh) // sh + 1, (padded.shape[2] - kw) // sw + 1
+    want = np.max([padded[:, i:i + sh * oh:sh, j:j + sw * ow:sw] for i in range(kh) for j in range(kw)], axis=0)
+    result = tvm.runtime.empty(tuple(int(d) for d in out.shape), dtype)
+    tvm.compile(func, target="llvm")(tvm.runtime.tensor(data), result)
+    np.testing.assert_array_equal(result.numpy(), want.astype(dtype))
 
 
 @pytest.mark.parametrize("attrs", [{"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},

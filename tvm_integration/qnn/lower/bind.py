@@ -161,6 +161,16 @@ class Binder:
             self.reference(var, op)
         return True
 
+    def max_pool(self, var, op: IntegerOp) -> bool:
+        """As any op computed in NHWC; on neon its taps outside the input read clamped (arithmetic.max_pool2d's
+        ``clamped``: the same max, no select)."""
+        if self.isa != "neon":
+            return self.in_nhwc(var, op)
+        op = replace(op, params={**op.params, "clamped": True})
+        if not self.in_nhwc(var, op):
+            self.reference(var, op)
+        return True
+
     def runtime(self, var, op: IntegerOp) -> bool:
         """A QLinearAdd or QLinearMul of scales fed at run time: on neon as onnxruntime's AArch64 kernel computes
         it, its parameters computed in the kernel (arithmetic.add_runtime's and mul_runtime's ``neon``);
@@ -333,7 +343,7 @@ class Binder:
 # layout (the rest). An add and a mul are in NHWC_OPS but first apply their rules.
 BY_KIND = {**{kind: Binder.in_nhwc for kind in NHWC_OPS}, "conv2d": Binder.linear, "dense": Binder.linear,
            "batch_matmul": Binder.batch_matmul, **{kind: Binder.add for kind in ADDS}, "mul": Binder.mul,
-           "tflite_mul": Binder.mul, "qlinear_add_runtime": Binder.runtime, "qlinear_mul_runtime": Binder.runtime,
+           "tflite_mul": Binder.mul, "max_pool2d": Binder.max_pool, "qlinear_add_runtime": Binder.runtime, "qlinear_mul_runtime": Binder.runtime,
            "quantize": Binder.quantize, "dequantize": Binder.dequantize}
 
 
