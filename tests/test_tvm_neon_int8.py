@@ -194,13 +194,15 @@ def depthwise_at_extremes(seed, hwc, k, stride, dtype, lowest, mcpu, scales):
 @pytest.mark.parametrize("hwc, k, stride, dtype", [
     pytest.param(*case, marks=qemu, id=f"{case[0][0]}x{case[0][2]}k{case[1]}s{case[2]}")
     for case in (((9, 16, 24), 3, 1, "uint8"), ((8, 8, 8), 3, 1, "int8"), ((11, 9, 16), 5, 2, "uint8"),
-                 ((56, 56, 72), 5, 2, "uint8"), ((56, 56, 64), 5, 2, "uint8"), ((40, 40, 72), 5, 2, "uint8"))])
+                 ((56, 56, 72), 5, 2, "uint8"), ((56, 56, 64), 5, 2, "uint8"), ((40, 40, 72), 5, 2, "uint8"),
+                 ((9, 16, 20), 3, 1, "uint8"), ((11, 9, 58), 5, 2, "int8"), ((8, 7, 3), 3, 2, "uint8"))])
 def test_depthwise_tap_pairs(hwc, k, stride, dtype):
     """Weights in [-127, 127] take the tap pairs (depthwise.py: two s8 products summed in int16 by smull
     and smlal, u8 data shifted by -128; at stride 1 a pass writes the padded input first, at stride 2 the
     window reads it speculatively): exact at the int16 sums' extremes (a corner of 0s or -128s under
     weights of -127, and of 255s or 127s under 127), with an odd number of taps (9, 25), the padding's
-    value, requantized. 56x56x72 at 5x5 stride 2: the window's last row one past the input's, whose
+    value, requantized; channels not in 8s computed in 8s (20, ShuffleNetV2's 58 and 3: a last tile of 4, 2
+    and 3 real channels, the pass writing the padded input at stride 2 too). 56x56x72 at 5x5 stride 2: the window's last row one past the input's, whose
     read lost its clamp and ran past the driver's mapping (a segfault; 56x56x64 and 40x40x72 read past
     it too, inside mapped memory)."""
     op, x, acc, expected = depthwise_at_extremes(41, hwc, k, stride, dtype, -127, "cortex-a72", (2e-4, 8e-4))

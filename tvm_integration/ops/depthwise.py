@@ -4,7 +4,7 @@ contiguous axis (channels in NHWC, output columns in NCHW), parallel over output
 s8 products are ``vpmaddwd``s, and on a VNNI host each with its add one ``vpdpwssd`` (the target's
 ``fast-dpwssd``: isa_specs/host.py ``target_of``).
 
-``pairs`` (AArch64, NHWC, channels a multiple of 8, every weight in [-127, 127]; ops/neon_gemm.py): the
+``pairs`` (AArch64, NHWC, every weight in [-127, 127]; ops/neon_gemm.py): the
 taps two at a time, each pair's two products summed in int16 and that sum added to the int32
 accumulator, as the s8 x s7 NEON tile does: ``smull``, ``smlal`` and ``saddw`` on 8 channels, half the
 widening multiplies of the int32 form (``smlal`` of 4 lanes). The data enters as s8 (u8 data shifted by
@@ -13,7 +13,10 @@ a' b'| <= 2 * 128 * 127 < 2^15``: exact. An odd last tap is multiplied alone. Mo
 layers, llvm-mca Mcycles, int32 form / pairs (with _schedule's pad pass at stride 1 and
 ``padded_value``'s speculative read at stride 2; scripts/mca_neon_depthwise.py): on Cortex-A72
 112x112x32 1.69 / 1.27, 112x112x96 at stride 2 1.17 / 1.02, 14x14x384 0.40 / 0.23, the 17 layers 10.26 /
-7.18; on Cortex-A53 the 17 layers 25.56 / 14.60."""
+7.18; on Cortex-A53 the 17 layers 25.56 / 14.60. Channels not in 8s are computed in 8s on zero weights,
+the padded input then written by its pass at stride 2 too; ShuffleNetV2's layers had taken the int32 form
+on 2- and 4-lane vectors (Cortex-A53, int32 -> pairs: 28x28x58 2.050 -> 0.318, 56x56x58 at stride 2 1.804
+-> 0.460, 14x14x116 1.790 -> 0.140, 28x28x116 at stride 2 1.336 -> 0.202)."""
 from __future__ import annotations
 
 import numpy as np
@@ -21,6 +24,7 @@ from tvm import s_tir, te, tirx
 
 from isa_specs.features import RegisterFile
 from tvm_integration.kernels.neon_int8 import symmetric
+from tvm_integration.kernels.packing import round_up
 from tvm_integration.ops.blend import blend
 from tvm_integration.ops.gemm import parallel_rows
 from tvm_integration.ops.output_stage import OutputStage, by_bits, placeholders
@@ -51,9 +55,9 @@ def fitting(tiles, registers: RegisterFile) -> tuple:
 
 
 def tap_pairs_fit(layout: str, weight: np.ndarray) -> bool:
-    """Whether ``build`` can take the tap pairs: NHWC, channels in PAIR_TILES' 8s, every weight in
-    [-127, 127] (two s8 products then fit an int16)."""
-    return layout == "NHWC" and weight.shape[0] % PAIR_TILES[0][0] == 0 and symmetric(weight)
+    """Whether ``build`` can take the tap pairs: NHWC, every weight in [-127, 127] (two s8 products then
+    fit an int16). Channels not in PAIR_TILES' 8s are computed in 8s, the extra ones on zero weights."""
+    return layout == "NHWC" and symmetric(weight)
 
 
 def build(x: te.Tensor, layout: str, weight: np.ndarray, stride, pads, out_hw, stage: OutputStage, pad_value: int = 0,
@@ -64,20 +68,25 @@ def build(x: te.Tensor, layout: str, weight: np.ndarray, stride, pads, out_hw, s
     if stage.residual:
         raise ValueError("a residual add is not fused into a depthwise convolution")
     if pairs and not tap_pairs_fit(layout, weight):
-        raise ValueError("tap pairs need NHWC, channels a multiple of 8 and every weight in [-127, 127]")
+        raise ValueError("tap pairs need NHWC and every weight in [-127, 127]")
     c, kh, kw = weight.shape[0], weight.shape[2], weight.shape[3]
+    cp = round_up(c, PAIR_TILES[0][0]) if pairs else c      # the channels computed (tap_pairs_fit)
     oh, ow = out_hw
-    pad_pass = pairs and tuple(stride) == (1, 1)        # the padded input written once (_schedule)
+    # the padded input written once (_schedule); with channels added, at stride 2 too: inlined, their
+    # test would make the tail tile's smull scalar, which LLVM has no form of
+    pad_pass = pairs and (tuple(stride) == (1, 1) or cp != c)
     if layout == "NCHW":
         b, _, h, wd = x.shape
         shape = (b, c, h + pads[0] + pads[2], wd + pads[1] + pads[3])
         padded = te.compute(shape, lambda n, ch, i, j: padded_value(x, layout, n, ch, i - pads[0], j - pads[1], pad_value), name="pad")
     else:
         b, h, wd, _ = x.shape
-        shape = (b, h + pads[0] + pads[2], wd + pads[1] + pads[3], c)
+        shape = (b, h + pads[0] + pads[2], wd + pads[1] + pads[3], cp)
         shifted = signed if pairs and x.dtype == "uint8" else lambda v: v
-        padded = te.compute(shape, lambda n, i, j, ch: shifted(padded_value(
-            x, layout, n, ch, i - pads[0], j - pads[1], pad_value, speculative=pairs and not pad_pass)), name="pad")
+
+        padded = te.compute(shape, lambda n, i, j, ch: zero_past(shifted(padded_value(
+            x, layout, n, ch, i - pads[0], j - pads[1], pad_value, speculative=pairs and not pad_pass)), ch, c, cp),
+            name="pad")
     # NHWC vectorizes along channels: the weights [KH, KW, C], one vector load per tap (as [C, KH, KW]
     # each tap's vector was 16 byte inserts, 2/3 of the run time); NCHW broadcasts one weight per tap
     nhwc = layout == "NHWC"
@@ -93,7 +102,7 @@ def build(x: te.Tensor, layout: str, weight: np.ndarray, stride, pads, out_hw, s
     values = stage.channel_params(c, 1, 1)
     weight_image = weight[:, 0].transpose(1, 2, 0) if nhwc else weight[:, 0]
     if pairs:
-        product, w, weight_image = _tap_pairs(padded, weight, stride)
+        product, w, weight_image = _tap_pairs(padded, weight, stride, cp)
         if x.dtype == "uint8":           # a = a' + 128: sum a w = sum a' w + 128 sum w
             values["bias"] = values["bias"] + (128 * weight.reshape(c, -1).sum(1, dtype=np.int32)).reshape(-1, 1)
     largest = np.abs(weight.reshape(c, -1).astype(np.int64)).sum(1) * (255 if x.dtype == "uint8" else 128)
@@ -104,13 +113,19 @@ def build(x: te.Tensor, layout: str, weight: np.ndarray, stride, pads, out_hw, s
         out = te.compute((b, c, oh, ow), lambda n, ch, y, xx: stage.expression(acc[n, ch, y, xx], params, ch, 0),
                          name="output")
     else:
-        acc = te.compute((b, oh, ow, c), lambda n, y, xx, ch: product(n, ch, y, xx), name="acc")
+        acc = te.compute((b, oh, ow, cp), lambda n, y, xx, ch: product(n, ch, y, xx), name="acc")
         out = te.compute((b, oh, ow, c), lambda n, y, xx, ch: stage.expression(acc[n, y, xx, ch], params, ch, 0),
                          name="output")
     func = te.create_prim_func([x, w, *params.values(), out])
     constants = [np.ascontiguousarray(weight_image), *values.values()]
-    mod = _schedule(func, layout, PAIR_TILES if pairs else tiles, pad_pass)
+    mod = _schedule(func, layout, PAIR_TILES if pairs else tiles, pad_pass, c if cp != c else None)
     return mod, constants, (b, c, oh, ow) if layout == "NCHW" else (b, oh, ow, c)
+
+
+def zero_past(value, ch, channels: int, computed: int):
+    """``value`` (s8) on the layer's ``channels``, 0 on those added up to ``computed`` to fill whole vectors
+    (their weights are zero too; an if, so no read past the input's channels)."""
+    return value if computed == channels else tirx.if_then_else(ch < channels, value, tirx.const(0, "int8"))
 
 
 def signed(v):
@@ -118,15 +133,16 @@ def signed(v):
     return tirx.reinterpret("int8", v ^ tirx.const(0x80, "uint8"))
 
 
-def _tap_pairs(padded: te.Tensor, weight: np.ndarray, stride):
+def _tap_pairs(padded: te.Tensor, weight: np.ndarray, stride, channels: int):
     """The NHWC accumulator over tap pairs of the s8 ``padded`` input: ``(product, weights placeholder,
-    weights image)``, the weights ``[pairs, 2, C]`` (tap 2t + u of pair t, row-major over the window;
-    zero past the last, which is not multiplied: the unrolled pairs' Select is constant)."""
+    weights image)``, the weights ``[pairs, 2, channels]`` (tap 2t + u of pair t, row-major over the window;
+    zero past the last, which is not multiplied: the unrolled pairs' Select is constant, and past the
+    weight's channels)."""
     c, kh, kw = weight.shape[0], weight.shape[2], weight.shape[3]
     taps = kh * kw
-    image = np.zeros((-(-taps // 2) * 2, c), np.int8)
-    image[:taps] = weight[:, 0].reshape(c, taps).T
-    image = image.reshape(-1, 2, c)
+    image = np.zeros((-(-taps // 2) * 2, channels), np.int8)
+    image[:taps, :c] = weight[:, 0].reshape(c, taps).T
+    image = image.reshape(-1, 2, channels)
     w = te.placeholder(image.shape, "int8", name="weights")
     t = te.reduce_axis((0, image.shape[0]), name="t")
 
@@ -155,7 +171,7 @@ def padded_value(x, layout, n, ch, i, j, pad_value: int = 0, speculative: bool =
     return blend(inside, value, pad) if speculative else tirx.if_then_else(inside, value, pad)
 
 
-def _schedule(func, layout: str, tiles, pad_pass: bool = False):
+def _schedule(func, layout: str, tiles, pad_pass: bool = False, real: int | None = None):
     """Registers hold a tile of up to 8 output columns x one vector of the innermost axis while the
     KH x KW taps accumulate into it; the padding is computed inside the tap loop (inlined), not as a
     separate pass over the input, but with ``pad_pass`` (the tap pairs at stride 1): there the window's
@@ -165,10 +181,15 @@ def _schedule(func, layout: str, tiles, pad_pass: bool = False):
     quarter of the outputs for the same input, the pass costs more than it saves: 112x112x96 1.09 / 1.11).
     The taps are unrolled: a 3x3 window's 8 columns then read 10 input vectors per window row, not 24
     (AMX host, whole models, one thread, medians side by side: MobileNetV2 2.28 -> 2.13 ms, MobileNetV3
-    0.93 -> 0.80)."""
+    0.93 -> 0.80). ``real``: where the NHWC channels were rounded up, how many are the layer's; the pad
+    pass's vector and the tile holding the last of them test the channel, and since TVM's vectorizer makes
+    a whole loop scalar for a test that differs across its lanes, a partition hint splits them off
+    (LoopPartition), so only they are scalar."""
     sch = s_tir.Schedule(func)
     if pad_pass:
         parallel_rows(sch, sch.get_sblock("pad"), PAD_VECTOR)
+        if real is not None:
+            sch.annotate(sch.get_loops(sch.get_sblock("pad"))[-2], "pragma_loop_partition_hint", 1)
     else:
         sch.compute_inline(sch.get_sblock("pad"))
     acc = sch.get_sblock("acc")
@@ -176,6 +197,8 @@ def _schedule(func, layout: str, tiles, pad_pass: bool = False):
     extent = int(sch.get(d3).extent)                # NCHW: output columns; NHWC: channels
     width, columns = next((w, c) for w, c in tiles if extent % w == 0 and int(sch.get(d2).extent) % c == 0)
     i0, i1 = sch.split(d3, [None, width])
+    if real is not None:
+        sch.annotate(i0, "pragma_loop_partition_hint", 1)
     j0, j1 = sch.split(d2, [None, columns])
     sch.reorder(n, d1, j0, i0, *taps, j1, i1)
     sch.parallel(sch.fuse(n, d1))

@@ -25,11 +25,11 @@ AArch64 build: MobileNetV2 22.3 -> 20.7 (0.695x), MobileNetV3-Large 24.4 -> 19.5
 from __future__ import annotations
 
 import numpy as np
-from tvm import s_tir, te, tirx
+from tvm import s_tir, te
 from tvm.script import tirx as T
 
 from tvm_integration.kernels.packing import round_up
-from tvm_integration.ops.depthwise import padded_value, signed
+from tvm_integration.ops.depthwise import padded_value, signed, zero_past
 from tvm_integration.ops.gemm import parallel_rows
 from tvm_integration.ops.output_stage import OutputStage, by_bits, placeholders
 
@@ -68,11 +68,8 @@ def build(x: te.Tensor, weight: np.ndarray, stride, pads, out_hw, stage: OutputS
     words_a_row = -(-(kw + offsets - 1) // WORD)
     groups = (sx * (ow - 1)) // 2 + 2 * (words_a_row - 1) + 1
     shifted = signed if x.dtype == "uint8" else (lambda v: v)
-
-    def pixel(n, i, j, ch):
-        value = shifted(padded_value(x, "NHWC", n, ch, i - pads[0], j - pads[1], pad_value))
-        return value if cp == c else tirx.if_then_else(ch < c, value, tirx.const(0, "int8"))
-    padded = te.compute((b, h + pads[0] + pads[2], 2 * groups + 2, cp), pixel, name="pad")
+    padded = te.compute((b, h + pads[0] + pads[2], 2 * groups + 2, cp), lambda n, i, j, ch: zero_past(shifted(
+        padded_value(x, "NHWC", n, ch, i - pads[0], j - pads[1], pad_value)), ch, c, cp), name="pad")
     words = te.compute((b, padded.shape[1], groups, cp, WORD), lambda n, i, g, ch, k: padded[n, i, 2 * g + k, ch],
                        name="words")
     image = weight_words(weight, offsets, words_a_row, cp)
