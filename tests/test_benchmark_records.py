@@ -17,7 +17,8 @@ from tvm_integration.bench import provenance
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 MCA = {"layers_neon_int8": "mca_neon_int8_layers", "layers_bitserial_neon": "mca_bitserial_layers",
-       "layers_depthwise_neon": "mca_neon_depthwise"}      # table: the script that writes it
+       "layers_depthwise_neon": "mca_neon_depthwise",
+       "layers_depthwise_shufflenet": "mca_neon_depthwise"}      # table: the script that writes it
 FINISHED = {"commit", "command", "host", "threads", "load_before", "load_after", "date", "seconds"}
 JSONS = sorted(p.stem for p in BENCH.glob("*.json"))
 
