@@ -97,7 +97,7 @@ def test_legalize_tells_the_rule_which_int8_operators_run_by_winograd(tmp_path, 
     from tvm_integration.qnn.semantics.integer_op import LINEAR, IntegerOp
     import onnx
     model = onnx.load(str(Path(__file__).parent / "data" / "lowbit" / "digits_w2a2_qcdq.onnx"))
-    monkeypatch.setattr(tuning, "log_path", lambda name=None: tmp_path / "log.json")     # untuned: the rule
+    monkeypatch.setattr(tuning, "host_log", lambda m=None: tmp_path / "log.json")     # untuned: the rule
     def linear_ops():
         mod = lower(model, "avx2", stage="legalize")
         return [op for b in mod["main"].body.blocks[0].bindings
@@ -116,7 +116,7 @@ def test_a_logged_measurement_wins_over_the_rule(tmp_path, monkeypatch):
     log = tmp_path / "log.json"
     key = "conv2d NHWC[1, 8, 8, 64] w[64, 64, 3, 3] s[1, 1] p[1, 1, 1, 1] g1 uint8"
     tuning.record(lowbit_choice.log_key(key, 1, 1, "unipolar"), {"bitserial": 0.9, "int8": 0.3}, log)
-    monkeypatch.setattr(tuning, "log_path", lambda name=None: log)
+    monkeypatch.setattr(tuning, "host_log", lambda m=None: log)
     choice = lowbit_choice.choose(1, 1, "unipolar", "host", 576, key)
     assert (choice.operator, choice.why) == ("int8", "measured on this host: bitserial 0.900 ms, int8 0.300 ms")
     assert lowbit_choice.choose(1, 1, "unipolar", "host", 576, key, operator="bitserial").operator == "bitserial"

@@ -136,6 +136,18 @@ def test_committed_logs_are_found_by_their_hosts(machine, isas):
         assert tuning.choose(key, candidates, 1, 1, path).intrin == entry["kernel"]
 
 
+def test_a_host_whose_model_number_llvm_names_otherwise_reads_the_log_of_its_features():
+    """The AMX Xeon's VM reported model 167 (rocketlake) when its log was made and 207 (emeraldrapids)
+    later, on the same flags: it reads the log of its features. A host with other features does not."""
+    from dataclasses import replace
+    amx = recorded("amx_model167")
+    assert tuning.host_log(replace(amx, uarch="emeraldrapids")) == tuning.host_log(amx) \
+        == tuning.LOGS / f"{tuning.log_name(amx)}.json"
+    without_amx = replace(recorded("amx_model167", drop=("amx_tile", "amx_int8", "amx_bf16")), uarch="emeraldrapids")
+    assert tuning.host_log(without_amx) == tuning.LOGS / f"{tuning.log_name(without_amx)}.json"
+    assert not tuning.host_log(without_amx).is_file()
+
+
 def test_untuned_shapes_take_a_k_step_that_divides_the_depth():
     """RegNet's grouped 3x3 convolutions (8 channels a group: a depth of 72) on AVX2: a tile whose K
     step divides the depth packs whole channel runs; a 16-byte step (the 8-column tiles, which pad no

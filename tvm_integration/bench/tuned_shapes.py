@@ -56,7 +56,7 @@ def candidates(kind: str, args: tuple) -> list:
 def coverage(path: str | Path, log: Path | None = None) -> dict:
     """How many of the (ONNX or TFLite) model's distinct tile shapes this host's tuning log (or ``log``)
     chooses the tile of: it holds the shape and timed a tile the shape's weights admit."""
-    log = log or tuning.log_path()
+    log = log or tuning.host_log()
     by_key = {key_of(kind, args): (kind, args) for kind, args in shapes(path)}
     tuned = sum(tuning.logged(key, candidates(*shape), log) is not None for key, shape in by_key.items())
     return {"log": log.name, "shapes": len(by_key), "tuned": tuned}

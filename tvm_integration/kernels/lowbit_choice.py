@@ -83,7 +83,7 @@ def choose(abits: int, wbits: int, encoding: str, target: str, depth: int, int8_
         return Choice(operator, "as asked")
     if target == "neon":
         return Choice("bitserial", "NEON: the bitserial tiles (int8 against bitserial not yet measured on Arm)")
-    measured = tuning.read_log(tuning.log_path()).get(log_key(int8_key, abits, wbits, encoding))
+    measured = tuning.read_log(tuning.host_log()).get(log_key(int8_key, abits, wbits, encoding))
     if measured:
         ms = measured["ms"]
         return Choice(measured["kernel"], f"measured on this host: bitserial {ms['bitserial']:.3f} ms, "

@@ -56,6 +56,16 @@ def log_path(name: str | None = None, root: Path = LOGS) -> Path:
     return root / f"{name or log_name(host.model())}.json"
 
 
+def host_log(m: host.HostModel | None = None, root: Path = LOGS) -> Path:
+    """The log a host (default: this one) reads: its own, else the one log of a host with the same x86
+    features (the same tag), whatever LLVM names its model number: the AMX Xeon's VM has reported model
+    167 (rocketlake) and 207 (emeraldrapids) on the same flags."""
+    name = log_name(m or host.model())
+    same_features = sorted(root.glob(f"*-{name.rsplit('-', 1)[1]}.json"))
+    own = root / f"{name}.json"
+    return own if own.is_file() or len(same_features) != 1 else same_features[0]
+
+
 def read_log(path: Path) -> dict:
     if not path.is_file():
         return {}
@@ -124,7 +134,7 @@ def logged(key: str, candidates: list[Kernel], path: Path | None = None) -> Kern
     first candidate's ISA (``selection.int8_candidates`` puts the preferred family first): an operator
     built for an explicit ISA, e.g. VNNI on the AMX host, whose logged winner is an AMX tile; None
     where the log timed none of them (a shape it lacks, or weights that admit tiles it did not time)."""
-    entry = read_log(path or log_path()).get(key, {})
+    entry = read_log(path or host_log()).get(key, {})
     by_name = {k.intrin: k for k in candidates}
     timed = [k for k in candidates if k.spec.isa == candidates[0].spec.isa and k.intrin in entry.get("ms", {})]
     return by_name.get(entry.get("kernel")) or min(timed, key=lambda k: entry["ms"][k.intrin], default=None)
