@@ -369,6 +369,25 @@ def test_output_stage_of_whole_column_tiles_is_vectorized_beside_a_remainder():
     assert scalar and max(scalar) <= 60 // 4
 
 
+@pytest.mark.parametrize("family", [pytest.param(f, marks=qemu) for f in ("dotprod", "v8")])
+@pytest.mark.skipif(mca.missing_tools() is not None, reason=f"llvm-objdump reads the blocks: {mca.missing_tools()}")
+def test_output_stage_of_whole_row_tiles_has_no_row_test(family):
+    """A 3x3 16->16 on a 5x5 output (25 rows: 6 whole row tiles of 4 and 1 row left; 2 column tile pairs):
+    the output stage's vector scaling runs once per row tile and column pair, its four rows one straight
+    block, not once per row behind each row's bound test (SqueezeNet's layers, none of whose row counts is
+    a multiple of 4). Exact against numpy."""
+    rng = np.random.default_rng(43)
+    x = data(rng, (1, 5, 5, 16), "uint8")
+    w = weights(rng, (16, 16, 3, 3), family)
+    bias = rng.integers(-5000, 5000, 16).astype(np.int32)
+    scale = rng.uniform(2e-4, 1e-3, 16).astype(np.float32)
+    stage = OutputStage(bias=bias, requantize=ScaleRequantize(scale, 120, "uint8"))
+    op = ops.conv2d(w, x.shape, 1, 1, stage=stage, family=family)
+    np.testing.assert_array_equal(op(x), requantized(conv_reference(x, w, 1, 1), bias, scale, 120))
+    scaling = [b.runs for b in mca.profile(op, x) if any(re.match(r"fmul\s+v\d+\.4s", i) for i in b.instructions)]
+    assert scaling and sum(scaling) <= 7 * 2
+
+
 @pytest.mark.parametrize("family", [pytest.param(f, marks=qemu) for f in ("v8", "i8mm")])
 def test_dense_residual_add(family):
     rng = np.random.default_rng(38)
