@@ -388,6 +388,25 @@ def test_output_stage_of_whole_row_tiles_has_no_row_test(family):
     assert scaling and sum(scaling) <= 7 * 2
 
 
+@pytest.mark.parametrize("family", [pytest.param(f, marks=qemu) for f in ("dotprod", "i8mm")])
+@pytest.mark.skipif(mca.missing_tools() is not None, reason=f"llvm-objdump reads the blocks: {mca.missing_tools()}")
+def test_accumulators_start_from_the_bias(family):
+    """The k4 tiles' accumulators start from the bias, so the output stage (the blocks scaling by the
+    per-channel scale) adds no integer vector: at the parent each vector of accumulators took a bias add.
+    Exact against numpy."""
+    rng = np.random.default_rng(44)
+    x = data(rng, (1, 8, 8, 16), "uint8")
+    w = weights(rng, (32, 16, 1, 1), family)
+    bias = rng.integers(-5000, 5000, 32).astype(np.int32)
+    scale = rng.uniform(2e-4, 1e-3, 32).astype(np.float32)
+    stage = OutputStage(bias=bias, requantize=ScaleRequantize(scale, 120, "uint8"))
+    op = ops.conv2d(w, x.shape, 1, 0, stage=stage, family=family)
+    np.testing.assert_array_equal(op(x), requantized(conv_reference(x, w, 1, 0), bias, scale, 120))
+    stage_blocks = [b.instructions for b in mca.profile(op, x) if any(re.match(r"fmul\s+v\d+\.4s", i)
+                                                                       for i in b.instructions)]
+    assert stage_blocks and not any(re.match(r"add\s+v\d+\.4s", i) for block in stage_blocks for i in block)
+
+
 @pytest.mark.parametrize("family", [pytest.param(f, marks=qemu) for f in ("v8", "i8mm")])
 def test_dense_residual_add(family):
     rng = np.random.default_rng(38)

@@ -229,7 +229,8 @@ class OutputStage:
     when requantized); ``clamp``: (lo, hi) in the output's integer domain; ``residual``: a quantized
     add applied to the requantized result (the operator then reads a second tensor); ``aarch64``: a
     ScaleRequantize without a residual add in the form cheaper on AArch64 (``_saturated_result``, the
-    same result), set by the operators built for an Arm core (ops/neon_gemm.py)."""
+    same result), set by the operators built for an Arm core (ops/neon_gemm.py); ``bias_in_accumulator``: the
+    accumulator started from the bias (ops/neon_gemm.py), which the stage then does not add."""
     bias: np.ndarray | None = None
     requantize: ScaleRequantize | FixedPointRequantize | None = None
     relu: bool = False
@@ -237,6 +238,7 @@ class OutputStage:
     residual: ResidualAdd | None = None
     aarch64: bool = False
     float_by_bits: bool = False
+    bias_in_accumulator: bool = False
 
     def __post_init__(self):
         if self.requantize is not None and self.requantize.out_dtype not in ("uint8", "int8") and not self.to_float:
@@ -294,10 +296,14 @@ class OutputStage:
                                             residual, self.result_dtype)
         return self.residual.expression(self._result(acc, p, g, n), residual, self.result_dtype)
 
+    def _total(self, acc, p: dict, g, n):
+        """``acc + bias``: ``acc`` itself where the accumulator started from the bias."""
+        return acc if self.bias_in_accumulator else acc + p["bias"][g, n]
+
     def _product(self, acc, p: dict, g, n):
         """ScaleRequantize's float32 value: ``float32(acc + bias) * scale``; with ``float_by_bits`` the bias
         holds FLOAT_BITS too and ``acc + bias`` is the float32 ``1.5 * 2^23 + acc + bias`` (``by_bits``)."""
-        total = acc + p["bias"][g, n]
+        total = self._total(acc, p, g, n)
         if self.float_by_bits:
             return (tirx.reinterpret("float32", total) - tirx.const(ROUNDING_BIAS, "float32")) * p["scale"][g, n]
         return total.astype("float32") * p["scale"][g, n]
@@ -327,7 +333,7 @@ class OutputStage:
         if self.to_float:
             return self._product(acc, p, g, n)
         lo, hi = self.bounds()
-        x = acc + p["bias"][g, n]
+        x = self._total(acc, p, g, n)
         rq = self.requantize
         if isinstance(rq, ScaleRequantize) and self.aarch64:
             return self._saturated_result(acc, p, g, n)
