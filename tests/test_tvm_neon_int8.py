@@ -376,15 +376,7 @@ def test_output_stage_of_whole_row_tiles_has_no_row_test(family):
     the output stage's vector scaling runs once per row tile and column pair, its four rows one straight
     block, not once per row behind each row's bound test (SqueezeNet's layers, none of whose row counts is
     a multiple of 4). Exact against numpy."""
-    rng = np.random.default_rng(43)
-    x = data(rng, (1, 5, 5, 16), "uint8")
-    w = weights(rng, (16, 16, 3, 3), family)
-    bias = rng.integers(-5000, 5000, 16).astype(np.int32)
-    scale = rng.uniform(2e-4, 1e-3, 16).astype(np.float32)
-    stage = OutputStage(bias=bias, requantize=ScaleRequantize(scale, 120, "uint8"))
-    op = ops.conv2d(w, x.shape, 1, 1, stage=stage, family=family)
-    np.testing.assert_array_equal(op(x), requantized(conv_reference(x, w, 1, 1), bias, scale, 120))
-    scaling = [b.runs for b in mca.profile(op, x) if any(re.match(r"fmul\s+v\d+\.4s", i) for i in b.instructions)]
+    scaling = [b.runs for b in scaling_blocks(43, (1, 5, 5, 16), (16, 16, 3, 3), 1, family)]
     assert scaling and sum(scaling) <= 7 * 2
 
 
@@ -394,17 +386,22 @@ def test_accumulators_start_from_the_bias(family):
     """The k4 tiles' accumulators start from the bias, so the output stage (the blocks scaling by the
     per-channel scale) adds no integer vector: at the parent each vector of accumulators took a bias add.
     Exact against numpy."""
-    rng = np.random.default_rng(44)
-    x = data(rng, (1, 8, 8, 16), "uint8")
-    w = weights(rng, (32, 16, 1, 1), family)
-    bias = rng.integers(-5000, 5000, 32).astype(np.int32)
-    scale = rng.uniform(2e-4, 1e-3, 32).astype(np.float32)
+    blocks = scaling_blocks(44, (1, 8, 8, 16), (32, 16, 1, 1), 0, family)
+    assert blocks and not any(re.match(r"add\s+v\d+\.4s", i) for b in blocks for i in b.instructions)
+
+
+def scaling_blocks(seed, x_shape, w_shape, pad, family):
+    """The blocks a requantized conv2d of random u8 data (exact against numpy, checked here) ran that scale
+    by the per-channel scale (a vector fmul): its output stage."""
+    rng = np.random.default_rng(seed)
+    x = data(rng, x_shape, "uint8")
+    w = weights(rng, w_shape, family)
+    bias = rng.integers(-5000, 5000, w_shape[0]).astype(np.int32)
+    scale = rng.uniform(2e-4, 1e-3, w_shape[0]).astype(np.float32)
     stage = OutputStage(bias=bias, requantize=ScaleRequantize(scale, 120, "uint8"))
-    op = ops.conv2d(w, x.shape, 1, 0, stage=stage, family=family)
-    np.testing.assert_array_equal(op(x), requantized(conv_reference(x, w, 1, 0), bias, scale, 120))
-    stage_blocks = [b.instructions for b in mca.profile(op, x) if any(re.match(r"fmul\s+v\d+\.4s", i)
-                                                                       for i in b.instructions)]
-    assert stage_blocks and not any(re.match(r"add\s+v\d+\.4s", i) for block in stage_blocks for i in block)
+    op = ops.conv2d(w, x.shape, 1, pad, stage=stage, family=family)
+    np.testing.assert_array_equal(op(x), requantized(conv_reference(x, w, 1, pad), bias, scale, 120))
+    return [b for b in mca.profile(op, x) if any(re.match(r"fmul\s+v\d+\.4s", i) for i in b.instructions)]
 
 
 @pytest.mark.parametrize("family", [pytest.param(f, marks=qemu) for f in ("v8", "i8mm")])
