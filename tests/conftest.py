@@ -125,3 +125,17 @@ def lib_dir():
     if (why := cross_model.missing_tools()) is not None:
         pytest.skip(f"cannot run AArch64 programs here: {why}")
     return cross_model.runtime()
+
+
+@pytest.fixture
+def custom_op_model(tmp_path):
+    """``custom.onnx``: one op of a domain no runtime knows (x -> y, float [1, 4]), for refusals."""
+    import onnx
+    from onnx import TensorProto, helper
+    node = helper.make_node("Frobnicate", ["x"], ["y"], domain="qsynth.test")
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
+    path = tmp_path / "custom.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                      helper.make_opsetid("qsynth.test", 1)]), str(path))
+    return path

@@ -8,6 +8,8 @@ import logging
 import shutil
 import sys
 
+import pytest
+
 from tvm_integration.bench import int8_models
 
 
@@ -40,20 +42,10 @@ def test_compiles_and_times_two_builds_beside_openvino(tmp_path, monkeypatch, ca
 
 
 
-def test_a_model_openvino_refuses_is_one_line(tmp_path, monkeypatch):
+def test_a_model_openvino_refuses_is_one_line(custom_op_model, tmp_path, monkeypatch):
     """A model OpenVINO cannot compile stops the timing with its reason on one line, before any library
     is loaded, not with OpenVINO's traceback."""
-    import numpy as np
-    import onnx
-    import pytest
-    from onnx import TensorProto, helper
-    node = helper.make_node("Frobnicate", ["x"], ["y"], domain="qsynth.test")
-    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
-    model = tmp_path / "custom.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
-                                                      helper.make_opsetid("qsynth.test", 1)]), str(model))
     with pytest.raises(SystemExit) as stopped:
-        ab_models(monkeypatch, "time", str(model), str(tmp_path / "never-built.so"))
+        ab_models(monkeypatch, "time", str(custom_op_model), str(tmp_path / "never-built.so"))
     message = str(stopped.value.code)
     assert message.startswith("OpenVINO cannot compile custom.onnx: ") and "\n" not in message, message

@@ -16,7 +16,6 @@ import numpy as np
 import onnx
 import openvino as ov
 import pytest
-from onnx import TensorProto, helper
 
 from conftest import HOST_RUNS
 from isa_specs import host
@@ -124,15 +123,9 @@ def test_openvino_that_cannot_load_is_reported_unavailable(tiny, tmp_path, monke
     assert "\n" not in report["openvino_int8"]["unavailable"]
 
 
-def test_a_model_openvino_cannot_read_is_reported_unavailable(tmp_path):
-    node = helper.make_node("Frobnicate", ["x"], ["y"], domain="qsynth.test")
-    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
-    path = tmp_path / "custom.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
-                                                      helper.make_opsetid("qsynth.test", 1)]), str(path))
+def test_a_model_openvino_cannot_read_is_reported_unavailable(custom_op_model):
     x = np.zeros((1, 4), np.float32)
-    runs, report = openvino_baseline.baselines(path, {"x": x}, {"y": x}, threads=1)
+    runs, report = openvino_baseline.baselines(custom_op_model, {"x": x}, {"y": x}, threads=1)
     assert runs == {} and report["openvino_int8"]["unavailable"].startswith("OpenVINO cannot run custom.onnx: ")
 
 
