@@ -4,6 +4,7 @@ tests/data/tflite (written by scripts/make_tflite_models.py) on random inputs, t
 mean models on every case of their arithmetic; refusals and the command line's one-line errors.
 The TensorFlow conversion itself is opt-in: QSYNTH_SLOW=1."""
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -78,6 +79,26 @@ def test_network_is_bit_exact_with_litert(compiled, name):
             assert len(np.unique(y)) > 3, "a saturated output would hide differences"
             assert ours[output].dtype == y.dtype and ours[output].shape == y.shape
             np.testing.assert_array_equal(ours[output], y, err_msg=f"{name} output {output}")
+
+
+@pytest.mark.parametrize("name, split_input", [("cnn_int8", False), ("mobilenet_int8", False), ("shapes_int8", True)])
+def test_no_transpose_undoes_another(name, split_input):
+    """The importer holds each 4-D tensor as an NCHW view of the model's NHWC tensor, and bind holds images in
+    NHWC: the input's view taken back to NHWC for the first convolution, and an NHWC view of an image held in
+    NHWC (before a flatten), are the tensors themselves, for x86 and for Arm; the input is transposed only where
+    an op reads it in NCHW (shapes_int8's SPLIT). The outputs stay LiteRT's (test_network_is_bit_exact_with_litert,
+    test_litert_aarch64)."""
+    from tvm_integration.qnn.lower import pipeline
+    from tvm_integration.qnn.runtime.model import read
+    module = read(DATA / f"{name}.tflite")[0]
+    for target, mcpu in (("host", None), ("neon", "cortex-a76")):
+        main = str(pipeline.lower(module, target=target, mcpu=mcpu)["main"])
+        transposes = dict(re.findall(r"(\w+) = R\.call_tir\(transpose\d*, \((\w+),\)", main))
+        params = re.findall(r"(\w+): R\.Tensor", main.split(") ->")[0])
+        assert transposes and params
+        for result, operand in transposes.items():
+            assert operand not in transposes, f"{target}: {result} transposes the transpose {operand}"
+            assert split_input or operand not in params, f"{target}: {result} transposes the input {operand}"
 
 
 @pytest.mark.parametrize("name, feeds", [("add_int8", every_pair), ("mean_int8", every_sum)])
