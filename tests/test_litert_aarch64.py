@@ -98,16 +98,17 @@ def test_litert_cortex_a53_computes_a_uint8_conv_otherwise(tmp_path):
     assert kind.exact is False and kind.reference == arm_reference.LITERT and "88 of its 1152" in kind.note
 
 
-def as_mul(path, out):
-    """A copy of add_int8 (x + y, [1, 256, 256, 1] each) whose ADD is a MUL, the output scale sa * sb * 128 (float32):
-    the MUL's scale is then 2**-7 exactly, so that every product that is an odd multiple of 64 lies at a tie."""
+def as_mul(path, out, factor=128.0):
+    """A copy of add_int8 (x + y, [1, 256, 256, 1] each) whose ADD is a MUL, the output scale sa * sb * ``factor``
+    (float32): at 128 the MUL's scale is 2**-7 exactly, so that every product that is an odd multiple of 64 lies
+    at a tie."""
     def change(model, schema):
         graph = model.subgraphs[0]
         model.operatorCodes[0].builtinCode = model.operatorCodes[0].deprecatedBuiltinCode = schema.BuiltinOperator.MUL
         graph.operators[0].builtinOptionsType = schema.BuiltinOptions.MulOptions
         graph.operators[0].builtinOptions = schema.MulOptionsT()
         x, y, result = (graph.tensors[i].quantization for i in (0, 1, 2))
-        result.scale = [float(np.float32(np.float32(x.scale[0]) * np.float32(y.scale[0])) * np.float32(128))]
+        result.scale = [float(np.float32(np.float32(x.scale[0]) * np.float32(y.scale[0])) * np.float32(factor))]
     return rewritten(path, out, change)
 
 
@@ -119,7 +120,6 @@ def test_tflite_mul_on_arm_rounds_as_litert_aarch64_in_int16_lanes(tmp_path):
     On Arm the operands less their zero points are int16 lanes (smull into int32), the rest integer arithmetic;
     before, float32 products were clamped by fminnm and fmaxnm and rounded by frintx."""
     from tvm_integration.bench import litert_aarch64
-    from tvm_integration.qemu import cross
     from tvm_integration.qnn.runtime.model import compile_model
     path, core = as_mul(DATA / "add_int8.tflite", tmp_path / "mul_int8.tflite"), "cortex-a76"
     feeds = every_pair()
@@ -129,12 +129,40 @@ def test_tflite_mul_on_arm_rounds_as_litert_aarch64_in_int16_lanes(tmp_path):
     here = litert_outputs(path, feeds)["Identity"]
     np.testing.assert_array_equal(compile_model(path)(feeds)["Identity"], here)
     assert np.count_nonzero(theirs != here) == 896 and len(np.unique(ours)) == 255
+    mul = mul_code(model, tmp_path)
+    assert re.search(r"\tsmull\tv\d+\.4s", mul), mul
+    assert not re.search(r"\t(fminnm|fmaxnm|frintx)\b", mul), mul
+
+
+def mul_code(model, tmp_path) -> str:
+    """The disassembly of the compiled ``model``'s first TFLite MUL."""
+    from tvm_integration.qemu import cross
     model.save(tmp_path / "m.so")
     code = subprocess.run([cross.CC.replace("gcc", "objdump"), "-d", "--no-show-raw-insn", str(tmp_path / "m.so")],
                           capture_output=True, text=True, check=True).stdout
-    mul = next(f for f in code.split("\n\n") if re.search(r"<qnn_tflite_mul\d*_compute_>:", f))
-    assert re.search(r"\tsmull\tv\d+\.4s", mul), mul
-    assert not re.search(r"\t(fminnm|fmaxnm|frintx)\b", mul), mul
+    return next(f for f in code.split("\n\n") if re.search(r"<qnn_tflite_mul\d*_compute_>:", f))
+
+
+def test_tflite_mul_on_arm_runs_on_sqdmulh(tmp_path):
+    """A MUL built for Arm computes its "rndnu" requantization with XNNPACK's instructions (qnn/prim/neon_mul.py):
+    smull, sqdmulh and a rounding shift on four lanes each, no 64-bit product (LLVM's form of the TE computation:
+    smull and shrn to .2d lanes). Every int8 pair at a MUL scale of 1 / 173.3 and of 100 (whose products are
+    shifted left before sqdmulh), and effnet_int8, whose squeeze-and-excitation MUL reads one operand per channel,
+    equal to LiteRT's AArch64 build as the A76."""
+    from tvm_integration.bench import litert_aarch64
+    from tvm_integration.qnn.runtime.model import compile_model
+    core = "cortex-a76"
+    cases = [*((as_mul(DATA / "add_int8.tflite", tmp_path / f"mul_{factor}.tflite", factor), every_pair())
+               for factor in (173.3, 0.01)), (DATA / "effnet_int8.tflite", None)]
+    for path, feeds in cases:
+        feeds = feeds or feeds_for(path)
+        model = compile_model(path, target="neon", mcpu=core)
+        ours, theirs = model(feeds), litert_aarch64.run(path, feeds, core)
+        for output, expected in theirs.items():
+            assert len(np.unique(expected)) > 2, "a saturated output would hide differences"
+            np.testing.assert_array_equal(ours[output], expected, err_msg=f"{path.name} {output}")
+        mul = mul_code(model, tmp_path)
+        assert re.search(r"\tsqdmulh\tv\d+\.4s", mul) and not re.search(r"\bv\d+\.2d", mul), mul
 
 
 def test_swish_table_on_arm_is_litert_aarch64s_mul(tmp_path):

@@ -9,14 +9,15 @@ innermost, vectorized, under the H and W loops; an NHWC max pool's rows and colu
 windows inside the input untested).
 An 8-bit lookup on a target with AVX-512 VBMI is rewritten with vpermi2b instead, on AArch64 with tbl and
 tbx (table_lookup.py), a channel gather run by run (gather.py), the image's quantize on AArch64 without a
-division (neon_quantize.py), a QLinearSoftmax's rows summed together (softmax_rows.py).
+division (neon_quantize.py), a TFLite MUL on AArch64 in XNNPACK's instructions (neon_mul.py), a QLinearSoftmax's
+rows summed together (softmax_rows.py).
 """
 from __future__ import annotations
 
 from tvm import s_tir, tirx
 from tvm.target import Target
 
-from tvm_integration.qnn.prim import gather, neon_quantize, softmax_rows, table_lookup
+from tvm_integration.qnn.prim import gather, neon_mul, neon_quantize, softmax_rows, table_lookup
 
 VECTOR = (16, 8, 4)
 # the PrimFuncs bind.py leaves as they are: scheduled already (here, or a float op's own), or a
@@ -30,6 +31,8 @@ def schedule(func: tirx.PrimFunc, target: Target | None = None) -> tirx.PrimFunc
     lookup's form); None (quant.evaluate's compile-time tables): the portable schedule."""
     if target is not None and table_lookup.applies(func, target):
         return table_lookup.vectorized(func, target).with_attr(SCHEDULED, True)
+    if target is not None and neon_mul.applies(func, target):
+        return neon_mul.vectorized(func).with_attr(SCHEDULED, True)
     if target is not None and neon_quantize.applies(func, target):
         return neon_quantize.scheduled(func).with_attr(SCHEDULED, True)
     if gather.applies(func):

@@ -111,7 +111,8 @@ def _rndnu(product, scale: float, zero_point: int, dtype: str, clamp):
     shift = 126 - (bits >> 23)
     post = max(shift, 1)
     acc = tirx.shift_left(product, tirx.const(post - shift, "int32")).astype("int64")
-    # bounded by INT32_MAX as sqdmulh saturates (never reached here): the form LLVM selects sqdmulh for
+    # bounded by INT32_MAX as sqdmulh saturates (never reached here); LLVM drops that bound and computes the
+    # high half by 64-bit products: prim/neon_mul.py builds the usual layouts on sqdmulh itself
     high = tirx.min(tirx.shift_right(acc * tirx.const(multiplier, "int64"), tirx.const(31, "int64")),
                     tirx.const(2**31 - 1, "int64")).astype("int32")
     rounded = tirx.shift_right(high + tirx.const(1 << (post - 1), "int32"), tirx.const(post, "int32"))
