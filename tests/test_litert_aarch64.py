@@ -98,12 +98,14 @@ def test_litert_cortex_a53_computes_a_uint8_conv_otherwise(tmp_path):
     assert kind.exact is False and kind.reference == arm_reference.LITERT and "88 of its 1152" in kind.note
 
 
-def as_mul(path, out, factor=128.0):
+def as_mul(path, out, factor=128.0, shape=None):
     """A copy of add_int8 (x + y, [1, 256, 256, 1] each) whose ADD is a MUL, the output scale sa * sb * ``factor``
     (float32): at 128 the MUL's scale is 2**-7 exactly, so that every product that is an odd multiple of 64 lies
-    at a tie."""
+    at a tie. ``shape``: the three tensors' shape instead."""
     def change(model, schema):
         graph = model.subgraphs[0]
+        for tensor in graph.tensors[:3] if shape else ():
+            tensor.shape, tensor.shapeSignature = list(shape), None
         model.operatorCodes[0].builtinCode = model.operatorCodes[0].deprecatedBuiltinCode = schema.BuiltinOperator.MUL
         graph.operators[0].builtinOptionsType = schema.BuiltinOptions.MulOptions
         graph.operators[0].builtinOptions = schema.MulOptionsT()
@@ -147,13 +149,16 @@ def test_tflite_mul_on_arm_runs_on_sqdmulh(tmp_path):
     """A MUL built for Arm computes its "rndnu" requantization with XNNPACK's instructions (qnn/prim/neon_mul.py):
     smull, sqdmulh and a rounding shift on four lanes each, no 64-bit product (LLVM's form of the TE computation:
     smull and shrn to .2d lanes). Every int8 pair at a MUL scale of 1 / 173.3 and of 100 (whose products are
-    shifted left before sqdmulh), and effnet_int8, whose squeeze-and-excitation MUL reads one operand per channel,
-    equal to LiteRT's AArch64 build as the A76."""
+    shifted left before sqdmulh), the first in [1, 2049, 32, 1] (4098 vectors of 16: two after the loop's groups of
+    four), and effnet_int8, whose squeeze-and-excitation MUL reads one operand per channel, equal to LiteRT's
+    AArch64 build as the A76."""
     from tvm_integration.bench import litert_aarch64
     from tvm_integration.qnn.runtime.model import compile_model
-    core = "cortex-a76"
-    cases = [*((as_mul(DATA / "add_int8.tflite", tmp_path / f"mul_{factor}.tflite", factor), every_pair())
-               for factor in (173.3, 0.01)), (DATA / "effnet_int8.tflite", None)]
+    core, pairs, shape = "cortex-a76", every_pair(), (1, 2049, 32, 1)
+    longer = {name: np.concatenate([x.ravel(), x.ravel()[:32]]).reshape(shape) for name, x in pairs.items()}
+    cases = [(as_mul(DATA / "add_int8.tflite", tmp_path / "mul_tail.tflite", 173.3, shape), longer),
+             (as_mul(DATA / "add_int8.tflite", tmp_path / "mul_shifted.tflite", 0.01), pairs),
+             (DATA / "effnet_int8.tflite", None)]
     for path, feeds in cases:
         feeds = feeds or feeds_for(path)
         model = compile_model(path, target="neon", mcpu=core)

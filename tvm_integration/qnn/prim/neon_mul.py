@@ -9,8 +9,10 @@ instead of smull: 49 vector instructions per 16 outputs of a squeeze-and-excitat
 instructions take four lanes (LLVM splits no wider call of them), so the 16 lanes are cut into four by
 shuffles, free in registers, and joined back. Two layouts are taken: operands of the output's shape, and one
 operand per channel of an NHWC image (``[1, 1, 1, C]``, C a multiple of 16); the others, and a tensor whose
-size 16 does not divide, keep the TE form. EfficientNet-B0's 16 such MULs (scripts/make_tflite_applications.py)
-on Cortex-A76's N1 model: 4.27 -> 2.63 Mcycles, the model 34.23 -> 32.25.
+size 16 does not divide, keep the TE form. Four vectors an iteration (``UNROLL``), four independent chains:
+one a loop left the in-order Cortex-A53 waiting on each chain's latencies. EfficientNet-B0's 16 such MULs
+(scripts/make_tflite_applications.py), Mcycles, TE form / one vector an iteration / four: Cortex-A76's N1 model
+4.27 / 2.63 / 2.44, Cortex-A53 8.97 / 10.15 / 5.32, Cortex-A72's A57 model 4.74 / 3.34 / -.
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ from tvm_integration.kernels.short_stack import short_stack
 from tvm_integration.qemu.cross import is_aarch64
 
 LANES = 16
+UNROLL = 4             # vectors an iteration: four independent chains for an in-order core (Cortex-A53)
 SMULL, SQDMULH, SRSHL = "llvm.aarch64.neon.smull", "llvm.aarch64.neon.sqdmulh", "llvm.aarch64.neon.srshl"
 
 
@@ -68,14 +71,23 @@ def _mul(shapes, a_dtype: str, b_dtype: str, y_dtype: str, quant) -> tirx.PrimFu
     def offset(shape, v):
         return v * LANES if _reads(shape, y_shape) == "same" else (v * LANES) % channels
 
+    vectors = n // LANES
+
+    @T.macro
+    def store(ys, xa, xb, v):
+        ys[T.ramp(v * LANES, 1, LANES)] = _rndnu(xa[T.ramp(offset(a_shape, v), 1, LANES)],
+                                                 xb[T.ramp(offset(b_shape, v), 1, LANES)], quant, y_dtype)
+
     @T.prim_func(private=True)
     def mul(a: T.Buffer(a_shape, a_dtype), b: T.Buffer(b_shape, b_dtype), y: T.Buffer(y_shape, y_dtype)):
         xa = T.decl_buffer((math.prod(a_shape),), a_dtype, data=a.data)
         xb = T.decl_buffer((math.prod(b_shape),), b_dtype, data=b.data)
         ys = T.decl_buffer((n,), y_dtype, data=y.data)
-        for v in T.parallel(n // LANES):
-            ys[T.ramp(v * LANES, 1, LANES)] = _rndnu(xa[T.ramp(offset(a_shape, v), 1, LANES)],
-                                                     xb[T.ramp(offset(b_shape, v), 1, LANES)], quant, y_dtype)
+        for w in T.parallel(vectors // UNROLL):
+            for u in T.unroll(UNROLL):
+                store(ys, xa, xb, w * UNROLL + u)
+        for u in T.unroll(vectors % UNROLL):
+            store(ys, xa, xb, vectors // UNROLL * UNROLL + u)
     return mul
 
 
