@@ -169,6 +169,15 @@ def _neon_float_add(a, b, quant: tuple, out_dtype: str, clamp):
     return round_saturated(y, clamp, out_dtype)
 
 
+def rndnu_parameters(scale: float) -> tuple[int, int, int]:
+    """XNNPACK's rndnu parameters of a float32 ``scale``: (multiplier, its mantissa in [2^30, 2^31); pre, the
+    left shift of the product ahead of it; post, the rounding right shift after it)."""
+    bits = int(np.float32(scale).view(np.uint32))
+    shift = 126 - (bits >> 23)
+    post = max(shift, 1)
+    return ((bits & 0x7FFFFF) | 0x800000) << 7, post - shift, post
+
+
 def _float32(value):
     """A number or a scalar expression as a float32 expression."""
     return tirx.const(value, "float32") if isinstance(value, (int, float, np.number)) else value.astype("float32")

@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 from tvm import tirx
 from tvm.script import tirx as T
 from tvm.target import Target
 
 from tvm_integration.kernels.short_stack import short_stack
+from tvm_integration.ops.output_stage import rndnu_parameters
 from tvm_integration.qemu.cross import is_aarch64
 
 LANES = 16
@@ -95,10 +95,7 @@ def _rndnu(xa, xb, quant, y_dtype: str):
     """litert_arithmetic._rndnu of the products of 16 lanes of ``xa`` and ``xb`` (8-bit vectors), four lanes
     an instruction: the same multiplier, shifts and rounding."""
     a_zero, b_zero, scale, zero_point, (lo, hi) = quant
-    bits = int(np.float32(scale).view(np.uint32))
-    multiplier = ((bits & 0x7FFFFF) | 0x800000) << 7           # in [2^30, 2^31): sqdmulh never saturates
-    shift = 126 - (bits >> 23)
-    post = max(shift, 1)
+    multiplier, pre, post = rndnu_parameters(scale)          # multiplier in [2^30, 2^31): sqdmulh never saturates
 
     def wide(x, zero):
         return tirx.Cast(f"int16x{LANES}", x) - tirx.Broadcast(tirx.const(zero, "int16"), LANES)
@@ -108,8 +105,8 @@ def _rndnu(xa, xb, quant, y_dtype: str):
 
     def quarter(q: int):
         product = tirx.call_llvm_pure_intrin("int32x4", SMULL, four(wa, q), four(wb, q))
-        if post > shift:
-            product = product * tirx.Broadcast(tirx.const(1 << (post - shift), "int32"), 4)
+        if pre:
+            product = product * tirx.Broadcast(tirx.const(1 << pre, "int32"), 4)
         high = tirx.call_llvm_pure_intrin("int32x4", SQDMULH, product,
                                           tirx.Broadcast(tirx.const(multiplier, "int32"), 4))
         return tirx.call_llvm_pure_intrin("int32x4", SRSHL, high, tirx.Broadcast(tirx.const(-post, "int32"), 4))

@@ -30,7 +30,7 @@ import numpy as np
 from tvm import te, tirx
 
 from tvm_integration.ops.conv2d import output_size
-from tvm_integration.ops.output_stage import QUANT_RANGES, fenced, requantize, round_saturated
+from tvm_integration.ops.output_stage import QUANT_RANGES, fenced, requantize, rndnu_parameters, round_saturated
 from tvm_integration.qnn.semantics.arithmetic import channel_sums, per_channel, zero_point_product
 from tvm_integration.qnn.semantics.quant import broadcast_index, broadcast_shape
 
@@ -106,11 +106,8 @@ def _rndnu(product, scale: float, zero_point: int, dtype: str, clamp):
     8-bit operands has 17 bits), the high half of its doubled product with the multiplier (sqdmulh, rounding
     down; never saturating here), a right shift by ``post`` that rounds half up (srshl), plus the zero point,
     clamped (int16 saturation in between changes nothing: the bounds are 8-bit)."""
-    bits = int(np.float32(scale).view(np.uint32))
-    multiplier = ((bits & 0x7FFFFF) | 0x800000) << 7
-    shift = 126 - (bits >> 23)
-    post = max(shift, 1)
-    acc = tirx.shift_left(product, tirx.const(post - shift, "int32")).astype("int64")
+    multiplier, pre, post = rndnu_parameters(scale)
+    acc = tirx.shift_left(product, tirx.const(pre, "int32")).astype("int64")
     # bounded by INT32_MAX as sqdmulh saturates (never reached here); LLVM drops that bound and computes the
     # high half by 64-bit products: prim/neon_mul.py builds the usual layouts on sqdmulh itself
     high = tirx.min(tirx.shift_right(acc * tirx.const(multiplier, "int64"), tirx.const(31, "int64")),
