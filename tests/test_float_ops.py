@@ -245,6 +245,17 @@ def test_whole_tensor_reduction(tmp_path, kind):
     assert f"qsynth_{kind[6:].lower()}" in functions(path)
 
 
+@pytest.mark.parametrize("kind, fill", [("ReduceMax", -np.inf), ("ReduceMin", np.inf)])
+def test_whole_tensor_reduction_of_infinities(tmp_path, kind, fill):
+    """A max of nothing but -inf is -inf (a min of +inf, +inf), as onnxruntime gives: TVM's te.max starts from
+    the type's lowest finite value, -3.4e38, which it returned."""
+    shape = (1, 37, 70)
+    x = np.full(shape, fill, np.float32)
+    path = float_model(tmp_path / "r.onnx", [helper.make_node(kind, ["x"], ["y"], keepdims=0)], [("x", shape)],
+                       out_shape=[])
+    assert_exact(path, {"x": x})
+
+
 def test_range_in_one_pass(tmp_path):
     """DynamicQuantizeLinear's range, the max and the min of one tensor, taken in one pass
     (tensor_range.range_func); each equal to onnxruntime's."""

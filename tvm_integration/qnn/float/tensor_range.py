@@ -11,11 +11,12 @@ from tvm_integration.qnn.float.float_matmul import LANES
 
 def reduce_all_func(shape: tuple[int, ...], kind: str) -> tirx.PrimFunc:
     """The max or min of every element (exact in any order): LANES partial results over the
-    flattened tensor, then one over them."""
+    flattened tensor, then one over them. Each starts from -inf (+inf), not te.max's lowest finite float:
+    a max of nothing but -inf is -inf."""
     size = int(np.prod(shape))
     x = te.placeholder(shape, "float32", "x")
-    reducer, start = (te.max, -np.inf) if kind == "max" else (te.min, np.inf)
-    combine = tirx.max if kind == "max" else tirx.min
+    combine, start = (tirx.max, -np.inf) if kind == "max" else (tirx.min, np.inf)
+    reducer = te.comm_reducer(lambda a, b: combine(a, b), lambda t: mlas_math.f32(start), name=kind)
     t = te.reduce_axis((0, size // LANES), "t")
     lanes = te.compute((LANES,), lambda j: reducer(_at(x, t * LANES + j), axis=t), name="lanes")
     j = te.reduce_axis((0, LANES), "j")
