@@ -121,7 +121,7 @@ def main() -> int:
         print(f"tune_layers: {'; '.join(wrong)}", file=sys.stderr)
         return 2
     logging.getLogger("root").setLevel(logging.ERROR)
-    path = tuning.log_path()
+    path = tuning.host_log()
     # the models' layers first: a benchmark layer of the same shape (and key) has random weights, -128
     # among them, which only the w16 tiles admit, so it would time those alone for the model's layer too
     shapes = [s for name in names for s in model_shapes(name)]

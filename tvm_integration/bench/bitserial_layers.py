@@ -82,7 +82,7 @@ def log_winners(rows: list[dict], path: Path | None = None) -> None:
         if r["correct"] and r["isa"] == "host":
             key = lowbit_choice.log_key(Layer(r["layer"]).tuning_key(), *map(int, r["config"][1::2]), r["encoding"])
             tuning.record(key, {"bitserial": r["ours_ms"], "int8": r["baselines"]["int8_ours"]},
-                          path or tuning.log_path())
+                          path or tuning.host_log())
 
 
 def tile_name(kernel, config: Config, layer: Layer) -> str:

@@ -51,18 +51,19 @@ def log_name(m: host.HostModel) -> str:
     return f"{m.uarch}-{hashlib.sha256(' '.join(sorted(host.x86_features(m))).encode()).hexdigest()[:8]}"
 
 
-def log_path(name: str | None = None, root: Path = LOGS) -> Path:
-    """The log named ``name`` (default: this host's, ``log_name``)."""
-    return root / f"{name or log_name(host.model())}.json"
+def log_path(name: str, root: Path = LOGS) -> Path:
+    """The log named ``name`` (``log_name`` of its host)."""
+    return root / f"{name}.json"
 
 
 def host_log(m: host.HostModel | None = None, root: Path = LOGS) -> Path:
-    """The log a host (default: this one) reads: its own, else the one log of a host with the same x86
-    features (the same tag), whatever LLVM names its model number: the AMX Xeon's VM has reported model
-    167 (rocketlake) and 207 (emeraldrapids) on the same flags."""
+    """The log a host (default: this one) reads and its tuning extends: its own, else the one log of a host
+    with the same x86 features (the same tag), whatever LLVM names its model number: the AMX Xeon's VM has
+    reported model 167 (rocketlake) and 207 (emeraldrapids) on the same flags. One log per feature set: a
+    log of its own name would hide the other's shapes."""
     name = log_name(m or host.model())
     same_features = sorted(root.glob(f"*-{name.rsplit('-', 1)[1]}.json"))
-    own = root / f"{name}.json"
+    own = log_path(name, root)
     return own if own.is_file() or len(same_features) != 1 else same_features[0]
 
 
