@@ -169,8 +169,8 @@ def markdown(data: dict) -> str:
                      f"| {tuned_shapes.label(r.get('tuning'))} |")
     if unavailable:
         lines += ["", "OpenVINO unavailable: " + "; ".join(unavailable)]
-    held = sorted({" ".join(f"{k}={v}" for k, v in report["environment"].items()) for r in rows
-                   for name, report in r.get("openvino", {}).items() if name == "openvino_int8" and "environment" in report})
+    held = sorted({" ".join(f"{k}={v}" for k, v in r["openvino"]["openvino_int8"]["environment"].items())
+                   for r in rows if "environment" in r.get("openvino", {}).get("openvino_int8", {})})
     if held:
         lines += ["", f"Held host: qsynth's host model was held to {', '.join(run['host']['features'])} "
                   f"(`QSYNTH_HOST_FEATURES`), and openvino_int8 to the same instructions (`{'`, `'.join(held)}`). "

@@ -67,7 +67,8 @@ def test_an_mca_table_is_its_json_with_the_record_of_its_run(name):
 
 # Tables each made whole by their script's ``markdown(data)`` from their JSON, of either host; a script that
 # keeps notes written by hand between its markers (TFLite's, the zoo's) reads them back with ``kept_notes``.
-RENDERED = {"models": "bench_models", "models_znver3": "bench_models", "models_held_avx2": "bench_models", "models_held_avx512bw": "bench_models", "transformers_znver3": "bench_transformers",
+RENDERED = {"models": "bench_models", "models_znver3": "bench_models", "models_held_avx2": "bench_models",
+            "models_held_avx512bw": "bench_models", "transformers_znver3": "bench_transformers",
             "transformers": "bench_transformers", "zoo": "bench_zoo", "zoo_znver3": "bench_zoo",
             "tflite_models": "bench_tflite", "tflite_models_znver3": "bench_tflite",
             "quantizers_znver3": "check_quantizers"}

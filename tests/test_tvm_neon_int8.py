@@ -202,9 +202,9 @@ def test_depthwise_tap_pairs(hwc, k, stride, dtype):
     window reads it speculatively): exact at the int16 sums' extremes (a corner of 0s or -128s under
     weights of -127, and of 255s or 127s under 127), with an odd number of taps (9, 25), the padding's
     value, requantized; channels not in 8s computed in 8s (20, ShuffleNetV2's 58 and 3: a last tile of 4, 2
-    and 3 real channels, the pass writing the padded input at stride 2 too). 56x56x72 at 5x5 stride 2: the window's last row one past the input's, whose
-    read lost its clamp and ran past the driver's mapping (a segfault; 56x56x64 and 40x40x72 read past
-    it too, inside mapped memory)."""
+    and 3 real channels, the pass writing the padded input at stride 2 too). 56x56x72 at 5x5 stride 2: the
+    window's last row one past the input's, whose read lost its clamp and ran past the driver's mapping (a
+    segfault; 56x56x64 and 40x40x72 read past it too, inside mapped memory)."""
     op, x, acc, expected = depthwise_at_extremes(41, hwc, k, stride, dtype, -127, "cortex-a72", (2e-4, 8e-4))
     assert "smull" in op.assembly and "smlal" in op.assembly
     assert np.abs(acc).max() > 2**15                  # past int16: the pairs' sums are widened in time

@@ -14,8 +14,8 @@ from tvm import te, tirx
 
 def blend(condition, a, b):
     """``a`` where ``condition`` holds, else ``b`` (both of one type), by bitwise ops on their bits
-    (floats reinterpreted as integers of their width; integers, signed or not, as they are): ``Select(condition, a, b)``'s bits, with
-    nothing in ``a`` or ``b`` simplified under the condition."""
+    (floats reinterpreted as integers of their width; integers, signed or not, as they are):
+    ``Select(condition, a, b)``'s bits, with nothing in ``a`` or ``b`` simplified under the condition."""
     a, b = (v.asobject() if isinstance(v, te.TensorSlice) else v for v in (a, b))   # x[i] of a te tensor
     dtype = str(a.ty.dtype)
     bits = dtype if dtype.startswith(("int", "uint")) else f"int{tvm.DataType(dtype).bits}"

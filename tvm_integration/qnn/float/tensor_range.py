@@ -11,12 +11,11 @@ from tvm_integration.qnn.float.float_matmul import LANES
 
 def reduce_all_func(shape: tuple[int, ...], kind: str) -> tirx.PrimFunc:
     """The max or min of every element (exact in any order): LANES partial results over the
-    flattened tensor, then one over them. Each starts from -inf (+inf), not te.max's lowest finite float:
-    a max of nothing but -inf is -inf."""
+    flattened tensor, then one over them, each from an infinity (``_from``)."""
     size = int(np.prod(shape))
     x = te.placeholder(shape, "float32", "x")
     combine, start = (tirx.max, -np.inf) if kind == "max" else (tirx.min, np.inf)
-    reducer = te.comm_reducer(lambda a, b: combine(a, b), lambda t: mlas_math.f32(start), name=kind)
+    reducer = _from(combine, start, kind)
     t = te.reduce_axis((0, size // LANES), "t")
     lanes = te.compute((LANES,), lambda j: reducer(_at(x, t * LANES + j), axis=t), name="lanes")
     j = te.reduce_axis((0, LANES), "j")
@@ -41,13 +40,18 @@ def range_func(shape: tuple[int, ...], neon: bool = False) -> tirx.PrimFunc:
     top, bottom = te.compute((LANES,), lambda j: extremes((_at(x, t * LANES + j), _at(x, t * LANES + j)), axis=t),
                              name="lanes")
     j = te.reduce_axis((0, LANES), "j")
-    maximum = te.comm_reducer(larger, lambda t: mlas_math.f32(-np.inf), name="maximum")
-    minimum = te.comm_reducer(smaller, lambda t: mlas_math.f32(np.inf), name="minimum")
+    maximum, minimum = _from(larger, -np.inf, "maximum"), _from(smaller, np.inf, "minimum")
     high = te.compute((), lambda: maximum(larger(top[j], _last(x, j, -np.inf)) if size % LANES else top[j], axis=j),
                       name="high")
     low = te.compute((), lambda: minimum(smaller(bottom[j], _last(x, j, np.inf)) if size % LANES else bottom[j],
                                          axis=j), name="low")
     return _lanes_vectorized(s_tir.Schedule(te.create_prim_func([x, high, low])))
+
+
+def _from(combine, start: float, name: str):
+    """The reducer of ``combine`` starting from ``start`` (an infinity, so that a max of nothing but -inf
+    is -inf; te.max starts from the lowest finite float)."""
+    return te.comm_reducer(lambda a, b: combine(a, b), lambda t: mlas_math.f32(start), name=name)
 
 
 def _at(x: te.Tensor, index):

@@ -363,8 +363,8 @@ class Binder:
 # layout (the rest). An add and a mul are in NHWC_OPS but first apply their rules.
 BY_KIND = {**{kind: Binder.in_nhwc for kind in NHWC_OPS}, "conv2d": Binder.linear, "dense": Binder.linear,
            "batch_matmul": Binder.batch_matmul, **{kind: Binder.add for kind in ADDS}, "mul": Binder.mul,
-           "tflite_mul": Binder.mul, "max_pool2d": Binder.max_pool, "qlinear_add_runtime": Binder.runtime, "qlinear_mul_runtime": Binder.runtime,
-           "quantize": Binder.quantize, "dequantize": Binder.dequantize}
+           "tflite_mul": Binder.mul, "max_pool2d": Binder.max_pool, "qlinear_add_runtime": Binder.runtime,
+           "qlinear_mul_runtime": Binder.runtime, "quantize": Binder.quantize, "dequantize": Binder.dequantize}
 
 
 def _uses(bindings, output) -> Counter:
