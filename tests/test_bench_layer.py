@@ -45,6 +45,8 @@ def test_smallest_layer_row_is_correct_with_every_baseline(host_runs, monkeypatc
     assert {"onnxruntime_fp32", "onnxruntime_int8", "tvm_default", *openvino} <= set(row["baselines"]) \
         == set(row["speedups"])
     assert row["ours_ms"] > 0 and row["gmacs"] > 0
-    # OpenVINO on the one-conv model: its difference from onnxruntime int8 reported, its fixed cost noted
-    assert set(row["openvino"]) == openvino and all(r["max_diff_steps"] <= 8 for r in row["openvino"].values())
+    # OpenVINO on the one-conv model: its difference from onnxruntime int8 reported, its fixed cost noted; held
+    # with a host model that lacks VNNI (QSYNTH_HOST_FEATURES=avx2), OpenVINO saturates as on such a host
+    assert set(row["openvino"]) == openvino
+    assert all(r["max_diff_steps"] <= 8 for r in row["openvino"].values() if "environment" not in r or host_runs.vnni)
     assert any("fixed cost per model" in note for note in row["notes"])
