@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -226,20 +227,23 @@ def test_every_table_name_is_an_llvm_cpu():
 
 
 def test_live_host_agrees_with_llvm_and_gcc():
-    """This machine's model, read once, names the CPU LLVM's own host detection names, and has the x86
-    features gcc's own detection (``-march=native``, from CPUID) finds: its macros of each row."""
-    m = host.model()
+    """This machine's CPU, read once, is the CPU LLVM's own host detection names, with the x86 features gcc's
+    own detection (``-march=native``, from CPUID) finds: its macros of each row. The host model is that CPU
+    less what ``QSYNTH_HOST_FEATURES`` holds back, and decides what runs."""
+    cpu, m = host.cpu_model(), host.model()
     assert host.model() is m and host.cpu_flags() == m.flags
-    if m.uarch_known:
-        assert m.uarch == codegen.llvm_get_system_cpu()
+    held = os.environ.get(host.FEATURES_VARIABLE)
+    assert m == (cpu if held is None else host.restricted(cpu, held))
+    if cpu.uarch_known:
+        assert cpu.uarch == codegen.llvm_get_system_cpu()
     assert host.tvm_target() == host.target_of(m)
     for feature, f in X86.items():
         assert (host.missing(feature, ()) is None) == (f.cpuinfo in m.flags)
-    if not shutil.which("gcc") or m.vendor not in ("GenuineIntel", "AuthenticAMD"):
+    if not shutil.which("gcc") or cpu.vendor not in ("GenuineIntel", "AuthenticAMD"):
         pytest.skip("gcc -march=native needs gcc on an x86 host")
     native = set(subprocess.run(["gcc", "-march=native", "-dM", "-E", "-x", "c", "/dev/null"], capture_output=True,
                                 text=True, check=True).stdout.split())
-    assert [name for name, f in X86.items() if set(f.macros) <= native] == host.x86_features(m)
+    assert [name for name, f in X86.items() if set(f.macros) <= native] == host.x86_features(cpu)
 
 
 # ---------------------------------------------------------------- qsynth host
