@@ -4,6 +4,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+import tvm
 from hypothesis import given, settings, strategies as st
 
 from conftest import HOST_RUNS, skip_if
@@ -285,6 +286,31 @@ def test_direct_conv2d_runs_column_tiles_outermost(kernel, case):
     acc = conv_reference(x, w, "NHWC", 1, 1, 1) + stage.bias
     op = conv2d(w, shape, "NHWC", 1, 1, 1, "uint8", stage, kernel=kernel, in_place=True, use_winograd=False)
     assert np.array_equal(op(x), requantize_onnxruntime(acc, 0.002, 3, 0, 255))
+
+
+@pytest.mark.parametrize("depth", (256, 1024))
+def test_1x1_conv2d_with_4x_more_columns_adds_its_residual_in_either_order(depth):
+    """ResNet-50's expanding 1x1 layers with their shortcut add fused (1024 columns, 4x more than the
+    pixels): weights that fit L2 run the row tiles outermost, larger ones the column tiles
+    (gemm.weights_outer); either way each output is onnxruntime's requantize then QLinearAdd of the
+    residual, in numpy. Both orders on the host's tile: 256 or 512 KB of weights at depth 256, 1 or 2 MB at
+    1024."""
+    from tvm_integration.ops.output_stage import ResidualAdd
+    from tvm_integration.qnn.semantics.arithmetic import fma32
+    x, w = random((1, 4, 4, depth), "uint8"), random((1024, depth, 1, 1), "int8")
+    residual = random((1, 4, 4, 1024), "uint8")
+    add = ResidualAdd(0.6, 0.9, -3.5, "uint8", (0, 255), 0, "uint8")
+    stage = OutputStage(bias=RNG.integers(-5000, 5000, 1024).astype(np.int32),
+                        requantize=ScaleRequantize(0.0004, 3, "uint8"), residual=add)
+    op = conv2d(w, x.shape, "NHWC", 1, 0, 1, "uint8", stage)
+    args = op.args(x)
+    args.insert(-1, tvm.runtime.tensor(residual.reshape(op.out_shape)))
+    op.module["main"](*args)
+    result = requantize_onnxruntime(conv_reference(x, w, "NHWC", 1, 0, 1) + stage.bias, 0.0004, 3, 0, 255)
+    expected = np.clip(np.rint(fma32(result.astype(np.float32), np.float32(0.6), fma32(
+        residual.astype(np.float32), np.float32(0.9), np.float32(-3.5)))), 0, 255)
+    assert len(np.unique(expected)) > 50
+    np.testing.assert_array_equal(op.out.numpy().reshape(op.result_shape), expected)
 
 
 @pytest.mark.parametrize("stride", (1, 2))

@@ -28,6 +28,7 @@ from tvm_integration.kernels.packing import (activation_shift, correction, kerne
 
 ORDERS = ("rows", "channels")
 VECTOR_BYTES = 64                # one AVX-512 register: the packing's widest copy
+RESIDUAL_ROWS_L2 = 512 * 1024    # the smallest L2 of the x86 hosts measured (Zen 3's): weights_outer
 
 
 @dataclass(frozen=True)
@@ -115,7 +116,9 @@ def build(gemm: Gemm, data: te.Tensor, element, weights: np.ndarray, stage: Outp
     func = te.create_prim_func([data, w, *params.values(), *([residual] if residual is not None else []), out])
     constants = [tile.packed_weights(weights), *values.values()]
     exact = kp == gemm.depth and depth_loops and depth_loops[-1] % tile.k == 0
-    return schedule(func, tile, kernel, order, depth_loops if exact else (), fold_run, weights_outer(pp, npad)), constants
+    residual_weights = gemm.groups * npad * kp * np.dtype(tile.b_dtype).itemsize if stage.residual else 0
+    return schedule(func, tile, kernel, order, depth_loops if exact else (), fold_run,
+                    weights_outer(pp, npad, residual_weights)), constants
 
 
 def stage_params(stage: OutputStage, weights: np.ndarray, npad: int, shift: int, fix: dict | None = None):
@@ -181,14 +184,22 @@ def run_pieces(run: int, vectors: tuple[int, ...]) -> list[int]:
     return [run // piece, piece] if run > piece else [run]
 
 
-def weights_outer(rows: int, cols: int) -> bool:
+def weights_outer(rows: int, cols: int, residual_weights: int = 0) -> bool:
     """Whether a GEMM of ``rows`` (padded) activation rows and ``cols`` weight columns runs its column
     tiles outermost (4x more columns than rows: the deep layers, dense), so that each tile's weights
     are read from memory once for every row tile (ResNet-18's last 3x3 layer streamed its 2.4 MB of
     weights once per 32-row tile) and the threads split the columns (a dense layer has one row tile).
     Measured on the AMX host (CPU time, one thread): C12 (64 rows, 512 columns) 176 -> 141 us; C9
-    (224 rows, 256 columns; both operands in L2) 107 -> 122 us, hence the 4x."""
-    return cols >= 4 * rows
+    (224 rows, 256 columns; both operands in L2) 107 -> 122 us, hence the 4x.
+
+    ``residual_weights``: with a residual add fused, the weights' bytes. That order reads the residual
+    and writes the output a column tile's width at a time, strided by the output's row; where the weights
+    fit ``RESIDUAL_ROWS_L2`` the rows' order, which re-reads them from L2 per row tile, costs less. Zen 3,
+    the w16 tiles, CPU time, one thread (1x1 layers, columns outer -> rows outer): ResNet-50's third stage,
+    1024 x 256 at 14x14 (512 KB of int16 weights), 1.15 -> 0.76 ms (0.69 -> 0.71 without the add); larger
+    weights keep the columns outer: 1024 x 384 1.17 against 1.23 rows outer, 2048 x 512 at 7x7 0.71 against
+    0.74."""
+    return cols >= 4 * rows and not 0 < residual_weights <= RESIDUAL_ROWS_L2
 
 
 def schedule(func, tile: Tile, kernel: Kernel | None, order: str, depth_loops: tuple[int, ...],
