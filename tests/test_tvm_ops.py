@@ -288,13 +288,13 @@ def test_direct_conv2d_runs_column_tiles_outermost(kernel, case):
     assert np.array_equal(op(x), requantize_onnxruntime(acc, 0.002, 3, 0, 255))
 
 
-@pytest.mark.parametrize("depth", (256, 1024))
+@pytest.mark.parametrize("depth", (256, 2048))
 def test_1x1_conv2d_with_4x_more_columns_adds_its_residual_in_either_order(depth):
     """ResNet-50's expanding 1x1 layers with their shortcut add fused (1024 columns, 4x more than the
-    pixels): weights that fit L2 run the row tiles outermost, larger ones the column tiles
+    pixels): up to 1 MB of weights run the row tiles outermost, larger ones the column tiles
     (gemm.weights_outer); either way each output is onnxruntime's requantize then QLinearAdd of the
-    residual, in numpy. Both orders on the host's tile: 256 or 512 KB of weights at depth 256, 1 or 2 MB at
-    1024."""
+    residual, in numpy. Both orders on the host's tile: 256 or 512 KB of weights at depth 256, 2 or 4 MB at
+    2048."""
     from tvm_integration.ops.output_stage import ResidualAdd
     from tvm_integration.qnn.semantics.arithmetic import fma32
     x, w = random((1, 4, 4, depth), "uint8"), random((1024, depth, 1, 1), "int8")

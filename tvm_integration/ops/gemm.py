@@ -28,7 +28,7 @@ from tvm_integration.kernels.packing import (activation_shift, correction, kerne
 
 ORDERS = ("rows", "channels")
 VECTOR_BYTES = 64                # one AVX-512 register: the packing's widest copy
-RESIDUAL_ROWS_L2 = 512 * 1024    # the smallest L2 of the x86 hosts measured (Zen 3's): weights_outer
+RESIDUAL_ROWS_WEIGHTS = 1 << 20  # weights_outer: a residual add keeps the rows outer up to 1 MB of weights
 
 
 @dataclass(frozen=True)
@@ -193,13 +193,14 @@ def weights_outer(rows: int, cols: int, residual_weights: int = 0) -> bool:
     (224 rows, 256 columns; both operands in L2) 107 -> 122 us, hence the 4x.
 
     ``residual_weights``: with a residual add fused, the weights' bytes. That order reads the residual
-    and writes the output a column tile's width at a time, strided by the output's row; where the weights
-    fit ``RESIDUAL_ROWS_L2`` the rows' order, which re-reads them from L2 per row tile, costs less. Zen 3,
-    the w16 tiles, CPU time, one thread (1x1 layers, columns outer -> rows outer): ResNet-50's third stage,
-    1024 x 256 at 14x14 (512 KB of int16 weights), 1.15 -> 0.76 ms (0.69 -> 0.71 without the add); larger
-    weights keep the columns outer: 1024 x 384 1.17 against 1.23 rows outer, 2048 x 512 at 7x7 0.71 against
-    0.74."""
-    return cols >= 4 * rows and not 0 < residual_weights <= RESIDUAL_ROWS_L2
+    and writes the output a column tile's width at a time, strided by the output's row; up to
+    ``RESIDUAL_ROWS_WEIGHTS`` of weights the rows' order, which re-reads them per row tile, costs less.
+    Zen 3, the w16 tiles, CPU time, one thread, 1x1 layers with the add, columns outer -> rows outer:
+    ResNet-50's 1024 x 256 at 14x14 (512 KB of int16 weights) 1.15 -> 0.76 ms and its stride-2 1024 x 512
+    from 28x28 (1 MB) 2.08 -> 1.44 (without the add 0.69 -> 0.71 and 1.34 -> 1.37). Where the rows' order
+    loses, it loses less: 1024 x 384 and 1024 x 512 at 14x14 1.17 -> 1.23 and 1.47 -> 1.52. Larger weights
+    keep the columns outer (2048 x 512 at 7x7, 2 MB: 0.71 against 0.74)."""
+    return cols >= 4 * rows and not 0 < residual_weights <= RESIDUAL_ROWS_WEIGHTS
 
 
 def schedule(func, tile: Tile, kernel: Kernel | None, order: str, depth_loops: tuple[int, ...],
