@@ -55,8 +55,8 @@ def test_compiled_model_equals_numpys_integer_product(case):
 ONNXRUNTIME_HAS_VNNI = any(host.X86[f].cpuinfo in host.cpu_model().flags for f in host.VNNI)
 
 
-@pytest.mark.skipif(ONNXRUNTIME_HAS_VNNI, reason="host CPU has VNNI: onnxruntime's default multiplies with vpdpbusd, which "
-                                       "does not saturate")
+@pytest.mark.skipif(ONNXRUNTIME_HAS_VNNI, reason="host CPU has VNNI: onnxruntime's default multiplies with vpdpbusd, "
+                                                  "which does not saturate")
 def test_onnxruntime_default_saturates_without_vnni(case):
     """Why the reference is the exact mode: on this host the default is wrong in every output."""
     path, x, want = case

@@ -1,6 +1,6 @@
 """OpenVINO as a baseline (tvm_integration/bench/openvino_baseline.py): on a small QDQ model its worker
-runs, its outputs are those of OpenVINO run directly (in the environment it reports) and its difference from onnxruntime is
-reported in steps of the output's scale read from the ONNX file; on an AMX host the VNNI-only
+runs, its outputs are those of OpenVINO run directly (in the environment it reports) and its difference
+from onnxruntime is reported in steps of the output's scale read from the ONNX file; on an AMX host the VNNI-only
 configuration really leaves AMX; where OpenVINO cannot be imported, crashes or cannot read the model,
 each configuration is reported unavailable with the reason instead of failing the benchmark, and
 ``qsynth bench-model`` says so; the worker times its batches by wall or by CPU time. Times are not

@@ -116,9 +116,8 @@ def build(gemm: Gemm, data: te.Tensor, element, weights: np.ndarray, stage: Outp
     func = te.create_prim_func([data, w, *params.values(), *([residual] if residual is not None else []), out])
     constants = [tile.packed_weights(weights), *values.values()]
     exact = kp == gemm.depth and depth_loops and depth_loops[-1] % tile.k == 0
-    residual_weights = gemm.groups * npad * kp * np.dtype(tile.b_dtype).itemsize if stage.residual else 0
     return schedule(func, tile, kernel, order, depth_loops if exact else (), fold_run,
-                    weights_outer(pp, npad, residual_weights)), constants
+                    weights_outer(pp, npad, constants[0].nbytes if stage.residual else 0)), constants
 
 
 def stage_params(stage: OutputStage, weights: np.ndarray, npad: int, shift: int, fix: dict | None = None):
