@@ -47,8 +47,7 @@ from tvm_integration.qemu import cross  # noqa: E402
 from tvm_integration.qnn.runtime import arm_reference  # noqa: E402
 
 LOWBIT = {"resnet18_w1a1": (1, 1), "resnet18_w2a2": (2, 2)}      # name: (abits, wbits)
-ENCODERS = ("bert_l4_s128_static", "bert_l4_s128_dynamic", "vit_conv_static", "vit_conv_dynamic", "vit_matmul_static",
-            "vit_matmul_dynamic")
+ENCODERS = tuple(bench_transformers.MODELS)      # benchmarks/transformers.md's, static and dynamic
 ZOO = tuple(make_zoo.MODELS)
 TFLITE = tuple(f"tflite_{name}" for name in APPLICATIONS)    # make_tflite_applications.py's, as tflite_NAME
 MODELS = ("resnet18", "mobilenet_v2", "mobilenet_v3", *LOWBIT, *ENCODERS, *ZOO, *TFLITE)
