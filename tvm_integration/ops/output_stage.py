@@ -57,17 +57,19 @@ class ResidualAdd:
     defined: tuple | None = None
     neon: tuple | None = None
 
-    def expression(self, result, residual, result_dtype: str):
-        """The add of ``result`` (of the 8-bit ``result_dtype``, whatever the expression's own type: a
-        ScaleRequantize result arrives as its exact float32 value) and ``residual``."""
+    def expression(self, result, residual, result_dtype: str, centered_on: int | None = None):
+        """The add of ``result`` (of the 8-bit ``result_dtype``, whatever the expression's own type) and
+        ``residual``; ``centered_on``: ``result`` is the float32 of that value less this zero point (a
+        ScaleRequantize result before its zero point is added: qlinear_add's ``centered``)."""
         a, b = (result, residual) if self.operand == 0 else (residual, result)
         dtypes = (result_dtype, self.residual_dtype) if self.operand == 0 else (self.residual_dtype, result_dtype)
+        centered = (centered_on, None) if self.operand == 0 else (None, centered_on)
         return qlinear_add(a, b, self.ratio_a, self.ratio_b, self.fixed, self.out_dtype, self.clamp, self.defined,
-                           self.neon, dtypes)
+                           self.neon, dtypes, centered)
 
 
 def qlinear_add(a, b, ratio_a: float, ratio_b: float, fixed: float, out_dtype: str, clamp, defined=None, neon=None,
-                dtypes: tuple[str, str] | None = None):
+                dtypes: tuple[str, str] | None = None, centered: tuple[int | None, int | None] = (None, None)):
     """QLinearAdd as MLAS's AVX2 kernel computes it: ``fma(a, sa/sc, fma(b, sb/sc, fixed))`` with
     ``fixed = zc - (sa/sc * za + sb/sc * zb)`` (computed by the caller in float32), rounded half to
     even, saturated to ``clamp``. ``defined``, (sa, za, sb, zb, sc, zc): as ONNX defines a QDQ Add
@@ -77,23 +79,38 @@ def qlinear_add(a, b, ratio_a: float, ratio_b: float, fixed: float, out_dtype: s
     elsewhere by its double reciprocal, ``quotient``: the float32 quotient itself, without a division);
     the ratios' form rounds a sum within a few ulps of a half step apart (63.4999979 -> 64). ``neon``,
     the same six: as MLAS's NEON kernel computes onnxruntime's QLinearAdd (``neon_qlinear_add``). ``dtypes``:
-    the integer types whose values ``a`` and ``b`` hold (default: their own types)."""
+    the integer types whose values ``a`` and ``b`` hold (default: their own types). ``centered``: for each
+    operand, None, or the zero point z where it is the float32 of its integer value less z (a requantized
+    result before its zero point): the definition then dequantizes it without converting it to an integer
+    and back, which on AArch64 took four micro-ops of the one pipe that converts (fcvtzs, scvtf), and the
+    other forms add z back."""
+    if defined is None:
+        a, b = (x if z is None else x + float(z) for x, z in zip((a, b), centered))
     if neon is not None:
         return neon_qlinear_add(a, b, neon, out_dtype, clamp)
     if defined is not None:
         sa, za, sb, zb, sc, zc = defined
-        fa, fb = ((x.astype("int32") - z).astype("float32") * tirx.const(s, "float32")
-                  for x, s, z in ((a, sa, za), (b, sb, zb)))
+        fa, fb = (_less_zero_point(x, z, c) * tirx.const(s, "float32")
+                  for x, s, z, c in ((a, sa, za, centered[0]), (b, sb, zb, centered[1])))
         total, bounds = fenced(fenced(fa) + fenced(fb)), (clamp[0] - zc, clamp[1] - zc)
         reciprocal = divides_alike(defined, dtypes or (element_dtype(a), element_dtype(b)), bounds)
         y = quotient(total, sc) if reciprocal is None else total * tirx.const(reciprocal, "float32")
-        return (round_saturated(y, bounds, "int32") + zc).astype(out_dtype)
+        return round_narrowed(y, clamp, zc, out_dtype)           # a build for Arm's, and its cheaper rounding
 
     def fma(x, y, z):
         return tirx.call_intrin("float32", "tirx.fma", x, y, z)      # one rounding, as vfmadd
     y = fma(a.astype("float32"), tirx.const(ratio_a, "float32"),
             fma(b.astype("float32"), tirx.const(ratio_b, "float32"), tirx.const(fixed, "float32")))
     return round_saturated(y, clamp, out_dtype)
+
+
+def _less_zero_point(x, zero_point: int, centered_on: int | None):
+    """The float32 of an operand's integer value less its ``zero_point``, exact: from an integer ``x``, or from
+    the float32 ``x`` of that value less ``centered_on`` (its difference from ``zero_point`` is an integer
+    of a few bits, so the sum is exact too)."""
+    if centered_on is None:
+        return (x.astype("int32") - zero_point).astype("float32")
+    return x if centered_on == zero_point else x + float(centered_on - zero_point)
 
 
 def neon_add_multipliers(ratio_a: np.float32, ratio_b: np.float32) -> tuple[int, int, int] | None:
@@ -299,10 +316,10 @@ class OutputStage:
             return self._result(acc, p, g, n)
         rq = self.requantize
         if isinstance(rq, ScaleRequantize):
-            # the add reads the result as float32: the clamped integral value plus the zero point is
-            # that value exactly, without a round trip through u8 (five instructions per vector)
-            return self.residual.expression(round_half_even(self._clamped_product(acc, p, g, n)) + float(rq.zero_point),
-                                            residual, self.result_dtype)
+            # the add reads the result as float32: the clamped integral value less the zero point, exact,
+            # without a round trip through u8 (five instructions per vector)
+            return self.residual.expression(round_half_even(self._clamped_product(acc, p, g, n)), residual,
+                                            self.result_dtype, centered_on=rq.zero_point)
         return self.residual.expression(self._result(acc, p, g, n), residual, self.result_dtype)
 
     def _total(self, acc, p: dict, g, n):
