@@ -92,7 +92,7 @@ def test_quick_demo_model_matches_onnxruntime_and_uses_proved_kernels(quick_run)
     assert m["onnxruntime_default"]["compared"] == 10 and m["onnxruntime_default"]["differing"] >= 0
     cached = cache_entries()
     assert m["kernels"]
-    isa = "avx512" if "avx512_vnni" in flags else "avx2"
+    isa = "avx512" if "avx512bw" in flags else "avx2"      # a Skylake-SP runs the exact zmm tiles
     for k in m["kernels"] + r["layer"]["kernels"]:
         entry = cached[k["name"]]
         assert k["instructions"] == entry["length"] == len(entry["program"]["body"])
