@@ -61,11 +61,11 @@ class ResidualAdd:
         """The add of ``result`` (of the 8-bit ``result_dtype``, whatever the expression's own type) and
         ``residual``; ``centered_on``: ``result`` is the float32 of that value less this zero point (a
         ScaleRequantize result before its zero point is added: qlinear_add's ``centered``)."""
-        a, b = (result, residual) if self.operand == 0 else (residual, result)
-        dtypes = (result_dtype, self.residual_dtype) if self.operand == 0 else (self.residual_dtype, result_dtype)
-        centered = (centered_on, None) if self.operand == 0 else (None, centered_on)
+        def in_order(of_result, of_residual):      # (a, b) of the add: the result is operand ``self.operand``
+            return (of_result, of_residual) if self.operand == 0 else (of_residual, of_result)
+        a, b = in_order(result, residual)
         return qlinear_add(a, b, self.ratio_a, self.ratio_b, self.fixed, self.out_dtype, self.clamp, self.defined,
-                           self.neon, dtypes, centered)
+                           self.neon, in_order(result_dtype, self.residual_dtype), in_order(centered_on, None))
 
 
 def qlinear_add(a, b, ratio_a: float, ratio_b: float, fixed: float, out_dtype: str, clamp, defined=None, neon=None,
