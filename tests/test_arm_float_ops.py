@@ -232,6 +232,25 @@ def test_softmax_rows_reduce_in_vectors(tmp_path):
         np.testing.assert_array_equal(ours, arm, err_msg=name)
 
 
+def test_a_scalar_constant_reaches_an_arm_operator():
+    """A 0-d constant stays 0-d on its way to an operator run under qemu (cross.write took it through
+    np.ascontiguousarray, which made it [1], and the compiled function refused it): quantize_dynamic's dequantize
+    chain with its run-time scalar scale equals numpy's float32 (acc - correction) * scale + bias."""
+    from tvm_integration.kernels.selection import aarch64_target
+    from tvm_integration.qemu import cross
+    from tvm_integration.qnn.float import float_ops
+    shape = (5, 24)
+    target = tvm.target.Target(aarch64_target("cortex-a53"))
+    executable = tvm.compile(tvm.IRModule({"main": float_ops.dequantized_func(shape)}), target=target)
+    rng = np.random.default_rng(11)
+    correction = rng.integers(-900, 900, shape[-1]).astype(np.int32)
+    scale = np.array(0.00731, np.float32)
+    bias = rng.standard_normal(shape[-1]).astype(np.float32)
+    acc = rng.integers(-5000, 5000, shape).astype(np.int32)
+    op = cross.QemuOperator(executable, [correction, scale, bias], shape, "float32", shape, "int32", shape)
+    np.testing.assert_array_equal(op(acc), (acc - correction).astype(np.float32) * scale + bias)
+
+
 def test_neon_matmul_tiles_do_not_depend_on_the_x86_host(monkeypatch):
     """A float MatMul built for Arm takes NEON's register tile (4 x 16 floats, 16 of its 32 registers) on an
     AVX-512 host too; B's 196 columns (ViT's keys), 49 whole vectors, in 2 x 28 tiles of 7 vectors, unpadded

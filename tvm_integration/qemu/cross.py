@@ -108,8 +108,8 @@ def link(objects, binary: Path, functions: tuple[str, ...] = ("main",)) -> None:
 
 def write(path: Path, array: np.ndarray) -> str:
     """Write ``array``'s bytes (C order) to ``path``; its driver argument."""
-    array = np.ascontiguousarray(array)
-    Path(path).write_bytes(array.tobytes())
+    array = np.asarray(array)               # not ascontiguousarray: it makes a 0-d array 1-d
+    Path(path).write_bytes(array.tobytes(order="C"))
     return spec(array.dtype, array.shape, path)
 
 
