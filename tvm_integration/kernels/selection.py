@@ -27,6 +27,8 @@ from tvm_integration.kernels.bitserial import CROSS, BitserialKernel, gemm_kerne
 INT8_PREFERENCE = (("avx512", "avx512vnni"), ("avx2", "avxvnni"), ("avx512", "avx512bw"), ("avx2", "avx2"))
 INT8_ISAS = ("amx", "avx512", "avx2")
 BITSERIAL_ISAS = ("avx512", "avx2")       # preference order on x86 hosts
+# what every tile of an ISA needs: a host without it skips the ISA before loading (re-proving) its tiles
+BASE_FEATURE = {"avx512": "avx512f", "avx2": "avx2"}
 AMX_MIN_DEPTH = 64                        # one 64-byte K block of the 32x32x64 AMX tile
 
 # AArch64 v8.0 with Advanced SIMD: what every AArch64 core runs (Cortex-A53 included), and all the
@@ -129,10 +131,11 @@ def int8_candidates(isa: str = "host", depth: int | None = None, groups: int = 1
     tuning chooses among per operator shape. On the host, an operator of reduction ``depth`` in
     ``groups`` groups that ``amx_pays`` for takes the AMX tiles where the host runs them: they come
     first (the untuned choice, ``tuning.choose``), the host's VNNI kind after them, so that a tuning
-    log can keep a layer on VNNI where that measured faster (MobileNetV2's 1x1 projections)."""
+    log can keep a layer on VNNI where that measured faster (MobileNetV2's 1x1 projections). A host
+    without AMX never loads its tiles: on a new machine that re-proved them (62 s of CPU) to drop them."""
     chosen = int8_kernel(isa)
     family = [k for k in _u8s8_kernels(chosen.spec.isa) if k.features == chosen.features]
-    if isa == "host" and depth is not None and amx_pays(depth, groups):
+    if isa == "host" and depth is not None and amx_pays(depth, groups) and host.missing("amx-int8", ()) is None:
         amx = [k for k in _u8s8_kernels("amx") if usable(k) is None]
         return amx + family
     return family
@@ -165,7 +168,8 @@ def int8_target(kernel: int8.Kernel | None = None) -> dict:
 
 def bitserial_kernel(isa: str, abits: int, wbits: int, encoding: str, layout: str | None = None) -> BitserialKernel:
     """The tile a bitserial operator uses: for ``isa="host"`` the first ISA of ``BITSERIAL_ISAS``
-    whose tile the host runs (isa_specs.host's CPU flags), else the given ISA's first tile
+    whose tile the host runs (isa_specs.host's CPU flags; an ISA whose ``BASE_FEATURE`` the host lacks is not
+    loaded), else the given ISA's first tile
     (``gemm_kernels``' order); ``layout``: only tiles of that layout (``acc`` or ``lanes``; ``tile``:
     the first word tile, ``word_kernels``, for any K)."""
     if isa != "host" and isa not in BITSERIAL_ISAS + CROSS:
@@ -175,6 +179,9 @@ def bitserial_kernel(isa: str, abits: int, wbits: int, encoding: str, layout: st
     if layout not in (None, "acc", "lanes", "tile"):
         raise SelectionError(f"bitserial tile layout must be acc, lanes or tile, got {layout!r}")
     for name in BITSERIAL_ISAS if isa == "host" else (isa,):
+        if isa == "host" and (why := host.missing(BASE_FEATURE[name], ())) is not None:
+            reasons.append(f"{name}: {why}")
+            continue
         kernels = (list(word_kernels(name, abits, wbits, encoding)) if layout == "tile" else
                    [k for k in gemm_kernels(name, abits, wbits, encoding) if layout in (None, k.spec.layout)])
         if not kernels:
