@@ -278,7 +278,6 @@ def test_recorded_hosts_select_an_exact_int8_tile(monkeypatch, name, features, i
     assert {k.spec.isa for k in candidates} == {isa} and {k.spec.types for k in candidates} == types
 
 
-
 @pytest.mark.parametrize("name,features,isas", [
     ("zen3", None, {"avx2"}), ("zen4", None, {"avx512"}),
     ("sapphirerapids", "avx2,avx512f,avx512bw,avx512vl", {"avx512", "avx2"}),     # no VPOPCNTDQ: AVX2's bitserial tiles
