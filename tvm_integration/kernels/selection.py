@@ -28,7 +28,7 @@ INT8_PREFERENCE = (("avx512", "avx512vnni"), ("avx2", "avxvnni"), ("avx512", "av
 INT8_ISAS = ("amx", "avx512", "avx2")
 BITSERIAL_ISAS = ("avx512", "avx2")       # preference order on x86 hosts
 # what every tile of an ISA needs: a host without it skips the ISA before loading (re-proving) its tiles
-BASE_FEATURE = {"avx512": "avx512f", "avx2": "avx2"}
+BASE_FEATURE = {"amx": "amx-int8", "avx512": "avx512f", "avx2": "avx2"}
 AMX_MIN_DEPTH = 64                        # one 64-byte K block of the 32x32x64 AMX tile
 
 # AArch64 v8.0 with Advanced SIMD: what every AArch64 core runs (Cortex-A53 included), and all the
@@ -135,7 +135,8 @@ def int8_candidates(isa: str = "host", depth: int | None = None, groups: int = 1
     without AMX never loads its tiles: on a new machine that re-proved them (62 s of CPU) to drop them."""
     chosen = int8_kernel(isa)
     family = [k for k in _u8s8_kernels(chosen.spec.isa) if k.features == chosen.features]
-    if isa == "host" and depth is not None and amx_pays(depth, groups) and host.missing("amx-int8", ()) is None:
+    if isa == "host" and depth is not None and amx_pays(depth, groups) and \
+            host.missing(BASE_FEATURE["amx"], ()) is None:
         amx = [k for k in _u8s8_kernels("amx") if usable(k) is None]
         return amx + family
     return family
