@@ -390,6 +390,35 @@ def test_accumulators_start_from_the_bias(family):
     assert blocks and not any(re.match(r"add\s+v\d+\.4s", i) for b in blocks for i in b.instructions)
 
 
+@pytest.mark.parametrize("core", [pytest.param(c, marks=qemu) for c in ("cortex-a76", "neoverse-n2")])
+@pytest.mark.skipif(mca.missing_tools() is not None, reason=f"llvm-objdump reads the blocks: {mca.missing_tools()}")
+def test_accumulators_of_an_out_of_order_core_load_their_own_bias(core):
+    """Built for an out-of-order core (the A76's sdot tile, the N2's sudot one), each row of the tile starts
+    from its own copy of the bias (neon_int8.bias_copies), so its K-loop blocks copy no register into
+    another (at the parent: 6 vector movs a block); exact against numpy with per-channel weight zero points
+    in groups (the start's -z sum_k a) and as a dense layer of 5 rows (a partial row tile). The in-order
+    Cortex-A55 keeps one copy."""
+    rng = np.random.default_rng(50)
+    x, w = data(rng, (1, 8, 8, 16), "uint8"), weights(rng, (32, 16, 1, 1), "dotprod")
+    bias, scale = rng.integers(-5000, 5000, 32).astype(np.int32), rng.uniform(2e-4, 1e-3, 32).astype(np.float32)
+    op = ops.conv2d(w, x.shape, 1, 0, stage=OutputStage(bias=bias, requantize=ScaleRequantize(scale, 120, "uint8")),
+                    mcpu=core)
+    np.testing.assert_array_equal(op(x), requantized(conv_reference(x, w, 1, 0), bias, scale, 120))
+    dots = [b for b in mca.profile(op, x) if any(i.startswith(("sdot", "sudot", "usdot")) for i in b.instructions)]
+    assert dots and not any(re.match(r"mov\s+v\d+\.16b, v\d+\.16b", i) for b in dots for i in b.instructions)
+    zero_points = rng.integers(0, 256, 16)
+    w = nine_bit_weights(rng, (16, 4, 3, 3), zero_points)
+    x = data(rng, (1, 7, 6, 16), "uint8")
+    bias = rng.integers(-5000, 5000, 16).astype(np.int32)
+    op = ops.conv2d(w, x.shape, 1, 1, groups=4, stage=OutputStage(bias=bias), mcpu=core, pad_value=7)
+    np.testing.assert_array_equal(op(x), conv_reference(x, w, 1, 1, 7, groups=4) + bias)
+    x, w = data(rng, (5, 40), "uint8"), weights(rng, (9, 40), "dotprod")
+    op = ops.dense(w, 5, "uint8", OutputStage(bias=bias[:9]), mcpu=core)
+    np.testing.assert_array_equal(op(x), x.astype(np.int64) @ w.astype(np.int64).T + bias[:9])
+    in_order = neon_int8.tile_for("cortex-a55")
+    assert neon_int8.bias_copies(core, neon_int8.tile_for(core)) == 4 and neon_int8.bias_copies("cortex-a55", in_order) == 1
+
+
 def scaling_blocks(seed, x_shape, w_shape, pad, family):
     """The blocks a requantized conv2d of random u8 data (exact against numpy, checked here) ran that scale
     by the per-channel scale (a vector fmul): its output stage."""

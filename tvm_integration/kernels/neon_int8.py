@@ -252,6 +252,24 @@ def core_family(mcpu: str | None) -> str:
 V8_CYCLES_PER_BYTE = {"cortex-a53": {"v8": 5.28, "v8s7": 4.06}, "cortex-a72": {"v8": 2.03, "v8s7": 2.01}}
 
 
+# The cores LLVM schedules in order (AArch64: its A53, A55 and A510 models and the cores it maps onto them).
+IN_ORDER = frozenset({"cortex-a34", "cortex-a35", "cortex-a53", "cortex-a55", "cortex-a320", "cortex-a510",
+                      "cortex-a520", "cortex-a520ae"})
+
+
+def bias_copies(mcpu: str | None, kernel) -> int:
+    """How many copies of the bias an operator passes for the accumulators of ``kernel`` (a tile of
+    ``mr`` rows) to start from: one per row on a k4 tile for an out-of-order core, so that each row's
+    accumulators load their own (one copy: LLVM loads it once and copies it into the other rows'
+    registers, a vector ``mov`` each on a vector pipe; llvm-mca Mcycles, one copy / one per row, 112x112
+    1x1 16->96 and 56x56 64->256: Cortex-A76 (N1 model) 1.685 / 1.573 and 2.344 / 2.272, Neoverse-N2
+    1.659 / 1.547 and 2.926 / 2.851, Neoverse-V1 0.839 / 0.784 and 2.007 / 1.972); else one (the in-order
+    Cortex-A55 takes the loads longer: 4.989 / 5.516; the acc tiles add the bias to their sums whatever
+    its copies, Cortex-A72 3.804 / 3.849)."""
+    out_of_order = mcpu is not None and mcpu not in IN_ORDER
+    return kernel.spec.mr if out_of_order and kernel.spec.layout != "acc" else 1
+
+
 def tile_for(mcpu: str | None = None, family: str | None = None, weights: np.ndarray | None = None):
     """The tile an int8 NEON operator uses on ``mcpu`` (its family by ``core_family``), or the given
     ``family``'s (FAMILIES). On a v8.0 core, constant ``weights`` all in [-127, 127] (onnxruntime's
