@@ -73,7 +73,7 @@ def operator(x, w, stage, stride: int, core: str, form: str):
     out_hw = ((x.shape[1] - 1) // stride + 1, (x.shape[2] - 1) // stride + 1)
     if form == "sdot":
         mod, constants, out_shape = depthwise_dot.build(placeholder, w, (stride, stride), (1, 1, 1, 1), out_hw, stage,
-                                                        PAD_VALUE)
+                                                        PAD_VALUE, copies=neon_int8.out_of_order(core))
     else:
         mod, constants, out_shape = depthwise.build(placeholder, "NHWC", w, (stride, stride), (1, 1, 1, 1), out_hw,
                                                     stage, PAD_VALUE, NEON_DEPTHWISE_TILES, pairs=form == "pairs")

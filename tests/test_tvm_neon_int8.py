@@ -227,6 +227,21 @@ def test_depthwise_sdot(hwc, k, stride, dtype):
     np.testing.assert_array_equal(op(x), expected)
 
 
+@pytest.mark.parametrize("core", [pytest.param(c, marks=qemu) for c in ("cortex-a76", "cortex-a55")])
+@pytest.mark.skipif(mca.missing_tools() is not None, reason=f"llvm-objdump reads the blocks: {mca.missing_tools()}")
+def test_depthwise_sdot_accumulators_start_from_the_bias(core):
+    """The sdot depthwise's accumulators start from the bias: its sdot blocks zero no register (movi) and
+    add no bias (an integer vector add), as they did at the parent; on the out-of-order A76 each tile
+    column loads its own copy, so none is copied into another register either (on the in-order A55 one
+    copy: there the loads cost more than the copies). Exact at the sums' extremes, 7 columns a tile."""
+    op, x, _, expected = depthwise_at_extremes(43, (9, 14, 24), 3, 1, "uint8", -128, core, (2e-4 / 3, 8e-4 / 3))
+    np.testing.assert_array_equal(op(x), expected)
+    dots = [i for b in mca.profile(op, x) if any(i.startswith("sdot") for i in b.instructions) for i in b.instructions]
+    assert dots and not any(re.match(r"(movi\s+v|add\s+v\d+\.4s)", i) for i in dots)
+    copies = [i for i in dots if re.match(r"mov\s+v\d+\.16b, v\d+\.16b", i)]
+    assert not copies if core == "cortex-a76" else copies
+
+
 def test_tap_pairs_refuse_what_int16_cannot_hold():
     """The tap pairs' int16 sums need every weight in [-127, 127] (and NHWC, 8 channels a vector): one
     clear error otherwise."""

@@ -266,8 +266,12 @@ def bias_copies(mcpu: str | None, kernel) -> int:
     1.659 / 1.547 and 2.926 / 2.851, Neoverse-V1 0.839 / 0.784 and 2.007 / 1.972); else one (the in-order
     Cortex-A55 takes the loads longer: 4.989 / 5.516; the acc tiles add the bias to their sums whatever
     its copies, Cortex-A72 3.804 / 3.849)."""
-    out_of_order = mcpu is not None and mcpu not in IN_ORDER
-    return kernel.spec.mr if out_of_order and kernel.spec.layout != "acc" else 1
+    return kernel.spec.mr if out_of_order(mcpu) and kernel.spec.layout != "acc" else 1
+
+
+def out_of_order(mcpu: str | None) -> bool:
+    """Whether LLVM schedules ``mcpu`` out of order (not IN_ORDER; no core named: not known to be)."""
+    return mcpu is not None and mcpu not in IN_ORDER
 
 
 def tile_for(mcpu: str | None = None, family: str | None = None, weights: np.ndarray | None = None):

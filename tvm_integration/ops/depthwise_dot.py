@@ -21,8 +21,17 @@ takes more of the vector pipes than the sdots), 112x112x96 at stride 2 0.845 -> 
 AArch64 build: MobileNetV2 22.3 -> 20.7 (0.695x), MobileNetV3-Large 24.4 -> 19.5 (0.574x), ShuffleNetV2
 17.9 -> 14.3 (0.702x; its 58-channel layers, not in 4s, stayed on depthwise.py). Padded to 16s
 (Mcycles, 4s or depthwise.py -> 16s): ShuffleNetV2's 28x28x58 0.471 -> 0.090, 56x56x58 at stride 2 0.443
--> 0.145, 14x14x116 0.063 -> 0.042, 28x28x116 at stride 2 0.126 -> 0.065."""
+-> 0.145, 14x14x116 0.063 -> 0.042, 28x28x116 at stride 2 0.126 -> 0.065. The accumulators start from the
+bias (``starting_from``) where they started from zero (movi) and the output stage added it (an integer add),
+16 of 84 vector instructions per 32 outputs; on an out-of-order core each tile column loads a copy of its own
+(one copy: LLVM copies it into the other columns' registers, a vector mov each). Mcycles, zero start / one
+copy / a copy a column, MobileNetV2's 56x56x144, 112x112x96 at stride 2 and 14x14x384, ShuffleNetV2's 28x28x58,
+7x7x960: on the A76 0.754 / 0.684 / 0.650, 0.774 / 0.727 / 0.700, 0.127 / 0.116 / 0.116, 0.090 / 0.082 /
+0.079, 0.081 / 0.074 / 0.069; on the in-order A55 2.082 / 2.010 / 2.137, 1.913 / 1.981 / 2.047, 0.359 / 0.348 /
+0.345, 0.265 / 0.248 / 0.269, 0.211 / 0.200 / 0.199 (one copy: 4.83 -> 4.79 in all)."""
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 from tvm import s_tir, te
@@ -30,7 +39,7 @@ from tvm.script import tirx as T
 
 from tvm_integration.kernels.packing import round_up
 from tvm_integration.ops.depthwise import padded_value, signed, zero_past
-from tvm_integration.ops.gemm import parallel_rows
+from tvm_integration.ops.gemm import parallel_rows, reads_of_body, starting_from
 from tvm_integration.ops.output_stage import OutputStage, by_bits, placeholders
 
 LANES = 8                   # channels a register tile: two sdots
@@ -52,9 +61,11 @@ def padded_channels(channels: int) -> int:
     return channels if channels % LANES == 0 else round_up(channels, PADDED)
 
 
-def build(x: te.Tensor, weight: np.ndarray, stride, pads, out_hw, stage: OutputStage, pad_value: int = 0):
+def build(x: te.Tensor, weight: np.ndarray, stride, pads, out_hw, stage: OutputStage, pad_value: int = 0,
+          copies: bool = False):
     """``(mod, constants, out_shape)`` of the NHWC depthwise conv2d of ``x`` (u8 or s8) by ``weight``
-    ([C, 1, KH, KW]); ``main(data, weights, *stage params, out)``."""
+    ([C, 1, KH, KW]); ``main(data, weights, *stage params, out)``. The accumulators start from the bias,
+    ``copies``: one copy of it per column of the register tile (for an out-of-order core), else one."""
     if stage.residual:
         raise ValueError("a residual add is not fused into a depthwise convolution")
     if not fits(weight, stride):
@@ -74,20 +85,29 @@ def build(x: te.Tensor, weight: np.ndarray, stride, pads, out_hw, stage: OutputS
                        name="words")
     image = weight_words(weight, offsets, words_a_row, cp)
     w = te.placeholder(image.shape, "int8", name="weights")
-    ry, rq, rk = (te.reduce_axis((0, e), name) for e, name in ((kh, "ry"), (words_a_row, "rq"), (WORD, "rk")))
-    acc = te.compute((b, oh, ow, cp), lambda n, y, xx, ch: te.sum(
-        words[n, sy * y + ry, (sx * xx) // 2 + 2 * rq, ch, rk].astype("int32")
-        * w[ry, (sx * xx) % 2, rq, ch, rk].astype("int32"), axis=[ry, rq, rk]), name="acc")
     values = stage.channel_params(c, 1, 1)
     if x.dtype == "uint8":           # a = a' + 128: sum a w = sum a' w + 128 sum w
         values["bias"] = values["bias"] + (128 * weight.reshape(c, -1).sum(1, dtype=np.int32)).reshape(-1, 1)
     largest = np.abs(weight.reshape(c, -1).astype(np.int64)).sum(1) * (255 if x.dtype == "uint8" else 128)
     stage = by_bits(stage, values, (largest + np.abs(stage.channel_params(c, 1, 1)["bias"][:, 0])).reshape(-1, 1))
+    columns = tile_columns(ow) if copies else 1
+    values["bias"] = np.tile(np.pad(values["bias"][:, 0], (0, cp - c)), (columns, 1))
     params = placeholders(values)
-    out = te.compute((b, oh, ow, c), lambda n, y, xx, ch: stage.expression(acc[n, y, xx, ch], params, ch, 0),
+    start = te.compute((b, oh, ow, cp), lambda n, y, xx, ch: params["bias"][xx % columns, ch], name="start")
+    ry, rq, rk = (te.reduce_axis((0, e), name) for e, name in ((kh, "ry"), (words_a_row, "rq"), (WORD, "rk")))
+    acc = te.compute((b, oh, ow, cp), lambda n, y, xx, ch: te.sum(
+        words[n, sy * y + ry, (sx * xx) // 2 + 2 * rq, ch, rk].astype("int32")
+        * w[ry, (sx * xx) % 2, rq, ch, rk].astype("int32"), axis=[ry, rq, rk], init=start[n, y, xx, ch]), name="acc")
+    started = replace(stage, bias_in_accumulator=True)
+    out = te.compute((b, oh, ow, c), lambda n, y, xx, ch: started.expression(acc[n, y, xx, ch], params, ch, 0),
                      name="output")
-    mod = _schedule(te.create_prim_func([x, w, *params.values(), out]), cp, c)
-    return mod, [image, *values.values()], (b, oh, ow, c)
+    func = starting_from(te.create_prim_func([x, w, *params.values(), out]), "acc", "start")
+    return _schedule(func, cp, c), [image, *values.values()], (b, oh, ow, c)
+
+
+def tile_columns(width: int) -> int:
+    """The output columns of a register tile on a row of ``width``: the first of COLUMNS that divides it."""
+    return next(cols for cols in COLUMNS if width % cols == 0)
 
 
 def weight_words(weight: np.ndarray, offsets: int, words_a_row: int, channels: int) -> np.ndarray:
@@ -122,15 +142,17 @@ def _schedule(func, channels: int, real: int):
     sch.tensorize(sch.blockize(k), _interleave(vector))
     acc = sch.get_sblock("acc")
     n, y, xx, ch, ry, rq, rk = sch.get_loops(acc)
-    columns = next(cols for cols in COLUMNS if int(sch.get(xx).extent) % cols == 0)
-    x0, x1 = sch.split(xx, [None, columns])
+    x0, x1 = sch.split(xx, [None, tile_columns(int(sch.get(xx).extent))])
     c0, c1, c2 = sch.split(ch, [None, LANES // 4, 4])
     sch.reorder(n, y, x0, c0, ry, rq, x1, c1, c2, rk)
     sch.parallel(sch.fuse(n, y))
     output = sch.get_sblock("output")
     sch.reverse_compute_at(output, c0)
     sch.vectorize(sch.get_loops(output)[-1])
+    sch.compute_inline(sch.get_sblock("start"))
     init = sch.decompose_reduction(acc, ry)
+    reads_of_body(sch, acc)
+    reads_of_body(sch, init)
     sch.vectorize(sch.get_loops(init)[-1])
     sch.tensorize(sch.blockize(c2), _sdot())
     for loop in (ry, rq, x1, c1):

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 from tvm import s_tir, te, tirx
+from tvm.ir import Range
+from tvm.s_tir import analysis
 
 from tvm_integration.kernels.int8 import Kernel, Prefetch
 from tvm_integration.ops.output_stage import OutputStage, placeholders
@@ -172,6 +174,29 @@ def replace_block(sch, block, **fields) -> None:
             "annotations")
     new = s_tir.SBlock(**{**{name: getattr(old, name) for name in kept}, **fields})
     sch.state.replace(sch.get_sref(block), new, {old: new})
+
+
+def starting_from(func, reduction: str, start: str):
+    """``func`` whose block ``reduction`` starts from block ``start``'s values rather than 0: te.sum's
+    ``init`` says so, but te.create_prim_func keeps a constant init only (TVM 0.27)."""
+    sch = s_tir.Schedule(func)
+    block = sch.get_sblock(reduction)
+    old, values = sch.get(block), sch.get(sch.get_sblock(start)).writes[0].source
+    index = old.init.indices
+    read = tirx.BufferRegion(values, [Range.from_min_extent(i, 1) for i in index])
+    replace_block(sch, block, reads=[*old.reads, read],
+                  init=tirx.BufferStore(old.init.buffer, tirx.BufferLoad(values, index), index))
+    return sch.mod["main"]
+
+
+def reads_of_body(sch, block) -> None:
+    """``block``'s reads as its body (and init) has them: after decompose_reduction of a reduction
+    ``starting_from`` values, its init's reads stayed with the update (whose tile description reads C,
+    A and B only) and the init block has none."""
+    func = sch.mod["main"]
+    buffers = {b: b for b in [*func.params, *func.body.block.alloc_buffers]}     # a buffer is its var (TVM 0.27)
+    reads, _ = analysis.get_sblock_read_write_region(sch.get(block), buffers)
+    replace_block(sch, block, reads=reads)
 
 
 def run_pieces(run: int, vectors: tuple[int, ...]) -> list[int]:

@@ -25,9 +25,9 @@ NEON tile's operand types:
   one z where the tensor's values span at most 256, else one per output channel), so that ``sum_k a w
   = sum_k a b - z sum_k a``, as MLAS's QGEMM takes a B zero point. One z on the u8 x u8 tile: its R
   becomes ``-(128 + z) sum_k a``, at no cost. Else the accumulator starts from the packed rows' plain
-  sums (``row_totals``) times each column's ``-z`` (``_starting_from``); the bias's ``-s sum_k w`` counts
+  sums (``row_totals``) times each column's ``-z`` (``starting_from``); the bias's ``-s sum_k w`` counts
   the real k positions' ``b - z``;
-* the accumulator starts from the bias (``_starting_from``; the stage's ``bias_in_accumulator``): the
+* the accumulator starts from the bias (``starting_from``; the stage's ``bias_in_accumulator``): the
   same int32 sum modulo 2^32, and the tile's accumulators load it where they were zeroed, so the output
   stage adds nothing (one vector add in about seven per four outputs; Cortex-A76 N1 model, Mcycles:
   SqueezeNet's 55x55 1x1 16->64 0.300 -> 0.270, 3x3 16->64 1.135 -> 1.106, its stride-2 stem 1.78 -> 1.69);
@@ -55,8 +55,6 @@ import dataclasses
 
 import numpy as np
 from tvm import s_tir, te, tirx
-from tvm.s_tir import analysis
-from tvm.ir import Range
 
 from tvm_integration.kernels import neon_int8
 from tvm_integration.kernels.packing import round_up
@@ -68,8 +66,9 @@ from tvm_integration.ops.gemm import (
     Tile,
     output_tensor,
     parallel_rows,
-    replace_block,
+    reads_of_body,
     run_pieces,
+    starting_from,
     tensorize_tile,
 )
 from tvm_integration.ops.operator import Built
@@ -203,7 +202,8 @@ def _depthwise(weight: np.ndarray, input_shape, stride, pads, out_hw, data_dtype
     quantization) on channels in 8s take its tap pairs, summed in int16."""
     x = te.placeholder(input_shape, data_dtype, name="data")
     if family in ("dotprod", "i8mm") and depthwise_dot.fits(weight, stride):
-        mod, constants, out_shape = depthwise_dot.build(x, weight, stride, pads, out_hw, stage, pad_value)
+        mod, constants, out_shape = depthwise_dot.build(x, weight, stride, pads, out_hw, stage, pad_value,
+                                                        copies=neon_int8.out_of_order(mcpu))
     else:
         mod, constants, out_shape = depthwise.build(x, "NHWC", weight, stride, pads, out_hw, stage, pad_value,
                                                     NEON_DEPTHWISE_TILES,
@@ -322,34 +322,11 @@ def build_gemm(gemm: Gemm, data: te.Tensor, element, weights: np.ndarray, zero_p
     out, residual = output_tensor((gemm.batch, gemm.rows, groups, cols), started, params,
                                   lambda b, p, g, n: (acc[b, g, p, n], g, n))
     func = te.create_prim_func([data, w, *params.values(), *([residual] if residual is not None else []), out])
-    func = _starting_from(func, "gemm", "start")
+    func = starting_from(func, "gemm", "start")
     codes = weights.astype(np.int16) + neon_int8.WEIGHT_SHIFT * real[None, None, :] if unsigned_w else weights
     constants = [pack(codes.astype(b_dtype), tile.nr, tile.k, grp), *values.values()]
     loops = (kpack // segment, segment) if segment else depth_loops if kp == gemm.depth else ()
     return schedule_tiles(func, tile, kernel, loops), constants
-
-
-def _starting_from(func, reduction: str, start: str):
-    """``func`` whose block ``reduction`` starts from block ``start``'s values rather than 0: te.sum's
-    ``init`` says so, but te.create_prim_func keeps a constant init only (TVM 0.27)."""
-    sch = s_tir.Schedule(func)
-    block = sch.get_sblock(reduction)
-    old, values = sch.get(block), sch.get(sch.get_sblock(start)).writes[0].source
-    index = old.init.indices
-    read = tirx.BufferRegion(values, [Range.from_min_extent(i, 1) for i in index])
-    replace_block(sch, block, reads=[*old.reads, read],
-                  init=tirx.BufferStore(old.init.buffer, tirx.BufferLoad(values, index), index))
-    return sch.mod["main"]
-
-
-def _reads_of_body(sch, block) -> None:
-    """``block``'s reads as its body (and init) has them: after decompose_reduction of a reduction
-    ``_starting_from`` values, its init's reads stayed with the update (whose tile description reads C,
-    A and B only) and the init block has none."""
-    func = sch.mod["main"]
-    buffers = {b: b for b in [*func.params, *func.body.block.alloc_buffers]}     # a buffer is its var (TVM 0.27)
-    reads, _ = analysis.get_sblock_read_write_region(sch.get(block), buffers)
-    replace_block(sch, block, reads=reads)
 
 
 def pack(w: np.ndarray, nr: int, k_multiple: int, grp: int) -> np.ndarray:
@@ -401,7 +378,7 @@ def schedule_tiles(func, tile: Tile, kernel, depth_loops: tuple[int, ...]):
     scope = sch.add_unit_loop(outer)
     sch.parallel(outer)
     sch.annotate(outer, "pragma_loop_partition_hint", 1)      # whole row tiles apart from a remainder
-    if "start" in stages:                # the accumulator's initial values (_starting_from), computed where set
+    if "start" in stages:                # the accumulator's initial values (starting_from), computed where set
         sch.compute_inline(sch.get_sblock("start"))
     for sums in ("row_sums", "row_totals"):
         if sums in stages:
@@ -417,8 +394,8 @@ def schedule_tiles(func, tile: Tile, kernel, depth_loops: tuple[int, ...]):
     sch.vectorize(sch.split(depth, list(runs[:-1]) + run_pieces(runs[-1], PACK_VECTORS))[-1])
     init = sch.decompose_reduction(block, p1)
     if "start" in stages:
-        _reads_of_body(sch, block)
-        _reads_of_body(sch, init)
+        reads_of_body(sch, block)
+        reads_of_body(sch, init)
     tensorize_tile(sch, scope, p1, kernel.loop_intrin(int(sch.get(k).extent) // tile.k), kernel)
     sch.vectorize(sch.get_loops(init)[-1])
     if pair is not None:
