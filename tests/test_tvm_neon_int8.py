@@ -9,6 +9,7 @@ convolutions (8 channels a group packed a tap a vector); a 3-channel stem's whol
 K loops of few blocks under many column tiles taking A by element; the depthwise register tiles for NEON;
 the AArch64 form of the requantize at its edges (ties at the bounds, values beyond int16 and int32).
 qemu's ``-cpu max`` runs every family, whichever core the operator is built for."""
+import dataclasses
 import re
 
 import numpy as np
@@ -494,6 +495,36 @@ def test_requantize_edges_on_aarch64(out_dtype, zero_point, clamp):
     assert (expected == lo).any() and (expected == hi).any() and ((expected > lo) & (expected < hi)).any()
     np.testing.assert_array_equal(op(x), expected)
     assert "frintx" not in op.assembly and "fadd" in op.assembly       # the AArch64 form, not lrint's
+
+
+@pytest.mark.parametrize("out_dtype, zero_point, clamp, core", [
+    pytest.param(*case, marks=qemu, id=f"{case[0]}-z{case[1]}{'-clamp' if case[2] else ''}-{case[3]}")
+    for case in (("uint8", 128, None, "cortex-a76"), ("uint8", 3, (10, 200), "cortex-a72"),
+                 ("int8", -5, None, "cortex-a76"), ("int8", -128, (-128, -31), "cortex-a72"))])
+def test_requantize_within_int16_narrows_by_truncation(out_dtype, zero_point, clamp, core):
+    """Where every product's bound (the stage's largest |acc + bias| times the largest scale) plus the zero
+    point lies within int16, the stage narrows by truncation (OutputStage.short: no saturating int32 add or
+    narrowing): exact against numpy at ties next to both bounds and at sums within a few hundred of
+    +-2^15, where a wrong bound would wrap into the output's range; odd and even zero points, a clamp.
+    ``acc[p, n] = p`` plus the channel's bias, as test_requantize_edges_on_aarch64's."""
+    lo, hi = {"uint8": (0, 255), "int8": (-128, 127)}[out_dtype]
+    lo, hi = (max(lo, clamp[0]), min(hi, clamp[1])) if clamp else (lo, hi)
+    low, high = lo - zero_point, hi - zero_point
+    edge = 2**15 - 2 - abs(zero_point) - 255 - 40
+    scale_bias = [(0.5, 2 * low - 40), (0.5, 2 * high - 200), (1.0, edge), (1.0, -edge), (0.3, -100)]
+    scale = np.float32([sc for sc, _ in scale_bias])
+    bias = np.int32([b for _, b in scale_bias])
+    n = len(scale_bias)
+    x = np.repeat(np.arange(256, dtype=np.uint8)[:, None], n, axis=1)
+    stage = OutputStage(bias=bias, requantize=ScaleRequantize(scale, zero_point, out_dtype), clamp=clamp)
+    built = ops.build_dense(np.eye(n, dtype=np.int8), 256, "uint8", stage, mcpu=core)
+    y = (x.astype(np.int32) + bias).astype(np.float32) * scale
+    expected = np.clip(np.rint(y) + zero_point, lo, hi).astype(out_dtype)
+    assert (y % 1 == 0.5).sum() >= 256 and (np.abs(y) > 2**15 - 600).sum() >= 256
+    np.testing.assert_array_equal(built.compile()(x), expected)
+    assert not re.search(r"\b(sqadd|sqsub|sqxtn)\s+v\d+\.[48][hs]", built.compile().assembly)
+    wider = dataclasses.replace(stage, requantize=ScaleRequantize(scale * 1.05, zero_point, out_dtype))
+    assert "sqxtn" in ops.build_dense(np.eye(n, dtype=np.int8), 256, "uint8", wider, mcpu=core).compile().assembly
 
 
 def nine_bit_weights(rng, shape, zero_points):

@@ -27,7 +27,7 @@ from tvm_integration.kernels.neon_int8 import symmetric
 from tvm_integration.kernels.packing import round_up
 from tvm_integration.ops.blend import blend
 from tvm_integration.ops.gemm import parallel_rows
-from tvm_integration.ops.output_stage import OutputStage, by_bits, placeholders
+from tvm_integration.ops.output_stage import OutputStage, bounded_forms, placeholders
 
 VECTOR_WIDTHS = (16, 8, 4, 2, 1)
 COLUMNS = (8, 7, 4, 2, 1)     # output columns per register tile, the first that divides the row
@@ -106,7 +106,7 @@ def build(x: te.Tensor, layout: str, weight: np.ndarray, stride, pads, out_hw, s
         if x.dtype == "uint8":           # a = a' + 128: sum a w = sum a' w + 128 sum w
             values["bias"] = values["bias"] + (128 * weight.reshape(c, -1).sum(1, dtype=np.int32)).reshape(-1, 1)
     largest = np.abs(weight.reshape(c, -1).astype(np.int64)).sum(1) * (255 if x.dtype == "uint8" else 128)
-    stage = by_bits(stage, values, (largest + np.abs(stage.channel_params(c, 1, 1)["bias"][:, 0])).reshape(-1, 1))
+    stage = bounded_forms(stage, values, (largest + np.abs(stage.channel_params(c, 1, 1)["bias"][:, 0])).reshape(-1, 1))
     params = placeholders(values)
     if layout == "NCHW":
         acc = te.compute((b, c, oh, ow), product, name="acc")

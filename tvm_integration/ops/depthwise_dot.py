@@ -40,7 +40,7 @@ from tvm.script import tirx as T
 from tvm_integration.kernels.packing import round_up
 from tvm_integration.ops.depthwise import padded_value, signed, zero_past
 from tvm_integration.ops.gemm import parallel_rows, reads_of_body, starting_from
-from tvm_integration.ops.output_stage import OutputStage, by_bits, placeholders
+from tvm_integration.ops.output_stage import OutputStage, bounded_forms, placeholders
 
 LANES = 8                   # channels a register tile: two sdots
 PADDED = 16                 # channels not in LANES' 8s are computed in 16s (padded_channels)
@@ -89,7 +89,7 @@ def build(x: te.Tensor, weight: np.ndarray, stride, pads, out_hw, stage: OutputS
     if x.dtype == "uint8":           # a = a' + 128: sum a w = sum a' w + 128 sum w
         values["bias"] = values["bias"] + (128 * weight.reshape(c, -1).sum(1, dtype=np.int32)).reshape(-1, 1)
     largest = np.abs(weight.reshape(c, -1).astype(np.int64)).sum(1) * (255 if x.dtype == "uint8" else 128)
-    stage = by_bits(stage, values, (largest + np.abs(stage.channel_params(c, 1, 1)["bias"][:, 0])).reshape(-1, 1))
+    stage = bounded_forms(stage, values, (largest + np.abs(stage.channel_params(c, 1, 1)["bias"][:, 0])).reshape(-1, 1))
     columns = tile_columns(ow) if copies else 1
     values["bias"] = np.tile(np.pad(values["bias"][:, 0], (0, cp - c)), (columns, 1))
     params = placeholders(values)

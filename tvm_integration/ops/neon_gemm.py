@@ -72,7 +72,7 @@ from tvm_integration.ops.gemm import (
     tensorize_tile,
 )
 from tvm_integration.ops.operator import Built
-from tvm_integration.ops.output_stage import OutputStage, by_bits, placeholders
+from tvm_integration.ops.output_stage import OutputStage, bounded_forms, placeholders
 
 
 # depthwise.py's register tiles (channels a vector, output columns) for NEON's 32 registers: at most 16
@@ -302,7 +302,7 @@ def build_gemm(gemm: Gemm, data: te.Tensor, element, weights: np.ndarray, zero_p
         values["minus_zero_points"] = np.pad(-zero_points.astype(np.int32), ((0, 0), (0, npad - cols)))
     sizes = np.abs(weights.astype(np.int64) - zero_points[..., None]) * real
     largest = sizes.sum(axis=2) * (128 if signed else 255) + np.abs(stage.channel_params(groups, cols, cols)["bias"])
-    stage = by_bits(stage, values, np.pad(largest, ((0, 0), (0, npad - cols))))
+    stage = bounded_forms(stage, values, np.pad(largest, ((0, 0), (0, npad - cols))))
     values["bias"] = np.repeat(values["bias"][:, None, :], bias_copies, axis=1)
     params = placeholders(values)
     row_term, start_term = (lambda b, g, p, k: 0), (lambda b, g, p, n: 0)

@@ -256,7 +256,9 @@ class OutputStage:
     add applied to the requantized result (the operator then reads a second tensor); ``aarch64``: a
     ScaleRequantize without a residual add in the form cheaper on AArch64 (``_saturated_result``, the
     same result), set by the operators built for an Arm core (ops/neon_gemm.py); ``bias_in_accumulator``: the
-    accumulator started from the bias (ops/neon_gemm.py), which the stage then does not add."""
+    accumulator started from the bias (ops/neon_gemm.py), which the stage then does not add; ``short``: every
+    rounded product plus the zero point lies in int16 (``bounded_forms``), so ``round_narrowed`` may narrow by
+    truncation."""
     bias: np.ndarray | None = None
     requantize: ScaleRequantize | FixedPointRequantize | None = None
     relu: bool = False
@@ -265,6 +267,7 @@ class OutputStage:
     aarch64: bool = False
     float_by_bits: bool = False
     bias_in_accumulator: bool = False
+    short: bool = False
 
     def __post_init__(self):
         if self.requantize is not None and self.requantize.out_dtype not in ("uint8", "int8") and not self.to_float:
@@ -353,7 +356,7 @@ class OutputStage:
         7.35 -> 6.01, conv2d 18.0 -> 15.6), frintn and fcvtzs each taking two micro-ops on the FP pipe that
         smull and scvtf need too."""
         return round_narrowed(self._product(acc, p, g, n), self.bounds(), self.requantize.zero_point,
-                              self.result_dtype)
+                              self.result_dtype, self.short)
 
     def _result(self, acc, p: dict, g, n):
         if self.to_float:
@@ -406,6 +409,16 @@ def by_bits(stage: OutputStage, values: dict, largest: np.ndarray) -> OutputStag
     return replace(stage, float_by_bits=True)
 
 
+def bounded_forms(stage: OutputStage, values: dict, largest: np.ndarray) -> OutputStage:
+    """``by_bits``'s stage, and ``short`` where ``largest`` (``by_bits``') times the largest scale bounds every
+    rounded product plus the zero point within int16: ``round_narrowed`` then narrows by truncation."""
+    stage = by_bits(stage, values, largest)
+    if not (stage.aarch64 and isinstance(stage.requantize, ScaleRequantize)):
+        return stage
+    product = float(np.max(largest)) * float(np.max(np.abs(stage.requantize.scale))) * (1 + 2.0 ** -20)
+    return replace(stage, short=product + 1 + abs(stage.requantize.zero_point) < 2 ** 15 - 1)
+
+
 def round_half_even(x):
     """Round float32 ``x`` to the nearest integer, ties to even (MLAS's rounding), whatever the FP
     rounding mode: LLVM's roundeven, which TVM vectorizes (its ``nearbyint`` would keep a vectorized
@@ -413,7 +426,7 @@ def round_half_even(x):
     return tirx.call_llvm_pure_intrin("float32", "llvm.roundeven", x)
 
 
-def round_narrowed(x, bounds: tuple[int, int], zero_point: int, dtype: str):
+def round_narrowed(x, bounds: tuple[int, int], zero_point: int, dtype: str, short: bool = False):
     """float32 ``x`` rounded half to even, plus ``zero_point``, saturated to the integer ``bounds``, as
     ``dtype``, in AArch64's cheaper form (``OutputStage._saturated_result``): ``x + 1.5 * 2^23`` (fadd,
     rounding to nearest even as the FP environment does by default; MLAS and XNNPACK rely on it too)
@@ -422,8 +435,21 @@ def round_narrowed(x, bounds: tuple[int, int], zero_point: int, dtype: str):
     range they lie beyond int16 on x's side (the bits of a float order as its value), so sqxtn saturates
     to int16 and the int16 lanes clamp to the bounds. frintn and fcvtzs did the rounding before: each two
     micro-ops on the Neoverse-N1's one FP pipe that also runs smull and scvtf; fadd and sqsub run on both.
-    Exact for every input, NaN aside: clamping after rounding equals clamping before."""
+    Exact for every input, NaN aside: clamping after rounding equals clamping before. ``short``: the caller
+    knows ``|round(x)| + |zero_point| < 2^15`` for every x (``bounded_forms``); the low 16 bits of the sum's
+    bits are then ``round(x)`` (the constant's are 0), so the narrowing truncates (xtn) and the zero point is
+    added in int16 lanes, eight a vector, where sqsub took one per four values; an even zero point enters the
+    fadd's constant instead (``round(x + z) = round(x) + z`` for even z, ties too): two vector instructions
+    per eight values fewer, three for an even zero point."""
     lo, hi = bounds
+    if short:
+        even = zero_point % 2 == 0
+        biased = tirx.reinterpret("int32", fenced(x) + tirx.const(ROUNDING_BIAS + (zero_point if even else 0),
+                                                                  "float32"))
+        value = biased.astype("int16")
+        if not even:
+            value = value + tirx.const(zero_point, "int16")
+        return tirx.max(tirx.min(value, tirx.const(hi, "int16")), tirx.const(lo, "int16")).astype(dtype)
     biased = tirx.reinterpret("int32", fenced(x) + tirx.const(ROUNDING_BIAS, "float32"))
     offset = tirx.const(FLOAT_BITS - zero_point, "int32")
     value = tirx.call_llvm_pure_intrin("int32", "llvm.ssub.sat", biased, offset)
