@@ -349,19 +349,22 @@ def test_grouped_packing_copies_each_tap_as_one_vector(family):
     assert costs["operator"] < 2 * costs["k_loop"]
 
 
-@pytest.mark.parametrize("family", [pytest.param(f, marks=qemu) for f in ("dotprod", "i8mm")])
+@pytest.mark.parametrize("family, channels, outputs, stride", [
+    pytest.param(*case, marks=qemu, id=f"{case[0]}-{case[1]}to{case[2]}") for case in
+    (("dotprod", 16, 64, 1), ("i8mm", 16, 64, 1), ("dotprod", 3, 32, 2))])
 @pytest.mark.skipif(mca.missing_tools() is not None, reason=f"llvm-objdump reads the blocks: {mca.missing_tools()}")
-def test_k_loops_under_column_tiles_take_a_by_element(family):
-    """SqueezeNet's 3x3 16->64 (K = 144, 9 blocks) under a loop over 8 column tile pairs: every dot
-    product of its K loops takes A by element (a lane of the packed row), none a broadcast made ahead, as
-    when LLVM unrolled them and hoisted A's lane broadcasts out of the column loop, spilling them
-    (neon_int8.rolled). Exact against numpy."""
+def test_k_loops_under_column_tiles_take_a_by_element(family, channels, outputs, stride):
+    """SqueezeNet's 3x3 16->64 (K = 144, 9 blocks) under a loop over 8 column tile pairs, and a 3x3 stride-2
+    stem on 3 channels to 32 (K = 27 in 32, 2 blocks, 8 column tiles: ROLLED_FROM): every dot product of
+    its K loops takes A by element (a lane of the packed row), none a broadcast made ahead, as when LLVM
+    unrolled them and hoisted A's lane broadcasts out of the column loop, spilling them (neon_int8.rolled).
+    Exact against numpy."""
     rng = np.random.default_rng(41)
-    x = data(rng, (1, 9, 10, 16), "uint8")
-    w = weights(rng, (64, 16, 3, 3), family)
-    bias = rng.integers(-5000, 5000, 64).astype(np.int32)
-    op = ops.conv2d(w, x.shape, 1, 1, stage=OutputStage(bias=bias), family=family)
-    np.testing.assert_array_equal(op(x), conv_reference(x, w, 1, 1) + bias)
+    x = data(rng, (1, 9, 10, channels), "uint8")
+    w = weights(rng, (outputs, channels, 3, 3), family)
+    bias = rng.integers(-5000, 5000, outputs).astype(np.int32)
+    op = ops.conv2d(w, x.shape, stride, 1, stage=OutputStage(bias=bias), family=family)
+    np.testing.assert_array_equal(op(x), conv_reference(x, w, stride, 1) + bias)
     dots = [i for b in mca.profile(op, x) for i in b.instructions if i.startswith(("sdot", "sudot", "usdot"))]
     assert dots and all(re.search(r"\.4b\[\d\]$", i) for i in dots)
 

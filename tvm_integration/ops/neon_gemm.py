@@ -83,11 +83,14 @@ from tvm_integration.ops.output_stage import OutputStage, bounded_forms, placeho
 NEON_DEPTHWISE_TILES = ((16, 4), (16, 2), (8, 7), (8, 4), (8, 2), (16, 1), (8, 1), (4, 4), (2, 4), (1, 4),
                         (4, 1), (2, 1), (1, 1))
 PACK_VECTORS = (16, 8)          # the packing's copies: one NEON register, or half of one
-# K blocks from which a k4 tile's K loop under more than one column tile pair is kept rolled
-# (neon_int8.rolled). Cortex-A76 N1 model, llvm-mca Mcycles, unrolled / rolled: a 3x3 stride-2 stem on 3
-# channels (2 blocks) 2.28 / 2.45; 28x28 1x1 48->64 (3) 0.172 / 0.174; 56x56 1x1 64->256 (4) 3.10 / 3.12;
-# 28x28 1x1 96->128 (6) 0.518 / 0.501; SqueezeNet's 55x55 3x3 16->64 (9) 3.61 / 1.73.
-ROLLED_FROM = 3
+# K blocks (3: three or more) -> the column tiles from which a k4 tile's K loop of that many blocks is kept
+# rolled (neon_int8.rolled). Cortex-A76 N1 model, llvm-mca Mcycles, unrolled / rolled: 28x28 1x1 48->64 (3
+# blocks) 0.172 / 0.174; 56x56 1x1 64->256 (4) 3.10 / 3.12; 28x28 1x1 96->128 (6) 0.518 / 0.501; SqueezeNet's
+# 55x55 3x3 16->64 (9) 3.61 / 1.73. Two blocks, since the output stage takes fewer instructions (bias_copies,
+# OutputStage.short), A76 / in-order A55: a 224x224 3x3 stride-2 stem on 3 channels to 16 (4 column tiles)
+# 0.433 / 0.477 and 1.316 / 1.486, to 32 (8) 0.865 / 0.822 and 3.383 / 2.794, to 64 1.482 / 1.457 and 6.199 /
+# 5.241; 56x56 1x1 24->144 (36) 0.759 / 0.739 and 3.138 / 2.812; 112x112 1x1 32->16 (4) 0.359 / 0.400.
+ROLLED_FROM = {2: 8, 3: 3}
 
 
 def conv2d(weight: np.ndarray, input_shape, stride=1, padding=0, groups: int = 1, data_dtype: str = "uint8",
@@ -370,7 +373,8 @@ def schedule_tiles(func, tile: Tile, kernel, depth_loops: tuple[int, ...]):
     n0, n1 = sch.split(n, [None, tile.nr])
     sch.reorder(b, g, p0, n0, p1, n1, k)
     pair, columns = None, int(sch.get(n0).extent)
-    if columns > 2 and int(sch.get(k).extent) // tile.k >= ROLLED_FROM and not isinstance(kernel, neon_int8.AccTile):
+    blocks = int(sch.get(k).extent) // tile.k
+    if blocks >= 2 and columns >= ROLLED_FROM[min(blocks, 3)] and not isinstance(kernel, neon_int8.AccTile):
         kernel = neon_int8.rolled(kernel)
     if columns % 2 == 0:     # column tiles in pairs: two K loops, one output stage of both
         n0, pair = sch.split(n0, [None, 2])
