@@ -436,11 +436,9 @@ def round_narrowed(x, bounds: tuple[int, int], zero_point: int, dtype: str, shor
     to int16 and the int16 lanes clamp to the bounds. frintn and fcvtzs did the rounding before: each two
     micro-ops on the Neoverse-N1's one FP pipe that also runs smull and scvtf; fadd and sqsub run on both.
     Exact for every input, NaN aside: clamping after rounding equals clamping before. ``short``: the caller
-    knows ``|round(x)| + |zero_point| < 2^15`` for every x (``bounded_forms``); the low 16 bits of the sum's
-    bits are then ``round(x)`` (the constant's are 0), so the narrowing truncates (xtn) and the zero point is
-    added in int16 lanes, eight a vector, where sqsub took one per four values; an even zero point enters the
-    fadd's constant instead (``round(x + z) = round(x) + z`` for even z, ties too): two vector instructions
-    per eight values fewer, three for an even zero point."""
+    knows ``|round(x)| + |zero_point| < 2^15`` for every x (``bounded_forms``), so the sum's low 16 bits are
+    ``round(x)`` (the constant's are 0): the narrowing truncates (uzp1, eight lanes) and the zero point is an
+    int16 add, or for an even z part of the fadd's constant (``round(x + z) = round(x) + z``, ties too)."""
     lo, hi = bounds
     if short:
         even = zero_point % 2 == 0
