@@ -1,8 +1,8 @@
 """The AArch64 output stage's rounding (output_stage.round_narrowed: ``x + 1.5 * 2^23`` in float32, its bits less
 the constant's with saturation, then narrowed; or, ``short``, its low 16 bits), run under qemu-aarch64 against
-numpy's round half to even, clamped: every tie and its neighbours in and past the output range, the edges of the range where the sum's
-mantissa step is 1 (2^22), values far out of range and the infinities, u8 and s8 outputs with and without a
-narrower clamp (a fused Relu6)."""
+numpy's round half to even, clamped: every tie and its neighbours in and past the output range, the edges of the
+range where the sum's mantissa step is 1 (2^22), values far out of range and the infinities, u8 and s8 outputs with
+and without a narrower clamp (a fused Relu6)."""
 import re
 
 import numpy as np

@@ -440,19 +440,15 @@ def round_narrowed(x, bounds: tuple[int, int], zero_point: int, dtype: str, shor
     ``round(x)`` (the constant's are 0): the narrowing truncates (uzp1, eight lanes) and the zero point is an
     int16 add, or for an even z part of the fadd's constant (``round(x + z) = round(x) + z``, ties too)."""
     lo, hi = bounds
+    in_sum = zero_point if short and zero_point % 2 == 0 else 0         # an even zero point in the fadd's constant
+    biased = tirx.reinterpret("int32", fenced(x) + tirx.const(ROUNDING_BIAS + in_sum, "float32"))
     if short:
-        even = zero_point % 2 == 0
-        biased = tirx.reinterpret("int32", fenced(x) + tirx.const(ROUNDING_BIAS + (zero_point if even else 0),
-                                                                  "float32"))
-        value = biased.astype("int16")
-        if not even:
-            value = value + tirx.const(zero_point, "int16")
-        return tirx.max(tirx.min(value, tirx.const(hi, "int16")), tirx.const(lo, "int16")).astype(dtype)
-    biased = tirx.reinterpret("int32", fenced(x) + tirx.const(ROUNDING_BIAS, "float32"))
-    offset = tirx.const(FLOAT_BITS - zero_point, "int32")
-    value = tirx.call_llvm_pure_intrin("int32", "llvm.ssub.sat", biased, offset)
-    short = tirx.max(tirx.min(value, 2**15 - 1), -2**15).astype("int16")
-    return tirx.max(tirx.min(short, tirx.const(hi, "int16")), tirx.const(lo, "int16")).astype(dtype)
+        value = biased.astype("int16") + tirx.const(zero_point - in_sum, "int16")
+    else:
+        offset = tirx.const(FLOAT_BITS - zero_point, "int32")
+        value = tirx.call_llvm_pure_intrin("int32", "llvm.ssub.sat", biased, offset)
+        value = tirx.max(tirx.min(value, 2**15 - 1), -2**15).astype("int16")
+    return tirx.max(tirx.min(value, tirx.const(hi, "int16")), tirx.const(lo, "int16")).astype(dtype)
 
 
 def round_to_int(x):
