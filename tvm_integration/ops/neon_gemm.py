@@ -147,7 +147,7 @@ def build_conv2d(weight: np.ndarray, input_shape, stride=1, padding=0, groups: i
     gemm = Gemm(b, 1, oh * ow, o, kh * step)
     mod, constants = build_gemm(gemm, x, element, rows.reshape(1, o, kh * step), zero_points[None], stage, kernel,
                                 (kh, step), in_run=None if step == run else lambda k: k % step < run,
-                                segment=step if whole else None, bias_copies=neon_int8.bias_copies(mcpu, kernel))
+                                segment=step if whole else None, mcpu=mcpu)
     return Built(mod, constants, (b, oh * ow, 1, o), stage.out_dtype, tuple(input_shape), data_dtype, (b, oh, ow, o),
                  neon_int8.neon_target(mcpu, kernel))
 
@@ -166,7 +166,7 @@ def build_dense(weight: np.ndarray, m: int, data_dtype: str = "uint8", stage: Ou
     n, k = weight.shape
     x = te.placeholder((m, k), data_dtype, name="data")
     mod, constants = build_gemm(Gemm(1, 1, m, n, k), x, lambda b, g, p, t: x[p, t], bytes_[None], zero_points[None],
-                                stage, kernel, (), bias_copies=neon_int8.bias_copies(mcpu, kernel))
+                                stage, kernel, (), mcpu=mcpu)
     return Built(mod, constants, (1, m, 1, n), stage.out_dtype, (m, k), data_dtype, (m, n),
                  neon_int8.neon_target(mcpu, kernel))
 
@@ -192,7 +192,7 @@ def _grouped(weight: np.ndarray, zero_points: np.ndarray, input_shape, stride, p
     gemm = Gemm(b, groups, oh * ow, o // groups, matrix.shape[2])
     rounded = gemm.depth % Tile.of(kernel).k != 0
     mod, constants = build_gemm(gemm, x, element, matrix, zero_points.reshape(groups, -1), stage, kernel, (kh, kw, cg),
-                                segment=cg if rounded else None, bias_copies=neon_int8.bias_copies(mcpu, kernel))
+                                segment=cg if rounded else None, mcpu=mcpu)
     return Built(mod, constants, (b, oh * ow, groups, o // groups), stage.out_dtype, input_shape, data_dtype,
                  (b, oh, ow, o), neon_int8.neon_target(mcpu, kernel))
 
@@ -255,7 +255,7 @@ def _k4_shape(kernel):
 
 def build_gemm(gemm: Gemm, data: te.Tensor, element, weights: np.ndarray, zero_points: np.ndarray,
                stage: OutputStage, kernel, depth_loops: tuple[int, ...], in_run=None, segment: int | None = None,
-               bias_copies: int = 1):
+               mcpu: str | None = None):
     """``(mod, constants)`` of ``main(data, weights, *stage params, out)``, or ``main(data, weights,
     *stage params, residual, out)`` when the stage adds a residual (in the output's shape, as
     gemm.py's); out ``[b, rows, groups, cols]``; ``weights`` int8 ``[groups, cols, depth]`` on
@@ -264,9 +264,9 @@ def build_gemm(gemm: Gemm, data: te.Tensor, element, weights: np.ndarray, zero_p
     (a tile of unsigned weight codes, w + 128, the offset taken off through them; a zero point) they
     would count A at a rounding position, so A is zero there after its own shift. ``segment``: the
     packing copies each row's K as whole runs of this many k (the whole-window packing's window rows,
-    one vector each), each packed row rounded up to whole runs (A zero beyond the depth). ``bias_copies``:
-    the bias's copies the accumulators start from, row p's the copy ``p % bias_copies`` (1 or ``mr``)
-    (neon_int8.bias_copies)."""
+    one vector each), each packed row rounded up to whole runs (A zero beyond the depth). ``mcpu``: the
+    core, which decides the bias's copies the accumulators start from (neon_int8.bias_copies: row p's is
+    ``p % copies``)."""
     family = neon_int8.family_of(kernel)
     shift, unsigned_w = neon_int8.offsets(family)
     one_zero_point = int(zero_points.min()) == int(zero_points.max())
@@ -306,7 +306,8 @@ def build_gemm(gemm: Gemm, data: te.Tensor, element, weights: np.ndarray, zero_p
     sizes = np.abs(weights.astype(np.int64) - zero_points[..., None]) * real
     largest = sizes.sum(axis=2) * (128 if signed else 255) + np.abs(stage.channel_params(groups, cols, cols)["bias"])
     stage = bounded_forms(stage, values, np.pad(largest, ((0, 0), (0, npad - cols))))
-    values["bias"] = np.repeat(values["bias"][:, None, :], bias_copies, axis=1)
+    copies = neon_int8.bias_copies(mcpu, kernel)
+    values["bias"] = np.repeat(values["bias"][:, None, :], copies, axis=1)
     params = placeholders(values)
     row_term, start_term = (lambda b, g, p, k: 0), (lambda b, g, p, n: 0)
     if unsigned_w:                       # A w = A codes - (128 + z) sum_k A: the second term enters at k = 0
@@ -315,7 +316,7 @@ def build_gemm(gemm: Gemm, data: te.Tensor, element, weights: np.ndarray, zero_p
     if in_start:                       # - z sum_k A, in the accumulator's initial value (the tile's C reads it)
         totals = row_sums("row_totals", 1)           # a plain sum: LLVM vectorizes it (times -1 it did not)
         start_term = lambda b, g, p, n: totals[b, g, p // tile.mr, p % tile.mr] * params["minus_zero_points"][g, n]
-    start = te.compute((gemm.batch, groups, pp, npad), lambda b, g, p, n: params["bias"][g, p % bias_copies, n]
+    start = te.compute((gemm.batch, groups, pp, npad), lambda b, g, p, n: params["bias"][g, p % copies, n]
                        + start_term(b, g, p, n), name="start")
     acc = te.compute((gemm.batch, groups, pp, npad), lambda b, g, p, n: te.sum(
         packed[b, g, p // tile.mr, p % tile.mr, k].astype("int32")
