@@ -28,11 +28,13 @@ qemu = [pytest.mark.qemu, skip_if(HOST_RUNS.qemu)]
 
 
 def conv_reference(x, w, stride, pad, pad_value=0, groups=1):
-    """int32 NHWC conv2d of integer x (NHWC) and OIHW w, the padding holding ``pad_value``."""
+    """int32 NHWC conv2d of integer x (NHWC) and OIHW w, the padding (one for all sides, or top, left, bottom,
+    right) holding ``pad_value``."""
     _, h, wd, _ = x.shape
     o, cg, kh, kw = w.shape
-    xp = np.pad(x.astype(np.int64), ((0, 0), (pad, pad), (pad, pad), (0, 0)), constant_values=pad_value)
-    oh, ow = (h + 2 * pad - kh) // stride + 1, (wd + 2 * pad - kw) // stride + 1
+    top, left, bottom, right = (pad,) * 4 if np.isscalar(pad) else pad
+    xp = np.pad(x.astype(np.int64), ((0, 0), (top, bottom), (left, right), (0, 0)), constant_values=pad_value)
+    oh, ow = (h + top + bottom - kh) // stride + 1, (wd + left + right - kw) // stride + 1
     acc = np.zeros((x.shape[0], oh, ow, o), np.int64)
     per = o // groups
     for g in range(groups):
@@ -225,6 +227,29 @@ def test_depthwise_sdot(hwc, k, stride, dtype):
     under corners of the data's extremes, the padding's value, requantized."""
     op, x, _, expected = depthwise_at_extremes(42, hwc, k, stride, dtype, -128, "cortex-a76", (2e-4 / k, 8e-4 / k))
     assert "sdot" in op.assembly
+    np.testing.assert_array_equal(op(x), expected)
+
+
+@pytest.mark.parametrize("shape, k, stride, pads, dtype, pad_value", [
+    pytest.param(*case, marks=qemu, id="-".join(map(str, (*case[0], f"k{case[1]}s{case[2]}", *case[3]))))
+    for case in (((1, 14, 14, 16), 3, 2, (0, 0, 1, 1), "int8", -3), ((1, 13, 13, 24), 3, 2, (1, 1, 1, 1), "uint8", 143),
+                 ((2, 9, 10, 32), 5, 1, (2, 2, 2, 2), "uint8", 200), ((1, 5, 3, 8), 3, 1, (1, 1, 1, 1), "int8", 100),
+                 ((1, 6, 7, 16), 3, 2, (1, 2, 0, 1), "uint8", 0), ((1, 4, 12, 48), 7, 1, (3, 3, 3, 3), "int8", -128))])
+def test_depthwise_sdot_word_pass(shape, k, stride, pads, dtype, pad_value):
+    """The word pass (depthwise_dot.word_pass) writes the words straight from the input: padding on any side
+    (TFLite's stride-2 SAME only after the row and column; three columns on each side of a 7x7), a pad value
+    above 127 of u8 data (shifted to s8 as the data), rows too short for a group of four pixels inside
+    them (3 columns), two images; each against numpy."""
+    rng = np.random.default_rng(44)
+    x, c = data(rng, shape, dtype), shape[3]
+    w = rng.integers(-128, 128, (c, 1, k, k)).astype(np.int8)
+    bias = rng.integers(-3000, 3000, c).astype(np.int32)
+    scale = rng.uniform(2e-4 / k, 8e-4 / k, c).astype(np.float32)
+    stage = OutputStage(bias=bias, requantize=ScaleRequantize(scale, 120, "uint8"))
+    op = ops.conv2d(w, x.shape, stride, pads, groups=c, data_dtype=dtype, stage=stage, mcpu="cortex-a76",
+                    pad_value=pad_value)
+    expected = requantized(conv_reference(x, w, stride, pads, pad_value, groups=c), bias, scale, 120)
+    assert "st4" in op.assembly and ((expected == 0) | (expected == 255)).mean() < 0.5
     np.testing.assert_array_equal(op(x), expected)
 
 

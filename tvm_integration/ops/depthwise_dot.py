@@ -2,10 +2,11 @@
 Neoverse-N1), NHWC, byte weights, any number of channels (those not in 8s computed in 16s).
 
 sdot sums four byte products into each int32 lane, and a depthwise lane is one channel, so each lane's
-four bytes must be four taps of that channel. A pass writes the padded input (u8 data shifted to s8 by
-``x ^ 0x80``, ``128 sum w`` into the bias, as depthwise.py's tap pairs do); a second writes each
-window row's *words*: at every even column j, per channel, the four pixels j..j+3 of that row (four
-loads of a pixel's channels and one ``st4``). Output column x at stride s starts at column s x, so its
+four bytes must be four taps of that channel. One pass (``word_pass``) writes each padded row's *words*:
+at every even column j, per channel, the four pixels j..j+3 of that row (four loads of a pixel's
+channels and one ``st4``), u8 data shifted to s8 by ``x ^ 0x80`` (``128 sum w`` into the bias, as
+depthwise.py's tap pairs do), a pixel outside the input the pad value. Channels not in 8s take two
+passes, a padded copy of the input, then its words. Output column x at stride s starts at column s x, so its
 window row's taps lie in the words at (s x) // 2, + 2, ... and at byte offset p = (s x) % 2 in them:
 with the weights ``[w0 w1 w2 0]`` (p = 0) and ``[0 w0 w1 w2]`` (p = 1) a 3x3 window row is one sdot
 per four channels (5x5, 7x7: two), the word shared by two neighbouring columns at stride 1. The weights are s8 as they
@@ -28,14 +29,18 @@ bias (``starting_from``) where they started from zero (movi) and the output stag
 copy / a copy a column, MobileNetV2's 56x56x144, 112x112x96 at stride 2 and 14x14x384, ShuffleNetV2's 28x28x58,
 7x7x960: on the A76 0.754 / 0.684 / 0.650, 0.774 / 0.727 / 0.700, 0.127 / 0.116 / 0.116, 0.090 / 0.082 /
 0.079, 0.081 / 0.074 / 0.069; on the in-order A55 2.082 / 2.010 / 2.137, 1.913 / 1.981 / 2.047, 0.359 / 0.348 /
-0.345, 0.265 / 0.248 / 0.269, 0.211 / 0.200 / 0.199 (one copy: 4.83 -> 4.79 in all)."""
+0.345, 0.265 / 0.248 / 0.269, 0.211 / 0.200 / 0.199 (one copy: 4.83 -> 4.79 in all). The pad and word
+passes in one (``word_pass``), MobileNetV2's 15 depthwise layers on int8 data (TFLite's stride-2 SAME),
+Mcycles, two passes -> one: the A76 3.399 -> 2.900 (the padded copy took 0.46), the A55 10.688 -> 9.807."""
 from __future__ import annotations
 
 from dataclasses import replace
 
 import numpy as np
-from tvm import s_tir, te
+from tvm import s_tir, te, tirx
 from tvm.script import tirx as T
+from tvm.script.ir_builder import IRBuilder
+from tvm.script.ir_builder import tirx as IB
 
 from tvm_integration.kernels.packing import round_up
 from tvm_integration.ops.depthwise import padded_value, signed, zero_past
@@ -78,11 +83,16 @@ def build(x: te.Tensor, weight: np.ndarray, stride, pads, out_hw, stage: OutputS
     offsets = 2 if sx == 1 else 1                  # byte offsets p a window starts at in its first word
     words_a_row = -(-(kw + offsets - 1) // WORD)
     groups = (sx * (ow - 1)) // 2 + 2 * (words_a_row - 1) + 1
-    shifted = signed if x.dtype == "uint8" else (lambda v: v)
-    padded = te.compute((b, h + pads[0] + pads[2], 2 * groups + 2, cp), lambda n, i, j, ch: zero_past(shifted(
-        padded_value(x, "NHWC", n, ch, i - pads[0], j - pads[1], pad_value)), ch, c, cp), name="pad")
-    words = te.compute((b, padded.shape[1], groups, cp, WORD), lambda n, i, g, ch, k: padded[n, i, 2 * g + k, ch],
-                       name="words")
+    rows = h + pads[0] + pads[2]
+    if cp == c:
+        words = te.extern((b, rows, groups, cp, WORD), [x], word_pass(x, pads, pad_value, groups), name="words",
+                          dtype="int8")
+    else:
+        shifted = signed if x.dtype == "uint8" else (lambda v: v)
+        padded = te.compute((b, rows, 2 * groups + 2, cp), lambda n, i, j, ch: zero_past(shifted(
+            padded_value(x, "NHWC", n, ch, i - pads[0], j - pads[1], pad_value)), ch, c, cp), name="pad")
+        words = te.compute((b, rows, groups, cp, WORD), lambda n, i, g, ch, k: padded[n, i, 2 * g + k, ch],
+                           name="words")
     image = weight_words(weight, offsets, words_a_row, cp)
     w = te.placeholder(image.shape, "int8", name="weights")
     values = stage.channel_params(c, 1, 1)
@@ -123,23 +133,68 @@ def weight_words(weight: np.ndarray, offsets: int, words_a_row: int, channels: i
     return image
 
 
+def word_pass(x: te.Tensor, pads, pad_value: int, groups: int):
+    """The te.extern body writing the words straight from ``x`` (u8 shifted to s8), every channel real:
+    the pad and word passes in one, so no padded copy of the input. Per padded row, in parallel: a row
+    of padding is the pad value's words; an input row's words are four pixel vectors and one interleaving
+    store (st4) each, those at the row's ends choosing the pad value for a pixel outside it (a branch per
+    pixel, its load clamped inside the row)."""
+    b, h, w, c = (int(d) for d in x.shape)
+    rows, vector = h + pads[0] + pads[2], PADDED if c % PADDED == 0 else LANES
+    order = [k * vector + ch for ch in range(vector) for k in range(WORD)]
+    unsigned = x.dtype == "uint8"
+    pad = tirx.const(pad_value - 128 if unsigned else pad_value, "int8")      # shifted as the data
+    first = -(-pads[1] // 2)                              # the first group whose four pixels are all inside
+    last = max(first, min(groups, (w + pads[1] - WORD) // 2 + 1))
+
+    def pixel(xs, n, i, col, c0, checked: bool):
+        inside = tirx.all(col >= 0, col < w)
+        col = tirx.max(tirx.min(col, w - 1), 0) if checked else col
+        v = xs[tirx.Ramp(((n * h + i) * w + col) * c + c0 * vector, 1, vector)]
+        if unsigned:
+            v = tirx.reinterpret(f"int8x{vector}", v ^ tirx.Broadcast(tirx.const(0x80, "uint8"), vector))
+        return tirx.if_then_else(inside, v, tirx.Broadcast(pad, vector)) if checked else v
+
+    def fcompute(ins, outs):
+        with IRBuilder() as ib:
+            with IB.parallel(0, b * rows) as row:
+                xs = IB.decl_buffer((b * h * w * c,), x.dtype, data=ins[0].data)
+                ws = IB.decl_buffer((b * rows * groups * c * WORD,), "int8", data=outs[0].data)
+                n, i = row // rows, row % rows - pads[0]
+                at = lambda g, c0: ((row * groups + g) * c + c0 * vector) * WORD
+                with IB.If(tirx.all(i >= 0, i < h)):
+                    with IB.Then():
+                        for lo, hi, checked in ((0, first, True), (first, last, False), (last, groups, True)):
+                            with IB.serial(lo, hi) as g, IB.unroll(0, c // vector) as c0:
+                                IB.buffer_store(ws, tirx.Shuffle(
+                                    [pixel(xs, n, i, 2 * g + k - pads[1], c0, checked) for k in range(WORD)], order),
+                                    [tirx.Ramp(at(g, c0), 1, WORD * vector)])
+                    with IB.Else():
+                        with IB.serial(0, groups) as g, IB.unroll(0, c // vector) as c0:
+                            IB.buffer_store(ws, tirx.Broadcast(pad, WORD * vector),
+                                            [tirx.Ramp(at(g, c0), 1, WORD * vector)])
+        return ib.get()
+    return fcompute
+
+
 def _schedule(func, channels: int, real: int):
-    """The pad pass and the word pass (tensorized: one st4 per four pixels) parallel over input rows; the
+    """For channels not in 8s, the pad pass and the word pass (tensorized: one st4 per four pixels) parallel
+    over input rows (``word_pass`` writes the others' words as it is); the
     accumulators a register tile of COLUMNS x LANES over output rows in parallel, sdot tensorized, every tap
     unrolled, the output stage after each tile. Of ``channels``, the first ``real`` are the layer's: a vector
     or tile holding the last of them and padding tests its channels, and where that test is not the same for
     all its lanes, TVM's vectorizer makes the whole loop scalar; a partition hint splits that vector or tile
     off first (LoopPartition), so only it is scalar."""
     sch = s_tir.Schedule(func)
-    vector = PADDED if channels % PADDED == 0 else LANES
-    parallel_rows(sch, sch.get_sblock("pad"), vector)
-    if real % vector:
+    if channels != real:                 # the pad and word passes of padded channels (word_pass: the others')
+        vector = PADDED if channels % PADDED == 0 else LANES
+        parallel_rows(sch, sch.get_sblock("pad"), vector)
         sch.annotate(sch.get_loops(sch.get_sblock("pad"))[-2], "pragma_loop_partition_hint", 1)
-    n, i, g, ch, k = sch.get_loops(sch.get_sblock("words"))
-    c0, c1 = sch.split(ch, [None, vector])
-    sch.reorder(g, c0, k, c1)
-    sch.parallel(sch.fuse(n, i))
-    sch.tensorize(sch.blockize(k), _interleave(vector))
+        n, i, g, ch, k = sch.get_loops(sch.get_sblock("words"))
+        c0, c1 = sch.split(ch, [None, vector])
+        sch.reorder(g, c0, k, c1)
+        sch.parallel(sch.fuse(n, i))
+        sch.tensorize(sch.blockize(k), _interleave(vector))
     acc = sch.get_sblock("acc")
     n, y, xx, ch, ry, rq, rk = sch.get_loops(acc)
     x0, x1 = sch.split(xx, [None, tile_columns(int(sch.get(xx).extent))])
