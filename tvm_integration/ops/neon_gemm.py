@@ -206,7 +206,7 @@ def _depthwise(weight: np.ndarray, input_shape, stride, pads, out_hw, data_dtype
     x = te.placeholder(input_shape, data_dtype, name="data")
     if family in ("dotprod", "i8mm") and depthwise_dot.fits(weight, stride):
         mod, constants, out_shape = depthwise_dot.build(x, weight, stride, pads, out_hw, stage, pad_value,
-                                                        copies=neon_int8.out_of_order(mcpu))
+                                                        out_of_order=neon_int8.out_of_order(mcpu))
     else:
         mod, constants, out_shape = depthwise.build(x, "NHWC", weight, stride, pads, out_hw, stage, pad_value,
                                                     NEON_DEPTHWISE_TILES,
