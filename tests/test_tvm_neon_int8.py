@@ -78,6 +78,8 @@ CONVS = [
     ("dotprod", "uint8", (15, 15, 3), (16, 7, 7), 2, 3, 0, False),  # the stem on sdot
     ("i8mm", "uint8", (6, 7, 32), (12, 3, 3), 1, 1, 0, True),
     ("i8mm", "int8", (7, 7, 40), (8, 1, 1), 1, 0, 0, False),
+    ("dotprod", "int8", (14, 14, 3), (8, 3, 3), 2, (0, 0, 1, 1), 125, True),    # TFLite's SAME stem: pad after
+    ("dotprod", "uint8", (9, 11, 8), (6, 3, 3), 1, (2, 1, 0, 1), 200, False),  # rows/columns of 8 and 3 bytes
 ]
 
 
@@ -103,6 +105,21 @@ def test_conv2d_matches_numpy(family, dtype, hwc, okk, stride, pad, pad_value, r
         stage, expected = OutputStage(bias=bias), acc + bias
     op = ops.conv2d(w, x.shape, stride, pad, data_dtype=dtype, stage=stage, family=family, pad_value=pad_value)
     np.testing.assert_array_equal(op(x), expected)
+
+
+@pytest.mark.parametrize("dtype, pads", [pytest.param("uint8", (1, 1, 1, 1), marks=qemu, id="u8-both"),
+                                         pytest.param("int8", (0, 2, 1, 0), marks=qemu, id="s8-asymmetric")])
+def test_grouped_conv2d_matches_numpy(dtype, pads):
+    """A grouped conv2d (3 groups of 8 channels, RegNet's form) on the sdot tile, its padded input written by
+    padded_rows.py's pass: padding on both sides or on two, the padding holding a value of its own."""
+    rng = np.random.default_rng(36)
+    x = data(rng, (1, 9, 10, 24), dtype)
+    w = weights(rng, (12, 8, 3, 3), "dotprod")
+    bias = rng.integers(-5000, 5000, 12).astype(np.int32)
+    pad_value = 77 if dtype == "uint8" else -77
+    op = ops.conv2d(w, x.shape, 2, pads, groups=3, data_dtype=dtype, stage=OutputStage(bias=bias), mcpu="cortex-a76",
+                    pad_value=pad_value)
+    np.testing.assert_array_equal(op(x), conv_reference(x, w, 2, pads, pad_value, groups=3) + bias)
 
 
 @pytest.mark.parametrize("family, dtype, pad_value", [pytest.param(*case, marks=qemu, id=f"{case[0]}-{case[1]}")

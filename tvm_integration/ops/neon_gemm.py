@@ -65,13 +65,13 @@ from tvm_integration.ops.gemm import (
     Gemm,
     Tile,
     output_tensor,
-    parallel_rows,
     reads_of_body,
     run_pieces,
     starting_from,
     tensorize_tile,
 )
 from tvm_integration.ops.operator import Built
+from tvm_integration.ops.padded_rows import padded_rows
 from tvm_integration.ops.output_stage import OutputStage, bounded_forms, placeholders
 
 
@@ -136,8 +136,7 @@ def build_conv2d(weight: np.ndarray, input_shape, stride=1, padding=0, groups: i
     step = run if whole else round_up(run, tile.k)
     rows_in, cols_in = (oh - 1) * stride[0] + kh, (ow - 1) * stride[1] + kw + -(-(step - run) // c)
     x = te.placeholder(tuple(input_shape), data_dtype, name="data")
-    padded = te.compute((b, rows_in, cols_in * c), lambda bi, i, jc: depthwise.padded_value(
-        x, "NHWC", bi, jc % c, i - pads[0], jc // c - pads[1], pad_value), name="pad")
+    padded = padded_rows(x, pads, pad_value, rows_in, cols_in)
 
     def element(bi, g, p, k):
         i = tirx.min(k // step, kh - 1)         # the packing's K beyond the window repeats its last row (A 0 there)
@@ -182,12 +181,11 @@ def _grouped(weight: np.ndarray, zero_points: np.ndarray, input_shape, stride, p
         raise ValueError(f"weight {list(weight.shape)} does not fit {c} input channels in {groups} groups")
     (oh, ow), hp, wp = out_hw, h + pads[0] + pads[2], w_ + pads[1] + pads[3]
     x = te.placeholder(input_shape, data_dtype, name="data")
-    padded = te.compute((b, hp, wp, c), lambda bi, i, j, ch: depthwise.padded_value(
-        x, "NHWC", bi, ch, i - pads[0], j - pads[1], pad_value), name="pad")
+    padded = padded_rows(x, pads, pad_value, hp, wp)
 
     def element(bi, g, p, k):
         tap = tirx.min(k // cg, kh * kw - 1)      # the K steps' rounding repeats the last tap (A 0 there)
-        return padded[bi, p // ow * stride[0] + tap // kw, p % ow * stride[1] + tap % kw, g * cg + k % cg]
+        return padded[bi, p // ow * stride[0] + tap // kw, (p % ow * stride[1] + tap % kw) * c + g * cg + k % cg]
     matrix = conv2d_ops.conv_weight_matrix(weight, groups)
     gemm = Gemm(b, groups, oh * ow, o // groups, matrix.shape[2])
     rounded = gemm.depth % Tile.of(kernel).k != 0
@@ -348,10 +346,8 @@ def schedule_tiles(func, tile: Tile, kernel, depth_loops: tuple[int, ...]):
     output stage after each column tile, or with an even number of them after each pair (the pair's two
     K loops unrolled, then one output stage of its 2 nr columns, which LLVM schedules as one; MobileNetV2's
     1x1 layers, llvm-mca Mcycles one tile / pairs: 112x112x16->96 5.27 / 4.89 on Cortex-A72, 11.0 / 8.4
-    on Cortex-A53; 7x7x320->1280 3.58 / 2.92 and 6.97 / 6.28). The padded input is written in vectors of
-    PACK_VECTORS' widths where they divide its rows (a whole row of channels a vector, LLVM built it byte by
-    byte; Cortex-A76 N1 model, Mcycles: RegNet-Y-400MF's 112x112x48 stride 2, 6 groups, 1.70 -> 0.77, a
-    56x56x64 3x3 4.57 -> 4.24; on the A53 7.62 -> 4.54 and 31.8 -> 30.5). The column tiles' loop is
+    on Cortex-A53; 7x7x320->1280 3.58 / 2.92 and 6.97 / 6.28). The padded input is padded_rows.py's pass.
+    The column tiles' loop is
     partitioned (``pragma_loop_partition_hint``) so that a remainder's bound test (58 columns: 14 tiles
     and 2) leaves the whole tiles' output stage vectorized; with the test in every tile it was scalar
     (ShuffleNetV2's 1x1 56x56 24->58 on the A76 1.52 -> 0.69 Mcycles, 28x28 58->58 0.50 -> 0.29). The row
@@ -364,10 +360,6 @@ def schedule_tiles(func, tile: Tile, kernel, depth_loops: tuple[int, ...]):
     its buffers merged into the padded input's, of another type, which TVM 0.27's access pointers reject."""
     sch = s_tir.Schedule(func)
     stages = {sch.get(b).name_hint for b in sch.get_child_blocks(sch.get_sblock("root"))}
-    if "pad" in stages:
-        pad = sch.get_sblock("pad")
-        row = int(sch.get(sch.get_loops(pad)[-1]).extent)
-        parallel_rows(sch, pad, next((v for v in PACK_VECTORS if row % v == 0 and row > v), None))
     block = sch.get_sblock("gemm")
     b, g, p, n, k = sch.get_loops(block)
     p0, p1 = sch.split(p, [None, tile.mr])
