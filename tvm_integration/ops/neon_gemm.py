@@ -71,8 +71,8 @@ from tvm_integration.ops.gemm import (
     tensorize_tile,
 )
 from tvm_integration.ops.operator import Built
-from tvm_integration.ops.padded_rows import padded_rows
 from tvm_integration.ops.output_stage import OutputStage, bounded_forms, placeholders
+from tvm_integration.ops.padded_rows import padded_rows
 
 
 # depthwise.py's register tiles (channels a vector, output columns) for NEON's 32 registers: at most 16
@@ -346,10 +346,10 @@ def schedule_tiles(func, tile: Tile, kernel, depth_loops: tuple[int, ...]):
     output stage after each column tile, or with an even number of them after each pair (the pair's two
     K loops unrolled, then one output stage of its 2 nr columns, which LLVM schedules as one; MobileNetV2's
     1x1 layers, llvm-mca Mcycles one tile / pairs: 112x112x16->96 5.27 / 4.89 on Cortex-A72, 11.0 / 8.4
-    on Cortex-A53; 7x7x320->1280 3.58 / 2.92 and 6.97 / 6.28). The padded input is padded_rows.py's pass.
-    The column tiles' loop is
-    partitioned (``pragma_loop_partition_hint``) so that a remainder's bound test (58 columns: 14 tiles
-    and 2) leaves the whole tiles' output stage vectorized; with the test in every tile it was scalar
+    on Cortex-A53; 7x7x320->1280 3.58 / 2.92 and 6.97 / 6.28). The padded input is padded_rows.py's pass,
+    before them. The column tiles' loop is partitioned (``pragma_loop_partition_hint``) so that a
+    remainder's bound test (58 columns: 14 tiles and 2) leaves the whole tiles' output stage vectorized;
+    with the test in every tile it was scalar
     (ShuffleNetV2's 1x1 56x56 24->58 on the A76 1.52 -> 0.69 Mcycles, 28x28 58->58 0.50 -> 0.29). The row
     tiles' loop is partitioned the same way: with a bound test on each row of every tile (rows not a multiple
     of 4: all of SqueezeNet's layers) each row's output stage was a block of its own, one dependency chain,
