@@ -151,7 +151,7 @@ def word_pass(x: te.Tensor, pads, pad_value: int, groups: int, pairs: bool):
     rows, vector = h + pads[0] + pads[2], PADDED if c % PADDED == 0 else LANES
     unsigned = x.dtype == "uint8"
     pad = tirx.const(pad_value - 128 if unsigned else pad_value, "int8")      # shifted as the data
-    first = -(-pads[1] // 2)                              # the first group whose four pixels are all inside
+    first = min(groups, -(-pads[1] // 2))                 # the first group whose four pixels are all inside
     last = max(first, min(groups, (w + pads[1] - WORD) // 2 + 1))
     step = 2 if pairs else 1                              # groups a step inside the row
     middle = first + (last - first) // step * step
