@@ -80,6 +80,7 @@ CONVS = [
     ("i8mm", "int8", (7, 7, 40), (8, 1, 1), 1, 0, 0, False),
     ("dotprod", "int8", (14, 14, 3), (8, 3, 3), 2, (0, 0, 1, 1), 125, True),    # TFLite's SAME stem: pad after
     ("dotprod", "uint8", (9, 11, 8), (6, 3, 3), 1, (2, 1, 0, 1), 200, False),  # rows/columns of 8 and 3 bytes
+    ("dotprod", "uint8", (8, 9, 16), (8, 2, 2), 2, 0, 0, True),     # no padding: the packing reads the input
 ]
 
 

@@ -136,11 +136,15 @@ def build_conv2d(weight: np.ndarray, input_shape, stride=1, padding=0, groups: i
     step = run if whole else round_up(run, tile.k)
     rows_in, cols_in = (oh - 1) * stride[0] + kh, (ow - 1) * stride[1] + kw + -(-(step - run) // c)
     x = te.placeholder(tuple(input_shape), data_dtype, name="data")
-    padded = padded_rows(x, pads, pad_value, rows_in, cols_in)
+    if any(pads) or rows_in > input_shape[1] or cols_in > input_shape[2]:    # padding, or a rounded run past a row
+        padded = padded_rows(x, pads, pad_value, rows_in, cols_in)
+        byte = lambda bi, i, j: padded[bi, i, j]
+    else:                                # every byte the packing reads is the input's own: no copy of it
+        byte = lambda bi, i, j: x[bi, i, j // c, j % c]
 
     def element(bi, g, p, k):
         i = tirx.min(k // step, kh - 1)         # the packing's K beyond the window repeats its last row (A 0 there)
-        return padded[bi, p // ow * stride[0] + i, p % ow * stride[1] * c + k % step]
+        return byte(bi, p // ow * stride[0] + i, p % ow * stride[1] * c + k % step)
     rows = np.zeros((o, kh, step), np.int8)
     rows[:, :, :run] = bytes_.transpose(0, 2, 3, 1).reshape(o, kh, run)
     gemm = Gemm(b, 1, oh * ow, o, kh * step)
