@@ -213,6 +213,7 @@ def tflite_lines(rows: list[dict]) -> list[str]:
     baseline and its one reference (arm_models._tflite_row); then the models that build failed to run."""
     failed = [f"- {r['model']} on {r['core']}: not measured, LiteRT's AArch64 build failed: {r['failed']}"
               for r in rows if "failed" in r]
+    runs = provenance.lines(rows, lambda r: f"{r['model']}/{r['core']}")     # those of the failed rows too
     rows = [r for r in rows if "failed" not in r]
     if not rows and not failed:
         return []
@@ -223,7 +224,7 @@ def tflite_lines(rows: list[dict]) -> list[str]:
             "tvm_integration/bench/litert_aarch64.py) on the same file, counted and costed as above. That build is "
             "every op kind's stated reference here (diff: the largest |qsynth - LiteRT| over the int8 logits, "
             "in steps, and how many of them differ). Input: each over its integer range, numpy's default_rng(0)."),
-           "", *provenance.lines(rows, lambda r: f"{r['model']}/{r['core']}"), "",
+           "", *runs, "",
            "| model | core (llvm-mca's scheduling model) | qsynth Mcycles | LiteRT int8 Mcycles (ratio) "
            "| qsynth model / runtime / libc Mcycles | LiteRT library / libc Mcycles | diff from LiteRT (differing) |",
            "|---|---|---|---|---|---|---|"]
