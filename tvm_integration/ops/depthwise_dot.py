@@ -5,15 +5,16 @@ sdot sums four byte products into each int32 lane, and a depthwise lane is one c
 four bytes must be four taps of that channel. One pass (``word_pass``) writes each padded row's *words*:
 at every even column j, per channel, the four pixels j..j+3 of that row (four loads of a pixel's
 channels and one ``st4``), u8 data shifted to s8 by ``x ^ 0x80`` (``128 sum w`` into the bias, as
-depthwise.py's tap pairs do), a pixel outside the input the pad value. Channels not in 8s take two
-passes, a padded copy of the input, then its words. Output column x at stride s starts at column s x, so its
+depthwise.py's tap pairs do), a pixel outside the input the pad value. Output column x at stride s
+starts at column s x, so its
 window row's taps lie in the words at (s x) // 2, + 2, ... and at byte offset p = (s x) % 2 in them:
 with the weights ``[w0 w1 w2 0]`` (p = 0) and ``[0 w0 w1 w2]`` (p = 1) a 3x3 window row is one sdot
 per four channels (5x5, 7x7: two), the word shared by two neighbouring columns at stride 1. The weights are s8 as they
 are (no [-127, 127] bound: sdot's sums are int32). The register tile: COLUMNS output columns x LANES
 channels, the output stage after it. Channels not in 8s (ShuffleNetV2's 58 and 116) are padded to 16s
-with zero weights (``padded_channels``), each pass and tile testing the real channels' bound only in the
-vector or tile that holds it (``_schedule``); the bytes moved and the sdots of the padding are the cost.
+with zero weights (``padded_channels``): the word pass reads the last vector of a pixel's channels ending
+at its last channel and turns it (``ext``), and only the tile holding the last real channel tests their
+bound (``_schedule``); the bytes moved and the sdots of the padding are the cost.
 
 On the A76 (llvm-mca's neoverse-n1 model, Mcycles, depthwise.py's form -> this one): MobileNetV2's
 56x56x144 layer 1.124 -> 0.754 (compute 0.62, the word pass 0.07, the pad pass 0.04; the output stage
@@ -31,7 +32,9 @@ copy / a copy a column, MobileNetV2's 56x56x144, 112x112x96 at stride 2 and 14x1
 0.079, 0.081 / 0.074 / 0.069; on the in-order A55 2.082 / 2.010 / 2.137, 1.913 / 1.981 / 2.047, 0.359 / 0.348 /
 0.345, 0.265 / 0.248 / 0.269, 0.211 / 0.200 / 0.199 (one copy: 4.83 -> 4.79 in all). The pad and word
 passes in one (``word_pass``), MobileNetV2's 15 depthwise layers on int8 data (TFLite's stride-2 SAME),
-Mcycles, two passes -> one: the A76 3.399 -> 2.900 (the padded copy took 0.46), the A55 10.688 -> 9.807."""
+Mcycles, two passes -> one: the A76 3.399 -> 2.900 (the padded copy took 0.46), the A55 10.688 -> 9.807;
+ShuffleNetV2's six 3x3 layers on u8 data, four of them of 58 and 116 channels (computed in 64 and 128): the
+A76 0.314 -> 0.245, the A55 0.918 -> 0.821."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -43,8 +46,7 @@ from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as IB
 
 from tvm_integration.kernels.packing import round_up
-from tvm_integration.ops.depthwise import padded_value, signed, zero_past
-from tvm_integration.ops.gemm import parallel_rows, reads_of_body, starting_from
+from tvm_integration.ops.gemm import reads_of_body, starting_from
 from tvm_integration.ops.output_stage import OutputStage, bounded_forms, placeholders
 
 LANES = 8                   # channels a register tile: two sdots
@@ -61,8 +63,8 @@ def fits(weight: np.ndarray, stride) -> bool:
 
 def padded_channels(channels: int) -> int:
     """The channels the passes and the register tiles compute: ``channels`` where LANES divide them,
-    else rounded up to PADDED, the extra ones on zero weights. Their pad and word passes then move whole
-    16-byte vectors and their tiles are two sdots (the tail tile's output stage partitioned off, below)."""
+    else rounded up to PADDED, the extra ones on zero weights. Their word pass then moves whole 16-byte
+    vectors and their tiles are two sdots (the tail tile's output stage partitioned off, below)."""
     return channels if channels % LANES == 0 else round_up(channels, PADDED)
 
 
@@ -85,16 +87,9 @@ def build(x: te.Tensor, weight: np.ndarray, stride, pads, out_hw, stage: OutputS
     words_a_row = -(-(kw + offsets - 1) // WORD)
     groups = (sx * (ow - 1)) // 2 + 2 * (words_a_row - 1) + 1
     rows = h + pads[0] + pads[2]
-    if cp == c:
-        pairs = out_of_order and x.dtype == "int8"
-        words = te.extern((b, rows, groups, cp, WORD), [x], word_pass(x, pads, pad_value, groups, pairs),
-                          name="words", dtype="int8")
-    else:
-        shifted = signed if x.dtype == "uint8" else (lambda v: v)
-        padded = te.compute((b, rows, 2 * groups + 2, cp), lambda n, i, j, ch: zero_past(shifted(
-            padded_value(x, "NHWC", n, ch, i - pads[0], j - pads[1], pad_value)), ch, c, cp), name="pad")
-        words = te.compute((b, rows, groups, cp, WORD), lambda n, i, g, ch, k: padded[n, i, 2 * g + k, ch],
-                           name="words")
+    pairs = out_of_order and x.dtype == "int8"
+    words = te.extern((b, rows, groups, cp, WORD), [x], word_pass(x, pads, pad_value, groups, cp, pairs),
+                      name="words", dtype="int8")
     image = weight_words(weight, offsets, words_a_row, cp)
     w = te.placeholder(image.shape, "int8", name="weights")
     values = stage.channel_params(c, 1, 1)
@@ -114,7 +109,7 @@ def build(x: te.Tensor, weight: np.ndarray, stride, pads, out_hw, stage: OutputS
     out = te.compute((b, oh, ow, c), lambda n, y, xx, ch: started.expression(acc[n, y, xx, ch], params, ch, 0),
                      name="output")
     func = starting_from(te.create_prim_func([x, w, *params.values(), out]), "acc", "start")
-    return _schedule(func, cp, c), [image, *values.values()], (b, oh, ow, c)
+    return _schedule(func, c), [image, *values.values()], (b, oh, ow, c)
 
 
 def tile_columns(width: int) -> int:
@@ -135,9 +130,9 @@ def weight_words(weight: np.ndarray, offsets: int, words_a_row: int, channels: i
     return image
 
 
-def word_pass(x: te.Tensor, pads, pad_value: int, groups: int, pairs: bool):
-    """The te.extern body writing the words straight from ``x`` (u8 shifted to s8), every channel real:
-    the pad and word passes in one, so no padded copy of the input. Per padded row, in parallel: a row
+def word_pass(x: te.Tensor, pads, pad_value: int, groups: int, channels: int, pairs: bool):
+    """The te.extern body writing the words of ``channels`` (``padded_channels``) straight from ``x`` (u8
+    shifted to s8): no padded copy of the input. Per padded row, in parallel: a row
     of padding is the pad value's words; an input row's words are four pixel vectors interleaved, those
     at the row's ends choosing the pad value for a pixel outside it (a branch per pixel, its load clamped
     inside the row). The interleaving is one st4 (``pairs`` False) or, ``pairs``, two ``zip``s of pixel
@@ -148,7 +143,7 @@ def word_pass(x: te.Tensor, pads, pad_value: int, groups: int, pairs: bool):
     s8 2.755 against 2.900, u8 2.926 against 2.909). ``build`` takes pairs for s8 data on an
     out-of-order core."""
     b, h, w, c = (int(d) for d in x.shape)
-    rows, vector = h + pads[0] + pads[2], PADDED if c % PADDED == 0 else LANES
+    rows, vector = h + pads[0] + pads[2], PADDED if channels % PADDED == 0 else LANES
     unsigned = x.dtype == "uint8"
     pad = tirx.const(pad_value - 128 if unsigned else pad_value, "int8")      # shifted as the data
     first = min(groups, -(-pads[1] // 2))                 # the first group whose four pixels are all inside
@@ -156,10 +151,18 @@ def word_pass(x: te.Tensor, pads, pad_value: int, groups: int, pairs: bool):
     step = 2 if pairs else 1                              # groups a step inside the row
     middle = first + (last - first) // step * step
 
-    def pixel(xs, n, i, col, c0, checked: bool):
+    def pixel(xs, n, i, col, c0: int, checked: bool):
         inside = tirx.all(col >= 0, col < w)
         col = tirx.max(tirx.min(col, w - 1), 0) if checked else col
-        v = xs[tirx.Ramp(((n * h + i) * w + col) * c + c0 * vector, 1, vector)]
+        at, real = ((n * h + i) * w + col) * c, min(vector, c - c0 * vector)      # the pixel, its vector's channels
+        if real == vector:
+            v = xs[tirx.Ramp(at + c0 * vector, 1, vector)]
+        elif c >= vector:    # the vector ending at the pixel's last channel, turned: no read past the input
+            v = tirx.Shuffle([xs[tirx.Ramp(at + c - vector, 1, vector)]],
+                             [(vector - real + lane) % vector for lane in range(vector)])
+        else:                # fewer channels than a vector: its bytes one at a time
+            v = tirx.Shuffle([xs[at + ch] for ch in range(c)] + [tirx.Broadcast(tirx.const(0, x.dtype), vector - c)],
+                             list(range(vector)))
         if unsigned:
             v = tirx.reinterpret(f"int8x{vector}", v ^ tirx.Broadcast(tirx.const(0x80, "uint8"), vector))
         return tirx.if_then_else(inside, v, tirx.Broadcast(pad, vector)) if checked else v
@@ -175,49 +178,40 @@ def word_pass(x: te.Tensor, pads, pad_value: int, groups: int, pairs: bool):
         with IRBuilder() as ib:
             with IB.parallel(0, b * rows) as row:
                 xs = IB.decl_buffer((b * h * w * c,), x.dtype, data=ins[0].data)
-                ws = IB.decl_buffer((b * rows * groups * c * WORD,), "int8", data=outs[0].data)
+                ws = IB.decl_buffer((b * rows * groups * channels * WORD,), "int8", data=outs[0].data)
                 n, i = row // rows, row % rows - pads[0]
 
-                def store(g, c0, value):
-                    IB.buffer_store(ws, value, [tirx.Ramp(((row * groups + g) * c + c0 * vector) * WORD, 1,
+                def store(g, c0: int, value):
+                    IB.buffer_store(ws, value, [tirx.Ramp(((row * groups + g) * channels + c0 * vector) * WORD, 1,
                                                           WORD * vector)])
 
-                def words(g, c0, checked: bool):
-                    store(g, c0, interleaved([pixel(xs, n, i, 2 * g + k - pads[1], c0, checked)
-                                              for k in range(WORD)]))
+                def words(gs, checked: bool):      # a vector of channels of every group in turn: pairs shared
+                    for c0 in range(channels // vector):
+                        for g in gs:
+                            store(g, c0, interleaved([pixel(xs, n, i, 2 * g + k - pads[1], c0, checked)
+                                                      for k in range(WORD)]))
                 with IB.If(tirx.all(i >= 0, i < h)):
                     with IB.Then():
-                        with IB.serial(0, (middle - first) // step) as s, IB.unroll(0, c // vector) as c0, \
-                                IB.unroll(0, step) as u:
-                            words(first + s * step + u, c0, False)
+                        with IB.serial(0, (middle - first) // step) as s:
+                            words([first + s * step + u for u in range(step)], False)
                         for lo, hi, checked in ((0, first, True), (middle, last, False), (last, groups, True)):
-                            with IB.serial(lo, hi) as g, IB.unroll(0, c // vector) as c0:
-                                words(g, c0, checked)
+                            with IB.serial(lo, hi) as g:
+                                words([g], checked)
                     with IB.Else():
-                        with IB.serial(0, groups) as g, IB.unroll(0, c // vector) as c0:
-                            store(g, c0, tirx.Broadcast(pad, WORD * vector))
+                        with IB.serial(0, groups) as g:
+                            for c0 in range(channels // vector):
+                                store(g, c0, tirx.Broadcast(pad, WORD * vector))
         return ib.get()
     return fcompute
 
 
-def _schedule(func, channels: int, real: int):
-    """For channels not in 8s, the pad pass and the word pass (tensorized: one st4 per four pixels) parallel
-    over input rows (``word_pass`` writes the others' words as it is); the
-    accumulators a register tile of COLUMNS x LANES over output rows in parallel, sdot tensorized, every tap
-    unrolled, the output stage after each tile. Of ``channels``, the first ``real`` are the layer's: a vector
-    or tile holding the last of them and padding tests its channels, and where that test is not the same for
-    all its lanes, TVM's vectorizer makes the whole loop scalar; a partition hint splits that vector or tile
-    off first (LoopPartition), so only it is scalar."""
+def _schedule(func, real: int):
+    """The accumulators a register tile of COLUMNS x LANES over output rows in parallel, sdot tensorized,
+    every tap unrolled, the output stage after each tile (the words are word_pass's, as written). Of the
+    channels computed, the first ``real`` are the layer's: a tile holding the last of them and padding tests
+    its channels, and where that test is not the same for all its lanes, TVM's vectorizer makes the whole
+    loop scalar; a partition hint splits that tile off first (LoopPartition), so only it is scalar."""
     sch = s_tir.Schedule(func)
-    if channels != real:                 # the pad and word passes of padded channels (word_pass: the others')
-        vector = PADDED if channels % PADDED == 0 else LANES
-        parallel_rows(sch, sch.get_sblock("pad"), vector)
-        sch.annotate(sch.get_loops(sch.get_sblock("pad"))[-2], "pragma_loop_partition_hint", 1)
-        n, i, g, ch, k = sch.get_loops(sch.get_sblock("words"))
-        c0, c1 = sch.split(ch, [None, vector])
-        sch.reorder(g, c0, k, c1)
-        sch.parallel(sch.fuse(n, i))
-        sch.tensorize(sch.blockize(k), _interleave(vector))
     acc = sch.get_sblock("acc")
     n, y, xx, ch, ry, rq, rk = sch.get_loops(acc)
     x0, x1 = sch.split(xx, [None, tile_columns(int(sch.get(xx).extent))])
@@ -264,33 +258,3 @@ def _sdot() -> str:
                                                          B.vload([0, 0], "int8x16"))
     s_tir.TensorIntrin.register(SDOT, desc, impl, override=True)
     return SDOT
-
-
-def _interleave(lanes: int) -> str:
-    """The TensorIntrin writing ``lanes`` channels' words from four pixels (rows of the padded input,
-    ``lanes`` channels each): byte k of channel c's word is pixel k's channel c, an interleaving shuffle
-    of the four vectors that LLVM stores with one st4 (registered once per ``lanes``)."""
-    order = [k * lanes + c for c in range(lanes) for k in range(WORD)]
-
-    @T.prim_func(s_tir=True)
-    def desc(A: T.Buffer((WORD, lanes), "int8", offset_factor=1, strides=[T.int32(), 1]),
-             B: T.Buffer((lanes, WORD), "int8", offset_factor=1)) -> None:
-        with T.sblock("root"):
-            T.reads(A[0:WORD, 0:lanes])
-            T.writes(B[0:lanes, 0:WORD])
-            for k, c in T.grid(WORD, lanes):
-                with T.sblock("update"):
-                    vc, vk = T.axis.remap("SS", [c, k])
-                    B[vc, vk] = A[vk, vc]
-
-    @T.prim_func(s_tir=True)
-    def impl(A: T.Buffer((WORD, lanes), "int8", offset_factor=1, strides=[T.int32(), 1]),
-             B: T.Buffer((lanes, WORD), "int8", offset_factor=1)) -> None:
-        with T.sblock("root"):
-            T.reads(A[0:WORD, 0:lanes])
-            T.writes(B[0:lanes, 0:WORD])
-            B[0, T.ramp(0, 1, WORD * lanes)] = T.Shuffle([A[0, T.ramp(0, 1, lanes)], A[1, T.ramp(0, 1, lanes)],
-                                                           A[2, T.ramp(0, 1, lanes)], A[3, T.ramp(0, 1, lanes)]], order)
-    name = f"qsynth_depthwise_words{lanes}"
-    s_tir.TensorIntrin.register(name, desc, impl, override=True)
-    return name
