@@ -260,8 +260,8 @@ def test_depthwise_sdot_word_pass(shape, k, stride, pads, dtype, pad_value, core
     (TFLite's stride-2 SAME only after the row and column; three columns on each side of a 7x7), a pad value
     above 127 of u8 data (shifted to s8 as the data), rows too short for a group of four pixels inside
     them (3 columns) or padded wider than their words (2 columns under 7), odd and even numbers of groups
-    inside a row, two images; interleaved by pixel pairs
-    and st2 for s8 data on the out-of-order A76, else by st4; each against numpy."""
+    inside a row, two images; interleaved by pixel pairs and st2 for s8 data on the out-of-order A76, else
+    by st4; each against numpy."""
     rng = np.random.default_rng(44)
     x, c = data(rng, shape, dtype), shape[3]
     w = rng.integers(-128, 128, (c, 1, k, k)).astype(np.int8)

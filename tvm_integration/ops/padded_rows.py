@@ -23,8 +23,8 @@ def padded_rows(x: te.Tensor, pads, pad_value: int, rows: int, cols: int) -> te.
     b, h, w, c = (int(d) for d in x.shape)
     top, left = int(pads[0]), int(pads[1])
     width = cols * c
-    before = min(left, cols) * c                     # bytes of left padding, of the input row, after it
-    inside = max(0, min(w, cols - left)) * c
+    before = min(left, cols) * c                     # a row's bytes of left padding
+    inside = max(0, min(w, cols - left)) * c         # then of the input's row
     pad = tirx.const(pad_value, x.dtype)
 
     def fcompute(ins, outs):
