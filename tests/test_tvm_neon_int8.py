@@ -254,14 +254,14 @@ def test_depthwise_sdot(hwc, k, stride, dtype):
     for case in (((1, 14, 14, 16), 3, 2, (0, 0, 1, 1), "int8", -3), ((1, 13, 13, 24), 3, 2, (1, 1, 1, 1), "uint8", 143),
                  ((2, 9, 10, 32), 5, 1, (2, 2, 2, 2), "uint8", 200), ((1, 5, 3, 8), 3, 1, (1, 1, 1, 1), "int8", 100),
                  ((1, 6, 7, 16), 3, 2, (1, 2, 0, 1), "uint8", 0), ((1, 4, 12, 48), 7, 1, (3, 3, 3, 3), "int8", -128),
-                 ((1, 5, 2, 32), 3, 1, (0, 7, 2, 6), "int8", 9))])
+                 ((1, 5, 2, 32), 3, 1, (0, 7, 2, 6), "int8", 9), ((2, 7, 9, 12), 3, 1, (1, 1, 1, 1), "int8", -5))])
 def test_depthwise_sdot_word_pass(shape, k, stride, pads, dtype, pad_value, core):
     """The word pass (depthwise_dot.word_pass) writes the words straight from the input: padding on any side
     (TFLite's stride-2 SAME only after the row and column; three columns on each side of a 7x7), a pad value
     above 127 of u8 data (shifted to s8 as the data), rows too short for a group of four pixels inside
     them (3 columns) or padded wider than their words (2 columns under 7), odd and even numbers of groups
-    inside a row, two images; interleaved by pixel pairs and st2 for s8 data on the out-of-order A76, else
-    by st4; each against numpy."""
+    inside a row, two images, 12 channels (computed in 16, read byte by byte); interleaved by pixel pairs and
+    st2 for s8 data on the out-of-order A76, else by st4; each against numpy."""
     rng = np.random.default_rng(44)
     x, c = data(rng, shape, dtype), shape[3]
     w = rng.integers(-128, 128, (c, 1, k, k)).astype(np.int8)
