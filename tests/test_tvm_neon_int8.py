@@ -109,10 +109,12 @@ def test_conv2d_matches_numpy(family, dtype, hwc, okk, stride, pad, pad_value, r
 
 
 @pytest.mark.parametrize("dtype, pads", [pytest.param("uint8", (1, 1, 1, 1), marks=qemu, id="u8-both"),
-                                         pytest.param("int8", (0, 2, 1, 0), marks=qemu, id="s8-asymmetric")])
+                                         pytest.param("int8", (0, 2, 1, 0), marks=qemu, id="s8-asymmetric"),
+                                         pytest.param("uint8", (0, 0, 0, 0), marks=qemu, id="u8-none")])
 def test_grouped_conv2d_matches_numpy(dtype, pads):
     """A grouped conv2d (3 groups of 8 channels, RegNet's form) on the sdot tile, its padded input written by
-    padded_rows.py's pass: padding on both sides or on two, the padding holding a value of its own."""
+    padded_rows.py's pass: padding on both sides or on two, the padding holding a value of its own; with no
+    padding the packing reads the input itself (padded_rows.input_bytes)."""
     rng = np.random.default_rng(36)
     x = data(rng, (1, 9, 10, 24), dtype)
     w = weights(rng, (12, 8, 3, 3), "dotprod")

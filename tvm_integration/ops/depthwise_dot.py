@@ -6,8 +6,8 @@ four bytes must be four taps of that channel. One pass (``word_pass``) writes ea
 at every even column j, per channel, the four pixels j..j+3 of that row (four loads of a pixel's
 channels and one ``st4``), u8 data shifted to s8 by ``x ^ 0x80`` (``128 sum w`` into the bias, as
 depthwise.py's tap pairs do), a pixel outside the input the pad value. Output column x at stride s
-starts at column s x, so its
-window row's taps lie in the words at (s x) // 2, + 2, ... and at byte offset p = (s x) % 2 in them:
+starts at column s x, so its window row's taps lie in the words at (s x) // 2, + 2, ... and at byte
+offset p = (s x) % 2 in them:
 with the weights ``[w0 w1 w2 0]`` (p = 0) and ``[0 w0 w1 w2]`` (p = 1) a 3x3 window row is one sdot
 per four channels (5x5, 7x7: two), the word shared by two neighbouring columns at stride 1. The weights are s8 as they
 are (no [-127, 127] bound: sdot's sums are int32). The register tile: COLUMNS output columns x LANES
@@ -132,8 +132,8 @@ def weight_words(weight: np.ndarray, offsets: int, words_a_row: int, channels: i
 
 def word_pass(x: te.Tensor, pads, pad_value: int, groups: int, channels: int, pairs: bool):
     """The te.extern body writing the words of ``channels`` (``padded_channels``) straight from ``x`` (u8
-    shifted to s8): no padded copy of the input. Per padded row, in parallel: a row
-    of padding is the pad value's words; an input row's words are four pixel vectors interleaved, those
+    shifted to s8): no padded copy of the input. Per padded row, in parallel: a row of padding is the pad
+    value's words; an input row's words are four pixel vectors interleaved, those
     at the row's ends choosing the pad value for a pixel outside it (a branch per pixel, its load clamped
     inside the row). The interleaving is one st4 (``pairs`` False) or, ``pairs``, two ``zip``s of pixel
     pairs and two st2 of their halfwords, the group's second pair the next group's first (two groups a

@@ -72,7 +72,7 @@ from tvm_integration.ops.gemm import (
 )
 from tvm_integration.ops.operator import Built
 from tvm_integration.ops.output_stage import OutputStage, bounded_forms, placeholders
-from tvm_integration.ops.padded_rows import padded_rows
+from tvm_integration.ops.padded_rows import input_bytes
 
 
 # depthwise.py's register tiles (channels a vector, output columns) for NEON's 32 registers: at most 16
@@ -136,11 +136,7 @@ def build_conv2d(weight: np.ndarray, input_shape, stride=1, padding=0, groups: i
     step = run if whole else round_up(run, tile.k)
     rows_in, cols_in = (oh - 1) * stride[0] + kh, (ow - 1) * stride[1] + kw + -(-(step - run) // c)
     x = te.placeholder(tuple(input_shape), data_dtype, name="data")
-    if any(pads) or rows_in > input_shape[1] or cols_in > input_shape[2]:    # padding, or a rounded run past a row
-        padded = padded_rows(x, pads, pad_value, rows_in, cols_in)
-        byte = lambda bi, i, j: padded[bi, i, j]
-    else:                                # every byte the packing reads is the input's own: no copy of it
-        byte = lambda bi, i, j: x[bi, i, j // c, j % c]
+    byte = input_bytes(x, pads, pad_value, rows_in, cols_in)
 
     def element(bi, g, p, k):
         i = tirx.min(k // step, kh - 1)         # the packing's K beyond the window repeats its last row (A 0 there)
@@ -185,11 +181,11 @@ def _grouped(weight: np.ndarray, zero_points: np.ndarray, input_shape, stride, p
         raise ValueError(f"weight {list(weight.shape)} does not fit {c} input channels in {groups} groups")
     (oh, ow), hp, wp = out_hw, h + pads[0] + pads[2], w_ + pads[1] + pads[3]
     x = te.placeholder(input_shape, data_dtype, name="data")
-    padded = padded_rows(x, pads, pad_value, hp, wp)
+    byte = input_bytes(x, pads, pad_value, hp, wp)
 
     def element(bi, g, p, k):
         tap = tirx.min(k // cg, kh * kw - 1)      # the K steps' rounding repeats the last tap (A 0 there)
-        return padded[bi, p // ow * stride[0] + tap // kw, (p % ow * stride[1] + tap % kw) * c + g * cg + k % cg]
+        return byte(bi, p // ow * stride[0] + tap // kw, (p % ow * stride[1] + tap % kw) * c + g * cg + k % cg)
     matrix = conv2d_ops.conv_weight_matrix(weight, groups)
     gemm = Gemm(b, groups, oh * ow, o // groups, matrix.shape[2])
     rounded = gemm.depth % Tile.of(kernel).k != 0
@@ -350,11 +346,11 @@ def schedule_tiles(func, tile: Tile, kernel, depth_loops: tuple[int, ...]):
     output stage after each column tile, or with an even number of them after each pair (the pair's two
     K loops unrolled, then one output stage of its 2 nr columns, which LLVM schedules as one; MobileNetV2's
     1x1 layers, llvm-mca Mcycles one tile / pairs: 112x112x16->96 5.27 / 4.89 on Cortex-A72, 11.0 / 8.4
-    on Cortex-A53; 7x7x320->1280 3.58 / 2.92 and 6.97 / 6.28). The padded input is padded_rows.py's pass,
-    before them. The column tiles' loop is partitioned (``pragma_loop_partition_hint``) so that a
-    remainder's bound test (58 columns: 14 tiles and 2) leaves the whole tiles' output stage vectorized;
-    with the test in every tile it was scalar
-    (ShuffleNetV2's 1x1 56x56 24->58 on the A76 1.52 -> 0.69 Mcycles, 28x28 58->58 0.50 -> 0.29). The row
+    on Cortex-A53; 7x7x320->1280 3.58 / 2.92 and 6.97 / 6.28). The padded input is padded_rows.py's pass
+    (none where nothing is padded), before them. The column tiles' loop is partitioned
+    (``pragma_loop_partition_hint``) so that a remainder's bound test (58 columns: 14 tiles and 2) leaves
+    the whole tiles' output stage vectorized; with the test in every tile it was scalar (ShuffleNetV2's 1x1
+    56x56 24->58 on the A76 1.52 -> 0.69 Mcycles, 28x28 58->58 0.50 -> 0.29). The row
     tiles' loop is partitioned the same way: with a bound test on each row of every tile (rows not a multiple
     of 4: all of SqueezeNet's layers) each row's output stage was a block of its own, one dependency chain,
     and the packing tested every row; now only the last tile tests (Cortex-A76 N1 model, Mcycles: SqueezeNet's

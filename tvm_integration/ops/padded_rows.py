@@ -34,23 +34,36 @@ def padded_rows(x: te.Tensor, pads, pad_value: int, rows: int, cols: int) -> te.
                 ys = IB.decl_buffer((b * rows * width,), x.dtype, data=outs[0].data)
                 n, i = row // rows, row % rows - top
 
-                def fill(start: int, stop: int):
-                    with IB.serial(0, (stop - start) // VECTOR) as v:
-                        IB.buffer_store(ys, tirx.Broadcast(pad, VECTOR), [tirx.Ramp(row * width + start + v * VECTOR,
-                                                                                    1, VECTOR)])
-                    with IB.serial(start + (stop - start) // VECTOR * VECTOR, stop) as j:
-                        IB.buffer_store(ys, pad, [row * width + j])
+                def run(start: int, stop: int, value):
+                    """Bytes ``start`` to ``stop`` of the row: ``value(offset, lanes)``, VECTOR at a time, then
+                    the rest one at a time."""
+                    whole = start + (stop - start) // VECTOR * VECTOR
+                    with IB.serial(0, (whole - start) // VECTOR) as v:
+                        at = start + v * VECTOR
+                        IB.buffer_store(ys, value(at, VECTOR), [tirx.Ramp(row * width + at, 1, VECTOR)])
+                    with IB.serial(whole, stop) as j:
+                        IB.buffer_store(ys, value(j, 1), [row * width + j])
+
+                padding = lambda at, lanes: tirx.Broadcast(pad, lanes) if lanes > 1 else pad
+                source = (n * h + i) * w * c - before          # byte ``at`` of the row is the input's ``source + at``
+                copied = lambda at, lanes: xs[tirx.Ramp(source + at, 1, lanes) if lanes > 1 else source + at]
                 with IB.If(tirx.all(i >= 0, i < h)):
                     with IB.Then():
-                        fill(0, before)
-                        source, target = (n * h + i) * w * c, row * width + before
-                        with IB.serial(0, inside // VECTOR) as v:
-                            IB.buffer_store(ys, xs[tirx.Ramp(source + v * VECTOR, 1, VECTOR)],
-                                            [tirx.Ramp(target + v * VECTOR, 1, VECTOR)])
-                        with IB.serial(inside // VECTOR * VECTOR, inside) as j:
-                            IB.buffer_store(ys, xs[source + j], [target + j])
-                        fill(before + inside, width)
+                        run(0, before, padding)
+                        run(before, before + inside, copied)
+                        run(before + inside, width, padding)
                     with IB.Else():
-                        fill(0, width)
+                        run(0, width, padding)
         return ib.get()
     return te.extern((b, rows, width), [x], fcompute, name="pad", dtype=str(x.dtype))
+
+
+def input_bytes(x: te.Tensor, pads, pad_value: int, rows: int, cols: int):
+    """``byte(bi, i, j)``: byte j of row i of the padded input (``padded_rows``' arguments): ``x`` itself
+    where no padding is read and no row read runs past the input's (a 1x1, a convolution without padding),
+    else ``padded_rows``' copy."""
+    b, h, w, c = (int(d) for d in x.shape)
+    if any(int(p) for p in pads) or rows > h or cols > w:
+        padded = padded_rows(x, pads, pad_value, rows, cols)
+        return lambda bi, i, j: padded[bi, i, j]
+    return lambda bi, i, j: x[bi, i, j // c, j % c]
